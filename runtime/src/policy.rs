@@ -1,0 +1,236 @@
+//! Session modes, safety levels, personal-data classes and the session policy.
+//!
+//! These live low in the crate because the approval step of the tool pipeline needs them and
+//! the session layer builds on top of the pipeline.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+/// How much a tool can change or reach, ordered from harmless to dangerous.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SafetyLevel {
+    /// Read-only.
+    Safe,
+    /// Changes files in the workspace.
+    Write,
+    /// Costs money or a lot of time.
+    Expensive,
+    /// Touches credentials, accounts or people.
+    Sensitive,
+    /// Arbitrary code: shell, computer use.
+    Dangerous,
+}
+
+impl SafetyLevel {
+    pub const ALL: [SafetyLevel; 5] = [
+        SafetyLevel::Safe,
+        SafetyLevel::Write,
+        SafetyLevel::Expensive,
+        SafetyLevel::Sensitive,
+        SafetyLevel::Dangerous,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SafetyLevel::Safe => "safe",
+            SafetyLevel::Write => "write",
+            SafetyLevel::Expensive => "expensive",
+            SafetyLevel::Sensitive => "sensitive",
+            SafetyLevel::Dangerous => "dangerous",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SafetyLevel> {
+        SafetyLevel::ALL.into_iter().find(|l| l.as_str() == s)
+    }
+}
+
+impl fmt::Display for SafetyLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What kind of personal data a call may carry, ordered from none to special categories.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum PersonalDataClass {
+    #[default]
+    None,
+    /// Identifiers that point to a person indirectly (user ids, hashed e-mails).
+    Pseudonymous,
+    /// Names, e-mail addresses, phone numbers.
+    Personal,
+    /// Health, finance, credentials of a person.
+    Special,
+}
+
+/// The two ordered labels a call carries through the pipeline. A rewrite may raise them, never
+/// lower them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Classification {
+    pub safety: SafetyLevel,
+    pub personal_data: PersonalDataClass,
+}
+
+impl Classification {
+    /// True when `self` is lower than `before` in either dimension.
+    pub fn lowers(&self, before: &Classification) -> bool {
+        self.safety < before.safety || self.personal_data < before.personal_data
+    }
+
+    /// The larger of the two in each dimension.
+    pub fn max(self, other: Classification) -> Classification {
+        Classification {
+            safety: self.safety.max(other.safety),
+            personal_data: self.personal_data.max(other.personal_data),
+        }
+    }
+}
+
+/// Who, if anyone, can answer an approval prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionMode {
+    /// Interactive terminal; a human answers prompts.
+    Repl,
+    /// A thin client on the serve daemon's socket; prompts are relayed to its human.
+    Ipc,
+    /// Messaging-channel sessions of the daemon: no human.
+    Daemon,
+    /// `geode exec`, `run_agent`, benchmark trials: no human.
+    Headless,
+}
+
+impl SessionMode {
+    pub fn has_human(self) -> bool {
+        matches!(self, SessionMode::Repl | SessionMode::Ipc)
+    }
+
+    /// Tools removed from the session before the model ever sees them.
+    pub fn default_deny_list(self) -> BTreeSet<String> {
+        let names: &[&str] = match self {
+            SessionMode::Repl | SessionMode::Ipc => &[],
+            SessionMode::Daemon => &["delegate_task", "computer"],
+            SessionMode::Headless => &["bash", "delegate_task", "computer"],
+        };
+        names.iter().map(|s| s.to_string()).collect()
+    }
+}
+
+/// When a human is asked before a call runs (the HITL level).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HitlLevel {
+    /// Nothing prompts.
+    Auto,
+    /// Only dangerous tools (shell, MCP, computer use) prompt.
+    DangerousOnly,
+    /// Every non-read-only call prompts.
+    Everything,
+}
+
+/// Everything the pipeline needs to decide whether a call may run in this session.
+#[derive(Debug, Clone)]
+pub struct SessionPolicy {
+    pub mode: SessionMode,
+    pub hitl: HitlLevel,
+    /// Tools refused at the scope step.
+    pub deny_list: BTreeSet<String>,
+    /// In modes without a human, calls up to this level are approved without asking. Anything
+    /// above is denied. `Safe` by default: no-human modes never approve writes implicitly.
+    pub unattended_approval_ceiling: SafetyLevel,
+    /// Highest personal-data class a call may carry in this session.
+    pub personal_data_ceiling: PersonalDataClass,
+    /// Shell commands matching any of these are refused at the policy step.
+    pub forbidden_commands: Vec<Regex>,
+    /// Why this policy differs from the mode's defaults, recorded in the timeline.
+    pub grant_reason: Option<String>,
+}
+
+impl SessionPolicy {
+    /// The defaults of a mode: its deny list, its HITL level, no unattended writes.
+    pub fn for_mode(mode: SessionMode) -> Self {
+        SessionPolicy {
+            mode,
+            hitl: if mode.has_human() {
+                HitlLevel::Everything
+            } else {
+                HitlLevel::Auto
+            },
+            deny_list: mode.default_deny_list(),
+            unattended_approval_ceiling: SafetyLevel::Safe,
+            personal_data_ceiling: PersonalDataClass::Personal,
+            forbidden_commands: default_forbidden_commands(),
+            grant_reason: None,
+        }
+    }
+
+    /// Explicitly allow unattended calls up to `ceiling`. Allowing `Dangerous` also lifts the
+    /// shell from the headless deny list: this is what benchmark runs inside a sandbox do.
+    pub fn grant_unattended(mut self, ceiling: SafetyLevel, reason: impl Into<String>) -> Self {
+        self.unattended_approval_ceiling = ceiling;
+        if ceiling >= SafetyLevel::Dangerous {
+            self.deny_list.remove("bash");
+        }
+        self.grant_reason = Some(reason.into());
+        self
+    }
+}
+
+/// Commands no session should run even when shell access is granted.
+fn default_forbidden_commands() -> Vec<Regex> {
+    // Patterns are literals checked at compile time by the unit test below; an invalid one is
+    // skipped rather than panicking.
+    [
+        r"rm\s+-[a-zA-Z]*[rf][a-zA-Z]*\s+/(\s|$|\*)",
+        r":\(\)\s*\{\s*:\|:&\s*\};:",
+        r"\bmkfs(\.\w+)?\s",
+        r"\bdd\s+.*of=/dev/(sd|nvme|vd)",
+    ]
+    .iter()
+    .filter_map(|p| Regex::new(p).ok())
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forbidden_patterns_compile_and_match() {
+        let pats = default_forbidden_commands();
+        assert_eq!(pats.len(), 4);
+        assert!(pats.iter().any(|p| p.is_match("rm -rf /")));
+        assert!(!pats.iter().any(|p| p.is_match("rm -rf build/")));
+    }
+
+    #[test]
+    fn lowering_is_detected_in_either_dimension() {
+        let hi = Classification {
+            safety: SafetyLevel::Dangerous,
+            personal_data: PersonalDataClass::None,
+        };
+        let lo = Classification {
+            safety: SafetyLevel::Safe,
+            personal_data: PersonalDataClass::Personal,
+        };
+        assert!(lo.lowers(&hi));
+        assert!(hi.lowers(&lo));
+        assert!(!hi.max(lo).lowers(&hi));
+    }
+
+    #[test]
+    fn headless_denies_shell_until_granted() {
+        let p = SessionPolicy::for_mode(SessionMode::Headless);
+        assert!(p.deny_list.contains("bash"));
+        let p = p.grant_unattended(SafetyLevel::Dangerous, "sandboxed eval");
+        assert!(!p.deny_list.contains("bash"));
+    }
+}

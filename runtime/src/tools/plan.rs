@@ -1,0 +1,234 @@
+//! The BoundToolPlan: the immutable set of tools a session may use, and the tool handler trait.
+//!
+//! A plan is built once per session (and again only as a new generation), hashed over the
+//! canonical JSON of its specs and handler bindings, and projected to each provider's tool
+//! schema shape. A `StepSnapshot` pins which plan a model call saw.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::cognition::CognitiveState;
+use crate::ids::{CorrelationId, PlanHash, SessionId, canonical_sha256};
+use crate::policy::{Classification, PersonalDataClass, SafetyLevel};
+use crate::tools::workspace::Workspace;
+
+/// How a call's resource keys are derived; calls sharing a key never run at the same time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum ResourceKeyRule {
+    /// No lock.
+    None,
+    /// One key per resolved path argument (`file:<absolute path>`).
+    PathArgs,
+    /// The whole workspace (shell commands can touch anything).
+    Workspace,
+    /// A named resource shared by every call of the tool.
+    Fixed(String),
+}
+
+/// Everything about a tool except its code.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the input object.
+    pub input_schema: Value,
+    pub safety: SafetyLevel,
+    pub personal_data: PersonalDataClass,
+    pub resource_keys: ResourceKeyRule,
+    /// Input fields holding workspace paths; checked at the scope step.
+    pub path_args: Vec<String>,
+    /// Whether a call changes the world outside the conversation (gets an effect receipt).
+    pub effectful: bool,
+}
+
+impl ToolSpec {
+    pub fn classification(&self) -> Classification {
+        Classification {
+            safety: self.safety,
+            personal_data: self.personal_data,
+        }
+    }
+}
+
+/// What a handler returns. Denials never reach a handler; they are built by the pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub content: String,
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    pub fn ok(content: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            is_error: false,
+        }
+    }
+
+    /// An error the model should read and react to (not a crash of the turn).
+    pub fn error(content: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            is_error: true,
+        }
+    }
+}
+
+/// What a handler may see of the session; a fresh one per call.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    pub session_id: SessionId,
+    pub call_id: String,
+    pub correlation_id: CorrelationId,
+    pub model_id: String,
+    pub workspace: Arc<dyn Workspace>,
+    /// Inputs of `path_args`, already resolved inside the workspace by the scope step.
+    pub resolved_paths: Vec<(String, PathBuf)>,
+    /// The dispatch deadline; long-running handlers should stop their own work by then.
+    pub deadline: Duration,
+    pub cancel: CancellationToken,
+    /// Plan, hypotheses and confidence, for the cognitive tools.
+    pub cognition: Arc<Mutex<CognitiveState>>,
+}
+
+impl ToolContext {
+    /// The resolved path of input field `arg`, if the scope step resolved one.
+    pub fn path(&self, arg: &str) -> Option<&PathBuf> {
+        self.resolved_paths
+            .iter()
+            .find(|(name, _)| name == arg)
+            .map(|(_, p)| p)
+    }
+}
+
+#[async_trait]
+pub trait ToolHandler: Send + Sync {
+    /// Run the call. `input` has passed schema validation.
+    async fn call(&self, input: &Value, ctx: &ToolContext) -> ToolOutput;
+}
+
+/// A spec bound to the code that runs it.
+#[derive(Clone)]
+pub struct BoundTool {
+    pub spec: ToolSpec,
+    /// A stable name of the handler (`builtin:bash`, `mcp:server/tool`), part of the plan hash.
+    pub binding: String,
+    pub handler: Arc<dyn ToolHandler>,
+}
+
+impl std::fmt::Debug for BoundTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundTool")
+            .field("name", &self.spec.name)
+            .field("binding", &self.binding)
+            .finish()
+    }
+}
+
+/// The wire shapes providers expect tool declarations in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolSchemaShape {
+    /// `{name, description, input_schema}`
+    AnthropicMessages,
+    /// `{type: "function", name, description, parameters}`
+    OpenAiResponses,
+    /// `{type: "function", function: {name, description, parameters}}`
+    ChatCompletions,
+}
+
+/// An immutable snapshot of the tools one session may call. Changing anything means building a
+/// new plan with a higher generation.
+#[derive(Debug, Clone)]
+pub struct BoundToolPlan {
+    generation: u64,
+    tools: Arc<[BoundTool]>,
+    hash: PlanHash,
+}
+
+impl BoundToolPlan {
+    pub fn new(generation: u64, mut tools: Vec<BoundTool>) -> Self {
+        tools.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
+        tools.dedup_by(|a, b| a.spec.name == b.spec.name);
+        let canonical = json!({
+            "generation": generation,
+            "tools": tools
+                .iter()
+                .map(|t| json!({"spec": t.spec, "binding": t.binding}))
+                .collect::<Vec<_>>(),
+        });
+        BoundToolPlan {
+            generation,
+            hash: PlanHash::new(canonical_sha256(&canonical)),
+            tools: tools.into(),
+        }
+    }
+
+    /// A new generation without the named tools (a session's deny list).
+    pub fn without(&self, names: &BTreeSet<String>) -> Self {
+        let kept = self
+            .tools
+            .iter()
+            .filter(|t| !names.contains(&t.spec.name))
+            .cloned()
+            .collect();
+        BoundToolPlan::new(self.generation + 1, kept)
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn hash(&self) -> &PlanHash {
+        &self.hash
+    }
+
+    pub fn get(&self, name: &str) -> Option<&BoundTool> {
+        self.tools.iter().find(|t| t.spec.name == name)
+    }
+
+    pub fn tools(&self) -> &[BoundTool] {
+        &self.tools
+    }
+
+    /// The declarations a provider sees, in the plan's (name) order.
+    pub fn project(&self, shape: ToolSchemaShape) -> Vec<Value> {
+        self.tools
+            .iter()
+            .map(|t| {
+                let s = &t.spec;
+                match shape {
+                    ToolSchemaShape::AnthropicMessages => json!({
+                        "name": s.name, "description": s.description, "input_schema": s.input_schema,
+                    }),
+                    ToolSchemaShape::OpenAiResponses => json!({
+                        "type": "function", "name": s.name, "description": s.description,
+                        "parameters": s.input_schema,
+                    }),
+                    ToolSchemaShape::ChatCompletions => json!({
+                        "type": "function",
+                        "function": {"name": s.name, "description": s.description, "parameters": s.input_schema},
+                    }),
+                }
+            })
+            .collect()
+    }
+}
+
+/// What one model call was bound to: written with the call, so a timeline row can say exactly
+/// which model and which tools produced a proposal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepSnapshot {
+    pub model_id: String,
+    pub plan_generation: u64,
+    pub plan_hash: PlanHash,
+    pub correlation_id: CorrelationId,
+    pub round: u32,
+}
