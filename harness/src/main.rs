@@ -1,1 +1,19 @@
-fn main() {}
+//! The `geode` binary: parses arguments and calls library functions; nothing else lives here.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod cli;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    cli::init_logging(args.verbose);
+    match cli::run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("geode: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

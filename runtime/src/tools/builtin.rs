@@ -1,1 +1,703 @@
 //! Built-in tools (bash, files, search).
+//!
+//! Handlers take their paths from the scope step's resolutions, and resolve again themselves if
+//! one is missing, so a pipeline bug cannot turn into a write outside the workspace. Every
+//! output is bounded, because whatever a tool returns is paid for again in each later model call.
+//! Paths shown to the model are relative to the workspace root, the frame it addresses files in.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::policy::{PersonalDataClass, SafetyLevel};
+use crate::tools::plan::{
+    BoundTool, ResourceKeyRule, ToolContext, ToolHandler, ToolOutput, ToolSpec,
+};
+use crate::tools::workspace::ExecRequest;
+
+/// Bytes kept of stdout and of stderr each.
+pub const BASH_OUTPUT_CAP: usize = 30_000;
+const BASH_DEFAULT_TIMEOUT_SECS: u64 = 120;
+const BASH_MAX_TIMEOUT_SECS: u64 = 3600;
+/// Larger reads are cut; the model can page with offset/limit.
+pub const READ_FILE_CAP: usize = 256 * 1024;
+pub const GLOB_MAX_RESULTS: usize = 1000;
+pub const GREP_MAX_MATCHES: usize = 500;
+/// A minified file can put a megabyte on one line.
+const GREP_LINE_CHARS: usize = 400;
+/// Same heuristic as git and ripgrep: a NUL byte early on means binary.
+const BINARY_SNIFF_BYTES: usize = 8192;
+
+/// The built-in tools, bound as `builtin:<name>`.
+pub fn builtin_tools() -> Vec<BoundTool> {
+    fn bind(spec: ToolSpec, handler: Arc<dyn ToolHandler>) -> BoundTool {
+        BoundTool {
+            binding: format!("builtin:{}", spec.name),
+            spec,
+            handler,
+        }
+    }
+    vec![
+        bind(BashTool::spec(), Arc::new(BashTool)),
+        bind(ReadFileTool::spec(), Arc::new(ReadFileTool)),
+        bind(WriteFileTool::spec(), Arc::new(WriteFileTool)),
+        bind(EditFileTool::spec(), Arc::new(EditFileTool)),
+        bind(ListDirTool::spec(), Arc::new(ListDirTool)),
+        bind(GlobTool::spec(), Arc::new(GlobTool)),
+        bind(GrepTool::spec(), Arc::new(GrepTool)),
+    ]
+}
+
+/// A closed JSON Schema object: unknown fields are a model mistake worth reporting.
+fn object_schema(properties: Value, required: &[&str]) -> Value {
+    json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false,
+    })
+}
+
+fn file_spec(
+    name: &str,
+    description: &str,
+    input_schema: Value,
+    safety: SafetyLevel,
+    effectful: bool,
+) -> ToolSpec {
+    ToolSpec {
+        name: name.to_string(),
+        description: description.to_string(),
+        input_schema,
+        safety,
+        personal_data: PersonalDataClass::None,
+        resource_keys: ResourceKeyRule::PathArgs,
+        path_args: vec!["path".to_string()],
+        effectful,
+    }
+}
+
+fn required_str<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolOutput> {
+    input
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolOutput::error(format!("missing required string field `{key}`")))
+}
+
+fn opt_u64(input: &Value, key: &str) -> Option<u64> {
+    input.get(key).and_then(Value::as_u64)
+}
+
+/// The resolved path of `arg`, resolving it here when the scope step did not.
+fn target_path(
+    input: &Value,
+    ctx: &ToolContext,
+    arg: &str,
+    default: Option<&str>,
+) -> Result<PathBuf, ToolOutput> {
+    if let Some(path) = ctx.path(arg) {
+        return Ok(path.clone());
+    }
+    let raw = match (input.get(arg).and_then(Value::as_str), default) {
+        (Some(raw), _) | (None, Some(raw)) => raw,
+        (None, None) => return Err(ToolOutput::error(format!("missing required field `{arg}`"))),
+    };
+    ctx.workspace
+        .resolve(raw)
+        .map_err(|e| ToolOutput::error(e.to_string()))
+}
+
+fn shown(root: &Path, path: &Path) -> String {
+    match path.strip_prefix(root) {
+        Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => path.display().to_string(),
+    }
+}
+
+fn push_line(text: &mut String, line: &str) {
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(line);
+    text.push('\n');
+}
+
+fn floor_boundary(s: &str, mut at: usize) -> usize {
+    at = at.min(s.len());
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
+fn seconds(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+/// Runs `run` and folds its early-return errors into the output the model reads.
+macro_rules! handler {
+    ($tool:ident) => {
+        #[async_trait]
+        impl ToolHandler for $tool {
+            async fn call(&self, input: &Value, ctx: &ToolContext) -> ToolOutput {
+                match self.run(input, ctx).await {
+                    Ok(out) | Err(out) => out,
+                }
+            }
+        }
+    };
+}
+
+/// `bash -c` in the workspace root; the whole process group dies when the call ends.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BashTool;
+
+impl BashTool {
+    pub fn spec() -> ToolSpec {
+        ToolSpec {
+            name: "bash".to_string(),
+            description: "Run a shell command with `bash -c` in the workspace root. Returns \
+                stdout, stderr and the exit code; each stream is cut at 30000 bytes. Every \
+                process the command starts, background ones included, is killed when the call \
+                ends, so nothing keeps running between calls. Prefer the file tools for reading, \
+                searching and editing files."
+                .to_string(),
+            input_schema: object_schema(
+                json!({
+                    "command": {"type": "string", "description": "The command line."},
+                    "timeout_sec": {
+                        "type": "integer", "minimum": 1, "maximum": BASH_MAX_TIMEOUT_SECS,
+                        "description": "Kill the command after this many seconds (default 120)."
+                    },
+                }),
+                &["command"],
+            ),
+            safety: SafetyLevel::Dangerous,
+            personal_data: PersonalDataClass::None,
+            resource_keys: ResourceKeyRule::Workspace,
+            path_args: Vec::new(),
+            effectful: true,
+        }
+    }
+
+    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let command = required_str(input, "command")?;
+        let secs = opt_u64(input, "timeout_sec")
+            .unwrap_or(BASH_DEFAULT_TIMEOUT_SECS)
+            .clamp(1, BASH_MAX_TIMEOUT_SECS);
+        let timeout = Duration::from_secs(secs).min(ctx.deadline);
+        let req = ExecRequest {
+            command: command.to_string(),
+            cwd: None,
+            timeout,
+            output_cap: BASH_OUTPUT_CAP,
+            env: Vec::new(),
+        };
+        let out = ctx
+            .workspace
+            .exec(req, ctx.cancel.clone())
+            .await
+            .map_err(|e| ToolOutput::error(e.to_string()))?;
+        let mut text = out.stdout;
+        if !out.stderr.is_empty() {
+            push_line(&mut text, "[stderr]");
+            text.push_str(&out.stderr);
+        }
+        let (status, is_error) = if out.timed_out {
+            (
+                format!(
+                    "[timed out after {}; the process group was killed]",
+                    seconds(timeout)
+                ),
+                true,
+            )
+        } else if out.cancelled {
+            (
+                "[cancelled; the process group was killed]".to_string(),
+                true,
+            )
+        } else {
+            match out.exit_code {
+                Some(code) => (format!("[exit code {code}]"), code != 0),
+                None => ("[killed by a signal]".to_string(), true),
+            }
+        };
+        push_line(&mut text, &status);
+        Ok(ToolOutput {
+            content: text,
+            is_error,
+        })
+    }
+}
+handler!(BashTool);
+
+/// Reads a text file, optionally a window of lines.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadFileTool;
+
+impl ReadFileTool {
+    pub fn spec() -> ToolSpec {
+        file_spec(
+            "read_file",
+            "Read a text file in the workspace. `offset` (1-based line) and `limit` (lines) \
+             select a window; output is cut at 256 KiB, so page through large files.",
+            object_schema(
+                json!({
+                    "path": {"type": "string", "description": "Relative to the workspace root."},
+                    "offset": {"type": "integer", "minimum": 1, "description": "First line, 1-based."},
+                    "limit": {"type": "integer", "minimum": 1, "description": "Number of lines."},
+                }),
+                &["path"],
+            ),
+            SafetyLevel::Safe,
+            false,
+        )
+    }
+
+    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let path = target_path(input, ctx, "path", None)?;
+        let name = shown(ctx.workspace.root(), &path);
+        let bytes = ctx
+            .workspace
+            .read_file(&path)
+            .await
+            .map_err(|e| ToolOutput::error(e.to_string()))?;
+        let text = String::from_utf8_lossy(&bytes);
+        let (offset, limit) = (opt_u64(input, "offset"), opt_u64(input, "limit"));
+        let mut body = if offset.is_none() && limit.is_none() {
+            text.into_owned()
+        } else {
+            let skip = usize::try_from(offset.unwrap_or(1).saturating_sub(1)).unwrap_or(usize::MAX);
+            let take = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+            let total = text.split_inclusive('\n').count();
+            if skip >= total && skip > 0 {
+                return Err(ToolOutput::error(format!(
+                    "offset {} is past the end of {name} ({total} lines)",
+                    skip + 1
+                )));
+            }
+            text.split_inclusive('\n').skip(skip).take(take).collect()
+        };
+        if body.len() > READ_FILE_CAP {
+            let total = body.len();
+            body.truncate(floor_boundary(&body, READ_FILE_CAP));
+            push_line(
+                &mut body,
+                &format!(
+                    "[... cut at {READ_FILE_CAP} of {total} bytes; read the rest with offset/limit ...]"
+                ),
+            );
+        }
+        if body.is_empty() {
+            body = format!("[{name} is empty]");
+        }
+        Ok(ToolOutput::ok(body))
+    }
+}
+handler!(ReadFileTool);
+
+/// Creates or overwrites a file, creating parent directories.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteFileTool;
+
+impl WriteFileTool {
+    pub fn spec() -> ToolSpec {
+        file_spec(
+            "write_file",
+            "Create or overwrite a file in the workspace with `content`; parent directories are \
+             created. Use edit_file to change part of an existing file.",
+            object_schema(
+                json!({
+                    "path": {"type": "string", "description": "Relative to the workspace root."},
+                    "content": {"type": "string", "description": "The complete new contents."},
+                }),
+                &["path", "content"],
+            ),
+            SafetyLevel::Write,
+            true,
+        )
+    }
+
+    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let content = required_str(input, "content")?;
+        let path = target_path(input, ctx, "path", None)?;
+        ctx.workspace
+            .write_file(&path, content.as_bytes())
+            .await
+            .map_err(|e| ToolOutput::error(e.to_string()))?;
+        Ok(ToolOutput::ok(format!(
+            "wrote {} bytes to {}",
+            content.len(),
+            shown(ctx.workspace.root(), &path)
+        )))
+    }
+}
+handler!(WriteFileTool);
+
+/// Exact-string replacement. Ambiguity fails instead of guessing, so an edit never lands on a
+/// place the model did not mean.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EditFileTool;
+
+impl EditFileTool {
+    pub fn spec() -> ToolSpec {
+        file_spec(
+            "edit_file",
+            "Replace `old_string` with `new_string` in a file. `old_string` must match exactly \
+             (whitespace included) and occur exactly once, unless `replace_all` is true; include \
+             enough surrounding lines to make it unique. On failure the file is left unchanged.",
+            object_schema(
+                json!({
+                    "path": {"type": "string", "description": "Relative to the workspace root."},
+                    "old_string": {"type": "string", "description": "The exact text to replace."},
+                    "new_string": {"type": "string", "description": "The replacement text."},
+                    "replace_all": {"type": "boolean", "description": "Replace every occurrence."},
+                }),
+                &["path", "old_string", "new_string"],
+            ),
+            SafetyLevel::Write,
+            true,
+        )
+    }
+
+    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let old = required_str(input, "old_string")?;
+        let new = required_str(input, "new_string")?;
+        let replace_all = input
+            .get("replace_all")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        if old.is_empty() {
+            return Err(ToolOutput::error("old_string must not be empty"));
+        }
+        if old == new {
+            return Err(ToolOutput::error("old_string and new_string are identical"));
+        }
+        let path = target_path(input, ctx, "path", None)?;
+        let name = shown(ctx.workspace.root(), &path);
+        let bytes = ctx
+            .workspace
+            .read_file(&path)
+            .await
+            .map_err(|e| ToolOutput::error(e.to_string()))?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            ToolOutput::error(format!(
+                "{name} is not valid UTF-8; edit_file only edits text"
+            ))
+        })?;
+        let count = text.matches(old).count();
+        if count == 0 {
+            return Err(ToolOutput::error(format!(
+                "old_string not found in {name} (0 matches); the file is unchanged"
+            )));
+        }
+        if count > 1 && !replace_all {
+            return Err(ToolOutput::error(format!(
+                "old_string occurs {count} times in {name}; add surrounding context to make it \
+                 unique, or set replace_all. The file is unchanged."
+            )));
+        }
+        let edited = if replace_all {
+            text.replace(old, new)
+        } else {
+            text.replacen(old, new, 1)
+        };
+        ctx.workspace
+            .write_file(&path, edited.as_bytes())
+            .await
+            .map_err(|e| ToolOutput::error(e.to_string()))?;
+        let noun = if count == 1 {
+            "occurrence"
+        } else {
+            "occurrences"
+        };
+        Ok(ToolOutput::ok(format!("replaced {count} {noun} in {name}")))
+    }
+}
+handler!(EditFileTool);
+
+/// One directory level, dirs marked with a trailing `/`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListDirTool;
+
+impl ListDirTool {
+    pub fn spec() -> ToolSpec {
+        file_spec(
+            "list_dir",
+            "List one directory of the workspace (default: the root), one entry per line; \
+             directories end with `/`.",
+            object_schema(
+                json!({"path": {"type": "string", "description": "Relative to the workspace root; default `.`."}}),
+                &[],
+            ),
+            SafetyLevel::Safe,
+            false,
+        )
+    }
+
+    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let path = target_path(input, ctx, "path", Some("."))?;
+        let entries = ctx
+            .workspace
+            .list_dir(&path)
+            .await
+            .map_err(|e| ToolOutput::error(e.to_string()))?;
+        if entries.is_empty() {
+            return Ok(ToolOutput::ok(format!(
+                "[{} is empty]",
+                shown(ctx.workspace.root(), &path)
+            )));
+        }
+        let mut text = String::new();
+        for entry in entries {
+            let slash = if entry.is_dir { "/" } else { "" };
+            push_line(&mut text, &format!("{}{slash}", entry.name));
+        }
+        Ok(ToolOutput::ok(text))
+    }
+}
+handler!(ListDirTool);
+
+/// Why a walk ended early.
+#[derive(Debug, Clone, Copy)]
+enum Stopped {
+    Cancelled,
+    Deadline,
+}
+
+impl Stopped {
+    fn marker(self) -> &'static str {
+        match self {
+            Stopped::Cancelled => "[... search cancelled; results are partial ...]",
+            Stopped::Deadline => "[... search stopped at the deadline; results are partial ...]",
+        }
+    }
+}
+
+/// Walks `base` in name order without following symlinks or entering `.git`, calling `visit` on
+/// every non-directory until it returns false.
+fn walk(
+    base: &Path,
+    cancel: &CancellationToken,
+    deadline: Instant,
+    mut visit: impl FnMut(&walkdir::DirEntry) -> bool,
+) -> Option<Stopped> {
+    let entries = walkdir::WalkDir::new(base)
+        .follow_links(false)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| !(e.depth() > 0 && e.file_type().is_dir() && e.file_name() == ".git"));
+    for entry in entries {
+        if cancel.is_cancelled() {
+            return Some(Stopped::Cancelled);
+        }
+        if Instant::now() >= deadline {
+            return Some(Stopped::Deadline);
+        }
+        let Ok(entry) = entry else { continue };
+        if entry.file_type().is_dir() {
+            continue;
+        }
+        if !visit(&entry) {
+            break;
+        }
+    }
+    None
+}
+
+fn compile_glob(pattern: &str) -> Result<globset::GlobMatcher, ToolOutput> {
+    globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| ToolOutput::error(format!("invalid glob pattern: {e}")))
+}
+
+/// Runs a blocking walk off the async workers.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ToolOutput> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ToolOutput::error(format!("search failed: {e}")))
+}
+
+/// Finds files by glob pattern, matched against paths relative to the searched directory.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GlobTool;
+
+impl GlobTool {
+    pub fn spec() -> ToolSpec {
+        file_spec(
+            "glob",
+            "Find files whose path (relative to `path`, default the workspace root) matches a \
+             glob such as `**/*.rs` or `src/*.toml`; `*` does not cross `/`. Symlinks are not \
+             followed and `.git` is skipped. At most 1000 paths, sorted.",
+            object_schema(
+                json!({
+                    "pattern": {"type": "string", "description": "Glob pattern."},
+                    "path": {"type": "string", "description": "Directory to search; default `.`."},
+                }),
+                &["pattern"],
+            ),
+            SafetyLevel::Safe,
+            false,
+        )
+    }
+
+    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let pattern = required_str(input, "pattern")?.to_string();
+        let matcher = compile_glob(&pattern)?;
+        let base = target_path(input, ctx, "path", Some("."))?;
+        let root = ctx.workspace.root().to_path_buf();
+        let (cancel, deadline) = (ctx.cancel.clone(), Instant::now() + ctx.deadline);
+        let where_ = shown(&root, &base);
+        let (mut found, stopped) = blocking(move || {
+            let mut found = Vec::new();
+            let stopped = walk(&base, &cancel, deadline, |entry| {
+                if let Ok(rel) = entry.path().strip_prefix(&base)
+                    && matcher.is_match(rel)
+                {
+                    found.push(shown(&root, entry.path()));
+                }
+                true
+            });
+            (found, stopped)
+        })
+        .await?;
+        if found.is_empty() && stopped.is_none() {
+            return Ok(ToolOutput::ok(format!(
+                "no files match `{pattern}` under {where_}"
+            )));
+        }
+        found.sort();
+        let total = found.len();
+        found.truncate(GLOB_MAX_RESULTS);
+        let mut text = found.join("\n");
+        if total > GLOB_MAX_RESULTS {
+            push_line(
+                &mut text,
+                &format!(
+                    "[... {} more matches not shown (limit {GLOB_MAX_RESULTS}); narrow the pattern ...]",
+                    total - GLOB_MAX_RESULTS
+                ),
+            );
+        }
+        if let Some(stopped) = stopped {
+            push_line(&mut text, stopped.marker());
+        }
+        Ok(ToolOutput::ok(text))
+    }
+}
+handler!(GlobTool);
+
+/// Regex search over text files.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GrepTool;
+
+impl GrepTool {
+    pub fn spec() -> ToolSpec {
+        file_spec(
+            "grep",
+            "Search file contents with a regular expression (Rust regex syntax) under `path` \
+             (a directory or file; default the workspace root). `glob` filters files: a pattern \
+             without `/` matches file names, one with `/` matches paths relative to `path`. \
+             Prints `path:line: text`, at most 500 matches; binary files and `.git` are skipped.",
+            object_schema(
+                json!({
+                    "pattern": {"type": "string", "description": "Regular expression."},
+                    "path": {"type": "string", "description": "File or directory; default `.`."},
+                    "glob": {"type": "string", "description": "Only search files matching this glob, e.g. `*.rs`."},
+                }),
+                &["pattern"],
+            ),
+            SafetyLevel::Safe,
+            false,
+        )
+    }
+
+    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let pattern = required_str(input, "pattern")?.to_string();
+        let regex = regex::Regex::new(&pattern)
+            .map_err(|e| ToolOutput::error(format!("invalid regex: {e}")))?;
+        let filter = match input.get("glob").and_then(Value::as_str) {
+            Some(g) => Some((compile_glob(g)?, g.contains('/'))),
+            None => None,
+        };
+        let base = target_path(input, ctx, "path", Some("."))?;
+        let root = ctx.workspace.root().to_path_buf();
+        let (cancel, deadline) = (ctx.cancel.clone(), Instant::now() + ctx.deadline);
+        let where_ = shown(&root, &base);
+        let (lines, capped, stopped) = blocking(move || {
+            let mut lines: Vec<String> = Vec::new();
+            let mut capped = false;
+            let stopped = walk(&base, &cancel, deadline, |entry| {
+                // Symlinked files are skipped: their target may lie outside the workspace.
+                if !entry.file_type().is_file() {
+                    return true;
+                }
+                if let Some((glob, by_path)) = &filter {
+                    let subject = if *by_path {
+                        entry.path().strip_prefix(&base).unwrap_or(entry.path())
+                    } else {
+                        Path::new(entry.file_name())
+                    };
+                    if !glob.is_match(subject) {
+                        return true;
+                    }
+                }
+                let Ok(bytes) = std::fs::read(entry.path()) else {
+                    return true;
+                };
+                if bytes[..bytes.len().min(BINARY_SNIFF_BYTES)].contains(&0) {
+                    return true;
+                }
+                let name = shown(&root, entry.path());
+                let text = String::from_utf8_lossy(&bytes);
+                for (i, line) in text.lines().enumerate() {
+                    if !regex.is_match(line) {
+                        continue;
+                    }
+                    if lines.len() == GREP_MAX_MATCHES {
+                        capped = true;
+                        return false;
+                    }
+                    let cut = floor_boundary(line, GREP_LINE_CHARS);
+                    let more = if cut < line.len() { " [...]" } else { "" };
+                    lines.push(format!("{name}:{}: {}{more}", i + 1, &line[..cut]));
+                }
+                true
+            });
+            (lines, capped, stopped)
+        })
+        .await?;
+        if lines.is_empty() && stopped.is_none() {
+            return Ok(ToolOutput::ok(format!(
+                "no matches for `{pattern}` under {where_}"
+            )));
+        }
+        let mut text = lines.join("\n");
+        if capped {
+            push_line(
+                &mut text,
+                &format!(
+                    "[... stopped at {GREP_MAX_MATCHES} matches; narrow the pattern, path or glob ...]"
+                ),
+            );
+        }
+        if let Some(stopped) = stopped {
+            push_line(&mut text, stopped.marker());
+        }
+        Ok(ToolOutput::ok(text))
+    }
+}
+handler!(GrepTool);

@@ -1,5 +1,9 @@
 //! Tools: the immutable plan, the workspace they act on, the built-ins and the pipeline.
 
+pub mod approval;
 pub mod builtin;
+pub mod cognitive;
+pub mod executor;
+pub mod locks;
 pub mod plan;
 pub mod workspace;

@@ -92,3 +92,356 @@ pub trait Workspace: Send + Sync + std::fmt::Debug {
         cancel: CancellationToken,
     ) -> Result<ExecOutput, WorkspaceError>;
 }
+
+/// A directory on this machine. Commands run unsandboxed as the current user; only the path
+/// checks of `resolve` keep the file tools inside the root.
+///
+/// Each command runs in its own process group, and that whole group is killed when the call
+/// ends — on timeout, on cancellation, on a dropped future and also after a normal exit. The
+/// bash tool's contract is that nothing it starts outlives its call: a forgotten `server &`
+/// would otherwise keep ports, files and the output pipes of later calls busy. Commands that
+/// escape their group on purpose (`setsid`, double forks into a new session) are not contained.
+#[derive(Debug, Clone)]
+pub struct LocalWorkspace {
+    root: PathBuf,
+}
+
+/// How long to keep reading output once the command is gone; a grandchild that left its own
+/// process group can hold the pipes open forever.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+impl LocalWorkspace {
+    pub fn new(root: impl AsRef<Path>) -> Result<Self, WorkspaceError> {
+        let given = root.as_ref();
+        let io_err = |source| WorkspaceError::Io {
+            op: "open workspace root",
+            path: given.display().to_string(),
+            source,
+        };
+        let root = std::fs::canonicalize(given).map_err(io_err)?;
+        if !root.is_dir() {
+            return Err(io_err(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                "not a directory",
+            )));
+        }
+        Ok(LocalWorkspace { root })
+    }
+
+    /// The path as the model should see it: relative to the root.
+    fn shown(&self, path: &Path) -> String {
+        match path.strip_prefix(&self.root) {
+            Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
+            Ok(rel) => rel.display().to_string(),
+            Err(_) => path.display().to_string(),
+        }
+    }
+
+    fn io_error(&self, op: &'static str, path: &Path, source: std::io::Error) -> WorkspaceError {
+        WorkspaceError::Io {
+            op,
+            path: self.shown(path),
+            source,
+        }
+    }
+}
+
+/// Lexically normalise `path` against `root`; `None` when `..` climbs out of the root.
+fn normalise(root: &Path, path: &Path) -> Option<PathBuf> {
+    use std::path::Component;
+    let mut out = if path.is_absolute() {
+        PathBuf::new()
+    } else {
+        root.to_path_buf()
+    };
+    let floor = out.components().count();
+    for comp in path.components() {
+        match comp {
+            Component::Prefix(_) | Component::RootDir => out.push(comp.as_os_str()),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if out.components().count() <= floor.max(1) {
+                    return None;
+                }
+                out.pop();
+            }
+            Component::Normal(name) => out.push(name),
+        }
+    }
+    Some(out)
+}
+
+impl LocalWorkspace {
+    /// Follow symlinks in the longest existing prefix of `lexical` and re-append the rest.
+    ///
+    /// Existence is tested with `symlink_metadata`, so a dangling symlink counts as existing and
+    /// then fails to canonicalize: it is refused, because writing through it would create its
+    /// target wherever that points.
+    fn canonical(&self, raw: &str, lexical: &Path) -> Result<PathBuf, ScopeViolation> {
+        let violation = |why: String| ScopeViolation {
+            path: raw.to_string(),
+            why,
+        };
+        let mut prefix = lexical.to_path_buf();
+        let mut rest: Vec<std::ffi::OsString> = Vec::new();
+        while std::fs::symlink_metadata(&prefix).is_err() {
+            let Some(name) = prefix.file_name() else {
+                return Err(violation("no part of the path exists".to_string()));
+            };
+            rest.push(name.to_os_string());
+            if !prefix.pop() {
+                return Err(violation("no part of the path exists".to_string()));
+            }
+        }
+        let mut resolved = std::fs::canonicalize(&prefix).map_err(|e| {
+            violation(format!(
+                "{} cannot be resolved (a dangling or looping symlink?): {e}",
+                self.shown(&prefix)
+            ))
+        })?;
+        if !resolved.starts_with(&self.root) {
+            return Err(violation(format!(
+                "{} resolves through a symlink to {}",
+                self.shown(&prefix),
+                resolved.display()
+            )));
+        }
+        for name in rest.iter().rev() {
+            if name == ".." || name == "." {
+                return Err(violation("unexpected `..` after normalisation".to_string()));
+            }
+            resolved.push(name);
+        }
+        Ok(resolved)
+    }
+}
+
+/// Collects at most `cap` bytes of one output stream; what is cut is still read and dropped.
+struct Capture {
+    buf: Vec<u8>,
+    cap: usize,
+    truncated: bool,
+}
+
+impl Capture {
+    fn new(cap: usize) -> Self {
+        Capture {
+            buf: Vec::new(),
+            cap,
+            truncated: false,
+        }
+    }
+
+    async fn pump<R: tokio::io::AsyncRead + Unpin>(&mut self, pipe: Option<R>) {
+        use tokio::io::AsyncReadExt;
+        let Some(mut pipe) = pipe else { return };
+        let mut chunk = [0u8; 8192];
+        loop {
+            match pipe.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let room = self.cap.saturating_sub(self.buf.len());
+                    if n > room {
+                        self.truncated = true;
+                    }
+                    self.buf.extend_from_slice(&chunk[..n.min(room)]);
+                }
+            }
+        }
+    }
+
+    /// Lossy text with a visible marker where it was cut; a character split by the cut is
+    /// dropped rather than shown as a replacement character.
+    fn into_text(mut self) -> String {
+        if self.truncated
+            && let Err(e) = std::str::from_utf8(&self.buf)
+            && e.error_len().is_none()
+        {
+            self.buf.truncate(e.valid_up_to());
+        }
+        let mut text = String::from_utf8_lossy(&self.buf).into_owned();
+        if self.truncated {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&format!(
+                "[... output truncated at {} bytes ...]\n",
+                self.cap
+            ));
+        }
+        text
+    }
+}
+
+/// Kills the command's process group when dropped, so even an abandoned `exec` future leaves
+/// nothing running.
+struct GroupGuard(Option<nix::unistd::Pid>);
+
+impl GroupGuard {
+    fn kill(&self) {
+        if let Some(pgid) = self.0 {
+            // ESRCH (the group is already empty) and EPERM are both "nothing left we may kill".
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[async_trait]
+impl Workspace for LocalWorkspace {
+    fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn resolve(&self, path: &str) -> Result<PathBuf, ScopeViolation> {
+        let violation = |why: &str| ScopeViolation {
+            path: path.to_string(),
+            why: why.to_string(),
+        };
+        if path.is_empty() {
+            return Err(violation("the path is empty"));
+        }
+        if path.contains('\0') {
+            return Err(violation("the path contains a NUL byte"));
+        }
+        let given = Path::new(path);
+        let Some(lexical) = normalise(&self.root, given) else {
+            return Err(violation("`..` climbs above the workspace root"));
+        };
+        if !lexical.starts_with(&self.root) {
+            return Err(violation(if given.is_absolute() {
+                "absolute paths must lie inside the workspace root"
+            } else {
+                "`..` climbs above the workspace root"
+            }));
+        }
+        self.canonical(path, &lexical)
+    }
+
+    async fn read_file(&self, path: &Path) -> Result<Vec<u8>, WorkspaceError> {
+        tokio::fs::read(path)
+            .await
+            .map_err(|e| self.io_error("read", path, e))
+    }
+
+    async fn write_file(&self, path: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| self.io_error("create directory", parent, e))?;
+        }
+        tokio::fs::write(path, bytes)
+            .await
+            .map_err(|e| self.io_error("write", path, e))
+    }
+
+    async fn list_dir(&self, path: &Path) -> Result<Vec<DirEntryInfo>, WorkspaceError> {
+        let mut dir = tokio::fs::read_dir(path)
+            .await
+            .map_err(|e| self.io_error("list", path, e))?;
+        let mut entries = Vec::new();
+        while let Some(entry) = dir
+            .next_entry()
+            .await
+            .map_err(|e| self.io_error("list", path, e))?
+        {
+            let entry_path = entry.path();
+            let link_meta = tokio::fs::symlink_metadata(&entry_path)
+                .await
+                .map_err(|e| self.io_error("stat", &entry_path, e))?;
+            let is_symlink = link_meta.file_type().is_symlink();
+            // A symlink reports what it points at; a dangling one reports itself.
+            let meta = if is_symlink {
+                tokio::fs::metadata(&entry_path).await.unwrap_or(link_meta)
+            } else {
+                link_meta
+            };
+            entries.push(DirEntryInfo {
+                name: entry.file_name().to_string_lossy().into_owned(),
+                is_dir: meta.is_dir(),
+                is_symlink,
+                len: meta.len(),
+            });
+        }
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(entries)
+    }
+
+    async fn exec(
+        &self,
+        req: ExecRequest,
+        cancel: CancellationToken,
+    ) -> Result<ExecOutput, WorkspaceError> {
+        let cwd = match &req.cwd {
+            None => self.root.clone(),
+            Some(dir) => self.resolve(&dir.to_string_lossy())?,
+        };
+        let started = std::time::Instant::now();
+        let mut child = tokio::process::Command::new("bash")
+            .arg("-c")
+            .arg(&req.command)
+            .current_dir(&cwd)
+            .envs(req.env.iter().map(|(k, v)| (k, v)))
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0)
+            .spawn()
+            .map_err(WorkspaceError::Spawn)?;
+        // With `process_group(0)` the child leads a group whose id is its pid.
+        let group = GroupGuard(
+            child
+                .id()
+                .and_then(|pid| i32::try_from(pid).ok())
+                .map(nix::unistd::Pid::from_raw),
+        );
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        let mut out = Capture::new(req.output_cap);
+        let mut err = Capture::new(req.output_cap);
+
+        let (status, timed_out, cancelled) = {
+            let reading = async { tokio::join!(out.pump(stdout), err.pump(stderr)) };
+            tokio::pin!(reading);
+            let sleep = tokio::time::sleep(req.timeout);
+            tokio::pin!(sleep);
+            let mut read_all = false;
+            let (exited, timed_out, cancelled) = loop {
+                tokio::select! {
+                    status = child.wait() => break (Some(status), false, false),
+                    () = &mut sleep => break (None, true, false),
+                    () = cancel.cancelled() => break (None, false, true),
+                    _ = &mut reading, if !read_all => read_all = true,
+                }
+            };
+            // Kill before draining: grandchildren still holding the pipes would otherwise
+            // keep the reads below pending.
+            group.kill();
+            let status = match exited {
+                Some(status) => status,
+                None => child.wait().await,
+            }
+            .map_err(|e| self.io_error("wait for command in", &cwd, e))?;
+            if !read_all {
+                let _ = tokio::time::timeout(DRAIN_GRACE, &mut reading).await;
+            }
+            (status, timed_out, cancelled)
+        };
+
+        let truncated = out.truncated || err.truncated;
+        Ok(ExecOutput {
+            exit_code: status.code(),
+            stdout: out.into_text(),
+            stderr: err.into_text(),
+            timed_out,
+            cancelled,
+            truncated,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+}

@@ -1,0 +1,46 @@
+//! Command-line surface of `geode`.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod exec;
+
+#[derive(Debug, Parser)]
+#[command(name = "geode", version, about = "GEODE: an agent runtime and research harness")]
+pub struct Cli {
+    /// More logging on stderr (-v info, -vv debug). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run one prompt headless: the final answer on stdout, everything else on stderr.
+    Exec(exec::ExecArgs),
+}
+
+pub fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Command::Exec(args) => runtime.block_on(exec::run(args)),
+    }
+}

@@ -1,0 +1,331 @@
+//! Command hooks, configured in TOML in the shape Claude Code users already write:
+//!
+//! ```toml
+//! [[hooks.PreToolUse]]
+//! matcher = "bash|write_file"          # regex over GEODE tool names; omit for all
+//! [[hooks.PreToolUse.hooks]]
+//! type = "command"
+//! command = "python3 .geode/hooks/check.py"
+//! timeout = 10                          # seconds, default 60
+//! ```
+//!
+//! The command gets the event as JSON on stdin (`session_id`, `cwd`, `hook_event_name`,
+//! `tool_name`, `tool_input`, `tool_response`, `prompt`, ...) and may answer JSON on stdout.
+//! Exit code 2 blocks with stderr as the reason; any other non-zero exit is a recorded failure
+//! that does not block. Recognised answer fields (Claude Code's, plus GEODE's verify fields):
+//! `continue: false` + `stopReason`; `decision: "block" | "approve"` + `reason`;
+//! `hookSpecificOutput.permissionDecision: "allow" | "deny" | "ask"`, `.permissionDecisionReason`,
+//! `.updatedInput`, `.additionalContext`, `.decision.behavior` (PermissionRequest); for
+//! PreVerify `misses: [..]`; for PostVerify `decision: "accept" | "revise" | "escalate"`; for
+//! PreCompact `decision: "defer"` or `keep_recent: N`.
+//!
+//! A hook cannot grant what the approval step would refuse: `allow` and `approve` mean continue.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+
+use super::events::{HookDecision, HookEnvelope, HookEventKind};
+use super::registry::{HookConfigError, HookHandler, HookRegistry};
+
+const DEFAULT_TIMEOUT_SECS: u64 = 60;
+/// Bytes of stdout/stderr a hook may answer with; more is a failure, not a bigger decision.
+const MAX_ANSWER_BYTES: usize = 256 * 1024;
+
+#[derive(Debug, Deserialize)]
+struct HooksFile {
+    #[serde(default)]
+    hooks: BTreeMap<String, Vec<MatcherGroup>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct MatcherGroup {
+    matcher: Option<String>,
+    hooks: Vec<CommandSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+struct CommandSpec {
+    #[serde(rename = "type")]
+    kind: String,
+    command: String,
+    timeout: Option<u64>,
+}
+
+/// Read a hooks TOML file (`[[hooks.<Event>]]` tables; other top-level keys are ignored so the
+/// hooks can live in a larger config file) and register every command hook in it.
+pub fn load_command_hooks(
+    registry: &mut HookRegistry,
+    path: &Path,
+    cwd: &Path,
+) -> Result<usize, HookConfigError> {
+    let source_name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| HookConfigError::Invalid {
+        source_name: source_name.clone(),
+        message: format!("cannot read: {e}"),
+    })?;
+    register_command_hooks(registry, &text, &source_name, cwd)
+}
+
+/// As `load_command_hooks`, from TOML text.
+pub fn register_command_hooks(
+    registry: &mut HookRegistry,
+    toml_text: &str,
+    source_name: &str,
+    cwd: &Path,
+) -> Result<usize, HookConfigError> {
+    let file: HooksFile = toml::from_str(toml_text).map_err(|e| HookConfigError::Invalid {
+        source_name: source_name.to_string(),
+        message: e.to_string(),
+    })?;
+    let mut count = 0;
+    for (event, groups) in file.hooks {
+        let kind =
+            HookEventKind::parse(&event).ok_or_else(|| HookConfigError::UnknownEvent {
+                source_name: source_name.to_string(),
+                event: event.clone(),
+            })?;
+        for group in groups {
+            for spec in group.hooks {
+                if spec.kind != "command" {
+                    return Err(HookConfigError::Invalid {
+                        source_name: source_name.to_string(),
+                        message: format!(
+                            "hooks.{event}: type {:?} is not supported (only \"command\")",
+                            spec.kind
+                        ),
+                    });
+                }
+                let timeout = Duration::from_secs(spec.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS));
+                let hook = CommandHook {
+                    command: spec.command,
+                    cwd: cwd.to_path_buf(),
+                };
+                // Config order is run order.
+                registry.register(
+                    kind,
+                    group.matcher.as_deref(),
+                    count as i32,
+                    timeout,
+                    Arc::new(hook),
+                )?;
+                count += 1;
+            }
+        }
+    }
+    Ok(count)
+}
+
+/// One shell command run for an event.
+#[derive(Debug, Clone)]
+pub struct CommandHook {
+    pub command: String,
+    pub cwd: PathBuf,
+}
+
+#[async_trait]
+impl HookHandler for CommandHook {
+    fn name(&self) -> String {
+        format!("command: {}", self.command)
+    }
+
+    async fn handle(&self, envelope: &HookEnvelope) -> Result<HookDecision, String> {
+        let input = serde_json::to_vec(envelope).map_err(|e| e.to_string())?;
+        let mut child = tokio::process::Command::new("bash")
+            .arg("-c")
+            .arg(&self.command)
+            .current_dir(&self.cwd)
+            .env("GEODE_PROJECT_DIR", &self.cwd)
+            .env("CLAUDE_PROJECT_DIR", &self.cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // The registry's timeout drops this future; the child must not outlive it.
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start: {e}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // A hook that ignores stdin may close it early; that is not a failure.
+            let _ = stdin.write_all(&input).await;
+        }
+        let out = child
+            .wait_with_output()
+            .await
+            .map_err(|e| format!("wait failed: {e}"))?;
+        if out.stdout.len() > MAX_ANSWER_BYTES || out.stderr.len() > MAX_ANSWER_BYTES {
+            return Err(format!("answer larger than {MAX_ANSWER_BYTES} bytes"));
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        let kind = envelope.event.kind();
+        match out.status.code() {
+            Some(0) => parse_answer(kind, stdout.trim()),
+            Some(2) => Ok(blocking_exit(kind, stderr)),
+            Some(code) => Err(format!("exit code {code}: {stderr}")),
+            None => Err("killed by a signal".to_string()),
+        }
+    }
+}
+
+/// Exit code 2: the event's blocking decision, stderr as the reason.
+fn blocking_exit(kind: HookEventKind, stderr: String) -> HookDecision {
+    let reason = if stderr.is_empty() {
+        "blocked by hook (exit code 2)".to_string()
+    } else {
+        stderr
+    };
+    match kind {
+        HookEventKind::PermissionRequest => HookDecision::Deny(reason),
+        HookEventKind::Stop => HookDecision::ContinueWith(reason),
+        HookEventKind::PostVerify => HookDecision::Revise(reason),
+        HookEventKind::PreVerify => HookDecision::Strengthen(vec![reason]),
+        HookEventKind::PreCompact => HookDecision::Defer,
+        // Observe-only events cannot block; the registry records this as a failure.
+        _ => HookDecision::Block(reason),
+    }
+}
+
+fn str_field<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.get(key).and_then(Value::as_str)
+}
+
+/// Turn a hook's stdout into a decision for `kind`.
+fn parse_answer(kind: HookEventKind, stdout: &str) -> Result<HookDecision, String> {
+    if stdout.is_empty() {
+        return Ok(HookDecision::Continue);
+    }
+    let Ok(v) = serde_json::from_str::<Value>(stdout) else {
+        // Claude Code treats plain stdout of these events as context for the model.
+        return Ok(match kind {
+            HookEventKind::UserPromptSubmit | HookEventKind::PostToolUse => {
+                HookDecision::AddContext(stdout.to_string())
+            }
+            _ => HookDecision::Continue,
+        });
+    };
+    let reason = str_field(&v, "reason")
+        .or_else(|| str_field(&v, "stopReason"))
+        .unwrap_or("blocked by hook")
+        .to_string();
+    if v.get("continue") == Some(&Value::Bool(false)) {
+        return Ok(blocking_exit(kind, reason));
+    }
+    let specific = v.get("hookSpecificOutput").cloned().unwrap_or(Value::Null);
+    let decision = str_field(&v, "decision");
+    match kind {
+        HookEventKind::PreToolUse => {
+            let perm = str_field(&specific, "permissionDecision");
+            let perm_reason = str_field(&specific, "permissionDecisionReason")
+                .map(str::to_string)
+                .unwrap_or_else(|| reason.clone());
+            if perm == Some("deny") || decision == Some("block") {
+                return Ok(HookDecision::Block(perm_reason));
+            }
+            if let Some(input) = specific.get("updatedInput") {
+                return Ok(HookDecision::Rewrite(input.clone()));
+            }
+            if perm == Some("ask") {
+                return Ok(HookDecision::RequestPermission(perm_reason));
+            }
+            Ok(HookDecision::Continue)
+        }
+        HookEventKind::PostToolUse | HookEventKind::UserPromptSubmit => {
+            if decision == Some("block") {
+                return Ok(HookDecision::Block(reason));
+            }
+            match str_field(&specific, "additionalContext") {
+                Some(ctx) => Ok(HookDecision::AddContext(ctx.to_string())),
+                None => Ok(HookDecision::Continue),
+            }
+        }
+        HookEventKind::PermissionRequest => {
+            let behavior = specific
+                .get("decision")
+                .and_then(|d| str_field(d, "behavior"))
+                .or(decision);
+            Ok(match behavior {
+                Some("allow") | Some("approve") => HookDecision::Allow,
+                Some("deny") | Some("block") => HookDecision::Deny(reason),
+                Some("ask") => HookDecision::Ask,
+                _ => HookDecision::Continue,
+            })
+        }
+        HookEventKind::Stop => Ok(match decision {
+            Some("block") => HookDecision::ContinueWith(reason),
+            _ => HookDecision::Continue,
+        }),
+        HookEventKind::PreVerify => {
+            let misses: Vec<String> = v
+                .get("misses")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|m| m.as_str().map(str::to_string)).collect())
+                .unwrap_or_default();
+            Ok(if misses.is_empty() {
+                HookDecision::Continue
+            } else {
+                HookDecision::Strengthen(misses)
+            })
+        }
+        HookEventKind::PostVerify => Ok(match decision {
+            Some("accept") => HookDecision::Accept,
+            Some("revise") | Some("block") => HookDecision::Revise(reason),
+            Some("escalate") => HookDecision::Escalate(reason),
+            _ => HookDecision::Continue,
+        }),
+        HookEventKind::PreCompact => {
+            if decision == Some("defer") {
+                return Ok(HookDecision::Defer);
+            }
+            Ok(match v.get("keep_recent").and_then(Value::as_u64) {
+                Some(n) => HookDecision::KeepRecent(n as usize),
+                None => HookDecision::Continue,
+            })
+        }
+        _ => Ok(HookDecision::Continue),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claude_code_pre_tool_use_answers() {
+        let k = HookEventKind::PreToolUse;
+        let deny = r#"{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"no rm"}}"#;
+        assert_eq!(
+            parse_answer(k, deny).unwrap(),
+            HookDecision::Block("no rm".into())
+        );
+        let rewrite = r#"{"hookSpecificOutput":{"updatedInput":{"command":"ls"}}}"#;
+        assert_eq!(
+            parse_answer(k, rewrite).unwrap(),
+            HookDecision::Rewrite(serde_json::json!({"command":"ls"}))
+        );
+        assert_eq!(
+            parse_answer(k, r#"{"decision":"approve"}"#).unwrap(),
+            HookDecision::Continue
+        );
+    }
+
+    #[test]
+    fn unknown_event_names_the_file() {
+        let mut r = HookRegistry::new();
+        let err = register_command_hooks(
+            &mut r,
+            "[[hooks.PreToolUze]]\nhooks = []\n",
+            "hooks.toml",
+            Path::new("/"),
+        )
+        .unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("hooks.toml") && msg.contains("PreToolUze"), "{msg}");
+    }
+}

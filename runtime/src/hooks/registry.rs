@@ -1,0 +1,300 @@
+//! The hook registry: runs the handlers of an event in priority order and folds their
+//! decisions into one outcome. A failing, slow or out-of-place handler is recorded and skipped;
+//! it never crashes the loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use regex::Regex;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::events::{HookDecision, HookEnvelope, HookEvent, HookEventKind};
+
+#[async_trait]
+pub trait HookHandler: Send + Sync {
+    /// A name for records (`command: ./check.sh`, `in-process: audit`).
+    fn name(&self) -> String;
+
+    /// Decide on one event. `Err` is a handler failure (recorded, then ignored).
+    async fn handle(&self, envelope: &HookEnvelope) -> Result<HookDecision, String>;
+}
+
+/// A handler that failed, timed out or answered a decision its event does not admit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HookFailure {
+    pub hook: String,
+    pub event: HookEventKind,
+    pub error: String,
+}
+
+/// The folded answer of every handler of one event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookOutcome {
+    /// The first chain-stopping decision, else the strongest other one, else `Continue`.
+    pub decision: HookDecision,
+    /// The last rewrite (each handler saw the previous handler's rewrite).
+    pub rewrite: Option<Value>,
+    pub added_context: Vec<String>,
+    pub added_misses: Vec<String>,
+    pub failures: Vec<HookFailure>,
+}
+
+impl HookOutcome {
+    fn empty() -> Self {
+        HookOutcome {
+            decision: HookDecision::Continue,
+            rewrite: None,
+            added_context: Vec::new(),
+            added_misses: Vec::new(),
+            failures: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HookConfigError {
+    #[error("{source_name}: unknown hook event {event:?} (known: PreToolUse, PostToolUse, ...)")]
+    UnknownEvent { source_name: String, event: String },
+    #[error("{source_name}: matcher {matcher:?} of {event} is not a valid regex: {error}")]
+    BadMatcher {
+        source_name: String,
+        event: String,
+        matcher: String,
+        error: String,
+    },
+    #[error("{source_name}: {message}")]
+    Invalid {
+        source_name: String,
+        message: String,
+    },
+}
+
+struct Registered {
+    kind: HookEventKind,
+    matcher: Option<Regex>,
+    priority: i32,
+    timeout: Duration,
+    handler: Arc<dyn HookHandler>,
+}
+
+/// Handlers for every event of one session.
+#[derive(Default)]
+pub struct HookRegistry {
+    hooks: Vec<Registered>,
+}
+
+impl std::fmt::Debug for HookRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(
+                self.hooks
+                    .iter()
+                    .map(|h| (h.kind.name(), h.handler.name(), h.priority)),
+            )
+            .finish()
+    }
+}
+
+/// How strongly a non-stopping decision overrides another.
+fn rank(d: &HookDecision) -> u8 {
+    match d {
+        HookDecision::Continue | HookDecision::AddContext(_) | HookDecision::Strengthen(_) => 0,
+        HookDecision::Rewrite(_) => 0,
+        HookDecision::Accept | HookDecision::Finalize | HookDecision::Allow => 1,
+        HookDecision::Ask | HookDecision::Defer | HookDecision::KeepRecent(_) => 2,
+        HookDecision::RequestPermission(_)
+        | HookDecision::Revise(_)
+        | HookDecision::ContinueWith(_) => 3,
+        HookDecision::Block(_) | HookDecision::Deny(_) | HookDecision::Escalate(_) => 4,
+    }
+}
+
+impl HookRegistry {
+    pub fn new() -> Self {
+        HookRegistry::default()
+    }
+
+    /// Add a handler. `matcher` is a regex over the tool name (tool events only; `None` or
+    /// `"*"` matches all). Handlers run in ascending `priority`, then in registration order.
+    pub fn register(
+        &mut self,
+        kind: HookEventKind,
+        matcher: Option<&str>,
+        priority: i32,
+        timeout: Duration,
+        handler: Arc<dyn HookHandler>,
+    ) -> Result<(), HookConfigError> {
+        let matcher = match matcher {
+            None | Some("") | Some("*") => None,
+            Some(m) => Some(Regex::new(&format!("^(?:{m})$")).map_err(|e| {
+                HookConfigError::BadMatcher {
+                    source_name: handler.name(),
+                    event: kind.name().to_string(),
+                    matcher: m.to_string(),
+                    error: e.to_string(),
+                }
+            })?),
+        };
+        self.hooks.push(Registered {
+            kind,
+            matcher,
+            priority,
+            timeout,
+            handler,
+        });
+        // Stable sort keeps registration order within one priority.
+        self.hooks.sort_by_key(|h| h.priority);
+        Ok(())
+    }
+
+    /// Whether any handler listens to `kind` (lets hot paths skip building payloads).
+    pub fn has(&self, kind: HookEventKind) -> bool {
+        self.hooks.iter().any(|h| h.kind == kind)
+    }
+
+    pub fn len(&self) -> usize {
+        self.hooks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hooks.is_empty()
+    }
+
+    /// Run every matching handler and fold the decisions.
+    pub async fn dispatch(&self, mut envelope: HookEnvelope) -> HookOutcome {
+        let kind = envelope.event.kind();
+        let mut out = HookOutcome::empty();
+        for hook in self.hooks.iter().filter(|h| h.kind == kind) {
+            if let (Some(re), Some(tool)) = (&hook.matcher, envelope.event.tool_name())
+                && !re.is_match(tool)
+            {
+                continue;
+            }
+            let fail = |error: String| HookFailure {
+                hook: hook.handler.name(),
+                event: kind,
+                error,
+            };
+            let decision =
+                match tokio::time::timeout(hook.timeout, hook.handler.handle(&envelope)).await {
+                    Err(_) => {
+                        out.failures
+                            .push(fail(format!("timed out after {:?}", hook.timeout)));
+                        continue;
+                    }
+                    Ok(Err(e)) => {
+                        out.failures.push(fail(e));
+                        continue;
+                    }
+                    Ok(Ok(d)) => d,
+                };
+            if !decision.allowed_for(kind) || (kind.observe_only() && decision != HookDecision::Continue)
+            {
+                out.failures.push(fail(format!(
+                    "decision {decision:?} is not allowed for {}",
+                    kind.name()
+                )));
+                continue;
+            }
+            match decision {
+                HookDecision::AddContext(text) => out.added_context.push(text),
+                HookDecision::Strengthen(misses) => out.added_misses.extend(misses),
+                HookDecision::Rewrite(value) => {
+                    apply_rewrite(&mut envelope.event, &value);
+                    out.rewrite = Some(value);
+                }
+                d if d.stops_chain() => {
+                    out.decision = d;
+                    return out;
+                }
+                d => {
+                    if rank(&d) > rank(&out.decision) {
+                        out.decision = d;
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Show later handlers the rewritten input.
+fn apply_rewrite(event: &mut HookEvent, value: &Value) {
+    match event {
+        HookEvent::PreToolUse { tool_input, .. } => *tool_input = value.clone(),
+        HookEvent::UserPromptSubmit { prompt } => {
+            if let Value::String(s) = value {
+                *prompt = s.clone();
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::SessionId;
+
+    struct Fixed(HookDecision);
+
+    #[async_trait]
+    impl HookHandler for Fixed {
+        fn name(&self) -> String {
+            format!("fixed {:?}", self.0)
+        }
+        async fn handle(&self, _: &HookEnvelope) -> Result<HookDecision, String> {
+            Ok(self.0.clone())
+        }
+    }
+
+    fn envelope(tool: &str) -> HookEnvelope {
+        HookEnvelope {
+            session_id: SessionId::new("s"),
+            turn: 1,
+            plan_generation: 1,
+            verify_attempt: 0,
+            correlation_id: None,
+            cwd: "/".into(),
+            event: HookEvent::PreToolUse {
+                tool_name: tool.into(),
+                tool_input: serde_json::json!({}),
+                tool_use_id: "c1".into(),
+            },
+        }
+    }
+
+    fn reg(r: &mut HookRegistry, m: Option<&str>, p: i32, d: HookDecision) {
+        r.register(
+            HookEventKind::PreToolUse,
+            m,
+            p,
+            Duration::from_secs(1),
+            Arc::new(Fixed(d)),
+        )
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn first_block_stops_the_chain_and_priority_orders() {
+        let mut r = HookRegistry::new();
+        reg(&mut r, None, 5, HookDecision::Block("second".into()));
+        reg(&mut r, None, 1, HookDecision::Block("first".into()));
+        let out = r.dispatch(envelope("bash")).await;
+        assert_eq!(out.decision, HookDecision::Block("first".into()));
+    }
+
+    #[tokio::test]
+    async fn matcher_and_illegal_decisions() {
+        let mut r = HookRegistry::new();
+        reg(&mut r, Some("write_.*"), 0, HookDecision::Block("no".into()));
+        reg(&mut r, None, 1, HookDecision::Accept);
+        let out = r.dispatch(envelope("bash")).await;
+        assert_eq!(out.decision, HookDecision::Continue);
+        assert_eq!(out.failures.len(), 1, "Accept is not a PreToolUse decision");
+        let out = r.dispatch(envelope("write_file")).await;
+        assert_eq!(out.decision, HookDecision::Block("no".into()));
+    }
+}

@@ -1,0 +1,133 @@
+//! The scaffold: everything the loop's behaviour depends on besides the model, as one typed,
+//! hashable value the runtime takes as input (never from environment variables).
+//!
+//! On disk (`geode.scaffold.v1`, TOML or JSON) every field has a default, so a scaffold file
+//! names only what it changes.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::canonical_sha256;
+
+pub const SCHEMA: &str = "geode.scaffold.v1";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifyMode {
+    Off,
+    RuleBased,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReflectionMode {
+    /// Hypotheses change only through the `record_reflection` tool.
+    Off,
+    /// One extra model call per round asks for a reflection (costs a call per round).
+    ModelCall,
+}
+
+/// Limits of the loop's guards.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GuardLimits {
+    pub max_rounds: u32,
+    /// Wall-clock budget of one user turn, in seconds.
+    pub turn_time_budget_secs: Option<u64>,
+    /// Total tokens (input + output + reasoning) of the session.
+    pub token_budget: Option<u64>,
+    pub cost_budget_usd: Option<f64>,
+    /// The last N tool errors identical -> convergence_detected.
+    pub convergence_window: usize,
+    /// The same successful call (tool, input, result) N times -> repeated_success_no_progress.
+    pub repeated_success_limit: usize,
+    /// The same call (tool, input) N times -> a diversity hint to the model.
+    pub repeated_call_limit: usize,
+    /// In the last N allowed rounds the call is forced text-only.
+    pub wrap_up_rounds: u32,
+    /// Consecutive retryable model failures before the turn ends with llm_error.
+    pub max_llm_retries: u32,
+}
+
+impl Default for GuardLimits {
+    fn default() -> Self {
+        GuardLimits {
+            max_rounds: 50,
+            turn_time_budget_secs: None,
+            token_budget: None,
+            cost_budget_usd: None,
+            convergence_window: 3,
+            repeated_success_limit: 5,
+            repeated_call_limit: 5,
+            wrap_up_rounds: 1,
+            max_llm_retries: 5,
+        }
+    }
+}
+
+impl GuardLimits {
+    pub fn turn_time_budget(&self) -> Option<Duration> {
+        self.turn_time_budget_secs.map(Duration::from_secs)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Scaffold {
+    pub schema: String,
+    /// Static sections of the system prompt, joined by blank lines.
+    pub system_prompt: Vec<String>,
+    pub verify: VerifyMode,
+    /// Repairs after a failed verification within one turn.
+    pub repair_budget: u32,
+    pub reflection: ReflectionMode,
+    pub guards: GuardLimits,
+    /// Characters of one tool_result kept in the conversation.
+    pub tool_result_cap: usize,
+}
+
+impl Default for Scaffold {
+    fn default() -> Self {
+        Scaffold {
+            schema: SCHEMA.to_string(),
+            system_prompt: vec![
+                "You are GEODE, an agent working in a terminal workspace. Use the tools to \
+                 inspect and change the workspace; check your work before you answer. When the \
+                 task is done, answer with a short summary of what you did."
+                    .to_string(),
+            ],
+            verify: VerifyMode::RuleBased,
+            repair_budget: 2,
+            reflection: ReflectionMode::Off,
+            guards: GuardLimits::default(),
+            tool_result_cap: 64 * 1024,
+        }
+    }
+}
+
+impl Scaffold {
+    /// SHA-256 over the canonical JSON of the whole scaffold.
+    pub fn hash(&self) -> String {
+        match serde_json::to_value(self) {
+            Ok(v) => canonical_sha256(&v),
+            // Serializing plain data cannot fail; an empty hash would still never collide with
+            // a real one.
+            Err(_) => String::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partial_toml_keeps_defaults_and_changes_the_hash() {
+        let s: Scaffold = toml::from_str("repair_budget = 4\n[guards]\nmax_rounds = 7\n").unwrap();
+        assert_eq!(s.repair_budget, 4);
+        assert_eq!(s.guards.max_rounds, 7);
+        assert_eq!(s.guards.convergence_window, 3);
+        assert_ne!(s.hash(), Scaffold::default().hash());
+    }
+}

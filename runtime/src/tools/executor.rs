@@ -1,0 +1,679 @@
+//! The ToolExecutor: every proposed call passes the same pipeline, in this order,
+//!
+//! scope -> request-middleware rewrites -> policy -> schema -> PreToolUse hooks (then scope,
+//! policy and schema again on a rewrite) -> approval -> resource locks -> dispatch with a
+//! deadline -> PostToolUse -> one uniform tool_result,
+//!
+//! and leaves a `tool.called` and a `tool.completed` row in the timeline, denials included. A
+//! denial at any step before dispatch returns an error tool_result and runs nothing.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::approval::{ApprovalAnswer, ApprovalGate, ApprovalRequest, Approver, GateDecision};
+use super::locks::{ResourceClaim, ResourceLocks};
+use super::plan::{BoundTool, BoundToolPlan, ResourceKeyRule, StepSnapshot, ToolContext, ToolOutput};
+use super::workspace::Workspace;
+use crate::cognition::CognitiveState;
+use crate::conversation::{ToolCall, ToolResult};
+use crate::hooks::events::ToolResponsePayload;
+use crate::hooks::{HookDecision, HookEnvelope, HookEvent, HookEventKind, HookOutcome, HookRegistry};
+use crate::ids::SessionId;
+use crate::policy::{Classification, SafetyLevel, SessionPolicy};
+use crate::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent};
+
+/// A trusted rewrite of tool requests before policy (the `tool_request` join point).
+pub trait ToolRequestMiddleware: Send + Sync {
+    fn name(&self) -> &str;
+    /// A rewritten request, or `None` to leave it as it is.
+    fn rewrite(&self, request: &ToolRequest) -> Option<ToolRequest>;
+}
+
+/// A call as middleware sees it. `classification` may only go up.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolRequest {
+    pub name: String,
+    pub input: Value,
+    pub classification: Classification,
+}
+
+/// The pipeline step that refused a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PipelineStep {
+    Scope,
+    Rewrite,
+    Policy,
+    Schema,
+    PreToolUse,
+    Approval,
+}
+
+impl PipelineStep {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PipelineStep::Scope => "scope",
+            PipelineStep::Rewrite => "rewrite",
+            PipelineStep::Policy => "policy",
+            PipelineStep::Schema => "schema",
+            PipelineStep::PreToolUse => "pre_tool_use",
+            PipelineStep::Approval => "approval",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Denial {
+    step: PipelineStep,
+    reason: String,
+}
+
+fn deny<T>(step: PipelineStep, reason: impl Into<String>) -> Result<T, Denial> {
+    Err(Denial {
+        step,
+        reason: reason.into(),
+    })
+}
+
+/// A call that has passed some steps of the pipeline.
+struct Pending<'p> {
+    id: String,
+    tool: &'p BoundTool,
+    input: Value,
+    classification: Classification,
+    paths: Vec<(String, PathBuf)>,
+}
+
+/// The end of one call's trip through the pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallRecord {
+    pub tool: String,
+    pub input: Value,
+    pub result: ToolResult,
+    pub outcome: CallOutcome,
+    pub duration: Duration,
+}
+
+/// Per model step: which turn, which snapshot, which cancellation.
+#[derive(Debug, Clone)]
+pub struct StepContext {
+    pub turn: u32,
+    pub snapshot: StepSnapshot,
+    pub cancel: CancellationToken,
+}
+
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// Dispatch deadline when the call names none (`timeout_sec`).
+    pub default_deadline: Duration,
+    /// Longest deadline a call may ask for.
+    pub max_deadline: Duration,
+    /// Characters of a tool_result kept; the rest is cut with a visible marker.
+    pub result_cap: usize,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        ExecutorConfig {
+            default_deadline: Duration::from_secs(120),
+            max_deadline: Duration::from_secs(3600),
+            result_cap: 64 * 1024,
+        }
+    }
+}
+
+/// Extra time a handler gets past its deadline to report its own timeout (bash kills its
+/// process group at the deadline and says so) before the executor gives up on it.
+const DEADLINE_GRACE: Duration = Duration::from_secs(5);
+
+/// The services a session's pipeline needs, passed explicitly.
+pub struct ToolExecutor {
+    session_id: SessionId,
+    plan: BoundToolPlan,
+    policy: SessionPolicy,
+    workspace: Arc<dyn Workspace>,
+    hooks: Arc<HookRegistry>,
+    approver: Arc<dyn Approver>,
+    gate: ApprovalGate,
+    middleware: Vec<Arc<dyn ToolRequestMiddleware>>,
+    validators: HashMap<String, jsonschema::Validator>,
+    locks: ResourceLocks,
+    timeline: Option<Arc<SessionTimeline>>,
+    cognition: Arc<Mutex<CognitiveState>>,
+    config: ExecutorConfig,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("tool {tool}: input_schema is not a valid JSON Schema: {message}")]
+    BadSchema { tool: String, message: String },
+}
+
+pub struct ExecutorParts {
+    pub session_id: SessionId,
+    pub plan: BoundToolPlan,
+    pub policy: SessionPolicy,
+    pub workspace: Arc<dyn Workspace>,
+    pub hooks: Arc<HookRegistry>,
+    pub approver: Arc<dyn Approver>,
+    pub middleware: Vec<Arc<dyn ToolRequestMiddleware>>,
+    pub timeline: Option<Arc<SessionTimeline>>,
+    pub cognition: Arc<Mutex<CognitiveState>>,
+    pub config: ExecutorConfig,
+}
+
+impl ToolExecutor {
+    /// Compile every tool's schema once. The plan is narrowed by the session's deny list
+    /// (a new generation), so denied tools are never shown to the model.
+    pub fn new(parts: ExecutorParts) -> Result<Self, ExecutorError> {
+        let plan = parts.plan.without(&parts.policy.deny_list);
+        let mut validators = HashMap::new();
+        for t in plan.tools() {
+            let v = jsonschema::validator_for(&t.spec.input_schema).map_err(|e| {
+                ExecutorError::BadSchema {
+                    tool: t.spec.name.clone(),
+                    message: e.to_string(),
+                }
+            })?;
+            validators.insert(t.spec.name.clone(), v);
+        }
+        Ok(ToolExecutor {
+            session_id: parts.session_id,
+            plan,
+            policy: parts.policy,
+            workspace: parts.workspace,
+            hooks: parts.hooks,
+            approver: parts.approver,
+            gate: ApprovalGate::new(),
+            middleware: parts.middleware,
+            validators,
+            locks: ResourceLocks::new(),
+            timeline: parts.timeline,
+            cognition: parts.cognition,
+            config: parts.config,
+        })
+    }
+
+    pub fn plan(&self) -> &BoundToolPlan {
+        &self.plan
+    }
+
+    pub fn policy(&self) -> &SessionPolicy {
+        &self.policy
+    }
+
+    pub fn workspace(&self) -> &Arc<dyn Workspace> {
+        &self.workspace
+    }
+
+    /// Run a batch proposed by one model reply. Consecutive read-only calls run concurrently;
+    /// every other call runs alone. Results come back in the proposed order.
+    pub async fn execute_batch(&self, calls: Vec<ToolCall>, step: &StepContext) -> Vec<CallRecord> {
+        let mut records = Vec::with_capacity(calls.len());
+        let mut parallel: Vec<ToolCall> = Vec::new();
+        for call in calls {
+            let safe = self
+                .plan
+                .get(&call.name)
+                .is_some_and(|t| t.spec.safety == SafetyLevel::Safe);
+            if safe {
+                parallel.push(call);
+                continue;
+            }
+            records.extend(join_all(parallel.drain(..).map(|c| self.execute(c, step))).await);
+            records.push(self.execute(call, step).await);
+        }
+        records.extend(join_all(parallel.drain(..).map(|c| self.execute(c, step))).await);
+        records
+    }
+
+    /// One call through the whole pipeline.
+    pub async fn execute(&self, call: ToolCall, step: &StepContext) -> CallRecord {
+        let started = Instant::now();
+        self.record(TimelineEvent::ToolCalled {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            input: call.input.clone(),
+            classification: self.plan.get(&call.name).map(|t| t.spec.classification()),
+        });
+        let (tool, input, mut result, outcome) = match self.authorize(&call, step).await {
+            Err(denial) => (
+                call.name.clone(),
+                call.input.clone(),
+                ToolOutput::error(format!(
+                    "denied at {}: {}. Nothing was run.",
+                    denial.step.as_str(),
+                    denial.reason
+                )),
+                CallOutcome::Denied {
+                    step: denial.step.as_str().to_string(),
+                    reason: denial.reason,
+                },
+            ),
+            Ok(pending) => {
+                let (output, outcome) = self.run(&pending, step).await;
+                (pending.tool.spec.name.clone(), pending.input, output, outcome)
+            }
+        };
+        cap_in_place(&mut result.content, self.config.result_cap);
+        let record = CallRecord {
+            tool,
+            input,
+            result: ToolResult {
+                tool_use_id: call.id,
+                content: result.content,
+                is_error: result.is_error,
+            },
+            outcome,
+            duration: started.elapsed(),
+        };
+        self.record(TimelineEvent::ToolCompleted {
+            call_id: record.result.tool_use_id.clone(),
+            tool: record.tool.clone(),
+            outcome: record.outcome.clone(),
+            is_error: record.result.is_error,
+            content: record.result.content.clone(),
+            duration_ms: record.duration.as_millis() as u64,
+        });
+        record
+    }
+
+    /// Steps 1 to 6: everything that may refuse the call before anything runs.
+    async fn authorize<'p>(
+        &'p self,
+        call: &ToolCall,
+        step: &StepContext,
+    ) -> Result<Pending<'p>, Denial> {
+        let pending = self.check_scope(&call.id, &call.name, call.input.clone())?;
+        let pending = self.apply_request_middleware(pending)?;
+        self.check_policy(&pending)?;
+        self.check_schema(&pending)?;
+        let (pending, permission_asked) = self.run_pre_tool_use_hooks(pending, step).await?;
+        self.approve(&pending, permission_asked, step).await?;
+        Ok(pending)
+    }
+
+    /// Steps 7 to 10: locks, dispatch, PostToolUse.
+    async fn run(&self, pending: &Pending<'_>, step: &StepContext) -> (ToolOutput, CallOutcome) {
+        let _held = self.locks.acquire(&self.resource_claim(pending)).await;
+        let (output, outcome) = self.dispatch_with_deadline(pending, step).await;
+        self.run_post_tool_use_hooks(pending, output, outcome, step)
+            .await
+    }
+
+    // --- 1. scope -------------------------------------------------------------------------
+
+    fn check_scope<'p>(&'p self, id: &str, name: &str, input: Value) -> Result<Pending<'p>, Denial> {
+        if self.policy.deny_list.contains(name) {
+            return deny(
+                PipelineStep::Scope,
+                format!("tool {name} is not allowed in {:?} sessions", self.policy.mode),
+            );
+        }
+        let Some(tool) = self.plan.get(name) else {
+            return deny(
+                PipelineStep::Scope,
+                format!("no tool named {name} is bound to this session"),
+            );
+        };
+        let paths = self.resolve_paths(tool, &input)?;
+        Ok(Pending {
+            id: id.to_string(),
+            tool,
+            input,
+            classification: tool.spec.classification(),
+            paths,
+        })
+    }
+
+    fn resolve_paths(&self, tool: &BoundTool, input: &Value) -> Result<Vec<(String, PathBuf)>, Denial> {
+        let mut paths = Vec::new();
+        for arg in &tool.spec.path_args {
+            let Some(raw) = input.get(arg).and_then(Value::as_str) else {
+                continue;
+            };
+            match self.workspace.resolve(raw) {
+                Ok(p) => paths.push((arg.clone(), p)),
+                Err(v) => return deny(PipelineStep::Scope, v.to_string()),
+            }
+        }
+        Ok(paths)
+    }
+
+    // --- 2. request middleware ------------------------------------------------------------
+
+    fn apply_request_middleware<'p>(&'p self, mut pending: Pending<'p>) -> Result<Pending<'p>, Denial> {
+        for mw in &self.middleware {
+            let request = ToolRequest {
+                name: pending.tool.spec.name.clone(),
+                input: pending.input.clone(),
+                classification: pending.classification,
+            };
+            let Some(rewritten) = mw.rewrite(&request) else {
+                continue;
+            };
+            let Some(target) = self.plan.get(&rewritten.name) else {
+                return deny(
+                    PipelineStep::Rewrite,
+                    format!("middleware {} rewrote to unknown tool {}", mw.name(), rewritten.name),
+                );
+            };
+            let after = rewritten.classification.max(target.spec.classification());
+            if after.lowers(&pending.classification) {
+                return deny(
+                    PipelineStep::Rewrite,
+                    format!(
+                        "middleware {} tried to lower the call's classification from {:?} to {:?}",
+                        mw.name(),
+                        pending.classification,
+                        after
+                    ),
+                );
+            }
+            let mut next = self.check_scope(&pending.id, &rewritten.name, rewritten.input)?;
+            next.classification = after;
+            pending = next;
+        }
+        Ok(pending)
+    }
+
+    // --- 3. policy ------------------------------------------------------------------------
+
+    fn check_policy(&self, pending: &Pending<'_>) -> Result<(), Denial> {
+        if pending.classification.personal_data > self.policy.personal_data_ceiling {
+            return deny(
+                PipelineStep::Policy,
+                format!(
+                    "the call carries {:?} personal data; this session allows up to {:?}",
+                    pending.classification.personal_data, self.policy.personal_data_ceiling
+                ),
+            );
+        }
+        if let Some(command) = pending.input.get("command").and_then(Value::as_str)
+            && pending.classification.safety >= SafetyLevel::Dangerous
+            && let Some(rule) = self.policy.forbidden_commands.iter().find(|r| r.is_match(command))
+        {
+            return deny(
+                PipelineStep::Policy,
+                format!("command matches forbidden pattern {}", rule.as_str()),
+            );
+        }
+        Ok(())
+    }
+
+    // --- 4. schema ------------------------------------------------------------------------
+
+    fn check_schema(&self, pending: &Pending<'_>) -> Result<(), Denial> {
+        let Some(validator) = self.validators.get(&pending.tool.spec.name) else {
+            return deny(PipelineStep::Schema, "no schema is bound for this tool");
+        };
+        let errors: Vec<String> = validator
+            .iter_errors(&pending.input)
+            .take(3)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("{at}: {e}")
+                }
+            })
+            .collect();
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            deny(PipelineStep::Schema, format!("invalid input: {}", errors.join("; ")))
+        }
+    }
+
+    // --- 5. PreToolUse ----------------------------------------------------------------------
+
+    /// Returns the (possibly rewritten) call and whether a hook asked for permission.
+    async fn run_pre_tool_use_hooks<'p>(
+        &'p self,
+        pending: Pending<'p>,
+        step: &StepContext,
+    ) -> Result<(Pending<'p>, Option<String>), Denial> {
+        if !self.hooks.has(HookEventKind::PreToolUse) {
+            return Ok((pending, None));
+        }
+        let outcome = self
+            .dispatch_hook(
+                HookEvent::PreToolUse {
+                    tool_name: pending.tool.spec.name.clone(),
+                    tool_input: pending.input.clone(),
+                    tool_use_id: pending.id.clone(),
+                },
+                step,
+            )
+            .await;
+        let asked = match outcome.decision {
+            HookDecision::Block(reason) => return deny(PipelineStep::PreToolUse, reason),
+            HookDecision::RequestPermission(reason) => Some(reason),
+            _ => None,
+        };
+        let Some(input) = outcome.rewrite else {
+            return Ok((pending, asked));
+        };
+        // A rewritten call is a new call: it passes scope, policy and schema again.
+        let mut again = self.check_scope(&pending.id, &pending.tool.spec.name, input)?;
+        again.classification = pending.classification;
+        self.check_policy(&again)?;
+        self.check_schema(&again)?;
+        Ok((again, asked))
+    }
+
+    // --- 6. approval ------------------------------------------------------------------------
+
+    async fn approve(&self, pending: &Pending<'_>, asked: Option<String>, step: &StepContext) -> Result<(), Denial> {
+        let name = &pending.tool.spec.name;
+        match self
+            .gate
+            .decide(&self.policy, name, pending.classification.safety, asked.is_some())
+        {
+            GateDecision::Allowed => return Ok(()),
+            GateDecision::Denied(reason) => return deny(PipelineStep::Approval, reason),
+            GateDecision::Prompt => {}
+        }
+        if self.hooks.has(HookEventKind::PermissionRequest) {
+            let outcome = self
+                .dispatch_hook(
+                    HookEvent::PermissionRequest {
+                        tool_name: name.clone(),
+                        tool_input: pending.input.clone(),
+                        safety_level: pending.classification.safety,
+                        reason: asked.clone(),
+                    },
+                    step,
+                )
+                .await;
+            match outcome.decision {
+                HookDecision::Allow => return Ok(()),
+                HookDecision::Deny(reason) => return deny(PipelineStep::Approval, reason),
+                _ => {}
+            }
+        }
+        let request = ApprovalRequest {
+            call_id: pending.id.clone(),
+            tool_name: name.clone(),
+            input: pending.input.clone(),
+            safety_level: pending.classification.safety,
+            reason: asked,
+        };
+        match self.approver.ask(&request).await {
+            ApprovalAnswer::Yes => Ok(()),
+            ApprovalAnswer::Always => {
+                self.gate.remember_always(name);
+                Ok(())
+            }
+            ApprovalAnswer::No if self.policy.mode.has_human() => {
+                deny(PipelineStep::Approval, "the user refused")
+            }
+            ApprovalAnswer::No => deny(
+                PipelineStep::Approval,
+                format!("approval required and no human is present ({:?} mode)", self.policy.mode),
+            ),
+        }
+    }
+
+    // --- 7. resource locks ------------------------------------------------------------------
+
+    fn resource_claim(&self, pending: &Pending<'_>) -> ResourceClaim {
+        let mut claim = ResourceClaim::default();
+        match &pending.tool.spec.resource_keys {
+            ResourceKeyRule::None => {}
+            ResourceKeyRule::Workspace => claim.workspace = true,
+            ResourceKeyRule::Fixed(key) => {
+                claim.keys.insert(key.clone());
+            }
+            ResourceKeyRule::PathArgs => {
+                for (_, p) in &pending.paths {
+                    claim.keys.insert(format!("file:{}", p.display()));
+                }
+            }
+        }
+        claim
+    }
+
+    // --- 8. dispatch ------------------------------------------------------------------------
+
+    fn deadline_for(&self, input: &Value) -> Duration {
+        input
+            .get("timeout_sec")
+            .and_then(Value::as_u64)
+            .map(Duration::from_secs)
+            .unwrap_or(self.config.default_deadline)
+            .min(self.config.max_deadline)
+    }
+
+    async fn dispatch_with_deadline(&self, pending: &Pending<'_>, step: &StepContext) -> (ToolOutput, CallOutcome) {
+        let deadline = self.deadline_for(&pending.input);
+        let cancel = step.cancel.child_token();
+        let ctx = ToolContext {
+            session_id: self.session_id.clone(),
+            call_id: pending.id.clone(),
+            correlation_id: step.snapshot.correlation_id.clone(),
+            model_id: step.snapshot.model_id.clone(),
+            workspace: self.workspace.clone(),
+            resolved_paths: pending.paths.clone(),
+            deadline,
+            cancel: cancel.clone(),
+            cognition: self.cognition.clone(),
+        };
+        let call = pending.tool.handler.call(&pending.input, &ctx);
+        match tokio::time::timeout(deadline + DEADLINE_GRACE, call).await {
+            Ok(out) => {
+                let outcome = if out.is_error {
+                    CallOutcome::Failed
+                } else {
+                    CallOutcome::Succeeded
+                };
+                (out, outcome)
+            }
+            Err(_) => {
+                cancel.cancel();
+                (
+                    ToolOutput::error(format!(
+                        "timed out after {}s; the work it started may still be running",
+                        deadline.as_secs()
+                    )),
+                    CallOutcome::TimedOut,
+                )
+            }
+        }
+    }
+
+    // --- 9. PostToolUse -----------------------------------------------------------------------
+
+    async fn run_post_tool_use_hooks(
+        &self,
+        pending: &Pending<'_>,
+        mut output: ToolOutput,
+        outcome: CallOutcome,
+        step: &StepContext,
+    ) -> (ToolOutput, CallOutcome) {
+        if !self.hooks.has(HookEventKind::PostToolUse) {
+            return (output, outcome);
+        }
+        let hook = self
+            .dispatch_hook(
+                HookEvent::PostToolUse {
+                    tool_name: pending.tool.spec.name.clone(),
+                    tool_input: pending.input.clone(),
+                    tool_use_id: pending.id.clone(),
+                    tool_response: ToolResponsePayload {
+                        content: output.content.clone(),
+                        is_error: output.is_error,
+                    },
+                },
+                step,
+            )
+            .await;
+        if let HookDecision::Block(reason) = hook.decision {
+            return (
+                ToolOutput::error(format!(
+                    "the tool ran, but its result was withheld by a PostToolUse hook: {reason}"
+                )),
+                CallOutcome::Withheld { reason },
+            );
+        }
+        for context in hook.added_context {
+            output.content.push_str("\n[hook context] ");
+            output.content.push_str(&context);
+        }
+        (output, outcome)
+    }
+
+    // --- records ----------------------------------------------------------------------------
+
+    async fn dispatch_hook(&self, event: HookEvent, step: &StepContext) -> HookOutcome {
+        let outcome = self
+            .hooks
+            .dispatch(HookEnvelope {
+                session_id: self.session_id.clone(),
+                turn: step.turn,
+                plan_generation: self.plan.generation(),
+                verify_attempt: 0,
+                correlation_id: Some(step.snapshot.correlation_id.to_string()),
+                cwd: self.workspace.root().display().to_string(),
+                event,
+            })
+            .await;
+        for f in &outcome.failures {
+            self.record(TimelineEvent::HookFailed {
+                hook: f.hook.clone(),
+                event: f.event.name().to_string(),
+                error: f.error.clone(),
+            });
+        }
+        outcome
+    }
+
+    /// The timeline is an observation log: a failed write is reported, never fatal.
+    fn record(&self, event: TimelineEvent) {
+        if let Some(tl) = &self.timeline
+            && let Err(e) = tl.append(&self.session_id, &event)
+        {
+            tracing::warn!("timeline write failed: {e}");
+        }
+    }
+}
+
+/// Cut `text` to at most `cap` bytes on a character boundary, saying so.
+pub fn cap_in_place(text: &mut String, cap: usize) {
+    if text.len() <= cap {
+        return;
+    }
+    let mut cut = cap;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let dropped = text.len() - cut;
+    text.truncate(cut);
+    text.push_str(&format!("\n[... {dropped} bytes of tool output truncated ...]"));
+}
