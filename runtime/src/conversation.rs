@@ -117,6 +117,7 @@ impl Message {
 
 /// Token usage of one model call, or a sum of calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Usage {
     pub input_tokens: u64,
     pub cached_input_tokens: u64,

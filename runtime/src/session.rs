@@ -17,7 +17,9 @@ use crate::store::timeline::SessionTimeline;
 use crate::tools::approval::{Approver, NoHuman};
 use crate::tools::builtin::builtin_tools;
 use crate::tools::cognitive::cognitive_tools;
-use crate::tools::executor::{ExecutorConfig, ExecutorError, ExecutorParts, ToolExecutor, ToolRequestMiddleware};
+use crate::tools::executor::{
+    ExecutorConfig, ExecutorError, ExecutorParts, ToolExecutor, ToolRequestMiddleware,
+};
 use crate::tools::plan::{BoundTool, BoundToolPlan};
 use crate::tools::workspace::Workspace;
 
@@ -40,7 +42,11 @@ pub struct SessionConfig {
 }
 
 impl SessionConfig {
-    pub fn new(policy: SessionPolicy, workspace: Arc<dyn Workspace>, model: Arc<dyn Model>) -> Self {
+    pub fn new(
+        policy: SessionPolicy,
+        workspace: Arc<dyn Workspace>,
+        model: Arc<dyn Model>,
+    ) -> Self {
         SessionConfig {
             session_id: SessionId::random(),
             policy,

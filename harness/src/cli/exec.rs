@@ -98,7 +98,9 @@ fn load_scaffold(args: &ExecArgs) -> anyhow::Result<Scaffold> {
 pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let prompt = if args.prompt == "-" {
         let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).context("reading the prompt from stdin")?;
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading the prompt from stdin")?;
         s
     } else {
         args.prompt.clone()
@@ -110,7 +112,9 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         Some(c) => c.clone(),
         None => std::env::current_dir()?,
     };
-    let workspace = Arc::new(LocalWorkspace::new(&cwd).with_context(|| format!("workspace {}", cwd.display()))?);
+    let workspace = Arc::new(
+        LocalWorkspace::new(&cwd).with_context(|| format!("workspace {}", cwd.display()))?,
+    );
     let model = embedded_from_route(&args.model)?;
     let mut policy = SessionPolicy::for_mode(SessionMode::Headless);
     if args.allow > SafetyLevel::Safe {
@@ -123,9 +127,13 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let timeline = if args.no_timeline {
         None
     } else {
-        let path = args.timeline.clone().unwrap_or_else(|| geode_home().join("timeline.db"));
+        let path = args
+            .timeline
+            .clone()
+            .unwrap_or_else(|| geode_home().join("timeline.db"));
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
         }
         Some(Arc::new(SessionTimeline::open(&path)?))
     };
@@ -185,8 +193,12 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
 fn log_event(event: &LoopEvent) {
     match event {
         LoopEvent::ToolStarted { tool, input, .. } => eprintln!("geode: tool {tool} {input}"),
-        LoopEvent::ToolEnded { tool, outcome, .. } => eprintln!("geode: tool {tool} -> {outcome:?}"),
-        LoopEvent::Verification { verdict, misses, .. } if !misses.is_empty() => {
+        LoopEvent::ToolEnded { tool, outcome, .. } => {
+            eprintln!("geode: tool {tool} -> {outcome:?}")
+        }
+        LoopEvent::Verification {
+            verdict, misses, ..
+        } if !misses.is_empty() => {
             eprintln!("geode: verification {verdict}: {}", misses.join("; "))
         }
         _ => {}

@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 mod exec;
 
 #[derive(Debug, Parser)]
-#[command(name = "geode", version, about = "GEODE: an agent runtime and research harness")]
+#[command(
+    name = "geode",
+    version,
+    about = "GEODE: an agent runtime and research harness"
+)]
 pub struct Cli {
     /// More logging on stderr (-v info, -vv debug). RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]

@@ -16,7 +16,9 @@ use super::prompt::{PromptSources, build_system_prompt};
 use super::termination::TerminationReason;
 use super::verify::{TurnFacts, Verdict, repair_instruction, rule_misses};
 use crate::cognition::{CognitiveState, RevisionTrigger};
-use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason, ToolCall, Usage};
+use crate::conversation::{
+    AssistantTurn, ContentBlock, Message, Role, StopReason, ToolCall, Usage,
+};
 use crate::hooks::{HookDecision, HookEnvelope, HookEvent, HookOutcome, HookRegistry};
 use crate::ids::{CorrelationId, SessionId};
 use crate::model::{Model, ModelRequest};
@@ -103,7 +105,11 @@ impl AgenticLoop {
     }
 
     pub fn cognition(&self) -> CognitiveState {
-        self.p.cognition.lock().map(|c| c.clone()).unwrap_or_default()
+        self.p
+            .cognition
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
     }
 
     pub fn usage(&self) -> Usage {
@@ -114,28 +120,50 @@ impl AgenticLoop {
     pub async fn run_turn(&mut self, prompt: &str, cancel: &CancellationToken) -> TurnOutcome {
         let mut turn = Turn::default();
         if let Err(reason) = self.prepare_input(prompt).await {
-            return self.end_turn(&mut turn, TerminationReason::InputBlocked, reason, Verdict::Skipped);
+            return self.end_turn(
+                &mut turn,
+                TerminationReason::InputBlocked,
+                reason,
+                Verdict::Skipped,
+            );
         }
         loop {
             if cancel.is_cancelled() {
-                return self.end_turn(&mut turn, TerminationReason::UserCancelled, String::new(), Verdict::Skipped);
+                return self.end_turn(
+                    &mut turn,
+                    TerminationReason::UserCancelled,
+                    String::new(),
+                    Verdict::Skipped,
+                );
             }
             if let Some(reason) = self.guards.before_round(turn.rounds, &self.session_usage) {
                 return self.end_turn(&mut turn, reason, String::new(), Verdict::Skipped);
             }
             turn.rounds += 1;
             let force_text = self.guards.must_wrap_up(turn.rounds);
-            self.emit(LoopEvent::RoundStarted { round: turn.rounds, force_text });
+            self.emit(LoopEvent::RoundStarted {
+                round: turn.rounds,
+                force_text,
+            });
             let (system, snapshot) = self.prepare_call(&turn);
-            let reply = match self.provider_call(&system, &snapshot, force_text, &mut turn, cancel).await {
+            let reply = match self
+                .provider_call(&system, &snapshot, force_text, &mut turn, cancel)
+                .await
+            {
                 Ok(reply) => reply,
-                Err(reason) => return self.end_turn(&mut turn, reason, String::new(), Verdict::Skipped),
+                Err(reason) => {
+                    return self.end_turn(&mut turn, reason, String::new(), Verdict::Skipped);
+                }
             };
             let calls = reply.message.tool_calls();
             let text = reply.message.text();
             self.append_assistant(reply, &snapshot);
             if calls.is_empty() {
-                let reason = if force_text { TerminationReason::ForcedText } else { TerminationReason::Natural };
+                let reason = if force_text {
+                    TerminationReason::ForcedText
+                } else {
+                    TerminationReason::Natural
+                };
                 match self.finish(&mut turn, reason, text).await {
                     Finish::Done(outcome) => return outcome,
                     Finish::Repair(instruction) => {
@@ -147,10 +175,21 @@ impl AgenticLoop {
             if force_text && turn.rounds >= self.guards.limits().max_rounds {
                 // The model ignored the wrap-up rule on the last round: nothing more may run.
                 self.append_unrun_results(&calls, "the turn reached its round limit");
-                return self.end_turn(&mut turn, TerminationReason::MaxRounds, text, Verdict::Skipped);
+                return self.end_turn(
+                    &mut turn,
+                    TerminationReason::MaxRounds,
+                    text,
+                    Verdict::Skipped,
+                );
             }
-            let records = self.process_tools(calls, &snapshot, &mut turn, cancel).await;
-            if let Some(reason) = self.observe_and_compact(&mut turn, &records, &system, &snapshot).await {
+            let revisions_before = self.revision_count();
+            let records = self
+                .process_tools(calls, &snapshot, &mut turn, cancel)
+                .await;
+            if let Some(reason) = self
+                .observe_and_compact(&mut turn, &records, revisions_before, &system, &snapshot)
+                .await
+            {
                 return self.end_turn(&mut turn, reason, String::new(), Verdict::Skipped);
             }
         }
@@ -161,8 +200,17 @@ impl AgenticLoop {
         if !self.started {
             return;
         }
-        self.hook(HookEvent::SessionEnd { reason: reason.to_string() }, None, 0).await;
-        self.record(TimelineEvent::SessionEnded { reason: reason.to_string() });
+        self.hook(
+            HookEvent::SessionEnd {
+                reason: reason.to_string(),
+            },
+            None,
+            0,
+        )
+        .await;
+        self.record(TimelineEvent::SessionEnded {
+            reason: reason.to_string(),
+        });
     }
 
     // --- stage 1: prepare input ---------------------------------------------------------------
@@ -172,22 +220,43 @@ impl AgenticLoop {
     async fn prepare_input(&mut self, prompt: &str) -> Result<(), String> {
         self.turn_number += 1;
         self.guards.start_turn();
-        self.emit(LoopEvent::TurnStarted { session_id: self.p.session_id.to_string(), turn: self.turn_number });
+        self.emit(LoopEvent::TurnStarted {
+            session_id: self.p.session_id.to_string(),
+            turn: self.turn_number,
+        });
         if !self.started {
             self.started = true;
             let plan = self.p.executor.plan();
             let policy = self.p.executor.policy();
             self.record(TimelineEvent::SessionStarted {
                 model: self.p.model.id().to_string(),
-                mode: serde_json::to_value(policy.mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
+                mode: serde_json::to_value(policy.mode)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
                 plan_generation: plan.generation(),
                 plan_hash: plan.hash().to_string(),
                 scaffold_hash: self.p.scaffold.hash(),
                 grant: policy.grant_reason.clone(),
             });
-            self.hook(HookEvent::SessionStart { source: "startup".into() }, None, 0).await;
+            self.hook(
+                HookEvent::SessionStart {
+                    source: "startup".into(),
+                },
+                None,
+                0,
+            )
+            .await;
         }
-        let outcome = self.hook(HookEvent::UserPromptSubmit { prompt: prompt.to_string() }, None, 0).await;
+        let outcome = self
+            .hook(
+                HookEvent::UserPromptSubmit {
+                    prompt: prompt.to_string(),
+                },
+                None,
+                0,
+            )
+            .await;
         if let HookDecision::Block(reason) = outcome.decision {
             return Err(format!("The prompt was blocked by a hook: {reason}"));
         }
@@ -207,7 +276,12 @@ impl AgenticLoop {
 
     fn prepare_call(&mut self, turn: &Turn) -> (String, StepSnapshot) {
         self.model_calls += 1;
-        let cognitive_hints = self.p.cognition.lock().map(|c| c.prompt_hints()).unwrap_or_default();
+        let cognitive_hints = self
+            .p
+            .cognition
+            .lock()
+            .map(|c| c.prompt_hints())
+            .unwrap_or_default();
         let system = build_system_prompt(&PromptSources {
             sections: &self.p.scaffold.system_prompt,
             date: &self.p.date,
@@ -219,7 +293,10 @@ impl AgenticLoop {
             model_id: self.p.model.id().to_string(),
             plan_generation: plan.generation(),
             plan_hash: plan.hash().clone(),
-            correlation_id: CorrelationId::new(format!("{}:{}:{}", self.p.session_id, self.turn_number, self.model_calls)),
+            correlation_id: CorrelationId::new(format!(
+                "{}:{}:{}",
+                self.p.session_id, self.turn_number, self.model_calls
+            )),
             round: turn.rounds,
         };
         (system, snapshot)
@@ -296,10 +373,18 @@ impl AgenticLoop {
         cancel: &CancellationToken,
     ) -> Vec<CallRecord> {
         for c in &calls {
-            self.emit(LoopEvent::ToolStarted { call_id: c.id.clone(), tool: c.name.clone(), input: c.input.clone() });
+            self.emit(LoopEvent::ToolStarted {
+                call_id: c.id.clone(),
+                tool: c.name.clone(),
+                input: c.input.clone(),
+            });
         }
         turn.tool_calls += calls.len() as u32;
-        let step = StepContext { turn: self.turn_number, snapshot: snapshot.clone(), cancel: cancel.clone() };
+        let step = StepContext {
+            turn: self.turn_number,
+            snapshot: snapshot.clone(),
+            cancel: cancel.clone(),
+        };
         let records = self.p.executor.execute_batch(calls, &step).await;
         let mut results = Vec::with_capacity(records.len());
         for r in &records {
@@ -312,9 +397,15 @@ impl AgenticLoop {
             results.push(ContentBlock::from(r.result.clone()));
         }
         turn.last_tool_error = records.last().filter(|r| r.result.is_error).map(|r| {
-            (r.tool.clone(), r.result.content.lines().next().unwrap_or("").to_string())
+            (
+                r.tool.clone(),
+                r.result.content.lines().next().unwrap_or("").to_string(),
+            )
         });
-        self.append_user(Message { role: Role::User, content: results });
+        self.append_user(Message {
+            role: Role::User,
+            content: results,
+        });
         records
     }
 
@@ -326,10 +417,10 @@ impl AgenticLoop {
         &mut self,
         turn: &mut Turn,
         records: &[CallRecord],
+        revisions_before: usize,
         system: &str,
         snapshot: &StepSnapshot,
     ) -> Option<TerminationReason> {
-        let revisions_before = self.revision_count();
         if let Ok(mut c) = self.p.cognition.lock() {
             for r in records {
                 c.observe_tool_result(&r.result.content);
@@ -337,12 +428,21 @@ impl AgenticLoop {
         }
         turn.runtime_hints.clear();
         match self.guards.observe(records) {
-            GuardSignal::Stop(reason) => return Some(reason),
+            GuardSignal::Stop(reason) => {
+                self.record_new_revisions(revisions_before);
+                return Some(reason);
+            }
             GuardSignal::Hint(h) => turn.runtime_hints.push(h),
             GuardSignal::Proceed => {}
         }
         if self.p.scaffold.reflection == ReflectionMode::ModelCall {
-            let request = ModelRequest { system, messages: &self.messages, plan: self.p.executor.plan(), snapshot, force_text: true };
+            let request = ModelRequest {
+                system,
+                messages: &self.messages,
+                plan: self.p.executor.plan(),
+                snapshot,
+                force_text: true,
+            };
             if let Some(usage) = reflect(self.p.model.as_ref(), &request, &self.p.cognition).await {
                 turn.usage.add(&usage);
                 self.session_usage.add(&usage);
@@ -366,22 +466,54 @@ impl AgenticLoop {
                 tool_calls: turn.tool_calls,
                 last_tool_error: turn.last_tool_error.clone(),
             });
-            let pre = self.hook(HookEvent::PreVerify { final_text: text.clone(), misses: misses.clone() }, None, attempt).await;
+            let pre = self
+                .hook(
+                    HookEvent::PreVerify {
+                        final_text: text.clone(),
+                        misses: misses.clone(),
+                    },
+                    None,
+                    attempt,
+                )
+                .await;
             misses.extend(pre.added_misses);
-            let post = self.hook(HookEvent::PostVerify { final_text: text.clone(), misses: misses.clone() }, None, attempt).await;
+            let post = self
+                .hook(
+                    HookEvent::PostVerify {
+                        final_text: text.clone(),
+                        misses: misses.clone(),
+                    },
+                    None,
+                    attempt,
+                )
+                .await;
             match post.decision {
                 HookDecision::Accept => misses.clear(),
                 HookDecision::Revise(i) => instruction = Some(i),
                 HookDecision::Escalate(why) => {
                     self.record_verification(attempt, "escalated", &misses);
                     let verdict = Verdict::Escalated { reason: why };
-                    return Finish::Done(self.end_turn(turn, TerminationReason::ExternalVerificationRequired, String::new(), verdict));
+                    return Finish::Done(self.end_turn(
+                        turn,
+                        TerminationReason::ExternalVerificationRequired,
+                        String::new(),
+                        verdict,
+                    ));
                 }
                 _ => {}
             }
         }
         if misses.is_empty() && instruction.is_none() {
-            let stop = self.hook(HookEvent::Stop { final_text: text.clone(), termination: reason.to_string() }, None, attempt).await;
+            let stop = self
+                .hook(
+                    HookEvent::Stop {
+                        final_text: text.clone(),
+                        termination: reason.to_string(),
+                    },
+                    None,
+                    attempt,
+                )
+                .await;
             if let HookDecision::ContinueWith(i) = stop.decision {
                 instruction = Some(i);
             }
@@ -392,7 +524,9 @@ impl AgenticLoop {
             self.record_verification(attempt, "repair", &misses);
             let before = self.revision_count();
             if let Ok(mut c) = self.p.cognition.lock() {
-                c.arm_replan(RevisionTrigger::VerifyFailed { misses: misses.clone() });
+                c.arm_replan(RevisionTrigger::VerifyFailed {
+                    misses: misses.clone(),
+                });
             }
             self.record_new_revisions(before);
             return Finish::Repair(repair_instruction(&misses, instruction.as_deref()));
@@ -416,9 +550,26 @@ impl AgenticLoop {
         Finish::Done(self.end_turn(turn, reason, text, verdict))
     }
 
-    fn end_turn(&mut self, turn: &mut Turn, termination: TerminationReason, text: String, verdict: Verdict) -> TurnOutcome {
-        self.record(TimelineEvent::TurnEnded { termination: termination.to_string(), rounds: turn.rounds, usage: turn.usage });
-        let outcome = TurnOutcome { text, termination, verdict, rounds: turn.rounds, tool_calls: turn.tool_calls, usage: turn.usage };
+    fn end_turn(
+        &mut self,
+        turn: &mut Turn,
+        termination: TerminationReason,
+        text: String,
+        verdict: Verdict,
+    ) -> TurnOutcome {
+        self.record(TimelineEvent::TurnEnded {
+            termination: termination.to_string(),
+            rounds: turn.rounds,
+            usage: turn.usage,
+        });
+        let outcome = TurnOutcome {
+            text,
+            termination,
+            verdict,
+            rounds: turn.rounds,
+            tool_calls: turn.tool_calls,
+            usage: turn.usage,
+        };
         self.emit(LoopEvent::TurnEnded {
             termination,
             verdict: outcome.verdict.clone(),
@@ -433,7 +584,9 @@ impl AgenticLoop {
     // --- conversation and records -------------------------------------------------------------
 
     fn append_user(&mut self, message: Message) {
-        self.record(TimelineEvent::UserMessage { message: message.clone() });
+        self.record(TimelineEvent::UserMessage {
+            message: message.clone(),
+        });
         self.messages.push(message);
     }
 
@@ -462,11 +615,18 @@ impl AgenticLoop {
                 is_error: true,
             })
             .collect();
-        self.append_user(Message { role: Role::User, content });
+        self.append_user(Message {
+            role: Role::User,
+            content,
+        });
     }
 
     fn revision_count(&self) -> usize {
-        self.p.cognition.lock().map(|c| c.revisions.len()).unwrap_or(0)
+        self.p
+            .cognition
+            .lock()
+            .map(|c| c.revisions.len())
+            .unwrap_or(0)
     }
 
     fn record_new_revisions(&self, before: usize) {
@@ -481,11 +641,24 @@ impl AgenticLoop {
     }
 
     fn record_verification(&self, attempt: u32, verdict: &str, misses: &[String]) {
-        self.emit(LoopEvent::Verification { attempt, verdict: verdict.to_string(), misses: misses.to_vec() });
-        self.record(TimelineEvent::Verification { attempt, verdict: verdict.to_string(), misses: misses.to_vec() });
+        self.emit(LoopEvent::Verification {
+            attempt,
+            verdict: verdict.to_string(),
+            misses: misses.to_vec(),
+        });
+        self.record(TimelineEvent::Verification {
+            attempt,
+            verdict: verdict.to_string(),
+            misses: misses.to_vec(),
+        });
     }
 
-    async fn hook(&self, event: HookEvent, correlation_id: Option<String>, verify_attempt: u32) -> HookOutcome {
+    async fn hook(
+        &self,
+        event: HookEvent,
+        correlation_id: Option<String>,
+        verify_attempt: u32,
+    ) -> HookOutcome {
         let outcome = self
             .p
             .hooks
@@ -500,7 +673,11 @@ impl AgenticLoop {
             })
             .await;
         for f in &outcome.failures {
-            self.record(TimelineEvent::HookFailed { hook: f.hook.clone(), event: f.event.name().to_string(), error: f.error.clone() });
+            self.record(TimelineEvent::HookFailed {
+                hook: f.hook.clone(),
+                event: f.event.name().to_string(),
+                error: f.error.clone(),
+            });
         }
         outcome
     }

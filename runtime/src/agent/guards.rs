@@ -144,12 +144,10 @@ impl Guards {
             }
         }
         if !records.is_empty() && records.iter().all(|r| r.result.is_error) {
-            return GuardSignal::Hint(
-                hint.unwrap_or_else(|| {
-                    "Every tool call of the last round failed. Read the errors before retrying."
-                        .to_string()
-                }),
-            );
+            return GuardSignal::Hint(hint.unwrap_or_else(|| {
+                "Every tool call of the last round failed. Read the errors before retrying."
+                    .to_string()
+            }));
         }
         hint.map_or(GuardSignal::Proceed, GuardSignal::Hint)
     }

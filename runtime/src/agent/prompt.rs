@@ -45,7 +45,9 @@ mod tests {
             cognitive_hints: vec!["Plan: x".into()],
             runtime_hints: &hints,
         });
-        assert!(p.starts_with("static\n\n<dynamic_context>\ndate: 2026-11-30\nPlan: x\nbe brief\n"));
+        assert!(
+            p.starts_with("static\n\n<dynamic_context>\ndate: 2026-11-30\nPlan: x\nbe brief\n")
+        );
         assert_eq!(prompt_hash(&p).len(), 64);
     }
 }

@@ -13,11 +13,15 @@ const SHORT_OUTPUT_CHARS: usize = 20;
 pub enum Verdict {
     Passed,
     /// The repair budget ran out with these misses left.
-    Failed { misses: Vec<String> },
+    Failed {
+        misses: Vec<String>,
+    },
     /// Verification was off, or the turn did not end with a text answer.
     Skipped,
     /// A PostVerify hook asked for an outside check; the text was withheld.
-    Escalated { reason: String },
+    Escalated {
+        reason: String,
+    },
 }
 
 impl Verdict {
@@ -75,7 +79,7 @@ pub fn repair_instruction(misses: &[String], instruction: Option<&str>) -> Strin
         text.push_str(m);
     }
     if let Some(i) = instruction {
-        text.push_str("\n");
+        text.push('\n');
         text.push_str(i);
     }
     text.push_str("\nAddress this, then answer again.");

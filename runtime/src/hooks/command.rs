@@ -87,11 +87,10 @@ pub fn register_command_hooks(
     })?;
     let mut count = 0;
     for (event, groups) in file.hooks {
-        let kind =
-            HookEventKind::parse(&event).ok_or_else(|| HookConfigError::UnknownEvent {
-                source_name: source_name.to_string(),
-                event: event.clone(),
-            })?;
+        let kind = HookEventKind::parse(&event).ok_or_else(|| HookConfigError::UnknownEvent {
+            source_name: source_name.to_string(),
+            event: event.clone(),
+        })?;
         for group in groups {
             for spec in group.hooks {
                 if spec.kind != "command" {
@@ -265,7 +264,11 @@ fn parse_answer(kind: HookEventKind, stdout: &str) -> Result<HookDecision, Strin
             let misses: Vec<String> = v
                 .get("misses")
                 .and_then(Value::as_array)
-                .map(|a| a.iter().filter_map(|m| m.as_str().map(str::to_string)).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|m| m.as_str().map(str::to_string))
+                        .collect()
+                })
                 .unwrap_or_default();
             Ok(if misses.is_empty() {
                 HookDecision::Continue
@@ -326,6 +329,9 @@ mod tests {
         )
         .unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("hooks.toml") && msg.contains("PreToolUze"), "{msg}");
+        assert!(
+            msg.contains("hooks.toml") && msg.contains("PreToolUze"),
+            "{msg}"
+        );
     }
 }

@@ -190,7 +190,8 @@ impl HookRegistry {
                     }
                     Ok(Ok(d)) => d,
                 };
-            if !decision.allowed_for(kind) || (kind.observe_only() && decision != HookDecision::Continue)
+            if !decision.allowed_for(kind)
+                || (kind.observe_only() && decision != HookDecision::Continue)
             {
                 out.failures.push(fail(format!(
                     "decision {decision:?} is not allowed for {}",
@@ -289,7 +290,12 @@ mod tests {
     #[tokio::test]
     async fn matcher_and_illegal_decisions() {
         let mut r = HookRegistry::new();
-        reg(&mut r, Some("write_.*"), 0, HookDecision::Block("no".into()));
+        reg(
+            &mut r,
+            Some("write_.*"),
+            0,
+            HookDecision::Block("no".into()),
+        );
         reg(&mut r, None, 1, HookDecision::Accept);
         let out = r.dispatch(envelope("bash")).await;
         assert_eq!(out.decision, HookDecision::Continue);

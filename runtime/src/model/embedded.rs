@@ -31,8 +31,8 @@ use serde_json::{Value, json};
 
 use super::{Model, ModelError, ModelRequest};
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason, Usage};
-use crate::store::timeline::{SessionTimeline, TimelineEvent};
 use crate::ids::SessionId;
+use crate::store::timeline::{SessionTimeline, TimelineEvent};
 
 fn text_turn(text: &str) -> AssistantTurn {
     AssistantTurn {
@@ -271,9 +271,14 @@ impl Model for OracleModel {
             return Ok(text_turn(&text));
         }
         if request.force_text {
-            return Ok(text_turn("The oracle had no round left to run the solution."));
+            return Ok(text_turn(
+                "The oracle had no round left to run the solution.",
+            ));
         }
-        let quoted = format!("'{}'", self.solve_sh.display().to_string().replace('\'', r"'\''"));
+        let quoted = format!(
+            "'{}'",
+            self.solve_sh.display().to_string().replace('\'', r"'\''")
+        );
         Ok(AssistantTurn {
             message: Message {
                 role: Role::Assistant,

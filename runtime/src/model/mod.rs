@@ -85,8 +85,9 @@ pub fn embedded_from_route(route: &str) -> Result<Arc<dyn Model>, ModelError> {
         _ => {
             return Err(ModelError::UnknownRoute {
                 route: route.to_string(),
-                hint: "embedded models are nop, scripted:FILE, oracle:SOLVE_SH, replay:DB[#SESSION]"
-                    .to_string(),
+                hint:
+                    "embedded models are nop, scripted:FILE, oracle:SOLVE_SH, replay:DB[#SESSION]"
+                        .to_string(),
             });
         }
     })

@@ -167,7 +167,8 @@ impl SessionTimeline {
             source,
         };
         let conn = Connection::open(&path).map_err(err)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
         // WAL + NORMAL is durable at checkpoints and never corrupts; the timeline is an
         // observation log, not the checkpoint, so it does not pay an fsync per row.
         conn.pragma_update(None, "synchronous", "NORMAL")

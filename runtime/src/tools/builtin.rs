@@ -62,23 +62,28 @@ fn object_schema(properties: Value, required: &[&str]) -> Value {
     })
 }
 
+/// A spec for the tools that act on the file named by their `path` argument.
 fn file_spec(
     name: &str,
     description: &str,
-    input_schema: Value,
+    (properties, required): (Value, &[&str]),
     safety: SafetyLevel,
     effectful: bool,
 ) -> ToolSpec {
     ToolSpec {
         name: name.to_string(),
         description: description.to_string(),
-        input_schema,
+        input_schema: object_schema(properties, required),
         safety,
         personal_data: PersonalDataClass::None,
         resource_keys: ResourceKeyRule::PathArgs,
         path_args: vec!["path".to_string()],
         effectful,
     }
+}
+
+fn failed(e: impl std::fmt::Display) -> ToolOutput {
+    ToolOutput::error(e.to_string())
 }
 
 fn required_str<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolOutput> {
@@ -106,9 +111,7 @@ fn target_path(
         (Some(raw), _) | (None, Some(raw)) => raw,
         (None, None) => return Err(ToolOutput::error(format!("missing required field `{arg}`"))),
     };
-    ctx.workspace
-        .resolve(raw)
-        .map_err(|e| ToolOutput::error(e.to_string()))
+    ctx.workspace.resolve(raw).map_err(failed)
 }
 
 fn shown(root: &Path, path: &Path) -> String {
@@ -133,14 +136,6 @@ fn floor_boundary(s: &str, mut at: usize) -> usize {
         at -= 1;
     }
     at
-}
-
-fn seconds(d: Duration) -> String {
-    if d.subsec_millis() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{:.1}s", d.as_secs_f64())
-    }
 }
 
 /// Runs `run` and folds its early-return errors into the output the model reads.
@@ -206,31 +201,21 @@ impl BashTool {
             .workspace
             .exec(req, ctx.cancel.clone())
             .await
-            .map_err(|e| ToolOutput::error(e.to_string()))?;
+            .map_err(failed)?;
         let mut text = out.stdout;
         if !out.stderr.is_empty() {
             push_line(&mut text, "[stderr]");
             text.push_str(&out.stderr);
         }
-        let (status, is_error) = if out.timed_out {
-            (
-                format!(
-                    "[timed out after {}; the process group was killed]",
-                    seconds(timeout)
-                ),
-                true,
-            )
-        } else if out.cancelled {
-            (
-                "[cancelled; the process group was killed]".to_string(),
-                true,
-            )
-        } else {
-            match out.exit_code {
-                Some(code) => (format!("[exit code {code}]"), code != 0),
-                None => ("[killed by a signal]".to_string(), true),
+        let status = match out.exit_code {
+            _ if out.timed_out => {
+                format!("[timed out after {timeout:?}; the process group was killed]")
             }
+            _ if out.cancelled => "[cancelled; the process group was killed]".to_string(),
+            Some(code) => format!("[exit code {code}]"),
+            None => "[killed by a signal]".to_string(),
         };
+        let is_error = out.timed_out || out.cancelled || out.exit_code != Some(0);
         push_line(&mut text, &status);
         Ok(ToolOutput {
             content: text,
@@ -250,7 +235,7 @@ impl ReadFileTool {
             "read_file",
             "Read a text file in the workspace. `offset` (1-based line) and `limit` (lines) \
              select a window; output is cut at 256 KiB, so page through large files.",
-            object_schema(
+            (
                 json!({
                     "path": {"type": "string", "description": "Relative to the workspace root."},
                     "offset": {"type": "integer", "minimum": 1, "description": "First line, 1-based."},
@@ -266,11 +251,7 @@ impl ReadFileTool {
     async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
         let path = target_path(input, ctx, "path", None)?;
         let name = shown(ctx.workspace.root(), &path);
-        let bytes = ctx
-            .workspace
-            .read_file(&path)
-            .await
-            .map_err(|e| ToolOutput::error(e.to_string()))?;
+        let bytes = ctx.workspace.read_file(&path).await.map_err(failed)?;
         let text = String::from_utf8_lossy(&bytes);
         let (offset, limit) = (opt_u64(input, "offset"), opt_u64(input, "limit"));
         let mut body = if offset.is_none() && limit.is_none() {
@@ -288,14 +269,12 @@ impl ReadFileTool {
             text.split_inclusive('\n').skip(skip).take(take).collect()
         };
         if body.len() > READ_FILE_CAP {
-            let total = body.len();
-            body.truncate(floor_boundary(&body, READ_FILE_CAP));
-            push_line(
-                &mut body,
-                &format!(
-                    "[... cut at {READ_FILE_CAP} of {total} bytes; read the rest with offset/limit ...]"
-                ),
+            let note = format!(
+                "[... cut at {READ_FILE_CAP} of {} bytes; read the rest with offset/limit ...]",
+                body.len()
             );
+            body.truncate(floor_boundary(&body, READ_FILE_CAP));
+            push_line(&mut body, &note);
         }
         if body.is_empty() {
             body = format!("[{name} is empty]");
@@ -315,7 +294,7 @@ impl WriteFileTool {
             "write_file",
             "Create or overwrite a file in the workspace with `content`; parent directories are \
              created. Use edit_file to change part of an existing file.",
-            object_schema(
+            (
                 json!({
                     "path": {"type": "string", "description": "Relative to the workspace root."},
                     "content": {"type": "string", "description": "The complete new contents."},
@@ -333,7 +312,7 @@ impl WriteFileTool {
         ctx.workspace
             .write_file(&path, content.as_bytes())
             .await
-            .map_err(|e| ToolOutput::error(e.to_string()))?;
+            .map_err(failed)?;
         Ok(ToolOutput::ok(format!(
             "wrote {} bytes to {}",
             content.len(),
@@ -355,7 +334,7 @@ impl EditFileTool {
             "Replace `old_string` with `new_string` in a file. `old_string` must match exactly \
              (whitespace included) and occur exactly once, unless `replace_all` is true; include \
              enough surrounding lines to make it unique. On failure the file is left unchanged.",
-            object_schema(
+            (
                 json!({
                     "path": {"type": "string", "description": "Relative to the workspace root."},
                     "old_string": {"type": "string", "description": "The exact text to replace."},
@@ -372,10 +351,7 @@ impl EditFileTool {
     async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
         let old = required_str(input, "old_string")?;
         let new = required_str(input, "new_string")?;
-        let replace_all = input
-            .get("replace_all")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let replace_all = input.get("replace_all").and_then(Value::as_bool) == Some(true);
         if old.is_empty() {
             return Err(ToolOutput::error("old_string must not be empty"));
         }
@@ -384,11 +360,7 @@ impl EditFileTool {
         }
         let path = target_path(input, ctx, "path", None)?;
         let name = shown(ctx.workspace.root(), &path);
-        let bytes = ctx
-            .workspace
-            .read_file(&path)
-            .await
-            .map_err(|e| ToolOutput::error(e.to_string()))?;
+        let bytes = ctx.workspace.read_file(&path).await.map_err(failed)?;
         let text = String::from_utf8(bytes).map_err(|_| {
             ToolOutput::error(format!(
                 "{name} is not valid UTF-8; edit_file only edits text"
@@ -406,21 +378,16 @@ impl EditFileTool {
                  unique, or set replace_all. The file is unchanged."
             )));
         }
-        let edited = if replace_all {
-            text.replace(old, new)
-        } else {
-            text.replacen(old, new, 1)
-        };
+        // `count` counts the same non-overlapping matches `replacen` replaces.
+        let edited = text.replacen(old, new, if replace_all { count } else { 1 });
         ctx.workspace
             .write_file(&path, edited.as_bytes())
             .await
-            .map_err(|e| ToolOutput::error(e.to_string()))?;
-        let noun = if count == 1 {
-            "occurrence"
-        } else {
-            "occurrences"
-        };
-        Ok(ToolOutput::ok(format!("replaced {count} {noun} in {name}")))
+            .map_err(failed)?;
+        let plural = if count == 1 { "" } else { "s" };
+        Ok(ToolOutput::ok(format!(
+            "replaced {count} occurrence{plural} in {name}"
+        )))
     }
 }
 handler!(EditFileTool);
@@ -435,7 +402,7 @@ impl ListDirTool {
             "list_dir",
             "List one directory of the workspace (default: the root), one entry per line; \
              directories end with `/`.",
-            object_schema(
+            (
                 json!({"path": {"type": "string", "description": "Relative to the workspace root; default `.`."}}),
                 &[],
             ),
@@ -446,11 +413,7 @@ impl ListDirTool {
 
     async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
         let path = target_path(input, ctx, "path", Some("."))?;
-        let entries = ctx
-            .workspace
-            .list_dir(&path)
-            .await
-            .map_err(|e| ToolOutput::error(e.to_string()))?;
+        let entries = ctx.workspace.list_dir(&path).await.map_err(failed)?;
         if entries.is_empty() {
             return Ok(ToolOutput::ok(format!(
                 "[{} is empty]",
@@ -467,30 +430,14 @@ impl ListDirTool {
 }
 handler!(ListDirTool);
 
-/// Why a walk ended early.
-#[derive(Debug, Clone, Copy)]
-enum Stopped {
-    Cancelled,
-    Deadline,
-}
-
-impl Stopped {
-    fn marker(self) -> &'static str {
-        match self {
-            Stopped::Cancelled => "[... search cancelled; results are partial ...]",
-            Stopped::Deadline => "[... search stopped at the deadline; results are partial ...]",
-        }
-    }
-}
-
 /// Walks `base` in name order without following symlinks or entering `.git`, calling `visit` on
-/// every non-directory until it returns false.
+/// every non-directory until it returns false. Returns why it stopped early, as a marker line.
 fn walk(
     base: &Path,
     cancel: &CancellationToken,
     deadline: Instant,
     mut visit: impl FnMut(&walkdir::DirEntry) -> bool,
-) -> Option<Stopped> {
+) -> Option<&'static str> {
     let entries = walkdir::WalkDir::new(base)
         .follow_links(false)
         .sort_by_file_name()
@@ -498,10 +445,10 @@ fn walk(
         .filter_entry(|e| !(e.depth() > 0 && e.file_type().is_dir() && e.file_name() == ".git"));
     for entry in entries {
         if cancel.is_cancelled() {
-            return Some(Stopped::Cancelled);
+            return Some("[... search cancelled; results are partial ...]");
         }
         if Instant::now() >= deadline {
-            return Some(Stopped::Deadline);
+            return Some("[... search stopped at the deadline; results are partial ...]");
         }
         let Ok(entry) = entry else { continue };
         if entry.file_type().is_dir() {
@@ -520,6 +467,15 @@ fn compile_glob(pattern: &str) -> Result<globset::GlobMatcher, ToolOutput> {
         .build()
         .map(|g| g.compile_matcher())
         .map_err(|e| ToolOutput::error(format!("invalid glob pattern: {e}")))
+}
+
+/// Search results, then the notes saying why they may be incomplete.
+fn listing(lines: &[String], notes: [Option<String>; 2]) -> ToolOutput {
+    let mut text = lines.join("\n");
+    for note in notes.iter().flatten() {
+        push_line(&mut text, note);
+    }
+    ToolOutput::ok(text)
 }
 
 /// Runs a blocking walk off the async workers.
@@ -542,7 +498,7 @@ impl GlobTool {
             "Find files whose path (relative to `path`, default the workspace root) matches a \
              glob such as `**/*.rs` or `src/*.toml`; `*` does not cross `/`. Symlinks are not \
              followed and `.git` is skipped. At most 1000 paths, sorted.",
-            object_schema(
+            (
                 json!({
                     "pattern": {"type": "string", "description": "Glob pattern."},
                     "path": {"type": "string", "description": "Directory to search; default `.`."},
@@ -580,22 +536,12 @@ impl GlobTool {
             )));
         }
         found.sort();
-        let total = found.len();
+        let hidden = found.len().saturating_sub(GLOB_MAX_RESULTS);
         found.truncate(GLOB_MAX_RESULTS);
-        let mut text = found.join("\n");
-        if total > GLOB_MAX_RESULTS {
-            push_line(
-                &mut text,
-                &format!(
-                    "[... {} more matches not shown (limit {GLOB_MAX_RESULTS}); narrow the pattern ...]",
-                    total - GLOB_MAX_RESULTS
-                ),
-            );
-        }
-        if let Some(stopped) = stopped {
-            push_line(&mut text, stopped.marker());
-        }
-        Ok(ToolOutput::ok(text))
+        let more = (hidden > 0).then(|| {
+            format!("[... {hidden} more matches not shown (limit {GLOB_MAX_RESULTS}); narrow the pattern ...]")
+        });
+        Ok(listing(&found, [more, stopped.map(str::to_string)]))
     }
 }
 handler!(GlobTool);
@@ -612,7 +558,7 @@ impl GrepTool {
              (a directory or file; default the workspace root). `glob` filters files: a pattern \
              without `/` matches file names, one with `/` matches paths relative to `path`. \
              Prints `path:line: text`, at most 500 matches; binary files and `.git` are skipped.",
-            object_schema(
+            (
                 json!({
                     "pattern": {"type": "string", "description": "Regular expression."},
                     "path": {"type": "string", "description": "File or directory; default `.`."},
@@ -685,19 +631,12 @@ impl GrepTool {
                 "no matches for `{pattern}` under {where_}"
             )));
         }
-        let mut text = lines.join("\n");
-        if capped {
-            push_line(
-                &mut text,
-                &format!(
-                    "[... stopped at {GREP_MAX_MATCHES} matches; narrow the pattern, path or glob ...]"
-                ),
-            );
-        }
-        if let Some(stopped) = stopped {
-            push_line(&mut text, stopped.marker());
-        }
-        Ok(ToolOutput::ok(text))
+        let more = capped.then(|| {
+            format!(
+                "[... stopped at {GREP_MAX_MATCHES} matches; narrow the pattern, path or glob ...]"
+            )
+        });
+        Ok(listing(&lines, [more, stopped.map(str::to_string)]))
     }
 }
 handler!(GrepTool);

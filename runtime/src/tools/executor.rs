@@ -18,12 +18,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::approval::{ApprovalAnswer, ApprovalGate, ApprovalRequest, Approver, GateDecision};
 use super::locks::{ResourceClaim, ResourceLocks};
-use super::plan::{BoundTool, BoundToolPlan, ResourceKeyRule, StepSnapshot, ToolContext, ToolOutput};
+use super::plan::{
+    BoundTool, BoundToolPlan, ResourceKeyRule, StepSnapshot, ToolContext, ToolOutput,
+};
 use super::workspace::Workspace;
 use crate::cognition::CognitiveState;
 use crate::conversation::{ToolCall, ToolResult};
 use crate::hooks::events::ToolResponsePayload;
-use crate::hooks::{HookDecision, HookEnvelope, HookEvent, HookEventKind, HookOutcome, HookRegistry};
+use crate::hooks::{
+    HookDecision, HookEnvelope, HookEvent, HookEventKind, HookOutcome, HookRegistry,
+};
 use crate::ids::SessionId;
 use crate::policy::{Classification, SafetyLevel, SessionPolicy};
 use crate::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent};
@@ -257,7 +261,12 @@ impl ToolExecutor {
             ),
             Ok(pending) => {
                 let (output, outcome) = self.run(&pending, step).await;
-                (pending.tool.spec.name.clone(), pending.input, output, outcome)
+                (
+                    pending.tool.spec.name.clone(),
+                    pending.input,
+                    output,
+                    outcome,
+                )
             }
         };
         cap_in_place(&mut result.content, self.config.result_cap);
@@ -308,11 +317,19 @@ impl ToolExecutor {
 
     // --- 1. scope -------------------------------------------------------------------------
 
-    fn check_scope<'p>(&'p self, id: &str, name: &str, input: Value) -> Result<Pending<'p>, Denial> {
+    fn check_scope<'p>(
+        &'p self,
+        id: &str,
+        name: &str,
+        input: Value,
+    ) -> Result<Pending<'p>, Denial> {
         if self.policy.deny_list.contains(name) {
             return deny(
                 PipelineStep::Scope,
-                format!("tool {name} is not allowed in {:?} sessions", self.policy.mode),
+                format!(
+                    "tool {name} is not allowed in {:?} sessions",
+                    self.policy.mode
+                ),
             );
         }
         let Some(tool) = self.plan.get(name) else {
@@ -331,7 +348,11 @@ impl ToolExecutor {
         })
     }
 
-    fn resolve_paths(&self, tool: &BoundTool, input: &Value) -> Result<Vec<(String, PathBuf)>, Denial> {
+    fn resolve_paths(
+        &self,
+        tool: &BoundTool,
+        input: &Value,
+    ) -> Result<Vec<(String, PathBuf)>, Denial> {
         let mut paths = Vec::new();
         for arg in &tool.spec.path_args {
             let Some(raw) = input.get(arg).and_then(Value::as_str) else {
@@ -347,7 +368,10 @@ impl ToolExecutor {
 
     // --- 2. request middleware ------------------------------------------------------------
 
-    fn apply_request_middleware<'p>(&'p self, mut pending: Pending<'p>) -> Result<Pending<'p>, Denial> {
+    fn apply_request_middleware<'p>(
+        &'p self,
+        mut pending: Pending<'p>,
+    ) -> Result<Pending<'p>, Denial> {
         for mw in &self.middleware {
             let request = ToolRequest {
                 name: pending.tool.spec.name.clone(),
@@ -360,7 +384,11 @@ impl ToolExecutor {
             let Some(target) = self.plan.get(&rewritten.name) else {
                 return deny(
                     PipelineStep::Rewrite,
-                    format!("middleware {} rewrote to unknown tool {}", mw.name(), rewritten.name),
+                    format!(
+                        "middleware {} rewrote to unknown tool {}",
+                        mw.name(),
+                        rewritten.name
+                    ),
                 );
             };
             let after = rewritten.classification.max(target.spec.classification());
@@ -396,7 +424,11 @@ impl ToolExecutor {
         }
         if let Some(command) = pending.input.get("command").and_then(Value::as_str)
             && pending.classification.safety >= SafetyLevel::Dangerous
-            && let Some(rule) = self.policy.forbidden_commands.iter().find(|r| r.is_match(command))
+            && let Some(rule) = self
+                .policy
+                .forbidden_commands
+                .iter()
+                .find(|r| r.is_match(command))
         {
             return deny(
                 PipelineStep::Policy,
@@ -427,7 +459,10 @@ impl ToolExecutor {
         if errors.is_empty() {
             Ok(())
         } else {
-            deny(PipelineStep::Schema, format!("invalid input: {}", errors.join("; ")))
+            deny(
+                PipelineStep::Schema,
+                format!("invalid input: {}", errors.join("; ")),
+            )
         }
     }
 
@@ -470,12 +505,19 @@ impl ToolExecutor {
 
     // --- 6. approval ------------------------------------------------------------------------
 
-    async fn approve(&self, pending: &Pending<'_>, asked: Option<String>, step: &StepContext) -> Result<(), Denial> {
+    async fn approve(
+        &self,
+        pending: &Pending<'_>,
+        asked: Option<String>,
+        step: &StepContext,
+    ) -> Result<(), Denial> {
         let name = &pending.tool.spec.name;
-        match self
-            .gate
-            .decide(&self.policy, name, pending.classification.safety, asked.is_some())
-        {
+        match self.gate.decide(
+            &self.policy,
+            name,
+            pending.classification.safety,
+            asked.is_some(),
+        ) {
             GateDecision::Allowed => return Ok(()),
             GateDecision::Denied(reason) => return deny(PipelineStep::Approval, reason),
             GateDecision::Prompt => {}
@@ -516,7 +558,10 @@ impl ToolExecutor {
             }
             ApprovalAnswer::No => deny(
                 PipelineStep::Approval,
-                format!("approval required and no human is present ({:?} mode)", self.policy.mode),
+                format!(
+                    "approval required and no human is present ({:?} mode)",
+                    self.policy.mode
+                ),
             ),
         }
     }
@@ -551,7 +596,11 @@ impl ToolExecutor {
             .min(self.config.max_deadline)
     }
 
-    async fn dispatch_with_deadline(&self, pending: &Pending<'_>, step: &StepContext) -> (ToolOutput, CallOutcome) {
+    async fn dispatch_with_deadline(
+        &self,
+        pending: &Pending<'_>,
+        step: &StepContext,
+    ) -> (ToolOutput, CallOutcome) {
         let deadline = self.deadline_for(&pending.input);
         let cancel = step.cancel.child_token();
         let ctx = ToolContext {
@@ -675,5 +724,7 @@ pub fn cap_in_place(text: &mut String, cap: usize) {
     }
     let dropped = text.len() - cut;
     text.truncate(cut);
-    text.push_str(&format!("\n[... {dropped} bytes of tool output truncated ...]"));
+    text.push_str(&format!(
+        "\n[... {dropped} bytes of tool output truncated ...]"
+    ));
 }

@@ -1,8 +1,8 @@
 //! The built-in tools and `LocalWorkspace` against real files and real processes.
 
 // `allow-unwrap-in-tests` covers `#[test]` functions only, not the helpers they share.
-#![allow(clippy::unwrap_used)]
 
+use super::common::{process_gone, wait_gone};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -65,27 +65,6 @@ fn write(root: &Path, rel: &str, content: &[u8]) {
     let path = root.join(rel);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, content).unwrap();
-}
-
-/// Gone or a zombie (a container's init may not reap orphans promptly).
-fn process_gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-    }
-}
-
-async fn wait_gone(pid: i32) -> bool {
-    for _ in 0..20 {
-        if process_gone(pid) {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    process_gone(pid)
 }
 
 fn read_pid(root: &Path) -> i32 {

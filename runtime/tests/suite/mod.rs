@@ -1,1 +1,4 @@
+mod agent_loop;
 mod builtin_tools;
+mod common;
+mod pipeline;
