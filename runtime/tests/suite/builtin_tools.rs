@@ -1,6 +1,5 @@
 //! The built-in tools and `LocalWorkspace` against real files and real processes.
 
-// `allow-unwrap-in-tests` covers `#[test]` functions only, not the helpers they share.
 
 use super::common::{process_gone, wait_gone};
 use std::path::Path;

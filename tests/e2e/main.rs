@@ -1,0 +1,4 @@
+//! End-to-end tests of the `geode` binary, run as a real child process.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod exec;
