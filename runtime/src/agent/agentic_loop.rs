@@ -684,7 +684,7 @@ impl AgenticLoop {
 
     fn record(&self, event: TimelineEvent) {
         if let Some(tl) = &self.p.timeline
-            && let Err(e) = tl.append(&self.p.session_id, &event)
+            && let Err(e) = tl.append(&self.p.session_id, event)
         {
             tracing::warn!("timeline write failed: {e}");
         }

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, mpsc};
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -146,31 +146,120 @@ pub struct TimelineRow {
 }
 
 /// Handle on one timeline database (many sessions may share one file).
+///
+/// Appends go to one writer thread that commits whatever has queued up in one transaction, so
+/// the tool pipeline pays a channel send per row instead of a SQLite commit. The price: rows
+/// queued in the last moments before a `kill -9` can be lost. The timeline is an observation
+/// log, not the checkpoint, so that is the right trade; `flush` waits for everything queued.
 #[derive(Debug)]
 pub struct SessionTimeline {
     path: PathBuf,
-    inner: Mutex<Inner>,
+    tx: Mutex<Option<mpsc::Sender<Command>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    reader: Mutex<Connection>,
 }
 
-#[derive(Debug)]
-struct Inner {
+enum Command {
+    Append {
+        session: SessionId,
+        ts: String,
+        event: TimelineEvent,
+    },
+    Flush(mpsc::SyncSender<()>),
+}
+
+/// The writer thread's state: one connection, the next sequence number of each session.
+struct Writer {
+    path: String,
     conn: Connection,
     next_seq: HashMap<SessionId, i64>,
 }
 
+impl Writer {
+    fn run(mut self, rx: mpsc::Receiver<Command>) {
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            batch.extend(rx.try_iter());
+            let mut acks = Vec::new();
+            let mut rows = Vec::new();
+            for cmd in batch {
+                match cmd {
+                    Command::Flush(ack) => acks.push(ack),
+                    Command::Append { session, ts, event } => rows.push((session, ts, event)),
+                }
+            }
+            if !rows.is_empty()
+                && let Err(e) = self.commit(rows)
+            {
+                tracing::warn!("timeline {}: rows lost: {e}", self.path);
+            }
+            for ack in acks {
+                // The flusher may have given up waiting; nothing to do then.
+                let _ = ack.send(());
+            }
+        }
+    }
+
+    fn next_seq(&mut self, session: &SessionId) -> rusqlite::Result<i64> {
+        if let Some(s) = self.next_seq.get(session) {
+            return Ok(*s);
+        }
+        let max: Option<i64> = self.conn.query_row(
+            "SELECT MAX(seq) FROM timeline WHERE session_id = ?1",
+            params![session.as_str()],
+            |r| r.get(0),
+        )?;
+        Ok(max.map_or(0, |m| m + 1))
+    }
+
+    fn commit(&mut self, rows: Vec<(SessionId, String, TimelineEvent)>) -> rusqlite::Result<()> {
+        let mut assigned = Vec::with_capacity(rows.len());
+        for (session, ts, event) in rows {
+            let seq = self.next_seq(&session)?;
+            self.next_seq.insert(session.clone(), seq + 1);
+            assigned.push((session, seq, ts, event));
+        }
+        let tx = self.conn.transaction()?;
+        {
+            let mut st = tx.prepare_cached(
+                "INSERT INTO timeline(session_id, seq, ts, kind, call_id, payload)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
+            for (session, seq, ts, event) in &assigned {
+                let payload = serde_json::to_string(event)
+                    .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+                st.execute(params![
+                    session.as_str(),
+                    seq,
+                    ts,
+                    event.kind(),
+                    event.call_id(),
+                    payload
+                ])?;
+            }
+        }
+        let result = tx.commit();
+        if result.is_err() {
+            // Sequence numbers of a failed batch are not reused; read them again.
+            self.next_seq.clear();
+        }
+        result
+    }
+}
+
 impl SessionTimeline {
-    /// Open or create the database at `path` (WAL mode).
+    /// Open or create the database at `path` (WAL mode) and start its writer thread.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref().to_path_buf();
+        let shown = path.display().to_string();
         let err = |source| StoreError::Sqlite {
-            path: path.display().to_string(),
+            path: shown.clone(),
             source,
         };
         let conn = Connection::open(&path).map_err(err)?;
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(err)?;
-        // WAL + NORMAL is durable at checkpoints and never corrupts; the timeline is an
-        // observation log, not the checkpoint, so it does not pay an fsync per row.
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
+        // WAL + NORMAL never corrupts the file; a power cut may lose the last commits, which
+        // an observation log can afford.
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(err)?;
         conn.execute_batch(
@@ -197,12 +286,25 @@ impl SessionTimeline {
             params![SCHEMA],
         )
         .map_err(err)?;
+        let reader = Connection::open(&path).map_err(err)?;
+        let (tx, rx) = mpsc::channel();
+        let writer = Writer {
+            path: shown.clone(),
+            conn,
+            next_seq: HashMap::new(),
+        };
+        let handle = std::thread::Builder::new()
+            .name("geode-timeline".into())
+            .spawn(move || writer.run(rx))
+            .map_err(|source| StoreError::Io {
+                path: shown.clone(),
+                source,
+            })?;
         Ok(SessionTimeline {
             path,
-            inner: Mutex::new(Inner {
-                conn,
-                next_seq: HashMap::new(),
-            }),
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(handle)),
+            reader: Mutex::new(reader),
         })
     }
 
@@ -217,64 +319,46 @@ impl SessionTimeline {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // A panic while holding the lock cannot leave a half-written row (SQLite statements
-        // are atomic), so a poisoned lock is still safe to use.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Append one event; returns its sequence number within the session.
-    pub fn append(&self, session: &SessionId, event: &TimelineEvent) -> Result<i64, StoreError> {
-        let payload = serde_json::to_string(event).map_err(|e| StoreError::Corrupt {
-            path: self.path.display().to_string(),
-            row: -1,
-            message: format!("cannot serialize event: {e}"),
-        })?;
-        let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-        let mut inner = self.lock();
-        let seq = match inner.next_seq.get(session) {
-            Some(s) => *s,
-            None => {
-                let max: Option<i64> = inner
-                    .conn
-                    .query_row(
-                        "SELECT MAX(seq) FROM timeline WHERE session_id = ?1",
-                        params![session.as_str()],
-                        |r| r.get(0),
-                    )
-                    .optional()
-                    .map_err(|e| self.sqlite_err(e))?
-                    .flatten();
-                max.map_or(0, |m| m + 1)
-            }
-        };
-        inner
-            .conn
-            .prepare_cached(
-                "INSERT INTO timeline(session_id, seq, ts, kind, call_id, payload)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )
-            .and_then(|mut st| {
-                st.execute(params![
-                    session.as_str(),
-                    seq,
-                    ts,
-                    event.kind(),
-                    event.call_id(),
-                    payload
-                ])
+    fn send(&self, cmd: Command) -> Result<(), StoreError> {
+        // A panic elsewhere while holding this lock leaves the sender intact.
+        let guard = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        let sent = guard.as_ref().map(|tx| tx.send(cmd).is_ok());
+        if sent == Some(true) {
+            Ok(())
+        } else {
+            Err(StoreError::Io {
+                path: self.path.display().to_string(),
+                source: std::io::Error::other("the timeline writer has stopped"),
             })
-            .map_err(|e| self.sqlite_err(e))?;
-        inner.next_seq.insert(session.clone(), seq + 1);
-        Ok(seq)
+        }
     }
 
-    /// Every row of a session in order. A row whose payload does not parse is an error naming
-    /// the file and row, not a panic.
+    /// Queue one event. Its sequence number within the session follows the order of calls.
+    pub fn append(&self, session: &SessionId, event: TimelineEvent) -> Result<(), StoreError> {
+        let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        self.send(Command::Append {
+            session: session.clone(),
+            ts,
+            event,
+        })
+    }
+
+    /// Wait until every event queued so far is committed (or its batch failed and was logged).
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let (ack, done) = mpsc::sync_channel(1);
+        self.send(Command::Flush(ack))?;
+        done.recv().map_err(|_| StoreError::Io {
+            path: self.path.display().to_string(),
+            source: std::io::Error::other("the timeline writer stopped before flushing"),
+        })
+    }
+
+    /// Every row of a session in order (after a flush). A row whose payload does not parse is
+    /// an error naming the file and row, not a panic.
     pub fn rows(&self, session: &SessionId) -> Result<Vec<TimelineRow>, StoreError> {
-        let inner = self.lock();
-        let mut st = inner
-            .conn
+        self.flush()?;
+        let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = reader
             .prepare(
                 "SELECT id, seq, ts, kind, call_id, payload FROM timeline
                  WHERE session_id = ?1 ORDER BY seq",
@@ -312,11 +396,11 @@ impl SessionTimeline {
             .collect()
     }
 
-    /// The session with the newest row, if any.
+    /// The session with the newest row, if any (after a flush).
     pub fn latest_session(&self) -> Result<Option<SessionId>, StoreError> {
-        let inner = self.lock();
-        inner
-            .conn
+        self.flush()?;
+        let reader = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        reader
             .query_row(
                 "SELECT session_id FROM timeline ORDER BY id DESC LIMIT 1",
                 [],
@@ -328,50 +412,84 @@ impl SessionTimeline {
     }
 }
 
+impl Drop for SessionTimeline {
+    /// Closing the channel lets the writer commit what is queued and end; wait for it.
+    fn drop(&mut self) {
+        if let Ok(mut tx) = self.tx.lock() {
+            tx.take();
+        }
+        if let Ok(mut w) = self.writer.lock()
+            && let Some(handle) = w.take()
+        {
+            let _ = handle.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn ended(i: usize) -> TimelineEvent {
+        TimelineEvent::SessionEnded {
+            reason: format!("r{i}"),
+        }
+    }
+
     #[test]
     fn rows_are_append_only_and_ordered() {
         let dir = tempfile::tempdir().unwrap();
-        let tl = SessionTimeline::open(dir.path().join("t.db")).unwrap();
+        let p = dir.path().join("t.db");
+        let tl = SessionTimeline::open(&p).unwrap();
         let s = SessionId::new("s1");
         for i in 0..3 {
-            let seq = tl
-                .append(
-                    &s,
-                    &TimelineEvent::SessionEnded {
-                        reason: format!("r{i}"),
-                    },
-                )
-                .unwrap();
-            assert_eq!(seq, i);
+            tl.append(&s, ended(i)).unwrap();
         }
         let rows = tl.rows(&s).unwrap();
-        assert_eq!(rows.len(), 3);
+        assert_eq!(rows.iter().map(|r| r.seq).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(rows[2].event, ended(2));
+        assert_eq!(rows[0].kind, "session.ended");
         // The kind column and the serde tag must agree.
         let tagged = serde_json::to_value(&rows[0].event).unwrap();
         assert_eq!(tagged["kind"], rows[0].kind.as_str());
-        assert_eq!(rows[0].kind, "session.ended");
-        let inner = tl.lock();
-        let err = inner.conn.execute("DELETE FROM timeline", []).unwrap_err();
+        let other = Connection::open(&p).unwrap();
+        let err = other.execute("DELETE FROM timeline", []).unwrap_err();
         assert!(err.to_string().contains("append-only"));
-        let err = inner
-            .conn
+        let err = other
             .execute("UPDATE timeline SET kind = 'x'", [])
             .unwrap_err();
         assert!(err.to_string().contains("append-only"));
     }
 
     #[test]
-    fn reopening_continues_the_sequence() {
+    fn reopening_continues_the_sequence_and_drop_commits() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("t.db");
         let s = SessionId::new("s1");
-        let ev = TimelineEvent::SessionEnded { reason: "x".into() };
-        SessionTimeline::open(&p).unwrap().append(&s, &ev).unwrap();
-        let seq = SessionTimeline::open(&p).unwrap().append(&s, &ev).unwrap();
-        assert_eq!(seq, 1);
+        {
+            let tl = SessionTimeline::open(&p).unwrap();
+            tl.append(&s, ended(0)).unwrap();
+            // No flush: dropping the handle must still commit the queued row.
+        }
+        let tl = SessionTimeline::open(&p).unwrap();
+        tl.append(&s, ended(1)).unwrap();
+        let seqs: Vec<i64> = tl.rows(&s).unwrap().iter().map(|r| r.seq).collect();
+        assert_eq!(seqs, [0, 1]);
+    }
+
+    #[test]
+    fn a_corrupt_payload_names_the_file_and_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.db");
+        let tl = SessionTimeline::open(&p).unwrap();
+        let other = Connection::open(&p).unwrap();
+        other
+            .execute(
+                "INSERT INTO timeline(session_id, seq, ts, kind, payload) VALUES ('s', 0, 't', 'x', '{bad')",
+                [],
+            )
+            .unwrap();
+        let err = tl.rows(&SessionId::new("s")).unwrap_err().to_string();
+        assert!(err.contains("t.db") && err.contains("row 1"), "{err}");
     }
 }

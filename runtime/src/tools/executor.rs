@@ -706,7 +706,7 @@ impl ToolExecutor {
     /// The timeline is an observation log: a failed write is reported, never fatal.
     fn record(&self, event: TimelineEvent) {
         if let Some(tl) = &self.timeline
-            && let Err(e) = tl.append(&self.session_id, &event)
+            && let Err(e) = tl.append(&self.session_id, event)
         {
             tracing::warn!("timeline write failed: {e}");
         }

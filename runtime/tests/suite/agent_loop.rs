@@ -319,6 +319,8 @@ async fn a_recorded_session_replays_through_the_pipeline() {
     run(&mut s, "write").await;
     let recorded = s.session_id().clone();
     std::fs::remove_file(f.path("a.txt")).unwrap();
+    // The replay model opens the file on its own handle: commit what this one queued.
+    f.timeline.flush().unwrap();
 
     let route = format!("replay:{}#{}", f.timeline.path().display(), recorded);
     let model = embedded_from_route(&route).unwrap();
