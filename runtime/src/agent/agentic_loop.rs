@@ -100,6 +100,11 @@ impl AgenticLoop {
         &self.p.session_id
     }
 
+    /// The tools this session's model sees.
+    pub fn tool_plan(&self) -> &crate::tools::plan::BoundToolPlan {
+        self.p.executor.plan()
+    }
+
     pub fn messages(&self) -> &[Message] {
         &self.messages
     }

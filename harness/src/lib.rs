@@ -1,0 +1,9 @@
+//! The GEODE harness: task packs, environments, seeded rollouts and the run store. The `geode`
+//! binary (src/main.rs, src/cli/) only parses arguments and calls into this library.
+
+pub mod atif;
+pub mod env;
+pub mod pack;
+pub mod rollout;
+pub mod store;
+pub mod summary;

@@ -1,0 +1,419 @@
+//! Task packs in Harbor format, loaded exactly as users write them, and their content hashes.
+//!
+//! A task is a folder with `task.toml`, `instruction.md`, `environment/`, `tests/test.sh` and
+//! optionally `solution/solve.sh`. Any 1.x `task.toml` loads: unknown keys are ignored, known
+//! keys with a wrong type are an error naming the file and the field. A broken task is
+//! reported next to the pack; it never stops the others from loading.
+//!
+//! Identity: the task hash is SHA-256 over every file of the folder (relative path, mode and
+//! bytes, each length-prefixed, in path order), so renaming a folder or a pack changes
+//! nothing; the pack hash covers the ordered task hashes plus the trials per task.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// SHA-256 (hex) of a task folder's content.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TaskHash(pub String);
+
+/// SHA-256 (hex) of a pack: ordered task hashes plus trials per task.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PackHash(pub String);
+
+impl fmt::Display for TaskHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Display for PackHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn invalid(path: &Path, message: impl Into<String>) -> PackError {
+    PackError::Invalid {
+        path: path.display().to_string(),
+        message: message.into(),
+    }
+}
+
+fn io_err(path: &Path, source: std::io::Error) -> PackError {
+    PackError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// `task.toml`, every section optional.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct TaskConfig {
+    pub schema_version: Option<String>,
+    /// Older Harbor files put the format version at the top as `version`.
+    pub version: Option<String>,
+    pub task: TaskSection,
+    /// Free-form: difficulty, category, tags, time estimates.
+    pub metadata: toml::Table,
+    pub agent: AgentSection,
+    pub verifier: VerifierSection,
+    pub solution: SolutionSection,
+    pub environment: EnvironmentSection,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct TaskSection {
+    pub name: Option<String>,
+    pub version: Option<String>,
+    pub description: Option<String>,
+    /// Strings or `{name, email}` tables, as users write them.
+    pub authors: Vec<toml::Value>,
+    pub keywords: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct AgentSection {
+    pub timeout_sec: Option<f64>,
+    pub user: Option<String>,
+    pub network_mode: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct VerifierSection {
+    pub timeout_sec: Option<f64>,
+    pub env: BTreeMap<String, String>,
+    pub user: Option<String>,
+    /// `shared` (default) or `separate` (a fresh environment for the verifier).
+    pub environment_mode: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct SolutionSection {
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(default)]
+pub struct EnvironmentSection {
+    pub build_timeout_sec: Option<f64>,
+    pub docker_image: Option<String>,
+    pub cpus: Option<f64>,
+    pub memory_mb: Option<u64>,
+    pub storage_mb: Option<u64>,
+    pub gpus: Option<u64>,
+    /// `public`, `no-network` or `allowlist`.
+    pub network_mode: Option<String>,
+    pub allowed_hosts: Vec<String>,
+    pub allow_internet: Option<bool>,
+    pub env: BTreeMap<String, String>,
+    pub workdir: Option<String>,
+}
+
+/// Defaults when task.toml says nothing (Harbor's).
+const DEFAULT_AGENT_TIMEOUT: f64 = 600.0;
+const DEFAULT_VERIFIER_TIMEOUT: f64 = 600.0;
+const DEFAULT_BUILD_TIMEOUT: f64 = 600.0;
+
+fn seconds(value: Option<f64>, default: f64) -> Duration {
+    Duration::from_secs_f64(value.filter(|v| v.is_finite() && *v > 0.0).unwrap_or(default))
+}
+
+impl TaskConfig {
+    pub fn agent_timeout(&self) -> Duration {
+        seconds(self.agent.timeout_sec, DEFAULT_AGENT_TIMEOUT)
+    }
+
+    pub fn verifier_timeout(&self) -> Duration {
+        seconds(self.verifier.timeout_sec, DEFAULT_VERIFIER_TIMEOUT)
+    }
+
+    pub fn build_timeout(&self) -> Duration {
+        seconds(self.environment.build_timeout_sec, DEFAULT_BUILD_TIMEOUT)
+    }
+
+    /// Whether the trial may reach the network: off for `no-network` or
+    /// `allow_internet = false`; `allowlist` is treated as off (no per-host filter yet).
+    pub fn network_allowed(&self) -> bool {
+        if self.environment.allow_internet == Some(false) {
+            return false;
+        }
+        let mode = self
+            .environment
+            .network_mode
+            .as_deref()
+            .or(self.agent.network_mode.as_deref());
+        !matches!(mode, Some("no-network") | Some("none") | Some("allowlist"))
+    }
+
+    fn metadata_str(&self, key: &str) -> Option<&str> {
+        self.metadata.get(key).and_then(toml::Value::as_str)
+    }
+
+    pub fn category(&self) -> &str {
+        self.metadata_str("category").unwrap_or("uncategorized")
+    }
+
+    pub fn difficulty(&self) -> &str {
+        self.metadata_str("difficulty").unwrap_or("unknown")
+    }
+}
+
+/// One loaded task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    /// `task.name` when set, else the folder name.
+    pub id: String,
+    pub dir: PathBuf,
+    pub config: TaskConfig,
+    pub instruction: String,
+    pub hash: TaskHash,
+}
+
+impl Task {
+    /// Load and validate one task folder.
+    pub fn load(dir: &Path) -> Result<Task, PackError> {
+        let toml_path = dir.join("task.toml");
+        let text = std::fs::read_to_string(&toml_path).map_err(|e| io_err(&toml_path, e))?;
+        let config: TaskConfig =
+            toml::from_str(&text).map_err(|e| invalid(&toml_path, e.to_string().trim_end()))?;
+        if let Some(v) = config.schema_version.as_deref().or(config.version.as_deref())
+            && !v.starts_with('1')
+        {
+            return Err(invalid(
+                &toml_path,
+                format!("schema_version {v:?} is not a 1.x task format"),
+            ));
+        }
+        let instruction_path = dir.join("instruction.md");
+        let instruction = std::fs::read_to_string(&instruction_path)
+            .map_err(|e| io_err(&instruction_path, e))?;
+        if instruction.trim().is_empty() {
+            return Err(invalid(&instruction_path, "the instruction is empty"));
+        }
+        let test_sh = dir.join("tests").join("test.sh");
+        if !test_sh.is_file() {
+            return Err(invalid(&test_sh, "missing: every task needs tests/test.sh"));
+        }
+        let dockerfile = dir.join("environment").join("Dockerfile");
+        if !dockerfile.is_file() && !dir.join("environment/docker-compose.yaml").is_file() {
+            return Err(invalid(
+                &dockerfile,
+                "missing: environment/ needs a Dockerfile (or docker-compose.yaml)",
+            ));
+        }
+        let folder = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(Task {
+            id: config.task.name.clone().unwrap_or(folder),
+            dir: dir.to_path_buf(),
+            hash: hash_task_dir(dir)?,
+            config,
+            instruction,
+        })
+    }
+
+    pub fn solution(&self) -> Option<PathBuf> {
+        let p = self.dir.join("solution").join("solve.sh");
+        p.is_file().then_some(p)
+    }
+
+    pub fn environment_dir(&self) -> PathBuf {
+        self.dir.join("environment")
+    }
+
+    pub fn tests_dir(&self) -> PathBuf {
+        self.dir.join("tests")
+    }
+}
+
+/// A folder of tasks; broken tasks are kept as errors beside the good ones.
+#[derive(Debug)]
+pub struct TaskPack {
+    pub root: PathBuf,
+    pub tasks: Vec<Task>,
+    pub broken: Vec<PackError>,
+}
+
+impl TaskPack {
+    /// Every subfolder holding a `task.toml` is a task (sorted by id). A folder that is itself a
+    /// task loads as a pack of one.
+    pub fn load(root: &Path) -> Result<TaskPack, PackError> {
+        if !root.is_dir() {
+            return Err(invalid(root, "not a directory"));
+        }
+        let mut dirs = Vec::new();
+        if root.join("task.toml").is_file() {
+            dirs.push(root.to_path_buf());
+        } else {
+            for entry in std::fs::read_dir(root).map_err(|e| io_err(root, e))? {
+                let path = entry.map_err(|e| io_err(root, e))?.path();
+                if path.join("task.toml").is_file() {
+                    dirs.push(path);
+                }
+            }
+        }
+        let mut tasks = Vec::new();
+        let mut broken = Vec::new();
+        for dir in dirs {
+            match Task::load(&dir) {
+                Ok(t) => tasks.push(t),
+                Err(e) => broken.push(e),
+            }
+        }
+        tasks.sort_by(|a, b| a.id.cmp(&b.id));
+        if let Some(pair) = tasks.windows(2).find(|w| w[0].id == w[1].id) {
+            return Err(invalid(
+                &pair[1].dir,
+                format!("task name {:?} is used by two folders", pair[1].id),
+            ));
+        }
+        Ok(TaskPack {
+            root: root.to_path_buf(),
+            tasks,
+            broken,
+        })
+    }
+
+    /// Keep the tasks whose id matches a shell-style glob (`*`, `?`).
+    pub fn filter(&mut self, pattern: &str) {
+        self.tasks.retain(|t| glob_match(pattern, &t.id));
+    }
+
+    pub fn hash(&self, trials_per_task: u32) -> PackHash {
+        pack_hash(
+            self.tasks.iter().map(|t| (t.id.as_str(), &t.hash)),
+            trials_per_task,
+        )
+    }
+}
+
+/// The pack hash over (id, task hash) pairs in id order plus the trials per task.
+pub fn pack_hash<'a>(
+    tasks: impl Iterator<Item = (&'a str, &'a TaskHash)>,
+    trials_per_task: u32,
+) -> PackHash {
+    let mut entries: Vec<(&str, &TaskHash)> = tasks.collect();
+    entries.sort();
+    let canonical = serde_json::json!({
+        "schema": "geode.pack.v1",
+        "tasks": entries.iter().map(|(id, h)| serde_json::json!([id, h.0])).collect::<Vec<_>>(),
+        "trials_per_task": trials_per_task,
+    });
+    PackHash(hex::encode(Sha256::digest(canonical.to_string().as_bytes())))
+}
+
+fn put(hasher: &mut Sha256, bytes: &[u8]) {
+    hasher.update((bytes.len() as u64).to_le_bytes());
+    hasher.update(bytes);
+}
+
+/// SHA-256 over (relative path, mode, content) of every file below `dir`, in path order.
+/// Symbolic links contribute their target, not what they point to.
+pub fn hash_task_dir(dir: &Path) -> Result<TaskHash, PackError> {
+    let mut hasher = Sha256::new();
+    hasher.update(b"geode.task.v1\0");
+    let walker = walkdir::WalkDir::new(dir)
+        .follow_links(false)
+        .sort_by_file_name();
+    for entry in walker {
+        let entry = entry.map_err(|e| {
+            invalid(
+                e.path().unwrap_or(dir),
+                format!("cannot walk the task folder: {e}"),
+            )
+        })?;
+        let ft = entry.file_type();
+        if ft.is_dir() {
+            continue;
+        }
+        let path = entry.path();
+        let rel = path.strip_prefix(dir).unwrap_or(path);
+        let meta = entry.metadata().map_err(|e| invalid(path, e.to_string()))?;
+        put(&mut hasher, rel.to_string_lossy().as_bytes());
+        hasher.update(meta.permissions().mode().to_le_bytes());
+        if ft.is_symlink() {
+            let target = std::fs::read_link(path).map_err(|e| io_err(path, e))?;
+            put(&mut hasher, target.to_string_lossy().as_bytes());
+        } else {
+            let bytes = std::fs::read(path).map_err(|e| io_err(path, e))?;
+            put(&mut hasher, &bytes);
+        }
+    }
+    Ok(TaskHash(hex::encode(hasher.finalize())))
+}
+
+/// Shell-style glob: `*` any run, `?` one character.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti, mut star, mut mark) = (0, 0, None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ti;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("geode/*", "geode/git-log"));
+        assert!(glob_match("*log*", "geode/git-log"));
+        assert!(glob_match("a?c", "abc"));
+        assert!(!glob_match("a?c", "abbc"));
+        assert!(!glob_match("geode/x*", "geode/git"));
+    }
+
+    #[test]
+    fn network_modes() {
+        let mut c = TaskConfig::default();
+        assert!(c.network_allowed());
+        c.environment.network_mode = Some("no-network".into());
+        assert!(!c.network_allowed());
+        c.environment.network_mode = Some("public".into());
+        c.environment.allow_internet = Some(false);
+        assert!(!c.network_allowed());
+    }
+}

@@ -1,0 +1,72 @@
+//! One image build per task per run, shared by its trials even when they start concurrently.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::OnceCell;
+
+use crate::env::{Backend, EnvError, EnvironmentSpec, PreparedImage};
+use crate::pack::TaskHash;
+
+/// A failed build, kept so the task's other trials fail the same way without rebuilding.
+#[derive(Debug, Clone)]
+enum Failure {
+    SetupFailed { step: String, message: String },
+    Unsupported(String),
+    Lost(String),
+}
+
+impl From<&EnvError> for Failure {
+    fn from(e: &EnvError) -> Self {
+        match e {
+            EnvError::SetupFailed { step, message } => Failure::SetupFailed {
+                step: step.clone(),
+                message: message.clone(),
+            },
+            EnvError::Unsupported(m) => Failure::Unsupported(m.clone()),
+            other => Failure::Lost(other.to_string()),
+        }
+    }
+}
+
+impl From<Failure> for EnvError {
+    fn from(f: Failure) -> Self {
+        match f {
+            Failure::SetupFailed { step, message } => EnvError::SetupFailed { step, message },
+            Failure::Unsupported(m) => EnvError::Unsupported(m),
+            Failure::Lost(m) => EnvError::Lost(m),
+        }
+    }
+}
+
+type Cell = Arc<OnceCell<Result<PreparedImage, Failure>>>;
+
+#[derive(Default)]
+pub struct ImageCache {
+    cells: Mutex<HashMap<TaskHash, Cell>>,
+}
+
+impl ImageCache {
+    pub fn new() -> Self {
+        ImageCache::default()
+    }
+
+    pub async fn prepare(
+        &self,
+        backend: &dyn Backend,
+        task: &TaskHash,
+        spec: &EnvironmentSpec,
+    ) -> Result<PreparedImage, EnvError> {
+        let cell = {
+            // Only inserts fresh cells; a poisoned map is still consistent.
+            let mut cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
+            cells.entry(task.clone()).or_default().clone()
+        };
+        let result = cell
+            .get_or_init(|| async {
+                backend.prepare(spec).await.map_err(|e| Failure::from(&e))
+            })
+            .await;
+        result.clone().map_err(EnvError::from)
+    }
+}

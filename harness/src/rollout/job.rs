@@ -1,0 +1,409 @@
+//! A job: every task of a pack times K attempts, run N at a time, recorded in the run store and
+//! in Harbor's folder layout (`<jobs>/<run>/config.json, lock.json, result.json`, one folder
+//! per trial). Resumable: finished trials are kept, interrupted ones run again, and a changed
+//! pack or configuration (the lock hash) is refused.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use geode_runtime::scaffold::Scaffold;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::images::ImageCache;
+use super::trial::{PhaseObserver, TrialPlan, run_trial};
+use crate::env::Backend;
+use crate::pack::{PackError, TaskPack};
+use crate::store::{RunRow, RunStore, StoreError, TrialRow};
+use crate::summary::{RunSummary, summarize};
+
+pub const CONFIG_SCHEMA: &str = "geode.run-config.v1";
+
+/// What a run was asked to do (`config.json`). Concurrency and the jobs folder may change on
+/// resume; everything else is locked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    pub schema: String,
+    pub pack: PathBuf,
+    pub model: String,
+    pub attempts: u32,
+    pub concurrency: usize,
+    pub seed: u64,
+    pub tasks_glob: Option<String>,
+    pub timeout_multiplier: f64,
+    pub backend: String,
+    pub max_infra_retries: u32,
+    pub scaffold: Scaffold,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Pack(#[from] PackError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{path}: {message}")]
+    Files { path: String, message: String },
+    #[error("run {run}: {message}")]
+    Resume { run: String, message: String },
+    #[error("the pack has no task to run{0}")]
+    Empty(String),
+}
+
+fn files_err(path: &Path, e: impl std::fmt::Display) -> RunError {
+    RunError::Files {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// The identity a resume must match (`lock.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunLock {
+    pub schema: String,
+    pub pack_hash: String,
+    pub tasks: Vec<(String, String)>,
+    pub model: String,
+    pub attempts: u32,
+    pub seed: u64,
+    pub tasks_glob: Option<String>,
+    pub timeout_multiplier: f64,
+    pub scaffold_hash: String,
+    pub backend: String,
+}
+
+impl RunLock {
+    pub fn hash(&self) -> String {
+        let v = serde_json::to_value(self).unwrap_or_default();
+        hex::encode(Sha256::digest(v.to_string().as_bytes()))
+    }
+}
+
+/// A trial's seed: SHA-256 of (run seed, task id, attempt), so it does not depend on the order
+/// trials run in, and a resumed trial gets the same seed. The trial's own RNG is a ChaCha20
+/// stream seeded with it.
+pub fn trial_seed(run_seed: u64, task_id: &str, attempt: u32) -> u64 {
+    let mut h = Sha256::new();
+    h.update(b"geode.trial-seed.v1\0");
+    h.update(run_seed.to_le_bytes());
+    h.update((task_id.len() as u64).to_le_bytes());
+    h.update(task_id.as_bytes());
+    h.update(attempt.to_le_bytes());
+    let d = h.finalize();
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[..8]);
+    u64::from_le_bytes(b)
+}
+
+/// Trial folder name: the task id made path-safe, then the attempt.
+pub fn trial_name(task_id: &str, attempt: u32) -> String {
+    let slug: String = task_id
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '-' })
+        .collect();
+    format!("{slug}__{attempt}")
+}
+
+/// Reports what a run is doing (progress bars, plain log lines).
+pub trait RunObserver: PhaseObserver {
+    fn started(&self, run_id: &str, total: usize, skipped: usize);
+    fn trial_finished(&self, row: &TrialRow);
+    fn finished(&self, summary: &RunSummary);
+}
+
+pub struct RunOutcome {
+    pub run_id: String,
+    pub run_dir: PathBuf,
+    pub summary: RunSummary,
+    pub cancelled: bool,
+}
+
+fn load_pack(config: &RunConfig) -> Result<TaskPack, RunError> {
+    let mut pack = TaskPack::load(&config.pack)?;
+    for broken in &pack.broken {
+        tracing::warn!("skipping a broken task: {broken}");
+        eprintln!("geode: skipping a broken task: {broken}");
+    }
+    if let Some(glob) = &config.tasks_glob {
+        pack.filter(glob);
+    }
+    if pack.tasks.is_empty() {
+        let why = config
+            .tasks_glob
+            .as_ref()
+            .map(|g| format!(" (no task matches {g:?})"))
+            .unwrap_or_default();
+        return Err(RunError::Empty(why));
+    }
+    Ok(pack)
+}
+
+fn lock_for(config: &RunConfig, pack: &TaskPack) -> RunLock {
+    RunLock {
+        schema: "geode.lock.v1".into(),
+        pack_hash: pack.hash(config.attempts).0,
+        tasks: pack.tasks.iter().map(|t| (t.id.clone(), t.hash.0.clone())).collect(),
+        model: config.model.clone(),
+        attempts: config.attempts,
+        seed: config.seed,
+        tasks_glob: config.tasks_glob.clone(),
+        timeout_multiplier: config.timeout_multiplier,
+        scaffold_hash: config.scaffold.hash(),
+        backend: config.backend.clone(),
+    }
+}
+
+fn write_json(path: &Path, value: &impl Serialize) -> Result<(), RunError> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| files_err(path, e))?;
+    std::fs::write(path, text).map_err(|e| files_err(path, e))
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, RunError> {
+    let text = std::fs::read_to_string(path).map_err(|e| files_err(path, e))?;
+    serde_json::from_str(&text).map_err(|e| files_err(path, e))
+}
+
+/// A fresh run id: the UTC time (Harbor's style), made unique in the jobs folder.
+fn new_run_id(jobs_dir: &Path) -> String {
+    let base = chrono::Utc::now().format("%Y-%m-%d__%H-%M-%S").to_string();
+    let mut id = base.clone();
+    let mut n = 1;
+    while jobs_dir.join(&id).exists() {
+        n += 1;
+        id = format!("{base}_{n}");
+    }
+    id
+}
+
+/// Start a new run.
+pub async fn start_run(
+    config: RunConfig,
+    jobs_dir: &Path,
+    backend: Arc<dyn Backend>,
+    observer: Arc<dyn RunObserver>,
+    cancel: CancellationToken,
+) -> Result<RunOutcome, RunError> {
+    let pack = load_pack(&config)?;
+    std::fs::create_dir_all(jobs_dir).map_err(|e| files_err(jobs_dir, e))?;
+    let store = RunStore::open(&jobs_dir.join("geode.db"))?;
+    let run_id = new_run_id(jobs_dir);
+    let run_dir = jobs_dir.join(&run_id);
+    std::fs::create_dir_all(&run_dir).map_err(|e| files_err(&run_dir, e))?;
+    let lock = lock_for(&config, &pack);
+    write_json(&run_dir.join("config.json"), &config)?;
+    write_json(&run_dir.join("lock.json"), &lock)?;
+    store.insert_run(
+        &RunRow {
+            run_id: run_id.clone(),
+            created: chrono::Utc::now().to_rfc3339(),
+            pack_path: config.pack.display().to_string(),
+            pack_hash: lock.pack_hash.clone(),
+            model_route: config.model.clone(),
+            scaffold_hash: lock.scaffold_hash.clone(),
+            seed: config.seed,
+            attempts: config.attempts,
+            lock_hash: lock.hash(),
+            status: "running".into(),
+        },
+        &serde_json::to_string(&config).unwrap_or_default(),
+    )?;
+    execute(config, pack, store, run_id, run_dir, backend, observer, cancel).await
+}
+
+/// Resume a run: the same config (concurrency may differ), a pack with the same lock hash.
+pub async fn resume_run(
+    run_id: &str,
+    jobs_dir: &Path,
+    concurrency: Option<usize>,
+    backend: Arc<dyn Backend>,
+    observer: Arc<dyn RunObserver>,
+    cancel: CancellationToken,
+) -> Result<RunOutcome, RunError> {
+    let run_dir = jobs_dir.join(run_id);
+    let mut config: RunConfig = read_json(&run_dir.join("config.json"))?;
+    if let Some(n) = concurrency {
+        config.concurrency = n;
+    }
+    let stored: RunLock = read_json(&run_dir.join("lock.json"))?;
+    let pack = load_pack(&config)?;
+    let lock = lock_for(&config, &pack);
+    if lock.hash() != stored.hash() {
+        let mut what = Vec::new();
+        if lock.pack_hash != stored.pack_hash {
+            what.push("the task pack changed (pack hash)".to_string());
+        }
+        if lock.scaffold_hash != stored.scaffold_hash {
+            what.push("the scaffold changed".to_string());
+        }
+        if what.is_empty() {
+            what.push("the run configuration changed".to_string());
+        }
+        return Err(RunError::Resume {
+            run: run_id.to_string(),
+            message: format!("refusing to resume: {} (lock.json differs)", what.join("; ")),
+        });
+    }
+    let store = RunStore::open(&jobs_dir.join("geode.db"))?;
+    if store.run(run_id)?.is_none() {
+        return Err(RunError::Resume {
+            run: run_id.to_string(),
+            message: format!("not in the run store {}", jobs_dir.join("geode.db").display()),
+        });
+    }
+    store.set_run_status(run_id, "running")?;
+    execute(config, pack, store, run_id.to_string(), run_dir, backend, observer, cancel).await
+}
+
+struct Shared {
+    config: RunConfig,
+    store: RunStore,
+    run_id: String,
+    backend: Arc<dyn Backend>,
+    images: ImageCache,
+    observer: Arc<dyn RunObserver>,
+    cancel: CancellationToken,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn execute(
+    config: RunConfig,
+    pack: TaskPack,
+    store: RunStore,
+    run_id: String,
+    run_dir: PathBuf,
+    backend: Arc<dyn Backend>,
+    observer: Arc<dyn RunObserver>,
+    cancel: CancellationToken,
+) -> Result<RunOutcome, RunError> {
+    let finished: std::collections::HashSet<String> =
+        store.finished_trials(&run_id)?.into_iter().collect();
+    let scaffold = Arc::new(config.scaffold.clone());
+    let mut plans = Vec::new();
+    for task in pack.tasks.into_iter().map(Arc::new) {
+        for attempt in 0..config.attempts {
+            let name = trial_name(&task.id, attempt);
+            if finished.contains(&name) {
+                continue;
+            }
+            plans.push(TrialPlan {
+                run_id: run_id.clone(),
+                trial_dir: run_dir.join(&name),
+                trial_name: name,
+                seed: trial_seed(config.seed, &task.id, attempt),
+                task: task.clone(),
+                attempt,
+                model_route: config.model.clone(),
+                scaffold: scaffold.clone(),
+                timeout_multiplier: config.timeout_multiplier,
+            });
+        }
+    }
+    observer.started(&run_id, plans.len() + finished.len(), finished.len());
+    let shared = Arc::new(Shared {
+        config,
+        store,
+        run_id: run_id.clone(),
+        backend,
+        images: ImageCache::new(),
+        observer: observer.clone(),
+        cancel: cancel.clone(),
+    });
+    let permits = Arc::new(Semaphore::new(shared.config.concurrency.max(1)));
+    let mut running = tokio::task::JoinSet::new();
+    for plan in plans {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => p,
+            _ = cancel.cancelled() => break,
+        };
+        let Ok(permit) = permit else { break };
+        if cancel.is_cancelled() {
+            break;
+        }
+        let shared = shared.clone();
+        running.spawn(async move {
+            let result = run_with_retries(&shared, &plan).await;
+            drop(permit);
+            result
+        });
+    }
+    let mut first_error = None;
+    while let Some(joined) = running.join_next().await {
+        match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => tracing::error!("a trial task panicked: {e}"),
+        }
+    }
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    let shared = Arc::try_unwrap(shared).map_err(|_| RunError::Files {
+        path: run_dir.display().to_string(),
+        message: "trials still hold the run".into(),
+    })?;
+    let rows = shared.store.trials(&run_id)?;
+    let summary = summarize(&rows);
+    let cancelled = cancel.is_cancelled();
+    shared
+        .store
+        .set_run_status(&run_id, if cancelled { "cancelled" } else { "finished" })?;
+    write_json(
+        &run_dir.join("result.json"),
+        &serde_json::json!({"schema": "geode.run-result.v1", "run_id": run_id,
+                            "cancelled": cancelled, "summary": summary}),
+    )?;
+    observer.finished(&summary);
+    Ok(RunOutcome {
+        run_id,
+        run_dir,
+        summary,
+        cancelled,
+    })
+}
+
+/// Run one trial, again (bounded) when it ends in a retryable infrastructure outcome. Agent
+/// outcomes are never retried.
+async fn run_with_retries(shared: &Shared, plan: &TrialPlan) -> Result<(), RunError> {
+    let task = &plan.task;
+    shared.store.start_trial(
+        &shared.run_id,
+        &plan.trial_name,
+        &task.id,
+        &task.hash.0,
+        task.config.category(),
+        task.config.difficulty(),
+        plan.attempt,
+        plan.seed,
+        &chrono::Utc::now().to_rfc3339(),
+    )?;
+    let mut retries = 0;
+    loop {
+        let mut row = run_trial(
+            plan,
+            shared.backend.as_ref(),
+            &shared.images,
+            shared.observer.as_ref(),
+            &shared.cancel,
+        )
+        .await;
+        row.infra_retries = retries;
+        if row.outcome.retryable()
+            && retries < shared.config.max_infra_retries
+            && !shared.cancel.is_cancelled()
+        {
+            retries += 1;
+            tracing::warn!("trial {} ended in {}; retrying", plan.trial_name, row.outcome);
+            continue;
+        }
+        // A cancelled trial stays unfinished in the store, so a resume runs it again.
+        if row.outcome != geode_graders::TrialOutcome::Cancelled {
+            shared.store.finish_trial(&row)?;
+        }
+        shared.observer.trial_finished(&row);
+        return Ok(());
+    }
+}

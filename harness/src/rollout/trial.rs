@@ -1,0 +1,428 @@
+//! One trial: environment -> agent -> verifier -> teardown, each phase timed and bounded.
+//!
+//! The agent is always the GEODE runtime (HEADLESS, tools auto-approved inside the sandbox)
+//! with its tools bound to the sandbox's workspace. An agent timeout is recorded and the
+//! verifier still runs. The verifier runs after every agent process is gone, with `/tests`
+//! copied in only then and a fresh `/logs/verifier`, so an agent cannot leave a reward behind.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use geode_graders::{RewardError, TrialOutcome, read_rewards};
+use geode_runtime::agent::TerminationReason;
+use geode_runtime::model::Model;
+use geode_runtime::model::embedded::OracleModel;
+use geode_runtime::policy::{SafetyLevel, SessionMode, SessionPolicy};
+use geode_runtime::scaffold::Scaffold;
+use geode_runtime::session::{SessionConfig, create_session};
+use geode_runtime::store::timeline::SessionTimeline;
+use geode_runtime::tools::plan::ToolSchemaShape;
+use geode_runtime::tools::workspace::ExecRequest;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::images::ImageCache;
+use crate::atif;
+use crate::env::{Backend, EnvError, EnvironmentSpec, Sandbox};
+use crate::pack::Task;
+use crate::store::{TrialRow, TrialUsage};
+
+/// Where the oracle finds the reference solution inside the sandbox.
+pub const SOLUTION_DIR: &str = "/solution";
+const TESTS_DIR: &str = "/tests";
+/// Bytes of verifier output kept in `verifier/test-stdout.txt`.
+const VERIFIER_OUTPUT_CAP: usize = 256 * 1024;
+
+/// Everything one trial needs.
+#[derive(Debug, Clone)]
+pub struct TrialPlan {
+    pub run_id: String,
+    pub trial_name: String,
+    pub task: Arc<Task>,
+    pub attempt: u32,
+    pub seed: u64,
+    pub model_route: String,
+    pub scaffold: Arc<Scaffold>,
+    pub trial_dir: PathBuf,
+    pub timeout_multiplier: f64,
+}
+
+/// Observer of a trial's phases (progress bars, log lines).
+pub trait PhaseObserver: Send + Sync {
+    fn phase(&self, trial: &str, phase: &str);
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// What the trial ended with, before it becomes a store row.
+struct Ending {
+    outcome: TrialOutcome,
+    reward: Option<f64>,
+    rewards: BTreeMap<String, f64>,
+    exception: Option<(String, String)>,
+}
+
+impl Ending {
+    fn infra(outcome: TrialOutcome, class: &str, message: impl Into<String>) -> Self {
+        Ending {
+            outcome,
+            reward: None,
+            rewards: BTreeMap::new(),
+            exception: Some((class.to_string(), message.into())),
+        }
+    }
+}
+
+fn env_outcome(e: &EnvError) -> TrialOutcome {
+    match e {
+        EnvError::SetupFailed { .. } => TrialOutcome::EnvironmentSetupFailed,
+        EnvError::Unsupported(_) => TrialOutcome::EnvironmentUnsupported,
+        EnvError::Lost(_) | EnvError::Io { .. } => TrialOutcome::SandboxLost,
+    }
+}
+
+/// The pieces of a trial's record that the phases fill in.
+#[derive(Default)]
+struct Record {
+    phases: BTreeMap<String, f64>,
+    usage: TrialUsage,
+    integrity: Vec<String>,
+    notes: Vec<String>,
+    agent: Option<AgentEnd>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum AgentEnd {
+    Finished,
+    TimedOut,
+    Errored,
+    Cancelled,
+}
+
+/// Run the trial to its end. Never fails: every failure becomes an outcome.
+pub async fn run_trial(
+    plan: &TrialPlan,
+    backend: &dyn Backend,
+    images: &ImageCache,
+    observer: &dyn PhaseObserver,
+    cancel: &CancellationToken,
+) -> TrialRow {
+    let started = now();
+    let mut rec = Record::default();
+    let ending = run_phases(plan, backend, images, observer, cancel, &mut rec).await;
+    let finished = now();
+    let row = TrialRow {
+        run_id: plan.run_id.clone(),
+        trial_name: plan.trial_name.clone(),
+        task_id: plan.task.id.clone(),
+        task_hash: plan.task.hash.0.clone(),
+        category: plan.task.config.category().to_string(),
+        difficulty: plan.task.config.difficulty().to_string(),
+        attempt: plan.attempt,
+        seed: plan.seed,
+        outcome: ending.outcome,
+        reward: ending.reward,
+        rewards_json: serde_json::to_string(&ending.rewards).unwrap_or_else(|_| "{}".into()),
+        exception_class: ending.exception.as_ref().map(|e| e.0.clone()),
+        exception_message: ending.exception.as_ref().map(|e| e.1.clone()),
+        started,
+        finished,
+        phases_json: serde_json::to_string(&rec.phases).unwrap_or_else(|_| "{}".into()),
+        usage: rec.usage,
+        model_route: plan.model_route.clone(),
+        scaffold_hash: plan.scaffold.hash(),
+        infra_retries: 0,
+    };
+    write_result_json(plan, &row, &rec);
+    row
+}
+
+fn scaled(d: Duration, multiplier: f64) -> Duration {
+    d.mul_f64(multiplier.max(0.01))
+}
+
+async fn run_phases(
+    plan: &TrialPlan,
+    backend: &dyn Backend,
+    images: &ImageCache,
+    observer: &dyn PhaseObserver,
+    cancel: &CancellationToken,
+    rec: &mut Record,
+) -> Ending {
+    let task = &plan.task;
+    if let Err(e) = fresh_trial_dir(&plan.trial_dir) {
+        return Ending::infra(TrialOutcome::SandboxLost, "TrialDirError", e.to_string());
+    }
+    let spec = EnvironmentSpec {
+        task_name: task.id.clone(),
+        environment_dir: task.environment_dir(),
+        network: task.config.network_allowed(),
+        cpus: task.config.environment.cpus,
+        memory_mb: task.config.environment.memory_mb,
+        pids_max: Some(512),
+        build_timeout: scaled(task.config.build_timeout(), plan.timeout_multiplier),
+        env: task.config.environment.env.clone().into_iter().collect(),
+    };
+
+    observer.phase(&plan.trial_name, "environment");
+    let t = Instant::now();
+    let started = async {
+        let image = images.prepare(backend, &task.hash, &spec).await?;
+        let sandbox = backend.start(&spec, &image, &plan.trial_dir).await?;
+        Ok::<_, EnvError>((image, sandbox))
+    }
+    .await;
+    rec.phases.insert("environment_setup".into(), t.elapsed().as_secs_f64());
+    let (image, sandbox) = match started {
+        Ok(s) => s,
+        Err(e) => return Ending::infra(env_outcome(&e), "EnvironmentError", e.to_string()),
+    };
+    rec.notes.extend(image.notes.iter().cloned());
+    rec.notes.push(format!("FROM {} (host root stands in)", image.from));
+
+    let ending = agent_then_verify(plan, sandbox.as_ref(), observer, cancel, rec).await;
+
+    observer.phase(&plan.trial_name, "teardown");
+    let t = Instant::now();
+    let torn = sandbox.teardown().await;
+    rec.phases.insert("teardown".into(), t.elapsed().as_secs_f64());
+    match (torn, ending) {
+        (Err(e), end) if !end.outcome.is_infrastructure() => {
+            rec.notes.push(format!("teardown failed: {e}"));
+            end
+        }
+        (_, end) => end,
+    }
+}
+
+async fn agent_then_verify(
+    plan: &TrialPlan,
+    sandbox: &dyn Sandbox,
+    observer: &dyn PhaseObserver,
+    cancel: &CancellationToken,
+    rec: &mut Record,
+) -> Ending {
+    observer.phase(&plan.trial_name, "agent");
+    let t = Instant::now();
+    let agent = run_agent(plan, sandbox, cancel, rec).await;
+    rec.phases.insert("agent_execution".into(), t.elapsed().as_secs_f64());
+    let agent = match agent {
+        Ok(end) => end,
+        Err(e) => return Ending::infra(env_outcome(&e), "AgentSetupError", e.to_string()),
+    };
+    rec.agent = Some(agent);
+    if agent == AgentEnd::Cancelled {
+        return Ending::infra(TrialOutcome::Cancelled, "Cancelled", "the run was cancelled");
+    }
+
+    observer.phase(&plan.trial_name, "verifier");
+    let t = Instant::now();
+    let verified = verify(plan, sandbox, rec).await;
+    rec.phases.insert("verifier".into(), t.elapsed().as_secs_f64());
+    let rewards = match verified {
+        Ok(r) => r,
+        Err(ending) => return ending,
+    };
+    let outcome = match agent {
+        AgentEnd::TimedOut => TrialOutcome::AgentTimeout,
+        AgentEnd::Errored => TrialOutcome::AgentError,
+        _ if rewards.primary >= 1.0 => TrialOutcome::Passed,
+        _ => TrialOutcome::Failed,
+    };
+    Ending {
+        outcome,
+        reward: Some(rewards.primary),
+        rewards: rewards.all,
+        exception: match agent {
+            AgentEnd::TimedOut => Some(("AgentTimeoutError".into(), "agent timed out".into())),
+            AgentEnd::Errored => Some(("AgentError".into(), "the model call failed".into())),
+            _ => None,
+        },
+    }
+}
+
+fn fresh_trial_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir)?;
+    }
+    for sub in ["agent", "verifier", "artifacts"] {
+        std::fs::create_dir_all(dir.join(sub))?;
+    }
+    Ok(())
+}
+
+/// The agent phase: the GEODE runtime on the task's instruction, inside the sandbox.
+async fn run_agent(
+    plan: &TrialPlan,
+    sandbox: &dyn Sandbox,
+    cancel: &CancellationToken,
+    rec: &mut Record,
+) -> Result<AgentEnd, EnvError> {
+    let model: Arc<dyn Model> = if plan.model_route == "oracle" {
+        let Some(solution) = plan.task.solution() else {
+            return Err(EnvError::Unsupported(format!(
+                "task {} has no solution/solve.sh for the oracle",
+                plan.task.id
+            )));
+        };
+        let dir = solution.parent().unwrap_or(&plan.task.dir);
+        sandbox.copy_in(dir, SOLUTION_DIR).await?;
+        Arc::new(OracleModel::new(PathBuf::from(SOLUTION_DIR).join("solve.sh")))
+    } else {
+        geode_runtime::model::embedded_from_route(&plan.model_route)
+            .map_err(|e| EnvError::Unsupported(e.to_string()))?
+    };
+    let timeline_path = plan.trial_dir.join("agent").join("timeline.db");
+    let timeline = Arc::new(SessionTimeline::open(&timeline_path).map_err(|e| EnvError::Io {
+        context: timeline_path.display().to_string(),
+        source: std::io::Error::other(e.to_string()),
+    })?);
+    let policy = SessionPolicy::for_mode(SessionMode::Headless).grant_unattended(
+        SafetyLevel::Dangerous,
+        "benchmark trial: tools act only inside the trial's sandbox",
+    );
+    let mut cfg = SessionConfig::new(policy, sandbox.workspace(), model);
+    cfg.scaffold = (*plan.scaffold).clone();
+    cfg.timeline = Some(timeline.clone());
+    let mut session = create_session(cfg).map_err(|e| EnvError::Unsupported(e.to_string()))?;
+
+    let turn_cancel = cancel.child_token();
+    let budget = scaled(plan.task.config.agent_timeout(), plan.timeout_multiplier);
+    let (outcome, timed_out) = {
+        let turn = session.run_turn(&plan.task.instruction, &turn_cancel);
+        tokio::pin!(turn);
+        tokio::select! {
+            out = &mut turn => (out, false),
+            _ = tokio::time::sleep(budget) => {
+                // Cancelling kills the running command's process group; the turn then ends.
+                turn_cancel.cancel();
+                (turn.await, true)
+            }
+        }
+    };
+    session.close(outcome.termination.as_str()).await;
+    rec.usage = TrialUsage {
+        input_tokens: outcome.usage.input_tokens,
+        cached_tokens: outcome.usage.cached_input_tokens,
+        output_tokens: outcome.usage.output_tokens,
+        cost_usd: outcome.usage.cost_usd,
+    };
+    let tools = session_tool_definitions(&session);
+    let session_id = session.session_id().to_string();
+    drop(session);
+    if let Ok(rows) = timeline.rows(&geode_runtime::ids::SessionId::new(session_id.clone())) {
+        let doc = atif::trajectory(&session_id, &plan.model_route, tools, &rows);
+        let path = plan.trial_dir.join("agent").join("trajectory.json");
+        if let Ok(text) = serde_json::to_string_pretty(&doc)
+            && let Err(e) = std::fs::write(&path, text)
+        {
+            rec.notes.push(format!("could not write {}: {e}", path.display()));
+        }
+    }
+    Ok(if timed_out {
+        AgentEnd::TimedOut
+    } else if cancel.is_cancelled() || outcome.termination == TerminationReason::UserCancelled {
+        AgentEnd::Cancelled
+    } else if outcome.termination == TerminationReason::LlmError {
+        AgentEnd::Errored
+    } else {
+        AgentEnd::Finished
+    })
+}
+
+fn session_tool_definitions(session: &geode_runtime::agent::AgenticLoop) -> Vec<serde_json::Value> {
+    session.tool_plan().project(ToolSchemaShape::OpenAiResponses)
+}
+
+/// The verifier phase. `Err` is an infrastructure ending.
+async fn verify(
+    plan: &TrialPlan,
+    sandbox: &dyn Sandbox,
+    rec: &mut Record,
+) -> Result<geode_graders::Rewards, Ending> {
+    let infra = |o, class: &str, e: String| Ending::infra(o, class, e);
+    sandbox
+        .kill_all_processes()
+        .await
+        .map_err(|e| infra(TrialOutcome::SandboxLost, "SandboxError", e.to_string()))?;
+    let verifier_dir = plan.trial_dir.join("verifier");
+    let planted = std::fs::read_dir(&verifier_dir)
+        .map(|d| d.count())
+        .unwrap_or(0);
+    if planted > 0 {
+        rec.integrity.push(format!(
+            "verifier_dir_written_by_agent: {planted} entries under /logs/verifier before verification"
+        ));
+    }
+    let cleared = std::fs::remove_dir_all(&verifier_dir).and_then(|_| std::fs::create_dir_all(&verifier_dir));
+    if let Err(e) = cleared {
+        return Err(infra(TrialOutcome::SandboxLost, "SandboxError", e.to_string()));
+    }
+    let tests = plan.task.tests_dir();
+    sandbox
+        .copy_in(&tests, TESTS_DIR)
+        .await
+        .map_err(|e| infra(TrialOutcome::VerifierCrashed, "VerifierError", e.to_string()))?;
+    let timeout = scaled(plan.task.config.verifier_timeout(), plan.timeout_multiplier);
+    let out = sandbox
+        .exec(
+            ExecRequest {
+                command: format!("bash {TESTS_DIR}/test.sh"),
+                cwd: None,
+                timeout,
+                output_cap: VERIFIER_OUTPUT_CAP,
+                env: plan.task.config.verifier.env.clone().into_iter().collect(),
+            },
+            CancellationToken::new(),
+        )
+        .await
+        .map_err(|e| infra(TrialOutcome::VerifierCrashed, "VerifierError", e.to_string()))?;
+    let log = format!("{}\n[stderr]\n{}\n[exit code {:?}]\n", out.stdout, out.stderr, out.exit_code);
+    let _ = std::fs::write(verifier_dir.join("test-stdout.txt"), log);
+    if out.timed_out {
+        return Err(infra(
+            TrialOutcome::VerifierTimeout,
+            "VerifierTimeoutError",
+            format!("tests/test.sh ran past {}s", timeout.as_secs()),
+        ));
+    }
+    read_rewards(&verifier_dir).map_err(|e| match e {
+        RewardError::Missing { .. } => infra(TrialOutcome::RewardMissing, "RewardFileNotFoundError", e.to_string()),
+        RewardError::Malformed { .. } => infra(TrialOutcome::RewardMalformed, "RewardFileMalformedError", e.to_string()),
+    })
+}
+
+/// Harbor's per-trial `result.json`.
+fn write_result_json(plan: &TrialPlan, row: &TrialRow, rec: &Record) {
+    let phases: serde_json::Value = serde_json::from_str(&row.phases_json).unwrap_or_default();
+    let doc = json!({
+        "schema": "geode.trial.v1",
+        "trial_name": row.trial_name,
+        "task_name": row.task_id,
+        "task_checksum": row.task_hash,
+        "run_id": row.run_id,
+        "attempt": row.attempt,
+        "seed": row.seed,
+        "agent_info": {"name": "geode", "version": env!("CARGO_PKG_VERSION"),
+                       "model_info": {"name": row.model_route}},
+        "scaffold_hash": row.scaffold_hash,
+        "outcome": row.outcome,
+        "verifier_result": {"rewards": serde_json::from_str::<serde_json::Value>(&row.rewards_json).unwrap_or_default()},
+        "exception_info": row.exception_class.as_ref().map(|c| json!({
+            "exception_type": c, "exception_message": row.exception_message})),
+        "started_at": row.started,
+        "finished_at": row.finished,
+        "phase_seconds": phases,
+        "agent_result": {"n_input_tokens": row.usage.input_tokens, "n_cache_tokens": row.usage.cached_tokens,
+                          "n_output_tokens": row.usage.output_tokens, "cost_usd": row.usage.cost_usd},
+        "integrity": rec.integrity,
+        "notes": rec.notes,
+    });
+    if let Ok(text) = serde_json::to_string_pretty(&doc) {
+        let _ = std::fs::write(plan.trial_dir.join("result.json"), text);
+    }
+}

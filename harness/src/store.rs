@@ -1,0 +1,339 @@
+//! The run store: one SQLite file per jobs folder (`geode.db`, schema `geode.runstore.v1`) with
+//! a row per run and a row per trial. Harbor's folder layout beside it (`jobs/<run>/...`) is
+//! written by the rollout; this database is what resume, reports and the crucible query.
+//!
+//! A trial row is written `running` when the trial starts and `finished` (with its outcome) in
+//! one statement when it ends, so after a crash every trial is either finished, and kept, or
+//! not, and run again.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use geode_graders::TrialOutcome;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+pub const SCHEMA: &str = "geode.runstore.v1";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: {source}")]
+    Sqlite {
+        path: String,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+/// One run (a job: tasks x attempts).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRow {
+    pub run_id: String,
+    pub created: String,
+    pub pack_path: String,
+    pub pack_hash: String,
+    pub model_route: String,
+    pub scaffold_hash: String,
+    pub seed: u64,
+    pub attempts: u32,
+    pub lock_hash: String,
+    pub status: String,
+}
+
+/// Token and cost totals of one trial's agent.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TrialUsage {
+    pub input_tokens: u64,
+    pub cached_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: f64,
+}
+
+/// A finished trial as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialRow {
+    pub run_id: String,
+    pub trial_name: String,
+    pub task_id: String,
+    pub task_hash: String,
+    pub category: String,
+    pub difficulty: String,
+    pub attempt: u32,
+    pub seed: u64,
+    pub outcome: TrialOutcome,
+    /// The primary reward; `None` when the verifier left none (infrastructure outcomes).
+    pub reward: Option<f64>,
+    pub rewards_json: String,
+    pub exception_class: Option<String>,
+    pub exception_message: Option<String>,
+    pub started: String,
+    pub finished: String,
+    /// Phase timings as JSON (`{"environment_setup": secs, ...}`).
+    pub phases_json: String,
+    pub usage: TrialUsage,
+    pub model_route: String,
+    pub scaffold_hash: String,
+    pub infra_retries: u32,
+}
+
+#[derive(Debug)]
+pub struct RunStore {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+impl RunStore {
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let err = |source| StoreError::Sqlite {
+            path: path.display().to_string(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(err)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS runs (
+                run_id TEXT PRIMARY KEY, created TEXT NOT NULL, pack_path TEXT NOT NULL,
+                pack_hash TEXT NOT NULL, model_route TEXT NOT NULL, scaffold_hash TEXT NOT NULL,
+                seed INTEGER NOT NULL, attempts INTEGER NOT NULL, lock_hash TEXT NOT NULL,
+                config TEXT NOT NULL, status TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS trials (
+                run_id TEXT NOT NULL, trial_name TEXT NOT NULL, task_id TEXT NOT NULL,
+                task_hash TEXT NOT NULL, category TEXT NOT NULL, difficulty TEXT NOT NULL,
+                attempt INTEGER NOT NULL, seed INTEGER NOT NULL, status TEXT NOT NULL,
+                outcome TEXT, reward REAL, rewards TEXT, exception_class TEXT,
+                exception_message TEXT, started TEXT, finished TEXT, phases TEXT,
+                input_tokens INTEGER, cached_tokens INTEGER, output_tokens INTEGER,
+                cost_usd REAL, model_route TEXT, scaffold_hash TEXT, infra_retries INTEGER,
+                PRIMARY KEY (run_id, trial_name));",
+        )
+        .map_err(err)?;
+        conn.execute(
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1)",
+            params![SCHEMA],
+        )
+        .map_err(err)?;
+        Ok(RunStore {
+            path: path.to_path_buf(),
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn err(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sqlite {
+            path: self.path.display().to_string(),
+            source,
+        }
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // Statements are atomic; a panic elsewhere cannot leave the connection half-written.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn insert_run(&self, run: &RunRow, config_json: &str) -> Result<(), StoreError> {
+        self.conn()
+            .execute(
+                "INSERT INTO runs VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                params![
+                    run.run_id,
+                    run.created,
+                    run.pack_path,
+                    run.pack_hash,
+                    run.model_route,
+                    run.scaffold_hash,
+                    run.seed as i64,
+                    run.attempts,
+                    run.lock_hash,
+                    config_json,
+                    run.status
+                ],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    pub fn set_run_status(&self, run_id: &str, status: &str) -> Result<(), StoreError> {
+        self.conn()
+            .execute(
+                "UPDATE runs SET status = ?2 WHERE run_id = ?1",
+                params![run_id, status],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    pub fn run(&self, run_id: &str) -> Result<Option<RunRow>, StoreError> {
+        self.conn()
+            .query_row(
+                "SELECT run_id, created, pack_path, pack_hash, model_route, scaffold_hash, seed,
+                        attempts, lock_hash, status FROM runs WHERE run_id = ?1",
+                params![run_id],
+                |r| {
+                    Ok(RunRow {
+                        run_id: r.get(0)?,
+                        created: r.get(1)?,
+                        pack_path: r.get(2)?,
+                        pack_hash: r.get(3)?,
+                        model_route: r.get(4)?,
+                        scaffold_hash: r.get(5)?,
+                        seed: r.get::<_, i64>(6)? as u64,
+                        attempts: r.get(7)?,
+                        lock_hash: r.get(8)?,
+                        status: r.get(9)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    /// Mark a trial as started (replacing an interrupted attempt of it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_trial(
+        &self,
+        run_id: &str,
+        trial_name: &str,
+        task_id: &str,
+        task_hash: &str,
+        category: &str,
+        difficulty: &str,
+        attempt: u32,
+        seed: u64,
+        started: &str,
+    ) -> Result<(), StoreError> {
+        self.conn()
+            .execute(
+                "INSERT OR REPLACE INTO trials (run_id, trial_name, task_id, task_hash, category,
+                    difficulty, attempt, seed, status, started)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'running', ?9)",
+                params![
+                    run_id,
+                    trial_name,
+                    task_id,
+                    task_hash,
+                    category,
+                    difficulty,
+                    attempt,
+                    seed as i64,
+                    started
+                ],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Record a finished trial in one statement.
+    pub fn finish_trial(&self, t: &TrialRow) -> Result<(), StoreError> {
+        self.conn()
+            .execute(
+                "INSERT OR REPLACE INTO trials VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'finished',
+                    ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
+                params![
+                    t.run_id,
+                    t.trial_name,
+                    t.task_id,
+                    t.task_hash,
+                    t.category,
+                    t.difficulty,
+                    t.attempt,
+                    t.seed as i64,
+                    t.outcome.as_str(),
+                    t.reward,
+                    t.rewards_json,
+                    t.exception_class,
+                    t.exception_message,
+                    t.started,
+                    t.finished,
+                    t.phases_json,
+                    t.usage.input_tokens as i64,
+                    t.usage.cached_tokens as i64,
+                    t.usage.output_tokens as i64,
+                    t.usage.cost_usd,
+                    t.model_route,
+                    t.scaffold_hash,
+                    t.infra_retries
+                ],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// Names of the trials of a run that finished.
+    pub fn finished_trials(&self, run_id: &str) -> Result<Vec<String>, StoreError> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare("SELECT trial_name FROM trials WHERE run_id = ?1 AND status = 'finished'")
+            .map_err(|e| self.err(e))?;
+        let names = st
+            .query_map(params![run_id], |r| r.get::<_, String>(0))
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e));
+        names
+    }
+
+    /// Every finished trial of a run, ordered by trial name.
+    pub fn trials(&self, run_id: &str) -> Result<Vec<TrialRow>, StoreError> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare(
+                "SELECT run_id, trial_name, task_id, task_hash, category, difficulty, attempt, seed,
+                        outcome, reward, rewards, exception_class, exception_message, started,
+                        finished, phases, input_tokens, cached_tokens, output_tokens, cost_usd,
+                        model_route, scaffold_hash, infra_retries
+                 FROM trials WHERE run_id = ?1 AND status = 'finished' ORDER BY trial_name",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map(params![run_id], |r| {
+                let outcome: String = r.get(8)?;
+                Ok((
+                    outcome,
+                    TrialRow {
+                        run_id: r.get(0)?,
+                        trial_name: r.get(1)?,
+                        task_id: r.get(2)?,
+                        task_hash: r.get(3)?,
+                        category: r.get(4)?,
+                        difficulty: r.get(5)?,
+                        attempt: r.get(6)?,
+                        seed: r.get::<_, i64>(7)? as u64,
+                        outcome: TrialOutcome::Cancelled,
+                        reward: r.get(9)?,
+                        rewards_json: r.get(10)?,
+                        exception_class: r.get(11)?,
+                        exception_message: r.get(12)?,
+                        started: r.get(13)?,
+                        finished: r.get(14)?,
+                        phases_json: r.get(15)?,
+                        usage: TrialUsage {
+                            input_tokens: r.get::<_, i64>(16)? as u64,
+                            cached_tokens: r.get::<_, i64>(17)? as u64,
+                            output_tokens: r.get::<_, i64>(18)? as u64,
+                            cost_usd: r.get(19)?,
+                        },
+                        model_route: r.get(20)?,
+                        scaffold_hash: r.get(21)?,
+                        infra_retries: r.get(22)?,
+                    },
+                ))
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        rows.into_iter()
+            .map(|(outcome, mut row)| {
+                row.outcome = TrialOutcome::parse(&outcome).ok_or_else(|| StoreError::Invalid {
+                    path: self.path.display().to_string(),
+                    message: format!("trial {}: unknown outcome {outcome:?}", row.trial_name),
+                })?;
+                Ok(row)
+            })
+            .collect()
+    }
+}
