@@ -1,0 +1,356 @@
+//! The frozen contract (`geode.contract.v1`): everything a comparison depends on, fixed and
+//! hashed before the first trial, so a verdict can only be read against the rules it was made
+//! under.
+//!
+//! Format: a JSON object, fields below, unknown fields refused. On disk it is written in
+//! canonical JSON (see [`crate::canonical`]); its SHA-256 is the [`ContractHash`] that the
+//! evidence, the attestation of a sealed opening and the decision record all name.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::canonical::to_canonical_json;
+use crate::error::ContractError;
+use crate::ids::{ContractHash, GraderHash, PackHash, ScaffoldHash};
+
+/// Schema tag of a contract.
+pub const CONTRACT_SCHEMA: &str = "geode.contract.v1";
+
+/// Which split a campaign runs on: the train pack (search may tune on it) or the sealed test
+/// pack (burn-once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    Train,
+    Test,
+}
+
+/// Which bootstrap lower bound the gate compares with zero.
+///
+/// BCa is the default: the percentile bound is biased when the bootstrap distribution is skewed
+/// or its median is off the estimate, which is the usual case for small task counts and rewards
+/// near 0 or 1 (the weak point of the Python crucible).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LowerBoundMethod {
+    Percentile,
+    #[default]
+    Bca,
+}
+
+/// One arm of the comparison.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArmSpec {
+    pub scaffold_hash: ScaffoldHash,
+    /// Model route (`provider/model[@revision]`) the arm runs with.
+    pub model_route: String,
+}
+
+/// Pack hashes per stage; the evidence's pack must equal the one of the contract's stage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StagePacks {
+    pub train: PackHash,
+    pub test: PackHash,
+}
+
+/// The frozen evaluator: the binary that runs and grades the trials.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvaluatorIdentity {
+    pub binary_version: String,
+    pub source_revision: String,
+}
+
+/// Parameters of the promotion rule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionRule {
+    /// One-sided confidence of the lower bound the gate uses, in (0.5, 1). Two-sided intervals at
+    /// the same level are reported beside it.
+    pub confidence: f64,
+    /// Cluster-bootstrap resamples B (>= 1000 in a contract).
+    pub bootstrap_resamples: u32,
+    /// Monte Carlo sign-flip resamples, used when there are more than 20 tasks (>= 1000).
+    #[serde(default = "default_permutation_resamples")]
+    pub permutation_resamples: u32,
+    /// Smallest improvement (mean task delta, reward units) worth a promotion, in [0, 1].
+    pub materiality: f64,
+    /// Fewest tasks with a valid comparison (>= 2: one task has no variance).
+    pub min_tasks: u32,
+    /// Fewest task families among those tasks (>= 1).
+    pub min_families: u32,
+    /// Lowest acceptable candidate mean (mean over tasks of per-task means), in [0, 1].
+    pub candidate_floor: f64,
+    /// Which bootstrap lower bound must be positive.
+    #[serde(default)]
+    pub lower_bound: LowerBoundMethod,
+}
+
+fn default_permutation_resamples() -> u32 {
+    10_000
+}
+
+impl Default for DecisionRule {
+    /// The rule `geode crucible freeze` proposes when the user names none.
+    fn default() -> Self {
+        DecisionRule {
+            confidence: 0.95,
+            bootstrap_resamples: 10_000,
+            permutation_resamples: 10_000,
+            materiality: 0.02,
+            min_tasks: 20,
+            min_families: 2,
+            candidate_floor: 0.0,
+            lower_bound: LowerBoundMethod::Bca,
+        }
+    }
+}
+
+impl DecisionRule {
+    /// Checks ranges; `min_resamples` is 1000 for a contract and lower for simulations, which
+    /// trade Monte Carlo noise in each simulated bound for speed.
+    pub(crate) fn check(&self, min_resamples: u32) -> Result<(), ContractError> {
+        let c = self.confidence;
+        if !(c.is_finite() && c > 0.5 && c < 1.0) {
+            return Err(ContractError::field(
+                "decision_rule.confidence",
+                format!("must be in (0.5, 1), got {c}"),
+            ));
+        }
+        if self.bootstrap_resamples < min_resamples {
+            return Err(ContractError::field(
+                "decision_rule.bootstrap_resamples",
+                format!(
+                    "must be >= {min_resamples}, got {}",
+                    self.bootstrap_resamples
+                ),
+            ));
+        }
+        if self.permutation_resamples < min_resamples {
+            return Err(ContractError::field(
+                "decision_rule.permutation_resamples",
+                format!(
+                    "must be >= {min_resamples}, got {}",
+                    self.permutation_resamples
+                ),
+            ));
+        }
+        unit_interval("decision_rule.materiality", self.materiality)?;
+        unit_interval("decision_rule.candidate_floor", self.candidate_floor)?;
+        if self.min_tasks < 2 {
+            return Err(ContractError::field(
+                "decision_rule.min_tasks",
+                "must be >= 2 (one task has no variance, so no bound)",
+            ));
+        }
+        if self.min_families < 1 {
+            return Err(ContractError::field(
+                "decision_rule.min_families",
+                "must be >= 1",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Budgets the metered usage of the whole campaign (both arms) may not exceed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budgets {
+    pub wall_seconds: f64,
+    pub model_calls: u64,
+    pub tokens: u64,
+    pub cost_usd: f64,
+}
+
+/// Veto parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Vetoes {
+    /// Largest tolerated excess of the candidate's integrity-signal rate over the baseline's
+    /// (fraction of trials with a signal), judged by an upper confidence bound; in (0, 1).
+    /// Zero is refused: no finite campaign can bound a difference by zero.
+    pub safety_tolerance: f64,
+    /// Largest fraction of all trials that may be infrastructure-invalid before the campaign is
+    /// INVALID; in [0, 1).
+    pub infra_allowance: f64,
+}
+
+impl Default for Vetoes {
+    /// The vetoes `geode crucible freeze` proposes. A 0.05 tolerance needs about 52 clean
+    /// trials per arm before the safety bound can fall below it at 95 % confidence.
+    fn default() -> Self {
+        Vetoes {
+            safety_tolerance: 0.05,
+            infra_allowance: 0.02,
+        }
+    }
+}
+
+/// A contract before freezing. Build it, then [`Contract::freeze`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Contract {
+    /// Always [`CONTRACT_SCHEMA`].
+    pub schema: String,
+    pub stage: Stage,
+    pub baseline: ArmSpec,
+    pub candidate: ArmSpec,
+    pub packs: StagePacks,
+    /// Trials per task per arm.
+    pub trials_per_task: u32,
+    /// Seed from which every (task, trial) seed is derived ([`crate::seed::TrialSeed::derive`]).
+    pub run_seed: u64,
+    pub grader_config_hash: GraderHash,
+    pub evaluator: EvaluatorIdentity,
+    pub decision_rule: DecisionRule,
+    pub budgets: Budgets,
+    pub vetoes: Vetoes,
+}
+
+fn unit_interval(field: &'static str, x: f64) -> Result<(), ContractError> {
+    if x.is_finite() && (0.0..=1.0).contains(&x) {
+        Ok(())
+    } else {
+        Err(ContractError::field(
+            field,
+            format!("must be in [0, 1], got {x}"),
+        ))
+    }
+}
+
+fn non_empty(field: &'static str, s: &str) -> Result<(), ContractError> {
+    if s.trim().is_empty() {
+        Err(ContractError::field(field, "must not be empty"))
+    } else {
+        Ok(())
+    }
+}
+
+impl Contract {
+    /// Checks every field; the error names the first field at fault.
+    pub fn validate(&self) -> Result<(), ContractError> {
+        if self.schema != CONTRACT_SCHEMA {
+            return Err(ContractError::field(
+                "schema",
+                format!("must be {CONTRACT_SCHEMA:?}, got {:?}", self.schema),
+            ));
+        }
+        non_empty("baseline.model_route", &self.baseline.model_route)?;
+        non_empty("candidate.model_route", &self.candidate.model_route)?;
+        if self.packs.train == self.packs.test {
+            return Err(ContractError::field(
+                "packs.test",
+                "must differ from packs.train (split isolation)",
+            ));
+        }
+        if self.trials_per_task < 1 {
+            return Err(ContractError::field("trials_per_task", "must be >= 1"));
+        }
+        non_empty("evaluator.binary_version", &self.evaluator.binary_version)?;
+        non_empty("evaluator.source_revision", &self.evaluator.source_revision)?;
+        self.decision_rule.check(1000)?;
+        let b = &self.budgets;
+        if !(b.wall_seconds.is_finite() && b.wall_seconds > 0.0) {
+            return Err(ContractError::field(
+                "budgets.wall_seconds",
+                format!("must be finite and > 0, got {}", b.wall_seconds),
+            ));
+        }
+        if !(b.cost_usd.is_finite() && b.cost_usd >= 0.0) {
+            return Err(ContractError::field(
+                "budgets.cost_usd",
+                format!("must be finite and >= 0, got {}", b.cost_usd),
+            ));
+        }
+        if b.model_calls == 0 {
+            return Err(ContractError::field("budgets.model_calls", "must be >= 1"));
+        }
+        if b.tokens == 0 {
+            return Err(ContractError::field("budgets.tokens", "must be >= 1"));
+        }
+        let t = self.vetoes.safety_tolerance;
+        if !(t.is_finite() && t > 0.0 && t < 1.0) {
+            return Err(ContractError::field(
+                "vetoes.safety_tolerance",
+                format!("must be in (0, 1), got {t}"),
+            ));
+        }
+        let a = self.vetoes.infra_allowance;
+        if !(a.is_finite() && (0.0..1.0).contains(&a)) {
+            return Err(ContractError::field(
+                "vetoes.infra_allowance",
+                format!("must be in [0, 1), got {a}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validates, canonicalizes and hashes: the only way to get a [`FrozenContract`].
+    pub fn freeze(self) -> Result<FrozenContract, ContractError> {
+        self.validate()?;
+        let canonical = to_canonical_json(&self)?;
+        let hash = ContractHash::from_digest(Sha256::digest(canonical.as_bytes()).into());
+        Ok(FrozenContract {
+            contract: self,
+            hash,
+            canonical,
+        })
+    }
+}
+
+/// A validated contract with its canonical text and hash. Holding one proves validation passed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FrozenContract {
+    contract: Contract,
+    hash: ContractHash,
+    canonical: String,
+}
+
+impl FrozenContract {
+    /// Parses and freezes contract JSON (any formatting; the hash is over the canonical form).
+    pub fn from_json(text: &str) -> Result<FrozenContract, ContractError> {
+        let contract: Contract =
+            serde_json::from_str(text).map_err(|e| ContractError::Parse(e.to_string()))?;
+        contract.freeze()
+    }
+
+    /// Parses, freezes and checks the hash recorded at freeze time: what every step after
+    /// `geode crucible freeze` does before trusting the contract.
+    pub fn verify_json(
+        text: &str,
+        expected: &ContractHash,
+    ) -> Result<FrozenContract, ContractError> {
+        let frozen = Self::from_json(text)?;
+        if &frozen.hash != expected {
+            return Err(ContractError::HashMismatch {
+                expected: expected.to_string(),
+                actual: frozen.hash.to_string(),
+            });
+        }
+        Ok(frozen)
+    }
+
+    pub fn contract(&self) -> &Contract {
+        &self.contract
+    }
+
+    pub fn hash(&self) -> &ContractHash {
+        &self.hash
+    }
+
+    /// The canonical JSON text to write to disk (its SHA-256 is [`Self::hash`]).
+    pub fn canonical_json(&self) -> &str {
+        &self.canonical
+    }
+
+    /// The pack the contract's stage runs on.
+    pub fn stage_pack(&self) -> &PackHash {
+        match self.contract.stage {
+            Stage::Train => &self.contract.packs.train,
+            Stage::Test => &self.contract.packs.test,
+        }
+    }
+}

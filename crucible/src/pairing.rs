@@ -1,0 +1,234 @@
+//! Pairing: turns the trial rows into (baseline, candidate) pairs per task, and finds every way
+//! the rows fail to be an exact paired design.
+//!
+//! A design is exact when every (task, trial) of the pack has both arms exactly once, with the
+//! seed derived for that (task, trial). A pair with an infrastructure-invalid arm is dropped
+//! whole (keeping one arm would unpair the comparison) and counted against the allowance.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::evidence::{Arm, IntegritySignals, TaskRef, TrialOutcome};
+use crate::ids::{FamilyId, TaskId};
+use crate::seed::TrialSeed;
+use crate::verdict::ReasonCode;
+
+/// One valid pair of rewards.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pair {
+    pub baseline: f64,
+    pub candidate: f64,
+}
+
+/// Integrity-signal tally of one arm on one task, over all its trials (infra-invalid included:
+/// an attempt to tamper is a signal even if the sandbox died afterwards).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignalTally {
+    /// Trials of this arm on this task.
+    pub trials: u32,
+    /// Trials that raised at least one integrity signal.
+    pub flagged: u32,
+    /// Signals by kind.
+    pub signals: IntegritySignals,
+}
+
+impl SignalTally {
+    /// Adds one trial's signals.
+    pub fn record(&mut self, s: &IntegritySignals) {
+        self.trials += 1;
+        if s.total() > 0 {
+            self.flagged += 1;
+        }
+        self.signals.add(s);
+    }
+}
+
+/// The pairs of one task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairedTask {
+    pub task: TaskId,
+    pub family: FamilyId,
+    /// Valid pairs, in trial order.
+    pub pairs: Vec<Pair>,
+    /// Pairs dropped because an arm was infrastructure-invalid.
+    pub dropped: u32,
+    pub baseline_signals: SignalTally,
+    pub candidate_signals: SignalTally,
+}
+
+/// All tasks of the pack, in pack order (a task whose pairs were all dropped stays, with no
+/// pairs, so the coverage veto can name it).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PairedTable {
+    pub tasks: Vec<PairedTask>,
+}
+
+/// A problem that makes the design inexact, with a human-readable detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub code: ReasonCode,
+    pub detail: String,
+}
+
+/// What pairing found.
+#[derive(Debug, Clone, Default)]
+pub struct Pairing {
+    pub table: PairedTable,
+    /// Empty when the design is exact.
+    pub problems: Vec<Problem>,
+    /// Trials flagged infrastructure-invalid (both arms counted).
+    pub infra_invalid_trials: u32,
+}
+
+fn problem(problems: &mut Vec<Problem>, code: ReasonCode, detail: String) {
+    problems.push(Problem { code, detail });
+}
+
+/// Pairs `trials` over the pack `tasks` with `trials_per_task` trials per arm, checking each
+/// trial's seed against [`TrialSeed::derive`]`(run_seed, task, trial)`.
+pub fn pair_trials(
+    tasks: &[TaskRef],
+    trials: &[TrialOutcome],
+    trials_per_task: u32,
+    run_seed: u64,
+) -> Pairing {
+    let mut problems = Vec::new();
+    let mut index: HashMap<&TaskId, usize> = HashMap::new();
+    for (i, t) in tasks.iter().enumerate() {
+        if index.insert(&t.id, i).is_some() {
+            problem(
+                &mut problems,
+                ReasonCode::CoverageNotExact,
+                format!("task {} listed twice in the pack", t.id),
+            );
+        }
+    }
+
+    // (task index, trial) -> [baseline, candidate]
+    let mut slots: BTreeMap<(usize, u32), [Option<&TrialOutcome>; 2]> = BTreeMap::new();
+    let mut infra_invalid_trials = 0u32;
+    let mut tallies = vec![[SignalTally::default(); 2]; tasks.len()];
+    for row in trials {
+        if row.infra_invalid {
+            infra_invalid_trials += 1;
+        }
+        if !(row.reward.is_finite() && (0.0..=1.0).contains(&row.reward)) {
+            problem(
+                &mut problems,
+                ReasonCode::MalformedEvidence,
+                format!(
+                    "task {} trial {} {:?}: reward {} outside [0, 1]",
+                    row.task, row.trial, row.arm, row.reward
+                ),
+            );
+        }
+        let Some(&ti) = index.get(&row.task) else {
+            problem(
+                &mut problems,
+                ReasonCode::CoverageNotExact,
+                format!("trial names task {} which the pack does not list", row.task),
+            );
+            continue;
+        };
+        if row.family != tasks[ti].family {
+            problem(
+                &mut problems,
+                ReasonCode::CoverageNotExact,
+                format!(
+                    "task {} trial {}: family {} but the pack says {}",
+                    row.task, row.trial, row.family, tasks[ti].family
+                ),
+            );
+        }
+        if row.trial >= trials_per_task {
+            problem(
+                &mut problems,
+                ReasonCode::CoverageNotExact,
+                format!(
+                    "task {} trial index {} >= trials_per_task {}",
+                    row.task, row.trial, trials_per_task
+                ),
+            );
+            continue;
+        }
+        let expected = TrialSeed::derive(run_seed, &row.task, row.trial);
+        if row.seed != expected {
+            problem(
+                &mut problems,
+                ReasonCode::SeedMismatch,
+                format!(
+                    "task {} trial {} {:?}: seed {} but the run seed derives {}",
+                    row.task, row.trial, row.arm, row.seed.0, expected.0
+                ),
+            );
+        }
+        let arm = match row.arm {
+            Arm::Baseline => 0,
+            Arm::Candidate => 1,
+        };
+        tallies[ti][arm].record(&row.integrity);
+        let slot = slots.entry((ti, row.trial)).or_insert([None, None]);
+        if slot[arm].is_some() {
+            problem(
+                &mut problems,
+                ReasonCode::CoverageNotExact,
+                format!(
+                    "task {} trial {} {:?}: recorded twice",
+                    row.task, row.trial, row.arm
+                ),
+            );
+        } else {
+            slot[arm] = Some(row);
+        }
+    }
+
+    let mut table = PairedTable::default();
+    for (ti, t) in tasks.iter().enumerate() {
+        let mut pairs = Vec::new();
+        let mut dropped = 0u32;
+        for trial in 0..trials_per_task {
+            match slots.get(&(ti, trial)) {
+                Some([Some(b), Some(c)]) => {
+                    if b.infra_invalid || c.infra_invalid {
+                        dropped += 1;
+                    } else {
+                        pairs.push(Pair {
+                            baseline: b.reward,
+                            candidate: c.reward,
+                        });
+                    }
+                }
+                Some([Some(_), None]) => problem(
+                    &mut problems,
+                    ReasonCode::CoverageNotExact,
+                    format!("task {} trial {trial}: no candidate trial", t.id),
+                ),
+                Some([None, Some(_)]) => problem(
+                    &mut problems,
+                    ReasonCode::CoverageNotExact,
+                    format!("task {} trial {trial}: no baseline trial", t.id),
+                ),
+                _ => problem(
+                    &mut problems,
+                    ReasonCode::CoverageNotExact,
+                    format!("task {} trial {trial}: neither arm ran", t.id),
+                ),
+            }
+        }
+        let [baseline_signals, candidate_signals] = tallies[ti];
+        table.tasks.push(PairedTask {
+            task: t.id.clone(),
+            family: t.family.clone(),
+            pairs,
+            dropped,
+            baseline_signals,
+            candidate_signals,
+        });
+    }
+    Pairing {
+        table,
+        problems,
+        infra_invalid_trials,
+    }
+}

@@ -1,0 +1,87 @@
+//! The decision record (`geode.decision.v1`): the verdict with everything needed to audit and
+//! recompute it: contract and evidence hashes, reasons, every statistic, every seed.
+
+use serde::{Deserialize, Serialize};
+
+use crate::canonical::to_canonical_json;
+use crate::contract::{DecisionRule, EvaluatorIdentity, Stage};
+use crate::error::CanonicalError;
+use crate::ids::{ContractHash, EvidenceHash};
+use crate::stats::Statistics;
+use crate::verdict::{ReasonCode, Verdict};
+use crate::veto::{BudgetReport, CoverageReport, SafetyReport};
+
+/// Schema tag of a decision record.
+pub const DECISION_SCHEMA: &str = "geode.decision.v1";
+
+/// Every seed that went into the decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionSeeds {
+    /// Run seed the trial seeds were derived from.
+    pub run_seed: u64,
+    /// Replication number, `None` for the original campaign.
+    pub replication: Option<u32>,
+    /// Cluster-bootstrap seed (derived from the contract hash).
+    pub bootstrap: u64,
+    /// Monte Carlo sign-flip seed (derived from the contract hash).
+    pub permutation: u64,
+}
+
+/// Counts of the evidence, known even when the verdict is INVALID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    pub tasks_in_pack: u32,
+    pub trials_per_task: u32,
+    pub trials: u32,
+    pub infra_invalid_trials: u32,
+    /// Largest number of infra-invalid trials the contract allows for this pack.
+    pub infra_allowance_trials: u32,
+    pub valid_pairs: u32,
+    pub dropped_pairs: u32,
+}
+
+/// The record `geode crucible decide` writes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionRecord {
+    /// Always [`DECISION_SCHEMA`].
+    pub schema: String,
+    /// Version of this crate: the code that applied the rule.
+    pub crucible_version: String,
+    pub contract_hash: ContractHash,
+    /// Hash of the trial table; `None` only if the table holds a non-finite number (then the
+    /// verdict is INVALID with `malformed_evidence`).
+    pub evidence_hash: Option<EvidenceHash>,
+    pub stage: Stage,
+    pub verdict: Verdict,
+    pub reasons: Vec<ReasonCode>,
+    /// Human-readable specifics of INVALID reasons (first ones only).
+    pub details: Vec<String>,
+    pub evaluator: EvaluatorIdentity,
+    pub rule: DecisionRule,
+    pub seeds: DecisionSeeds,
+    pub counts: Counts,
+    /// `None` when INVALID: no comparison was made.
+    pub statistics: Option<Statistics>,
+    pub safety: Option<SafetyReport>,
+    pub budget: Option<BudgetReport>,
+    pub coverage: Option<CoverageReport>,
+}
+
+impl DecisionRecord {
+    /// Exit code of `geode crucible decide`: 0 KEEP, 1 REJECT, 2 INVALID.
+    pub fn exit_code(&self) -> i32 {
+        self.verdict.exit_code()
+    }
+
+    /// Pretty JSON for the run folder; refuses non-finite numbers instead of writing `null`.
+    pub fn to_json(&self) -> Result<String, CanonicalError> {
+        // Canonicalizing first runs the non-finite check with a field path.
+        to_canonical_json(self)?;
+        serde_json::to_string_pretty(self).map_err(|e| CanonicalError::Serialize(e.to_string()))
+    }
+
+    /// Parses a record written by [`Self::to_json`].
+    pub fn from_json(text: &str) -> Result<DecisionRecord, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+}
