@@ -1,0 +1,4 @@
+def f(x):
+    # TODO: no owner, ignored
+    # TODO(carol.d): make this faster
+    return x * 2
