@@ -43,11 +43,14 @@ pub fn read_rewards(verifier_dir: &Path) -> Result<Rewards, RewardError> {
     }
     let txt_path = verifier_dir.join("reward.txt");
     if txt_path.is_file() {
-        let text = std::fs::read_to_string(&txt_path).map_err(|e| malformed(&txt_path, e.to_string()))?;
-        let value: f64 = text
-            .trim()
-            .parse()
-            .map_err(|_| malformed(&txt_path, format!("not a number: {:?}", truncate(text.trim()))))?;
+        let text =
+            std::fs::read_to_string(&txt_path).map_err(|e| malformed(&txt_path, e.to_string()))?;
+        let value: f64 = text.trim().parse().map_err(|_| {
+            malformed(
+                &txt_path,
+                format!("not a number: {:?}", truncate(text.trim())),
+            )
+        })?;
         if !value.is_finite() {
             return Err(malformed(&txt_path, "the reward is not finite"));
         }
@@ -101,18 +104,34 @@ mod tests {
     #[test]
     fn precedence_and_errors() {
         let d = tempfile::tempdir().unwrap();
-        assert!(matches!(read_rewards(d.path()), Err(RewardError::Missing { .. })));
+        assert!(matches!(
+            read_rewards(d.path()),
+            Err(RewardError::Missing { .. })
+        ));
         std::fs::write(d.path().join("reward.txt"), "0.5\n").unwrap();
         assert_eq!(read_rewards(d.path()).unwrap().primary, 0.5);
-        std::fs::write(d.path().join("reward.json"), r#"{"reward": 1, "runtime_sec": 1.2}"#).unwrap();
+        std::fs::write(
+            d.path().join("reward.json"),
+            r#"{"reward": 1, "runtime_sec": 1.2}"#,
+        )
+        .unwrap();
         let r = read_rewards(d.path()).unwrap();
-        assert_eq!((r.primary, r.source.as_str(), r.all.len()), (1.0, "reward.json", 2));
+        assert_eq!(
+            (r.primary, r.source.as_str(), r.all.len()),
+            (1.0, "reward.json", 2)
+        );
         std::fs::write(d.path().join("reward.json"), r#"{"a": 1, "b": 2}"#).unwrap();
         let e = read_rewards(d.path()).unwrap_err().to_string();
-        assert!(e.contains("reward.json") && e.contains("no \"reward\" key"), "{e}");
+        assert!(
+            e.contains("reward.json") && e.contains("no \"reward\" key"),
+            "{e}"
+        );
         std::fs::remove_file(d.path().join("reward.json")).unwrap();
         std::fs::write(d.path().join("reward.txt"), "yes").unwrap();
         let e = read_rewards(d.path()).unwrap_err().to_string();
-        assert!(e.contains("reward.txt") && e.contains("not a number"), "{e}");
+        assert!(
+            e.contains("reward.txt") && e.contains("not a number"),
+            "{e}"
+        );
     }
 }

@@ -7,3 +7,4 @@ pub mod pack;
 pub mod rollout;
 pub mod store;
 pub mod summary;
+pub mod tb1;

@@ -140,7 +140,11 @@ const DEFAULT_VERIFIER_TIMEOUT: f64 = 600.0;
 const DEFAULT_BUILD_TIMEOUT: f64 = 600.0;
 
 fn seconds(value: Option<f64>, default: f64) -> Duration {
-    Duration::from_secs_f64(value.filter(|v| v.is_finite() && *v > 0.0).unwrap_or(default))
+    Duration::from_secs_f64(
+        value
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .unwrap_or(default),
+    )
 }
 
 impl TaskConfig {
@@ -201,7 +205,10 @@ impl Task {
         let text = std::fs::read_to_string(&toml_path).map_err(|e| io_err(&toml_path, e))?;
         let config: TaskConfig =
             toml::from_str(&text).map_err(|e| invalid(&toml_path, e.to_string().trim_end()))?;
-        if let Some(v) = config.schema_version.as_deref().or(config.version.as_deref())
+        if let Some(v) = config
+            .schema_version
+            .as_deref()
+            .or(config.version.as_deref())
             && !v.starts_with('1')
         {
             return Err(invalid(
@@ -210,8 +217,8 @@ impl Task {
             ));
         }
         let instruction_path = dir.join("instruction.md");
-        let instruction = std::fs::read_to_string(&instruction_path)
-            .map_err(|e| io_err(&instruction_path, e))?;
+        let instruction =
+            std::fs::read_to_string(&instruction_path).map_err(|e| io_err(&instruction_path, e))?;
         if instruction.trim().is_empty() {
             return Err(invalid(&instruction_path, "the instruction is empty"));
         }
@@ -326,7 +333,9 @@ pub fn pack_hash<'a>(
         "tasks": entries.iter().map(|(id, h)| serde_json::json!([id, h.0])).collect::<Vec<_>>(),
         "trials_per_task": trials_per_task,
     });
-    PackHash(hex::encode(Sha256::digest(canonical.to_string().as_bytes())))
+    PackHash(hex::encode(Sha256::digest(
+        canonical.to_string().as_bytes(),
+    )))
 }
 
 fn put(hasher: &mut Sha256, bytes: &[u8]) {

@@ -91,9 +91,12 @@ impl RunStore {
             source,
         };
         let conn = Connection::open(path).map_err(err)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(10)).map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(err)?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS runs (
@@ -269,12 +272,10 @@ impl RunStore {
         let mut st = conn
             .prepare("SELECT trial_name FROM trials WHERE run_id = ?1 AND status = 'finished'")
             .map_err(|e| self.err(e))?;
-        let names = st
-            .query_map(params![run_id], |r| r.get::<_, String>(0))
+        st.query_map(params![run_id], |r| r.get::<_, String>(0))
             .map_err(|e| self.err(e))?
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.err(e));
-        names
+            .map_err(|e| self.err(e))
     }
 
     /// Every finished trial of a run, ordered by trial name.

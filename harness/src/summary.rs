@@ -107,8 +107,9 @@ pub fn summarize(trials: &[TrialRow]) -> RunSummary {
         .filter(|t| t.trials > 1)
         .map(|t| t.mean_reward * (1.0 - t.mean_reward) / (t.trials as f64 - 1.0))
         .sum();
-    let tb_stderr = if t_count > 0 {
-        tb_var.sqrt() / t_count as f64
+    // Undefined without a task of two or more trials (n_t - 1 = 0): NaN, shown as n/a.
+    let tb_stderr = if per_task.iter().any(|t| t.trials > 1) {
+        tb_var.max(0.0).sqrt() / t_count as f64
     } else {
         f64::NAN
     };
@@ -156,11 +157,12 @@ impl RunSummary {
             .ci95
             .map(|(lo, hi)| format!(", 95% CI [{lo:.3}, {hi:.3}] (task-clustered t)"))
             .unwrap_or_default();
-        out.push_str(&format!(
-            "accuracy {:.3} ± {:.3} (1.96 × TB stderr){ci}\n",
-            self.accuracy,
-            1.96 * self.tb_stderr
-        ));
+        let stderr = if self.tb_stderr.is_finite() {
+            format!(" ± {:.3} (1.96 × TB stderr)", 1.96 * self.tb_stderr)
+        } else {
+            " (TB stderr n/a: one trial per task)".to_string()
+        };
+        out.push_str(&format!("accuracy {:.3}{stderr}{ci}\n", self.accuracy));
         out.push_str(&format!(
             "accuracy with infrastructure failures as zero: {:.3}\n",
             self.accuracy_infra_as_zero

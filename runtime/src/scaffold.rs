@@ -66,6 +66,44 @@ impl Default for GuardLimits {
     }
 }
 
+/// When and how the context is compacted (agent/compaction.rs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CompactionLimits {
+    /// The model's context window, in tokens.
+    pub context_window_tokens: u64,
+    /// Compact once the context passes this fraction of the window.
+    pub threshold: f64,
+    /// Messages kept verbatim after a compaction (a PreCompact hook may change it).
+    pub keep_recent_messages: usize,
+    /// Tool calls of the dropped part listed in the summary, newest last.
+    pub summary_tool_calls: usize,
+}
+
+impl Default for CompactionLimits {
+    fn default() -> Self {
+        CompactionLimits {
+            context_window_tokens: 200_000,
+            threshold: 0.8,
+            keep_recent_messages: 8,
+            summary_tool_calls: 10,
+        }
+    }
+}
+
+impl CompactionLimits {
+    /// Default limits are left out of the scaffold's JSON, so adding them did not change the
+    /// hash of any existing scaffold.
+    pub fn is_default(&self) -> bool {
+        *self == CompactionLimits::default()
+    }
+
+    /// Token count past which the context is compacted.
+    pub fn threshold_tokens(&self) -> u64 {
+        (self.context_window_tokens as f64 * self.threshold.clamp(0.0, 1.0)) as u64
+    }
+}
+
 impl GuardLimits {
     pub fn turn_time_budget(&self) -> Option<Duration> {
         self.turn_time_budget_secs.map(Duration::from_secs)
@@ -85,6 +123,8 @@ pub struct Scaffold {
     pub guards: GuardLimits,
     /// Characters of one tool_result kept in the conversation.
     pub tool_result_cap: usize,
+    #[serde(skip_serializing_if = "CompactionLimits::is_default")]
+    pub compaction: CompactionLimits,
 }
 
 impl Default for Scaffold {
@@ -102,6 +142,7 @@ impl Default for Scaffold {
             reflection: ReflectionMode::Off,
             guards: GuardLimits::default(),
             tool_result_cap: 64 * 1024,
+            compaction: CompactionLimits::default(),
         }
     }
 }
@@ -128,6 +169,18 @@ mod tests {
         assert_eq!(s.repair_budget, 4);
         assert_eq!(s.guards.max_rounds, 7);
         assert_eq!(s.guards.convergence_window, 3);
+        assert_ne!(s.hash(), Scaffold::default().hash());
+    }
+
+    #[test]
+    fn default_compaction_limits_leave_the_hash_alone() {
+        let json = serde_json::to_value(Scaffold::default()).unwrap();
+        assert!(json.get("compaction").is_none());
+        let s: Scaffold =
+            toml::from_str("[compaction]\ncontext_window_tokens = 1000\nthreshold = 0.5\n")
+                .unwrap();
+        assert_eq!(s.compaction.threshold_tokens(), 500);
+        assert_eq!(s.compaction.keep_recent_messages, 8);
         assert_ne!(s.hash(), Scaffold::default().hash());
     }
 }

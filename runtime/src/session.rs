@@ -1,11 +1,17 @@
 //! `create_session`: builds the executor and the loop of one session as a pair sharing hooks,
 //! timeline, cognitive state and plan. Every driver (`geode exec`, the harness, later the REPL
 //! and the daemon) starts a session here, so they all get the same pipeline.
+//!
+//! With `SessionConfig::checkpoint` set, the session is durable: a checkpoint directory, effect
+//! receipts and an evidence ledger (agent/durable.rs). `resume_session` is the one restore
+//! path back into such a session.
 
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::agent::durable::{CheckpointSettings, Durable};
+use crate::agent::restore::{CRASH_REASON, RestoreReport, load_from};
 use crate::agent::{AgenticLoop, LoopEvent, LoopParts};
 use crate::cognition::CognitiveState;
 use crate::hooks::HookRegistry;
@@ -13,6 +19,8 @@ use crate::ids::SessionId;
 use crate::model::Model;
 use crate::policy::SessionPolicy;
 use crate::scaffold::Scaffold;
+use crate::store::StoreError;
+use crate::store::checkpoint::CheckpointStore;
 use crate::store::timeline::SessionTimeline;
 use crate::tools::approval::{Approver, NoHuman};
 use crate::tools::builtin::builtin_tools;
@@ -39,6 +47,20 @@ pub struct SessionConfig {
     pub events: Option<UnboundedSender<LoopEvent>>,
     /// `YYYY-MM-DD` for the prompt; today (UTC) when `None`.
     pub date: Option<String>,
+    /// Make the session durable (checkpoint, receipts, ledger). `None`: no checkpoint, and no
+    /// save-before-dispatch guarantee.
+    pub checkpoint: Option<CheckpointSettings>,
+}
+
+/// Why a session could not be built or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Executor(#[from] ExecutorError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("session {0}: resuming needs checkpoint settings (SessionConfig::checkpoint)")]
+    NotDurable(SessionId),
 }
 
 impl SessionConfig {
@@ -60,18 +82,62 @@ impl SessionConfig {
             middleware: Vec::new(),
             events: None,
             date: None,
+            checkpoint: None,
         }
     }
 }
 
-/// Build the executor + loop pair. Fails only on a tool whose schema does not compile.
-pub fn create_session(cfg: SessionConfig) -> Result<AgenticLoop, ExecutorError> {
+/// Build the executor + loop pair. With checkpoint settings, the session's checkpoint
+/// directory is created (an existing one is refused: resume it instead).
+pub fn create_session(cfg: SessionConfig) -> Result<AgenticLoop, SessionError> {
+    let settings = cfg.checkpoint.clone();
+    let id = cfg.session_id.clone();
+    let model_id = cfg.model.id().to_string();
+    let root = cfg.workspace.root().to_path_buf();
+    let (mut lp, durable) = build(cfg, || match &settings {
+        Some(s) => Durable::create(s, &id, &model_id, &root).map(Some),
+        None => Ok(None),
+    })?;
+    if let Some(d) = durable {
+        lp.set_durable(d);
+    }
+    Ok(lp)
+}
+
+/// Bring back a checkpointed session (`cfg.session_id`, `cfg.checkpoint`): messages,
+/// cognitive state with plan, guard counters, the interrupted turn. Receipts still `accepted`
+/// become `uncertain`. Continue it with `AgenticLoop::resume_turn`. A damaged checkpoint is an
+/// error naming the file, and the file is left as it is.
+pub fn resume_session(cfg: SessionConfig) -> Result<(AgenticLoop, RestoreReport), SessionError> {
+    let settings = cfg
+        .checkpoint
+        .clone()
+        .ok_or_else(|| SessionError::NotDurable(cfg.session_id.clone()))?;
+    let store = CheckpointStore::open(&settings.root, &cfg.session_id)?;
+    let loaded = load_from(&store)?;
+    let durable = Durable::resume(store, &settings, cfg.workspace.root())?;
+    let newly_uncertain = durable.receipts.mark_accepted_uncertain(CRASH_REASON)?;
+    let (mut lp, durable) = build(cfg, || Ok(Some(durable)))?;
+    let Some(durable) = durable else {
+        return Err(SessionError::NotDurable(lp.session_id().clone()));
+    };
+    let report = lp.restore(loaded, durable, newly_uncertain)?;
+    Ok((lp, report))
+}
+
+/// The shared assembly. `durable` is called once the tools' schemas compiled, so a bad tool
+/// never leaves a checkpoint directory behind; its stores are wired into the executor and
+/// handed back for the caller to install.
+fn build(
+    cfg: SessionConfig,
+    durable: impl FnOnce() -> Result<Option<Durable>, StoreError>,
+) -> Result<(AgenticLoop, Option<Durable>), SessionError> {
     let mut tools = builtin_tools();
     tools.extend(cognitive_tools());
     tools.extend(cfg.extra_tools);
     let cognition = Arc::new(Mutex::new(CognitiveState::default()));
     let hooks = Arc::new(cfg.hooks);
-    let executor = ToolExecutor::new(ExecutorParts {
+    let mut executor = ToolExecutor::new(ExecutorParts {
         session_id: cfg.session_id.clone(),
         plan: BoundToolPlan::new(1, tools),
         policy: cfg.policy,
@@ -86,7 +152,13 @@ pub fn create_session(cfg: SessionConfig) -> Result<AgenticLoop, ExecutorError> 
             ..ExecutorConfig::default()
         },
     })?;
-    Ok(AgenticLoop::new(LoopParts {
+    let durable = durable()?;
+    if let Some(d) = &durable {
+        executor = executor
+            .with_effect_receipts(d.receipts.clone())
+            .with_ledger(d.ledger.clone());
+    }
+    let lp = AgenticLoop::new(LoopParts {
         session_id: cfg.session_id,
         model: cfg.model,
         executor: Arc::new(executor),
@@ -98,5 +170,6 @@ pub fn create_session(cfg: SessionConfig) -> Result<AgenticLoop, ExecutorError> 
             .date
             .unwrap_or_else(|| chrono::Utc::now().format("%Y-%m-%d").to_string()),
         events: cfg.events,
-    }))
+    });
+    Ok((lp, durable))
 }

@@ -1,4 +1,7 @@
 //! End-to-end tests of the `geode` binary, run as a real child process.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod crash;
 mod exec;
+mod providers;
+mod run;

@@ -1,8 +1,14 @@
 //! `geode exec`: one headless turn.
 //!
-//! Exit codes: 0 the turn ended with an accepted answer; 1 model or setup error; 2 bad
-//! arguments; 3 a guard or budget stopped the turn; 4 the prompt was blocked by a hook;
-//! 5 verification failed or asked for an outside check; 130 cancelled (Ctrl-C).
+//! Exit codes: 0 the turn ended with an accepted answer; 1 model or setup error (or the
+//! checkpoint could not be saved); 2 bad arguments; 3 a guard or budget stopped the turn; 4 the
+//! prompt was blocked by a hook; 5 verification failed or asked for an outside check; 130
+//! cancelled (Ctrl-C).
+//!
+//! The session is checkpointed under `$GEODE_HOME/sessions/<id>/` unless `--no-checkpoint`:
+//! `geode resume` continues it after a crash, and effects get receipts (`geode receipts`).
+//! Crash tests stop it at an exact point with `GEODE_FAULT_PAUSE` / `GEODE_FAULT_MARKER`
+//! (runtime `agent::durable::FaultInjection`).
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -11,16 +17,24 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use geode_runtime::agent::{LoopEvent, TerminationReason, TurnOutcome, Verdict};
+use geode_runtime::agent::{
+    AgenticLoop, CheckpointSettings, FaultInjection, LoopEvent, TerminationReason, TurnOutcome,
+    Verdict,
+};
 use geode_runtime::hooks::HookRegistry;
 use geode_runtime::hooks::command::load_command_hooks;
 use geode_runtime::ids::SessionId;
-use geode_runtime::model::embedded_from_route;
+use geode_runtime::model::catalog::{Route, parse_route};
+use geode_runtime::model::effort::Effort;
+use geode_runtime::model::http::RouteOptions;
+use geode_runtime::model::model_from_route;
 use geode_runtime::policy::{SafetyLevel, SessionMode, SessionPolicy};
 use geode_runtime::scaffold::Scaffold;
 use geode_runtime::session::{SessionConfig, create_session};
 use geode_runtime::store::timeline::SessionTimeline;
 use geode_runtime::tools::workspace::{LocalWorkspace, Workspace};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Args)]
@@ -59,17 +73,31 @@ pub struct ExecArgs {
     /// Session id to record under (default: a fresh one).
     #[arg(long)]
     session_id: Option<String>,
+    /// Save every provider request/response pair in DIR (keys stripped); replay them offline
+    /// with `--model cassette:DIR`.
+    #[arg(long, value_name = "DIR")]
+    record: Option<PathBuf>,
+    /// Reasoning effort: none, minimal, low, medium, high, xhigh, max (clamped per model).
+    #[arg(long)]
+    effort: Option<Effort>,
+    /// Directory of session checkpoints (default: $GEODE_HOME/sessions).
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+    /// Run without a checkpoint: the session cannot be resumed and the batch is not saved
+    /// before it runs.
+    #[arg(long, conflicts_with = "checkpoint_dir")]
+    no_checkpoint: bool,
     /// The prompt; `-` reads it from stdin.
     prompt: String,
 }
 
-fn parse_level(s: &str) -> Result<SafetyLevel, String> {
+pub(super) fn parse_level(s: &str) -> Result<SafetyLevel, String> {
     SafetyLevel::parse(s).ok_or_else(|| {
         format!("unknown safety level {s:?} (safe, write, expensive, sensitive, dangerous)")
     })
 }
 
-fn geode_home() -> PathBuf {
+pub(super) fn geode_home() -> PathBuf {
     if let Some(h) = std::env::var_os("GEODE_HOME") {
         return PathBuf::from(h);
     }
@@ -77,8 +105,18 @@ fn geode_home() -> PathBuf {
     home.join(".geode")
 }
 
-fn load_scaffold(args: &ExecArgs) -> anyhow::Result<Scaffold> {
-    let mut scaffold = match &args.scaffold {
+/// Where session checkpoints live.
+pub(super) fn checkpoint_root(dir: Option<&PathBuf>) -> PathBuf {
+    dir.cloned()
+        .unwrap_or_else(|| geode_home().join("sessions"))
+}
+
+pub(super) fn load_scaffold(
+    file: Option<&PathBuf>,
+    max_rounds: Option<u32>,
+    time_budget: Option<u64>,
+) -> anyhow::Result<Scaffold> {
+    let mut scaffold = match file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read scaffold {}", path.display()))?;
@@ -86,28 +124,74 @@ fn load_scaffold(args: &ExecArgs) -> anyhow::Result<Scaffold> {
         }
         None => Scaffold::default(),
     };
-    if let Some(n) = args.max_rounds {
+    if let Some(n) = max_rounds {
         scaffold.guards.max_rounds = n;
     }
-    if let Some(s) = args.time_budget {
+    if let Some(s) = time_budget {
         scaffold.guards.turn_time_budget_secs = Some(s);
     }
     Ok(scaffold)
 }
 
-pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
-    let prompt = if args.prompt == "-" {
+/// The provider a route talks to, for the checkpoint (`embedded` for nop, scripted, ...).
+pub(super) fn provider_of(route: &str) -> String {
+    match parse_route(route) {
+        Ok(Route::Provider(p)) => p.provider.as_str().to_string(),
+        Ok(Route::Cassette(_)) => "cassette".into(),
+        _ => "embedded".into(),
+    }
+}
+
+/// The checkpoint settings of a session built from `route`.
+pub(super) fn checkpoint_settings(
+    root: PathBuf,
+    route: &str,
+    effort: Option<Effort>,
+) -> anyhow::Result<CheckpointSettings> {
+    Ok(CheckpointSettings {
+        root,
+        model_route: route.to_string(),
+        provider: provider_of(route),
+        effort,
+        faults: FaultInjection::from_env().map_err(anyhow::Error::msg)?,
+    })
+}
+
+pub(super) fn read_prompt(prompt: &str) -> anyhow::Result<String> {
+    let text = if prompt == "-" {
         let mut s = String::new();
         std::io::stdin()
             .read_to_string(&mut s)
             .context("reading the prompt from stdin")?;
         s
     } else {
-        args.prompt.clone()
+        prompt.to_string()
     };
-    if prompt.trim().is_empty() {
+    if text.trim().is_empty() {
         bail!("the prompt is empty");
     }
+    Ok(text)
+}
+
+pub(super) fn open_timeline(
+    disabled: bool,
+    path: Option<&PathBuf>,
+) -> anyhow::Result<Option<Arc<SessionTimeline>>> {
+    if disabled {
+        return Ok(None);
+    }
+    let path = path
+        .cloned()
+        .unwrap_or_else(|| geode_home().join("timeline.db"));
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    Ok(Some(Arc::new(SessionTimeline::open(&path)?)))
+}
+
+pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
+    let prompt = read_prompt(&args.prompt)?;
     let cwd = match &args.cwd {
         Some(c) => c.clone(),
         None => std::env::current_dir()?,
@@ -115,7 +199,10 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let workspace = Arc::new(
         LocalWorkspace::new(&cwd).with_context(|| format!("workspace {}", cwd.display()))?,
     );
-    let model = embedded_from_route(&args.model)?;
+    let mut route_options = RouteOptions::from_env();
+    route_options.record_dir = args.record.clone();
+    route_options.effort = args.effort;
+    let model = model_from_route(&args.model, &route_options)?;
     let mut policy = SessionPolicy::for_mode(SessionMode::Headless);
     if args.allow > SafetyLevel::Safe {
         policy = policy.grant_unattended(args.allow, format!("geode exec --allow {}", args.allow));
@@ -124,70 +211,85 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     for path in &args.hooks {
         load_command_hooks(&mut hooks, path, workspace.root())?;
     }
-    let timeline = if args.no_timeline {
-        None
-    } else {
-        let path = args
-            .timeline
-            .clone()
-            .unwrap_or_else(|| geode_home().join("timeline.db"));
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("creating {}", parent.display()))?;
-        }
-        Some(Arc::new(SessionTimeline::open(&path)?))
-    };
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<LoopEvent>();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<LoopEvent>();
     let mut cfg = SessionConfig::new(policy, workspace, model);
-    cfg.scaffold = load_scaffold(&args)?;
+    cfg.scaffold = load_scaffold(args.scaffold.as_ref(), args.max_rounds, args.time_budget)?;
     cfg.hooks = hooks;
-    cfg.timeline = timeline;
+    cfg.timeline = open_timeline(args.no_timeline, args.timeline.as_ref())?;
     cfg.events = Some(tx);
     if let Some(id) = &args.session_id {
         cfg.session_id = SessionId::new(id.clone());
     }
+    if !args.no_checkpoint {
+        let root = checkpoint_root(args.checkpoint_dir.as_ref());
+        cfg.checkpoint = Some(checkpoint_settings(root, &args.model, args.effort)?);
+    }
     let mut session = create_session(cfg)?;
     eprintln!("geode: session {}", session.session_id());
+    let driver = Driver::start(args.json, rx);
+    let outcome = session.run_turn(&prompt, &driver.cancel).await;
+    driver.finish(session, outcome).await
+}
 
-    let json = args.json;
-    let printer = tokio::spawn(async move {
-        while let Some(event) = rx.recv().await {
-            if json {
-                if let Ok(line) = serde_json::to_string(&event) {
-                    println!("{line}");
+/// Prints a session's events while a turn runs and turns Ctrl-C into cancellation; then
+/// closes the session and prints the result.
+pub(super) struct Driver {
+    json: bool,
+    printer: JoinHandle<()>,
+    pub(super) cancel: CancellationToken,
+}
+
+impl Driver {
+    pub(super) fn start(json: bool, mut rx: UnboundedReceiver<LoopEvent>) -> Self {
+        let printer = tokio::spawn(async move {
+            while let Some(event) = rx.recv().await {
+                if json {
+                    if let Ok(line) = serde_json::to_string(&event) {
+                        println!("{line}");
+                    }
+                } else {
+                    log_event(&event);
                 }
-            } else {
-                log_event(&event);
             }
+        });
+        let cancel = CancellationToken::new();
+        let on_signal = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("geode: cancelling the turn (Ctrl-C)");
+                on_signal.cancel();
+            }
+        });
+        Driver {
+            json,
+            printer,
+            cancel,
         }
-    });
-
-    let cancel = CancellationToken::new();
-    let on_signal = cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("geode: cancelling the turn (Ctrl-C)");
-            on_signal.cancel();
-        }
-    });
-    let outcome = session.run_turn(&prompt, &cancel).await;
-    session.close(outcome.termination.as_str()).await;
-    drop(session);
-    // The sender lives in the session; once it is dropped the printer drains and ends.
-    let _ = printer.await;
-    if !json {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", outcome.text)?;
     }
-    eprintln!(
-        "geode: {} (verification {}), {} rounds, {} tool calls, {} tokens",
-        outcome.termination,
-        outcome.verdict.name(),
-        outcome.rounds,
-        outcome.tool_calls,
-        outcome.usage.total_tokens()
-    );
-    Ok(ExitCode::from(exit_code(&outcome)))
+
+    pub(super) async fn finish(
+        self,
+        mut session: AgenticLoop,
+        outcome: TurnOutcome,
+    ) -> anyhow::Result<ExitCode> {
+        session.close(outcome.termination.as_str()).await;
+        drop(session);
+        // The sender lives in the session; once it is dropped the printer drains and ends.
+        let _ = self.printer.await;
+        if !self.json {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", outcome.text)?;
+        }
+        eprintln!(
+            "geode: {} (verification {}), {} rounds, {} tool calls, {} tokens",
+            outcome.termination,
+            outcome.verdict.name(),
+            outcome.rounds,
+            outcome.tool_calls,
+            outcome.usage.total_tokens()
+        );
+        Ok(ExitCode::from(exit_code(&outcome)))
+    }
 }
 
 fn log_event(event: &LoopEvent) {

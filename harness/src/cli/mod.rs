@@ -4,7 +4,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod backends;
 mod exec;
+mod progress;
+mod receipts;
+mod resume;
+mod run;
+mod tasks;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -24,6 +30,16 @@ pub struct Cli {
 pub enum Command {
     /// Run one prompt headless: the final answer on stdout, everything else on stderr.
     Exec(exec::ExecArgs),
+    /// Continue a checkpointed session: finish its interrupted turn, or give it a new prompt.
+    Resume(resume::ResumeArgs),
+    /// List effect receipts; reconcile uncertain effects by hand.
+    #[command(subcommand)]
+    Receipts(receipts::ReceiptsCommand),
+    /// Run a benchmark: every task of a pack, K attempts each, in sandboxes.
+    Run(run::RunArgs),
+    /// Inspect, hash and import task packs.
+    #[command(subcommand)]
+    Tasks(tasks::TasksCommand),
 }
 
 pub fn init_logging(verbose: u8) {
@@ -46,5 +62,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         .build()?;
     match cli.command {
         Command::Exec(args) => runtime.block_on(exec::run(args)),
+        Command::Resume(args) => runtime.block_on(resume::run(args)),
+        Command::Receipts(cmd) => receipts::run(cmd),
+        Command::Run(args) => runtime.block_on(run::run(args)),
+        Command::Tasks(cmd) => tasks::run(cmd),
     }
 }

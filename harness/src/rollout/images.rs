@@ -63,9 +63,7 @@ impl ImageCache {
             cells.entry(task.clone()).or_default().clone()
         };
         let result = cell
-            .get_or_init(|| async {
-                backend.prepare(spec).await.map_err(|e| Failure::from(&e))
-            })
+            .get_or_init(|| async { backend.prepare(spec).await.map_err(|e| Failure::from(&e)) })
             .await;
         result.clone().map_err(EnvError::from)
     }

@@ -101,7 +101,13 @@ pub fn trial_seed(run_seed: u64, task_id: &str, attempt: u32) -> u64 {
 pub fn trial_name(task_id: &str, attempt: u32) -> String {
     let slug: String = task_id
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
         .collect();
     format!("{slug}__{attempt}")
 }
@@ -144,7 +150,11 @@ fn lock_for(config: &RunConfig, pack: &TaskPack) -> RunLock {
     RunLock {
         schema: "geode.lock.v1".into(),
         pack_hash: pack.hash(config.attempts).0,
-        tasks: pack.tasks.iter().map(|t| (t.id.clone(), t.hash.0.clone())).collect(),
+        tasks: pack
+            .tasks
+            .iter()
+            .map(|t| (t.id.clone(), t.hash.0.clone()))
+            .collect(),
         model: config.model.clone(),
         attempts: config.attempts,
         seed: config.seed,
@@ -209,7 +219,10 @@ pub async fn start_run(
         },
         &serde_json::to_string(&config).unwrap_or_default(),
     )?;
-    execute(config, pack, store, run_id, run_dir, backend, observer, cancel).await
+    execute(
+        config, pack, store, run_id, run_dir, backend, observer, cancel,
+    )
+    .await
 }
 
 /// Resume a run: the same config (concurrency may differ), a pack with the same lock hash.
@@ -242,18 +255,34 @@ pub async fn resume_run(
         }
         return Err(RunError::Resume {
             run: run_id.to_string(),
-            message: format!("refusing to resume: {} (lock.json differs)", what.join("; ")),
+            message: format!(
+                "refusing to resume: {} (lock.json differs)",
+                what.join("; ")
+            ),
         });
     }
     let store = RunStore::open(&jobs_dir.join("geode.db"))?;
     if store.run(run_id)?.is_none() {
         return Err(RunError::Resume {
             run: run_id.to_string(),
-            message: format!("not in the run store {}", jobs_dir.join("geode.db").display()),
+            message: format!(
+                "not in the run store {}",
+                jobs_dir.join("geode.db").display()
+            ),
         });
     }
     store.set_run_status(run_id, "running")?;
-    execute(config, pack, store, run_id.to_string(), run_dir, backend, observer, cancel).await
+    execute(
+        config,
+        pack,
+        store,
+        run_id.to_string(),
+        run_dir,
+        backend,
+        observer,
+        cancel,
+    )
+    .await
 }
 
 struct Shared {
@@ -396,7 +425,11 @@ async fn run_with_retries(shared: &Shared, plan: &TrialPlan) -> Result<(), RunEr
             && !shared.cancel.is_cancelled()
         {
             retries += 1;
-            tracing::warn!("trial {} ended in {}; retrying", plan.trial_name, row.outcome);
+            tracing::warn!(
+                "trial {} ended in {}; retrying",
+                plan.trial_name,
+                row.outcome
+            );
             continue;
         }
         // A cancelled trial stays unfinished in the store, so a resume runs it again.

@@ -93,6 +93,8 @@ struct Record {
     integrity: Vec<String>,
     notes: Vec<String>,
     agent: Option<AgentEnd>,
+    /// The image the trial started from (base, cache hit, build time).
+    image: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -176,20 +178,28 @@ async fn run_phases(
         Ok::<_, EnvError>((image, sandbox))
     }
     .await;
-    rec.phases.insert("environment_setup".into(), t.elapsed().as_secs_f64());
+    rec.phases
+        .insert("environment_setup".into(), t.elapsed().as_secs_f64());
     let (image, sandbox) = match started {
         Ok(s) => s,
         Err(e) => return Ending::infra(env_outcome(&e), "EnvironmentError", e.to_string()),
     };
     rec.notes.extend(image.notes.iter().cloned());
-    rec.notes.push(format!("FROM {} (host root stands in)", image.from));
+    rec.image = Some(json!({
+        "from": image.from,
+        "stand_in": "host root",
+        "workdir": image.workdir,
+        "cache_hit": image.cache_hit,
+        "build_seconds": image.build_duration.as_secs_f64(),
+    }));
 
     let ending = agent_then_verify(plan, sandbox.as_ref(), observer, cancel, rec).await;
 
     observer.phase(&plan.trial_name, "teardown");
     let t = Instant::now();
     let torn = sandbox.teardown().await;
-    rec.phases.insert("teardown".into(), t.elapsed().as_secs_f64());
+    rec.phases
+        .insert("teardown".into(), t.elapsed().as_secs_f64());
     match (torn, ending) {
         (Err(e), end) if !end.outcome.is_infrastructure() => {
             rec.notes.push(format!("teardown failed: {e}"));
@@ -209,20 +219,26 @@ async fn agent_then_verify(
     observer.phase(&plan.trial_name, "agent");
     let t = Instant::now();
     let agent = run_agent(plan, sandbox, cancel, rec).await;
-    rec.phases.insert("agent_execution".into(), t.elapsed().as_secs_f64());
+    rec.phases
+        .insert("agent_execution".into(), t.elapsed().as_secs_f64());
     let agent = match agent {
         Ok(end) => end,
         Err(e) => return Ending::infra(env_outcome(&e), "AgentSetupError", e.to_string()),
     };
     rec.agent = Some(agent);
     if agent == AgentEnd::Cancelled {
-        return Ending::infra(TrialOutcome::Cancelled, "Cancelled", "the run was cancelled");
+        return Ending::infra(
+            TrialOutcome::Cancelled,
+            "Cancelled",
+            "the run was cancelled",
+        );
     }
 
     observer.phase(&plan.trial_name, "verifier");
     let t = Instant::now();
     let verified = verify(plan, sandbox, rec).await;
-    rec.phases.insert("verifier".into(), t.elapsed().as_secs_f64());
+    rec.phases
+        .insert("verifier".into(), t.elapsed().as_secs_f64());
     let rewards = match verified {
         Ok(r) => r,
         Err(ending) => return ending,
@@ -271,16 +287,20 @@ async fn run_agent(
         };
         let dir = solution.parent().unwrap_or(&plan.task.dir);
         sandbox.copy_in(dir, SOLUTION_DIR).await?;
-        Arc::new(OracleModel::new(PathBuf::from(SOLUTION_DIR).join("solve.sh")))
+        Arc::new(OracleModel::new(
+            PathBuf::from(SOLUTION_DIR).join("solve.sh"),
+        ))
     } else {
         geode_runtime::model::embedded_from_route(&plan.model_route)
             .map_err(|e| EnvError::Unsupported(e.to_string()))?
     };
     let timeline_path = plan.trial_dir.join("agent").join("timeline.db");
-    let timeline = Arc::new(SessionTimeline::open(&timeline_path).map_err(|e| EnvError::Io {
-        context: timeline_path.display().to_string(),
-        source: std::io::Error::other(e.to_string()),
-    })?);
+    let timeline = Arc::new(
+        SessionTimeline::open(&timeline_path).map_err(|e| EnvError::Io {
+            context: timeline_path.display().to_string(),
+            source: std::io::Error::other(e.to_string()),
+        })?,
+    );
     let policy = SessionPolicy::for_mode(SessionMode::Headless).grant_unattended(
         SafetyLevel::Dangerous,
         "benchmark trial: tools act only inside the trial's sandbox",
@@ -320,7 +340,8 @@ async fn run_agent(
         if let Ok(text) = serde_json::to_string_pretty(&doc)
             && let Err(e) = std::fs::write(&path, text)
         {
-            rec.notes.push(format!("could not write {}: {e}", path.display()));
+            rec.notes
+                .push(format!("could not write {}: {e}", path.display()));
         }
     }
     Ok(if timed_out {
@@ -335,7 +356,9 @@ async fn run_agent(
 }
 
 fn session_tool_definitions(session: &geode_runtime::agent::AgenticLoop) -> Vec<serde_json::Value> {
-    session.tool_plan().project(ToolSchemaShape::OpenAiResponses)
+    session
+        .tool_plan()
+        .project(ToolSchemaShape::OpenAiResponses)
 }
 
 /// The verifier phase. `Err` is an infrastructure ending.
@@ -358,15 +381,22 @@ async fn verify(
             "verifier_dir_written_by_agent: {planted} entries under /logs/verifier before verification"
         ));
     }
-    let cleared = std::fs::remove_dir_all(&verifier_dir).and_then(|_| std::fs::create_dir_all(&verifier_dir));
-    if let Err(e) = cleared {
-        return Err(infra(TrialOutcome::SandboxLost, "SandboxError", e.to_string()));
+    // Empty it in place: the folder itself is bind-mounted into the sandbox.
+    if let Err(e) = clear_dir(&verifier_dir) {
+        return Err(infra(
+            TrialOutcome::SandboxLost,
+            "SandboxError",
+            e.to_string(),
+        ));
     }
     let tests = plan.task.tests_dir();
-    sandbox
-        .copy_in(&tests, TESTS_DIR)
-        .await
-        .map_err(|e| infra(TrialOutcome::VerifierCrashed, "VerifierError", e.to_string()))?;
+    sandbox.copy_in(&tests, TESTS_DIR).await.map_err(|e| {
+        infra(
+            TrialOutcome::VerifierCrashed,
+            "VerifierError",
+            e.to_string(),
+        )
+    })?;
     let timeout = scaled(plan.task.config.verifier_timeout(), plan.timeout_multiplier);
     let out = sandbox
         .exec(
@@ -380,8 +410,17 @@ async fn verify(
             CancellationToken::new(),
         )
         .await
-        .map_err(|e| infra(TrialOutcome::VerifierCrashed, "VerifierError", e.to_string()))?;
-    let log = format!("{}\n[stderr]\n{}\n[exit code {:?}]\n", out.stdout, out.stderr, out.exit_code);
+        .map_err(|e| {
+            infra(
+                TrialOutcome::VerifierCrashed,
+                "VerifierError",
+                e.to_string(),
+            )
+        })?;
+    let log = format!(
+        "{}\n[stderr]\n{}\n[exit code {:?}]\n",
+        out.stdout, out.stderr, out.exit_code
+    );
     let _ = std::fs::write(verifier_dir.join("test-stdout.txt"), log);
     if out.timed_out {
         return Err(infra(
@@ -391,9 +430,29 @@ async fn verify(
         ));
     }
     read_rewards(&verifier_dir).map_err(|e| match e {
-        RewardError::Missing { .. } => infra(TrialOutcome::RewardMissing, "RewardFileNotFoundError", e.to_string()),
-        RewardError::Malformed { .. } => infra(TrialOutcome::RewardMalformed, "RewardFileMalformedError", e.to_string()),
+        RewardError::Missing { .. } => infra(
+            TrialOutcome::RewardMissing,
+            "RewardFileNotFoundError",
+            e.to_string(),
+        ),
+        RewardError::Malformed { .. } => infra(
+            TrialOutcome::RewardMalformed,
+            "RewardFileMalformedError",
+            e.to_string(),
+        ),
     })
+}
+
+fn clear_dir(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() && !path.is_symlink() {
+            std::fs::remove_dir_all(&path)?;
+        } else {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
 }
 
 /// Harbor's per-trial `result.json`.
@@ -419,6 +478,7 @@ fn write_result_json(plan: &TrialPlan, row: &TrialRow, rec: &Record) {
         "phase_seconds": phases,
         "agent_result": {"n_input_tokens": row.usage.input_tokens, "n_cache_tokens": row.usage.cached_tokens,
                           "n_output_tokens": row.usage.output_tokens, "cost_usd": row.usage.cost_usd},
+        "image": rec.image,
         "integrity": rec.integrity,
         "notes": rec.notes,
     });

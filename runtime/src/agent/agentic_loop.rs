@@ -3,26 +3,32 @@
 //! prepare input -> (prepare call -> provider call -> tool processing -> observe and compact)*
 //! -> finish,
 //!
-//! where finish runs Verify and may send the loop round again for a repair.
+//! where finish (finish.rs) runs Verify and may send the loop round again for a repair. In a
+//! checkpointed session (durable.rs) the proposed batch is saved before any tool runs and the
+//! completed batch after; restore.rs brings an interrupted turn back into `drive`; compaction
+//! (compaction.rs) closes the observe stage.
 
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+use super::durable::{Durable, FaultPoint, PendingBatch, TurnState as Turn};
 use super::events::LoopEvent;
+use super::finish::Finish;
 use super::guards::{GuardSignal, Guards};
-use super::prompt::{PromptSources, build_system_prompt};
+use super::prompt::{PromptSources, build_system_prompt, prompt_hash};
 use super::termination::TerminationReason;
-use super::verify::{TurnFacts, Verdict, repair_instruction, rule_misses};
-use crate::cognition::{CognitiveState, RevisionTrigger};
+use super::verify::Verdict;
+use crate::cognition::CognitiveState;
 use crate::conversation::{
     AssistantTurn, ContentBlock, Message, Role, StopReason, ToolCall, Usage,
 };
-use crate::hooks::{HookDecision, HookEnvelope, HookEvent, HookOutcome, HookRegistry};
+use crate::hooks::{HookDecision, HookEvent, HookRegistry};
 use crate::ids::{CorrelationId, SessionId};
 use crate::model::{Model, ModelRequest};
-use crate::scaffold::{ReflectionMode, Scaffold, VerifyMode};
+use crate::scaffold::{ReflectionMode, Scaffold};
+use crate::store::checkpoint::SessionStatus;
 use crate::store::timeline::{SessionTimeline, TimelineEvent};
 use crate::tools::executor::{CallRecord, StepContext, ToolExecutor};
 use crate::tools::plan::StepSnapshot;
@@ -41,23 +47,6 @@ pub struct TurnOutcome {
     pub usage: Usage,
 }
 
-/// The state of the turn in progress.
-#[derive(Debug, Default)]
-struct Turn {
-    rounds: u32,
-    tool_calls: u32,
-    repairs: u32,
-    usage: Usage,
-    runtime_hints: Vec<String>,
-    last_tool_error: Option<(String, String)>,
-}
-
-/// What finishing decided.
-enum Finish {
-    Done(TurnOutcome),
-    Repair(String),
-}
-
 /// Everything a loop is built from; the session layer assembles it.
 pub struct LoopParts {
     pub session_id: SessionId,
@@ -73,13 +62,24 @@ pub struct LoopParts {
 }
 
 pub struct AgenticLoop {
-    p: LoopParts,
-    messages: Vec<Message>,
-    guards: Guards,
-    session_usage: Usage,
-    turn_number: u32,
-    model_calls: u64,
-    started: bool,
+    pub(super) p: LoopParts,
+    pub(super) messages: Vec<Message>,
+    pub(super) guards: Guards,
+    pub(super) session_usage: Usage,
+    pub(super) turn_number: u32,
+    pub(super) model_calls: u64,
+    pub(super) started: bool,
+    /// The SessionStart hook waits for the first checkpoint save.
+    pub(super) announce_start: bool,
+    /// Input + cached + output tokens of the last reply: the provider's own measure of the
+    /// context, used by compaction when it exceeds the estimate.
+    pub(super) last_context_tokens: u64,
+    pub(super) last_system_hash: Option<String>,
+    pub(super) last_termination: Option<TerminationReason>,
+    /// Checkpoint, receipts, ledger and fault points of a checkpointed session.
+    pub(super) durable: Option<Durable>,
+    /// A turn a crash interrupted, restored by `resume_session` for `resume_turn`.
+    pub(super) interrupted: Option<(Turn, Option<PendingBatch>)>,
 }
 
 impl AgenticLoop {
@@ -93,6 +93,12 @@ impl AgenticLoop {
             turn_number: 0,
             model_calls: 0,
             started: false,
+            announce_start: false,
+            last_context_tokens: 0,
+            last_system_hash: None,
+            last_termination: None,
+            durable: None,
+            interrupted: None,
         }
     }
 
@@ -121,6 +127,16 @@ impl AgenticLoop {
         self.session_usage
     }
 
+    /// The guards' counters (persisted in the checkpoint).
+    pub fn guard_counters(&self) -> &super::guards::GuardCounters {
+        &self.guards.counters
+    }
+
+    /// The session's checkpoint directory, when it has one.
+    pub fn checkpoint_dir(&self) -> Option<&std::path::Path> {
+        self.durable.as_ref().map(|d| d.store.dir())
+    }
+
     /// Run one user turn to its end.
     pub async fn run_turn(&mut self, prompt: &str, cancel: &CancellationToken) -> TurnOutcome {
         let mut turn = Turn::default();
@@ -132,6 +148,31 @@ impl AgenticLoop {
                 Verdict::Skipped,
             );
         }
+        self.set_status(SessionStatus::Active);
+        if self.save_checkpoint(Some(&turn), None, "round0").is_err() {
+            return self.end_turn(
+                &mut turn,
+                TerminationReason::CheckpointFailed,
+                String::new(),
+                Verdict::Skipped,
+            );
+        }
+        if std::mem::take(&mut self.announce_start) {
+            // Public only once the session's first save succeeded.
+            let start = HookEvent::SessionStart {
+                source: "startup".into(),
+            };
+            self.hook(start, None, 0).await;
+        }
+        self.drive(turn, cancel).await
+    }
+
+    /// The rounds of a turn, from its next model call to its end.
+    pub(super) async fn drive(
+        &mut self,
+        mut turn: Turn,
+        cancel: &CancellationToken,
+    ) -> TurnOutcome {
         loop {
             if cancel.is_cancelled() {
                 return self.end_turn(
@@ -187,12 +228,28 @@ impl AgenticLoop {
                     Verdict::Skipped,
                 );
             }
+            // The batch is saved before any of it runs; a batch that cannot be saved never runs.
+            let pending = self.pending_batch(&calls, &snapshot);
+            if self
+                .save_checkpoint(Some(&turn), Some(pending), "pending_batch")
+                .is_err()
+            {
+                let why = "the checkpoint could not save the batch, so none of it ran";
+                self.append_unrun_results(&calls, why);
+                return self.end_turn(
+                    &mut turn,
+                    TerminationReason::CheckpointFailed,
+                    String::new(),
+                    Verdict::Skipped,
+                );
+            }
+            self.fault(FaultPoint::BeforeDispatch).await;
             let revisions_before = self.revision_count();
             let records = self
                 .process_tools(calls, &snapshot, &mut turn, cancel)
                 .await;
             if let Some(reason) = self
-                .observe_and_compact(&mut turn, &records, revisions_before, &system, &snapshot)
+                .after_batch(&mut turn, &records, revisions_before, &system, &snapshot)
                 .await
             {
                 return self.end_turn(&mut turn, reason, String::new(), Verdict::Skipped);
@@ -200,7 +257,39 @@ impl AgenticLoop {
         }
     }
 
-    /// End the session: a `session.ended` row and the SessionEnd hook.
+    fn pending_batch(&self, calls: &[ToolCall], snapshot: &StepSnapshot) -> PendingBatch {
+        PendingBatch {
+            turn: self.turn_number,
+            round: snapshot.round,
+            model_id: snapshot.model_id.clone(),
+            correlation_id: snapshot.correlation_id.to_string(),
+            calls: calls.to_vec(),
+        }
+    }
+
+    /// A batch's results are in the conversation: save them, then observe and compact.
+    pub(super) async fn after_batch(
+        &mut self,
+        turn: &mut Turn,
+        records: &[CallRecord],
+        revisions_before: usize,
+        system: &str,
+        snapshot: &StepSnapshot,
+    ) -> Option<TerminationReason> {
+        self.fault(FaultPoint::AfterDispatch).await;
+        if self
+            .save_checkpoint(Some(turn), None, "completed_batch")
+            .is_err()
+        {
+            // The effects ran and their receipts say so; nothing more runs unsaved.
+            return Some(TerminationReason::CheckpointFailed);
+        }
+        self.observe_and_compact(turn, records, revisions_before, system, snapshot)
+            .await
+    }
+
+    /// End the session: a `session.ended` row, the SessionEnd hook and the final status
+    /// (`error` when the last turn ended on a failure of the model or the checkpoint).
     pub async fn close(&mut self, reason: &str) {
         if !self.started {
             return;
@@ -216,12 +305,26 @@ impl AgenticLoop {
         self.record(TimelineEvent::SessionEnded {
             reason: reason.to_string(),
         });
+        let failed = matches!(
+            self.last_termination,
+            Some(
+                TerminationReason::LlmError
+                    | TerminationReason::BillingError
+                    | TerminationReason::CheckpointFailed
+            )
+        );
+        self.set_status(if failed {
+            SessionStatus::Error
+        } else {
+            SessionStatus::Completed
+        });
     }
 
     // --- stage 1: prepare input ---------------------------------------------------------------
 
-    /// UserPromptSubmit (block ends the turn, rewrite replaces the prompt), then the session
-    /// start (first turn), then the user message.
+    /// The session start row (first turn), UserPromptSubmit (block ends the turn, rewrite
+    /// replaces the prompt), then the user message. The SessionStart hook follows the first
+    /// checkpoint save, in `run_turn`.
     async fn prepare_input(&mut self, prompt: &str) -> Result<(), String> {
         self.turn_number += 1;
         self.guards.start_turn();
@@ -244,14 +347,7 @@ impl AgenticLoop {
                 scaffold_hash: self.p.scaffold.hash(),
                 grant: policy.grant_reason.clone(),
             });
-            self.hook(
-                HookEvent::SessionStart {
-                    source: "startup".into(),
-                },
-                None,
-                0,
-            )
-            .await;
+            self.announce_start = true;
         }
         let outcome = self
             .hook(
@@ -281,18 +377,8 @@ impl AgenticLoop {
 
     fn prepare_call(&mut self, turn: &Turn) -> (String, StepSnapshot) {
         self.model_calls += 1;
-        let cognitive_hints = self
-            .p
-            .cognition
-            .lock()
-            .map(|c| c.prompt_hints())
-            .unwrap_or_default();
-        let system = build_system_prompt(&PromptSources {
-            sections: &self.p.scaffold.system_prompt,
-            date: &self.p.date,
-            cognitive_hints,
-            runtime_hints: &turn.runtime_hints,
-        });
+        let system = self.system_prompt(turn);
+        self.last_system_hash = Some(prompt_hash(&system));
         let plan = self.p.executor.plan();
         let snapshot = StepSnapshot {
             model_id: self.p.model.id().to_string(),
@@ -305,6 +391,22 @@ impl AgenticLoop {
             round: turn.rounds,
         };
         (system, snapshot)
+    }
+
+    /// This round's system prompt: static sections, then plan, reflection and runtime hints.
+    pub(super) fn system_prompt(&self, turn: &Turn) -> String {
+        let cognitive_hints = self
+            .p
+            .cognition
+            .lock()
+            .map(|c| c.prompt_hints())
+            .unwrap_or_default();
+        build_system_prompt(&PromptSources {
+            sections: &self.p.scaffold.system_prompt,
+            date: &self.p.date,
+            cognitive_hints,
+            runtime_hints: &turn.runtime_hints,
+        })
     }
 
     // --- stage 3: provider call ---------------------------------------------------------------
@@ -377,6 +479,18 @@ impl AgenticLoop {
         turn: &mut Turn,
         cancel: &CancellationToken,
     ) -> Vec<CallRecord> {
+        let records = self.execute_calls(calls, snapshot, cancel).await;
+        self.take_results(turn, &records);
+        records
+    }
+
+    /// Run calls through the executor's pipeline.
+    pub(super) async fn execute_calls(
+        &mut self,
+        calls: Vec<ToolCall>,
+        snapshot: &StepSnapshot,
+        cancel: &CancellationToken,
+    ) -> Vec<CallRecord> {
         for c in &calls {
             self.emit(LoopEvent::ToolStarted {
                 call_id: c.id.clone(),
@@ -384,15 +498,19 @@ impl AgenticLoop {
                 input: c.input.clone(),
             });
         }
-        turn.tool_calls += calls.len() as u32;
         let step = StepContext {
             turn: self.turn_number,
             snapshot: snapshot.clone(),
             cancel: cancel.clone(),
         };
-        let records = self.p.executor.execute_batch(calls, &step).await;
+        self.p.executor.execute_batch(calls, &step).await
+    }
+
+    /// A batch's records become one user message of tool_results, in the proposed order.
+    pub(super) fn take_results(&mut self, turn: &mut Turn, records: &[CallRecord]) {
+        turn.tool_calls += records.len() as u32;
         let mut results = Vec::with_capacity(records.len());
-        for r in &records {
+        for r in records {
             self.emit(LoopEvent::ToolEnded {
                 call_id: r.result.tool_use_id.clone(),
                 tool: r.tool.clone(),
@@ -401,6 +519,7 @@ impl AgenticLoop {
             });
             results.push(ContentBlock::from(r.result.clone()));
         }
+        self.evidence_for(records);
         turn.last_tool_error = records.last().filter(|r| r.result.is_error).map(|r| {
             (
                 r.tool.clone(),
@@ -411,13 +530,12 @@ impl AgenticLoop {
             role: Role::User,
             content: results,
         });
-        records
     }
 
     // --- stage 5: observe and compact ---------------------------------------------------------
 
-    /// Feed results to the cognitive state and the guards; an optional reflection call.
-    /// Compaction joins this stage with durable sessions.
+    /// Feed results to the cognitive state and the guards; an optional reflection call; then
+    /// compaction when the context passed its threshold (compaction.rs).
     async fn observe_and_compact(
         &mut self,
         turn: &mut Turn,
@@ -454,251 +572,7 @@ impl AgenticLoop {
             }
         }
         self.record_new_revisions(revisions_before);
+        self.compact_if_needed(turn, system).await;
         None
-    }
-
-    // --- stage 6: finish ----------------------------------------------------------------------
-
-    /// Verify a text answer: rules, PreVerify, PostVerify, Stop. A rejected answer is repaired
-    /// within the budget; past it the turn ends with the verdict `failed`.
-    async fn finish(&mut self, turn: &mut Turn, reason: TerminationReason, text: String) -> Finish {
-        let attempt = turn.repairs;
-        let mut misses = Vec::new();
-        let mut instruction = None;
-        if self.p.scaffold.verify == VerifyMode::RuleBased {
-            misses = rule_misses(&TurnFacts {
-                final_text: &text,
-                tool_calls: turn.tool_calls,
-                last_tool_error: turn.last_tool_error.clone(),
-            });
-            let pre = self
-                .hook(
-                    HookEvent::PreVerify {
-                        final_text: text.clone(),
-                        misses: misses.clone(),
-                    },
-                    None,
-                    attempt,
-                )
-                .await;
-            misses.extend(pre.added_misses);
-            let post = self
-                .hook(
-                    HookEvent::PostVerify {
-                        final_text: text.clone(),
-                        misses: misses.clone(),
-                    },
-                    None,
-                    attempt,
-                )
-                .await;
-            match post.decision {
-                HookDecision::Accept => misses.clear(),
-                HookDecision::Revise(i) => instruction = Some(i),
-                HookDecision::Escalate(why) => {
-                    self.record_verification(attempt, "escalated", &misses);
-                    let verdict = Verdict::Escalated { reason: why };
-                    return Finish::Done(self.end_turn(
-                        turn,
-                        TerminationReason::ExternalVerificationRequired,
-                        String::new(),
-                        verdict,
-                    ));
-                }
-                _ => {}
-            }
-        }
-        if misses.is_empty() && instruction.is_none() {
-            let stop = self
-                .hook(
-                    HookEvent::Stop {
-                        final_text: text.clone(),
-                        termination: reason.to_string(),
-                    },
-                    None,
-                    attempt,
-                )
-                .await;
-            if let HookDecision::ContinueWith(i) = stop.decision {
-                instruction = Some(i);
-            }
-        }
-        let accepted = misses.is_empty() && instruction.is_none();
-        if !accepted && turn.repairs < self.p.scaffold.repair_budget {
-            turn.repairs += 1;
-            self.record_verification(attempt, "repair", &misses);
-            let before = self.revision_count();
-            if let Ok(mut c) = self.p.cognition.lock() {
-                c.arm_replan(RevisionTrigger::VerifyFailed {
-                    misses: misses.clone(),
-                });
-            }
-            self.record_new_revisions(before);
-            return Finish::Repair(repair_instruction(&misses, instruction.as_deref()));
-        }
-        let verdict = match (self.p.scaffold.verify, accepted) {
-            (_, true) if self.p.scaffold.verify == VerifyMode::Off => Verdict::Skipped,
-            (_, true) => Verdict::Passed,
-            (_, false) => {
-                let mut all = misses;
-                all.extend(instruction);
-                Verdict::Failed { misses: all }
-            }
-        };
-        if verdict != Verdict::Skipped {
-            let misses = match &verdict {
-                Verdict::Failed { misses } => misses.clone(),
-                _ => Vec::new(),
-            };
-            self.record_verification(attempt, verdict.name(), &misses);
-        }
-        Finish::Done(self.end_turn(turn, reason, text, verdict))
-    }
-
-    fn end_turn(
-        &mut self,
-        turn: &mut Turn,
-        termination: TerminationReason,
-        text: String,
-        verdict: Verdict,
-    ) -> TurnOutcome {
-        self.record(TimelineEvent::TurnEnded {
-            termination: termination.to_string(),
-            rounds: turn.rounds,
-            usage: turn.usage,
-        });
-        let outcome = TurnOutcome {
-            text,
-            termination,
-            verdict,
-            rounds: turn.rounds,
-            tool_calls: turn.tool_calls,
-            usage: turn.usage,
-        };
-        self.emit(LoopEvent::TurnEnded {
-            termination,
-            verdict: outcome.verdict.clone(),
-            text: outcome.text.clone(),
-            rounds: outcome.rounds,
-            tool_calls: outcome.tool_calls,
-            usage: outcome.usage,
-        });
-        outcome
-    }
-
-    // --- conversation and records -------------------------------------------------------------
-
-    fn append_user(&mut self, message: Message) {
-        self.record(TimelineEvent::UserMessage {
-            message: message.clone(),
-        });
-        self.messages.push(message);
-    }
-
-    fn append_assistant(&mut self, reply: AssistantTurn, snapshot: &StepSnapshot) {
-        self.emit(LoopEvent::AssistantMessage {
-            text: reply.message.text(),
-            tool_calls: reply.message.tool_calls().len(),
-            usage: reply.usage,
-        });
-        self.record(TimelineEvent::AssistantMessage {
-            message: reply.message.clone(),
-            usage: reply.usage,
-            stop_reason: reply.stop_reason,
-            snapshot: snapshot.clone(),
-        });
-        self.messages.push(reply.message);
-    }
-
-    /// Keep every tool_use paired with a tool_result even when the calls never ran.
-    fn append_unrun_results(&mut self, calls: &[ToolCall], why: &str) {
-        let content = calls
-            .iter()
-            .map(|c| ContentBlock::ToolResult {
-                tool_use_id: c.id.clone(),
-                content: format!("not run: {why}"),
-                is_error: true,
-            })
-            .collect();
-        self.append_user(Message {
-            role: Role::User,
-            content,
-        });
-    }
-
-    fn revision_count(&self) -> usize {
-        self.p
-            .cognition
-            .lock()
-            .map(|c| c.revisions.len())
-            .unwrap_or(0)
-    }
-
-    fn record_new_revisions(&self, before: usize) {
-        let revisions: Vec<_> = match self.p.cognition.lock() {
-            Ok(c) => c.revisions.iter().skip(before).cloned().collect(),
-            Err(_) => return,
-        };
-        for r in revisions {
-            let revision = serde_json::to_value(&r).unwrap_or_default();
-            self.record(TimelineEvent::PlanRevised { revision });
-        }
-    }
-
-    fn record_verification(&self, attempt: u32, verdict: &str, misses: &[String]) {
-        self.emit(LoopEvent::Verification {
-            attempt,
-            verdict: verdict.to_string(),
-            misses: misses.to_vec(),
-        });
-        self.record(TimelineEvent::Verification {
-            attempt,
-            verdict: verdict.to_string(),
-            misses: misses.to_vec(),
-        });
-    }
-
-    async fn hook(
-        &self,
-        event: HookEvent,
-        correlation_id: Option<String>,
-        verify_attempt: u32,
-    ) -> HookOutcome {
-        let outcome = self
-            .p
-            .hooks
-            .dispatch(HookEnvelope {
-                session_id: self.p.session_id.clone(),
-                turn: self.turn_number,
-                plan_generation: self.p.executor.plan().generation(),
-                verify_attempt,
-                correlation_id,
-                cwd: self.p.executor.workspace().root().display().to_string(),
-                event,
-            })
-            .await;
-        for f in &outcome.failures {
-            self.record(TimelineEvent::HookFailed {
-                hook: f.hook.clone(),
-                event: f.event.name().to_string(),
-                error: f.error.clone(),
-            });
-        }
-        outcome
-    }
-
-    fn record(&self, event: TimelineEvent) {
-        if let Some(tl) = &self.p.timeline
-            && let Err(e) = tl.append(&self.p.session_id, event)
-        {
-            tracing::warn!("timeline write failed: {e}");
-        }
-    }
-
-    fn emit(&self, event: LoopEvent) {
-        if let Some(tx) = &self.p.events {
-            // A driver that stopped listening does not stop the turn.
-            let _ = tx.send(event);
-        }
     }
 }

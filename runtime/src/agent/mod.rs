@@ -1,14 +1,22 @@
-//! The agentic loop and what it consults: guards, verify, prompt, reflection.
+//! The agentic loop and what it consults: guards, verify, prompt, reflection, compaction, and
+//! the durable side (checkpoint save points, restore).
 
 pub mod agentic_loop;
+pub mod compaction;
+pub mod durable;
 pub mod events;
+mod finish;
 pub mod guards;
 pub mod prompt;
+mod records;
 pub mod reflection;
+pub mod restore;
 pub mod termination;
 pub mod verify;
 
 pub use agentic_loop::{AgenticLoop, LoopParts, TurnOutcome};
+pub use durable::{CheckpointSettings, CheckpointState, FaultInjection, FaultPoint};
 pub use events::LoopEvent;
+pub use restore::{RestoreReport, ResumeError};
 pub use termination::TerminationReason;
 pub use verify::Verdict;

@@ -1,9 +1,21 @@
 //! The `Model` trait every adapter implements, the request it receives, and model routes.
 //!
 //! Embedded models (`scripted`, `oracle`, `nop`, `replay`) need no key and no network; they are
-//! how benchmark runs and tests drive the full pipeline offline.
+//! how benchmark runs and tests drive the full pipeline offline. Provider adapters (Anthropic
+//! Messages, OpenAI Responses, OpenAI-compatible Chat Completions) stream SSE over reqwest;
+//! `model_from_route` builds either kind from a route string.
 
+pub mod anthropic;
+pub mod catalog;
+pub mod chat_compat;
+pub mod credentials;
+pub mod effort;
 pub mod embedded;
+pub mod errors;
+pub mod http;
+pub mod openai_responses;
+pub mod record;
+pub mod sse;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -40,12 +52,34 @@ pub enum ModelError {
     Fatal { model: String, message: String },
     #[error("unknown model route {route:?}: {hint}")]
     UnknownRoute { route: String, hint: String },
+    /// A route that exists but is not allowed (subscription OAuth, coding plans, judge-only).
+    #[error("model route {route:?} is refused: {reason}")]
+    RefusedRoute { route: String, reason: String },
+    /// A provider call failed for good: after the adapter's own bounded retries, or at once
+    /// for a class it never retries. The loop must not retry it again.
+    #[error("{model}: {class}: {message}")]
+    Provider {
+        model: String,
+        class: errors::ErrorClass,
+        message: String,
+    },
+    /// A cassette replay met a request it has no recording for.
+    #[error("{model}: {message}")]
+    Cassette { model: String, message: String },
 }
 
 impl ModelError {
     /// Whether the loop may retry the call (bounded, with backoff).
     pub fn retryable(&self) -> bool {
         matches!(self, ModelError::Transient { .. })
+    }
+
+    /// The provider error class, for errors that came from a provider.
+    pub fn class(&self) -> Option<errors::ErrorClass> {
+        match self {
+            ModelError::Provider { class, .. } => Some(*class),
+            _ => None,
+        }
     }
 }
 
@@ -55,6 +89,30 @@ pub trait Model: Send + Sync {
     fn id(&self) -> &str;
 
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<AssistantTurn, ModelError>;
+}
+
+/// Build a model from any route: a provider (`anthropic:MODEL`, `openai:MODEL`, `glm:MODEL`,
+/// `openrouter:MODEL`, `compat:BASE_URL:MODEL`), `cassette:DIR`, or an embedded model. Judge
+/// routes are refused here: use `judge_from_route`.
+pub fn model_from_route(
+    route: &str,
+    opts: &http::RouteOptions,
+) -> Result<Arc<dyn Model>, ModelError> {
+    match catalog::parse_route(route)? {
+        catalog::Route::Embedded(r) => embedded_from_route(&r),
+        catalog::Route::Cassette(dir) => record::cassette_model(&dir, opts),
+        catalog::Route::Provider(p) => http::provider_model(&p, opts, None),
+        catalog::Route::Judge(_) => Err(catalog::judge_as_root(route)),
+    }
+}
+
+/// Build a judge (decisions only) from `judge:ROUTE` or a plain route.
+pub fn judge_from_route(
+    route: &str,
+    opts: &http::RouteOptions,
+) -> Result<catalog::JudgeModel, ModelError> {
+    let inner = route.strip_prefix("judge:").unwrap_or(route);
+    Ok(catalog::JudgeModel::new(model_from_route(inner, opts)?))
 }
 
 /// Build an embedded model from a route:

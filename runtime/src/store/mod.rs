@@ -1,8 +1,13 @@
-//! Persistent records, one store per concern.
+//! Persistent records, one store per concern: the append-only timeline (what happened), the
+//! checkpoint (what to bring back), effect receipts (which effects started and how they ended)
+//! and the evidence ledger (masked diagnostic rows). They never share a transaction.
 
+pub mod checkpoint;
+pub mod ledger;
+pub mod receipts;
 pub mod timeline;
 
-/// A store could not be opened, read or written.
+/// A store could not be opened, read or written. Every variant names the file at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{path}: {source}")]
@@ -23,4 +28,37 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// A JSON file that does not parse or does not have the expected shape.
+    #[error("{path}: {message}")]
+    Json { path: String, message: String },
+    /// A file or record that should be there is not.
+    #[error("{path}: {message}")]
+    NotFound { path: String, message: String },
+    /// The request contradicts what the store holds (an existing session, a status change the
+    /// status machine forbids, a receipt already settled, a session in use).
+    #[error("{path}: {message}")]
+    Refused { path: String, message: String },
+}
+
+impl StoreError {
+    pub(crate) fn sqlite(path: &std::path::Path, source: rusqlite::Error) -> Self {
+        StoreError::Sqlite {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+
+    pub(crate) fn io(path: &std::path::Path, source: std::io::Error) -> Self {
+        StoreError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+
+    pub(crate) fn refused(path: &std::path::Path, message: impl Into<String>) -> Self {
+        StoreError::Refused {
+            path: path.display().to_string(),
+            message: message.into(),
+        }
+    }
 }

@@ -38,6 +38,9 @@ pub enum CallOutcome {
     Denied { step: String, reason: String },
     /// The handler ran, a PostToolUse hook withheld the result.
     Withheld { reason: String },
+    /// The call was dispatched but its outcome is unknown (the process died before the result
+    /// was saved). It is never re-run automatically; its receipt asks for reconciliation.
+    Uncertain { reason: String },
 }
 
 impl CallOutcome {
@@ -107,6 +110,40 @@ pub enum TimelineEvent {
     },
     #[serde(rename = "session.ended")]
     SessionEnded { reason: String },
+    /// The context was compacted (or a compaction was deferred by a PreCompact hook, or
+    /// failed and left the conversation as it was).
+    #[serde(rename = "compaction")]
+    Compaction {
+        status: String,
+        messages_before: usize,
+        messages_after: usize,
+        estimated_tokens: u64,
+        threshold_tokens: u64,
+        keep_recent: usize,
+        summary_sha256: Option<String>,
+        artifact: Option<String>,
+    },
+    /// A session was brought back from its checkpoint.
+    #[serde(rename = "session.resumed")]
+    SessionResumed {
+        from_status: String,
+        messages: usize,
+        pending_calls: usize,
+        uncertain_calls: Vec<String>,
+    },
+    /// A call of the batch pending at the crash, settled at resume without running it
+    /// (`uncertain`, `committed` from its receipt, `reconciled`) or by running it again
+    /// (`rerun`: it never started, or it has no effect).
+    #[serde(rename = "tool.recovered")]
+    ToolRecovered {
+        call_id: String,
+        tool: String,
+        disposition: String,
+        content: String,
+    },
+    /// The checkpoint could not be saved at this stage.
+    #[serde(rename = "checkpoint.failed")]
+    CheckpointFailed { stage: String, error: String },
 }
 
 impl TimelineEvent {
@@ -123,13 +160,18 @@ impl TimelineEvent {
             TimelineEvent::Verification { .. } => "verification",
             TimelineEvent::TurnEnded { .. } => "turn.ended",
             TimelineEvent::SessionEnded { .. } => "session.ended",
+            TimelineEvent::Compaction { .. } => "compaction",
+            TimelineEvent::SessionResumed { .. } => "session.resumed",
+            TimelineEvent::ToolRecovered { .. } => "tool.recovered",
+            TimelineEvent::CheckpointFailed { .. } => "checkpoint.failed",
         }
     }
 
     fn call_id(&self) -> Option<&str> {
         match self {
             TimelineEvent::ToolCalled { call_id, .. }
-            | TimelineEvent::ToolCompleted { call_id, .. } => Some(call_id),
+            | TimelineEvent::ToolCompleted { call_id, .. }
+            | TimelineEvent::ToolRecovered { call_id, .. } => Some(call_id),
             _ => None,
         }
     }
@@ -257,7 +299,8 @@ impl SessionTimeline {
             source,
         };
         let conn = Connection::open(&path).map_err(err)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
         // WAL + NORMAL never corrupts the file; a power cut may lose the last commits, which
         // an observation log can afford.
         conn.pragma_update(None, "synchronous", "NORMAL")
@@ -459,6 +502,43 @@ mod tests {
             .execute("UPDATE timeline SET kind = 'x'", [])
             .unwrap_err();
         assert!(err.to_string().contains("append-only"));
+    }
+
+    #[test]
+    fn kind_matches_the_serde_tag_of_the_recovery_events() {
+        let events = [
+            TimelineEvent::Compaction {
+                status: "done".into(),
+                messages_before: 5,
+                messages_after: 3,
+                estimated_tokens: 10,
+                threshold_tokens: 5,
+                keep_recent: 2,
+                summary_sha256: None,
+                artifact: None,
+            },
+            TimelineEvent::SessionResumed {
+                from_status: "active".into(),
+                messages: 2,
+                pending_calls: 1,
+                uncertain_calls: vec!["c".into()],
+            },
+            TimelineEvent::ToolRecovered {
+                call_id: "c".into(),
+                tool: "bash".into(),
+                disposition: "uncertain".into(),
+                content: String::new(),
+            },
+            TimelineEvent::CheckpointFailed {
+                stage: "pending_batch".into(),
+                error: "x".into(),
+            },
+        ];
+        for e in events {
+            let tagged = serde_json::to_value(&e).unwrap();
+            assert_eq!(tagged["kind"], e.kind());
+            assert_eq!(serde_json::from_value::<TimelineEvent>(tagged).unwrap(), e);
+        }
     }
 
     #[test]

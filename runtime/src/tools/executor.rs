@@ -1,8 +1,9 @@
 //! The ToolExecutor: every proposed call passes the same pipeline, in this order,
 //!
 //! scope -> request-middleware rewrites -> policy -> schema -> PreToolUse hooks (then scope,
-//! policy and schema again on a rewrite) -> approval -> resource locks -> dispatch with a
-//! deadline -> PostToolUse -> one uniform tool_result,
+//! policy and schema again on a rewrite) -> approval -> effect receipt (checkpointed sessions,
+//! effectful calls) -> resource locks -> dispatch with a deadline -> PostToolUse -> one uniform
+//! tool_result,
 //!
 //! and leaves a `tool.called` and a `tool.completed` row in the timeline, denials included. A
 //! denial at any step before dispatch returns an error tool_result and runs nothing.
@@ -30,6 +31,8 @@ use crate::hooks::{
 };
 use crate::ids::SessionId;
 use crate::policy::{Classification, SafetyLevel, SessionPolicy};
+use crate::store::ledger::EvidenceLedger;
+use crate::store::receipts::{EffectProbe, NewReceipt, ReceiptStore, needs_receipt};
 use crate::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent};
 
 /// A trusted rewrite of tool requests before policy (the `tool_request` join point).
@@ -56,6 +59,8 @@ pub enum PipelineStep {
     Schema,
     PreToolUse,
     Approval,
+    /// The effect receipt could not be written, so the effect never started.
+    Receipt,
 }
 
 impl PipelineStep {
@@ -67,6 +72,7 @@ impl PipelineStep {
             PipelineStep::Schema => "schema",
             PipelineStep::PreToolUse => "pre_tool_use",
             PipelineStep::Approval => "approval",
+            PipelineStep::Receipt => "receipt",
         }
     }
 }
@@ -150,6 +156,10 @@ pub struct ToolExecutor {
     timeline: Option<Arc<SessionTimeline>>,
     cognition: Arc<Mutex<CognitiveState>>,
     config: ExecutorConfig,
+    /// Checkpointed sessions only: a receipt before every effect.
+    receipts: Option<Arc<ReceiptStore>>,
+    /// Checkpointed sessions only: masked rows for hook failures.
+    ledger: Option<Arc<EvidenceLedger>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -200,7 +210,21 @@ impl ToolExecutor {
             timeline: parts.timeline,
             cognition: parts.cognition,
             config: parts.config,
+            receipts: None,
+            ledger: None,
         })
+    }
+
+    /// Give every effectful call a durable receipt before dispatch (step 7).
+    pub fn with_effect_receipts(mut self, receipts: Arc<ReceiptStore>) -> Self {
+        self.receipts = Some(receipts);
+        self
+    }
+
+    /// Write masked evidence rows for hook failures.
+    pub fn with_ledger(mut self, ledger: Arc<EvidenceLedger>) -> Self {
+        self.ledger = Some(ledger);
+        self
     }
 
     pub fn plan(&self) -> &BoundToolPlan {
@@ -307,10 +331,28 @@ impl ToolExecutor {
         Ok(pending)
     }
 
-    /// Steps 7 to 10: locks, dispatch, PostToolUse.
+    /// Steps 7 to 10: effect receipt, locks, dispatch, PostToolUse.
     async fn run(&self, pending: &Pending<'_>, step: &StepContext) -> (ToolOutput, CallOutcome) {
+        let receipted = match self.accept_receipt(pending, step) {
+            Ok(r) => r,
+            Err(d) => {
+                let text = format!(
+                    "denied at {}: {}. Nothing was run.",
+                    d.step.as_str(),
+                    d.reason
+                );
+                let outcome = CallOutcome::Denied {
+                    step: d.step.as_str().to_string(),
+                    reason: d.reason,
+                };
+                return (ToolOutput::error(text), outcome);
+            }
+        };
         let _held = self.locks.acquire(&self.resource_claim(pending)).await;
         let (output, outcome) = self.dispatch_with_deadline(pending, step).await;
+        if receipted {
+            self.settle_receipt(pending, &output, &outcome, step);
+        }
         self.run_post_tool_use_hooks(pending, output, outcome, step)
             .await
     }
@@ -566,7 +608,74 @@ impl ToolExecutor {
         }
     }
 
-    // --- 7. resource locks ------------------------------------------------------------------
+    // --- 7. effect receipt -------------------------------------------------------------------
+
+    /// An effectful call of a checkpointed session gets a durable `accepted` receipt before
+    /// dispatch; if it cannot be written, the call does not run. Returns whether it got one.
+    fn accept_receipt(&self, pending: &Pending<'_>, step: &StepContext) -> Result<bool, Denial> {
+        let Some(receipts) = &self.receipts else {
+            return Ok(false);
+        };
+        let probe = EffectProbe {
+            binding: &pending.tool.binding,
+            effectful: pending.tool.spec.effectful,
+            safety: pending.classification.safety,
+            input: &pending.input,
+        };
+        if !needs_receipt(probe) {
+            return Ok(false);
+        }
+        let receipt = NewReceipt {
+            call_id: &pending.id,
+            tool: &pending.tool.spec.name,
+            input: &pending.input,
+            turn: step.turn,
+            round: step.snapshot.round,
+        };
+        match receipts.accept(receipt) {
+            Ok(()) => Ok(true),
+            Err(e) => deny(
+                PipelineStep::Receipt,
+                format!("the effect receipt could not be written ({e})"),
+            ),
+        }
+    }
+
+    /// The handler returned: `committed` with its outcome, or `uncertain` when it timed out or
+    /// was cancelled (the outside work may go on). A failed write leaves the receipt
+    /// `accepted`, which the next resume turns into `uncertain`: never a false "done".
+    fn settle_receipt(
+        &self,
+        pending: &Pending<'_>,
+        output: &ToolOutput,
+        outcome: &CallOutcome,
+        step: &StepContext,
+    ) {
+        let Some(receipts) = &self.receipts else {
+            return;
+        };
+        // bash ends its own status line so when it killed the command at its deadline or on
+        // cancellation: the command stopped part-way, so its effect is uncertain too.
+        let killed = pending.tool.binding == "builtin:bash"
+            && output
+                .content
+                .trim_end()
+                .ends_with("the process group was killed]");
+        let settled = match outcome {
+            CallOutcome::TimedOut => receipts.mark_uncertain(&pending.id, "timed out"),
+            _ if step.cancel.is_cancelled() => receipts.mark_uncertain(&pending.id, "cancelled"),
+            _ if killed => receipts.mark_uncertain(&pending.id, "killed at its deadline"),
+            CallOutcome::Failed => {
+                receipts.commit(&pending.id, "failed", &output.content, output.is_error)
+            }
+            _ => receipts.commit(&pending.id, "succeeded", &output.content, output.is_error),
+        };
+        if let Err(e) = settled {
+            tracing::warn!("effect receipt of {}: {e}", pending.id);
+        }
+    }
+
+    // --- 8. resource locks ------------------------------------------------------------------
 
     fn resource_claim(&self, pending: &Pending<'_>) -> ResourceClaim {
         let mut claim = ResourceClaim::default();
@@ -585,7 +694,7 @@ impl ToolExecutor {
         claim
     }
 
-    // --- 8. dispatch ------------------------------------------------------------------------
+    // --- 9. dispatch ------------------------------------------------------------------------
 
     fn deadline_for(&self, input: &Value) -> Duration {
         input
@@ -637,7 +746,7 @@ impl ToolExecutor {
         }
     }
 
-    // --- 9. PostToolUse -----------------------------------------------------------------------
+    // --- 10. PostToolUse -----------------------------------------------------------------------
 
     async fn run_post_tool_use_hooks(
         &self,
@@ -699,6 +808,11 @@ impl ToolExecutor {
                 event: f.event.name().to_string(),
                 error: f.error.clone(),
             });
+            if let Some(ledger) = &self.ledger {
+                let row =
+                    serde_json::json!({"hook": f.hook, "event": f.event.name(), "error": f.error});
+                ledger.record("hook_failed", row);
+            }
         }
         outcome
     }

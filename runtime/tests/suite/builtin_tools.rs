@@ -1,6 +1,5 @@
 //! The built-in tools and `LocalWorkspace` against real files and real processes.
 
-
 use super::common::{process_gone, wait_gone};
 use std::path::Path;
 use std::sync::{Arc, Mutex};

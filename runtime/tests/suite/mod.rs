@@ -1,4 +1,11 @@
 mod agent_loop;
 mod builtin_tools;
 mod common;
+mod durable;
+mod durable_fuzz;
+mod loopback;
 mod pipeline;
+mod providers;
+mod providers_anthropic;
+mod providers_compat;
+mod providers_openai;

@@ -1,0 +1,176 @@
+//! `geode resume [SESSION_ID | --last] [--prompt TEXT]`: continue a checkpointed session.
+//!
+//! Without a prompt it finishes the turn a crash interrupted: the batch pending at the crash is
+//! settled first (uncertain effects are reported here and told to the model, never re-run;
+//! calls that never started run now), then the loop goes on. With a prompt it starts a new
+//! turn (reopening a completed session). The model route, effort and workspace default to the
+//! ones the session was checkpointed with. Exit codes are those of `geode exec`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use geode_runtime::agent::LoopEvent;
+use geode_runtime::agent::restore::{Disposition, RestoreReport, latest_session, load_checkpoint};
+use geode_runtime::hooks::HookRegistry;
+use geode_runtime::hooks::command::load_command_hooks;
+use geode_runtime::ids::SessionId;
+use geode_runtime::model::effort::Effort;
+use geode_runtime::model::http::RouteOptions;
+use geode_runtime::model::model_from_route;
+use geode_runtime::policy::{SafetyLevel, SessionMode, SessionPolicy};
+use geode_runtime::session::{SessionConfig, resume_session};
+use geode_runtime::tools::workspace::{LocalWorkspace, Workspace};
+
+use super::exec::{
+    Driver, checkpoint_root, checkpoint_settings, load_scaffold, open_timeline, parse_level,
+    read_prompt,
+};
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The session to resume.
+    #[arg(required_unless_present = "last", conflicts_with = "last")]
+    session_id: Option<String>,
+    /// Resume the session updated last.
+    #[arg(long)]
+    last: bool,
+    /// A new prompt (`-` reads stdin). Without one, the interrupted turn is finished.
+    #[arg(short, long)]
+    prompt: Option<String>,
+    /// Model route (default: the route the session was checkpointed with).
+    #[arg(long)]
+    model: Option<String>,
+    /// Reasoning effort (default: the session's).
+    #[arg(long)]
+    effort: Option<Effort>,
+    /// Workspace root (default: the session's).
+    #[arg(long)]
+    cwd: Option<PathBuf>,
+    /// Print JSONL events on stdout instead of the final text.
+    #[arg(long)]
+    json: bool,
+    /// Approve unattended calls up to this safety level (as for `geode exec`).
+    #[arg(long, default_value = "safe", value_parser = parse_level)]
+    allow: SafetyLevel,
+    /// Timeline database (default: $GEODE_HOME/timeline.db).
+    #[arg(long)]
+    timeline: Option<PathBuf>,
+    /// Do not write a timeline.
+    #[arg(long, conflicts_with = "timeline")]
+    no_timeline: bool,
+    /// Command hooks in TOML.
+    #[arg(long)]
+    hooks: Vec<PathBuf>,
+    /// Scaffold file (TOML).
+    #[arg(long)]
+    scaffold: Option<PathBuf>,
+    /// Maximum rounds of the turn.
+    #[arg(long)]
+    max_rounds: Option<u32>,
+    /// Wall-clock budget of the turn, in seconds.
+    #[arg(long)]
+    time_budget: Option<u64>,
+    /// Directory of session checkpoints (default: $GEODE_HOME/sessions).
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+}
+
+pub async fn run(args: ResumeArgs) -> anyhow::Result<ExitCode> {
+    let root = checkpoint_root(args.checkpoint_dir.as_ref());
+    let id = match &args.session_id {
+        Some(id) => SessionId::new(id.clone()),
+        None => latest_session(&root)
+            .with_context(|| format!("no resumable session under {}", root.display()))?,
+    };
+    let prompt = args.prompt.as_deref().map(read_prompt).transpose()?;
+    let saved =
+        load_checkpoint(&root, &id).with_context(|| format!("cannot resume session {id}"))?;
+    let in_progress = saved.state.turn.is_some() || saved.state.pending_batch.is_some();
+    if prompt.is_none() && !in_progress {
+        bail!(
+            "session {id} is {} with no interrupted turn to finish; give --prompt to continue it",
+            saved.row.status
+        );
+    }
+    let route = args
+        .model
+        .clone()
+        .unwrap_or_else(|| saved.state.model_route.clone());
+    let effort = args.effort.or(saved.state.effort);
+    let cwd = args
+        .cwd
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&saved.state.cwd));
+    let workspace = Arc::new(
+        LocalWorkspace::new(&cwd).with_context(|| format!("workspace {}", cwd.display()))?,
+    );
+    let mut route_options = RouteOptions::from_env();
+    route_options.effort = effort;
+    let model = model_from_route(&route, &route_options)?;
+    let mut policy = SessionPolicy::for_mode(SessionMode::Headless);
+    if args.allow > SafetyLevel::Safe {
+        policy =
+            policy.grant_unattended(args.allow, format!("geode resume --allow {}", args.allow));
+    }
+    let mut hooks = HookRegistry::new();
+    for path in &args.hooks {
+        load_command_hooks(&mut hooks, path, workspace.root())?;
+    }
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<LoopEvent>();
+    let mut cfg = SessionConfig::new(policy, workspace, model);
+    cfg.session_id = id.clone();
+    cfg.scaffold = load_scaffold(args.scaffold.as_ref(), args.max_rounds, args.time_budget)?;
+    cfg.hooks = hooks;
+    cfg.timeline = open_timeline(args.no_timeline, args.timeline.as_ref())?;
+    cfg.events = Some(tx);
+    cfg.checkpoint = Some(checkpoint_settings(root, &route, effort)?);
+    let (mut session, report) =
+        resume_session(cfg).with_context(|| format!("cannot resume session {id}"))?;
+    print_report(&report);
+    let driver = Driver::start(args.json, rx);
+    let outcome = session
+        .resume_turn(prompt.as_deref(), &driver.cancel)
+        .await?;
+    driver.finish(session, outcome).await
+}
+
+/// What the resume found, on stderr: above all, every effect whose outcome is unknown.
+fn print_report(r: &RestoreReport) {
+    eprintln!(
+        "geode: resuming session {} (was {}; {} messages{})",
+        r.session_id,
+        r.from_status,
+        r.messages,
+        if r.turn_in_progress {
+            "; finishing the interrupted turn"
+        } else {
+            ""
+        }
+    );
+    for call in &r.pending {
+        let what = match call.disposition {
+            Disposition::Uncertain => "outcome UNCERTAIN: it had started when the process \
+                                       stopped; not run again"
+                .to_string(),
+            Disposition::Committed => {
+                "finished before the stop; its result comes from its receipt".to_string()
+            }
+            Disposition::Reconciled => "reconciled by hand; not run again".to_string(),
+            Disposition::Rerun => "never started (or has no effect); running it now".to_string(),
+        };
+        eprintln!(
+            "geode: pending call {} ({}): {what}",
+            call.call_id, call.tool
+        );
+    }
+    for receipt in &r.unresolved {
+        eprintln!(
+            "geode: uncertain effect {} ({} {}): check it, then `geode receipts reconcile {} \
+             --session {} --outcome done|not-done`",
+            receipt.call_id, receipt.tool, receipt.input, receipt.call_id, r.session_id
+        );
+    }
+}

@@ -1,0 +1,156 @@
+//! `geode run`: a benchmark run of a task pack (tasks x attempts), resumable.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use geode_harness::env::Backend;
+use geode_harness::rollout::job::{CONFIG_SCHEMA, RunConfig, resume_run, start_run};
+use geode_runtime::scaffold::Scaffold;
+use tokio_util::sync::CancellationToken;
+
+use super::progress::Progress;
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The task pack (a folder of Harbor tasks, or one task).
+    pack: Option<PathBuf>,
+    /// Agent model route: oracle, nop, scripted:FILE, ...
+    #[arg(long, env = "GEODE_MODEL")]
+    model: Option<String>,
+    /// Attempts per task.
+    #[arg(short = 'k', long, default_value_t = 1)]
+    attempts: u32,
+    /// Trials running at once.
+    #[arg(short = 'n', long, default_value_t = 1)]
+    concurrency: usize,
+    /// Run seed; every trial's seed derives from it.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Only tasks whose id matches this glob (`geode/git-*`).
+    #[arg(long)]
+    tasks: Option<String>,
+    /// Scale every task timeout (agent, verifier, build).
+    #[arg(long, default_value_t = 1.0)]
+    timeout_multiplier: f64,
+    /// Where runs are kept (the run store `geode.db` and one folder per run).
+    #[arg(long, default_value = "jobs")]
+    jobs_dir: PathBuf,
+    /// Environment backend: `sandbox` (default) or `host` (no isolation; needs --allow-host).
+    #[arg(long, default_value = "sandbox")]
+    env: String,
+    /// Allow the `host` backend, which runs tasks on this machine without isolation.
+    #[arg(long)]
+    allow_host: bool,
+    /// Scaffold file (TOML).
+    #[arg(long)]
+    scaffold: Option<PathBuf>,
+    /// Retries of a trial that ended in a retryable infrastructure outcome.
+    #[arg(long, default_value_t = 2)]
+    max_infra_retries: u32,
+    /// Resume this run: finished trials are kept, the rest run again.
+    #[arg(long, value_name = "RUN")]
+    resume: Option<String>,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+fn backend(
+    name: &str,
+    allow_host: bool,
+    jobs_dir: &std::path::Path,
+) -> anyhow::Result<Arc<dyn Backend>> {
+    super::backends::make(name, allow_host, jobs_dir)
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!(
+                "geode: stopping: no new trials, cancelling running ones (Ctrl-C again exits at once)"
+            );
+            on_signal.cancel();
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    });
+    let progress = Arc::new(Progress::new());
+    let outcome = match &args.resume {
+        Some(run_id) => {
+            let config: RunConfig = {
+                let p = args.jobs_dir.join(run_id).join("config.json");
+                let text = std::fs::read_to_string(&p)
+                    .with_context(|| format!("reading {}", p.display()))?;
+                serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?
+            };
+            let backend = backend(
+                &config.backend,
+                args.allow_host || config.backend != "host",
+                &args.jobs_dir,
+            )?;
+            let n = (args.concurrency != 1).then_some(args.concurrency);
+            resume_run(run_id, &args.jobs_dir, n, backend, progress, cancel.clone()).await?
+        }
+        None => {
+            let Some(pack) = args.pack.clone() else {
+                bail!("name a task pack (geode run PACK --model ROUTE) or --resume RUN");
+            };
+            let Some(model) = args.model.clone() else {
+                bail!("no model: pass --model (oracle, nop, scripted:FILE, ...)");
+            };
+            if args.attempts == 0 {
+                bail!("-k must be at least 1");
+            }
+            if !(args.timeout_multiplier.is_finite() && args.timeout_multiplier > 0.0) {
+                bail!("--timeout-multiplier must be a positive number");
+            }
+            let scaffold = match &args.scaffold {
+                Some(p) => {
+                    let text = std::fs::read_to_string(p)
+                        .with_context(|| format!("reading {}", p.display()))?;
+                    toml::from_str(&text).with_context(|| format!("scaffold {}", p.display()))?
+                }
+                None => Scaffold::default(),
+            };
+            let config = RunConfig {
+                schema: CONFIG_SCHEMA.into(),
+                pack: std::fs::canonicalize(&pack)
+                    .with_context(|| format!("task pack {}", pack.display()))?,
+                model,
+                attempts: args.attempts,
+                concurrency: args.concurrency.max(1),
+                seed: args.seed,
+                tasks_glob: args.tasks.clone(),
+                timeout_multiplier: args.timeout_multiplier,
+                backend: args.env.clone(),
+                max_infra_retries: args.max_infra_retries,
+                scaffold,
+            };
+            let backend = backend(&args.env, args.allow_host, &args.jobs_dir)?;
+            start_run(config, &args.jobs_dir, backend, progress, cancel.clone()).await?
+        }
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+            "run_id": outcome.run_id, "run_dir": outcome.run_dir, "cancelled": outcome.cancelled,
+            "summary": outcome.summary}))
+            .unwrap_or_default()
+        );
+    } else {
+        println!("run {} ({})", outcome.run_id, outcome.run_dir.display());
+        print!("{}", outcome.summary.render());
+    }
+    Ok(if outcome.cancelled {
+        ExitCode::from(130)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

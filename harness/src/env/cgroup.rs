@@ -1,0 +1,236 @@
+//! Per-sandbox resource limits with cgroups: v1 (`memory`, `pids`, `cpu` hierarchies) or the
+//! unified v2 hierarchy, whichever this host mounts at /sys/fs/cgroup. The sandbox server
+//! joins the groups before it starts any process, so everything inside inherits them.
+//!
+//! When a limit cannot be applied (no writable cgroup), the memory limit falls back to
+//! `RLIMIT_AS` per process and the gap is recorded in the sandbox's notes; no limit is ever
+//! silently dropped.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+/// CFS period for the cpu quota (the kernel's default).
+const CPU_PERIOD_US: u64 = 100_000;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    pub memory_bytes: Option<u64>,
+    pub pids_max: Option<u64>,
+    pub cpus: Option<f64>,
+}
+
+/// The groups of one sandbox; remove with [`Cgroups::remove`] once its processes are gone.
+#[derive(Debug, Default)]
+pub(crate) struct Cgroups {
+    dirs: Vec<PathBuf>,
+    /// `cgroup.procs` files for the server to join.
+    pub procs: Vec<PathBuf>,
+    /// Set when the memory limit could not go into a cgroup.
+    pub rlimit_as: Option<u64>,
+    pub notes: Vec<String>,
+}
+
+impl Cgroups {
+    pub(crate) fn create(name: &str, limits: Limits) -> Cgroups {
+        Self::create_under(Path::new(CGROUP_ROOT), name, limits)
+    }
+
+    pub(crate) fn create_under(root: &Path, name: &str, limits: Limits) -> Cgroups {
+        let mut groups = Cgroups::default();
+        if limits
+            == (Limits {
+                memory_bytes: None,
+                pids_max: None,
+                cpus: None,
+            })
+        {
+            return groups;
+        }
+        if root.join("cgroup.controllers").exists() {
+            groups.create_v2(root, name, limits);
+        } else {
+            groups.create_v1(root, name, limits);
+        }
+        groups
+    }
+
+    fn create_v1(&mut self, root: &Path, name: &str, limits: Limits) {
+        if let Some(bytes) = limits.memory_bytes {
+            let applied = self.v1_group(
+                root,
+                "memory",
+                name,
+                &[("memory.limit_in_bytes", bytes.to_string())],
+            );
+            if applied {
+                // Without swap accounting the file is missing; with it, swap must not extend
+                // the limit.
+                if let Some(dir) = self.dirs.last() {
+                    let _ =
+                        std::fs::write(dir.join("memory.memsw.limit_in_bytes"), bytes.to_string());
+                }
+            } else {
+                self.rlimit_as = Some(bytes);
+                self.notes.push(format!(
+                    "memory limit applied as RLIMIT_AS={bytes} per process (no writable memory cgroup)"
+                ));
+            }
+        }
+        if let Some(max) = limits.pids_max
+            && !self.v1_group(root, "pids", name, &[("pids.max", max.to_string())])
+        {
+            self.notes.push(format!(
+                "pids limit {max} not applied (no writable pids cgroup)"
+            ));
+        }
+        if let Some(cpus) = limits.cpus {
+            let quota = cpu_quota(cpus);
+            let files = [
+                ("cpu.cfs_period_us", CPU_PERIOD_US.to_string()),
+                ("cpu.cfs_quota_us", quota.to_string()),
+            ];
+            if !self.v1_group(root, "cpu", name, &files) {
+                self.notes.push(format!(
+                    "cpu limit {cpus} not applied (no writable cpu cgroup)"
+                ));
+            }
+        }
+    }
+
+    /// Create `<root>/<controller>/geode/<name>` and write `files`; false (and nothing left
+    /// behind) when any step fails.
+    fn v1_group(
+        &mut self,
+        root: &Path,
+        controller: &str,
+        name: &str,
+        files: &[(&str, String)],
+    ) -> bool {
+        let base = root.join(controller);
+        if !base.join("cgroup.procs").exists() {
+            return false;
+        }
+        let dir = base.join("geode").join(name);
+        if std::fs::create_dir_all(&dir).is_err() {
+            return false;
+        }
+        for (file, value) in files {
+            if std::fs::write(dir.join(file), value).is_err() {
+                let _ = std::fs::remove_dir(&dir);
+                return false;
+            }
+        }
+        self.procs.push(dir.join("cgroup.procs"));
+        self.dirs.push(dir);
+        true
+    }
+
+    fn create_v2(&mut self, root: &Path, name: &str, limits: Limits) {
+        let parent = root.join("geode");
+        let dir = parent.join(name);
+        // Controllers must be enabled in every ancestor's subtree_control.
+        let _ = std::fs::create_dir_all(&parent);
+        let _ = std::fs::write(root.join("cgroup.subtree_control"), "+memory +pids +cpu");
+        let _ = std::fs::write(parent.join("cgroup.subtree_control"), "+memory +pids +cpu");
+        if std::fs::create_dir_all(&dir).is_err() {
+            if let Some(bytes) = limits.memory_bytes {
+                self.rlimit_as = Some(bytes);
+            }
+            self.notes
+                .push("no writable cgroup v2 group: limits applied as RLIMIT_AS only".into());
+            return;
+        }
+        if let Some(bytes) = limits.memory_bytes {
+            if std::fs::write(dir.join("memory.max"), bytes.to_string()).is_ok() {
+                let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+            } else {
+                self.rlimit_as = Some(bytes);
+                self.notes.push(format!(
+                    "memory limit applied as RLIMIT_AS={bytes} per process"
+                ));
+            }
+        }
+        if let Some(max) = limits.pids_max
+            && std::fs::write(dir.join("pids.max"), max.to_string()).is_err()
+        {
+            self.notes.push(format!("pids limit {max} not applied"));
+        }
+        if let Some(cpus) = limits.cpus
+            && std::fs::write(
+                dir.join("cpu.max"),
+                format!("{} {CPU_PERIOD_US}", cpu_quota(cpus)),
+            )
+            .is_err()
+        {
+            self.notes.push(format!("cpu limit {cpus} not applied"));
+        }
+        self.procs.push(dir.join("cgroup.procs"));
+        self.dirs.push(dir);
+    }
+
+    /// Remove the groups. A group is removable only once its last process is gone and
+    /// released, which can trail the kill by a moment: retry for up to `patience`.
+    pub(crate) fn remove(&mut self, patience: Duration) -> Vec<String> {
+        let deadline = std::time::Instant::now() + patience;
+        let mut failures = Vec::new();
+        for dir in self.dirs.drain(..) {
+            loop {
+                match std::fs::remove_dir(&dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(e) if std::time::Instant::now() >= deadline => {
+                        failures.push(format!("cgroup {} left behind: {e}", dir.display()));
+                        break;
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        }
+        failures
+    }
+}
+
+fn cpu_quota(cpus: f64) -> u64 {
+    // At least 1 ms per period: the kernel's minimum quota.
+    ((cpus * CPU_PERIOD_US as f64) as u64).max(1000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_limits_no_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = Cgroups::create_under(
+            dir.path(),
+            "t",
+            Limits {
+                memory_bytes: None,
+                pids_max: None,
+                cpus: None,
+            },
+        );
+        assert!(g.procs.is_empty() && g.notes.is_empty());
+    }
+
+    #[test]
+    fn unwritable_memory_falls_back_to_rlimit() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            memory_bytes: Some(64 << 20),
+            pids_max: None,
+            cpus: None,
+        };
+        let g = Cgroups::create_under(dir.path(), "t", limits);
+        assert_eq!(g.rlimit_as, Some(64 << 20));
+        assert_eq!(g.notes.len(), 1);
+    }
+
+    #[test]
+    fn quota_has_a_floor() {
+        assert_eq!(cpu_quota(0.5), 50_000);
+        assert_eq!(cpu_quota(0.0), 1000);
+    }
+}

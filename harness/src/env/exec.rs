@@ -1,0 +1,302 @@
+//! Running one command inside the sandbox (server side).
+//!
+//! The command leads its own process group; the group is killed on timeout, on cancel, and
+//! also once the command exits, which is the runtime's bash-tool contract (nothing a call
+//! starts outlives it). A process that leaves its group on purpose (`setsid`) lives on until
+//! `kill_all` or teardown, which the pid namespace makes total.
+
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use super::fsops::check_scope;
+use super::protocol::{ErrorKind, ExecResult, ExecSpec, ReplyError};
+use super::server::Server;
+
+/// How long to keep reading output once the command's group is dead; a process that left the
+/// group can hold the pipes open forever.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+pub(crate) const DEFAULT_PATH: &str =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+pub(crate) enum ExecEvent {
+    Exited(std::io::Result<std::process::ExitStatus>),
+    Cancel,
+}
+
+fn fail(kind: ErrorKind, message: String) -> ReplyError {
+    ReplyError { kind, message }
+}
+
+pub(crate) fn run(server: &Server, id: u64, spec: ExecSpec) -> Result<ExecResult, ReplyError> {
+    let cwd = match &spec.cwd {
+        None => server.spec.workdir.clone(),
+        Some(dir) if dir.starts_with('/') => dir.clone(),
+        Some(dir) => Path::new(&server.spec.workdir)
+            .join(dir)
+            .to_string_lossy()
+            .into_owned(),
+    };
+    if let Some(scope) = &spec.scope {
+        check_scope(&cwd, scope)?;
+    }
+    let user = match spec.user.as_ref().or(server.spec.user.as_ref()) {
+        Some(u) => Some(resolve_user(u)?),
+        None => None,
+    };
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), DEFAULT_PATH.into()),
+        ("HOSTNAME".into(), server.spec.hostname.clone()),
+        ("HOME".into(), "/root".into()),
+    ];
+    if let Some(u) = &user {
+        env.push(("HOME".into(), u.home.clone()));
+        env.push(("USER".into(), u.name.clone()));
+        env.push(("LOGNAME".into(), u.name.clone()));
+    }
+    env.extend(server.spec.env.iter().cloned());
+    env.extend(spec.env.iter().cloned());
+
+    let shell = spec
+        .shell
+        .clone()
+        .unwrap_or_else(|| vec!["bash".into(), "-c".into()]);
+    let Some((program, shell_args)) = shell.split_first() else {
+        return Err(fail(ErrorKind::InvalidInput, "empty shell".into()));
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(shell_args)
+        .arg(&spec.command)
+        .current_dir(&cwd)
+        .env_clear()
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if let Some(u) = &user {
+        cmd.uid(u.uid).gid(u.gid);
+    }
+    let started = Instant::now();
+    let mut child = cmd.spawn().map_err(|e| {
+        fail(
+            ErrorKind::of(&e),
+            format!("could not start {program} in {cwd}: {e}"),
+        )
+    })?;
+    let pgid = i32::try_from(child.id()).ok().map(Pid::from_raw);
+    let kill_group = || {
+        if let Some(pgid) = pgid {
+            // ESRCH: the group is already empty.
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    };
+    let out_rx = pump(child.stdout.take(), spec.output_cap);
+    let err_rx = pump(child.stderr.take(), spec.output_cap);
+
+    let (tx, rx) = mpsc::channel();
+    server.register(id, tx.clone());
+    std::thread::spawn(move || {
+        let _ = tx.send(ExecEvent::Exited(child.wait()));
+    });
+    let deadline = started + Duration::from_millis(spec.timeout_ms);
+    let mut timed_out = false;
+    let mut cancelled = false;
+    let status = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let event = if timed_out || cancelled {
+            rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+        } else {
+            rx.recv_timeout(left)
+        };
+        match event {
+            Ok(ExecEvent::Exited(status)) => break status,
+            Ok(ExecEvent::Cancel) => {
+                cancelled = true;
+                kill_group();
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                timed_out = true;
+                kill_group();
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                break Err(std::io::Error::other("lost the waiter thread"));
+            }
+        }
+    };
+    server.unregister(id);
+    kill_group();
+    let status = status.map_err(|e| fail(ErrorKind::Other, format!("wait: {e}")))?;
+    let grace = Instant::now() + DRAIN_GRACE;
+    let out = out_rx
+        .recv_timeout(grace.saturating_duration_since(Instant::now()))
+        .unwrap_or_else(|_| Capture::new(spec.output_cap));
+    let err = err_rx
+        .recv_timeout(grace.saturating_duration_since(Instant::now()))
+        .unwrap_or_else(|_| Capture::new(spec.output_cap));
+    let truncated = out.truncated || err.truncated;
+    Ok(ExecResult {
+        exit_code: status.code(),
+        signal: status.signal(),
+        stdout: out.into_text(),
+        stderr: err.into_text(),
+        timed_out,
+        cancelled,
+        truncated,
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+/// Read a pipe to its end on a thread of its own; the capture arrives on the channel.
+fn pump<R: Read + Send + 'static>(pipe: Option<R>, cap: usize) -> mpsc::Receiver<Capture> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut capture = Capture::new(cap);
+        if let Some(mut pipe) = pipe {
+            let mut chunk = [0u8; 8192];
+            loop {
+                match pipe.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => capture.push(&chunk[..n]),
+                }
+            }
+        }
+        let _ = tx.send(capture);
+    });
+    rx
+}
+
+/// At most `cap` bytes of one stream; the rest is read and dropped.
+pub(crate) struct Capture {
+    buf: Vec<u8>,
+    cap: usize,
+    truncated: bool,
+}
+
+impl Capture {
+    pub(crate) fn new(cap: usize) -> Self {
+        Capture {
+            buf: Vec::new(),
+            cap,
+            truncated: false,
+        }
+    }
+
+    pub(crate) fn push(&mut self, chunk: &[u8]) {
+        let room = self.cap.saturating_sub(self.buf.len());
+        if chunk.len() > room {
+            self.truncated = true;
+        }
+        self.buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+
+    /// Lossy text with a visible marker where it was cut (the same marker as the runtime's
+    /// local workspace, so the model sees one format).
+    pub(crate) fn into_text(mut self) -> String {
+        if self.truncated
+            && let Err(e) = std::str::from_utf8(&self.buf)
+            && e.error_len().is_none()
+        {
+            self.buf.truncate(e.valid_up_to());
+        }
+        let mut text = String::from_utf8_lossy(&self.buf).into_owned();
+        if self.truncated {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&format!(
+                "[... output truncated at {} bytes ...]\n",
+                self.cap
+            ));
+        }
+        text
+    }
+}
+
+pub(crate) struct User {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: String,
+}
+
+/// `name`, `uid`, `name:group` or `uid:gid`, looked up in the sandbox's /etc/passwd and
+/// /etc/group (Docker's USER syntax).
+pub(crate) fn resolve_user(spec: &str) -> Result<User, ReplyError> {
+    let (user_part, group_part) = match spec.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (spec, None),
+    };
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let entry = passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        (f.len() >= 6 && (f[0] == user_part || f[2] == user_part)).then(|| {
+            (
+                f[0].to_string(),
+                f[2].parse::<u32>().ok(),
+                f[3].parse::<u32>().ok(),
+                f[5].to_string(),
+            )
+        })
+    });
+    let (name, uid, gid, home) = match entry {
+        Some((name, Some(uid), Some(gid), home)) => (name, uid, gid, home),
+        _ => match user_part.parse::<u32>() {
+            Ok(uid) => (user_part.to_string(), uid, uid, "/".to_string()),
+            Err(_) => {
+                return Err(fail(
+                    ErrorKind::NotFound,
+                    format!("user {user_part:?} is not in the sandbox's /etc/passwd"),
+                ));
+            }
+        },
+    };
+    let gid = match group_part {
+        None => gid,
+        Some(g) => match g.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => std::fs::read_to_string("/etc/group")
+                .unwrap_or_default()
+                .lines()
+                .find_map(|line| {
+                    let f: Vec<&str> = line.split(':').collect();
+                    (f.len() >= 3 && f[0] == g).then(|| f[2].parse::<u32>().ok())?
+                })
+                .ok_or_else(|| {
+                    fail(
+                        ErrorKind::NotFound,
+                        format!("group {g:?} is not in /etc/group"),
+                    )
+                })?,
+        },
+    };
+    Ok(User {
+        name,
+        uid,
+        gid,
+        home,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Capture;
+
+    #[test]
+    fn capture_marks_truncation() {
+        let mut c = Capture::new(4);
+        c.push(b"abcdef");
+        let text = c.into_text();
+        assert!(
+            text.starts_with("abcd\n[... output truncated at 4 bytes ...]"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,248 @@
+//! File operations of the sandbox server, and the tree copy shared with the harness side.
+//!
+//! The server runs inside the sandbox's root, so `canonicalize` follows symlinks exactly as the
+//! sandbox's processes would: the scope check (the workspace root) happens here, on every
+//! operation, and a symlink planted by a command cannot lead a file tool out of the workdir.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use super::protocol::{self, DirEntry, ErrorKind, INBOX, Reply, ReplyError};
+
+fn io_fail(op: &str, path: &Path, e: &io::Error) -> ReplyError {
+    ReplyError {
+        kind: ErrorKind::of(e),
+        message: format!("{op} {}: {e}", path.display()),
+    }
+}
+
+fn scope_fail(path: &str, why: String) -> ReplyError {
+    ReplyError {
+        kind: ErrorKind::Scope,
+        message: format!("path {path:?} is outside the workspace root: {why}"),
+    }
+}
+
+/// Refuse `path` unless it stays under `scope` once every symlink of its longest existing
+/// prefix is followed. A dangling symlink is refused: writing through it would create its
+/// target wherever that points.
+pub(crate) fn check_scope(path: &str, scope: &str) -> Result<PathBuf, ReplyError> {
+    let given = Path::new(path);
+    if !given.is_absolute() {
+        return Err(scope_fail(path, "not an absolute path".into()));
+    }
+    let root =
+        std::fs::canonicalize(scope).map_err(|e| io_fail("resolve", Path::new(scope), &e))?;
+    let mut prefix = given.to_path_buf();
+    let mut rest = Vec::new();
+    while std::fs::symlink_metadata(&prefix).is_err() {
+        let Some(name) = prefix.file_name() else {
+            return Err(scope_fail(path, "no part of the path exists".into()));
+        };
+        rest.push(name.to_os_string());
+        if !prefix.pop() {
+            return Err(scope_fail(path, "no part of the path exists".into()));
+        }
+    }
+    let mut resolved = std::fs::canonicalize(&prefix).map_err(|e| {
+        scope_fail(
+            path,
+            format!(
+                "{} cannot be resolved (a dangling or looping symlink?): {e}",
+                prefix.display()
+            ),
+        )
+    })?;
+    if !resolved.starts_with(&root) {
+        return Err(scope_fail(
+            path,
+            format!("{} resolves to {}", prefix.display(), resolved.display()),
+        ));
+    }
+    for name in rest.iter().rev() {
+        if name == ".." || name == "." {
+            return Err(scope_fail(path, "`..` in the path".into()));
+        }
+        resolved.push(name);
+    }
+    Ok(resolved)
+}
+
+fn scoped(path: &str, scope: Option<&str>) -> Result<PathBuf, ReplyError> {
+    match scope {
+        Some(scope) => check_scope(path, scope),
+        None => Ok(PathBuf::from(path)),
+    }
+}
+
+pub(crate) fn read_file(path: &str, scope: Option<&str>) -> Result<Reply, ReplyError> {
+    let path = scoped(path, scope)?;
+    let bytes = std::fs::read(&path).map_err(|e| io_fail("read", &path, &e))?;
+    Ok(Reply::File {
+        data_b64: protocol::encode(&bytes),
+    })
+}
+
+pub(crate) fn write_file(
+    path: &str,
+    data_b64: &str,
+    scope: Option<&str>,
+) -> Result<Reply, ReplyError> {
+    let path = scoped(path, scope)?;
+    let bytes = protocol::decode(data_b64).map_err(|message| ReplyError {
+        kind: ErrorKind::InvalidInput,
+        message,
+    })?;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io_fail("create directory", parent, &e))?;
+    }
+    std::fs::write(&path, bytes).map_err(|e| io_fail("write", &path, &e))?;
+    Ok(Reply::Done)
+}
+
+pub(crate) fn list_dir(path: &str, scope: Option<&str>) -> Result<Reply, ReplyError> {
+    let path = scoped(path, scope)?;
+    let dir = std::fs::read_dir(&path).map_err(|e| io_fail("list", &path, &e))?;
+    let mut entries = Vec::new();
+    for entry in dir {
+        let entry = entry.map_err(|e| io_fail("list", &path, &e))?;
+        let entry_path = entry.path();
+        let link_meta =
+            std::fs::symlink_metadata(&entry_path).map_err(|e| io_fail("stat", &entry_path, &e))?;
+        let is_symlink = link_meta.file_type().is_symlink();
+        // A symlink reports what it points at; a dangling one reports itself.
+        let meta = if is_symlink {
+            std::fs::metadata(&entry_path).unwrap_or(link_meta)
+        } else {
+            link_meta
+        };
+        entries.push(DirEntry {
+            name: entry.file_name().to_string_lossy().into_owned(),
+            is_dir: meta.is_dir(),
+            is_symlink,
+            len: meta.len(),
+        });
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(Reply::Dir { entries })
+}
+
+/// Copy a staged inbox item into place.
+pub(crate) fn install(from: &str, to: &str, merge: bool) -> Result<Reply, ReplyError> {
+    if from.contains('/') || from.starts_with('.') {
+        return Err(ReplyError {
+            kind: ErrorKind::InvalidInput,
+            message: format!("bad inbox item {from:?}"),
+        });
+    }
+    let src = Path::new(INBOX).join(from);
+    let dst = Path::new(to);
+    if !dst.is_absolute() {
+        return Err(ReplyError {
+            kind: ErrorKind::InvalidInput,
+            message: format!("destination {to:?} is not absolute"),
+        });
+    }
+    let src_meta = std::fs::symlink_metadata(&src).map_err(|e| io_fail("stat", &src, &e))?;
+    if !merge || !src_meta.is_dir() {
+        remove_any(dst).map_err(|e| io_fail("replace", dst, &e))?;
+    }
+    if let Some(parent) = dst.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io_fail("create directory", parent, &e))?;
+    }
+    copy_tree(&src, dst).map_err(|e| io_fail("copy into", dst, &e))?;
+    Ok(Reply::Done)
+}
+
+fn remove_any(path: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+    }
+}
+
+/// Copy a file, symlink or directory tree (modes and symlinks kept; a directory merges into
+/// an existing one). Files are hard-linked when `link` allows it and the filesystems agree.
+pub(crate) fn copy_tree_with(src: &Path, dst: &Path, link: bool) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(src)?;
+    let kind = meta.file_type();
+    if kind.is_symlink() {
+        remove_any(dst)?;
+        std::os::unix::fs::symlink(std::fs::read_link(src)?, dst)
+    } else if kind.is_dir() {
+        match std::fs::symlink_metadata(dst) {
+            Ok(existing) if existing.is_dir() => {}
+            Ok(_) => {
+                std::fs::remove_file(dst)?;
+                std::fs::create_dir(dst)?;
+            }
+            Err(_) => std::fs::create_dir(dst)?,
+        }
+        std::fs::set_permissions(
+            dst,
+            std::fs::Permissions::from_mode(meta.permissions().mode()),
+        )?;
+        let mut names: Vec<_> = std::fs::read_dir(src)?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<io::Result<_>>()?;
+        names.sort();
+        for name in names {
+            copy_tree_with(&src.join(&name), &dst.join(&name), link)?;
+        }
+        Ok(())
+    } else {
+        remove_any(dst)?;
+        if link && std::fs::hard_link(src, dst).is_ok() {
+            return Ok(());
+        }
+        std::fs::copy(src, dst)?;
+        Ok(())
+    }
+}
+
+pub(crate) fn copy_tree(src: &Path, dst: &Path) -> io::Result<()> {
+    copy_tree_with(src, dst, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_refuses_symlink_escapes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("out")).unwrap();
+        let scope = root.to_str().unwrap();
+        assert!(check_scope(&format!("{scope}/a/b"), scope).is_ok());
+        let err = check_scope(&format!("{scope}/out/passwd"), scope).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Scope);
+    }
+
+    #[test]
+    fn copy_tree_merges_and_keeps_modes() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        std::fs::write(src.join("sub/run.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(
+            src.join("sub/run.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        let dst = dir.path().join("dst");
+        std::fs::create_dir_all(&dst).unwrap();
+        std::fs::write(dst.join("keep"), "k").unwrap();
+        copy_tree(&src, &dst).unwrap();
+        assert!(dst.join("keep").exists());
+        let mode = std::fs::metadata(dst.join("sub/run.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+    }
+}

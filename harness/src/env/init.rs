@@ -1,0 +1,100 @@
+//! `geode __sandbox-init`: PID 1 of a sandbox's pid namespace.
+//!
+//! The server starts it right after `unshare(CLONE_NEWPID)`, with its working directory at the
+//! sandbox's root mount. It mounts `/proc` for the namespace (only a process inside the
+//! namespace gets the namespace's view), then reaps orphans forever. Its stdin is a pipe from
+//! the server: end of file (the server exited or was killed) makes it exit, and the kernel then kills
+//! everything left in the namespace. So no sandbox process can outlive its server.
+//! (`kill_all` is the agent's job: it runs inside the namespace too.)
+
+use std::io::{Read, Write};
+use std::process::ExitCode;
+
+use nix::mount::MsFlags;
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+pub(crate) fn init_main() -> ExitCode {
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    // Relative target: our cwd is the future root, before and after the server's pivot_root.
+    if let Err(e) = nix::mount::mount(Some("proc"), "proc", Some("proc"), flags, None::<&str>) {
+        println!("error: mount /proc: {e}");
+        return ExitCode::from(1);
+    }
+    // SIGCHLD stays blocked in every thread (the reader below inherits the mask), so `wait`
+    // below receives it instead of a default disposition that would drop it.
+    let mut chld = SigSet::empty();
+    chld.add(Signal::SIGCHLD);
+    if let Err(e) = chld.thread_block() {
+        println!("error: block SIGCHLD: {e}");
+        return ExitCode::from(1);
+    }
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    std::thread::spawn(command_loop);
+    loop {
+        reap_all();
+        if chld.wait().is_err() {
+            // Only EINVAL is possible, and the set is valid: avoid a hot loop regardless.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+fn reap_all() {
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
+fn command_loop() {
+    // Nothing is ever sent; the pipe only tells us the server is alive.
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    // The server is gone: leaving takes the whole namespace down with us.
+    std::process::exit(0);
+}
+
+/// From a process of the namespace: kill every other process of it except init; the number
+/// that were alive (zombies, already dead and waiting for their parent, are not counted).
+pub(crate) fn kill_all_but_me() -> usize {
+    let me = i32::try_from(std::process::id()).unwrap_or(0);
+    let count = live_processes("/proc")
+        .into_iter()
+        .filter(|&pid| pid != 1 && pid != me)
+        .count();
+    // kill(-1) reaches every process we may signal except ourselves and the namespace's init.
+    let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGKILL);
+    count
+}
+
+/// Pids listed in a procfs that are not zombies.
+pub(crate) fn live_processes(proc_dir: &str) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir(proc_dir) else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // The state follows the parenthesised command name, which may itself contain spaces.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if matches!(state, Some("Z") | Some("X") | None) {
+            continue;
+        }
+        pids.push(pid);
+    }
+    pids
+}

@@ -1,0 +1,178 @@
+//! Environments a trial runs in: the default `sandbox` backend (namespaces + overlayfs over the
+//! host root, no docker engine), and the unisolated `host` backend behind an explicit flag.
+//!
+//! A backend first *prepares* a task's image (runs the Dockerfile's steps into a cached layer),
+//! then *starts* one sandbox per trial on top of it. The runtime's tools act on the sandbox
+//! through its `Workspace`, so the agent never touches the host.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use geode_runtime::tools::workspace::{ExecOutput, ExecRequest, Workspace};
+use tokio_util::sync::CancellationToken;
+
+/// What the task asks of its environment (from task.toml and environment/).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnvironmentSpec {
+    /// `org/name`, for messages and cache keys.
+    pub task_name: String,
+    /// The task's `environment/` folder: the Dockerfile and its build context.
+    pub environment_dir: PathBuf,
+    /// Network during the trial (`public`) or none (`no-network`, `allow_internet = false`).
+    /// Builds always have the network, as `docker build` does.
+    pub network: bool,
+    pub cpus: Option<f64>,
+    pub memory_mb: Option<u64>,
+    /// Maximum number of processes in the sandbox.
+    pub pids_max: Option<u64>,
+    pub build_timeout: Duration,
+    /// Extra environment for every process of the trial (task.toml `[environment] env`).
+    pub env: Vec<(String, String)>,
+}
+
+/// A built (or cached) image: what every trial of the task starts from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedImage {
+    /// The read-only layer the Dockerfile's steps produced (`None`: nothing to add to the host
+    /// root).
+    pub layer_dir: Option<PathBuf>,
+    /// The Dockerfile's last WORKDIR (`/app` in most tasks); `/` when none.
+    pub workdir: String,
+    /// ENV values of the Dockerfile, then the spec's env.
+    pub env: Vec<(String, String)>,
+    /// USER of the Dockerfile, if any.
+    pub user: Option<String>,
+    /// The `FROM` line, recorded; the host root stands in for it.
+    pub from: String,
+    /// Differences between the `FROM` image and the host worth recording (e.g. another
+    /// Python version), for the trial's metadata.
+    pub notes: Vec<String>,
+    pub cache_hit: bool,
+    pub build_duration: Duration,
+}
+
+/// Failures of an environment. Every one of them is infrastructure, never the agent's fault.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    /// A Dockerfile step failed (exit code, output tail), or the build timed out.
+    #[error("environment set-up failed at {step}: {message}")]
+    SetupFailed { step: String, message: String },
+    /// The task needs something this host cannot give (a GPU, an unsupported instruction).
+    #[error("environment unsupported: {0}")]
+    Unsupported(String),
+    /// The sandbox process died or stopped answering.
+    #[error("sandbox lost: {0}")]
+    Lost(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What teardown observed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TeardownReport {
+    /// Processes still alive at teardown that had to be killed.
+    pub killed_processes: usize,
+    pub duration: Duration,
+}
+
+/// One running trial environment.
+#[async_trait]
+pub trait Sandbox: Send + Sync {
+    /// The work directory as the runtime's tools see it (root = the image's WORKDIR; paths
+    /// outside it are refused by the tools' scope step; writes by processes land in the
+    /// trial's own layer, never on the host).
+    fn workspace(&self) -> Arc<dyn Workspace>;
+
+    /// Run a shell command inside the sandbox (`cwd` relative to the workdir, or absolute).
+    async fn exec(
+        &self,
+        req: ExecRequest,
+        cancel: CancellationToken,
+    ) -> Result<ExecOutput, EnvError>;
+
+    /// Copy a host file or directory into the sandbox at an absolute path (replacing it).
+    async fn copy_in(&self, host_src: &Path, sandbox_dst: &str) -> Result<(), EnvError>;
+
+    /// Kill every process of the sandbox except its init (the agent's processes before the
+    /// verifier runs). Returns how many were killed.
+    async fn kill_all_processes(&self) -> Result<usize, EnvError>;
+
+    /// Stop everything and remove the trial's writable layer.
+    async fn teardown(self: Box<Self>) -> Result<TeardownReport, EnvError>;
+}
+
+/// Where trial environments come from.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    fn name(&self) -> &'static str;
+
+    /// Build the task's image, or reuse the cached layer (keyed by the hash of the Dockerfile
+    /// and its build context).
+    async fn prepare(&self, spec: &EnvironmentSpec) -> Result<PreparedImage, EnvError>;
+
+    /// Start one trial's sandbox. `trial_dir` holds `agent/`, `verifier/`, `artifacts/`, which
+    /// appear inside as `/logs/agent`, `/logs/verifier`, `/logs/artifacts`.
+    async fn start(
+        &self,
+        spec: &EnvironmentSpec,
+        image: &PreparedImage,
+        trial_dir: &Path,
+    ) -> Result<Box<dyn Sandbox>, EnvError>;
+}
+
+mod build;
+pub mod cgroup;
+mod client;
+pub mod dockerfile;
+mod exec;
+mod fsops;
+pub mod host;
+mod init;
+mod netns;
+pub mod protocol;
+pub mod sandbox;
+mod server;
+mod setup;
+mod steps;
+pub mod workspace;
+
+pub use host::HostBackend;
+pub use sandbox::{SandboxBackend, SandboxConfig, SandboxHandle};
+pub use workspace::SandboxWorkspace;
+
+/// The hidden subcommand that runs a sandbox server (`geode __sandbox-server SPEC_JSON`).
+pub const SERVER_ARG: &str = "__sandbox-server";
+/// The hidden subcommand that runs as PID 1 of a sandbox's pid namespace.
+pub const INIT_ARG: &str = "__sandbox-init";
+/// The hidden subcommand that serves requests inside a sandbox.
+pub const AGENT_ARG: &str = "__sandbox-agent";
+
+/// Run the sandbox's own processes when the binary was started as one of them: `Some(code)`
+/// when `args[1]` is a hidden sandbox subcommand, `None` otherwise.
+///
+/// The binary must call this first thing in `main`, before argument parsing and before any
+/// async runtime or other thread starts: the server unshares namespaces, which the kernel
+/// allows only to a single-threaded process. Neither entry needs tokio.
+pub fn sandbox_entry(args: &[String]) -> Option<std::process::ExitCode> {
+    match args.get(1).map(String::as_str) {
+        Some(SERVER_ARG) => Some(match args.get(2) {
+            Some(spec) => server::server_main(spec),
+            None => {
+                eprintln!("{SERVER_ARG}: missing the spec argument");
+                std::process::ExitCode::from(2)
+            }
+        }),
+        Some(AGENT_ARG) => Some(match args.get(2) {
+            Some(spec) => server::agent_main(spec),
+            None => std::process::ExitCode::from(2),
+        }),
+        Some(INIT_ARG) => Some(init::init_main()),
+        _ => None,
+    }
+}

@@ -1,0 +1,277 @@
+//! The wire format between the harness and a sandbox server (`geode __sandbox-server`).
+//!
+//! The harness starts the server with one argument, a [`ServerSpec`] as JSON (schema
+//! `geode.sandbox.server.v1`). The server answers with one [`Response`] line (`ready` or
+//! `error`), then reads newline-delimited [`Request`]s on stdin and writes one [`Response`] line
+//! per request on stdout, in completion order (requests run concurrently; `id` pairs them).
+//! Bytes travel as base64 so every line stays valid JSON.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub const SERVER_SCHEMA: &str = "geode.sandbox.server.v1";
+
+/// Everything the server needs to build the sandbox. Paths are host paths unless noted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServerSpec {
+    pub schema: String,
+    /// The executable that provides `sandbox_entry`, run again as the namespace's init.
+    pub geode_exe: PathBuf,
+    /// Where the sandbox's root is mounted (in the server's private mount namespace only).
+    pub root_mount: PathBuf,
+    /// The image: a cached layer mounted read-only over the host root, below the trial layer.
+    pub image: Option<ImageMount>,
+    /// The writable layer of this sandbox and overlayfs' work directory beside it.
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    /// Host directory shown read-only at [`INBOX`] inside; `copy_in` stages files here.
+    pub inbox: PathBuf,
+    /// Host directories bind-mounted inside (`/logs/agent` ...).
+    pub binds: Vec<Bind>,
+    /// Host directories covered by an empty read-only tmpfs inside (other trials' layers, the
+    /// image cache, the job's other trial folders).
+    pub hide: Vec<PathBuf>,
+    /// Directories (inside paths) that start empty instead of showing the host's content
+    /// (`/tmp`, `/root`): created in this sandbox's own layer, so a build keeps what it puts
+    /// there. Only applied when there is no image layer (the layer already carries them).
+    pub fresh_dirs: Vec<String>,
+    pub hostname: String,
+    /// `false`: a new network namespace with only `lo`.
+    pub network: bool,
+    /// `cgroup.procs` files the server joins before it starts any process.
+    pub cgroup_procs: Vec<PathBuf>,
+    /// Fallback memory limit (bytes of address space per process) when no cgroup is writable.
+    pub rlimit_as: Option<u64>,
+    /// Work directory inside (created when missing).
+    pub workdir: String,
+    /// Environment of every process, after the defaults (PATH, HOME, HOSTNAME).
+    pub env: Vec<(String, String)>,
+    /// Default user of every process (`name`, `uid` or `uid:gid`); root when `None`.
+    pub user: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ImageMount {
+    /// The cached layer (a former overlay upper directory).
+    pub layer: PathBuf,
+    /// A private work directory for the read-only image overlay, and its mount point.
+    pub work: PathBuf,
+    pub mount: PathBuf,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Bind {
+    pub host: PathBuf,
+    /// Absolute path inside.
+    pub inside: String,
+    pub read_only: bool,
+}
+
+/// Where the inbox appears inside the sandbox.
+pub const INBOX: &str = "/.geode-inbox";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    pub id: u64,
+    #[serde(flatten)]
+    pub op: Op,
+}
+
+/// `scope`: when set, the server refuses a path that leaves this directory after following
+/// symlinks (the workspace's root); harness operations pass `None`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Op {
+    Exec(ExecSpec),
+    /// Kill the process group of a running `exec` (its reply says `cancelled`).
+    Cancel {
+        target: u64,
+    },
+    ReadFile {
+        path: String,
+        scope: Option<String>,
+    },
+    WriteFile {
+        path: String,
+        data_b64: String,
+        scope: Option<String>,
+    },
+    ListDir {
+        path: String,
+        scope: Option<String>,
+    },
+    /// Copy `INBOX/<from>` to `to`; `merge` copies a directory's content into an existing
+    /// directory (Dockerfile COPY), otherwise `to` is replaced.
+    Install {
+        from: String,
+        to: String,
+        merge: bool,
+    },
+    /// SIGKILL every process of the sandbox except its init.
+    KillAll,
+    /// Kill everything, unmount, exit.
+    Shutdown,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExecSpec {
+    /// Run as `shell... command` (default `bash -c`).
+    pub command: String,
+    pub shell: Option<Vec<String>>,
+    /// Absolute path inside, or relative to the sandbox's workdir.
+    pub cwd: Option<String>,
+    pub timeout_ms: u64,
+    pub output_cap: usize,
+    pub env: Vec<(String, String)>,
+    /// Overrides the sandbox's default user.
+    pub user: Option<String>,
+    /// Checked against `cwd` like the file operations' scope.
+    pub scope: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Response {
+    pub id: u64,
+    #[serde(flatten)]
+    pub reply: Reply,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    /// The sandbox is up (id 0).
+    Ready(ReadyInfo),
+    Exec(ExecResult),
+    File {
+        data_b64: String,
+    },
+    Dir {
+        entries: Vec<DirEntry>,
+    },
+    Done,
+    /// Processes killed (`kill_all`, `shutdown`).
+    Killed {
+        count: usize,
+    },
+    Error(ReplyError),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReadyInfo {
+    /// Host pid of the namespace's init.
+    pub init_pid: u32,
+    /// `pid:[inode]` of the sandbox's pid namespace, to find its processes from the host.
+    pub pid_namespace: String,
+    /// Things set up differently than asked (no `lo`, no sysfs), for the trial's notes.
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecResult {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+    pub cancelled: bool,
+    pub truncated: bool,
+    pub duration_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirEntry {
+    pub name: String,
+    pub is_dir: bool,
+    pub is_symlink: bool,
+    pub len: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplyError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The path leaves the scope (after symlinks).
+    Scope,
+    NotFound,
+    PermissionDenied,
+    AlreadyExists,
+    NotADirectory,
+    IsADirectory,
+    InvalidInput,
+    /// Anything else, including failures to start a process.
+    Other,
+}
+
+impl ErrorKind {
+    pub fn of(e: &std::io::Error) -> Self {
+        use std::io::ErrorKind as K;
+        match e.kind() {
+            K::NotFound => ErrorKind::NotFound,
+            K::PermissionDenied => ErrorKind::PermissionDenied,
+            K::AlreadyExists => ErrorKind::AlreadyExists,
+            K::NotADirectory => ErrorKind::NotADirectory,
+            K::IsADirectory => ErrorKind::IsADirectory,
+            K::InvalidInput => ErrorKind::InvalidInput,
+            _ => ErrorKind::Other,
+        }
+    }
+
+    pub fn io_kind(self) -> std::io::ErrorKind {
+        use std::io::ErrorKind as K;
+        match self {
+            ErrorKind::NotFound => K::NotFound,
+            ErrorKind::PermissionDenied | ErrorKind::Scope => K::PermissionDenied,
+            ErrorKind::AlreadyExists => K::AlreadyExists,
+            ErrorKind::NotADirectory => K::NotADirectory,
+            ErrorKind::IsADirectory => K::IsADirectory,
+            ErrorKind::InvalidInput => K::InvalidInput,
+            ErrorKind::Other => K::Other,
+        }
+    }
+}
+
+pub fn encode(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+pub fn decode(text: &str) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| format!("bad base64: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_as_one_line() {
+        let req = Request {
+            id: 7,
+            op: Op::ReadFile {
+                path: "/app/x".into(),
+                scope: Some("/app".into()),
+            },
+        };
+        let line = serde_json::to_string(&req).unwrap();
+        assert!(!line.contains('\n'));
+        assert!(line.contains(r#""op":"read_file""#), "{line}");
+        let back: Request = serde_json::from_str(&line).unwrap();
+        assert_eq!(back.id, 7);
+        let resp = Response {
+            id: 7,
+            reply: Reply::Killed { count: 3 },
+        };
+        let line = serde_json::to_string(&resp).unwrap();
+        let back: Response = serde_json::from_str(&line).unwrap();
+        assert!(matches!(back.reply, Reply::Killed { count: 3 }));
+    }
+}

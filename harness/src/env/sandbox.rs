@@ -1,0 +1,481 @@
+//! The `sandbox` backend: one namespace sandbox per trial, over the host root, no engine.
+//!
+//! Each sandbox is a `geode __sandbox-server` process ([`super::server`]) that lives in its
+//! own mount, pid, UTS, IPC (and, without network, net) namespaces, rooted in an overlay whose
+//! writable layer is the trial's scratch directory. The harness talks to it over pipes
+//! ([`super::client`]). Set-up and teardown are a process start and a process exit; the kernel
+//! unmounts everything when the namespaces die, so the host's mount table never changes.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use geode_runtime::tools::workspace::{ExecOutput, ExecRequest, Workspace};
+use tokio_util::sync::CancellationToken;
+
+use super::cgroup::{Cgroups, Limits};
+use super::client::ServerClient;
+use super::protocol::{self, Bind, ExecResult, ExecSpec, ImageMount, Op, Reply, ServerSpec};
+use super::workspace::SandboxWorkspace;
+use super::{Backend, EnvError, EnvironmentSpec, PreparedImage, Sandbox, TeardownReport};
+
+/// Where the sandbox backend keeps its state, and what it shows of the host.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// The executable whose `main` calls [`super::sandbox_entry`] first (the `geode` binary;
+    /// in the harness's tests `env!("CARGO_BIN_EXE_geode")`).
+    pub geode_exe: PathBuf,
+    /// Built image layers, one directory per cache key.
+    pub cache_dir: PathBuf,
+    /// Per-sandbox writable layers. Must be on the same filesystem mount as `cache_dir`
+    /// (overlayfs wants a layer and its work directory side by side).
+    pub scratch_dir: PathBuf,
+    /// Host directories shown empty and read-only inside, besides `cache_dir` and
+    /// `scratch_dir` (e.g. the job folder, so a trial cannot read other trials' logs).
+    pub hide: Vec<PathBuf>,
+    /// Directories that start empty in a new image instead of showing the host's content.
+    pub fresh_dirs: Vec<String>,
+}
+
+impl SandboxConfig {
+    /// Layers under `state_dir/images`, scratch under `state_dir/sandboxes`.
+    pub fn new(geode_exe: impl Into<PathBuf>, state_dir: impl AsRef<Path>) -> Self {
+        let state = state_dir.as_ref();
+        SandboxConfig {
+            geode_exe: geode_exe.into(),
+            cache_dir: state.join("images"),
+            scratch_dir: state.join("sandboxes"),
+            hide: Vec::new(),
+            fresh_dirs: ["/tmp", "/var/tmp", "/root", "/run"]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
+}
+
+/// What one sandbox is started with (trial or image build).
+#[derive(Debug, Clone)]
+pub(crate) struct Launch {
+    /// Scratch directory of this sandbox (created; its `upper/` is the writable layer).
+    pub dir: PathBuf,
+    pub layer: Option<PathBuf>,
+    pub workdir: String,
+    pub env: Vec<(String, String)>,
+    pub user: Option<String>,
+    pub network: bool,
+    pub limits: Limits,
+    pub binds: Vec<Bind>,
+    /// Remove `dir` at teardown (trials); an image build keeps its upper layer.
+    pub remove_dir: bool,
+}
+
+#[derive(Debug)]
+pub struct SandboxBackend {
+    config: SandboxConfig,
+    /// One build at a time per cache key within this process.
+    pub(crate) build_locks: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EnvError {
+    let context = context.into();
+    move |source| EnvError::Io { context, source }
+}
+
+impl SandboxBackend {
+    /// Creates the state directories. Needs root (namespaces, mounts) at `start` time.
+    pub fn new(mut config: SandboxConfig) -> Result<Self, EnvError> {
+        for dir in [&config.cache_dir, &config.scratch_dir] {
+            std::fs::create_dir_all(dir).map_err(io(format!("create {}", dir.display())))?;
+        }
+        config.cache_dir = std::fs::canonicalize(&config.cache_dir)
+            .map_err(io(format!("resolve {}", config.cache_dir.display())))?;
+        config.scratch_dir = std::fs::canonicalize(&config.scratch_dir)
+            .map_err(io(format!("resolve {}", config.scratch_dir.display())))?;
+        Ok(SandboxBackend {
+            config,
+            build_locks: Mutex::new(std::collections::HashMap::new()),
+        })
+    }
+
+    pub fn config(&self) -> &SandboxConfig {
+        &self.config
+    }
+
+    /// [`Backend::start`] with the concrete handle (its pid namespace and notes are useful to
+    /// tests and to the trial's metadata).
+    pub async fn start_sandbox(
+        &self,
+        spec: &EnvironmentSpec,
+        image: &PreparedImage,
+        trial_dir: &Path,
+    ) -> Result<SandboxHandle, EnvError> {
+        let mut binds = Vec::new();
+        for name in ["agent", "verifier", "artifacts"] {
+            let host = trial_dir.join(name);
+            std::fs::create_dir_all(&host).map_err(io(format!("create {}", host.display())))?;
+            binds.push(Bind {
+                host,
+                inside: format!("/logs/{name}"),
+                read_only: false,
+            });
+        }
+        let mut env = image.env.clone();
+        env.extend(spec.env.iter().cloned());
+        let dir = self
+            .config
+            .scratch_dir
+            .join(uuid::Uuid::new_v4().simple().to_string());
+        let mut handle = self
+            .launch(Launch {
+                dir,
+                layer: image.layer_dir.clone(),
+                workdir: image.workdir.clone(),
+                env,
+                user: image.user.clone(),
+                network: spec.network,
+                limits: Limits {
+                    memory_bytes: spec.memory_mb.map(|mb| mb << 20),
+                    pids_max: spec.pids_max,
+                    cpus: spec.cpus,
+                },
+                binds,
+                remove_dir: true,
+            })
+            .await?;
+        handle.notes.extend(image.notes.iter().cloned());
+        Ok(handle)
+    }
+
+    pub(crate) async fn launch(&self, launch: Launch) -> Result<SandboxHandle, EnvError> {
+        let dir = &launch.dir;
+        let sub = |name: &str| dir.join(name);
+        let mut dirs = vec![sub("upper"), sub("work"), sub("root"), sub("inbox")];
+        if launch.layer.is_some() {
+            dirs.extend([sub("image"), sub("image-work")]);
+        }
+        for d in &dirs {
+            std::fs::create_dir_all(d).map_err(io(format!("create {}", d.display())))?;
+        }
+        // The uuid's tail: unique enough for a hostname and cgroup name, and free of dots.
+        let name = dir
+            .file_name()
+            .map(|n| {
+                let chars: Vec<char> = n.to_string_lossy().chars().collect();
+                chars[chars.len().saturating_sub(12)..]
+                    .iter()
+                    .collect::<String>()
+            })
+            .unwrap_or_else(|| "sandbox".into());
+        let mut cgroups = Cgroups::create(&name, launch.limits);
+        let mut hide = vec![
+            self.config.cache_dir.clone(),
+            self.config.scratch_dir.clone(),
+        ];
+        hide.extend(self.config.hide.iter().cloned());
+        let spec = ServerSpec {
+            schema: protocol::SERVER_SCHEMA.into(),
+            geode_exe: self.config.geode_exe.clone(),
+            root_mount: sub("root"),
+            image: launch.layer.clone().map(|layer| ImageMount {
+                layer,
+                work: sub("image-work"),
+                mount: sub("image"),
+            }),
+            upper: sub("upper"),
+            work: sub("work"),
+            inbox: sub("inbox"),
+            binds: launch.binds.clone(),
+            hide,
+            fresh_dirs: self.config.fresh_dirs.clone(),
+            hostname: format!("geode-{name}"),
+            network: launch.network,
+            cgroup_procs: cgroups.procs.clone(),
+            rlimit_as: cgroups.rlimit_as,
+            workdir: launch.workdir.clone(),
+            env: launch.env.clone(),
+            user: launch.user.clone(),
+        };
+        let client = match ServerClient::start(&self.config.geode_exe, &spec).await {
+            Ok(client) => client,
+            Err(e) => {
+                cgroups.remove(Duration::from_secs(2));
+                if launch.remove_dir {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                return Err(e);
+            }
+        };
+        let client = Arc::new(client);
+        let mut notes = std::mem::take(&mut cgroups.notes);
+        notes.extend(client.ready.notes.iter().cloned());
+        let workspace = Arc::new(SandboxWorkspace::new(
+            Arc::clone(&client),
+            PathBuf::from(&launch.workdir),
+        ));
+        Ok(SandboxHandle {
+            server_pid: client.pid().await,
+            client,
+            cgroups: Mutex::new(cgroups),
+            inbox: sub("inbox"),
+            staged: AtomicU64::new(0),
+            workspace,
+            notes,
+            launch,
+            torn_down: false,
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for SandboxBackend {
+    fn name(&self) -> &'static str {
+        "sandbox"
+    }
+
+    async fn prepare(&self, spec: &EnvironmentSpec) -> Result<PreparedImage, EnvError> {
+        super::build::prepare(self, spec).await
+    }
+
+    async fn start(
+        &self,
+        spec: &EnvironmentSpec,
+        image: &PreparedImage,
+        trial_dir: &Path,
+    ) -> Result<Box<dyn Sandbox>, EnvError> {
+        Ok(Box::new(self.start_sandbox(spec, image, trial_dir).await?))
+    }
+}
+
+/// One running sandbox. Dropping it without [`Sandbox::teardown`] still kills every process
+/// (the server dies with its handle, init with the server); cleanup of the scratch directory
+/// then happens on a background thread.
+#[derive(Debug)]
+pub struct SandboxHandle {
+    client: Arc<ServerClient>,
+    server_pid: Option<u32>,
+    cgroups: Mutex<Cgroups>,
+    inbox: PathBuf,
+    staged: AtomicU64,
+    workspace: Arc<SandboxWorkspace>,
+    notes: Vec<String>,
+    launch: Launch,
+    torn_down: bool,
+}
+
+impl SandboxHandle {
+    /// `pid:[inode]` of the sandbox's pid namespace: a host process whose
+    /// `/proc/PID/ns/pid` reads the same belongs to this sandbox.
+    pub fn pid_namespace(&self) -> &str {
+        &self.client.ready.pid_namespace
+    }
+
+    /// Host pid of the namespace's init.
+    pub fn init_pid(&self) -> u32 {
+        self.client.ready.init_pid
+    }
+
+    /// Host pid of the sandbox server.
+    pub fn server_pid(&self) -> Option<u32> {
+        self.server_pid
+    }
+
+    /// Differences from what was asked (limits applied another way, `lo` down, FROM image
+    /// differences), for the trial's metadata.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// This sandbox's scratch directory (its writable layer is `upper/`).
+    pub fn scratch_dir(&self) -> &Path {
+        &self.launch.dir
+    }
+
+    pub fn workdir(&self) -> &str {
+        &self.launch.workdir
+    }
+
+    /// Run a command with a chosen shell and user (image builds: `/bin/sh -c`, USER).
+    pub(crate) async fn exec_as(
+        &self,
+        req: ExecRequest,
+        shell: Option<Vec<String>>,
+        user: Option<String>,
+        cancel: CancellationToken,
+    ) -> Result<ExecResult, EnvError> {
+        let spec = ExecSpec {
+            command: req.command,
+            shell,
+            cwd: req.cwd.map(|c| c.to_string_lossy().into_owned()),
+            timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
+            output_cap: req.output_cap,
+            env: req.env,
+            user,
+            scope: None,
+        };
+        self.client.exec(spec, cancel).await
+    }
+
+    /// Stage `host_src` in the inbox and have the server copy it to `dst` inside.
+    pub(crate) async fn install(
+        &self,
+        host_src: &Path,
+        dst: &str,
+        merge: bool,
+    ) -> Result<(), EnvError> {
+        if !dst.starts_with('/') {
+            return Err(EnvError::Io {
+                context: format!("copy into the sandbox at {dst:?}"),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "not an absolute path",
+                ),
+            });
+        }
+        let item = format!("item-{}", self.staged.fetch_add(1, Ordering::Relaxed));
+        let staged = self.inbox.join(&item);
+        let src = host_src.to_path_buf();
+        let stage_to = staged.clone();
+        tokio::task::spawn_blocking(move || super::fsops::copy_tree_with(&src, &stage_to, true))
+            .await
+            .map_err(|e| EnvError::Lost(format!("staging task: {e}")))?
+            .map_err(io(format!("stage {} for the sandbox", host_src.display())))?;
+        let reply = self
+            .client
+            .call(Op::Install {
+                from: item,
+                to: dst.to_string(),
+                merge,
+            })
+            .await;
+        let _ = tokio::task::spawn_blocking(move || remove_any(&staged)).await;
+        match reply? {
+            Reply::Done => Ok(()),
+            Reply::Error(e) => Err(EnvError::Io {
+                context: format!("copy {} to {dst} in the sandbox", host_src.display()),
+                source: std::io::Error::new(e.kind.io_kind(), e.message),
+            }),
+            other => Err(EnvError::Lost(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    pub(crate) async fn shutdown(&mut self) -> Result<TeardownReport, EnvError> {
+        let started = Instant::now();
+        self.torn_down = true;
+        let killed = match self.client.call(Op::Shutdown).await {
+            Ok(Reply::Killed { count }) => count,
+            _ => 0,
+        };
+        self.client.wait_exit(Duration::from_secs(10)).await;
+        let mut cgroups = std::mem::take(&mut *lock(&self.cgroups));
+        let dir = self.launch.dir.clone();
+        let remove_dir = self.launch.remove_dir;
+        let (failures, removed) = tokio::task::spawn_blocking(move || {
+            let failures = cgroups.remove(Duration::from_secs(5));
+            let removed = if remove_dir { remove_any(&dir) } else { Ok(()) };
+            (failures, removed)
+        })
+        .await
+        .map_err(|e| EnvError::Lost(format!("teardown task: {e}")))?;
+        for failure in failures {
+            tracing::warn!("{failure}");
+        }
+        removed.map_err(io(format!("remove {}", self.launch.dir.display())))?;
+        Ok(TeardownReport {
+            killed_processes: killed,
+            duration: started.elapsed(),
+        })
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+fn remove_any(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+    }
+}
+
+pub(crate) fn exec_output(r: ExecResult) -> ExecOutput {
+    ExecOutput {
+        exit_code: r.exit_code,
+        stdout: r.stdout,
+        stderr: r.stderr,
+        timed_out: r.timed_out,
+        cancelled: r.cancelled,
+        truncated: r.truncated,
+        duration_ms: r.duration_ms,
+    }
+}
+
+#[async_trait]
+impl Sandbox for SandboxHandle {
+    fn workspace(&self) -> Arc<dyn Workspace> {
+        Arc::clone(&self.workspace) as Arc<dyn Workspace>
+    }
+
+    async fn exec(
+        &self,
+        req: ExecRequest,
+        cancel: CancellationToken,
+    ) -> Result<ExecOutput, EnvError> {
+        self.exec_as(req, None, None, cancel).await.map(exec_output)
+    }
+
+    async fn copy_in(&self, host_src: &Path, sandbox_dst: &str) -> Result<(), EnvError> {
+        self.install(host_src, sandbox_dst, false).await
+    }
+
+    async fn kill_all_processes(&self) -> Result<usize, EnvError> {
+        match self.client.call(Op::KillAll).await? {
+            Reply::Killed { count } => Ok(count),
+            Reply::Error(e) => Err(EnvError::Lost(e.message)),
+            other => Err(EnvError::Lost(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    async fn teardown(mut self: Box<Self>) -> Result<TeardownReport, EnvError> {
+        self.shutdown().await
+    }
+}
+
+impl Drop for SandboxHandle {
+    fn drop(&mut self) {
+        if self.torn_down {
+            return;
+        }
+        // The server gets SIGKILL when its client goes (kill_on_drop), init sees its pipe
+        // close and takes the namespace down; once init is gone, clean up what is left.
+        if let Some(pid) = self.server_pid.and_then(|p| i32::try_from(p).ok()) {
+            // Not yet reaped (our client holds the child), so the pid is still this server's,
+            // even while the workspace keeps the client alive.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let init = self.client.ready.init_pid;
+        let mut cgroups = std::mem::take(&mut *lock(&self.cgroups));
+        let dir = self.launch.dir.clone();
+        let remove_dir = self.launch.remove_dir;
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Path::new(&format!("/proc/{init}")).exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            cgroups.remove(Duration::from_secs(5));
+            if remove_dir {
+                let _ = remove_any(&dir);
+            }
+        });
+    }
+}

@@ -1,0 +1,205 @@
+//! `geode __sandbox-server SPEC_JSON` and `geode __sandbox-agent SPEC_JSON`: the two
+//! processes of a sandbox that talk to the harness.
+//!
+//! The server builds the sandbox ([`super::setup`]): namespaces, mounts, the namespace's init,
+//! and the agent, then pivots into the new root and reports `ready`. A process that unshared
+//! CLONE_NEWPID may not create threads, so the server stays single-threaded and only waits:
+//! the agent (a child, inside the pid namespace) serves the [`protocol`](super::protocol) on
+//! the stdin/stdout it inherited, every request but `cancel` and `kill_all` on a thread of its
+//! own. When the agent exits (`shutdown`, or end of input), the server closes init's pipe and
+//! kills it, and the kernel ends whatever is left in the namespace. No async runtime: the
+//! binary calls these before it starts one.
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex};
+
+use super::exec::{self, ExecEvent};
+use super::fsops;
+use super::init;
+use super::protocol::{
+    ErrorKind, Op, ReadyInfo, Reply, ReplyError, Request, Response, SERVER_SCHEMA, ServerSpec,
+};
+use super::setup;
+
+/// What every request handler of the agent shares.
+pub(crate) struct Server {
+    pub spec: ServerSpec,
+    out: Mutex<std::io::Stdout>,
+    /// Running execs by request id, to deliver `cancel`.
+    running: Mutex<HashMap<u64, Sender<ExecEvent>>>,
+}
+
+impl Server {
+    fn send(&self, id: u64, reply: Reply) {
+        let line = match serde_json::to_string(&Response { id, reply }) {
+            Ok(line) => line,
+            Err(e) => format!(
+                r#"{{"id":{id},"reply":"error","kind":"other","message":"encode reply: {e}"}}"#
+            ),
+        };
+        let mut out = match self.out.lock() {
+            Ok(out) => out,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        // A broken stdout means the harness is gone; end of stdin will end us shortly.
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Sender<ExecEvent>>> {
+        match self.running.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    pub(crate) fn register(&self, id: u64, tx: Sender<ExecEvent>) {
+        self.lock_running().insert(id, tx);
+    }
+
+    pub(crate) fn unregister(&self, id: u64) {
+        self.lock_running().remove(&id);
+    }
+}
+
+fn send_line(reply: &Response) {
+    if let Ok(line) = serde_json::to_string(reply) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}");
+        let _ = out.flush();
+    }
+}
+
+fn parse_spec(spec_json: &str) -> Result<ServerSpec, String> {
+    let spec: ServerSpec =
+        serde_json::from_str(spec_json).map_err(|e| format!("bad sandbox spec: {e}"))?;
+    if spec.schema != SERVER_SCHEMA {
+        return Err(format!(
+            "sandbox spec schema {:?}, expected {SERVER_SCHEMA}",
+            spec.schema
+        ));
+    }
+    Ok(spec)
+}
+
+pub(crate) fn server_main(spec_json: &str) -> ExitCode {
+    let fail = |message: String| {
+        let reply = Reply::Error(ReplyError {
+            kind: ErrorKind::Other,
+            message,
+        });
+        send_line(&Response { id: 0, reply });
+        ExitCode::from(3)
+    };
+    let spec = match parse_spec(spec_json) {
+        Ok(spec) => spec,
+        Err(message) => return fail(message),
+    };
+    let mut entered = match setup::enter(&spec) {
+        Ok(entered) => entered,
+        Err(message) => return fail(message),
+    };
+    let ready = ReadyInfo {
+        init_pid: entered.init.id(),
+        pid_namespace: entered.pid_namespace.clone(),
+        notes: std::mem::take(&mut entered.notes),
+    };
+    send_line(&Response {
+        id: 0,
+        reply: Reply::Ready(ready),
+    });
+    let _ = entered.agent.wait();
+    drop(entered.init_in);
+    let _ = entered.init.kill();
+    let _ = entered.init.wait();
+    ExitCode::SUCCESS
+}
+
+pub(crate) fn agent_main(spec_json: &str) -> ExitCode {
+    let spec = match parse_spec(spec_json) {
+        Ok(spec) => spec,
+        Err(message) => {
+            eprintln!("sandbox agent: {message}");
+            return ExitCode::from(3);
+        }
+    };
+    let server = Arc::new(Server {
+        spec,
+        out: Mutex::new(std::io::stdout()),
+        running: Mutex::new(HashMap::new()),
+    });
+    serve(&server);
+    // End of input without `shutdown`: the harness is gone; take everything down.
+    init::kill_all_but_me();
+    ExitCode::SUCCESS
+}
+
+fn serve(server: &Arc<Server>) {
+    let stdin = std::io::stdin();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { return };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let request: Request = match serde_json::from_str(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                server.send(
+                    u64::MAX,
+                    Reply::Error(ReplyError {
+                        kind: ErrorKind::InvalidInput,
+                        message: format!("bad request: {e}"),
+                    }),
+                );
+                continue;
+            }
+        };
+        let id = request.id;
+        match request.op {
+            Op::Cancel { target } => {
+                if let Some(tx) = server.lock_running().get(&target) {
+                    let _ = tx.send(ExecEvent::Cancel);
+                }
+                server.send(id, Reply::Done);
+            }
+            Op::KillAll => {
+                let count = init::kill_all_but_me();
+                server.send(id, Reply::Killed { count });
+            }
+            Op::Shutdown => {
+                let count = init::kill_all_but_me();
+                server.send(id, Reply::Killed { count });
+                std::process::exit(0);
+            }
+            op => {
+                let server = Arc::clone(server);
+                std::thread::spawn(move || {
+                    let reply = handle(&server, id, op);
+                    server.send(id, reply);
+                });
+            }
+        }
+    }
+}
+
+fn handle(server: &Server, id: u64, op: Op) -> Reply {
+    let result = match op {
+        Op::Exec(spec) => exec::run(server, id, spec).map(Reply::Exec),
+        Op::ReadFile { path, scope } => fsops::read_file(&path, scope.as_deref()),
+        Op::WriteFile {
+            path,
+            data_b64,
+            scope,
+        } => fsops::write_file(&path, &data_b64, scope.as_deref()),
+        Op::ListDir { path, scope } => fsops::list_dir(&path, scope.as_deref()),
+        Op::Install { from, to, merge } => fsops::install(&from, &to, merge),
+        Op::Cancel { .. } | Op::KillAll | Op::Shutdown => Err(ReplyError {
+            kind: ErrorKind::InvalidInput,
+            message: "handled inline".into(),
+        }),
+    };
+    result.unwrap_or_else(Reply::Error)
+}

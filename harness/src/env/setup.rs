@@ -1,0 +1,474 @@
+//! Building a sandbox inside the server process: namespaces, the overlay root, `/dev`, binds,
+//! the namespace's init, then `pivot_root`. Runs while the server is still single-threaded
+//! (`unshare(CLONE_NEWNS | CLONE_NEWPID)` demands it).
+//!
+//! The root is an overlay: lower = the host root (with the image's cached layer above it),
+//! upper = the sandbox's own layer. A cached layer cannot simply be a second lower directory:
+//! it lives on the host root's filesystem, and overlayfs refuses a lower layer nested inside
+//! another (`ELOOP`, "overlapping lowerdir path"). So the image is a read-only overlay of its
+//! own (upper = the cached layer, exactly as it was built), and the trial's overlay stacks on
+//! it; that is depth two, which the kernel allows.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use nix::sched::CloneFlags;
+use nix::sys::stat::{Mode, SFlag};
+
+use super::protocol::{INBOX, ServerSpec};
+
+/// The namespace's init, the agent that serves requests, and what set-up recorded.
+pub(crate) struct Entered {
+    pub init: Child,
+    /// Init exits when this closes.
+    pub init_in: ChildStdin,
+    pub agent: Child,
+    pub pid_namespace: String,
+    pub notes: Vec<String>,
+}
+
+type SetupResult<T> = Result<T, String>;
+
+fn ctx<T, E: std::fmt::Display>(r: Result<T, E>, what: impl FnOnce() -> String) -> SetupResult<T> {
+    r.map_err(|e| format!("{}: {e}", what()))
+}
+
+/// Enter the sandbox. On success the process's root is the sandbox root and its cwd the
+/// workdir; every process it starts from now on is inside.
+pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
+    let mut notes = Vec::new();
+    let mut flags = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWIPC;
+    if !spec.network {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    ctx(nix::sched::unshare(flags), || "unshare namespaces".into())?;
+    // Nothing we mount may propagate back to the host's mount table.
+    ctx(
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None::<&str>,
+        ),
+        || "make / private".into(),
+    )?;
+    if let Some(bytes) = spec.rlimit_as {
+        use nix::sys::resource::{Resource, setrlimit};
+        ctx(setrlimit(Resource::RLIMIT_AS, bytes, bytes), || {
+            "set RLIMIT_AS".into()
+        })?;
+    }
+    for procs in &spec.cgroup_procs {
+        let me = std::process::id().to_string();
+        ctx(std::fs::write(procs, me), || {
+            format!("join cgroup {}", procs.display())
+        })?;
+    }
+
+    let lower = match &spec.image {
+        Some(image) => {
+            let opts = format!(
+                "lowerdir=/,upperdir={},workdir={}",
+                opt_path(&image.layer)?,
+                opt_path(&image.work)?
+            );
+            ctx(
+                mount(
+                    Some("overlay"),
+                    &image.mount,
+                    Some("overlay"),
+                    MsFlags::MS_RDONLY,
+                    Some(opts.as_str()),
+                ),
+                || format!("mount image layer {}", image.layer.display()),
+            )?;
+            image.mount.clone()
+        }
+        None => {
+            for dir in &spec.fresh_dirs {
+                whiteout(&spec.upper, dir)?;
+            }
+            PathBuf::from("/")
+        }
+    };
+    let root = &spec.root_mount;
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        opt_path(&lower)?,
+        opt_path(&spec.upper)?,
+        opt_path(&spec.work)?
+    );
+    ctx(
+        mount(
+            Some("overlay"),
+            root,
+            Some("overlay"),
+            MsFlags::empty(),
+            Some(opts.as_str()),
+        ),
+        || "mount the sandbox root".into(),
+    )?;
+    if spec.image.is_none() {
+        for dir in &spec.fresh_dirs {
+            fresh_dir(root, dir)?;
+        }
+    }
+
+    mount_dev(root, &mut notes)?;
+    let sys = inside(root, "/sys");
+    if let Err(e) = mount(
+        Some("sysfs"),
+        &sys,
+        Some("sysfs"),
+        MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    ) {
+        notes.push(format!("/sys not mounted: {e}"));
+    }
+    for bind in &spec.binds {
+        let target = inside(root, &bind.inside);
+        ctx(std::fs::create_dir_all(&target), || {
+            format!("create {}", bind.inside)
+        })?;
+        bind_mount(&bind.host, &target, bind.read_only)?;
+    }
+    let inbox = inside(root, INBOX);
+    ctx(std::fs::create_dir_all(&inbox), || {
+        "create the inbox".into()
+    })?;
+    bind_mount(&spec.inbox, &inbox, true)?;
+    for hidden in &spec.hide {
+        let target = inside(root, &hidden.to_string_lossy());
+        if !target.is_dir() {
+            continue;
+        }
+        ctx(
+            mount(
+                Some("tmpfs"),
+                &target,
+                Some("tmpfs"),
+                MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some("size=4k,mode=755"),
+            ),
+            || format!("hide {}", hidden.display()),
+        )?;
+    }
+    ctx(nix::unistd::sethostname(&spec.hostname), || {
+        "set the hostname".into()
+    })?;
+    if !spec.network
+        && let Err(e) = super::netns::loopback_up()
+    {
+        notes.push(format!("loopback interface left down: {e}"));
+    }
+
+    let (mut init, init_in) = start_init(spec)?;
+    let pid_namespace = ctx(
+        std::fs::read_link(format!("/proc/{}/ns/pid", init.id())),
+        || "read the sandbox's pid namespace".into(),
+    )?
+    .to_string_lossy()
+    .into_owned();
+
+    // The agent starts now, while the geode executable is still reachable by its host path;
+    // pivot_root below moves its root along with ours, and it acts on nothing before the
+    // first request, which comes after our `ready`.
+    if let Err(e) = restrict_capabilities() {
+        notes.push(format!("capabilities not fully restricted: {e}"));
+    }
+    let agent = match start_agent(spec) {
+        Ok(agent) => agent,
+        Err(e) => {
+            let _ = init.kill();
+            let _ = init.wait();
+            return Err(e);
+        }
+    };
+    // pivot_root(".", ".") stacks the old root on the new one; detaching it leaves only the
+    // sandbox. Unlike chroot, a root process inside cannot climb back out.
+    ctx(nix::unistd::chdir(root.as_path()), || {
+        "enter the sandbox root".into()
+    })?;
+    ctx(nix::unistd::pivot_root(".", "."), || "pivot_root".into())?;
+    ctx(umount2(".", MntFlags::MNT_DETACH), || {
+        "detach the host root".into()
+    })?;
+    ctx(nix::unistd::chdir("/"), || "chdir /".into())?;
+    ctx(std::fs::create_dir_all(&spec.workdir), || {
+        format!("create workdir {}", spec.workdir)
+    })?;
+    ctx(nix::unistd::chdir(spec.workdir.as_str()), || {
+        format!("enter workdir {}", spec.workdir)
+    })?;
+    Ok(Entered {
+        init,
+        init_in,
+        agent,
+        pid_namespace,
+        notes,
+    })
+}
+
+/// overlayfs splits its options on `,` and lower layers on `:`.
+fn opt_path(path: &Path) -> SetupResult<String> {
+    let text = path.to_string_lossy().into_owned();
+    if text.contains([',', ':', '\\']) {
+        return Err(format!(
+            "path {text:?} cannot be an overlay layer (`,` `:` or `\\`)"
+        ));
+    }
+    Ok(text)
+}
+
+/// `inside_path` (absolute, as seen in the sandbox) under the host-side root mount.
+fn inside(root: &Path, inside_path: &str) -> PathBuf {
+    root.join(inside_path.trim_start_matches('/'))
+}
+
+fn bind_mount(host: &Path, target: &Path, read_only: bool) -> SetupResult<()> {
+    ctx(
+        mount(
+            Some(host),
+            target,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        ),
+        || format!("bind {} at {}", host.display(), target.display()),
+    )?;
+    if read_only {
+        ctx(
+            mount(
+                None::<&str>,
+                target,
+                None::<&str>,
+                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+                None::<&str>,
+            ),
+            || format!("make {} read-only", target.display()),
+        )?;
+    }
+    Ok(())
+}
+
+/// A whiteout (char device 0:0) in the upper layer hides the host's directory; the `mkdir` in
+/// [`fresh_dir`] then makes overlayfs create an opaque, empty directory in its place.
+fn whiteout(upper: &Path, dir: &str) -> SetupResult<()> {
+    let host = Path::new(dir);
+    if !host.is_dir() {
+        return Ok(());
+    }
+    let at = upper.join(dir.trim_start_matches('/'));
+    if let Some(parent) = at.parent() {
+        mirror_parents(upper, parent)?;
+    }
+    ctx(
+        nix::sys::stat::mknod(&at, SFlag::S_IFCHR, Mode::empty(), 0),
+        || format!("hide the host's {dir}"),
+    )
+}
+
+/// Create `upper_dir`'s missing ancestors with the modes of the host directories they shadow
+/// (an upper directory's attributes win in the merged view).
+fn mirror_parents(upper: &Path, upper_dir: &Path) -> SetupResult<()> {
+    let Ok(rel) = upper_dir.strip_prefix(upper) else {
+        return Ok(());
+    };
+    let mut host = PathBuf::from("/");
+    let mut at = upper.to_path_buf();
+    for part in rel.components() {
+        host.push(part);
+        at.push(part);
+        if at.exists() {
+            continue;
+        }
+        let mode = std::fs::metadata(&host).map_or(0o755, |m| m.permissions().mode() & 0o7777);
+        ctx(std::fs::DirBuilder::new().mode(mode).create(&at), || {
+            format!("create {}", at.display())
+        })?;
+        ctx(
+            std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode)),
+            || format!("chmod {}", at.display()),
+        )?;
+    }
+    Ok(())
+}
+
+fn fresh_dir(root: &Path, dir: &str) -> SetupResult<()> {
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return Ok(());
+    };
+    let at = inside(root, dir);
+    if at.exists() {
+        return Ok(());
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    ctx(std::fs::create_dir(&at), || format!("create a fresh {dir}"))?;
+    ctx(
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode)),
+        || format!("chmod {dir}"),
+    )
+}
+
+/// A private `/dev`: a tmpfs with the harmless host devices bound in, its own `pts` and `shm`.
+/// Binding the host's whole `/dev` would hand the sandbox the host's disks.
+fn mount_dev(root: &Path, notes: &mut Vec<String>) -> SetupResult<()> {
+    let dev = inside(root, "/dev");
+    ctx(std::fs::create_dir_all(&dev), || "create /dev".into())?;
+    ctx(
+        mount(
+            Some("tmpfs"),
+            &dev,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID,
+            Some("mode=755,size=65536k"),
+        ),
+        || "mount /dev".into(),
+    )?;
+    for name in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let host = Path::new("/dev").join(name);
+        if !host.exists() {
+            continue;
+        }
+        let target = dev.join(name);
+        ctx(std::fs::write(&target, b""), || {
+            format!("create /dev/{name}")
+        })?;
+        bind_mount(&host, &target, false)?;
+    }
+    for (name, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ] {
+        ctx(std::os::unix::fs::symlink(to, dev.join(name)), || {
+            format!("link /dev/{name}")
+        })?;
+    }
+    let pts = dev.join("pts");
+    ctx(std::fs::DirBuilder::new().mode(0o755).create(&pts), || {
+        "create /dev/pts".into()
+    })?;
+    if let Err(e) = mount(
+        Some("devpts"),
+        &pts,
+        Some("devpts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=620"),
+    ) {
+        notes.push(format!("/dev/pts not mounted: {e}"));
+    }
+    let shm = dev.join("shm");
+    ctx(std::fs::create_dir(&shm), || "create /dev/shm".into())?;
+    ctx(
+        mount(
+            Some("tmpfs"),
+            &shm,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=1777,size=65536k"),
+        ),
+        || "mount /dev/shm".into(),
+    )
+}
+
+/// Start the namespace's init (the first child after `unshare(CLONE_NEWPID)` is its PID 1)
+/// and wait until it has mounted `/proc`.
+fn start_init(spec: &ServerSpec) -> SetupResult<(Child, ChildStdin)> {
+    let mut child = ctx(
+        Command::new(&spec.geode_exe)
+            .arg(super::INIT_ARG)
+            .current_dir(&spec.root_mount)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn(),
+        || format!("start the sandbox init ({})", spec.geode_exe.display()),
+    )?;
+    let (Some(init_in), Some(out)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err("init pipes missing".into());
+    };
+    let mut init_out = BufReader::new(out);
+    let mut line = String::new();
+    ctx(init_out.read_line(&mut line), || {
+        "wait for the sandbox init".into()
+    })?;
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!("sandbox init failed: {}", line.trim()));
+    }
+    Ok((child, init_in))
+}
+
+/// Capabilities that processes inside keep: Docker's default set without CAP_MKNOD (with no
+/// device cgroup, a new block-device node would open the host's disk). Everything else
+/// (CAP_SYS_ADMIN for mount, CAP_DAC_READ_SEARCH for open_by_handle_at, CAP_SYS_TIME,
+/// CAP_NET_ADMIN on the host network ...) leaves the bounding set here, after init has
+/// mounted /proc and before the agent starts, so no process of the sandbox can regain it.
+/// The server's own effective set is untouched: it still has to pivot_root.
+const KEEP_CAPS: &[caps::Capability] = &[
+    caps::Capability::CAP_CHOWN,
+    caps::Capability::CAP_DAC_OVERRIDE,
+    caps::Capability::CAP_FSETID,
+    caps::Capability::CAP_FOWNER,
+    caps::Capability::CAP_NET_RAW,
+    caps::Capability::CAP_SETGID,
+    caps::Capability::CAP_SETUID,
+    caps::Capability::CAP_SETFCAP,
+    caps::Capability::CAP_SETPCAP,
+    caps::Capability::CAP_NET_BIND_SERVICE,
+    caps::Capability::CAP_SYS_CHROOT,
+    caps::Capability::CAP_KILL,
+    caps::Capability::CAP_AUDIT_WRITE,
+];
+
+fn restrict_capabilities() -> SetupResult<()> {
+    let mut failed = Vec::new();
+    for cap in caps::all() {
+        if KEEP_CAPS.contains(&cap) {
+            continue;
+        }
+        // A capability newer than the running kernel is refused (EINVAL): nothing to drop.
+        if let Err(e) = caps::drop(None, caps::CapSet::Bounding, cap)
+            && caps::has_cap(None, caps::CapSet::Bounding, cap).unwrap_or(false)
+        {
+            failed.push(format!("{cap}: {e}"));
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join(", "))
+    }
+}
+
+/// Start the agent: the process inside the namespaces that serves the harness's requests on
+/// the server's own stdin and stdout. It is a child, not the server itself, because a process
+/// that unshared CLONE_NEWPID may not create threads (clone with CLONE_THREAD fails with
+/// EINVAL), and serving wants one thread per running command.
+fn start_agent(spec: &ServerSpec) -> SetupResult<Child> {
+    let json = ctx(serde_json::to_string(spec), || "encode the spec".into())?;
+    ctx(
+        Command::new(&spec.geode_exe)
+            .arg(super::AGENT_ARG)
+            .arg(json)
+            .current_dir(&spec.root_mount)
+            .env_clear()
+            .stdin(Stdio::inherit())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit())
+            .spawn(),
+        || format!("start the sandbox agent ({})", spec.geode_exe.display()),
+    )
+}

@@ -1,0 +1,237 @@
+//! The runtime's [`Workspace`] over a sandbox: what the agent's tools act on.
+//!
+//! `resolve` is synchronous and lexical (no `..` above the root, no absolute path outside it);
+//! the server re-checks every file operation after following symlinks inside the sandbox, so
+//! a symlink planted by a command cannot lead a file tool out of the work directory. Writes by
+//! commands land in the trial's own layer wherever they go, never on the host.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use geode_runtime::tools::workspace::{
+    DirEntryInfo, ExecOutput, ExecRequest, ScopeViolation, Workspace, WorkspaceError,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::EnvError;
+use super::client::ServerClient;
+use super::protocol::{self, ErrorKind, ExecSpec, Op, Reply, ReplyError};
+
+#[derive(Debug, Clone)]
+pub struct SandboxWorkspace {
+    client: Arc<ServerClient>,
+    root: PathBuf,
+}
+
+impl SandboxWorkspace {
+    pub(crate) fn new(client: Arc<ServerClient>, root: PathBuf) -> Self {
+        SandboxWorkspace { client, root }
+    }
+
+    fn scope(&self) -> Option<String> {
+        Some(self.root.to_string_lossy().into_owned())
+    }
+
+    fn fail(&self, op: &'static str, path: &Path, e: ReplyError) -> WorkspaceError {
+        let shown = self.shown(path);
+        if e.kind == ErrorKind::Scope {
+            return WorkspaceError::Scope(ScopeViolation {
+                path: shown,
+                why: e.message,
+            });
+        }
+        WorkspaceError::Io {
+            op,
+            path: shown,
+            source: std::io::Error::new(e.kind.io_kind(), e.message),
+        }
+    }
+
+    fn lost(&self, op: &'static str, path: &Path, e: EnvError) -> WorkspaceError {
+        WorkspaceError::Io {
+            op,
+            path: self.shown(path),
+            source: std::io::Error::other(e.to_string()),
+        }
+    }
+
+    /// The path as the model should see it: relative to the root.
+    fn shown(&self, path: &Path) -> String {
+        match path.strip_prefix(&self.root) {
+            Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
+            Ok(rel) => rel.display().to_string(),
+            Err(_) => path.display().to_string(),
+        }
+    }
+
+    async fn call(&self, op: &'static str, path: &Path, req: Op) -> Result<Reply, WorkspaceError> {
+        match self.client.call(req).await {
+            Ok(Reply::Error(e)) => Err(self.fail(op, path, e)),
+            Ok(reply) => Ok(reply),
+            Err(e) => Err(self.lost(op, path, e)),
+        }
+    }
+}
+
+/// Lexically normalise `path` against `root`; `None` when `..` climbs out of the root.
+fn normalise(root: &Path, path: &Path) -> Option<PathBuf> {
+    let mut out = if path.is_absolute() {
+        PathBuf::from("/")
+    } else {
+        root.to_path_buf()
+    };
+    let floor = out.components().count();
+    for comp in path.components() {
+        match comp {
+            Component::Prefix(_) | Component::RootDir | Component::CurDir => {}
+            Component::ParentDir => {
+                if out.components().count() <= floor.max(1) {
+                    return None;
+                }
+                out.pop();
+            }
+            Component::Normal(name) => out.push(name),
+        }
+    }
+    Some(out)
+}
+
+#[async_trait]
+impl Workspace for SandboxWorkspace {
+    fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn resolve(&self, path: &str) -> Result<PathBuf, ScopeViolation> {
+        let violation = |why: &str| ScopeViolation {
+            path: path.to_string(),
+            why: why.to_string(),
+        };
+        if path.is_empty() {
+            return Err(violation("the path is empty"));
+        }
+        if path.contains('\0') {
+            return Err(violation("the path contains a NUL byte"));
+        }
+        let given = Path::new(path);
+        let Some(lexical) = normalise(&self.root, given) else {
+            return Err(violation("`..` climbs above the workspace root"));
+        };
+        if !lexical.starts_with(&self.root) {
+            return Err(violation(if given.is_absolute() {
+                "absolute paths must lie inside the workspace root"
+            } else {
+                "`..` climbs above the workspace root"
+            }));
+        }
+        Ok(lexical)
+    }
+
+    async fn read_file(&self, path: &Path) -> Result<Vec<u8>, WorkspaceError> {
+        let req = Op::ReadFile {
+            path: path.to_string_lossy().into_owned(),
+            scope: self.scope(),
+        };
+        match self.call("read", path, req).await? {
+            Reply::File { data_b64 } => {
+                protocol::decode(&data_b64).map_err(|m| WorkspaceError::Io {
+                    op: "read",
+                    path: self.shown(path),
+                    source: std::io::Error::other(m),
+                })
+            }
+            other => Err(self.lost(
+                "read",
+                path,
+                EnvError::Lost(format!("unexpected reply {other:?}")),
+            )),
+        }
+    }
+
+    async fn write_file(&self, path: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
+        let req = Op::WriteFile {
+            path: path.to_string_lossy().into_owned(),
+            data_b64: protocol::encode(bytes),
+            scope: self.scope(),
+        };
+        self.call("write", path, req).await.map(|_| ())
+    }
+
+    async fn list_dir(&self, path: &Path) -> Result<Vec<DirEntryInfo>, WorkspaceError> {
+        let req = Op::ListDir {
+            path: path.to_string_lossy().into_owned(),
+            scope: self.scope(),
+        };
+        match self.call("list", path, req).await? {
+            Reply::Dir { entries } => Ok(entries
+                .into_iter()
+                .map(|e| DirEntryInfo {
+                    name: e.name,
+                    is_dir: e.is_dir,
+                    is_symlink: e.is_symlink,
+                    len: e.len,
+                })
+                .collect()),
+            other => Err(self.lost(
+                "list",
+                path,
+                EnvError::Lost(format!("unexpected reply {other:?}")),
+            )),
+        }
+    }
+
+    async fn exec(
+        &self,
+        req: ExecRequest,
+        cancel: CancellationToken,
+    ) -> Result<ExecOutput, WorkspaceError> {
+        let cwd = match &req.cwd {
+            None => self.root.clone(),
+            Some(dir) => self.resolve(&dir.to_string_lossy())?,
+        };
+        let spec = ExecSpec {
+            command: req.command,
+            shell: None,
+            cwd: Some(cwd.to_string_lossy().into_owned()),
+            timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
+            output_cap: req.output_cap,
+            env: req.env,
+            user: None,
+            scope: self.scope(),
+        };
+        match self.client.exec(spec, cancel).await {
+            Ok(result) => Ok(super::sandbox::exec_output(result)),
+            Err(EnvError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                Err(WorkspaceError::Scope(ScopeViolation {
+                    path: self.shown(&cwd),
+                    why: source.to_string(),
+                }))
+            }
+            Err(EnvError::Io { source, .. }) => Err(WorkspaceError::Spawn(source)),
+            Err(e) => Err(WorkspaceError::Spawn(std::io::Error::other(e.to_string()))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalise;
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn lexical_scope() {
+        let root = Path::new("/app");
+        assert_eq!(
+            normalise(root, Path::new("a/../b")),
+            Some(PathBuf::from("/app/b"))
+        );
+        assert_eq!(normalise(root, Path::new("..")), None);
+        assert_eq!(
+            normalise(root, Path::new("/etc/x")),
+            Some(PathBuf::from("/etc/x"))
+        );
+    }
+}

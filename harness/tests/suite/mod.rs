@@ -1,0 +1,2 @@
+mod pack;
+mod sandbox;

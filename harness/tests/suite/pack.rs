@@ -1,0 +1,174 @@
+//! Task packs: loading as users write them, errors naming file and field, content hashes,
+//! Terminal-Bench 1 import.
+
+use std::path::Path;
+
+use geode_harness::pack::{Task, TaskPack};
+use geode_harness::tb1::import_tb1;
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn task(root: &Path, folder: &str, toml: &str) {
+    let d = root.join(folder);
+    write(&d.join("task.toml"), toml);
+    write(&d.join("instruction.md"), "Do the thing.\n");
+    write(
+        &d.join("environment/Dockerfile"),
+        "FROM debian:bookworm-slim\nWORKDIR /app\n",
+    );
+    write(
+        &d.join("tests/test.sh"),
+        "echo 1 > /logs/verifier/reward.txt\n",
+    );
+    write(&d.join("solution/solve.sh"), "true\n");
+}
+
+#[test]
+fn harbor_tasks_load_with_unknown_keys_and_broken_ones_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    task(
+        dir.path(),
+        "good",
+        r#"
+version = "1.0"
+some_future_key = 3
+[task]
+name = "org/good"
+authors = [{ name = "A", email = "a@example.com" }]
+[metadata]
+difficulty = "hard"
+category = "git"
+custom = { nested = true }
+[agent]
+timeout_sec = 120.0
+[verifier]
+timeout_sec = 30
+env = { A = "1" }
+[environment]
+network_mode = "no-network"
+memory_mb = 512
+mystery = "x"
+"#,
+    );
+    task(dir.path(), "bad-type", "[agent]\ntimeout_sec = \"soon\"\n");
+    task(dir.path(), "future", "schema_version = \"2.0\"\n");
+    let pack = TaskPack::load(dir.path()).unwrap();
+    assert_eq!(pack.tasks.len(), 1);
+    let t = &pack.tasks[0];
+    assert_eq!(t.id, "org/good");
+    assert_eq!(t.config.agent_timeout().as_secs(), 120);
+    assert_eq!(t.config.verifier_timeout().as_secs(), 30);
+    assert!(!t.config.network_allowed());
+    assert_eq!(
+        (t.config.category(), t.config.difficulty()),
+        ("git", "hard")
+    );
+    assert_eq!(pack.broken.len(), 2);
+    let msgs: Vec<String> = pack.broken.iter().map(|e| e.to_string()).collect();
+    let bad = msgs.iter().find(|m| m.contains("bad-type")).unwrap();
+    assert!(
+        bad.contains("task.toml") && bad.contains("timeout_sec"),
+        "{bad}"
+    );
+    let fut = msgs.iter().find(|m| m.contains("future")).unwrap();
+    assert!(fut.contains("task.toml") && fut.contains("2.0"), "{fut}");
+}
+
+#[test]
+fn the_task_hash_ignores_the_folder_name_and_sees_content_and_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    task(dir.path(), "a", "[task]\nname = \"org/a\"\n");
+    let h1 = Task::load(&dir.path().join("a")).unwrap().hash;
+    std::fs::rename(dir.path().join("a"), dir.path().join("renamed")).unwrap();
+    let h2 = Task::load(&dir.path().join("renamed")).unwrap().hash;
+    assert_eq!(h1, h2);
+    write(
+        &dir.path().join("renamed/tests/test.sh"),
+        "echo 0 > /logs/verifier/reward.txt\n",
+    );
+    let h3 = Task::load(&dir.path().join("renamed")).unwrap().hash;
+    assert_ne!(h2, h3);
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.path().join("renamed/tests/test.sh");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let h4 = Task::load(&dir.path().join("renamed")).unwrap().hash;
+    assert_ne!(h3, h4);
+
+    let pack = TaskPack::load(dir.path()).unwrap();
+    assert_ne!(
+        pack.hash(1),
+        pack.hash(5),
+        "trials per task are part of the pack hash"
+    );
+}
+
+#[test]
+fn terminal_bench_1_tasks_import_to_harbor_layout() {
+    let src = tempfile::tempdir().unwrap();
+    let t = src.path().join("hello-world");
+    write(
+        &t.join("task.yaml"),
+        "instruction: |\n  Create hello.txt containing 'Hello, world!'.\nauthor_email: a@example.com\ndifficulty: easy\ncategory: file-operations\ntags: [file-operations]\nparser_name: pytest\nmax_agent_timeout_sec: 360\nmax_test_timeout_sec: 60\n",
+    );
+    write(
+        &t.join("Dockerfile"),
+        "FROM python:3.11-slim\nWORKDIR /app\n",
+    );
+    write(
+        &t.join("docker-compose.yaml"),
+        "services:\n  client:\n    build: .\n",
+    );
+    write(&t.join("solution.sh"), "echo 'Hello, world!' > hello.txt\n");
+    write(
+        &t.join("run-tests.sh"),
+        "pytest $TEST_DIR/test_outputs.py -rA\n",
+    );
+    write(
+        &t.join("tests/test_outputs.py"),
+        "def test_hello():\n    assert open('/app/hello.txt').read().strip() == 'Hello, world!'\n",
+    );
+    let dest = tempfile::tempdir().unwrap();
+    let out = import_tb1(src.path(), dest.path()).unwrap();
+    assert_eq!(out.len(), 1);
+    let loaded = Task::load(&out[0]).unwrap();
+    assert_eq!(loaded.id, "tb1/hello-world");
+    assert!(loaded.instruction.contains("hello.txt"));
+    assert_eq!(loaded.config.agent_timeout().as_secs(), 360);
+    assert_eq!(loaded.config.verifier_timeout().as_secs(), 60);
+    assert_eq!(loaded.config.difficulty(), "easy");
+    assert_eq!(
+        loaded
+            .config
+            .verifier
+            .env
+            .get("TEST_DIR")
+            .map(String::as_str),
+        Some("/tests")
+    );
+    for f in [
+        "environment/Dockerfile",
+        "environment/docker-compose.yaml",
+        "solution/solve.sh",
+        "tests/run-tests.sh",
+        "tests/test_outputs.py",
+        "tests/test.sh",
+    ] {
+        assert!(out[0].join(f).is_file(), "{f}");
+    }
+    // A second import refuses to overwrite.
+    let err = import_tb1(src.path(), dest.path()).unwrap_err().to_string();
+    assert!(err.contains("already exists"), "{err}");
+    // A task.yaml without an instruction names the file and the field.
+    write(&src.path().join("broken/task.yaml"), "difficulty: easy\n");
+    write(&src.path().join("broken/Dockerfile"), "FROM x\n");
+    let err = import_tb1(&src.path().join("broken"), dest.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("task.yaml") && err.contains("instruction"),
+        "{err}"
+    );
+}

@@ -1,0 +1,606 @@
+//! The sandbox backend with real processes, namespaces and mounts. Needs root (CI runs as
+//! root); as another user every test returns early with a message.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use geode_harness::env::{
+    Backend, EnvError, EnvironmentSpec, PreparedImage, Sandbox, SandboxBackend, SandboxConfig,
+    SandboxHandle,
+};
+use geode_runtime::tools::workspace::{ExecOutput, ExecRequest, Workspace, WorkspaceError};
+use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
+
+fn privileged() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        eprintln!("skipped: the sandbox tests need root");
+    }
+    root
+}
+
+struct Fixture {
+    _state: TempDir,
+    trials: TempDir,
+    backend: SandboxBackend,
+}
+
+fn fixture() -> Fixture {
+    // On the work disk, beside where real runs keep their state (not a tmpfs).
+    let state = tempfile::Builder::new()
+        .prefix("geode-sandbox-test-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let config = SandboxConfig::new(env!("CARGO_BIN_EXE_geode"), state.path());
+    let backend = SandboxBackend::new(config).unwrap();
+    Fixture {
+        _state: state,
+        trials: tempfile::tempdir().unwrap(),
+        backend,
+    }
+}
+
+fn spec(env_dir: &Path) -> EnvironmentSpec {
+    EnvironmentSpec {
+        task_name: "test/sandbox".into(),
+        environment_dir: env_dir.to_path_buf(),
+        network: false,
+        cpus: None,
+        memory_mb: None,
+        pids_max: None,
+        build_timeout: Duration::from_secs(300),
+        env: vec![("TASK_ENV".into(), "from-spec".into())],
+    }
+}
+
+/// No Dockerfile: the host root with a work directory of /app.
+fn plain_image() -> PreparedImage {
+    PreparedImage {
+        layer_dir: None,
+        workdir: "/app".into(),
+        env: vec![("IMAGE_ENV".into(), "from-image".into())],
+        user: None,
+        from: String::new(),
+        notes: Vec::new(),
+        cache_hit: false,
+        build_duration: Duration::ZERO,
+    }
+}
+
+impl Fixture {
+    async fn start_with(&self, spec: &EnvironmentSpec, name: &str) -> SandboxHandle {
+        let trial = self.trials.path().join(name);
+        self.backend
+            .start_sandbox(spec, &plain_image(), &trial)
+            .await
+            .unwrap()
+    }
+
+    async fn start(&self, name: &str) -> SandboxHandle {
+        self.start_with(&spec(self.trials.path()), name).await
+    }
+}
+
+fn req(command: &str) -> ExecRequest {
+    ExecRequest {
+        command: command.into(),
+        cwd: None,
+        timeout: Duration::from_secs(30),
+        output_cap: 64 * 1024,
+        env: Vec::new(),
+    }
+}
+
+async fn sh(sandbox: &SandboxHandle, command: &str) -> ExecOutput {
+    sandbox
+        .exec(req(command), CancellationToken::new())
+        .await
+        .unwrap()
+}
+
+/// Processes of an idle sandbox: its init and the agent that serves requests.
+const BASELINE: usize = 2;
+
+/// Host pids whose pid namespace is `ns` (the sandbox's init included).
+fn processes_in(ns: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_link(format!("/proc/{pid}/ns/pid"))
+                .is_ok_and(|l| l.to_string_lossy() == ns)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn exec_runs_in_the_workdir_with_env_exit_codes_and_caps() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let sb = f.start("exec").await;
+    let out = sh(
+        &sb,
+        "pwd; echo $IMAGE_ENV $TASK_ENV; hostname; echo err >&2; exit 3",
+    )
+    .await;
+    assert_eq!(out.exit_code, Some(3), "{out:?}");
+    assert_eq!(out.stdout.lines().next(), Some("/app"));
+    assert!(out.stdout.contains("from-image from-spec"), "{out:?}");
+    assert!(out.stdout.contains("geode-"), "hostname: {out:?}");
+    assert_eq!(out.stderr, "err\n");
+
+    let mut r = req("echo $EXTRA; pwd");
+    r.env = vec![("EXTRA".into(), "x1".into())];
+    r.cwd = Some(PathBuf::from("/tmp"));
+    let out = sb.exec(r, CancellationToken::new()).await.unwrap();
+    assert_eq!(out.stdout, "x1\n/tmp\n");
+
+    let mut r = req("head -c 100000 /dev/zero | tr '\\0' a");
+    r.output_cap = 1000;
+    let out = sb.exec(r, CancellationToken::new()).await.unwrap();
+    assert!(out.truncated);
+    assert!(
+        out.stdout
+            .contains("[... output truncated at 1000 bytes ...]"),
+        "{}",
+        out.stdout.len()
+    );
+
+    // The timeout kills the whole group, the background sleep included.
+    let mut r = req("sleep 30 & echo started; sleep 30");
+    r.timeout = Duration::from_millis(500);
+    let started = Instant::now();
+    let out = sb.exec(r, CancellationToken::new()).await.unwrap();
+    assert!(out.timed_out && out.exit_code.is_none(), "{out:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(out.stdout, "started\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(processes_in(sb.pid_namespace()).len(), BASELINE);
+
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cancel.cancel();
+    });
+    let out = sb.exec(req("sleep 20"), token).await.unwrap();
+    assert!(out.cancelled && out.exit_code.is_none(), "{out:?}");
+    Box::new(sb).teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn network_off_cannot_reach_the_host_and_network_on_can() {
+    if !privileged() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            drop(conn);
+        }
+    });
+    let connect = format!(
+        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=3); print(\"connected\")'"
+    );
+    let f = fixture();
+    let off = f.start("net-off").await;
+    let out = sh(&off, &connect).await;
+    assert_ne!(
+        out.exit_code,
+        Some(0),
+        "reached the host with network off: {out:?}"
+    );
+    // lo is up inside: a server of the sandbox's own is reachable.
+    let own = sh(
+        &off,
+        "python3 -c 'import socket; s=socket.socket(); s.bind((\"127.0.0.1\",0)); s.listen(); \
+         c=socket.create_connection(s.getsockname()); print(\"loopback ok\")'",
+    )
+    .await;
+    assert_eq!(
+        own.stdout.trim(),
+        "loopback ok",
+        "{own:?} notes: {:?}",
+        off.notes()
+    );
+    Box::new(off).teardown().await.unwrap();
+
+    let mut with_net = spec(f.trials.path());
+    with_net.network = true;
+    let on = f.start_with(&with_net, "net-on").await;
+    let out = sh(&on, &connect).await;
+    assert_eq!(out.stdout.trim(), "connected", "{out:?}");
+    Box::new(on).teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn writes_outside_the_workdir_never_reach_the_host() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let sb = f.start("scope").await;
+    let ws: Arc<dyn Workspace> = sb.workspace();
+    assert_eq!(ws.root(), Path::new("/app"));
+    assert!(ws.resolve("/etc/geode-escape").is_err());
+    assert!(ws.resolve("../etc/geode-escape").is_err());
+    let inside = ws.resolve("notes/a.txt").unwrap();
+    ws.write_file(&inside, b"hello").await.unwrap();
+    assert_eq!(ws.read_file(&inside).await.unwrap(), b"hello");
+    let listing = ws.list_dir(Path::new("/app/notes")).await.unwrap();
+    assert_eq!(listing[0].name, "a.txt");
+
+    // A symlink planted by a command does not lead the file tools out.
+    let out = sh(
+        &sb,
+        "ln -s /etc /app/link && echo x > /etc/geode-escape-test && cat /etc/geode-escape-test",
+    )
+    .await;
+    assert_eq!(out.stdout, "x\n", "{out:?}");
+    let through = ws.resolve("link/passwd").unwrap();
+    assert!(matches!(
+        ws.read_file(&through).await,
+        Err(WorkspaceError::Scope(_))
+    ));
+    assert!(matches!(
+        ws.write_file(&through, b"x").await,
+        Err(WorkspaceError::Scope(_))
+    ));
+    assert!(
+        !Path::new("/etc/geode-escape-test").exists(),
+        "the write reached the host"
+    );
+    // Root inside cannot mount, nor make a device node for the host's disk.
+    let out = sh(
+        &sb,
+        "mount -t tmpfs none /mnt 2>&1; echo rc=$?; mknod /app/disk b 254 0 2>&1; echo rc=$?",
+    )
+    .await;
+    assert_eq!(
+        out.stdout.matches("rc=0").count(),
+        0,
+        "{out:?} notes {:?}",
+        sb.notes()
+    );
+    let mounts = sh(&sb, "grep -c ' /mnt ' /proc/self/mountinfo").await;
+    assert_eq!(mounts.stdout, "0\n");
+    assert!(!Path::new("/app/notes").exists());
+
+    // The workspace's exec runs in the root and refuses a cwd outside it.
+    let mut r = req("pwd");
+    r.cwd = Some(PathBuf::from("notes"));
+    let out = ws.exec(r, CancellationToken::new()).await.unwrap();
+    assert_eq!(out.stdout, "/app/notes\n");
+    let mut r = req("pwd");
+    r.cwd = Some(PathBuf::from("/etc"));
+    assert!(ws.exec(r, CancellationToken::new()).await.is_err());
+    Box::new(sb).teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn escaped_background_processes_die_with_kill_all_and_teardown() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let sb = f.start("bg").await;
+    let ns = sb.pid_namespace().to_string();
+    // The pause lets setsid leave the group before the call ends and the group is killed.
+    let escape = "setsid nohup sleep 300 > /dev/null 2>&1 < /dev/null & sleep 0.3; echo ok";
+    assert_eq!(sh(&sb, escape).await.stdout, "ok\n");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(processes_in(&ns).len(), BASELINE + 1, "the sleep lives on");
+    assert_eq!(sb.kill_all_processes().await.unwrap(), 1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(processes_in(&ns).len(), BASELINE);
+    assert!(processes_in(&ns).contains(&sb.init_pid()));
+
+    assert_eq!(sh(&sb, escape).await.stdout, "ok\n");
+    let scratch = sb.scratch_dir().to_path_buf();
+    let report = Box::new(sb).teardown().await.unwrap();
+    assert_eq!(report.killed_processes, 1);
+    assert!(
+        processes_in(&ns).is_empty(),
+        "left behind: {:?}",
+        processes_in(&ns)
+    );
+    assert!(!scratch.exists());
+}
+
+#[tokio::test]
+async fn memory_and_pids_limits_hold() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let mut limited = spec(f.trials.path());
+    limited.memory_mb = Some(64);
+    limited.pids_max = Some(16);
+    let sb = f.start_with(&limited, "limits").await;
+    let out = sh(&sb, "python3 -c 'a = bytearray(256 * 1024 * 1024); a[::4096] = b\"x\" * len(a[::4096]); print(\"allocated\")'").await;
+    assert_ne!(
+        out.exit_code,
+        Some(0),
+        "256 MB under a 64 MB limit: {out:?}"
+    );
+    assert!(!out.stdout.contains("allocated"));
+    let fork = "python3 -c '
+import os, time
+n = 0
+try:
+    for i in range(64):
+        if os.fork() == 0:
+            time.sleep(3); os._exit(0)
+        n += 1
+    print(\"forked\", n)
+except OSError as e:
+    print(\"fork failed after\", n)
+'";
+    let out = sh(&sb, fork).await;
+    assert!(
+        out.stdout.contains("fork failed"),
+        "{out:?} notes: {:?}",
+        sb.notes()
+    );
+    Box::new(sb).teardown().await.unwrap();
+    let name_dirs: Vec<_> = std::fs::read_dir("/sys/fs/cgroup/memory/geode")
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    for dir in name_dirs {
+        // Other tests' groups may be alive; ours (this test's) must be gone: all our groups
+        // are empty after their teardown, so none may hold a process of a dead namespace.
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines() {
+            assert!(Path::new(&format!("/proc/{pid}")).exists());
+        }
+    }
+}
+
+#[tokio::test]
+async fn concurrent_trials_cannot_see_each_other() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let (a, b) = tokio::join!(f.start("a"), f.start("b"));
+    assert_eq!(
+        sh(
+            &a,
+            "echo TOPSECRET-A > /app/secret.txt && echo TMPVAL-A > /tmp/t && echo ok"
+        )
+        .await
+        .stdout,
+        "ok\n"
+    );
+    let out = sh(&b, "cat /app/secret.txt /tmp/t 2>&1; echo; echo done").await;
+    assert!(
+        !out.stdout.contains("TOPSECRET") && !out.stdout.contains("TMPVAL"),
+        "{out:?}"
+    );
+    // Nor through the host root that both see below: the scratch and cache are hidden.
+    let scratch = f.backend.config().scratch_dir.display().to_string();
+    let out = sh(
+        &b,
+        &format!("ls -A {scratch} | wc -l; grep -rs TOPSECRET {scratch} | wc -l"),
+    )
+    .await;
+    assert_eq!(out.stdout, "0\n0\n", "{out:?}");
+    Box::new(a).teardown().await.unwrap();
+    Box::new(b).teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn copy_in_and_logs_reach_the_right_places() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let sb = f.start("copy").await;
+    let src = f.trials.path().join("tests-src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("test.sh"), "#!/bin/bash\necho from-test\n").unwrap();
+    std::fs::write(src.join("sub/a.txt"), "A").unwrap();
+    sb.copy_in(&src, "/tests").await.unwrap();
+    sh(&sb, "chmod +x /tests/test.sh").await;
+    let out = sh(&sb, "/tests/test.sh; cat /tests/sub/a.txt").await;
+    assert_eq!(out.stdout, "from-test\nA");
+    // Replacing: a second copy_in leaves no stale files.
+    std::fs::remove_file(src.join("sub/a.txt")).unwrap();
+    sb.copy_in(&src, "/tests").await.unwrap();
+    assert_eq!(sh(&sb, "ls /tests/sub | wc -l").await.stdout, "0\n");
+    sb.copy_in(&src.join("test.sh"), "/solution/solve.sh")
+        .await
+        .unwrap();
+    assert_eq!(
+        sh(&sb, "bash /solution/solve.sh").await.stdout,
+        "from-test\n"
+    );
+
+    sh(
+        &sb,
+        "echo 1 > /logs/verifier/reward.txt; echo a > /logs/agent/x; echo b > /logs/artifacts/y",
+    )
+    .await;
+    let trial = f.trials.path().join("copy");
+    assert_eq!(
+        std::fs::read_to_string(trial.join("verifier/reward.txt")).unwrap(),
+        "1\n"
+    );
+    assert!(trial.join("agent/x").exists() && trial.join("artifacts/y").exists());
+    Box::new(sb).teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn teardown_leaves_no_mounts_layers_or_groups() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let mut limited = spec(f.trials.path());
+    limited.memory_mb = Some(128);
+    let sb = f.start_with(&limited, "clean").await;
+    let scratch = sb.scratch_dir().to_path_buf();
+    let scratch_text = scratch.display().to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(&scratch_text),
+        "a sandbox mount leaked into the host's table"
+    );
+    sh(&sb, "echo x > /app/file; mkdir -p /var/lib/thing").await;
+    assert!(scratch.join("upper/app/file").exists());
+    let name = scratch.file_name().unwrap().to_string_lossy().into_owned();
+    let group = &name[name.len() - 12..];
+    let cg = Path::new("/sys/fs/cgroup/memory/geode").join(group);
+    let had_group = cg.exists();
+    Box::new(sb).teardown().await.unwrap();
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&scratch_text));
+    assert!(!scratch.exists(), "the trial layer was not removed");
+    if had_group {
+        assert!(!cg.exists(), "cgroup {} left behind", cg.display());
+    }
+}
+
+#[tokio::test]
+async fn dockerfile_builds_caches_and_reports_failures() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let env_dir = f.trials.path().join("environment");
+    std::fs::create_dir_all(&env_dir).unwrap();
+    std::fs::write(
+        env_dir.join("Dockerfile"),
+        "FROM python:3.11-slim\nARG GREETING=built\nWORKDIR /app\nENV MODE=test \\\n    LEVEL=2\n\
+         COPY data.txt /app/\nRUN echo $GREETING > /built.txt\nRUN git init -q /app/repo\n\
+         RUN echo tmpfile > /tmp/kept\nENV PATH=/opt/tool/bin:$PATH\nCMD [\"bash\"]\n",
+    )
+    .unwrap();
+    std::fs::write(env_dir.join("data.txt"), "payload\n").unwrap();
+    let spec = spec(&env_dir);
+    let started = Instant::now();
+    let image = f.backend.prepare(&spec).await.unwrap();
+    let first = started.elapsed();
+    assert!(!image.cache_hit);
+    assert_eq!(image.workdir, "/app");
+    assert!(
+        image.env.contains(&("LEVEL".into(), "2".into())),
+        "{:?}",
+        image.env
+    );
+    assert!(
+        image.notes.iter().any(|n| n.contains("CMD")),
+        "{:?}",
+        image.notes
+    );
+    let started = Instant::now();
+    let again = f.backend.prepare(&spec).await.unwrap();
+    let cached = started.elapsed();
+    assert!(again.cache_hit);
+    assert_eq!(again.layer_dir, image.layer_dir);
+    eprintln!("build: first {first:?}, cached {cached:?}");
+    assert!(cached * 5 < first, "first {first:?} cached {cached:?}");
+
+    let sb = f
+        .backend
+        .start_sandbox(&spec, &image, &f.trials.path().join("t"))
+        .await
+        .unwrap();
+    let out = sh(&sb, "pwd; cat /built.txt /app/data.txt /tmp/kept; echo $MODE $LEVEL; test -d /app/repo/.git && echo git; echo $PATH").await;
+    assert_eq!(
+        out.stdout,
+        "/app\nbuilt\npayload\ntmpfile\ntest 2\ngit\n/opt/tool/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
+        "{out:?}"
+    );
+    // The trial writes into its own layer, never into the cached image.
+    sh(&sb, "echo changed > /built.txt").await;
+    Box::new(sb).teardown().await.unwrap();
+    let layer = image.layer_dir.clone().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(layer.join("built.txt")).unwrap(),
+        "built\n"
+    );
+
+    std::fs::write(
+        env_dir.join("Dockerfile"),
+        "FROM python:3.11-slim\nRUN echo before\nRUN echo boom && exit 7\n",
+    )
+    .unwrap();
+    match f.backend.prepare(&spec).await {
+        Err(EnvError::SetupFailed { step, message }) => {
+            assert!(step.contains("RUN echo boom"), "{step}");
+            assert!(
+                message.contains("exit code 7") && message.contains("boom"),
+                "{message}"
+            );
+        }
+        other => panic!("expected SetupFailed, got {other:?}"),
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(&f.backend.config().cache_dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".build-"))
+        .collect();
+    assert!(leftovers.is_empty(), "a failed build left {leftovers:?}");
+
+    std::fs::write(env_dir.join("Dockerfile"), "FROM x\nRUN sleep 30\n").unwrap();
+    let mut quick = spec.clone();
+    quick.build_timeout = Duration::from_secs(1);
+    assert!(matches!(
+        f.backend.prepare(&quick).await,
+        Err(EnvError::SetupFailed { .. })
+    ));
+}
+
+/// Set-up plus teardown of a trivial sandbox, median of 20, without and with an image layer:
+/// `cargo test -p geode-harness --test sandbox -- --ignored --nocapture overhead`.
+#[tokio::test]
+#[ignore = "measurement"]
+async fn overhead() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let env_dir = f.trials.path().join("environment");
+    std::fs::create_dir_all(&env_dir).unwrap();
+    std::fs::write(
+        env_dir.join("Dockerfile"),
+        "FROM debian:bookworm\nWORKDIR /app\nRUN echo x > /x\n",
+    )
+    .unwrap();
+    let spec = spec(&env_dir);
+    let layered = f.backend.prepare(&spec).await.unwrap();
+    for (label, image) in [("host root", plain_image()), ("image layer", layered)] {
+        let mut times = Vec::new();
+        for i in 0..20 {
+            let trial = f.trials.path().join(format!("o{i}"));
+            let started = Instant::now();
+            let sb = f
+                .backend
+                .start_sandbox(&spec, &image, &trial)
+                .await
+                .unwrap();
+            let up = started.elapsed();
+            sh(&sb, "true").await;
+            let ran = started.elapsed();
+            Box::new(sb).teardown().await.unwrap();
+            times.push((up, ran - up, started.elapsed() - ran));
+        }
+        let median = |mut v: Vec<Duration>| {
+            v.sort();
+            v[v.len() / 2]
+        };
+        eprintln!(
+            "sandbox overhead ({label}), median of 20: start {:?}, exec(true) {:?}, teardown {:?}",
+            median(times.iter().map(|t| t.0).collect()),
+            median(times.iter().map(|t| t.1).collect()),
+            median(times.iter().map(|t| t.2).collect()),
+        );
+    }
+}

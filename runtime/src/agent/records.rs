@@ -1,0 +1,163 @@
+//! The loop's conversation edits and records: appending messages, timeline rows, hook
+//! dispatch, events to the driver. Kept apart from agentic_loop.rs so that file reads as the
+//! six stages.
+
+use serde_json::json;
+
+use super::agentic_loop::AgenticLoop;
+use super::events::LoopEvent;
+use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, ToolCall};
+use crate::hooks::{HookEnvelope, HookEvent, HookOutcome};
+use crate::store::timeline::{CallOutcome, TimelineEvent};
+use crate::tools::executor::CallRecord;
+use crate::tools::plan::StepSnapshot;
+
+impl AgenticLoop {
+    pub(super) fn append_user(&mut self, message: Message) {
+        self.record(TimelineEvent::UserMessage {
+            message: message.clone(),
+        });
+        self.messages.push(message);
+    }
+
+    pub(super) fn append_assistant(&mut self, reply: AssistantTurn, snapshot: &StepSnapshot) {
+        let context =
+            reply.usage.input_tokens + reply.usage.cached_input_tokens + reply.usage.output_tokens;
+        self.last_context_tokens = context;
+        self.emit(LoopEvent::AssistantMessage {
+            text: reply.message.text(),
+            tool_calls: reply.message.tool_calls().len(),
+            usage: reply.usage,
+        });
+        self.record(TimelineEvent::AssistantMessage {
+            message: reply.message.clone(),
+            usage: reply.usage,
+            stop_reason: reply.stop_reason,
+            snapshot: snapshot.clone(),
+        });
+        self.messages.push(reply.message);
+    }
+
+    /// Keep every tool_use paired with a tool_result even when the calls never ran.
+    pub(super) fn append_unrun_results(&mut self, calls: &[ToolCall], why: &str) {
+        let content = calls
+            .iter()
+            .map(|c| ContentBlock::ToolResult {
+                tool_use_id: c.id.clone(),
+                content: format!("not run: {why}"),
+                is_error: true,
+            })
+            .collect();
+        self.append_user(Message {
+            role: Role::User,
+            content,
+        });
+    }
+
+    /// Ledger rows for the notable calls of a batch: denials and uncertain outcomes.
+    pub(super) fn evidence_for(&self, records: &[CallRecord]) {
+        for r in records {
+            let kind = match &r.outcome {
+                CallOutcome::Denied { .. } => "tool_denied",
+                CallOutcome::TimedOut | CallOutcome::Uncertain { .. } => "uncertain_effect",
+                _ => continue,
+            };
+            self.evidence(
+                kind,
+                json!({
+                    "call_id": r.result.tool_use_id,
+                    "tool": r.tool,
+                    "outcome": r.outcome,
+                    "input": r.input,
+                    "result_first_line": r.result.content.lines().next().unwrap_or(""),
+                }),
+            );
+        }
+    }
+
+    pub(super) fn revision_count(&self) -> usize {
+        self.p
+            .cognition
+            .lock()
+            .map(|c| c.revisions.len())
+            .unwrap_or(0)
+    }
+
+    pub(super) fn record_new_revisions(&self, before: usize) {
+        let revisions: Vec<_> = match self.p.cognition.lock() {
+            Ok(c) => c.revisions.iter().skip(before).cloned().collect(),
+            Err(_) => return,
+        };
+        for r in revisions {
+            let revision = serde_json::to_value(&r).unwrap_or_default();
+            self.record(TimelineEvent::PlanRevised { revision });
+        }
+    }
+
+    pub(super) fn record_verification(&self, attempt: u32, verdict: &str, misses: &[String]) {
+        self.emit(LoopEvent::Verification {
+            attempt,
+            verdict: verdict.to_string(),
+            misses: misses.to_vec(),
+        });
+        self.record(TimelineEvent::Verification {
+            attempt,
+            verdict: verdict.to_string(),
+            misses: misses.to_vec(),
+        });
+        if verdict != "passed" {
+            self.evidence(
+                "verification_failed",
+                json!({"attempt": attempt, "verdict": verdict, "misses": misses}),
+            );
+        }
+    }
+
+    pub(super) async fn hook(
+        &self,
+        event: HookEvent,
+        correlation_id: Option<String>,
+        verify_attempt: u32,
+    ) -> HookOutcome {
+        let outcome = self
+            .p
+            .hooks
+            .dispatch(HookEnvelope {
+                session_id: self.p.session_id.clone(),
+                turn: self.turn_number,
+                plan_generation: self.p.executor.plan().generation(),
+                verify_attempt,
+                correlation_id,
+                cwd: self.p.executor.workspace().root().display().to_string(),
+                event,
+            })
+            .await;
+        for f in &outcome.failures {
+            self.record(TimelineEvent::HookFailed {
+                hook: f.hook.clone(),
+                event: f.event.name().to_string(),
+                error: f.error.clone(),
+            });
+            self.evidence(
+                "hook_failed",
+                json!({"hook": f.hook, "event": f.event.name(), "error": f.error}),
+            );
+        }
+        outcome
+    }
+
+    pub(super) fn record(&self, event: TimelineEvent) {
+        if let Some(tl) = &self.p.timeline
+            && let Err(e) = tl.append(&self.p.session_id, event)
+        {
+            tracing::warn!("timeline write failed: {e}");
+        }
+    }
+
+    pub(super) fn emit(&self, event: LoopEvent) {
+        if let Some(tx) = &self.p.events {
+            // A driver that stopped listening does not stop the turn.
+            let _ = tx.send(event);
+        }
+    }
+}

@@ -1,0 +1,626 @@
+//! The model catalog (data in `catalog.toml`), the route grammar, and the judge-only role.
+//!
+//! Routes name a provider and an exact model id: `anthropic:claude-sonnet-5`, `openai:gpt-6-sol`,
+//! `glm:glm-5.3`, `openrouter:openrouter/auto`, `compat:http://127.0.0.1:8000/v1:my-model`, plus
+//! the embedded models (`nop`, `scripted:..`, `oracle:..`, `replay:..`), `cassette:DIR` and
+//! `judge:ROUTE`. Ids of catalog providers must be listed exactly: nothing is upgraded or
+//! matched by prefix, so a run always names the model that answered.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use serde::Deserialize;
+
+use super::effort::Effort;
+use super::{Model, ModelError, ModelRequest};
+use crate::conversation::{Message, Usage};
+use crate::ids::CorrelationId;
+use crate::tools::plan::{BoundToolPlan, StepSnapshot};
+
+const CATALOG_TOML: &str = include_str!("catalog.toml");
+pub const SCHEMA: &str = "geode.catalog.v1";
+
+/// The wire API a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Wire {
+    AnthropicMessages,
+    OpenaiResponses,
+    ChatCompletions,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    Anthropic,
+    Openai,
+    Glm,
+    Openrouter,
+    Compat,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Openai => "openai",
+            ProviderKind::Glm => "glm",
+            ProviderKind::Openrouter => "openrouter",
+            ProviderKind::Compat => "compat",
+        }
+    }
+
+    fn parse(s: &str) -> Option<ProviderKind> {
+        [
+            ProviderKind::Anthropic,
+            ProviderKind::Openai,
+            ProviderKind::Glm,
+            ProviderKind::Openrouter,
+            ProviderKind::Compat,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == s)
+    }
+}
+
+/// How a model receives its effort setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ThinkingStyle {
+    /// Anthropic adaptive thinking with `output_config.effort`.
+    Adaptive,
+    /// Anthropic `thinking: {type: enabled, budget_tokens}`.
+    Budget,
+    /// A reasoning effort field (OpenAI `reasoning.effort`, OpenRouter, `reasoning_effort`).
+    Effort,
+    /// Thinking on or off (Z.ai GLM `thinking.type`).
+    Toggle,
+}
+
+/// US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prices {
+    pub input: f64,
+    pub cached_input: f64,
+    pub output: f64,
+    /// Anthropic prompt-cache writes; `input` when absent.
+    #[serde(default)]
+    pub cache_write: Option<f64>,
+}
+
+impl Prices {
+    /// The cost of one call. `usage.input_tokens` counts every prompt token, of which
+    /// `cached_input_tokens` were cache reads and `cache_write_tokens` cache writes; reasoning
+    /// tokens are billed as output.
+    pub fn cost(&self, usage: &Usage, cache_write_tokens: u64) -> f64 {
+        let plain = usage
+            .input_tokens
+            .saturating_sub(usage.cached_input_tokens)
+            .saturating_sub(cache_write_tokens);
+        let write = self.cache_write.unwrap_or(self.input);
+        let dollars_per_million = plain as f64 * self.input
+            + usage.cached_input_tokens as f64 * self.cached_input
+            + cache_write_tokens as f64 * write
+            + (usage.output_tokens + usage.reasoning_tokens) as f64 * self.output;
+        dollars_per_million / 1_000_000.0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelInfo {
+    pub id: String,
+    pub provider: ProviderKind,
+    /// Route prefixes the model may be used with (some of them may be refused routes).
+    pub routes: Vec<String>,
+    pub context_window: u64,
+    pub max_output: u64,
+    pub thinking: ThinkingStyle,
+    pub efforts: Vec<Effort>,
+    #[serde(default)]
+    pub default_effort: Option<Effort>,
+    pub binds_thinking: bool,
+    pub prices: Prices,
+}
+
+impl ModelInfo {
+    /// The effort to send: the configured one (or the model's default) clamped to the model.
+    pub fn effort(&self, configured: Option<Effort>) -> Option<Effort> {
+        configured
+            .or(self.default_effort)
+            .map(|e| e.clamp_to(&self.efforts))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderInfo {
+    pub wire: Wire,
+    #[serde(default)]
+    pub base_url: Option<String>,
+    #[serde(default)]
+    pub base_url_env: Option<String>,
+    pub key_env: String,
+    /// Local servers often need no key.
+    #[serde(default)]
+    pub key_optional: bool,
+    /// What to check when the provider says the account cannot pay.
+    pub account: String,
+    #[serde(default)]
+    pub default_model: Option<String>,
+    #[serde(default)]
+    pub roles: BTreeMap<String, String>,
+    /// Any model id is passed through (routers and local servers).
+    #[serde(default)]
+    pub open_ids: bool,
+    /// Effort levels for ids the catalog does not list.
+    #[serde(default)]
+    pub efforts: Vec<Effort>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Catalog {
+    pub schema: String,
+    /// Models tried when the chosen one fails for good. Empty: GEODE never switches models.
+    pub fallback_chain: Vec<String>,
+    pub providers: BTreeMap<ProviderKind, ProviderInfo>,
+    /// Route prefixes that are refused, with the reason shown to the user.
+    pub refused_routes: BTreeMap<String, String>,
+    pub models: Vec<ModelInfo>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("model catalog: {0}")]
+pub struct CatalogError(String);
+
+impl Catalog {
+    /// Parse and check a catalog: known schema, unique ids, providers present, effort lists
+    /// non-empty and holding the default.
+    pub fn parse(text: &str) -> Result<Catalog, CatalogError> {
+        let c: Catalog = toml::from_str(text).map_err(|e| CatalogError(e.to_string()))?;
+        if c.schema != SCHEMA {
+            return Err(CatalogError(format!(
+                "schema {:?} is not {SCHEMA}",
+                c.schema
+            )));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for m in &c.models {
+            let bad = |what: &str| CatalogError(format!("model {}: {what}", m.id));
+            if !seen.insert(m.id.as_str()) {
+                return Err(bad("listed twice"));
+            }
+            if !c.providers.contains_key(&m.provider) {
+                return Err(bad("its provider has no [providers] table"));
+            }
+            if m.efforts.is_empty() || m.routes.is_empty() {
+                return Err(bad("efforts and routes must not be empty"));
+            }
+            if m.default_effort.is_some_and(|d| !m.efforts.contains(&d)) {
+                return Err(bad("default_effort is not one of its efforts"));
+            }
+            let p = &m.prices;
+            if [
+                p.input,
+                p.cached_input,
+                p.output,
+                p.cache_write.unwrap_or(0.0),
+            ]
+            .iter()
+            .any(|x| !x.is_finite() || *x < 0.0)
+            {
+                return Err(bad("prices must be finite and not negative"));
+            }
+        }
+        Ok(c)
+    }
+
+    /// The catalog built into the runtime, parsed once.
+    pub fn builtin() -> Result<&'static Catalog, ModelError> {
+        static BUILTIN: OnceLock<Result<Catalog, String>> = OnceLock::new();
+        BUILTIN
+            .get_or_init(|| Catalog::parse(CATALOG_TOML).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| ModelError::Fatal {
+                model: "catalog".into(),
+                message: e.clone(),
+            })
+    }
+
+    /// The exact id, or nothing: ids are never matched by prefix or upgraded.
+    pub fn model(&self, id: &str) -> Option<&ModelInfo> {
+        self.models.iter().find(|m| m.id == id)
+    }
+
+    pub fn provider(&self, kind: ProviderKind) -> Option<&ProviderInfo> {
+        self.providers.get(&kind)
+    }
+
+    pub fn ids_of(&self, kind: ProviderKind) -> Vec<&str> {
+        self.models
+            .iter()
+            .filter(|m| m.provider == kind)
+            .map(|m| m.id.as_str())
+            .collect()
+    }
+}
+
+/// A parsed model route.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Route {
+    /// `nop`, `scripted:FILE`, `oracle:SOLVE_SH`, `replay:DB[#SESSION]`, kept as written.
+    Embedded(String),
+    /// `cassette:DIR`: recorded provider exchanges replayed offline.
+    Cassette(PathBuf),
+    Provider(ProviderRoute),
+    /// `judge:ROUTE`: a model for decisions only, never the root text model.
+    Judge(Box<Route>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderRoute {
+    /// The route as written; the adapter's `Model::id`.
+    pub text: String,
+    pub provider: ProviderKind,
+    /// The model id sent on the wire.
+    pub model: String,
+    /// The base URL written in a `compat:` route.
+    pub base_url: Option<String>,
+    /// The catalog entry; `None` for ids of open providers the catalog does not list.
+    pub info: Option<ModelInfo>,
+}
+
+const EMBEDDED: [&str; 4] = ["nop", "scripted", "oracle", "replay"];
+
+/// Parse a route against the built-in catalog.
+pub fn parse_route(route: &str) -> Result<Route, ModelError> {
+    parse_route_in(Catalog::builtin()?, route)
+}
+
+pub fn parse_route_in(catalog: &Catalog, route: &str) -> Result<Route, ModelError> {
+    let (kind, rest) = route.split_once(':').unwrap_or((route, ""));
+    let unknown = |hint: String| ModelError::UnknownRoute {
+        route: route.to_string(),
+        hint,
+    };
+    if EMBEDDED.contains(&kind) {
+        return Ok(Route::Embedded(route.to_string()));
+    }
+    if kind == "cassette" {
+        if rest.is_empty() {
+            return Err(unknown(
+                "cassette needs a directory, e.g. cassette:DIR".into(),
+            ));
+        }
+        return Ok(Route::Cassette(PathBuf::from(rest)));
+    }
+    if kind == "judge" {
+        return match parse_route_in(catalog, rest)? {
+            Route::Judge(_) => Err(unknown("judge:judge:... is not a route".into())),
+            inner => Ok(Route::Judge(Box::new(inner))),
+        };
+    }
+    if let Some(reason) = catalog.refused_routes.get(kind) {
+        return Err(ModelError::RefusedRoute {
+            route: route.to_string(),
+            reason: reason.clone(),
+        });
+    }
+    let Some(provider) = ProviderKind::parse(kind) else {
+        return Err(unknown(
+            "routes are anthropic:MODEL, openai:MODEL, glm:MODEL, openrouter:MODEL, \
+             compat:BASE_URL:MODEL, cassette:DIR, judge:ROUTE, nop, scripted:FILE, \
+             oracle:SOLVE_SH, replay:DB[#SESSION]"
+                .into(),
+        ));
+    };
+    let Some(pinfo) = catalog.provider(provider) else {
+        return Err(unknown(format!("the catalog has no provider {kind}")));
+    };
+    let (base_url, model) = if provider == ProviderKind::Compat {
+        let (base, model) = split_compat(rest).ok_or_else(|| {
+            unknown("compat routes are compat:BASE_URL:MODEL, e.g. compat:http://127.0.0.1:8000/v1:my-model".into())
+        })?;
+        (Some(base.to_string()), model.to_string())
+    } else {
+        (None, rest.to_string())
+    };
+    let info = catalog.model(&model).cloned();
+    if !pinfo.open_ids {
+        let Some(m) = &info else {
+            return Err(unknown(format!(
+                "{kind} has no model {model:?}; exact ids only (nothing is upgraded): {}",
+                catalog.ids_of(provider).join(", ")
+            )));
+        };
+        if m.provider != provider || !m.routes.iter().any(|r| r == kind) {
+            return Err(unknown(format!(
+                "{model} is not served on the {kind} route (its routes: {})",
+                m.routes.join(", ")
+            )));
+        }
+    } else if model.is_empty() {
+        return Err(unknown(format!(
+            "{kind} needs a model id, e.g. {kind}:MODEL"
+        )));
+    }
+    Ok(Route::Provider(ProviderRoute {
+        text: route.to_string(),
+        provider,
+        model,
+        base_url,
+        info: info.filter(|m| m.provider == provider),
+    }))
+}
+
+/// `http://host:port/v1:model` -> (`http://host:port/v1`, `model`). The separator is the first
+/// ':' after the start of the URL's path: the scheme and port colons come before it, and model
+/// ids may hold colons of their own (Ollama tags such as `llama3:8b`).
+fn split_compat(rest: &str) -> Option<(&str, &str)> {
+    let scheme_end = rest.find("://")? + 3;
+    let path_start = scheme_end + rest[scheme_end..].find('/')?;
+    let sep = path_start + rest[path_start..].find(':')?;
+    let (base, model) = (&rest[..sep], &rest[sep + 1..]);
+    let scheme = &rest[..scheme_end];
+    if !(scheme == "http://" || scheme == "https://") || model.is_empty() {
+        return None;
+    }
+    Some((base.trim_end_matches('/'), model))
+}
+
+/// Refuse a route that is judge-only where a root text model is needed: the session layer
+/// calls this before building the root model of a session.
+pub fn ensure_root_route(route: &str) -> Result<(), ModelError> {
+    if route.starts_with("judge:") {
+        return Err(judge_as_root(route));
+    }
+    Ok(())
+}
+
+/// The refusal of a judge route as a root model.
+pub fn judge_as_root(route: &str) -> ModelError {
+    ModelError::RefusedRoute {
+        route: route.to_string(),
+        reason: "a judge route is for decisions (graders, tournaments) only; it cannot be the \
+                 root text model of a session"
+            .into(),
+    }
+}
+
+/// A model held for decisions only. It deliberately does not implement `Model`, so it cannot
+/// be handed to a session as its root model; it sees no tools and must answer with text.
+pub struct JudgeModel {
+    inner: Arc<dyn Model>,
+    id: String,
+    plan: BoundToolPlan,
+}
+
+/// A judge's answer and what it cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JudgeDecision {
+    pub text: String,
+    pub usage: Usage,
+}
+
+impl JudgeModel {
+    pub fn new(inner: Arc<dyn Model>) -> Self {
+        let id = format!("judge:{}", inner.id());
+        JudgeModel {
+            inner,
+            id,
+            plan: BoundToolPlan::new(0, Vec::new()),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Ask one question; the answer is text (tool calls are not offered).
+    pub async fn decide(&self, system: &str, prompt: &str) -> Result<JudgeDecision, ModelError> {
+        let messages = [Message::user_text(prompt)];
+        let snapshot = StepSnapshot {
+            model_id: self.id.clone(),
+            plan_generation: self.plan.generation(),
+            plan_hash: self.plan.hash().clone(),
+            correlation_id: CorrelationId::new("judge"),
+            round: 0,
+        };
+        let reply = self
+            .inner
+            .complete(&ModelRequest {
+                system,
+                messages: &messages,
+                plan: &self.plan,
+                snapshot: &snapshot,
+                force_text: true,
+            })
+            .await?;
+        Ok(JudgeDecision {
+            text: reply.message.text(),
+            usage: reply.usage,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MISSION_IDS: [&str; 34] = [
+        "claude-fable-5-1",
+        "claude-opus-5-5",
+        "claude-opus-5",
+        "claude-sonnet-5",
+        "claude-haiku-4-5-20251001",
+        "claude-fable-5",
+        "claude-opus-4-8",
+        "claude-opus-4-7",
+        "claude-opus-4-6",
+        "claude-opus-4-5",
+        "claude-sonnet-4-6",
+        "claude-sonnet-4-5-20250929",
+        "gpt-6-astra",
+        "gpt-6-sol",
+        "gpt-6-luna",
+        "gpt-5.6-sol",
+        "gpt-5.6-terra",
+        "gpt-5.6-luna",
+        "gpt-5.5",
+        "gpt-5.3-codex",
+        "gpt-5.4",
+        "gpt-5.4-mini",
+        "gpt-5.4-nano",
+        "glm-5.3",
+        "glm-5.3-flash",
+        "glm-5.3-flashx",
+        "glm-5.2",
+        "glm-5.1",
+        "glm-5",
+        "glm-4.7",
+        "glm-4.7-flashx",
+        "glm-4.7-flash",
+        "openrouter/free",
+        "openrouter/auto",
+    ];
+
+    #[test]
+    fn every_mission_id_is_in_the_catalog() {
+        let c = Catalog::builtin().unwrap();
+        for id in MISSION_IDS {
+            assert!(c.model(id).is_some(), "{id} missing from catalog.toml");
+        }
+        assert_eq!(c.models.len(), MISSION_IDS.len());
+        assert_eq!(c.ids_of(ProviderKind::Anthropic).len(), 12);
+        assert!(c.fallback_chain.is_empty());
+        let a = c.provider(ProviderKind::Anthropic).unwrap();
+        assert_eq!(a.default_model.as_deref(), Some("claude-opus-5-5"));
+        assert_eq!(a.roles["helper"], "claude-sonnet-5");
+        assert_eq!(a.roles["cheap"], "claude-haiku-4-5-20251001");
+        let o = c.provider(ProviderKind::Openai).unwrap();
+        assert_eq!(o.default_model.as_deref(), Some("gpt-6-sol"));
+        let g = c.provider(ProviderKind::Glm).unwrap();
+        assert_eq!(g.base_url.as_deref(), Some("https://api.z.ai/api/paas/v4"));
+        assert_eq!(g.default_model.as_deref(), Some("glm-5.3"));
+    }
+
+    #[test]
+    fn codex_route_models_match_the_mission() {
+        let c = Catalog::builtin().unwrap();
+        let both = ["gpt-6-astra", "gpt-6-sol", "gpt-6-luna", "gpt-5.6-sol"];
+        for id in both.iter().chain(&["gpt-5.6-terra", "gpt-5.6-luna"]) {
+            assert!(c.model(id).unwrap().routes.contains(&"openai-codex".into()));
+        }
+        for id in [
+            "gpt-5.5",
+            "gpt-5.3-codex",
+            "gpt-5.4",
+            "gpt-5.4-mini",
+            "gpt-5.4-nano",
+        ] {
+            assert_eq!(c.model(id).unwrap().routes, ["openai"]);
+        }
+    }
+
+    #[test]
+    fn prices_cover_cache_reads_writes_and_reasoning() {
+        let p = Prices {
+            input: 3.0,
+            cached_input: 0.3,
+            output: 15.0,
+            cache_write: Some(3.75),
+        };
+        let u = Usage {
+            input_tokens: 1_000_000,
+            cached_input_tokens: 200_000,
+            output_tokens: 100_000,
+            reasoning_tokens: 100_000,
+            cost_usd: 0.0,
+        };
+        // 700k plain * 3 + 200k * 0.3 + 100k writes * 3.75 + 200k * 15, per million.
+        let want = 2.1 + 0.06 + 0.375 + 3.0;
+        assert!((p.cost(&u, 100_000) - want).abs() < 1e-9);
+    }
+
+    #[test]
+    fn routes_parse_exact_ids_only() {
+        let r = parse_route("anthropic:claude-sonnet-5").unwrap();
+        let Route::Provider(p) = r else { panic!() };
+        assert_eq!(
+            (p.provider, p.model.as_str()),
+            (ProviderKind::Anthropic, "claude-sonnet-5")
+        );
+        let err = parse_route("anthropic:claude-sonnet-5-latest")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("exact ids only") && err.contains("claude-opus-5-5"),
+            "{err}"
+        );
+        assert!(parse_route("anthropic:claude-opus-4").is_err());
+        assert!(parse_route("openai:claude-sonnet-5").is_err());
+        assert!(parse_route("glm:glm-5.3").is_ok());
+        let Route::Provider(p) = parse_route("openrouter:anthropic/claude-sonnet-5").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(p.model, "anthropic/claude-sonnet-5");
+        assert!(p.info.is_none());
+    }
+
+    #[test]
+    fn compat_routes_split_after_the_path() {
+        let Route::Provider(p) = parse_route("compat:http://127.0.0.1:8000/v1:my-model").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(p.base_url.as_deref(), Some("http://127.0.0.1:8000/v1"));
+        assert_eq!(p.model, "my-model");
+        let Route::Provider(p) = parse_route("compat:http://localhost:11434/v1:llama3:8b").unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(p.model, "llama3:8b");
+        assert!(parse_route("compat:http://127.0.0.1:8000/v1").is_err());
+        assert!(parse_route("compat:127.0.0.1:8000/v1:m").is_err());
+    }
+
+    #[test]
+    fn refused_routes_say_why() {
+        for (route, word) in [
+            ("anthropic-oauth:claude-sonnet-5", "OAuth"),
+            ("openai-codex:gpt-6-sol", "subscription"),
+            ("glm-coding:glm-5.3", "coding plan"),
+        ] {
+            let err = parse_route(route).unwrap_err();
+            assert!(matches!(err, ModelError::RefusedRoute { .. }), "{err}");
+            assert!(err.to_string().contains(word), "{err}");
+        }
+    }
+
+    #[test]
+    fn judge_routes_are_not_root_routes() {
+        assert!(matches!(
+            parse_route("judge:anthropic:claude-haiku-4-5-20251001").unwrap(),
+            Route::Judge(_)
+        ));
+        assert!(ensure_root_route("judge:nop").is_err());
+        assert!(ensure_root_route("anthropic:claude-sonnet-5").is_ok());
+    }
+
+    #[test]
+    fn effort_defaults_and_clamps_per_model() {
+        let c = Catalog::builtin().unwrap();
+        let opus46 = c.model("claude-opus-4-6").unwrap();
+        assert_eq!(opus46.effort(Some(Effort::Xhigh)), Some(Effort::High));
+        assert_eq!(opus46.effort(None), Some(Effort::High));
+        let haiku = c.model("claude-haiku-4-5-20251001").unwrap();
+        assert_eq!(haiku.effort(None), Some(Effort::None));
+        let codex = c.model("gpt-5.3-codex").unwrap();
+        assert_eq!(codex.effort(Some(Effort::None)), Some(Effort::Low));
+        assert_eq!(codex.effort(Some(Effort::Max)), Some(Effort::Xhigh));
+    }
+}

@@ -1,0 +1,372 @@
+//! Provider failures: a closed set of classes, each with one action, and the bounded retry
+//! policy that carries the actions out.
+//!
+//! | class | action |
+//! |---|---|
+//! | rate_limit | wait as `retry-after` says (else backoff), bounded |
+//! | timeout, connection, server | retry with jittered exponential backoff, bounded |
+//! | auth | stop, name the credential to check |
+//! | billing | stop, name the account to check |
+//! | context_overflow | stop; the caller may compact and retry once |
+//! | bad_request, unknown | stop |
+//! | stream_interrupted | stop: output was already streamed, a retry would repeat it |
+
+use std::fmt;
+use std::time::Duration;
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::SeedableRng;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    RateLimit,
+    Timeout,
+    Connection,
+    Server,
+    Auth,
+    Billing,
+    ContextOverflow,
+    BadRequest,
+    StreamInterrupted,
+    Unknown,
+}
+
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::RateLimit => "rate_limit",
+            ErrorClass::Timeout => "timeout",
+            ErrorClass::Connection => "connection",
+            ErrorClass::Server => "server",
+            ErrorClass::Auth => "auth",
+            ErrorClass::Billing => "billing",
+            ErrorClass::ContextOverflow => "context_overflow",
+            ErrorClass::BadRequest => "bad_request",
+            ErrorClass::StreamInterrupted => "stream_interrupted",
+            ErrorClass::Unknown => "unknown",
+        }
+    }
+
+    /// Whether the adapter retries this class (before any output was streamed).
+    pub fn retried(self) -> bool {
+        matches!(
+            self,
+            ErrorClass::RateLimit
+                | ErrorClass::Timeout
+                | ErrorClass::Connection
+                | ErrorClass::Server
+        )
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One failed attempt, classified.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub class: ErrorClass,
+    pub message: String,
+    /// What the server asked us to wait (`retry-after-ms` / `retry-after`).
+    pub retry_after: Option<Duration>,
+}
+
+impl Failure {
+    pub fn new(class: ErrorClass, message: impl Into<String>) -> Self {
+        Failure {
+            class,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+const OVERFLOW_HINTS: [&str; 8] = [
+    "context_length_exceeded",
+    "context length",
+    "context window",
+    "maximum context",
+    "prompt is too long",
+    "too many tokens",
+    "exceeds the available context",
+    "input is too long",
+];
+
+const BILLING_HINTS: [&str; 6] = [
+    "insufficient_quota",
+    "credit balance",
+    "billing",
+    "insufficient balance",
+    "payment required",
+    "exceeded your current quota",
+];
+
+/// Classify an error by HTTP status and the provider's error body (any of the Anthropic,
+/// OpenAI, OpenRouter and Z.ai shapes, or plain text).
+pub fn classify(status: u16, body: &str) -> Failure {
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let message = parsed
+        .as_ref()
+        .and_then(error_message)
+        .unwrap_or_else(|| body.trim().chars().take(500).collect());
+    let error_type = parsed.as_ref().and_then(error_type).unwrap_or_default();
+    let hay = format!("{error_type} {message}").to_lowercase();
+    let mentions = |hints: &[&str]| hints.iter().any(|h| hay.contains(h));
+    let class = match (status, error_type.as_str()) {
+        (_, "authentication_error" | "permission_error" | "invalid_api_key") => ErrorClass::Auth,
+        (_, "billing_error" | "insufficient_quota") => ErrorClass::Billing,
+        (_, "rate_limit_error" | "rate_limit_exceeded") => ErrorClass::RateLimit,
+        (_, "overloaded_error" | "api_error" | "server_error") => ErrorClass::Server,
+        (_, "request_too_large") => ErrorClass::ContextOverflow,
+        // Z.ai codes: 1000-1004 auth, 1113 balance, 1261 prompt too long, 1302/1303 rate.
+        (_, "1000" | "1001" | "1002" | "1003" | "1004") => ErrorClass::Auth,
+        (_, "1113") => ErrorClass::Billing,
+        (_, "1261") => ErrorClass::ContextOverflow,
+        (_, "1302" | "1303" | "1305") => ErrorClass::RateLimit,
+        (401 | 403, _) => ErrorClass::Auth,
+        (402, _) => ErrorClass::Billing,
+        (429, _) if mentions(&BILLING_HINTS) => ErrorClass::Billing,
+        (429, _) => ErrorClass::RateLimit,
+        (408, _) => ErrorClass::Timeout,
+        (413, _) => ErrorClass::ContextOverflow,
+        (400..=499, _) if mentions(&OVERFLOW_HINTS) => ErrorClass::ContextOverflow,
+        (400..=499, _) if mentions(&BILLING_HINTS) => ErrorClass::Billing,
+        (400 | 404 | 422, _) => ErrorClass::BadRequest,
+        (500..=599, _) => ErrorClass::Server,
+        _ if mentions(&OVERFLOW_HINTS) => ErrorClass::ContextOverflow,
+        _ => ErrorClass::Unknown,
+    };
+    let message = if status == 0 {
+        message
+    } else {
+        format!("HTTP {status}: {message}")
+    };
+    Failure::new(class, message)
+}
+
+/// `error.message` (Anthropic, OpenAI, Z.ai), `message`, or `error` as a string.
+fn error_message(v: &Value) -> Option<String> {
+    let e = v.get("error").unwrap_or(v);
+    e.get("message")
+        .and_then(Value::as_str)
+        .or_else(|| e.as_str())
+        .map(str::to_string)
+}
+
+/// `error.type`, else `error.code` (a string or a number), else top-level `code`.
+fn error_type(v: &Value) -> Option<String> {
+    let e = v.get("error").unwrap_or(v);
+    let code = |x: &Value| match x {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let ty = e.get("type").and_then(Value::as_str).map(str::to_string);
+    // OpenAI puts the precise reason in `code` and a broad one in `type`.
+    let c = e.get("code").and_then(code);
+    match (ty, c) {
+        (_, Some(c)) if !c.is_empty() => Some(c),
+        (Some(t), _) => Some(t),
+        _ => None,
+    }
+}
+
+/// The wait a server asked for: `retry-after-ms` (milliseconds), else `retry-after` in seconds
+/// or as an HTTP date.
+pub fn retry_after(headers: &[(String, String)]) -> Option<Duration> {
+    let get = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim())
+    };
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok())
+        && ms.is_finite()
+        && ms >= 0.0
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    let v = get("retry-after")?;
+    if let Ok(secs) = v.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(v).ok()?;
+    let wait = at.signed_duration_since(chrono::Utc::now());
+    Some(wait.to_std().unwrap_or(Duration::ZERO))
+}
+
+/// Bounded retries with jittered exponential backoff. Jitter comes from a seeded RNG so a test
+/// (or a benchmark replay) sees the same waits every time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// The wait before the first retry; doubles each time.
+    pub base_delay: Duration,
+    pub max_delay: Duration,
+    /// A `retry-after` longer than this is not waited for: the call fails as rate limited.
+    pub max_retry_after: Duration,
+    pub seed: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 4,
+            base_delay: Duration::from_secs(1),
+            max_delay: Duration::from_secs(30),
+            max_retry_after: Duration::from_secs(120),
+            seed: 0x6e0de,
+        }
+    }
+}
+
+/// The waits of one adapter, drawn from its own RNG.
+#[derive(Debug)]
+pub struct Backoff {
+    policy: RetryPolicy,
+    rng: ChaCha8Rng,
+}
+
+impl Backoff {
+    pub fn new(policy: RetryPolicy) -> Self {
+        let rng = ChaCha8Rng::seed_from_u64(policy.seed);
+        Backoff { policy, rng }
+    }
+
+    pub fn policy(&self) -> &RetryPolicy {
+        &self.policy
+    }
+
+    /// The wait before retry number `retry` (0-based), or `None` when the failure must not be
+    /// waited out. A server's `retry-after` wins over the computed wait (it knows its limits);
+    /// otherwise the wait is `min(base * 2^retry, max)` jittered down to between half and all
+    /// of it, so many clients do not retry in step.
+    pub fn delay(&mut self, retry: u32, failure: &Failure) -> Option<Duration> {
+        if let Some(wait) = failure.retry_after {
+            return (wait <= self.policy.max_retry_after).then_some(wait);
+        }
+        let full = self
+            .policy
+            .base_delay
+            .saturating_mul(2u32.saturating_pow(retry.min(20)))
+            .min(self.policy.max_delay);
+        let factor = self.rng.random_range(0.5..=1.0);
+        Some(full.mul_f64(factor))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_and_bodies_classify() {
+        let c = |s, b: &str| classify(s, b).class;
+        assert_eq!(
+            c(
+                429,
+                r#"{"error":{"type":"rate_limit_error","message":"slow"}}"#
+            ),
+            ErrorClass::RateLimit
+        );
+        assert_eq!(
+            c(
+                429,
+                r#"{"error":{"type":"insufficient_quota","code":"insufficient_quota","message":"You exceeded your current quota"}}"#
+            ),
+            ErrorClass::Billing
+        );
+        assert_eq!(c(401, "nope"), ErrorClass::Auth);
+        assert_eq!(
+            c(
+                529,
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+            ),
+            ErrorClass::Server
+        );
+        assert_eq!(
+            c(
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#
+            ),
+            ErrorClass::ContextOverflow
+        );
+        assert_eq!(
+            c(
+                400,
+                r#"{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","code":"context_length_exceeded"}}"#
+            ),
+            ErrorClass::ContextOverflow
+        );
+        assert_eq!(
+            c(
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}"#
+            ),
+            ErrorClass::Billing
+        );
+        assert_eq!(
+            c(429, r#"{"error":{"code":"1113","message":"余额不足"}}"#),
+            ErrorClass::Billing
+        );
+        assert_eq!(
+            c(400, r#"{"error":{"message":"messages: field required"}}"#),
+            ErrorClass::BadRequest
+        );
+        assert_eq!(c(502, "<html>bad gateway</html>"), ErrorClass::Server);
+        assert_eq!(c(418, "teapot"), ErrorClass::Unknown);
+    }
+
+    #[test]
+    fn retry_after_reads_ms_seconds_and_dates() {
+        let h = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+        assert_eq!(
+            retry_after(&h("retry-after", "2")),
+            Some(Duration::from_secs(2))
+        );
+        assert_eq!(
+            retry_after(&h("Retry-After-Ms", "250")),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            retry_after(&h("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(retry_after(&h("retry-after", "soon")), None);
+    }
+
+    #[test]
+    fn backoff_is_seeded_bounded_and_honours_retry_after() {
+        let policy = RetryPolicy {
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(350),
+            ..RetryPolicy::default()
+        };
+        let server = Failure::new(ErrorClass::Server, "x");
+        let waits = |p: &RetryPolicy| {
+            let mut b = Backoff::new(p.clone());
+            (0..4).map(|i| b.delay(i, &server)).collect::<Vec<_>>()
+        };
+        let a = waits(&policy);
+        assert_eq!(a, waits(&policy), "same seed, same waits");
+        for (i, w) in a.iter().enumerate() {
+            let full = Duration::from_millis((100u64 << i).min(350));
+            let w = w.unwrap();
+            assert!(w >= full / 2 && w <= full, "retry {i}: {w:?}");
+        }
+        let mut b = Backoff::new(policy);
+        let mut limited = Failure::new(ErrorClass::RateLimit, "x");
+        limited.retry_after = Some(Duration::from_secs(3));
+        assert_eq!(b.delay(0, &limited), Some(Duration::from_secs(3)));
+        limited.retry_after = Some(Duration::from_secs(3600));
+        assert_eq!(b.delay(0, &limited), None);
+    }
+}

@@ -1,0 +1,580 @@
+//! The HTTP side every adapter shares: the transport (reqwest, or a cassette), the SSE read loop
+//! with its idle timeout, and the bounded retries of `errors`.
+//!
+//! An adapter builds a `WireRequest` and an `Assembler` that turns SSE events into a reply;
+//! `Driver::call` does the rest. After a failed attempt it retries only classes the table in
+//! `errors` retries, and never once any output was streamed: that output would be produced
+//! twice. Whatever it gives up on comes back as `ModelError::Provider`, which the loop does not
+//! retry again.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde_json::Value;
+
+use super::catalog::{Catalog, ProviderRoute, Wire};
+use super::credentials::{ApiKey, Env};
+use super::effort::Effort;
+use super::errors::{Backoff, ErrorClass, Failure, RetryPolicy, classify, retry_after};
+use super::record::Recorder;
+use super::sse::{SseEvent, SseParser};
+use super::{Model, ModelError};
+
+/// Timeouts and retries of one adapter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpSettings {
+    /// The longest silence allowed while waiting for response headers or between two chunks
+    /// of a stream. Providers send pings, so a silent stream is a dead one.
+    pub idle_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            idle_timeout: Duration::from_secs(300),
+            connect_timeout: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// One HTTP POST with a JSON body. The credential travels apart from the other headers, so a
+/// recording can never pick it up.
+#[derive(Debug, Clone)]
+pub struct WireRequest {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub auth: Option<(String, ApiKey)>,
+    pub body: Value,
+}
+
+pub type ByteStream = BoxStream<'static, Result<Bytes, String>>;
+
+pub struct WireResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: ByteStream,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SendError {
+    Connect(String),
+    Timeout(String),
+    /// A cassette has no recorded exchange for the request: never retried.
+    Unmatched(String),
+}
+
+/// Sends one request. The live one is reqwest; a cassette replays recorded exchanges.
+#[async_trait]
+pub trait Transport: Send + Sync {
+    async fn send(&self, request: &WireRequest) -> Result<WireResponse, SendError>;
+}
+
+pub struct ReqwestTransport {
+    client: reqwest::Client,
+}
+
+impl ReqwestTransport {
+    pub fn new(settings: &HttpSettings) -> Result<Self, ModelError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(settings.connect_timeout)
+            .build()
+            .map_err(|e| ModelError::Fatal {
+                model: "http".into(),
+                message: format!("cannot build the HTTP client: {e}"),
+            })?;
+        Ok(ReqwestTransport { client })
+    }
+}
+
+/// The error and its sources on one line ("error sending request: connection refused").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[async_trait]
+impl Transport for ReqwestTransport {
+    async fn send(&self, request: &WireRequest) -> Result<WireResponse, SendError> {
+        let mut builder = self.client.post(&request.url).json(&request.body);
+        for (k, v) in &request.headers {
+            builder = builder.header(k, v);
+        }
+        if let Some((name, key)) = &request.auth {
+            let mut value = reqwest::header::HeaderValue::from_str(key.expose()).map_err(|_| {
+                SendError::Connect(format!("the {name} value is not a valid header"))
+            })?;
+            value.set_sensitive(true);
+            builder = builder.header(name.as_str(), value);
+        }
+        let response = builder.send().await.map_err(|e| {
+            if e.is_timeout() {
+                SendError::Timeout(chain(&e))
+            } else {
+                SendError::Connect(chain(&e))
+            }
+        })?;
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        let body = response
+            .bytes_stream()
+            .map(|r| r.map_err(|e| chain(&e)))
+            .boxed();
+        Ok(WireResponse {
+            status,
+            headers,
+            body,
+        })
+    }
+}
+
+/// Turns the events of one streamed reply into that reply.
+pub trait Assembler: Send {
+    /// Take one event; `Ok(true)` when the reply is complete.
+    fn on_event(&mut self, event: &SseEvent) -> Result<bool, Failure>;
+    /// Whether output (text, thinking, tool arguments) has been streamed.
+    fn visible(&self) -> bool;
+    /// Whether a stream ending now, without its terminal event, still holds a whole reply
+    /// (some OpenAI-compatible servers omit `[DONE]`).
+    fn complete_at_eof(&self) -> bool {
+        false
+    }
+}
+
+/// Parse an event's data as JSON, or say which event was malformed.
+pub fn event_json(event: &SseEvent) -> Result<Value, Failure> {
+    serde_json::from_str(&event.data).map_err(|e| {
+        let shown: String = event.data.chars().take(200).collect();
+        let name = if event.event.is_empty() {
+            "data"
+        } else {
+            &event.event
+        };
+        Failure::new(
+            ErrorClass::Unknown,
+            format!("malformed JSON in the SSE `{name}` event ({e}): {shown}"),
+        )
+    })
+}
+
+/// What to tell the user when a credential or an account is at fault.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CredentialHint {
+    pub key_env: String,
+    pub sources: String,
+    pub account: String,
+}
+
+/// How a response stream ended, for recordings.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEnd {
+    Complete,
+    Eof,
+    Error(String),
+    Idle,
+}
+
+enum AttemptError {
+    Failed(Failure),
+    Unmatched(String),
+    Record(String),
+}
+
+/// Runs calls for one adapter.
+pub struct Driver {
+    model_id: String,
+    transport: Arc<dyn Transport>,
+    settings: HttpSettings,
+    backoff: Mutex<Backoff>,
+    hint: CredentialHint,
+    recorder: Option<Recorder>,
+    /// Cassette replays: recorded outcomes are already known, so retries do not wait.
+    instant_retries: bool,
+}
+
+impl Driver {
+    pub fn new(
+        model_id: String,
+        transport: Arc<dyn Transport>,
+        settings: HttpSettings,
+        hint: CredentialHint,
+        recorder: Option<Recorder>,
+        instant_retries: bool,
+    ) -> Self {
+        let backoff = Mutex::new(Backoff::new(settings.retry.clone()));
+        Driver {
+            model_id,
+            transport,
+            settings,
+            backoff,
+            hint,
+            recorder,
+            instant_retries,
+        }
+    }
+
+    pub fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    /// Send `request` until an assembler (a fresh one per attempt) completes, within the
+    /// retry policy.
+    pub async fn call<A: Assembler>(
+        &self,
+        request: &WireRequest,
+        mut fresh: impl FnMut() -> A,
+    ) -> Result<A, ModelError> {
+        let mut retries = 0;
+        loop {
+            let mut asm = fresh();
+            let mut failure = match self.attempt(request, &mut asm).await {
+                Ok(()) => return Ok(asm),
+                Err(AttemptError::Failed(f)) => f,
+                Err(AttemptError::Unmatched(message)) => {
+                    return Err(ModelError::Cassette {
+                        model: self.model_id.clone(),
+                        message,
+                    });
+                }
+                Err(AttemptError::Record(message)) => {
+                    return Err(ModelError::Fatal {
+                        model: self.model_id.clone(),
+                        message,
+                    });
+                }
+            };
+            if asm.visible() && failure.class.retried() {
+                failure.class = ErrorClass::StreamInterrupted;
+                failure.message = format!(
+                    "the reply was cut after output began ({}); not retried, it would repeat",
+                    failure.message
+                );
+            }
+            let may_retry = failure.class.retried() && retries < self.settings.retry.max_retries;
+            let wait = if may_retry {
+                let mut backoff = self.backoff.lock().unwrap_or_else(|p| p.into_inner());
+                backoff.delay(retries, &failure)
+            } else {
+                None
+            };
+            let Some(wait) = wait else {
+                let too_long = may_retry.then_some(failure.retry_after).flatten();
+                return Err(self.give_up(failure, retries + 1, too_long));
+            };
+            tracing::warn!(
+                model = %self.model_id,
+                class = %failure.class,
+                "provider call failed ({}); retry {} in {:?}",
+                failure.message,
+                retries + 1,
+                wait
+            );
+            if !self.instant_retries {
+                tokio::time::sleep(wait).await;
+            }
+            retries += 1;
+        }
+    }
+
+    /// The final error; `too_long` is a `retry-after` the policy would not wait for.
+    fn give_up(&self, f: Failure, attempts: u32, too_long: Option<Duration>) -> ModelError {
+        let h = &self.hint;
+        let message = match f.class {
+            ErrorClass::Auth => format!("{}; check the key in {}", f.message, h.sources),
+            ErrorClass::Billing => format!(
+                "{}; check {} (the key from {})",
+                f.message, h.account, h.key_env
+            ),
+            _ if too_long.is_some() => format!(
+                "{}; the server asked to wait {:?}, longer than the {:?} allowed",
+                f.message,
+                too_long.unwrap_or_default(),
+                self.settings.retry.max_retry_after
+            ),
+            _ if attempts > 1 => format!("{} (after {attempts} attempts)", f.message),
+            _ => f.message,
+        };
+        ModelError::Provider {
+            model: self.model_id.clone(),
+            class: f.class,
+            message,
+        }
+    }
+
+    async fn attempt<A: Assembler>(
+        &self,
+        request: &WireRequest,
+        asm: &mut A,
+    ) -> Result<(), AttemptError> {
+        let idle = self.settings.idle_timeout;
+        let sent = tokio::time::timeout(idle, self.transport.send(request)).await;
+        let response = match sent {
+            Err(_) => {
+                return Err(AttemptError::Failed(Failure::new(
+                    ErrorClass::Timeout,
+                    format!("no response within {idle:?}"),
+                )));
+            }
+            Ok(Err(SendError::Unmatched(m))) => return Err(AttemptError::Unmatched(m)),
+            Ok(Err(SendError::Connect(m))) => {
+                self.record(request, 0, &[], b"", &StreamEnd::Error(m.clone()))?;
+                return Err(AttemptError::Failed(Failure::new(
+                    ErrorClass::Connection,
+                    m,
+                )));
+            }
+            Ok(Err(SendError::Timeout(m))) => {
+                return Err(AttemptError::Failed(Failure::new(ErrorClass::Timeout, m)));
+            }
+            Ok(Ok(r)) => r,
+        };
+        let WireResponse {
+            status,
+            headers,
+            mut body,
+        } = response;
+        let mut raw = Vec::new();
+        if !(200..300).contains(&status) {
+            // Error bodies are small JSON documents; read them whole (bounded).
+            while raw.len() < 1 << 20 {
+                match tokio::time::timeout(idle, body.next()).await {
+                    Ok(Some(Ok(chunk))) => raw.extend_from_slice(&chunk),
+                    _ => break,
+                }
+            }
+            self.record(request, status, &headers, &raw, &StreamEnd::Complete)?;
+            let mut f = classify(status, &String::from_utf8_lossy(&raw));
+            f.retry_after = retry_after(&headers);
+            return Err(AttemptError::Failed(f));
+        }
+        let mut parser = SseParser::new();
+        let mut events = Vec::new();
+        let failure = loop {
+            let (end, message) = match tokio::time::timeout(idle, body.next()).await {
+                Ok(Some(Ok(chunk))) => {
+                    raw.extend_from_slice(&chunk);
+                    if let Err(e) = parser.push(&chunk, &mut events) {
+                        break Failure::new(ErrorClass::Unknown, e.to_string());
+                    }
+                    let mut outcome = None;
+                    for event in events.drain(..) {
+                        match asm.on_event(&event) {
+                            Ok(false) => {}
+                            Ok(true) => {
+                                outcome = Some(Ok(()));
+                                break;
+                            }
+                            Err(f) => {
+                                outcome = Some(Err(f));
+                                break;
+                            }
+                        }
+                    }
+                    match outcome {
+                        None => continue,
+                        Some(Ok(())) => {
+                            self.record(request, status, &headers, &raw, &StreamEnd::Complete)?;
+                            return Ok(());
+                        }
+                        Some(Err(f)) => break f,
+                    }
+                }
+                Ok(None) if asm.complete_at_eof() => {
+                    self.record(request, status, &headers, &raw, &StreamEnd::Eof)?;
+                    return Ok(());
+                }
+                Ok(None) => (
+                    StreamEnd::Eof,
+                    "the stream ended before the reply was complete".to_string(),
+                ),
+                Ok(Some(Err(e))) => (
+                    StreamEnd::Error(e.clone()),
+                    format!("the stream broke: {e}"),
+                ),
+                Err(_) => (
+                    StreamEnd::Idle,
+                    format!("the stream sent nothing for {idle:?}"),
+                ),
+            };
+            self.record(request, status, &headers, &raw, &end)?;
+            let class = match end {
+                StreamEnd::Idle => ErrorClass::Timeout,
+                _ => ErrorClass::Connection,
+            };
+            return Err(AttemptError::Failed(Failure::new(class, message)));
+        };
+        self.record(request, status, &headers, &raw, &StreamEnd::Complete)?;
+        Err(AttemptError::Failed(failure))
+    }
+
+    fn record(
+        &self,
+        request: &WireRequest,
+        status: u16,
+        headers: &[(String, String)],
+        body: &[u8],
+        end: &StreamEnd,
+    ) -> Result<(), AttemptError> {
+        match &self.recorder {
+            Some(r) => r
+                .record(request, status, headers, body, end)
+                .map_err(AttemptError::Record),
+            None => Ok(()),
+        }
+    }
+}
+
+/// How `model_from_route` builds provider models: where keys and base URLs come from, and the
+/// settings every adapter takes.
+#[derive(Debug, Clone)]
+pub struct RouteOptions {
+    pub env: Env,
+    /// Overrides the base URL of the route's provider (config beats environment).
+    pub base_url: Option<String>,
+    /// Overrides the key of the route's provider.
+    pub api_key: Option<ApiKey>,
+    /// The effort to ask for (clamped per model); `None`: the model's default.
+    pub effort: Option<Effort>,
+    pub max_output_tokens: Option<u64>,
+    pub http: HttpSettings,
+    /// Write every request/response pair here (keys stripped).
+    pub record_dir: Option<PathBuf>,
+}
+
+impl RouteOptions {
+    /// Keys and base URLs from the process environment and `$GEODE_HOME/.env`.
+    pub fn from_env() -> Self {
+        RouteOptions::with_env(Env::from_process())
+    }
+
+    pub fn with_env(env: Env) -> Self {
+        RouteOptions {
+            env,
+            base_url: None,
+            api_key: None,
+            effort: None,
+            max_output_tokens: None,
+            http: HttpSettings::default(),
+            record_dir: None,
+        }
+    }
+}
+
+/// What an adapter is built from once the route is resolved.
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    pub base_url: String,
+    pub api_key: Option<ApiKey>,
+    pub effort: Option<Effort>,
+    pub max_output_tokens: Option<u64>,
+}
+
+/// Build the adapter of a provider route. With `transport` (a cassette) no key is needed.
+pub fn provider_model(
+    route: &ProviderRoute,
+    opts: &RouteOptions,
+    transport: Option<Arc<dyn Transport>>,
+) -> Result<Arc<dyn Model>, ModelError> {
+    let catalog = Catalog::builtin()?;
+    let info = catalog
+        .provider(route.provider)
+        .ok_or_else(|| ModelError::UnknownRoute {
+            route: route.text.clone(),
+            hint: "the catalog lists no such provider".into(),
+        })?;
+    let base_url = route
+        .base_url
+        .clone()
+        .or_else(|| opts.base_url.clone())
+        .or_else(|| info.base_url_env.as_deref().and_then(|v| opts.env.var(v)))
+        .or_else(|| info.base_url.clone())
+        .ok_or_else(|| ModelError::UnknownRoute {
+            route: route.text.clone(),
+            hint: "no base URL: give one in the route or the config".into(),
+        })?;
+    let api_key = opts.api_key.clone().or_else(|| opts.env.key(&info.key_env));
+    let replaying = transport.is_some();
+    if api_key.is_none() && !info.key_optional && !replaying {
+        return Err(ModelError::Provider {
+            model: route.text.clone(),
+            class: ErrorClass::Auth,
+            message: format!(
+                "no API key: set {}",
+                opts.env.describe_sources(&info.key_env)
+            ),
+        });
+    }
+    let hint = CredentialHint {
+        key_env: info.key_env.clone(),
+        sources: opts.env.describe_sources(&info.key_env),
+        account: info.account.clone(),
+    };
+    let transport = match transport {
+        Some(t) => t,
+        None => Arc::new(ReqwestTransport::new(&opts.http)?),
+    };
+    let recorder = match &opts.record_dir {
+        Some(dir) if !replaying => Some(
+            Recorder::new(dir, &route.text, opts.effort, opts.max_output_tokens).map_err(
+                |message| ModelError::Fatal {
+                    model: route.text.clone(),
+                    message,
+                },
+            )?,
+        ),
+        _ => None,
+    };
+    let driver = Driver::new(
+        route.text.clone(),
+        transport,
+        opts.http.clone(),
+        hint,
+        recorder,
+        replaying,
+    );
+    let config = ProviderConfig {
+        base_url: base_url.trim_end_matches('/').to_string(),
+        api_key,
+        effort: opts.effort,
+        max_output_tokens: opts.max_output_tokens,
+    };
+    Ok(match info.wire {
+        Wire::AnthropicMessages => Arc::new(super::anthropic::AnthropicModel::new(
+            route.clone(),
+            config,
+            driver,
+        )?),
+        Wire::OpenaiResponses => Arc::new(super::openai_responses::ResponsesModel::new(
+            route.clone(),
+            config,
+            driver,
+        )?),
+        Wire::ChatCompletions => Arc::new(super::chat_compat::ChatModel::new(
+            route.clone(),
+            config,
+            driver,
+        )),
+    })
+}

@@ -1,0 +1,314 @@
+//! Record and replay of provider exchanges.
+//!
+//! `--record DIR` writes one file per HTTP exchange (every attempt, retries included), named
+//! `NNNNN-<body hash>.json`, in the `geode.cassette.v1` shape:
+//!
+//! ```json
+//! {"schema": "geode.cassette.v1", "route": "anthropic:claude-sonnet-5", "effort": null,
+//!  "max_output_tokens": null, "seq": 0,
+//!  "request": {"method": "POST", "url": "...", "headers": [["anthropic-version", "..."]],
+//!              "body_sha256": "...", "body": {...}},
+//!  "response": {"status": 200, "headers": [...], "body": "event: ...", "end": "complete"}}
+//! ```
+//!
+//! Credential headers are never written (the key travels apart from the other headers), and
+//! the key's text is scrubbed from the file should it appear anywhere else. `cassette:DIR`
+//! replays a directory offline: each request is matched by the SHA-256 of its canonical JSON
+//! body (recorded order for repeats), and a request with no match fails loudly.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::catalog::{Route, parse_route};
+use super::credentials::is_secret_header;
+use super::effort::Effort;
+use super::http::{
+    RouteOptions, SendError, StreamEnd, Transport, WireRequest, WireResponse, provider_model,
+};
+use super::{Model, ModelError};
+use crate::ids::canonical_sha256;
+
+pub const SCHEMA: &str = "geode.cassette.v1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Exchange {
+    pub schema: String,
+    /// The route that made the request; a cassette rebuilds that adapter.
+    pub route: String,
+    /// The adapter settings that shape request bodies, so a replay builds identical ones.
+    pub effort: Option<Effort>,
+    pub max_output_tokens: Option<u64>,
+    pub seq: u32,
+    pub request: RecordedRequest,
+    pub response: RecordedResponse,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedRequest {
+    pub method: String,
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body_sha256: String,
+    pub body: Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedResponse {
+    /// 0: no response (the connection failed; `error` says how).
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+    /// `complete`, `eof` (closed early), `idle` (went silent), `error` (broke).
+    pub end: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+fn public_headers(headers: &[(String, String)]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(k, _)| !is_secret_header(k))
+        .cloned()
+        .collect()
+}
+
+/// Writes exchanges into a directory.
+#[derive(Debug)]
+pub struct Recorder {
+    dir: PathBuf,
+    route: String,
+    effort: Option<Effort>,
+    max_output_tokens: Option<u64>,
+    next: AtomicU32,
+}
+
+impl Recorder {
+    pub fn new(
+        dir: &Path,
+        route: &str,
+        effort: Option<Effort>,
+        max_output_tokens: Option<u64>,
+    ) -> Result<Self, String> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            format!(
+                "cannot create the recording directory {}: {e}",
+                dir.display()
+            )
+        })?;
+        let existing = json_files(dir)?.len();
+        Ok(Recorder {
+            dir: dir.to_path_buf(),
+            route: route.to_string(),
+            effort,
+            max_output_tokens,
+            next: AtomicU32::new(u32::try_from(existing).unwrap_or(u32::MAX)),
+        })
+    }
+
+    pub fn record(
+        &self,
+        request: &WireRequest,
+        status: u16,
+        headers: &[(String, String)],
+        body: &[u8],
+        end: &StreamEnd,
+    ) -> Result<(), String> {
+        let hash = canonical_sha256(&request.body);
+        let (end, error) = match end {
+            StreamEnd::Complete => ("complete", None),
+            StreamEnd::Eof => ("eof", None),
+            StreamEnd::Idle => ("idle", None),
+            StreamEnd::Error(e) => ("error", Some(e.clone())),
+        };
+        let mut exchange = Exchange {
+            schema: SCHEMA.into(),
+            route: self.route.clone(),
+            effort: self.effort,
+            max_output_tokens: self.max_output_tokens,
+            seq: 0,
+            request: RecordedRequest {
+                method: "POST".into(),
+                url: request.url.clone(),
+                headers: public_headers(&request.headers),
+                body_sha256: hash.clone(),
+                body: request.body.clone(),
+            },
+            response: RecordedResponse {
+                status,
+                headers: public_headers(headers),
+                body: String::from_utf8_lossy(body).into_owned(),
+                end: end.into(),
+                error,
+            },
+        };
+        for _ in 0..10_000 {
+            let seq = self.next.fetch_add(1, Ordering::SeqCst);
+            exchange.seq = seq;
+            let mut text = serde_json::to_string_pretty(&exchange).map_err(|e| e.to_string())?;
+            if let Some((_, key)) = &request.auth {
+                let secret = key.expose();
+                let bare = secret.strip_prefix("Bearer ").unwrap_or(secret);
+                if !bare.is_empty() {
+                    text = text.replace(bare, "<redacted>");
+                }
+            }
+            let path = self.dir.join(format!("{seq:05}-{}.json", &hash[..12]));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(mut f) => {
+                    use std::io::Write;
+                    return f.write_all(text.as_bytes()).map_err(|e| {
+                        format!("cannot write the recording {}: {e}", path.display())
+                    });
+                }
+                // Another recorder took the number; take the next one.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(format!(
+                        "cannot write the recording {}: {e}",
+                        path.display()
+                    ));
+                }
+            }
+        }
+        Err(format!("no free file name in {}", self.dir.display()))
+    }
+}
+
+fn json_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Load every exchange of a recording directory, in recorded order.
+pub fn load_exchanges(dir: &Path) -> Result<Vec<Exchange>, String> {
+    let mut out = Vec::new();
+    for path in json_files(dir)? {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let ex: Exchange = serde_json::from_str(&text)
+            .map_err(|e| format!("{} is not a recorded exchange: {e}", path.display()))?;
+        if ex.schema != SCHEMA {
+            return Err(format!(
+                "{}: schema {:?} is not {SCHEMA}",
+                path.display(),
+                ex.schema
+            ));
+        }
+        out.push(ex);
+    }
+    out.sort_by_key(|e| e.seq);
+    Ok(out)
+}
+
+/// Answers requests from a recording.
+pub struct CassetteTransport {
+    dir: String,
+    queues: Mutex<BTreeMap<String, VecDeque<RecordedResponse>>>,
+    recorded: usize,
+}
+
+impl CassetteTransport {
+    pub fn new(dir: &Path, exchanges: &[Exchange]) -> Self {
+        let mut queues: BTreeMap<String, VecDeque<RecordedResponse>> = BTreeMap::new();
+        for ex in exchanges {
+            queues
+                .entry(canonical_sha256(&ex.request.body))
+                .or_default()
+                .push_back(ex.response.clone());
+        }
+        CassetteTransport {
+            dir: dir.display().to_string(),
+            queues: Mutex::new(queues),
+            recorded: exchanges.len(),
+        }
+    }
+}
+
+#[async_trait]
+impl Transport for CassetteTransport {
+    async fn send(&self, request: &WireRequest) -> Result<WireResponse, SendError> {
+        let hash = canonical_sha256(&request.body);
+        let next = {
+            let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+            queues.get_mut(&hash).and_then(VecDeque::pop_front)
+        };
+        let Some(r) = next else {
+            return Err(SendError::Unmatched(format!(
+                "no recorded exchange in {} matches this request (body sha256 {hash}, {} \
+                 recorded): the request differs from the recording, or was made more often; \
+                 record again with --record",
+                self.dir, self.recorded
+            )));
+        };
+        if r.status == 0 {
+            return Err(SendError::Connect(r.error.unwrap_or_default()));
+        }
+        let body = futures::stream::iter([Ok(Bytes::from(r.body.into_bytes()))]);
+        let body = match r.end.as_str() {
+            "error" => body
+                .chain(futures::stream::iter([Err(r.error.unwrap_or_default())]))
+                .boxed(),
+            "idle" => body.chain(futures::stream::pending()).boxed(),
+            _ => body.boxed(),
+        };
+        Ok(WireResponse {
+            status: r.status,
+            headers: r.headers,
+            body,
+        })
+    }
+}
+
+/// `cassette:DIR`: the recorded route's adapter, answering from the recording. It needs no
+/// key and no network.
+pub fn cassette_model(dir: &Path, opts: &RouteOptions) -> Result<Arc<dyn Model>, ModelError> {
+    let shown = format!("cassette:{}", dir.display());
+    let err = |message: String| ModelError::Cassette {
+        model: shown.clone(),
+        message,
+    };
+    let exchanges = load_exchanges(dir).map_err(err)?;
+    let Some(first) = exchanges.first() else {
+        return Err(err(format!(
+            "{} holds no recorded exchanges",
+            dir.display()
+        )));
+    };
+    if let Some(other) = exchanges.iter().find(|e| e.route != first.route) {
+        return Err(err(format!(
+            "the recording mixes routes {} and {}; keep one route per directory",
+            first.route, other.route
+        )));
+    }
+    let Route::Provider(mut route) = parse_route(&first.route)? else {
+        return Err(err(format!("{} is not a provider route", first.route)));
+    };
+    route.text = shown;
+    let mut replay = opts.clone();
+    replay.effort = first.effort;
+    replay.max_output_tokens = first.max_output_tokens;
+    replay.record_dir = None;
+    // Recorded bodies arrive at once; silence can only be a recorded idle stream.
+    replay.http.idle_timeout = Duration::from_millis(200);
+    let transport = Arc::new(CassetteTransport::new(dir, &exchanges));
+    provider_model(&route, &replay, Some(transport))
+}

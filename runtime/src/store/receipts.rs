@@ -1,0 +1,631 @@
+//! Effect receipts: for every call that changes the world, a durable row written before it is
+//! dispatched, so a crash can never make the runtime forget that an effect started.
+//!
+//! States, keyed by (session, call id):
+//!
+//! `accepted` (written and fsynced before dispatch) -> `committed` (the handler returned; the
+//! outcome and a capped copy of the result are kept) | `uncertain` (timeout, cancellation, a
+//! crash: the outside work may or may not have happened) -> `reconciled` (a person said
+//! `done` or `not-done` with `geode receipts reconcile`).
+//!
+//! On resume every receipt still `accepted` becomes `uncertain`. An uncertain effect is never
+//! re-run automatically; the model is told its outcome is unknown. A call id that already has a
+//! receipt is never dispatched again (`accept` refuses it).
+//!
+//! Schema `geode.receipts.v1`, one SQLite file per session directory (`receipts.db`, WAL,
+//! `synchronous = FULL`): `receipts(session_id, call_id, tool, input JSON, input_sha256, state,
+//! outcome, result, is_error, turn, round, accepted_at, settled_at, note,
+//! PRIMARY KEY(session_id, call_id))`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::StoreError;
+use crate::ids::{SessionId, canonical_sha256};
+use crate::policy::SafetyLevel;
+
+pub const SCHEMA: &str = "geode.receipts.v1";
+pub const DB_FILE: &str = "receipts.db";
+/// Characters of a result kept in a committed receipt (enough to tell the model what happened
+/// when the result itself was lost with the process).
+const RESULT_CAP: usize = 8 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReceiptState {
+    Accepted,
+    Committed,
+    Uncertain,
+    Reconciled,
+}
+
+impl ReceiptState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReceiptState::Accepted => "accepted",
+            ReceiptState::Committed => "committed",
+            ReceiptState::Uncertain => "uncertain",
+            ReceiptState::Reconciled => "reconciled",
+        }
+    }
+
+    fn parse(s: &str) -> Option<ReceiptState> {
+        [
+            ReceiptState::Accepted,
+            ReceiptState::Committed,
+            ReceiptState::Uncertain,
+            ReceiptState::Reconciled,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+}
+
+/// What a person found when they checked an uncertain effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReconcileOutcome {
+    Done,
+    NotDone,
+}
+
+impl ReconcileOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReconcileOutcome::Done => "done",
+            ReconcileOutcome::NotDone => "not-done",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ReconcileOutcome> {
+        match s {
+            "done" => Some(ReconcileOutcome::Done),
+            "not-done" => Some(ReconcileOutcome::NotDone),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Receipt {
+    pub session_id: SessionId,
+    pub call_id: String,
+    pub tool: String,
+    pub input: Value,
+    pub input_sha256: String,
+    pub state: ReceiptState,
+    /// `succeeded` / `failed` when committed, the reason when uncertain, `done` / `not-done`
+    /// when reconciled.
+    pub outcome: Option<String>,
+    /// The tool_result content when committed (capped).
+    pub result: Option<String>,
+    pub is_error: Option<bool>,
+    pub turn: u32,
+    pub round: u32,
+    pub accepted_at: String,
+    pub settled_at: Option<String>,
+    pub note: Option<String>,
+}
+
+/// The call an `accept` is for.
+#[derive(Debug, Clone, Copy)]
+pub struct NewReceipt<'a> {
+    pub call_id: &'a str,
+    pub tool: &'a str,
+    pub input: &'a Value,
+    pub turn: u32,
+    pub round: u32,
+}
+
+/// Handle on one session's receipts.
+#[derive(Debug)]
+pub struct ReceiptStore {
+    path: PathBuf,
+    session_id: SessionId,
+    conn: Mutex<Connection>,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+const COLUMNS: &str = "session_id, call_id, tool, input, input_sha256, state, outcome, result, \
+                       is_error, turn, round, accepted_at, settled_at, note";
+
+impl ReceiptStore {
+    /// Open (creating when `create`) the receipts of `session` at `path`.
+    pub fn open(path: &Path, session: &SessionId, create: bool) -> Result<Self, StoreError> {
+        let err = |e| StoreError::sqlite(path, e);
+        if !create && !path.is_file() {
+            return Err(StoreError::NotFound {
+                path: path.display().to_string(),
+                message: "no receipts database".into(),
+            });
+        }
+        let conn = Connection::open(path).map_err(err)?;
+        if !create {
+            // Fail on a file that is not a receipts database before writing anything to it.
+            conn.query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get::<_, String>(0)
+            })
+            .map_err(err)?;
+        }
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        // An `accepted` row must be on disk before the effect starts.
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(err)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS receipts (
+                session_id TEXT NOT NULL,
+                call_id TEXT NOT NULL,
+                tool TEXT NOT NULL,
+                input TEXT NOT NULL,
+                input_sha256 TEXT NOT NULL,
+                state TEXT NOT NULL
+                    CHECK (state IN ('accepted', 'committed', 'uncertain', 'reconciled')),
+                outcome TEXT,
+                result TEXT,
+                is_error INTEGER,
+                turn INTEGER NOT NULL,
+                round INTEGER NOT NULL,
+                accepted_at TEXT NOT NULL,
+                settled_at TEXT,
+                note TEXT,
+                PRIMARY KEY (session_id, call_id)
+            );",
+        )
+        .map_err(err)?;
+        conn.execute(
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1)",
+            params![SCHEMA],
+        )
+        .map_err(err)?;
+        Ok(ReceiptStore {
+            path: path.to_path_buf(),
+            session_id: session.clone(),
+            conn: Mutex::new(conn),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // Every write is one statement, so a panic elsewhere cannot leave it half done.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn err(&self, e: rusqlite::Error) -> StoreError {
+        StoreError::sqlite(&self.path, e)
+    }
+
+    /// Record that the call is about to be dispatched. Durable on return. A call id that
+    /// already has a receipt is refused: it must never be dispatched twice.
+    pub fn accept(&self, r: NewReceipt<'_>) -> Result<(), StoreError> {
+        if let Some(existing) = self.get(r.call_id)? {
+            return Err(StoreError::refused(
+                &self.path,
+                format!(
+                    "call {} already has a receipt ({}); a call id is never dispatched twice",
+                    r.call_id,
+                    existing.state.as_str()
+                ),
+            ));
+        }
+        let input = r.input.to_string();
+        self.conn()
+            .execute(
+                "INSERT INTO receipts(session_id, call_id, tool, input, input_sha256, state,
+                 turn, round, accepted_at) VALUES (?1, ?2, ?3, ?4, ?5, 'accepted', ?6, ?7, ?8)",
+                params![
+                    self.session_id.as_str(),
+                    r.call_id,
+                    r.tool,
+                    input,
+                    canonical_sha256(r.input),
+                    r.turn,
+                    r.round,
+                    now()
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The handler returned: keep its outcome (`succeeded` / `failed`) and a capped result.
+    pub fn commit(
+        &self,
+        call_id: &str,
+        outcome: &str,
+        result: &str,
+        is_error: bool,
+    ) -> Result<(), StoreError> {
+        let mut kept = result.to_string();
+        if kept.len() > RESULT_CAP {
+            let mut cut = RESULT_CAP;
+            while !kept.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            kept.truncate(cut);
+            kept.push_str("\n[... cut in the receipt ...]");
+        }
+        self.settle(
+            call_id,
+            ReceiptState::Committed,
+            outcome,
+            Some((&kept, is_error)),
+            None,
+        )
+    }
+
+    /// The outcome is unknown (timeout, cancellation, lost process).
+    pub fn mark_uncertain(&self, call_id: &str, reason: &str) -> Result<(), StoreError> {
+        self.settle(call_id, ReceiptState::Uncertain, reason, None, None)
+    }
+
+    /// Only `accepted` receipts settle; a settled one is never rewritten by the runtime.
+    fn settle(
+        &self,
+        call_id: &str,
+        to: ReceiptState,
+        outcome: &str,
+        result: Option<(&str, bool)>,
+        note: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let changed = self
+            .conn()
+            .execute(
+                "UPDATE receipts SET state = ?3, outcome = ?4, result = ?5, is_error = ?6,
+                 settled_at = ?7, note = ?8
+                 WHERE session_id = ?1 AND call_id = ?2 AND state = 'accepted'",
+                params![
+                    self.session_id.as_str(),
+                    call_id,
+                    to.as_str(),
+                    outcome,
+                    result.map(|r| r.0),
+                    result.map(|r| r.1),
+                    now(),
+                    note
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        if changed == 0 {
+            return Err(StoreError::refused(
+                &self.path,
+                format!("call {call_id} has no accepted receipt to settle"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// At resume: every receipt still `accepted` belonged to a process that died mid-effect.
+    /// They become `uncertain`; returns them.
+    pub fn mark_accepted_uncertain(&self, reason: &str) -> Result<Vec<Receipt>, StoreError> {
+        let accepted: Vec<Receipt> = self
+            .list()?
+            .into_iter()
+            .filter(|r| r.state == ReceiptState::Accepted)
+            .collect();
+        for r in &accepted {
+            self.mark_uncertain(&r.call_id, reason)?;
+        }
+        accepted
+            .iter()
+            .map(|r| {
+                self.get(&r.call_id)?.ok_or_else(|| {
+                    StoreError::refused(&self.path, format!("receipt {} vanished", r.call_id))
+                })
+            })
+            .collect()
+    }
+
+    /// A person checked an uncertain effect. Only `uncertain` receipts can be reconciled.
+    pub fn reconcile(
+        &self,
+        call_id: &str,
+        outcome: ReconcileOutcome,
+        note: Option<&str>,
+    ) -> Result<Receipt, StoreError> {
+        let Some(current) = self.get(call_id)? else {
+            return Err(StoreError::NotFound {
+                path: self.path.display().to_string(),
+                message: format!(
+                    "no receipt for call {call_id} in session {}",
+                    self.session_id
+                ),
+            });
+        };
+        if current.state != ReceiptState::Uncertain {
+            return Err(StoreError::refused(
+                &self.path,
+                format!(
+                    "call {call_id} is {}; only uncertain receipts are reconciled",
+                    current.state.as_str()
+                ),
+            ));
+        }
+        self.conn()
+            .execute(
+                "UPDATE receipts SET state = 'reconciled', outcome = ?3, settled_at = ?4,
+                 note = ?5 WHERE session_id = ?1 AND call_id = ?2 AND state = 'uncertain'",
+                params![
+                    self.session_id.as_str(),
+                    call_id,
+                    outcome.as_str(),
+                    now(),
+                    note
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        self.get(call_id)?
+            .ok_or_else(|| StoreError::refused(&self.path, format!("receipt {call_id} vanished")))
+    }
+
+    pub fn get(&self, call_id: &str) -> Result<Option<Receipt>, StoreError> {
+        let conn = self.conn();
+        let raw = conn
+            .query_row(
+                &format!("SELECT {COLUMNS} FROM receipts WHERE session_id = ?1 AND call_id = ?2"),
+                params![self.session_id.as_str(), call_id],
+                raw_row,
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        raw.map(|r| self.parse(r)).transpose()
+    }
+
+    /// Every receipt of the session, in the order they were accepted.
+    pub fn list(&self) -> Result<Vec<Receipt>, StoreError> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare(&format!(
+                "SELECT {COLUMNS} FROM receipts WHERE session_id = ?1 ORDER BY accepted_at, rowid"
+            ))
+            .map_err(|e| self.err(e))?;
+        let raw = st
+            .query_map(params![self.session_id.as_str()], raw_row)
+            .map_err(|e| self.err(e))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.err(e))?;
+        raw.into_iter().map(|r| self.parse(r)).collect()
+    }
+
+    fn parse(&self, r: RawRow) -> Result<Receipt, StoreError> {
+        let corrupt = |message: String| StoreError::Corrupt {
+            path: self.path.display().to_string(),
+            row: 0,
+            message: format!("receipt {}: {message}", r.call_id),
+        };
+        let state = ReceiptState::parse(&r.state)
+            .ok_or_else(|| corrupt(format!("unknown state {:?}", r.state)))?;
+        let input = serde_json::from_str(&r.input)
+            .map_err(|e| corrupt(format!("input is not JSON: {e}")))?;
+        Ok(Receipt {
+            session_id: SessionId::new(r.session_id.clone()),
+            call_id: r.call_id.clone(),
+            tool: r.tool,
+            input,
+            input_sha256: r.input_sha256,
+            state,
+            outcome: r.outcome,
+            result: r.result,
+            is_error: r.is_error,
+            turn: r.turn,
+            round: r.round,
+            accepted_at: r.accepted_at,
+            settled_at: r.settled_at,
+            note: r.note,
+        })
+    }
+}
+
+struct RawRow {
+    session_id: String,
+    call_id: String,
+    tool: String,
+    input: String,
+    input_sha256: String,
+    state: String,
+    outcome: Option<String>,
+    result: Option<String>,
+    is_error: Option<bool>,
+    turn: u32,
+    round: u32,
+    accepted_at: String,
+    settled_at: Option<String>,
+    note: Option<String>,
+}
+
+fn raw_row(r: &Row<'_>) -> rusqlite::Result<RawRow> {
+    Ok(RawRow {
+        session_id: r.get(0)?,
+        call_id: r.get(1)?,
+        tool: r.get(2)?,
+        input: r.get(3)?,
+        input_sha256: r.get(4)?,
+        state: r.get(5)?,
+        outcome: r.get(6)?,
+        result: r.get(7)?,
+        is_error: r.get(8)?,
+        turn: r.get(9)?,
+        round: r.get(10)?,
+        accepted_at: r.get(11)?,
+        settled_at: r.get(12)?,
+        note: r.get(13)?,
+    })
+}
+
+// --- which calls get a receipt ---------------------------------------------------------------
+
+/// What decides whether a call gets a receipt: the tool's binding (`builtin:bash`,
+/// `mcp:server/tool`), its spec's `effectful` flag and safety level, and the input.
+#[derive(Debug, Clone, Copy)]
+pub struct EffectProbe<'a> {
+    pub binding: &'a str,
+    pub effectful: bool,
+    pub safety: SafetyLevel,
+    pub input: &'a Value,
+}
+
+/// Whether a call changes the world and so gets a receipt: tools declared `effectful` (file
+/// writes and edits, outbound messages), MCP tools above `safe`, and `bash` unless the command
+/// is plainly read-only.
+pub fn needs_receipt(call: EffectProbe<'_>) -> bool {
+    if call.binding == "builtin:bash" {
+        let command = call.input.get("command").and_then(Value::as_str);
+        return !command.is_some_and(bash_is_read_only);
+    }
+    if call.binding.starts_with("mcp:") {
+        return call.effectful || call.safety > SafetyLevel::Safe;
+    }
+    call.effectful
+}
+
+/// Programs that only read, with no option that writes (checked below for `find` and `git`).
+const READ_ONLY_PROGRAMS: [&str; 25] = [
+    "ls", "cat", "head", "tail", "wc", "grep", "egrep", "fgrep", "rg", "pwd", "echo", "stat",
+    "file", "du", "df", "which", "whoami", "id", "date", "uname", "true", "diff", "cmp", "find",
+    "git",
+];
+const GIT_READ_ONLY: [&str; 7] = [
+    "status",
+    "log",
+    "diff",
+    "show",
+    "rev-parse",
+    "ls-files",
+    "blame",
+];
+const FIND_WRITES: [&str; 9] = [
+    "-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls",
+];
+
+/// A conservative read-only test for a shell command: every stage of a pipeline or `&&` /
+/// `||` chain is an allow-listed program, and the line has no redirection, substitution,
+/// background job, `;`, newline, subshell or variable assignment. Anything unclear is "not
+/// read-only" (it gets a receipt), so a mistake here costs a receipt, never a lost effect.
+pub fn bash_is_read_only(command: &str) -> bool {
+    let without_and = command.replace("&&", " ");
+    let forbidden = [
+        '>', '<', '`', ';', '\n', '\r', '&', '(', ')', '{', '}', '\\',
+    ];
+    if without_and.contains(forbidden) || command.contains("$(") || command.trim().is_empty() {
+        return false;
+    }
+    without_and
+        .split("||")
+        .flat_map(|s| s.split('|'))
+        .all(stage_is_read_only)
+}
+
+fn stage_is_read_only(stage: &str) -> bool {
+    let words: Vec<&str> = stage.split_whitespace().collect();
+    let Some(program) = words.first() else {
+        return false;
+    };
+    if !READ_ONLY_PROGRAMS.contains(program) {
+        return false;
+    }
+    let args = &words[1..];
+    match *program {
+        "find" => !args.iter().any(|a| FIND_WRITES.contains(a)),
+        "git" => {
+            args.first().is_some_and(|sub| GIT_READ_ONLY.contains(sub))
+                && !args.iter().any(|a| a.starts_with("--output"))
+        }
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn read_only_commands_are_recognised_conservatively() {
+        for ro in [
+            "ls -la",
+            "cat a.txt | grep x | wc -l",
+            "git status && git log --oneline -3",
+            "echo hello",
+            "pwd",
+            "find . -name '*.rs'",
+            "git diff HEAD~1",
+        ] {
+            assert!(bash_is_read_only(ro), "{ro}");
+        }
+        for rw in [
+            "echo hi > f",
+            "echo hi >> f",
+            "cat a | tee b",
+            "rm -rf x",
+            "ls; rm x",
+            "ls & rm x",
+            "echo $(rm x)",
+            "echo `rm x`",
+            "find . -delete",
+            "git commit -m x",
+            "git -C . status",
+            "git diff --output=x",
+            "FOO=1 ls",
+            "sed -i s/a/b/ f",
+            "",
+            "ls\nrm x",
+        ] {
+            assert!(!bash_is_read_only(rw), "{rw}");
+        }
+    }
+
+    #[test]
+    fn receipts_move_through_their_states() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SessionId::new("s");
+        let store = ReceiptStore::open(&dir.path().join(DB_FILE), &s, true).unwrap();
+        let input = json!({"command": "touch x"});
+        let new = |id| NewReceipt {
+            call_id: id,
+            tool: "bash",
+            input: &input,
+            turn: 1,
+            round: 1,
+        };
+        store.accept(new("a")).unwrap();
+        store.accept(new("b")).unwrap();
+        store.accept(new("c")).unwrap();
+        let err = store.accept(new("a")).unwrap_err().to_string();
+        assert!(
+            err.contains("never dispatched twice") && err.contains("receipts.db"),
+            "{err}"
+        );
+        store.commit("a", "succeeded", "ok", false).unwrap();
+        store.mark_uncertain("b", "timed out").unwrap();
+        assert!(store.commit("a", "succeeded", "again", false).is_err());
+        let uncertain = store.mark_accepted_uncertain("the process died").unwrap();
+        assert_eq!(uncertain.len(), 1);
+        assert_eq!(uncertain[0].call_id, "c");
+        assert!(store.reconcile("a", ReconcileOutcome::Done, None).is_err());
+        let r = store
+            .reconcile("b", ReconcileOutcome::NotDone, Some("checked"))
+            .unwrap();
+        assert_eq!(r.state, ReceiptState::Reconciled);
+        assert_eq!(r.outcome.as_deref(), Some("not-done"));
+        let states: Vec<_> = store.list().unwrap().iter().map(|r| r.state).collect();
+        assert_eq!(
+            states,
+            [
+                ReceiptState::Committed,
+                ReceiptState::Reconciled,
+                ReceiptState::Uncertain
+            ]
+        );
+    }
+}

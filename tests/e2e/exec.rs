@@ -1,0 +1,212 @@
+//! `geode exec` as a user runs it: a real child process, real files, a real timeline.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use geode_runtime::ids::SessionId;
+use geode_runtime::store::timeline::SessionTimeline;
+
+fn geode(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_geode"))
+        .args(args)
+        .current_dir(dir)
+        .env("GEODE_HOME", dir.join(".geode-home"))
+        .env_remove("GEODE_MODEL")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn solve_sh(dir: &Path) {
+    std::fs::write(
+        dir.join("solve.sh"),
+        "echo solved > answer.txt\necho done\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn oracle_runs_the_solution_and_prints_only_the_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    solve_sh(dir.path());
+    let out = geode(
+        dir.path(),
+        &[
+            "exec",
+            "--model",
+            "oracle:solve.sh",
+            "--allow",
+            "dangerous",
+            "solve",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("answer.txt")).unwrap(),
+        "solved\n"
+    );
+    let text = stdout(&out);
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "stdout holds only the final text: {text:?}"
+    );
+    assert!(text.contains("reference solution finished"), "{text}");
+    assert!(stderr(&out).contains("geode: session "));
+}
+
+#[test]
+fn headless_exec_denies_the_shell_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    solve_sh(dir.path());
+    let out = geode(dir.path(), &["exec", "--model", "oracle:solve.sh", "solve"]);
+    assert!(!dir.path().join("answer.txt").exists());
+    assert!(
+        stdout(&out).contains("probably not solved"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(stderr(&out).contains("Denied"), "{}", stderr(&out));
+}
+
+#[test]
+fn json_mode_prints_one_event_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = geode(dir.path(), &["exec", "--model", "nop", "--json", "hello"]);
+    // nop's answer fails verification after the repair budget: exit code 5.
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let events: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["type"], "turn_started");
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "turn_ended");
+    assert_eq!(last["termination"], "natural");
+    assert_eq!(last["verdict"]["verdict"], "failed");
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["type"] == "verification")
+            .count(),
+        3
+    );
+}
+
+#[test]
+fn a_script_and_hooks_from_files_with_a_timeline() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("script.toml"),
+        r#"
+[[turns]]
+[[turns.tool_calls]]
+name = "write_file"
+input = { path = "blocked.txt", content = "x" }
+[[turns.tool_calls]]
+name = "write_file"
+input = { path = "allowed.txt", content = "y" }
+[[turns]]
+text = "One write was blocked by a hook, the other went through."
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("hooks.toml"),
+        r#"
+[[hooks.PreToolUse]]
+matcher = "write_file"
+[[hooks.PreToolUse.hooks]]
+type = "command"
+command = "grep -q blocked.txt && { echo 'not that file' >&2; exit 2; } || exit 0"
+"#,
+    )
+    .unwrap();
+    let out = geode(
+        dir.path(),
+        &[
+            "exec",
+            "--model",
+            "scripted:script.toml",
+            "--allow",
+            "write",
+            "--hooks",
+            "hooks.toml",
+            "--timeline",
+            "tl.db",
+            "--session-id",
+            "e2e-1",
+            "write two files",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!dir.path().join("blocked.txt").exists());
+    assert!(dir.path().join("allowed.txt").exists());
+    let tl = SessionTimeline::open(dir.path().join("tl.db")).unwrap();
+    let kinds: Vec<String> = tl
+        .rows(&SessionId::new("e2e-1"))
+        .unwrap()
+        .into_iter()
+        .map(|r| r.kind)
+        .collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("session.started"));
+    assert_eq!(kinds.last().map(String::as_str), Some("session.ended"));
+    assert_eq!(kinds.iter().filter(|k| *k == "tool.called").count(), 2);
+    assert_eq!(kinds.iter().filter(|k| *k == "tool.completed").count(), 2);
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = geode(dir.path(), &["exec", "--model", "gpt-banana", "hi"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("gpt-banana"), "{}", stderr(&out));
+
+    std::fs::write(dir.path().join("bad.json"), "{\"turns\": [{\"txet\": 1}]}").unwrap();
+    let out = geode(dir.path(), &["exec", "--model", "scripted:bad.json", "hi"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("bad.json") && err.contains("txet"), "{err}");
+
+    let out = geode(
+        dir.path(),
+        &["exec", "--model", "nop", "--allow", "root", "hi"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "clap usage error: {}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_guard_stop_exits_3() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("loop.json"),
+        r#"{"repeat_last": true, "turns": [{"tool_calls": [{"name": "list_dir", "input": {}}]}]}"#,
+    )
+    .unwrap();
+    let out = geode(
+        dir.path(),
+        &[
+            "exec",
+            "--model",
+            "scripted:loop.json",
+            "--max-rounds",
+            "2",
+            "--no-timeline",
+            "go",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("max_rounds"));
+}

@@ -1,0 +1,288 @@
+//! `geode run` end to end: the built-in pack in sandboxes, a Harbor-style task with real
+//! package installs, and a run killed with SIGKILL then resumed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use geode_harness::store::RunStore;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn geode(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_geode"));
+    c.args(args).current_dir(repo()).env_remove("GEODE_MODEL");
+    c
+}
+
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let out: Output = geode(args).arg("--json").output().unwrap();
+    assert!(
+        out.status.success(),
+        "geode {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn per_task(summary: &serde_json::Value) -> Vec<(String, f64)> {
+    summary["per_task"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["task_id"].as_str().unwrap().to_string(),
+                t["mean_reward"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_oracle_passes_every_built_in_task_and_nop_fails_every_one() {
+    let jobs = tempfile::tempdir().unwrap();
+    let jobs_dir = jobs.path().to_str().unwrap();
+    let oracle = run_json(&[
+        "run",
+        "tasks/geode-core",
+        "--model",
+        "oracle",
+        "-k",
+        "2",
+        "-n",
+        "2",
+        "--jobs-dir",
+        jobs_dir,
+    ]);
+    let s = &oracle["summary"];
+    assert!(s["tasks"].as_u64().unwrap() >= 24);
+    assert_eq!(s["trials"], s["tasks"].as_u64().unwrap() * 2);
+    let failing: Vec<_> = per_task(s).into_iter().filter(|(_, r)| *r < 1.0).collect();
+    assert!(failing.is_empty(), "the oracle failed: {failing:?}");
+    assert_eq!(s["outcomes"]["passed"], s["trials"]);
+
+    let nop = run_json(&[
+        "run",
+        "tasks/geode-core",
+        "--model",
+        "nop",
+        "-n",
+        "2",
+        "--jobs-dir",
+        jobs_dir,
+    ]);
+    let passing: Vec<_> = per_task(&nop["summary"])
+        .into_iter()
+        .filter(|(_, r)| *r > 0.0)
+        .collect();
+    assert!(passing.is_empty(), "nop passed: {passing:?}");
+    assert_eq!(
+        nop["summary"]["outcomes"]["failed"],
+        nop["summary"]["trials"]
+    );
+
+    // Harbor's layout is there for people's tooling.
+    let run_dir = PathBuf::from(oracle["run_dir"].as_str().unwrap());
+    for f in ["config.json", "lock.json", "result.json"] {
+        assert!(run_dir.join(f).is_file(), "{f}");
+    }
+    let trial = run_dir.join("geode-git-merge-conflict__1");
+    let traj: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(trial.join("agent/trajectory.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(traj["schema_version"], "ATIF-v1.7");
+    assert_eq!(traj["steps"][1]["tool_calls"][0]["function_name"], "bash");
+    assert!(traj["steps"][1]["observation"]["results"][0]["content"].is_string());
+    assert_eq!(
+        std::fs::read_to_string(trial.join("verifier/reward.txt"))
+            .unwrap()
+            .trim(),
+        "1"
+    );
+    assert!(trial.join("verifier/test-stdout.txt").is_file());
+}
+
+#[test]
+fn a_harbor_style_task_builds_with_real_installs_and_reuses_its_layer() {
+    let jobs = tempfile::tempdir().unwrap();
+    let jobs_dir = jobs.path().to_str().unwrap();
+    let fixture = "tests/e2e/fixtures/harbor-python-task";
+    let first = run_json(&[
+        "run",
+        fixture,
+        "--model",
+        "oracle",
+        "-k",
+        "2",
+        "--jobs-dir",
+        jobs_dir,
+    ]);
+    assert_eq!(first["summary"]["outcomes"]["passed"], 2, "{first}");
+    let second = run_json(&["run", fixture, "--model", "oracle", "--jobs-dir", jobs_dir]);
+    assert_eq!(second["summary"]["outcomes"]["passed"], 1, "{second}");
+
+    let result = |run: &serde_json::Value, trial: &str| -> serde_json::Value {
+        let p = Path::new(run["run_dir"].as_str().unwrap())
+            .join(trial)
+            .join("result.json");
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let built = result(&first, "fixtures-sales-report__0");
+    let cached = result(&second, "fixtures-sales-report__0");
+    assert_eq!(built["image"]["cache_hit"], false);
+    assert_eq!(cached["image"]["cache_hit"], true);
+    let setup = |r: &serde_json::Value| r["phase_seconds"]["environment_setup"].as_f64().unwrap();
+    eprintln!(
+        "image build: first {:.2}s (environment set-up {:.2}s), cached set-up {:.3}s, same-run second trial {:.3}s",
+        built["image"]["build_seconds"].as_f64().unwrap(),
+        setup(&built),
+        setup(&cached),
+        setup(&result(&first, "fixtures-sales-report__1"))
+    );
+    assert!(setup(&cached) < setup(&built));
+    // The pytest verifier's CTRF report and the reward are in the trial folder.
+    let ctrf = Path::new(first["run_dir"].as_str().unwrap())
+        .join("fixtures-sales-report__0/verifier/ctrf.json");
+    let ctrf: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(ctrf).unwrap()).unwrap();
+    assert_eq!(ctrf["results"]["summary"]["passed"], 4);
+}
+
+fn trial_results(jobs: &Path, run_id: &str) -> Vec<(String, String, Option<f64>, u64)> {
+    let store = RunStore::open(&jobs.join("geode.db")).unwrap();
+    store
+        .trials(run_id)
+        .unwrap()
+        .into_iter()
+        .map(|t| (t.trial_name, t.outcome.to_string(), t.reward, t.seed))
+        .collect()
+}
+
+#[test]
+fn a_run_killed_midway_resumes_to_the_same_results() {
+    let args = [
+        "run",
+        "tasks/geode-core",
+        "--model",
+        "oracle",
+        "--tasks",
+        "geode/log-*",
+        "-k",
+        "3",
+        "--seed",
+        "11",
+    ];
+    let reference = tempfile::tempdir().unwrap();
+    let full = run_json(
+        &[
+            &args[..],
+            &["--jobs-dir", reference.path().to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    let expected = trial_results(reference.path(), full["run_id"].as_str().unwrap());
+    assert_eq!(expected.len(), 9);
+
+    let jobs = tempfile::tempdir().unwrap();
+    let mut child = geode(&[&args[..], &["--jobs-dir", jobs.path().to_str().unwrap()]].concat())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let db = jobs.path().join("geode.db");
+    let started = Instant::now();
+    let run_id = loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the run never got going"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+        let Some(run) = std::fs::read_dir(jobs.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with("20"))
+        else {
+            continue;
+        };
+        if db.exists()
+            && RunStore::open(&db)
+                .unwrap()
+                .finished_trials(&run)
+                .unwrap()
+                .len()
+                >= 3
+        {
+            break run;
+        }
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+    let before = trial_results(jobs.path(), &run_id).len();
+    assert!((3..9).contains(&before), "killed after {before} trials");
+
+    let resumed = run_json(&[
+        "run",
+        "--resume",
+        &run_id,
+        "--jobs-dir",
+        jobs.path().to_str().unwrap(),
+    ]);
+    assert_eq!(resumed["run_id"], run_id.as_str());
+    let got = trial_results(jobs.path(), &run_id);
+    assert_eq!(
+        got, expected,
+        "resumed results differ from an uninterrupted run"
+    );
+    assert_eq!(resumed["summary"]["trials"], 9, "no trial counted twice");
+}
+
+#[test]
+fn resume_refuses_a_changed_pack() {
+    let pack = tempfile::tempdir().unwrap();
+    let src = repo().join("tasks/geode-core/largest-files");
+    let dst = pack.path().join("largest-files");
+    assert!(
+        Command::new("cp")
+            .arg("-r")
+            .arg(&src)
+            .arg(&dst)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let jobs = tempfile::tempdir().unwrap();
+    let jobs_dir = jobs.path().to_str().unwrap();
+    let first = run_json(&[
+        "run",
+        pack.path().to_str().unwrap(),
+        "--model",
+        "nop",
+        "--jobs-dir",
+        jobs_dir,
+    ]);
+    std::fs::write(dst.join("instruction.md"), "changed\n").unwrap();
+    let out = geode(&[
+        "run",
+        "--resume",
+        first["run_id"].as_str().unwrap(),
+        "--jobs-dir",
+        jobs_dir,
+    ])
+    .output()
+    .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pack hash"), "{err}");
+}
