@@ -2,9 +2,13 @@
 //! binary (src/main.rs, src/cli/) only parses arguments and calls into this library.
 
 pub mod atif;
+pub mod crucible_run;
+pub mod curate;
+pub mod datasets;
 pub mod env;
 pub mod pack;
 pub mod rollout;
+pub mod sealing;
 pub mod store;
 pub mod summary;
 pub mod tb1;

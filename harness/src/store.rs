@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use geode_crucible::IntegritySignals;
 use geode_graders::TrialOutcome;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -49,6 +50,8 @@ pub struct TrialUsage {
     pub cached_tokens: u64,
     pub output_tokens: u64,
     pub cost_usd: f64,
+    /// Model calls of the agent (rounds of its turn).
+    pub model_calls: u64,
 }
 
 /// A finished trial as stored.
@@ -76,6 +79,8 @@ pub struct TrialRow {
     pub model_route: String,
     pub scaffold_hash: String,
     pub infra_retries: u32,
+    /// Integrity signals the trial raised (the crucible's safety veto counts them).
+    pub integrity: IntegritySignals,
 }
 
 #[derive(Debug)]
@@ -112,6 +117,7 @@ impl RunStore {
                 exception_message TEXT, started TEXT, finished TEXT, phases TEXT,
                 input_tokens INTEGER, cached_tokens INTEGER, output_tokens INTEGER,
                 cost_usd REAL, model_route TEXT, scaffold_hash TEXT, infra_retries INTEGER,
+                model_calls INTEGER, integrity TEXT,
                 PRIMARY KEY (run_id, trial_name));",
         )
         .map_err(err)?;
@@ -235,7 +241,8 @@ impl RunStore {
         self.conn()
             .execute(
                 "INSERT OR REPLACE INTO trials VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'finished',
-                    ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
+                    ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23,
+                    ?24, ?25)",
                 params![
                     t.run_id,
                     t.trial_name,
@@ -259,7 +266,9 @@ impl RunStore {
                     t.usage.cost_usd,
                     t.model_route,
                     t.scaffold_hash,
-                    t.infra_retries
+                    t.infra_retries,
+                    t.usage.model_calls as i64,
+                    serde_json::to_string(&t.integrity).unwrap_or_else(|_| "{}".into())
                 ],
             )
             .map(|_| ())
@@ -286,15 +295,17 @@ impl RunStore {
                 "SELECT run_id, trial_name, task_id, task_hash, category, difficulty, attempt, seed,
                         outcome, reward, rewards, exception_class, exception_message, started,
                         finished, phases, input_tokens, cached_tokens, output_tokens, cost_usd,
-                        model_route, scaffold_hash, infra_retries
+                        model_route, scaffold_hash, infra_retries, model_calls, integrity
                  FROM trials WHERE run_id = ?1 AND status = 'finished' ORDER BY trial_name",
             )
             .map_err(|e| self.err(e))?;
         let rows = st
             .query_map(params![run_id], |r| {
                 let outcome: String = r.get(8)?;
+                let integrity: String = r.get(24)?;
                 Ok((
                     outcome,
+                    integrity,
                     TrialRow {
                         run_id: r.get(0)?,
                         trial_name: r.get(1)?,
@@ -317,10 +328,12 @@ impl RunStore {
                             cached_tokens: r.get::<_, i64>(17)? as u64,
                             output_tokens: r.get::<_, i64>(18)? as u64,
                             cost_usd: r.get(19)?,
+                            model_calls: r.get::<_, i64>(23)? as u64,
                         },
                         model_route: r.get(20)?,
                         scaffold_hash: r.get(21)?,
                         infra_retries: r.get(22)?,
+                        integrity: IntegritySignals::default(),
                     },
                 ))
             })
@@ -328,7 +341,12 @@ impl RunStore {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.err(e))?;
         rows.into_iter()
-            .map(|(outcome, mut row)| {
+            .map(|(outcome, integrity, mut row)| {
+                row.integrity =
+                    serde_json::from_str(&integrity).map_err(|e| StoreError::Invalid {
+                        path: self.path.display().to_string(),
+                        message: format!("trial {}: integrity: {e}", row.trial_name),
+                    })?;
                 row.outcome = TrialOutcome::parse(&outcome).ok_or_else(|| StoreError::Invalid {
                     path: self.path.display().to_string(),
                     message: format!("trial {}: unknown outcome {outcome:?}", row.trial_name),

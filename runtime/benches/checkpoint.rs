@@ -7,6 +7,8 @@
 //!   rewritten. The 200 earlier messages are not touched.
 //! - `checkpoint/save_200_full`: all 200 messages rewritten plus `state.json`, for comparison
 //!   (what a save would cost if it were not incremental).
+//! - `checkpoint/save_200_incremental_tmpfs`: the incremental save in `/dev/shm` (when it
+//!   exists), where fsync costs nothing: the CPU side of a save (serialization, SQLite).
 //!
 //! Messages alternate a tool_use (~200 bytes of input) and a tool_result (~2 KB), the shape of
 //! an agent conversation. The numbers are dominated by the fsyncs, so they depend on the disk.
@@ -125,36 +127,54 @@ fn state(next_seq: u64) -> CheckpointState {
     }
 }
 
-fn bench(c: &mut Criterion) {
-    let dir = tempfile::tempdir().unwrap();
-    let messages: Vec<Message> = (0..MESSAGES).map(message).collect();
-    let store =
-        CheckpointStore::create(dir.path(), &SessionId::new("bench"), "m", dir.path()).unwrap();
-    store.append_messages(0, &messages).unwrap();
+/// A store in `dir` holding the 200 messages and a state.
+fn seeded(dir: &std::path::Path, messages: &[Message]) -> CheckpointStore {
+    let store = CheckpointStore::create(dir, &SessionId::new("bench"), "m", dir).unwrap();
+    store.append_messages(0, messages).unwrap();
     store.write_state(&state(MESSAGES as u64)).unwrap();
+    store
+}
 
+/// One save point: the message new since the last save, then `state.json`. Appending at
+/// `next` keeps the 200 live messages plus the new one; the row count grows, as it does in a
+/// long session.
+fn incremental(store: &CheckpointStore, next: &mut u64) {
+    store
+        .append_messages(*next, &[message(*next as usize)])
+        .unwrap();
+    store.write_state(&state(*next + 1)).unwrap();
+    *next += 1;
+}
+
+fn bench(c: &mut Criterion) {
+    let messages: Vec<Message> = (0..MESSAGES).map(message).collect();
     let mut group = c.benchmark_group("checkpoint");
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = seeded(dir.path(), &messages);
     let mut next = MESSAGES as u64;
     group.bench_function("save_200_incremental", |b| {
-        b.iter(|| {
-            // Appending at `next` keeps the session at 200 live messages plus the new one;
-            // the row count grows, which is what a long session does anyway.
-            store
-                .append_messages(next, &[message(next as usize)])
-                .unwrap();
-            store.write_state(&state(next + 1)).unwrap();
-            next += 1;
-        })
+        b.iter(|| incremental(&store, &mut next))
     });
+
     let full_dir = tempfile::tempdir().unwrap();
-    let full = CheckpointStore::create(full_dir.path(), &SessionId::new("bench"), "m", dir.path())
-        .unwrap();
+    let full = seeded(full_dir.path(), &messages);
     group.bench_function("save_200_full", |b| {
         b.iter(|| {
             full.append_messages(0, &messages).unwrap();
             full.write_state(&state(MESSAGES as u64)).unwrap();
         })
     });
+
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        let mem_dir = tempfile::tempdir_in(shm).unwrap();
+        let mem = seeded(mem_dir.path(), &messages);
+        let mut next = MESSAGES as u64;
+        group.bench_function("save_200_incremental_tmpfs", |b| {
+            b.iter(|| incremental(&mem, &mut next))
+        });
+    }
     group.finish();
 }
 

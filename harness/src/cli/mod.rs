@@ -5,6 +5,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod backends;
+mod crucible;
+mod dataset;
 mod exec;
 mod progress;
 mod receipts;
@@ -37,9 +39,15 @@ pub enum Command {
     Receipts(receipts::ReceiptsCommand),
     /// Run a benchmark: every task of a pack, K attempts each, in sandboxes.
     Run(run::RunArgs),
+    /// Frozen contracts, paired campaigns, the promotion gate, power, sealed holdouts.
+    #[command(subcommand)]
+    Crucible(crucible::CrucibleCommand),
     /// Inspect, hash and import task packs.
     #[command(subcommand)]
     Tasks(tasks::TasksCommand),
+    /// Data governance: privacy scan, releases, verification, split isolation.
+    #[command(subcommand)]
+    Dataset(dataset::DatasetCommand),
 }
 
 pub fn init_logging(verbose: u8) {
@@ -66,5 +74,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Receipts(cmd) => receipts::run(cmd),
         Command::Run(args) => runtime.block_on(run::run(args)),
         Command::Tasks(cmd) => tasks::run(cmd),
+        Command::Dataset(cmd) => dataset::run(cmd),
+        Command::Crucible(cmd) => runtime.block_on(crucible::run(cmd)),
     }
 }

@@ -10,14 +10,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use geode_crucible::IntegritySignals;
 use geode_graders::{RewardError, TrialOutcome, read_rewards};
 use geode_runtime::agent::TerminationReason;
 use geode_runtime::model::Model;
 use geode_runtime::model::embedded::OracleModel;
+use geode_runtime::model::flaky::FlakyOracle;
 use geode_runtime::policy::{SafetyLevel, SessionMode, SessionPolicy};
 use geode_runtime::scaffold::Scaffold;
 use geode_runtime::session::{SessionConfig, create_session};
-use geode_runtime::store::timeline::SessionTimeline;
+use geode_runtime::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent, TimelineRow};
 use geode_runtime::tools::plan::ToolSchemaShape;
 use geode_runtime::tools::workspace::ExecRequest;
 use serde_json::json;
@@ -90,7 +92,9 @@ fn env_outcome(e: &EnvError) -> TrialOutcome {
 struct Record {
     phases: BTreeMap<String, f64>,
     usage: TrialUsage,
+    /// What the integrity signals were, in words, for result.json.
     integrity: Vec<String>,
+    signals: IntegritySignals,
     notes: Vec<String>,
     agent: Option<AgentEnd>,
     /// The image the trial started from (base, cache hit, build time).
@@ -138,6 +142,7 @@ pub async fn run_trial(
         model_route: plan.model_route.clone(),
         scaffold_hash: plan.scaffold.hash(),
         infra_retries: 0,
+        integrity: rec.signals,
     };
     write_result_json(plan, &row, &rec);
     row
@@ -278,22 +283,7 @@ async fn run_agent(
     cancel: &CancellationToken,
     rec: &mut Record,
 ) -> Result<AgentEnd, EnvError> {
-    let model: Arc<dyn Model> = if plan.model_route == "oracle" {
-        let Some(solution) = plan.task.solution() else {
-            return Err(EnvError::Unsupported(format!(
-                "task {} has no solution/solve.sh for the oracle",
-                plan.task.id
-            )));
-        };
-        let dir = solution.parent().unwrap_or(&plan.task.dir);
-        sandbox.copy_in(dir, SOLUTION_DIR).await?;
-        Arc::new(OracleModel::new(
-            PathBuf::from(SOLUTION_DIR).join("solve.sh"),
-        ))
-    } else {
-        geode_runtime::model::embedded_from_route(&plan.model_route)
-            .map_err(|e| EnvError::Unsupported(e.to_string()))?
-    };
+    let model = trial_model(plan, sandbox).await?;
     let timeline_path = plan.trial_dir.join("agent").join("timeline.db");
     let timeline = Arc::new(
         SessionTimeline::open(&timeline_path).map_err(|e| EnvError::Io {
@@ -330,11 +320,18 @@ async fn run_agent(
         cached_tokens: outcome.usage.cached_input_tokens,
         output_tokens: outcome.usage.output_tokens,
         cost_usd: outcome.usage.cost_usd,
+        model_calls: u64::from(outcome.rounds),
     };
     let tools = session_tool_definitions(&session);
     let session_id = session.session_id().to_string();
     drop(session);
     if let Ok(rows) = timeline.rows(&geode_runtime::ids::SessionId::new(session_id.clone())) {
+        let denied = denied_dangerous_calls(&rows);
+        if denied > 0 {
+            rec.signals.denied_dangerous_calls += denied;
+            rec.integrity
+                .push(format!("denied_dangerous_calls: {denied}"));
+        }
         let doc = atif::trajectory(&session_id, &plan.model_route, tools, &rows);
         let path = plan.trial_dir.join("agent").join("trajectory.json");
         if let Ok(text) = serde_json::to_string_pretty(&doc)
@@ -353,6 +350,55 @@ async fn run_agent(
     } else {
         AgentEnd::Finished
     })
+}
+
+/// The trial's agent model. The oracle and the flaky oracle get the task's reference solution
+/// copied to `/solution` (only they ever see it); the flaky oracle draws from the trial's seed.
+async fn trial_model(plan: &TrialPlan, sandbox: &dyn Sandbox) -> Result<Arc<dyn Model>, EnvError> {
+    let unsupported = |e: geode_runtime::model::ModelError| EnvError::Unsupported(e.to_string());
+    let route = plan.model_route.as_str();
+    let flaky = route.strip_prefix("flaky-oracle:");
+    if route != "oracle" && flaky.is_none() {
+        let opts = geode_runtime::model::http::RouteOptions::from_env();
+        return geode_runtime::model::model_from_route(route, &opts).map_err(unsupported);
+    }
+    let Some(solution) = plan.task.solution() else {
+        return Err(EnvError::Unsupported(format!(
+            "task {} has no solution/solve.sh for the {route} agent",
+            plan.task.id
+        )));
+    };
+    let dir = solution.parent().unwrap_or(&plan.task.dir);
+    sandbox.copy_in(dir, SOLUTION_DIR).await?;
+    let solve = PathBuf::from(SOLUTION_DIR).join("solve.sh");
+    Ok(match flaky {
+        None => Arc::new(OracleModel::new(solve)),
+        Some(arg) => {
+            let (p, tamper) = FlakyOracle::parse_arg(arg).map_err(unsupported)?;
+            Arc::new(FlakyOracle::new(solve, p, tamper, plan.seed))
+        }
+    })
+}
+
+/// Calls of dangerous tools (shell, computer use) that the pipeline refused.
+fn denied_dangerous_calls(rows: &[TimelineRow]) -> u32 {
+    let dangerous: std::collections::HashSet<&str> = rows
+        .iter()
+        .filter_map(|r| match &r.event {
+            TimelineEvent::ToolCalled {
+                call_id,
+                classification: Some(c),
+                ..
+            } if c.safety >= SafetyLevel::Dangerous => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    rows.iter()
+        .filter(|r| {
+            matches!(&r.event, TimelineEvent::ToolCompleted { call_id, outcome: CallOutcome::Denied { .. }, .. }
+                if dangerous.contains(call_id.as_str()))
+        })
+        .count() as u32
 }
 
 fn session_tool_definitions(session: &geode_runtime::agent::AgenticLoop) -> Vec<serde_json::Value> {
@@ -377,6 +423,7 @@ async fn verify(
         .map(|d| d.count())
         .unwrap_or(0);
     if planted > 0 {
+        rec.signals.reward_tampering += 1;
         rec.integrity.push(format!(
             "verifier_dir_written_by_agent: {planted} entries under /logs/verifier before verification"
         ));

@@ -1,2 +1,3 @@
+mod datasets;
 mod pack;
 mod sandbox;

@@ -12,6 +12,7 @@ pub mod credentials;
 pub mod effort;
 pub mod embedded;
 pub mod errors;
+pub mod flaky;
 pub mod http;
 pub mod openai_responses;
 pub mod record;

@@ -27,16 +27,16 @@
 //! here writes a state.json or database it could not read.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::StoreError;
+use super::files::sync_dir;
+pub use super::files::{read_state_file, write_atomic};
 use crate::conversation::{ContentBlock, Message, Role};
 use crate::ids::SessionId;
 
@@ -129,43 +129,6 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
-/// Write `bytes` to `path` so that a crash leaves either the old file or the new one: a temp
-/// file beside it, fsync, rename over `path`, fsync of the directory (the rename itself must
-/// reach the disk before we may rely on it).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-    tmp_name.push(".tmp");
-    let tmp = dir.join(tmp_name);
-    let written = (|| {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(StoreError::io(&tmp, e));
-    }
-    if let Err(e) = std::fs::rename(&tmp, path) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(StoreError::io(path, e));
-    }
-    sync_dir(dir)
-}
-
-fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| StoreError::io(dir, e))
-}
-
 /// The inspection columns of one message row.
 struct Columns {
     role: &'static str,
@@ -179,26 +142,17 @@ struct Columns {
 
 fn columns(m: &Message) -> Result<Columns, serde_json::Error> {
     let content = serde_json::to_string(&m.content)?;
-    let results: Vec<&str> = m
-        .content
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id.as_str()),
-            _ => None,
-        })
-        .collect();
-    let uses: Vec<&ContentBlock> = m
-        .content
-        .iter()
-        .filter(|b| matches!(b, ContentBlock::ToolUse { .. }))
-        .collect();
-    let names: Vec<&str> = uses
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::ToolUse { name, .. } => Some(name.as_str()),
-            _ => None,
-        })
-        .collect();
+    let (mut results, mut uses, mut names) = (Vec::new(), Vec::new(), Vec::new());
+    for b in &m.content {
+        match b {
+            ContentBlock::ToolResult { tool_use_id, .. } => results.push(tool_use_id.as_str()),
+            ContentBlock::ToolUse { name, .. } => {
+                uses.push(b);
+                names.push(name.as_str());
+            }
+            _ => {}
+        }
+    }
     let json_list = |empty: bool, v: String| (!empty).then_some(v);
     Ok(Columns {
         role: match m.role {
@@ -565,33 +519,6 @@ impl CheckpointStore {
     }
 }
 
-/// Read and check a state file without opening its session (inspection, `--last`).
-pub fn read_state_file<T: DeserializeOwned>(path: &Path, schema: &str) -> Result<T, StoreError> {
-    let shown = path.display().to_string();
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(StoreError::NotFound {
-                path: shown,
-                message: "no state file: the checkpoint was never committed".into(),
-            });
-        }
-        Err(e) => return Err(StoreError::io(path, e)),
-    };
-    let damaged = |what: String| StoreError::Json {
-        path: shown.clone(),
-        message: format!("{what}; the checkpoint is damaged and was left as it is"),
-    };
-    let value: Value =
-        serde_json::from_slice(&bytes).map_err(|e| damaged(format!("not valid JSON ({e})")))?;
-    match value.get("schema").and_then(Value::as_str) {
-        Some(s) if s == schema => {}
-        Some(s) => return Err(damaged(format!("schema {s:?}, expected {schema:?}"))),
-        None => return Err(damaged(format!("no schema field (expected {schema:?})"))),
-    }
-    serde_json::from_value(value).map_err(|e| damaged(format!("unexpected content ({e})")))
-}
-
 fn open_db(path: &Path, create: bool) -> Result<Connection, StoreError> {
     let err = |e| StoreError::sqlite(path, e);
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -698,98 +625,4 @@ fn read_row(conn: &Connection, path: &Path, id: &SessionId) -> Result<SessionRow
         model,
         cwd,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn msg(i: usize) -> Message {
-        Message::user_text(format!("m{i}"))
-    }
-
-    #[test]
-    fn status_machine_leaves_terminal_states_only_by_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        let id = SessionId::new("s1");
-        let store = CheckpointStore::create(dir.path(), &id, "nop", dir.path()).unwrap();
-        assert_eq!(store.status().unwrap(), SessionStatus::Active);
-        store.set_status(SessionStatus::Paused).unwrap();
-        store.set_status(SessionStatus::Completed).unwrap();
-        let err = store
-            .set_status(SessionStatus::Active)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("reopen") && err.contains("checkpoint.db"),
-            "{err}"
-        );
-        assert_eq!(store.reopen().unwrap(), SessionStatus::Completed);
-        assert_eq!(store.status().unwrap(), SessionStatus::Active);
-    }
-
-    #[test]
-    fn messages_append_and_read_back_and_a_gap_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let id = SessionId::new("s1");
-        let store = CheckpointStore::create(dir.path(), &id, "nop", dir.path()).unwrap();
-        store.append_messages(0, &[msg(0), msg(1)]).unwrap();
-        store.append_messages(2, &[msg(2)]).unwrap();
-        // A rewrite of an uncommitted row replaces it.
-        store.append_messages(2, &[msg(9)]).unwrap();
-        let back = store.messages(0, 3).unwrap();
-        assert_eq!(back, vec![msg(0), msg(1), msg(9)]);
-        assert_eq!(store.messages(1, 3).unwrap().len(), 2);
-        let err = store.messages(0, 5).unwrap_err().to_string();
-        assert!(
-            err.contains("checkpoint.db") && err.contains("holds only 3"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn create_refuses_an_existing_session_and_a_second_process_is_locked_out() {
-        let dir = tempfile::tempdir().unwrap();
-        let id = SessionId::new("s1");
-        let store = CheckpointStore::create(dir.path(), &id, "nop", dir.path()).unwrap();
-        let err = CheckpointStore::create(dir.path(), &id, "nop", dir.path()).unwrap_err();
-        assert!(err.to_string().contains("geode resume s1"), "{err}");
-        let err = CheckpointStore::open(dir.path(), &id).unwrap_err();
-        assert!(err.to_string().contains("in use"), "{err}");
-        drop(store);
-        CheckpointStore::open(dir.path(), &id).unwrap();
-        assert!(validate_session_id(&SessionId::new("../x")).is_err());
-        assert!(validate_session_id(&SessionId::new(".hidden")).is_err());
-        assert!(validate_session_id(&SessionId::new("a-B_9.z")).is_ok());
-    }
-
-    #[test]
-    fn state_is_written_atomically_and_checked() {
-        let dir = tempfile::tempdir().unwrap();
-        let id = SessionId::new("s1");
-        let store = CheckpointStore::create(dir.path(), &id, "nop", dir.path()).unwrap();
-        store
-            .write_state(&serde_json::json!({"schema": "x.v1", "n": 1}))
-            .unwrap();
-        let v: Value = store.read_state("x.v1").unwrap();
-        assert_eq!(v["n"], 1);
-        let err = store.read_state::<Value>("y.v1").unwrap_err().to_string();
-        assert!(err.contains("state.json") && err.contains("y.v1"), "{err}");
-        assert!(!store.dir().join("state.json.tmp").exists());
-    }
-
-    #[test]
-    fn a_file_that_is_not_a_database_is_named_and_left_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let id = SessionId::new("s1");
-        let sdir = dir.path().join("s1");
-        std::fs::create_dir_all(&sdir).unwrap();
-        let junk = b"this is not a database at all, but it is long enough to look like one ....";
-        std::fs::write(sdir.join(DB_FILE), junk).unwrap();
-        let err = CheckpointStore::open(dir.path(), &id)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("checkpoint.db"), "{err}");
-        assert_eq!(std::fs::read(sdir.join(DB_FILE)).unwrap(), junk);
-    }
 }

@@ -3,6 +3,8 @@
 //! and the evidence ledger (masked diagnostic rows). They never share a transaction.
 
 pub mod checkpoint;
+pub mod effects;
+pub mod files;
 pub mod ledger;
 pub mod receipts;
 pub mod timeline;

@@ -31,8 +31,9 @@ use crate::hooks::{
 };
 use crate::ids::SessionId;
 use crate::policy::{Classification, SafetyLevel, SessionPolicy};
+use crate::store::effects::{self, EffectProbe, Settlement, needs_receipt};
 use crate::store::ledger::EvidenceLedger;
-use crate::store::receipts::{EffectProbe, NewReceipt, ReceiptStore, needs_receipt};
+use crate::store::receipts::{NewReceipt, ReceiptStore};
 use crate::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent};
 
 /// A trusted rewrite of tool requests before policy (the `tool_request` join point).
@@ -350,8 +351,20 @@ impl ToolExecutor {
         };
         let _held = self.locks.acquire(&self.resource_claim(pending)).await;
         let (output, outcome) = self.dispatch_with_deadline(pending, step).await;
-        if receipted {
-            self.settle_receipt(pending, &output, &outcome, step);
+        if receipted && let Some(receipts) = &self.receipts {
+            let settlement = Settlement {
+                call_id: &pending.id,
+                binding: &pending.tool.binding,
+                outcome: &outcome,
+                content: &output.content,
+                is_error: output.is_error,
+                cancelled: step.cancel.is_cancelled(),
+            };
+            // A failed write leaves the receipt `accepted`, which the next resume turns into
+            // `uncertain`: never a false "done".
+            if let Err(e) = effects::settle(receipts, settlement) {
+                tracing::warn!("effect receipt of {}: {e}", pending.id);
+            }
         }
         self.run_post_tool_use_hooks(pending, output, outcome, step)
             .await
@@ -638,40 +651,6 @@ impl ToolExecutor {
                 PipelineStep::Receipt,
                 format!("the effect receipt could not be written ({e})"),
             ),
-        }
-    }
-
-    /// The handler returned: `committed` with its outcome, or `uncertain` when it timed out or
-    /// was cancelled (the outside work may go on). A failed write leaves the receipt
-    /// `accepted`, which the next resume turns into `uncertain`: never a false "done".
-    fn settle_receipt(
-        &self,
-        pending: &Pending<'_>,
-        output: &ToolOutput,
-        outcome: &CallOutcome,
-        step: &StepContext,
-    ) {
-        let Some(receipts) = &self.receipts else {
-            return;
-        };
-        // bash ends its own status line so when it killed the command at its deadline or on
-        // cancellation: the command stopped part-way, so its effect is uncertain too.
-        let killed = pending.tool.binding == "builtin:bash"
-            && output
-                .content
-                .trim_end()
-                .ends_with("the process group was killed]");
-        let settled = match outcome {
-            CallOutcome::TimedOut => receipts.mark_uncertain(&pending.id, "timed out"),
-            _ if step.cancel.is_cancelled() => receipts.mark_uncertain(&pending.id, "cancelled"),
-            _ if killed => receipts.mark_uncertain(&pending.id, "killed at its deadline"),
-            CallOutcome::Failed => {
-                receipts.commit(&pending.id, "failed", &output.content, output.is_error)
-            }
-            _ => receipts.commit(&pending.id, "succeeded", &output.content, output.is_error),
-        };
-        if let Err(e) = settled {
-            tracing::warn!("effect receipt of {}: {e}", pending.id);
         }
     }
 

@@ -3,6 +3,7 @@ mod builtin_tools;
 mod common;
 mod durable;
 mod durable_fuzz;
+mod durable_store;
 mod loopback;
 mod pipeline;
 mod providers;

@@ -1,0 +1,565 @@
+//! `geode crucible`: freeze a contract, run a paired campaign, decide, simulate power,
+//! replicate, seal a holdout pack.
+//!
+//! Exit codes of `run`, `decide` and `replicate`: 0 KEEP, 1 REJECT, 2 INVALID (errors: 1 with a
+//! message on stderr, before any verdict is printed).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use geode_crucible::{
+    ArmSpec, Budgets, CONTRACT_SCHEMA, Contract, DecisionRecord, DecisionRule, EvaluatorIdentity,
+    Evidence, FrozenContract, LowerBoundMethod, PowerSpec, Stage, StagePacks, Vetoes,
+    compare_decisions, decide, power,
+};
+use geode_harness::crucible_run::{
+    Campaign, pack_hash, run_campaign, scaffold_hash, tests_grader_hash, write_atomic,
+};
+use geode_harness::pack::TaskPack;
+use geode_harness::sealing;
+use geode_runtime::scaffold::Scaffold;
+use tokio_util::sync::CancellationToken;
+
+use super::progress::Progress;
+
+#[derive(Debug, Subcommand)]
+pub enum CrucibleCommand {
+    /// Write a frozen contract (canonical JSON) and print its hash.
+    Freeze(FreezeArgs),
+    /// Run a contract's paired campaign, then decide.
+    Run(RunArgs),
+    /// Decide a campaign folder again from its contract and evidence.
+    Decide { campaign: PathBuf },
+    /// Simulate campaigns through the decision rule: P(KEEP) and the minimum detectable effect.
+    Power(PowerArgs),
+    /// Re-run a decided campaign with a fresh run seed and say whether the verdict replicates.
+    Replicate(ReplicateArgs),
+    /// Encrypt a holdout pack at rest and publish its commitment.
+    Seal(SealArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FreezeArgs {
+    #[arg(long)]
+    stage: StageArg,
+    /// The train pack.
+    #[arg(long)]
+    train: PathBuf,
+    /// The test pack's seal state (`<name>.seal-state.json`); its pack hash is pinned.
+    #[arg(long, required_unless_present = "test", conflicts_with = "test")]
+    test_sealed: Option<PathBuf>,
+    /// A test pack that is not sealed (its hash is pinned; prefer a sealed one).
+    #[arg(long)]
+    test: Option<PathBuf>,
+    #[arg(long)]
+    baseline_scaffold: Option<PathBuf>,
+    #[arg(long)]
+    candidate_scaffold: Option<PathBuf>,
+    /// Model route of both arms (or of the baseline with --candidate-model).
+    #[arg(long)]
+    model: String,
+    #[arg(long)]
+    candidate_model: Option<String>,
+    #[arg(short = 'k', long, default_value_t = 5)]
+    trials: u32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, default_value_t = 0.95)]
+    confidence: f64,
+    #[arg(long, default_value_t = 10_000)]
+    resamples: u32,
+    #[arg(long, default_value_t = 0.02)]
+    materiality: f64,
+    #[arg(long, default_value_t = 20)]
+    min_tasks: u32,
+    #[arg(long, default_value_t = 2)]
+    min_families: u32,
+    #[arg(long, default_value_t = 0.0)]
+    candidate_floor: f64,
+    #[arg(long, default_value = "bca")]
+    lower_bound: String,
+    #[arg(long, default_value_t = 7200.0)]
+    budget_wall: f64,
+    #[arg(long, default_value_t = 1_000_000)]
+    budget_calls: u64,
+    #[arg(long, default_value_t = 1_000_000_000)]
+    budget_tokens: u64,
+    #[arg(long, default_value_t = 100.0)]
+    budget_cost: f64,
+    #[arg(long, default_value_t = 0.05)]
+    safety_tolerance: f64,
+    #[arg(long, default_value_t = 0.02)]
+    infra_allowance: f64,
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum StageArg {
+    Train,
+    Test,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    contract: PathBuf,
+    /// The stage's pack (train stage).
+    #[arg(long)]
+    pack: Option<PathBuf>,
+    /// The sealed test pack's state file (test stage), with --key.
+    #[arg(long)]
+    sealed: Option<PathBuf>,
+    #[arg(long)]
+    key: Option<PathBuf>,
+    #[arg(long)]
+    baseline_scaffold: Option<PathBuf>,
+    #[arg(long)]
+    candidate_scaffold: Option<PathBuf>,
+    #[arg(short = 'n', long, default_value_t = 1)]
+    concurrency: usize,
+    #[arg(long, default_value = "jobs")]
+    jobs_dir: PathBuf,
+    #[arg(long, default_value_t = 1.0)]
+    timeout_multiplier: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct PowerArgs {
+    #[arg(long)]
+    baseline_rate: f64,
+    #[arg(long)]
+    effect: f64,
+    #[arg(long)]
+    tasks: u32,
+    #[arg(long)]
+    trials: u32,
+    #[arg(long)]
+    families: Option<u32>,
+    #[arg(long, default_value_t = 1000)]
+    simulations: u32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplicateArgs {
+    /// A decided campaign folder (holding contract.json and decision.json).
+    campaign: PathBuf,
+    #[arg(long, default_value_t = 1)]
+    index: u32,
+    #[arg(long)]
+    pack: PathBuf,
+    #[arg(long)]
+    baseline_scaffold: Option<PathBuf>,
+    #[arg(long)]
+    candidate_scaffold: Option<PathBuf>,
+    #[arg(short = 'n', long, default_value_t = 1)]
+    concurrency: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct SealArgs {
+    pack: PathBuf,
+    /// Key file (64 hex characters), kept outside the repository.
+    #[arg(long)]
+    key: PathBuf,
+    /// Create the key file (mode 0600) instead of reading it.
+    #[arg(long)]
+    new_key: bool,
+    #[arg(long)]
+    name: String,
+    /// Trials per task the pack will be run with (part of its pack hash).
+    #[arg(short = 'k', long, default_value_t = 5)]
+    trials: u32,
+    #[arg(long, default_value = "sealed")]
+    out: PathBuf,
+    #[arg(long, default_value = "datasets/commitments")]
+    commitments: PathBuf,
+}
+
+fn load_scaffold(path: &Option<PathBuf>) -> anyhow::Result<Scaffold> {
+    match path {
+        None => Ok(Scaffold::default()),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            toml::from_str(&text).with_context(|| format!("scaffold {}", p.display()))
+        }
+    }
+}
+
+fn evaluator() -> EvaluatorIdentity {
+    EvaluatorIdentity {
+        binary_version: env!("CARGO_PKG_VERSION").into(),
+        source_revision: option_env!("GEODE_SOURCE_REVISION")
+            .unwrap_or("unknown")
+            .into(),
+    }
+}
+
+fn load_contract(path: &Path) -> anyhow::Result<FrozenContract> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    FrozenContract::from_json(&text).with_context(|| format!("contract {}", path.display()))
+}
+
+fn print_record(record: &DecisionRecord) {
+    let stats = record
+        .statistics
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok())
+        .unwrap_or_default();
+    println!("verdict {:?}", record.verdict);
+    if !record.reasons.is_empty() {
+        let reasons: Vec<String> = record
+            .reasons
+            .iter()
+            .filter_map(|r| serde_json::to_value(r).ok())
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string())
+            })
+            .collect();
+        println!("reasons {}", reasons.join(", "));
+    }
+    for d in &record.details {
+        println!("  {d}");
+    }
+    for key in [
+        "tasks",
+        "pairs",
+        "baseline_mean",
+        "candidate_mean",
+        "estimate",
+        "std_error",
+        "lower_bound_method",
+        "lower_bound",
+        "minimum_detectable_effect",
+    ] {
+        if let Some(v) = stats.get(key) {
+            println!("{key} {v}");
+        }
+    }
+    if let Some(p) = stats.get("permutation").and_then(|p| p.get("p_value")) {
+        println!("sign_flip_p_value {p}");
+    }
+    if let Some(safety) = &record.safety {
+        let v = serde_json::to_value(safety).unwrap_or_default();
+        println!(
+            "safety: flagged baseline {} candidate {}, upper bound of the excess {} (tolerance {})",
+            v["baseline"]["flagged"], v["candidate"]["flagged"], v["upper_bound"], v["tolerance"]
+        );
+    }
+}
+
+fn exit(record: &DecisionRecord) -> ExitCode {
+    ExitCode::from(u8::try_from(record.exit_code()).unwrap_or(1))
+}
+
+pub async fn run(cmd: CrucibleCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        CrucibleCommand::Freeze(a) => freeze(a),
+        CrucibleCommand::Run(a) => run_contract(a).await,
+        CrucibleCommand::Decide { campaign } => {
+            let contract = load_contract(&campaign.join("contract.json"))?;
+            let p = campaign.join("evidence.json");
+            let evidence: Evidence = serde_json::from_str(
+                &std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?,
+            )
+            .with_context(|| format!("evidence {}", p.display()))?;
+            let record = decide(&contract, &evidence);
+            write_atomic(&campaign.join("decision.json"), &record.to_json()?)?;
+            print_record(&record);
+            Ok(exit(&record))
+        }
+        CrucibleCommand::Power(a) => {
+            let mut spec = PowerSpec::new(a.baseline_rate, a.effect, a.tasks, a.trials);
+            spec.simulations = a.simulations;
+            spec.seed = a.seed;
+            if let Some(f) = a.families {
+                spec.families = f;
+            }
+            let report = power(&spec)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!(
+                    "P(KEEP) {:.3} (95% Wilson {:.3}..{:.3}) over {} simulated campaigns",
+                    report.p_keep,
+                    report.p_keep_interval.lower,
+                    report.p_keep_interval.upper,
+                    spec.simulations
+                );
+                match report.minimum_detectable_effect {
+                    Some(m) => println!("minimum detectable effect at 80% power: {m:.4}"),
+                    None => println!("minimum detectable effect: n/a"),
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        CrucibleCommand::Replicate(a) => replicate(a).await,
+        CrucibleCommand::Seal(a) => {
+            let key = if a.new_key {
+                sealing::new_key(&a.key)?
+            } else {
+                sealing::read_key(&a.key)?
+            };
+            let files =
+                sealing::seal_pack(&a.pack, &a.name, a.trials, &key, &a.out, &a.commitments)?;
+            println!(
+                "sealed {} ({} tasks)",
+                files.blob.display(),
+                files.published.tasks
+            );
+            println!("state {}", files.state.display());
+            println!(
+                "commitment {} {}",
+                files.published.commitment,
+                files.commitment.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn freeze(a: FreezeArgs) -> anyhow::Result<ExitCode> {
+    let train = TaskPack::load(&a.train)?;
+    let test = match (&a.test_sealed, &a.test) {
+        (Some(p), _) => sealing::load_state(p)?.pack_hash.clone(),
+        (None, Some(p)) => pack_hash(&TaskPack::load(p)?, a.trials)?,
+        (None, None) => bail!("name the test pack: --test-sealed STATE or --test PACK"),
+    };
+    let lower_bound = match a.lower_bound.as_str() {
+        "bca" => LowerBoundMethod::Bca,
+        "percentile" => LowerBoundMethod::Percentile,
+        other => bail!("--lower-bound {other:?}: use bca or percentile"),
+    };
+    let contract = Contract {
+        schema: CONTRACT_SCHEMA.into(),
+        stage: match a.stage {
+            StageArg::Train => Stage::Train,
+            StageArg::Test => Stage::Test,
+        },
+        baseline: ArmSpec {
+            scaffold_hash: scaffold_hash(&load_scaffold(&a.baseline_scaffold)?)?,
+            model_route: a.model.clone(),
+        },
+        candidate: ArmSpec {
+            scaffold_hash: scaffold_hash(&load_scaffold(&a.candidate_scaffold)?)?,
+            model_route: a.candidate_model.clone().unwrap_or(a.model),
+        },
+        packs: StagePacks {
+            train: pack_hash(&train, a.trials)?,
+            test,
+        },
+        trials_per_task: a.trials,
+        run_seed: a.seed,
+        grader_config_hash: tests_grader_hash(),
+        evaluator: evaluator(),
+        decision_rule: DecisionRule {
+            confidence: a.confidence,
+            bootstrap_resamples: a.resamples,
+            permutation_resamples: a.resamples,
+            materiality: a.materiality,
+            min_tasks: a.min_tasks,
+            min_families: a.min_families,
+            candidate_floor: a.candidate_floor,
+            lower_bound,
+        },
+        budgets: Budgets {
+            wall_seconds: a.budget_wall,
+            model_calls: a.budget_calls,
+            tokens: a.budget_tokens,
+            cost_usd: a.budget_cost,
+        },
+        vetoes: Vetoes {
+            safety_tolerance: a.safety_tolerance,
+            infra_allowance: a.infra_allowance,
+        },
+    };
+    let frozen = contract.freeze()?;
+    write_atomic(&a.out, frozen.canonical_json())?;
+    println!("{}  {}", frozen.hash(), a.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run_contract(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let contract = load_contract(&a.contract)?;
+    let campaign_dir = a
+        .jobs_dir
+        .join("crucible")
+        .join(&contract.hash().to_string()[..16]);
+    if campaign_dir.join("decision.json").exists() {
+        bail!(
+            "{} already holds a decision for this contract: the first result stands",
+            campaign_dir.display()
+        );
+    }
+    std::fs::create_dir_all(&campaign_dir)?;
+    write_atomic(
+        &campaign_dir.join("contract.json"),
+        contract.canonical_json(),
+    )?;
+    let baseline = Arc::new(load_scaffold(&a.baseline_scaffold)?);
+    let candidate = Arc::new(load_scaffold(&a.candidate_scaffold)?);
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+    match contract.contract().stage {
+        Stage::Train => {
+            let Some(pack) = &a.pack else {
+                bail!("a train-stage contract needs --pack")
+            };
+            let pack = TaskPack::load(pack)?;
+            let record = campaign(
+                &contract,
+                &pack,
+                baseline,
+                candidate,
+                &campaign_dir,
+                &a,
+                None,
+                cancel,
+            )
+            .await?;
+            Ok(exit(&record))
+        }
+        Stage::Test => {
+            let (Some(state_path), Some(key_path)) = (&a.sealed, &a.key) else {
+                bail!(
+                    "a test-stage contract runs on a sealed pack: pass --sealed STATE and --key FILE"
+                );
+            };
+            let key = sealing::read_key(key_path)?;
+            let mut state = sealing::load_state(state_path)?;
+            let opened_at = chrono::Utc::now().to_rfc3339();
+            let (attestation, permit) = state.begin_opening(&contract, &opened_at)?;
+            // The attestation is on disk before the first trial: a crash burns the opening.
+            sealing::save_state(state_path, &state)?;
+            let blob_path = state_path
+                .to_string_lossy()
+                .replace(".seal-state.json", ".sealed");
+            let blob = std::fs::read(&blob_path).with_context(|| format!("reading {blob_path}"))?;
+            let entries = state.open(permit, &blob, &key)?;
+            // Decrypted files live in the sandbox state area, hidden from trials, and go away
+            // right after the campaign.
+            let plain = a
+                .jobs_dir
+                .join(".sandbox")
+                .join(format!("opened-{}", &contract.hash().to_string()[..16]));
+            sealing::unpack(&entries, &plain)?;
+            let pack = TaskPack::load(&plain);
+            let result = match pack {
+                Ok(pack) => {
+                    campaign(
+                        &contract,
+                        &pack,
+                        baseline,
+                        candidate,
+                        &campaign_dir,
+                        &a,
+                        Some(attestation),
+                        cancel,
+                    )
+                    .await
+                }
+                Err(e) => Err(e.into()),
+            };
+            let _ = std::fs::remove_dir_all(&plain);
+            let record = result?;
+            state.record_decision(&record)?;
+            sealing::save_state(state_path, &state)?;
+            Ok(exit(&record))
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn campaign(
+    contract: &FrozenContract,
+    pack: &TaskPack,
+    baseline: Arc<Scaffold>,
+    candidate: Arc<Scaffold>,
+    dir: &Path,
+    a: &RunArgs,
+    attestation: Option<geode_crucible::Attestation>,
+    cancel: CancellationToken,
+) -> anyhow::Result<DecisionRecord> {
+    let backend = super::backends::make("sandbox", false, &a.jobs_dir)?;
+    let c = Campaign {
+        contract,
+        pack,
+        baseline,
+        candidate,
+        dir: dir.to_path_buf(),
+        concurrency: a.concurrency,
+        timeout_multiplier: a.timeout_multiplier,
+        replication: None,
+        attestation,
+    };
+    let evidence = run_campaign(&c, backend, Arc::new(Progress::new()), cancel).await?;
+    write_atomic(
+        &dir.join("evidence.json"),
+        &serde_json::to_string_pretty(&evidence)?,
+    )?;
+    let record = decide(contract, &evidence);
+    write_atomic(&dir.join("decision.json"), &record.to_json()?)?;
+    print_record(&record);
+    Ok(record)
+}
+
+async fn replicate(a: ReplicateArgs) -> anyhow::Result<ExitCode> {
+    let contract = load_contract(&a.campaign.join("contract.json"))?;
+    let p = a.campaign.join("decision.json");
+    let original = DecisionRecord::from_json(
+        &std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?,
+    )
+    .with_context(|| format!("decision {}", p.display()))?;
+    let jobs_dir = a
+        .campaign
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("jobs"));
+    let dir = a.campaign.join(format!("replication-{}", a.index));
+    std::fs::create_dir_all(&dir)?;
+    let pack = TaskPack::load(&a.pack)?;
+    let backend = super::backends::make("sandbox", false, &jobs_dir)?;
+    let c = Campaign {
+        contract: &contract,
+        pack: &pack,
+        baseline: Arc::new(load_scaffold(&a.baseline_scaffold)?),
+        candidate: Arc::new(load_scaffold(&a.candidate_scaffold)?),
+        dir: dir.clone(),
+        concurrency: a.concurrency,
+        timeout_multiplier: 1.0,
+        replication: Some(a.index),
+        attestation: None,
+    };
+    let evidence = run_campaign(
+        &c,
+        backend,
+        Arc::new(Progress::new()),
+        CancellationToken::new(),
+    )
+    .await?;
+    write_atomic(
+        &dir.join("evidence.json"),
+        &serde_json::to_string_pretty(&evidence)?,
+    )?;
+    let replica = decide(&contract, &evidence);
+    write_atomic(&dir.join("decision.json"), &replica.to_json()?)?;
+    let report = compare_decisions(&original, &replica)?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(exit(&replica))
+}

@@ -1,0 +1,256 @@
+//! Orchestration of the crucible (the statistics are pure functions in `geode-crucible`):
+//! paired campaigns through the trial runner, metered budgets, sealed test packs.
+//!
+//! A campaign runs baseline and candidate on the same (task, trial, seed) pairs, alternating
+//! which arm goes first from one pair to the next so drift of the machine cancels. Usage is
+//! metered from what the trials report (tokens, cost, model calls) and the wall clock; crossing
+//! a budget cancels the campaign, and the gate's budget veto then says so.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use geode_crucible::{
+    Arm, Attestation, EVIDENCE_SCHEMA, Evidence, FamilyId, FrozenContract, GraderHash,
+    ObservedIdentity, PackHash, ScaffoldHash, TaskId, TaskRef, TrialOutcome, TrialSeed, Usage,
+};
+use geode_runtime::scaffold::Scaffold;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::env::Backend;
+use crate::pack::TaskPack;
+use crate::rollout::images::ImageCache;
+use crate::rollout::job::trial_name;
+use crate::rollout::trial::{PhaseObserver, TrialPlan, run_trial};
+use crate::store::TrialRow;
+
+/// The grader every campaign uses today: the task's own test script and reward file. Its hash
+/// is what contracts pin as `grader_config_hash`.
+pub const TESTS_GRADER: &str = "geode.grader.tests.v1";
+
+pub fn tests_grader_hash() -> GraderHash {
+    GraderHash::of_bytes(TESTS_GRADER.as_bytes())
+}
+
+pub fn scaffold_hash(s: &Scaffold) -> Result<ScaffoldHash, CrucibleRunError> {
+    ScaffoldHash::parse(&s.hash())
+        .map_err(|e| CrucibleRunError::Invalid(format!("scaffold hash: {}", e.0)))
+}
+
+pub fn pack_hash(pack: &TaskPack, trials: u32) -> Result<PackHash, CrucibleRunError> {
+    PackHash::parse(&pack.hash(trials).0)
+        .map_err(|e| CrucibleRunError::Invalid(format!("pack hash: {}", e.0)))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CrucibleRunError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{path}: {message}")]
+    Files { path: String, message: String },
+}
+
+/// What one campaign runs.
+pub struct Campaign<'a> {
+    pub contract: &'a FrozenContract,
+    pub pack: &'a TaskPack,
+    pub baseline: Arc<Scaffold>,
+    pub candidate: Arc<Scaffold>,
+    /// Where trial folders go (`<dir>/<arm>/<task>__<trial>`).
+    pub dir: PathBuf,
+    pub concurrency: usize,
+    pub timeout_multiplier: f64,
+    /// `Some(k)`: replication k, with its own run seed.
+    pub replication: Option<u32>,
+    pub attestation: Option<Attestation>,
+}
+
+struct Meter {
+    started: Instant,
+    usage: Mutex<Usage>,
+}
+
+fn over_budget(u: &Usage, contract: &FrozenContract) -> Option<&'static str> {
+    let b = &contract.contract().budgets;
+    if u.wall_seconds > b.wall_seconds {
+        Some("wall time")
+    } else if u.model_calls > b.model_calls {
+        Some("model calls")
+    } else if u.tokens > b.tokens {
+        Some("tokens")
+    } else if u.cost_usd > b.cost_usd {
+        Some("cost")
+    } else {
+        None
+    }
+}
+
+/// Run every pair of the campaign and collect the evidence.
+pub async fn run_campaign(
+    c: &Campaign<'_>,
+    backend: Arc<dyn Backend>,
+    observer: Arc<dyn PhaseObserver>,
+    cancel: CancellationToken,
+) -> Result<Evidence, CrucibleRunError> {
+    let contract = c.contract.contract();
+    let run_seed = match c.replication {
+        Some(k) => geode_crucible::replication_run_seed(c.contract.hash(), k),
+        None => contract.run_seed,
+    };
+    let k = contract.trials_per_task;
+    let mut plans = Vec::new();
+    for task in c.pack.tasks.iter().map(|t| Arc::new(t.clone())) {
+        let id = TaskId::new(task.id.clone());
+        for trial in 0..k {
+            let seed = TrialSeed::derive(run_seed, &id, trial).0;
+            let arms = if (plans.len() / 2) % 2 == 0 {
+                [Arm::Baseline, Arm::Candidate]
+            } else {
+                [Arm::Candidate, Arm::Baseline]
+            };
+            for arm in arms {
+                let (spec, scaffold, label) = match arm {
+                    Arm::Baseline => (&contract.baseline, &c.baseline, "baseline"),
+                    Arm::Candidate => (&contract.candidate, &c.candidate, "candidate"),
+                };
+                let name = trial_name(&task.id, trial);
+                plans.push((
+                    arm,
+                    TrialPlan {
+                        run_id: format!("{}:{label}", c.contract.hash()),
+                        trial_dir: c.dir.join(label).join(&name),
+                        trial_name: format!("{name}__{label}"),
+                        task: task.clone(),
+                        attempt: trial,
+                        seed,
+                        model_route: spec.model_route.clone(),
+                        scaffold: scaffold.clone(),
+                        timeout_multiplier: c.timeout_multiplier,
+                    },
+                ));
+            }
+        }
+    }
+
+    let meter = Arc::new(Meter {
+        started: Instant::now(),
+        usage: Mutex::new(Usage::default()),
+    });
+    let images = Arc::new(ImageCache::new());
+    let permits = Arc::new(Semaphore::new(c.concurrency.max(1)));
+    let results: Arc<Mutex<Vec<(Arm, TrialRow)>>> = Arc::new(Mutex::new(Vec::new()));
+    let mut running = tokio::task::JoinSet::new();
+    for (arm, plan) in plans {
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => p,
+            _ = cancel.cancelled() => break,
+        };
+        let Ok(permit) = permit else { break };
+        if cancel.is_cancelled() {
+            break;
+        }
+        let (backend, observer, images, meter, results, cancel, frozen) = (
+            backend.clone(),
+            observer.clone(),
+            images.clone(),
+            meter.clone(),
+            results.clone(),
+            cancel.clone(),
+            c.contract.clone(),
+        );
+        running.spawn(async move {
+            let row = run_trial(&plan, backend.as_ref(), &images, observer.as_ref(), &cancel).await;
+            drop(permit);
+            let mut u = meter.usage.lock().unwrap_or_else(|p| p.into_inner());
+            u.model_calls += row.usage.model_calls;
+            u.tokens += row.usage.input_tokens + row.usage.output_tokens;
+            u.cost_usd += row.usage.cost_usd;
+            u.wall_seconds = meter.started.elapsed().as_secs_f64();
+            if let Some(what) = over_budget(&u, &frozen) {
+                tracing::warn!("campaign budget crossed ({what}): cancelling");
+                eprintln!("geode: the campaign crossed its {what} budget; cancelling");
+                cancel.cancel();
+            }
+            drop(u);
+            results
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((arm, row));
+        });
+    }
+    while running.join_next().await.is_some() {}
+
+    let mut usage = meter
+        .usage
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    usage.wall_seconds = meter.started.elapsed().as_secs_f64();
+    let rows = std::mem::take(&mut *results.lock().unwrap_or_else(|p| p.into_inner()));
+    let family = |task: &str| -> FamilyId {
+        let category = c
+            .pack
+            .tasks
+            .iter()
+            .find(|t| t.id == task)
+            .map(|t| t.config.category().to_string())
+            .unwrap_or_default();
+        FamilyId::new(category)
+    };
+    let trials = rows
+        .into_iter()
+        // A cancelled trial is no evidence: the pair is missing, and coverage says so.
+        .filter(|(_, r)| r.outcome != geode_graders::TrialOutcome::Cancelled)
+        .map(|(arm, r)| TrialOutcome {
+            task: TaskId::new(r.task_id.clone()),
+            family: family(&r.task_id),
+            arm,
+            trial: r.attempt,
+            seed: TrialSeed(r.seed),
+            reward: r.reward.unwrap_or(0.0).clamp(0.0, 1.0),
+            infra_invalid: r.outcome.is_infrastructure(),
+            integrity: r.integrity,
+        })
+        .collect();
+    Ok(Evidence {
+        schema: EVIDENCE_SCHEMA.into(),
+        contract_hash: c.contract.hash().clone(),
+        stage: contract.stage,
+        observed: ObservedIdentity {
+            pack_hash: pack_hash(c.pack, k)?,
+            baseline_scaffold_hash: scaffold_hash(&c.baseline)?,
+            candidate_scaffold_hash: scaffold_hash(&c.candidate)?,
+            grader_config_hash: tests_grader_hash(),
+        },
+        run_seed,
+        replication: c.replication,
+        tasks: c
+            .pack
+            .tasks
+            .iter()
+            .map(|t| TaskRef {
+                id: TaskId::new(t.id.clone()),
+                family: FamilyId::new(t.config.category().to_string()),
+            })
+            .collect(),
+        trials,
+        usage,
+        attestation: c.attestation.clone(),
+    })
+}
+
+/// Write `text` to `path` through a temporary file and a rename, so a crash leaves either the
+/// old file or the new one.
+pub fn write_atomic(path: &Path, text: &str) -> Result<(), CrucibleRunError> {
+    let err = |e: std::io::Error| CrucibleRunError::Files {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).map_err(err)?;
+    std::fs::File::open(&tmp)
+        .and_then(|f| f.sync_all())
+        .map_err(err)?;
+    std::fs::rename(&tmp, path).map_err(err)
+}

@@ -1,0 +1,181 @@
+//! Sealed holdout packs on disk: the crucible's pure sealing (ChaCha20-Poly1305, commitment,
+//! burn-once state) around files.
+//!
+//! Layout: `<out>/<name>.sealed` (the encrypted pack), `<out>/<name>.seal-state.json` (the
+//! burn-once state, `geode.seal_state.v1`), and the public commitment
+//! `datasets/commitments/<name>.json`. The key lives in a file outside the repository (mode
+//! 0600); only `geode crucible run` on a test-stage contract reads it.
+
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use geode_crucible::{ArchiveEntry, SealKey, SealState, seal};
+use rand::SeedableRng;
+use rand_chacha::ChaCha20Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::crucible_run::{CrucibleRunError, pack_hash, write_atomic};
+use crate::pack::TaskPack;
+
+/// The public part of a sealed pack (`geode.commitment.v1`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PublishedCommitment {
+    pub schema: String,
+    pub name: String,
+    pub commitment: String,
+    pub pack_hash: String,
+    pub trials_per_task: u32,
+    pub tasks: usize,
+}
+
+fn files(path: &Path, e: impl std::fmt::Display) -> CrucibleRunError {
+    CrucibleRunError::Files {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// Read a 32-byte key (64 hex characters) from a key file.
+pub fn read_key(path: &Path) -> Result<SealKey, CrucibleRunError> {
+    let text = std::fs::read_to_string(path).map_err(|e| files(path, e))?;
+    SealKey::from_hex(text.trim()).map_err(|e| files(path, e))
+}
+
+/// Create a fresh key file (mode 0600 from creation; refuses to overwrite). Keys are the one
+/// thing drawn from the operating system's randomness, not from a seed: a seeded key is no key.
+pub fn new_key(path: &Path) -> Result<SealKey, CrucibleRunError> {
+    let mut rng = ChaCha20Rng::from_os_rng();
+    let key = SealKey::generate(&mut rng);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| files(path, e))?;
+    std::io::Write::write_all(&mut f, format!("{}\n", key.to_hex()).as_bytes())
+        .map_err(|e| files(path, e))?;
+    Ok(key)
+}
+
+/// The files of a pack folder as archive entries (relative path, mode, bytes), in path order.
+pub fn archive_entries(root: &Path) -> Result<Vec<ArchiveEntry>, CrucibleRunError> {
+    let mut out = Vec::new();
+    for entry in walkdir::WalkDir::new(root)
+        .follow_links(false)
+        .sort_by_file_name()
+    {
+        let entry = entry.map_err(|e| files(root, e))?;
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let path = entry.path();
+        let rel = path.strip_prefix(root).map_err(|e| files(path, e))?;
+        let meta = entry.metadata().map_err(|e| files(path, e))?;
+        out.push(ArchiveEntry {
+            path: rel.to_string_lossy().into_owned(),
+            mode: meta.permissions().mode(),
+            bytes: std::fs::read(path).map_err(|e| files(path, e))?,
+        });
+    }
+    Ok(out)
+}
+
+pub struct SealedFiles {
+    pub blob: PathBuf,
+    pub state: PathBuf,
+    pub commitment: PathBuf,
+    pub published: PublishedCommitment,
+}
+
+/// Encrypt a pack, write the blob, its burn-once state and the public commitment.
+pub fn seal_pack(
+    pack_dir: &Path,
+    name: &str,
+    trials_per_task: u32,
+    key: &SealKey,
+    out_dir: &Path,
+    commitments_dir: &Path,
+) -> Result<SealedFiles, CrucibleRunError> {
+    let pack = TaskPack::load(pack_dir).map_err(|e| files(pack_dir, e))?;
+    if !pack.broken.is_empty() || pack.tasks.is_empty() {
+        return Err(files(
+            pack_dir,
+            "the pack has broken tasks or none; fix it before sealing",
+        ));
+    }
+    let hash = pack_hash(&pack, trials_per_task)?;
+    let entries = archive_entries(pack_dir)?;
+    let mut rng = ChaCha20Rng::from_os_rng();
+    let sealed = seal(&entries, &hash, key, &mut rng).map_err(|e| files(pack_dir, e))?;
+    std::fs::create_dir_all(out_dir).map_err(|e| files(out_dir, e))?;
+    std::fs::create_dir_all(commitments_dir).map_err(|e| files(commitments_dir, e))?;
+    let blob = out_dir.join(format!("{name}.sealed"));
+    let state = out_dir.join(format!("{name}.seal-state.json"));
+    let commitment = commitments_dir.join(format!("{name}.json"));
+    for p in [&blob, &state, &commitment] {
+        if p.exists() {
+            return Err(files(
+                p,
+                "already exists; a sealed pack is never overwritten",
+            ));
+        }
+    }
+    std::fs::write(&blob, &sealed.blob).map_err(|e| files(&blob, e))?;
+    let st = SealState::new(&sealed);
+    write_atomic(
+        &state,
+        &serde_json::to_string_pretty(&st).map_err(|e| files(&state, e))?,
+    )?;
+    let published = PublishedCommitment {
+        schema: "geode.commitment.v1".into(),
+        name: name.to_string(),
+        commitment: sealed.commitment.to_string(),
+        pack_hash: sealed.pack_hash.to_string(),
+        trials_per_task,
+        tasks: pack.tasks.len(),
+    };
+    write_atomic(
+        &commitment,
+        &serde_json::to_string_pretty(&published).map_err(|e| files(&commitment, e))?,
+    )?;
+    Ok(SealedFiles {
+        blob,
+        state,
+        commitment,
+        published,
+    })
+}
+
+pub fn load_state(path: &Path) -> Result<SealState, CrucibleRunError> {
+    let text = std::fs::read_to_string(path).map_err(|e| files(path, e))?;
+    serde_json::from_str(&text).map_err(|e| files(path, e))
+}
+
+pub fn save_state(path: &Path, state: &SealState) -> Result<(), CrucibleRunError> {
+    write_atomic(
+        path,
+        &serde_json::to_string_pretty(state).map_err(|e| files(path, e))?,
+    )
+}
+
+/// Write decrypted entries into `dir` (created fresh), keeping modes.
+pub fn unpack(entries: &[ArchiveEntry], dir: &Path) -> Result<(), CrucibleRunError> {
+    for e in entries {
+        let rel = Path::new(&e.path);
+        if rel.is_absolute()
+            || rel
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            return Err(files(rel, "archive entry escapes the pack folder"));
+        }
+        let path = dir.join(rel);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|err| files(parent, err))?;
+        }
+        std::fs::write(&path, &e.bytes).map_err(|err| files(&path, err))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(e.mode & 0o7777))
+            .map_err(|err| files(&path, err))?;
+    }
+    Ok(())
+}
