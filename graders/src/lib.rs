@@ -2,10 +2,37 @@
 //!
 //! A benchmark number is only worth its validity: an infrastructure failure must never count as
 //! an agent failure, so every trial ends in exactly one `TrialOutcome`, and the infrastructure
-//! ones are excluded from scores (and counted separately).
+//! ones are excluded from scores (and counted separately). Every grader is a pure function of a
+//! finished trial's folder (plus, for rubric commands, an optional sandbox `CommandRunner`), so
+//! `geode grade RUN` can re-grade stored trials without running an agent again.
 
+pub mod grade;
+pub mod integrity;
+pub mod judge;
 pub mod outcome;
+pub mod parsers;
 pub mod reward;
+pub mod rubric;
+pub mod spec;
+pub mod summary;
+pub mod tests_grader;
+pub mod validity;
 
+pub use grade::{
+    AgentEnd, Check, CheckStatus, Evidence, GRADE_FILE, Grade, GradeFileError, GradeInput,
+    GradeRewards, Grader, InfraCause, PASS_THRESHOLD, Validity, grade_path, read_grade,
+    render_grade, write_grade,
+};
+pub use integrity::{
+    IntegrityError, IntegrityKind, IntegrityOptions, IntegrityReport, IntegritySignal,
+    derive_integrity, integrity_rates,
+};
+pub use judge::{JudgeError, JudgeGrader, Votes};
 pub use outcome::TrialOutcome;
+pub use parsers::{ParseError, ParsedChecks, ReportFormat, detect_checks, render_checks};
 pub use reward::{RewardError, Rewards, read_rewards};
+pub use rubric::{CommandOutput, CommandRunner, Rubric, RubricError, RubricGrader};
+pub use spec::{GraderSpec, SpecError, build_grader};
+pub use summary::{ScoreSummary, summarize};
+pub use tests_grader::TestScriptGrader;
+pub use validity::{TaskFlag, TaskTrials, TaskValidity, ValidityReport};

@@ -1,0 +1,532 @@
+//! The typed result of grading one trial, and the trait every grader implements.
+//!
+//! A `Grade` is either valid (it has rewards, `primary` among them) or invalid (an
+//! infrastructure class from the closed `TrialOutcome` set, and no rewards): the constructors
+//! are the only way to build one, so a score can never sit beside an infrastructure failure.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::outcome::TrialOutcome;
+use crate::rubric::CommandRunner;
+
+/// Reward at or above which a valid trial counts as `passed` (Harbor's binary reward).
+pub const PASS_THRESHOLD: f64 = 1.0;
+
+/// How one named check ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    Pass,
+    Fail,
+    Skip,
+}
+
+impl CheckStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Pass => "pass",
+            CheckStatus::Fail => "fail",
+            CheckStatus::Skip => "skip",
+        }
+    }
+}
+
+/// One named check: a test case of the verifier, a rubric criterion, a judge vote.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    pub name: String,
+    pub status: CheckStatus,
+    /// Why it failed or was skipped (or what it saw); `None` when there is nothing to say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl Check {
+    pub fn new(name: impl Into<String>, status: CheckStatus) -> Self {
+        Check {
+            name: name.into(),
+            status,
+            message: None,
+        }
+    }
+
+    pub fn with_message(mut self, message: impl Into<String>) -> Self {
+        let m = message.into();
+        self.message = (!m.trim().is_empty()).then_some(m);
+        self
+    }
+}
+
+/// Where a grade's evidence is: a file of the trial, the route that judged, or a short text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Evidence {
+    File {
+        label: String,
+        path: PathBuf,
+    },
+    /// The judge-only route that produced a verdict (never the agent's own route).
+    JudgeRoute {
+        route: String,
+        model_id: String,
+    },
+    Text {
+        label: String,
+        text: String,
+    },
+}
+
+/// An infrastructure cause. Invariant: `class.is_infrastructure()`; only `InfraCause::new`
+/// builds one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InfraCause {
+    class: TrialOutcome,
+    reason: String,
+}
+
+impl InfraCause {
+    /// `None` when `class` is an agent outcome: those are never a validity problem.
+    pub fn new(class: TrialOutcome, reason: impl Into<String>) -> Option<Self> {
+        class.is_infrastructure().then(|| InfraCause {
+            class,
+            reason: reason.into(),
+        })
+    }
+
+    pub fn class(&self) -> TrialOutcome {
+        self.class
+    }
+
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+/// Whether a grade says anything about the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "validity", rename_all = "snake_case")]
+pub enum Validity {
+    Valid,
+    /// Excluded from scores and counted separately.
+    Invalid(InfraCause),
+}
+
+/// Named rewards of a valid grade. Invariant: `primary` is finite and also in `all` under
+/// `primary_key`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GradeRewards {
+    primary: f64,
+    primary_key: String,
+    all: BTreeMap<String, f64>,
+}
+
+impl GradeRewards {
+    /// `None` when a value is not finite.
+    pub fn new(
+        primary_key: impl Into<String>,
+        primary: f64,
+        extra: BTreeMap<String, f64>,
+    ) -> Option<Self> {
+        let primary_key = primary_key.into();
+        if !primary.is_finite() || extra.values().any(|v| !v.is_finite()) {
+            return None;
+        }
+        let mut all = extra;
+        all.insert(primary_key.clone(), primary);
+        Some(GradeRewards {
+            primary,
+            primary_key,
+            all,
+        })
+    }
+
+    pub fn primary(&self) -> f64 {
+        self.primary
+    }
+
+    pub fn primary_key(&self) -> &str {
+        &self.primary_key
+    }
+
+    pub fn all(&self) -> &BTreeMap<String, f64> {
+        &self.all
+    }
+}
+
+impl From<crate::reward::Rewards> for GradeRewards {
+    fn from(r: crate::reward::Rewards) -> Self {
+        let key = if r.all.contains_key("reward") {
+            "reward".to_string()
+        } else {
+            r.all
+                .keys()
+                .next()
+                .cloned()
+                .unwrap_or_else(|| "reward".into())
+        };
+        GradeRewards {
+            primary: r.primary,
+            primary_key: key,
+            all: r.all,
+        }
+    }
+}
+
+/// How the agent phase ended, which the grade needs to pick the trial's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentEnd {
+    Finished,
+    TimedOut,
+    Errored,
+}
+
+/// The result of grading one trial (`grade.json`, schema `geode.grade.v1`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Grade {
+    schema: String,
+    /// The grader spec that produced it (`tests`, `rubric:FILE`, `judge:ROUTE:3`).
+    grader: String,
+    validity: Validity,
+    rewards: Option<GradeRewards>,
+    checks: Vec<Check>,
+    evidence: Vec<Evidence>,
+    notes: Vec<String>,
+}
+
+pub const GRADE_SCHEMA: &str = "geode.grade.v1";
+
+impl Grade {
+    pub fn valid(grader: impl Into<String>, rewards: GradeRewards) -> Self {
+        Grade {
+            schema: GRADE_SCHEMA.into(),
+            grader: grader.into(),
+            validity: Validity::Valid,
+            rewards: Some(rewards),
+            checks: Vec::new(),
+            evidence: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    pub fn invalid(grader: impl Into<String>, cause: InfraCause) -> Self {
+        Grade {
+            schema: GRADE_SCHEMA.into(),
+            grader: grader.into(),
+            validity: Validity::Invalid(cause),
+            rewards: None,
+            checks: Vec::new(),
+            evidence: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// An invalid grade from an infrastructure class; an agent class (a caller bug) becomes
+    /// `verifier_crashed` so that it can never be scored.
+    pub fn infra(
+        grader: impl Into<String>,
+        class: TrialOutcome,
+        reason: impl Into<String>,
+    ) -> Self {
+        let reason = reason.into();
+        let cause = InfraCause::new(class, reason.clone()).unwrap_or(InfraCause {
+            class: TrialOutcome::VerifierCrashed,
+            reason,
+        });
+        Grade::invalid(grader, cause)
+    }
+
+    pub fn with_checks(mut self, checks: Vec<Check>) -> Self {
+        self.checks.extend(checks);
+        self
+    }
+
+    pub fn with_evidence(mut self, evidence: Evidence) -> Self {
+        self.evidence.push(evidence);
+        self
+    }
+
+    pub fn with_note(mut self, note: impl Into<String>) -> Self {
+        self.notes.push(note.into());
+        self
+    }
+
+    pub fn grader(&self) -> &str {
+        &self.grader
+    }
+
+    pub fn validity(&self) -> &Validity {
+        &self.validity
+    }
+
+    pub fn is_valid(&self) -> bool {
+        self.validity == Validity::Valid
+    }
+
+    pub fn rewards(&self) -> Option<&GradeRewards> {
+        self.rewards.as_ref()
+    }
+
+    /// The score of a valid grade; `None` when invalid.
+    pub fn primary(&self) -> Option<f64> {
+        self.rewards.as_ref().map(|r| r.primary)
+    }
+
+    pub fn checks(&self) -> &[Check] {
+        &self.checks
+    }
+
+    pub fn evidence(&self) -> &[Evidence] {
+        &self.evidence
+    }
+
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The trial's outcome: an infrastructure class first (it says nothing about the agent),
+    /// then the agent's own timeout or error, then passed / failed by `PASS_THRESHOLD`.
+    pub fn outcome(&self, agent: AgentEnd) -> TrialOutcome {
+        match (&self.validity, agent) {
+            (Validity::Invalid(c), _) => c.class,
+            (Validity::Valid, AgentEnd::TimedOut) => TrialOutcome::AgentTimeout,
+            (Validity::Valid, AgentEnd::Errored) => TrialOutcome::AgentError,
+            (Validity::Valid, AgentEnd::Finished) => match self.primary() {
+                Some(p) if p >= PASS_THRESHOLD => TrialOutcome::Passed,
+                _ => TrialOutcome::Failed,
+            },
+        }
+    }
+}
+
+/// A finished trial's folder, read only: everything a grader may look at without a sandbox.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GradeInput {
+    pub trial_dir: PathBuf,
+    /// The task's folder (instruction.md, tests/); `None` when the task is not at hand.
+    pub task_dir: Option<PathBuf>,
+    /// The instruction the agent got.
+    pub instruction: Option<String>,
+    /// The agent's final answer text (the last agent message of the trajectory by default).
+    pub final_answer: Option<String>,
+    /// The outcome `result.json` recorded, if any: an infrastructure class from before the
+    /// verifier (environment, sandbox, cancel) is carried into every re-grade.
+    pub recorded_outcome: Option<TrialOutcome>,
+}
+
+impl GradeInput {
+    /// Read what can be read: `instruction.md` of the task, the final answer from
+    /// `agent/trajectory.json`, the outcome from `result.json`. Missing files leave `None`.
+    pub fn from_trial_dir(trial_dir: &Path, task_dir: Option<&Path>) -> Self {
+        let instruction =
+            task_dir.and_then(|d| std::fs::read_to_string(d.join("instruction.md")).ok());
+        let final_answer = std::fs::read_to_string(trial_dir.join("agent").join("trajectory.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|doc| final_agent_message(&doc));
+        let recorded_outcome = std::fs::read_to_string(trial_dir.join("result.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|doc| doc.get("outcome")?.as_str().and_then(TrialOutcome::parse));
+        GradeInput {
+            trial_dir: trial_dir.to_path_buf(),
+            task_dir: task_dir.map(Path::to_path_buf),
+            instruction,
+            final_answer,
+            recorded_outcome,
+        }
+    }
+
+    pub fn verifier_dir(&self) -> PathBuf {
+        self.trial_dir.join("verifier")
+    }
+
+    pub fn trajectory_path(&self) -> PathBuf {
+        self.trial_dir.join("agent").join("trajectory.json")
+    }
+
+    pub fn timeline_path(&self) -> PathBuf {
+        self.trial_dir.join("agent").join("timeline.db")
+    }
+
+    pub fn result_path(&self) -> PathBuf {
+        self.trial_dir.join("result.json")
+    }
+
+    /// The ATIF trajectory as text, if the agent phase wrote one.
+    pub fn trajectory_text(&self) -> Option<String> {
+        std::fs::read_to_string(self.trajectory_path()).ok()
+    }
+
+    /// An infrastructure outcome recorded before grading that no grader can undo: the
+    /// environment never came up, the sandbox was lost, the run was cancelled, the task changed.
+    /// Verifier and reward classes are not in it: re-grading is how those get re-decided.
+    pub fn upstream_infra(&self) -> Option<TrialOutcome> {
+        self.recorded_outcome.filter(|o| {
+            o.is_infrastructure()
+                && !matches!(
+                    o,
+                    TrialOutcome::RewardMissing
+                        | TrialOutcome::RewardMalformed
+                        | TrialOutcome::VerifierCrashed
+                        | TrialOutcome::VerifierTimeout
+                )
+        })
+    }
+}
+
+/// The text of the last `source: agent` step of an ATIF document.
+pub fn final_agent_message(doc: &serde_json::Value) -> Option<String> {
+    doc.get("steps")?
+        .as_array()?
+        .iter()
+        .rev()
+        .filter(|s| s.get("source").and_then(|v| v.as_str()) == Some("agent"))
+        .find_map(|s| {
+            s.get("message")
+                .and_then(|m| m.as_str())
+                .filter(|m| !m.trim().is_empty())
+                .map(str::to_string)
+        })
+}
+
+/// A grader: a finished trial folder in, a typed grade out. Never fails: a problem with the
+/// trial's files is an invalid grade naming the file; only construction (loading a rubric,
+/// building a judge) returns errors.
+#[async_trait]
+pub trait Grader: Send + Sync {
+    /// The spec string that rebuilds this grader (`tests`, `rubric:FILE`, `judge:ROUTE:3`).
+    fn spec(&self) -> String;
+
+    /// Grade one trial. `runner` executes commands in the trial's sandbox when it is still up;
+    /// without one, criteria that need it are skipped (never failed).
+    async fn grade(&self, input: &GradeInput, runner: Option<&dyn CommandRunner>) -> Grade;
+}
+
+/// The grade a grader returns when the trial never reached grading.
+pub(crate) fn upstream_grade(spec: &str, input: &GradeInput) -> Option<Grade> {
+    input.upstream_infra().map(|class| {
+        Grade::infra(
+            spec,
+            class,
+            format!("result.json records {class} before the verifier"),
+        )
+        .with_evidence(Evidence::File {
+            label: "result".into(),
+            path: input.result_path(),
+        })
+    })
+}
+
+/// The file a grade is stored in, in the trial folder: `<trial>/grade.json` for the grade made
+/// at run time; re-grades go to `<trial>/grades/<file-safe spec>.json` (`grade_path`).
+pub const GRADE_FILE: &str = "grade.json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum GradeFileError {
+    #[error("{file}: {why}")]
+    Io { file: String, why: String },
+}
+
+/// Where the grade of `spec` lives: `grade.json` for `tests` (the run's own), else
+/// `grades/<spec with / : @ replaced by _>.json`, so another grader never overwrites the run's
+/// own grade (re-grading with `tests` recomputes it from the same files).
+pub fn grade_path(trial_dir: &Path, spec: &str) -> PathBuf {
+    if spec == "tests" {
+        return trial_dir.join(GRADE_FILE);
+    }
+    let safe: String = spec
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    trial_dir.join("grades").join(format!("{safe}.json"))
+}
+
+/// Write `grade` to `grade_path(trial_dir, grade.grader())` and return that path.
+pub fn write_grade(trial_dir: &Path, grade: &Grade) -> Result<PathBuf, GradeFileError> {
+    let path = grade_path(trial_dir, grade.grader());
+    let io = |why: String| GradeFileError::Io {
+        file: path.display().to_string(),
+        why,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io(e.to_string()))?;
+    }
+    let text = serde_json::to_string_pretty(grade).map_err(|e| io(e.to_string()))?;
+    std::fs::write(&path, text).map_err(|e| io(e.to_string()))?;
+    Ok(path)
+}
+
+/// Read a grade written by `write_grade`.
+pub fn read_grade(path: &Path) -> Result<Grade, GradeFileError> {
+    let io = |why: String| GradeFileError::Io {
+        file: path.display().to_string(),
+        why,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| io(e.to_string()))?;
+    let grade: Grade = serde_json::from_str(&text).map_err(|e| io(format!("not a grade: {e}")))?;
+    if grade.schema != GRADE_SCHEMA {
+        return Err(io(format!(
+            "schema {:?} is not {GRADE_SCHEMA}",
+            grade.schema
+        )));
+    }
+    // The constructors' invariant, checked again for a file someone may have edited.
+    if grade.rewards.is_some() != grade.is_valid() {
+        return Err(io("rewards and validity disagree".into()));
+    }
+    Ok(grade)
+}
+
+/// A grade for `geode show RUN/TRIAL`: a header (grader, validity, rewards), the checks one
+/// line each with the `N passed, M failed` line, notes, and evidence paths.
+pub fn render_grade(grade: &Grade) -> String {
+    let mut out = format!("grader: {}\n", grade.grader);
+    match (&grade.validity, &grade.rewards) {
+        (Validity::Invalid(c), _) => {
+            out.push_str(&format!("INVALID ({}): {}\n", c.class, c.reason));
+        }
+        (Validity::Valid, Some(r)) => {
+            let others: Vec<String> = r
+                .all
+                .iter()
+                .filter(|(k, _)| **k != r.primary_key)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            out.push_str(&format!("reward: {}", r.primary));
+            if !others.is_empty() {
+                out.push_str(&format!(" ({})", others.join(", ")));
+            }
+            out.push('\n');
+        }
+        (Validity::Valid, None) => out.push_str("reward: -\n"),
+    }
+    if !grade.checks.is_empty() {
+        out.push_str(&crate::parsers::render_checks(&grade.checks));
+    }
+    for n in &grade.notes {
+        out.push_str(&format!("note: {n}\n"));
+    }
+    for e in &grade.evidence {
+        match e {
+            Evidence::File { label, path } => {
+                out.push_str(&format!("evidence: {label}: {}\n", path.display()))
+            }
+            Evidence::JudgeRoute { route, model_id } => {
+                out.push_str(&format!("evidence: judge route {route} ({model_id})\n"))
+            }
+            Evidence::Text { label, text } => out.push_str(&format!("evidence: {label}: {text}\n")),
+        }
+    }
+    out
+}

@@ -1,0 +1,133 @@
+//! Grader specs, the `--grader SPEC` strings of `geode grade RUN`:
+//!
+//! - `tests`: the test-script verifier (reward file + parsed checks). The default.
+//! - `rubric:FILE`: a TOML rubric (see `rubric`); its `[judge]` section builds its judge.
+//! - `judge:ROUTE[:VOTES]`: an LLM judge on the default template, `VOTES` odd (default 1).
+//!   `ROUTE` may itself contain colons (`scripted:/x/judge.json`, `anthropic:claude-haiku-4-5`);
+//!   a trailing all-digit segment is the vote count.
+//! - `judge:ROUTE[:VOTES]@TEMPLATE_FILE`: the same with a prompt template from a file.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use geode_runtime::model::http::RouteOptions;
+
+use crate::grade::Grader;
+use crate::judge::{JudgeError, JudgeGrader, Votes};
+use crate::rubric::{RubricError, RubricGrader};
+use crate::tests_grader::TestScriptGrader;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GraderSpec {
+    Tests,
+    Rubric {
+        path: PathBuf,
+    },
+    Judge {
+        route: String,
+        votes: u32,
+        template: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    #[error(
+        "grader spec {spec:?}: {why} (expected tests, rubric:FILE or judge:ROUTE[:VOTES][@TEMPLATE])"
+    )]
+    Syntax { spec: String, why: String },
+    #[error(transparent)]
+    Rubric(#[from] RubricError),
+    #[error(transparent)]
+    Judge(#[from] JudgeError),
+    #[error("{file}: cannot read the judge template: {why}")]
+    Template { file: String, why: String },
+}
+
+impl FromStr for GraderSpec {
+    type Err = SpecError;
+
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        let bad = |why: &str| SpecError::Syntax {
+            spec: spec.to_string(),
+            why: why.to_string(),
+        };
+        if spec == "tests" {
+            return Ok(GraderSpec::Tests);
+        }
+        if let Some(path) = spec.strip_prefix("rubric:") {
+            if path.is_empty() {
+                return Err(bad("rubric: needs a file"));
+            }
+            return Ok(GraderSpec::Rubric { path: path.into() });
+        }
+        let Some(rest) = spec.strip_prefix("judge:") else {
+            return Err(bad("unknown grader"));
+        };
+        let (rest, template) = match rest.rsplit_once('@') {
+            Some((r, t)) if !t.is_empty() => (r, Some(PathBuf::from(t))),
+            _ => (rest, None),
+        };
+        let (route, votes) = match rest.rsplit_once(':') {
+            Some((r, n)) if !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()) => (
+                r,
+                n.parse::<u32>()
+                    .map_err(|_| bad("the vote count is too large"))?,
+            ),
+            _ => (rest, 1),
+        };
+        if route.is_empty() {
+            return Err(bad("judge: needs a route"));
+        }
+        Votes::new(votes).map_err(|e| bad(&e.to_string()))?;
+        Ok(GraderSpec::Judge {
+            route: route.to_string(),
+            votes,
+            template,
+        })
+    }
+}
+
+impl std::fmt::Display for GraderSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GraderSpec::Tests => f.write_str("tests"),
+            GraderSpec::Rubric { path } => write!(f, "rubric:{}", path.display()),
+            GraderSpec::Judge {
+                route,
+                votes,
+                template,
+            } => {
+                write!(f, "judge:{route}:{votes}")?;
+                match template {
+                    Some(t) => write!(f, "@{}", t.display()),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+}
+
+/// Build the grader a spec names. `opts` resolves judge routes (keys, base URLs, cassettes).
+pub fn build_grader(spec: &GraderSpec, opts: &RouteOptions) -> Result<Box<dyn Grader>, SpecError> {
+    Ok(match spec {
+        GraderSpec::Tests => Box::new(TestScriptGrader),
+        GraderSpec::Rubric { path } => Box::new(RubricGrader::load(path, opts)?),
+        GraderSpec::Judge {
+            route,
+            votes,
+            template,
+        } => {
+            let mut judge = JudgeGrader::from_route(route, Votes::new(*votes)?, opts)?;
+            if let Some(t) = template {
+                let file = t.display().to_string();
+                let text = std::fs::read_to_string(t).map_err(|e| SpecError::Template {
+                    file: file.clone(),
+                    why: e.to_string(),
+                })?;
+                judge = judge.with_template(text, &file)?;
+            }
+            Box::new(judge)
+        }
+    })
+}
