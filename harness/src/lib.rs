@@ -2,6 +2,7 @@
 //! binary (src/main.rs, src/cli/) only parses arguments and calls into this library.
 
 pub mod atif;
+pub mod crucible_ops;
 pub mod crucible_run;
 pub mod curate;
 pub mod datasets;
@@ -9,6 +10,7 @@ pub mod env;
 pub mod pack;
 pub mod rollout;
 pub mod sealing;
+pub mod search;
 pub mod store;
 pub mod summary;
 pub mod tb1;

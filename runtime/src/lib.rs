@@ -8,12 +8,14 @@
 
 pub mod agent;
 pub mod cognition;
+pub mod config;
 pub mod conversation;
 pub mod hooks;
 pub mod ids;
 pub mod model;
 pub mod policy;
 pub mod scaffold;
+pub mod server;
 pub mod session;
 pub mod store;
 pub mod tools;

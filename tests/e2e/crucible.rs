@@ -192,7 +192,8 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
     )
     .unwrap();
 
-    let freeze = |out: &str, state: &str| {
+    // Contracts that differ only in their materiality, so each has its own hash.
+    let freeze = |out: &str, state: &str, materiality: &str| {
         s.freeze(
             out,
             &[
@@ -206,10 +207,12 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
                 "5",
                 "--safety-tolerance",
                 "0.5",
+                "--materiality",
+                materiality,
             ],
         );
     };
-    freeze("test.json", "sealed/holdout.seal-state.json");
+    freeze("test.json", "sealed/holdout.seal-state.json", "0.02");
     let (code, out, err) = s.run(
         "test.json",
         &[
@@ -241,7 +244,7 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
     );
 
     // Burn-once: a second opening, even for another contract, is refused.
-    freeze("test2.json", "sealed/holdout.seal-state.json");
+    freeze("test2.json", "sealed/holdout.seal-state.json", "0.03");
     let (code, _, err) = s.run(
         "test2.json",
         &[
@@ -254,7 +257,7 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
     assert_eq!(code, 1);
     assert!(err.to_lowercase().contains("opened"), "{err}");
 
-    freeze("test3.json", "sealed/tampered.seal-state.json");
+    freeze("test3.json", "sealed/tampered.seal-state.json", "0.04");
     let (code, _, err) = s.run(
         "test3.json",
         &[

@@ -3,6 +3,10 @@
 
 mod crash;
 mod crucible;
+mod daily;
 mod exec;
 mod providers;
+mod repl;
 mod run;
+mod search;
+mod validity;

@@ -194,12 +194,7 @@ fn load_scaffold(path: &Option<PathBuf>) -> anyhow::Result<Scaffold> {
 }
 
 fn evaluator() -> EvaluatorIdentity {
-    EvaluatorIdentity {
-        binary_version: env!("CARGO_PKG_VERSION").into(),
-        source_revision: option_env!("GEODE_SOURCE_REVISION")
-            .unwrap_or("unknown")
-            .into(),
-    }
+    geode_harness::crucible_ops::evaluator()
 }
 
 fn load_contract(path: &Path) -> anyhow::Result<FrozenContract> {
@@ -440,45 +435,32 @@ async fn run_contract(a: RunArgs) -> anyhow::Result<ExitCode> {
                     "a test-stage contract runs on a sealed pack: pass --sealed STATE and --key FILE"
                 );
             };
-            let key = sealing::read_key(key_path)?;
-            let mut state = sealing::load_state(state_path)?;
-            let opened_at = chrono::Utc::now().to_rfc3339();
-            let (attestation, permit) = state.begin_opening(&contract, &opened_at)?;
-            // The attestation is on disk before the first trial: a crash burns the opening.
-            sealing::save_state(state_path, &state)?;
-            let blob_path = state_path
-                .to_string_lossy()
-                .replace(".seal-state.json", ".sealed");
-            let blob = std::fs::read(&blob_path).with_context(|| format!("reading {blob_path}"))?;
-            let entries = state.open(permit, &blob, &key)?;
-            // Decrypted files live in the sandbox state area, hidden from trials, and go away
-            // right after the campaign.
-            let plain = a
-                .jobs_dir
-                .join(".sandbox")
-                .join(format!("opened-{}", &contract.hash().to_string()[..16]));
-            sealing::unpack(&entries, &plain)?;
-            let pack = TaskPack::load(&plain);
-            let result = match pack {
-                Ok(pack) => {
-                    campaign(
-                        &contract,
-                        &pack,
-                        baseline,
-                        candidate,
-                        &campaign_dir,
-                        &a,
-                        Some(attestation),
-                        cancel,
-                    )
-                    .await
+            // The opening is burned on disk before the first trial (crucible_ops).
+            let opened = geode_harness::crucible_ops::open_sealed(
+                &contract,
+                state_path,
+                key_path,
+                &a.jobs_dir,
+            )?;
+            let result = campaign(
+                &contract,
+                &opened.pack,
+                baseline,
+                candidate,
+                &campaign_dir,
+                &a,
+                Some(opened.attestation.clone()),
+                cancel,
+            )
+            .await;
+            let record = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    opened.close(None)?;
+                    return Err(e);
                 }
-                Err(e) => Err(e.into()),
             };
-            let _ = std::fs::remove_dir_all(&plain);
-            let record = result?;
-            state.record_decision(&record)?;
-            sealing::save_state(state_path, &state)?;
+            opened.close(Some(&record))?;
             Ok(exit(&record))
         }
     }

@@ -5,13 +5,21 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod backends;
+mod config;
+mod connect;
 mod crucible;
+mod curate;
 mod dataset;
 mod exec;
 mod progress;
 mod receipts;
+mod repl;
 mod resume;
 mod run;
+mod scaffold;
+mod search;
+mod serve;
+mod show;
 mod tasks;
 
 #[derive(Debug, Parser)]
@@ -24,12 +32,30 @@ pub struct Cli {
     /// More logging on stderr (-v info, -vv debug). RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Model route for the REPL and daemon sessions (config key `model`).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Reasoning effort (config key `effort`).
+    #[arg(long)]
+    pub effort: Option<String>,
+    /// Talk to the running `geode serve` daemon instead of starting a local session.
+    #[arg(long, conflicts_with = "local")]
+    pub connect: bool,
+    /// Start a local session even when a daemon is running.
+    #[arg(long)]
+    pub local: bool,
+    /// Without a subcommand: the interactive REPL (or the thin client when a daemon runs).
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// The daily-CLI daemon on $GEODE_HOME/cli.sock; `geode --connect` talks to it.
+    Serve(serve::ServeArgs),
+    /// Layered configuration: flags > GEODE_* env > .geode/config.toml > ~/.geode/config.toml.
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
     /// Run one prompt headless: the final answer on stdout, everything else on stderr.
     Exec(exec::ExecArgs),
     /// Continue a checkpointed session: finish its interrupted turn, or give it a new prompt.
@@ -42,12 +68,24 @@ pub enum Command {
     /// Frozen contracts, paired campaigns, the promotion gate, power, sealed holdouts.
     #[command(subcommand)]
     Crucible(crucible::CrucibleCommand),
+    /// Print a trial's outcome and the verifier's named checks.
+    Show(show::ShowArgs),
+    /// Re-grade the stored trials of a run without running agents again.
+    Grade(show::GradeArgs),
     /// Inspect, hash and import task packs.
     #[command(subcommand)]
     Tasks(tasks::TasksCommand),
     /// Data governance: privacy scan, releases, verification, split isolation.
     #[command(subcommand)]
     Dataset(dataset::DatasetCommand),
+    /// Show, hash and diff scaffolds.
+    #[command(subcommand)]
+    Scaffold(scaffold::ScaffoldCommand),
+    /// Scaffold search: run, status, promote on the sealed holdout.
+    #[command(subcommand)]
+    Search(search::SearchCommand),
+    /// Curate tasks: synthesis, dedup, pilot, judge tournament, selection, frozen pool.
+    Curate(curate::CurateArgs),
 }
 
 pub fn init_logging(verbose: u8) {
@@ -68,13 +106,59 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    match cli.command {
+    let command = match cli.command {
+        Some(c) => c,
+        None => {
+            let cfg = daily_config(&cli.model, &cli.effort)?;
+            return runtime.block_on(interactive(cli.connect, cli.local, cfg));
+        }
+    };
+    match command {
+        Command::Serve(args) => {
+            runtime.block_on(serve::run(args, daily_config(&cli.model, &cli.effort)?))
+        }
+        Command::Config(cmd) => config::run(cmd, &daily_config(&cli.model, &cli.effort)?),
         Command::Exec(args) => runtime.block_on(exec::run(args)),
         Command::Resume(args) => runtime.block_on(resume::run(args)),
         Command::Receipts(cmd) => receipts::run(cmd),
         Command::Run(args) => runtime.block_on(run::run(args)),
-        Command::Tasks(cmd) => tasks::run(cmd),
+        Command::Tasks(cmd) => runtime.block_on(tasks::run(cmd)),
+        Command::Show(args) => show::show(args),
+        Command::Grade(args) => runtime.block_on(show::grade(args)),
         Command::Dataset(cmd) => dataset::run(cmd),
+        Command::Curate(args) => runtime.block_on(curate::run(args)),
         Command::Crucible(cmd) => runtime.block_on(crucible::run(cmd)),
+        Command::Scaffold(cmd) => scaffold::run(cmd),
+        Command::Search(cmd) => runtime.block_on(search::run(cmd)),
     }
+}
+
+/// The layered configuration of the daily CLI (REPL, daemon, thin client).
+fn daily_config(
+    model: &Option<String>,
+    effort: &Option<String>,
+) -> anyhow::Result<geode_runtime::config::Config> {
+    let mut flags = Vec::new();
+    if let Some(m) = model {
+        flags.push(("model".to_string(), m.clone()));
+    }
+    if let Some(e) = effort {
+        flags.push(("effort".to_string(), e.clone()));
+    }
+    let cwd = std::env::current_dir()?;
+    let layers = geode_runtime::config::Layers::discover(flags, &cwd, &exec::geode_home());
+    Ok(geode_runtime::config::Config::resolve(&layers)?)
+}
+
+/// `geode` alone: the thin client when asked or when a daemon answers, else the local REPL.
+async fn interactive(
+    connect: bool,
+    local: bool,
+    cfg: geode_runtime::config::Config,
+) -> anyhow::Result<ExitCode> {
+    let socket = serve::socket_path(&cfg);
+    if connect || (!local && tokio::net::UnixStream::connect(&socket).await.is_ok()) {
+        return connect::run(socket).await;
+    }
+    repl::run(cfg).await
 }

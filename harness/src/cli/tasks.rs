@@ -1,11 +1,20 @@
 //! `geode tasks`: list, hash and import task packs.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Subcommand;
+use geode_graders::{TaskTrials, ValidityReport};
 use geode_harness::pack::TaskPack;
+use geode_harness::rollout::job::{CONFIG_SCHEMA, RunConfig, start_run};
+use geode_harness::store::RunStore;
 use geode_harness::tb1::import_tb1;
+use geode_runtime::scaffold::Scaffold;
+use tokio_util::sync::CancellationToken;
+
+use super::progress::Progress;
 
 #[derive(Debug, Subcommand)]
 pub enum TasksCommand {
@@ -20,9 +29,20 @@ pub enum TasksCommand {
     },
     /// Convert Terminal-Bench 1 tasks (task.yaml, solution.sh, run-tests.sh) to Harbor layout.
     ImportTb1 { src: PathBuf, dest: PathBuf },
+    /// Run the oracle and nop K times per task and flag tasks the oracle cannot pass, tasks nop
+    /// passes and flaky tasks; writes a validity report (exit 1 when any task is flagged).
+    Validate {
+        pack: PathBuf,
+        #[arg(short = 'k', long, default_value_t = 1)]
+        trials: u32,
+        #[arg(short = 'n', long, default_value_t = 1)]
+        concurrency: usize,
+        #[arg(long, default_value = "jobs")]
+        jobs_dir: PathBuf,
+    },
 }
 
-pub fn run(cmd: TasksCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: TasksCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         TasksCommand::List { pack } => {
             let pack = TaskPack::load(&pack)?;
@@ -50,6 +70,12 @@ pub fn run(cmd: TasksCommand) -> anyhow::Result<ExitCode> {
             );
             report_broken(&pack)
         }
+        TasksCommand::Validate {
+            pack,
+            trials,
+            concurrency,
+            jobs_dir,
+        } => validate(&pack, trials, concurrency, &jobs_dir).await,
         TasksCommand::ImportTb1 { src, dest } => {
             for dir in import_tb1(&src, &dest)? {
                 println!("{}", dir.display());
@@ -57,6 +83,66 @@ pub fn run(cmd: TasksCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// One oracle run and one nop run of the pack, folded into a validity report.
+async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Result<ExitCode> {
+    let pack_dir = std::fs::canonicalize(pack)?;
+    let backend = super::backends::make("sandbox", false, jobs_dir)?;
+    let mut per_task: BTreeMap<String, TaskTrials> = BTreeMap::new();
+    for model in ["oracle", "nop"] {
+        let config = RunConfig {
+            schema: CONFIG_SCHEMA.into(),
+            pack: pack_dir.clone(),
+            model: model.into(),
+            attempts: k,
+            concurrency: n.max(1),
+            seed: 0,
+            tasks_glob: None,
+            timeout_multiplier: 1.0,
+            backend: "sandbox".into(),
+            max_infra_retries: 1,
+            scaffold: Scaffold::default(),
+        };
+        let outcome = start_run(
+            config,
+            jobs_dir,
+            backend.clone(),
+            Arc::new(Progress::new()),
+            CancellationToken::new(),
+        )
+        .await?;
+        let store = RunStore::open(&jobs_dir.join("geode.db"))?;
+        for t in store.trials(&outcome.run_id)? {
+            let entry = per_task
+                .entry(t.task_id.clone())
+                .or_insert_with(|| TaskTrials {
+                    task: t.task_id.clone(),
+                    oracle: Vec::new(),
+                    nop: Vec::new(),
+                });
+            let reward = (!t.outcome.is_infrastructure()).then(|| t.reward.unwrap_or(0.0));
+            if model == "oracle" {
+                entry.oracle.push(reward);
+            } else {
+                entry.nop.push(reward);
+            }
+        }
+    }
+    let tasks: Vec<TaskTrials> = per_task.into_values().collect();
+    let report = ValidityReport::build(pack_dir.display().to_string(), k as usize, &tasks);
+    let path = jobs_dir.join(format!(
+        "validity-{}.json",
+        chrono::Utc::now().format("%Y-%m-%d__%H-%M-%S")
+    ));
+    std::fs::write(&path, report.to_json())?;
+    print!("{}", report.render_text());
+    println!("report {}", path.display());
+    Ok(if report.all_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn report_broken(pack: &TaskPack) -> anyhow::Result<ExitCode> {

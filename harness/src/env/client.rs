@@ -23,7 +23,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bytes of the server's stderr kept for error messages.
 const STDERR_TAIL: usize = 4096;
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>>;
+/// Calls waiting for their reply. `None` once the server's output has ended: a call submitted
+/// after that must fail at once instead of waiting for a reply that can never come.
+type Pending = Arc<Mutex<Option<HashMap<u64, oneshot::Sender<Reply>>>>>;
 
 #[derive(Debug)]
 pub(crate) struct ServerClient {
@@ -79,9 +81,11 @@ impl ServerClient {
                 }
             }
         });
-        let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+        let pending: Pending = Arc::new(Mutex::new(Some(HashMap::new())));
         let (ready_tx, ready_rx) = oneshot::channel();
-        lock(&pending).insert(0, ready_tx);
+        if let Some(map) = lock(&pending).as_mut() {
+            map.insert(0, ready_tx);
+        }
         tokio::spawn(read_replies(BufReader::new(stdout), Arc::clone(&pending)));
         let tail = || lock(&stderr_tail).iter().copied().collect::<Vec<u8>>();
         let ready = match tokio::time::timeout(READY_TIMEOUT, ready_rx).await {
@@ -136,9 +140,14 @@ impl ServerClient {
             source: std::io::Error::other(e),
         })?;
         let (tx, rx) = oneshot::channel();
-        lock(&self.pending).insert(id, tx);
+        match lock(&self.pending).as_mut() {
+            Some(map) => map.insert(id, tx),
+            None => return Err(self.lost()),
+        };
         if self.lines.send(line).is_err() {
-            lock(&self.pending).remove(&id);
+            if let Some(map) = lock(&self.pending).as_mut() {
+                map.remove(&id);
+            }
             return Err(self.lost());
         }
         Ok((id, rx))
@@ -232,12 +241,12 @@ async fn read_replies<R: tokio::io::AsyncBufRead + Unpin>(mut out: R, pending: P
             tracing::warn!(line = line.trim(), "unparsable sandbox reply");
             continue;
         };
-        if let Some(tx) = lock(&pending).remove(&resp.id) {
+        if let Some(tx) = lock(&pending).as_mut().and_then(|m| m.remove(&resp.id)) {
             let _ = tx.send(resp.reply);
         }
     }
     // Dropping the senders wakes every waiting call with "lost".
-    lock(&pending).clear();
+    lock(&pending).take();
 }
 
 async fn keep_tail<R: tokio::io::AsyncRead + Unpin>(mut err: R, tail: Arc<Mutex<VecDeque<u8>>>) {

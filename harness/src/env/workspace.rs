@@ -5,12 +5,13 @@
 //! a symlink planted by a command cannot lead a file tool out of the work directory. Writes by
 //! commands land in the trial's own layer wherever they go, never on the host.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use geode_runtime::tools::workspace::{
     DirEntryInfo, ExecOutput, ExecRequest, ScopeViolation, Workspace, WorkspaceError,
+    resolve_lexically,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -74,58 +75,15 @@ impl SandboxWorkspace {
     }
 }
 
-/// Lexically normalise `path` against `root`; `None` when `..` climbs out of the root.
-fn normalise(root: &Path, path: &Path) -> Option<PathBuf> {
-    let mut out = if path.is_absolute() {
-        PathBuf::from("/")
-    } else {
-        root.to_path_buf()
-    };
-    let floor = out.components().count();
-    for comp in path.components() {
-        match comp {
-            Component::Prefix(_) | Component::RootDir | Component::CurDir => {}
-            Component::ParentDir => {
-                if out.components().count() <= floor.max(1) {
-                    return None;
-                }
-                out.pop();
-            }
-            Component::Normal(name) => out.push(name),
-        }
-    }
-    Some(out)
-}
-
 #[async_trait]
 impl Workspace for SandboxWorkspace {
     fn root(&self) -> &Path {
         &self.root
     }
 
+    /// Lexical only: the agent re-checks symlinks inside the sandbox on every file operation.
     fn resolve(&self, path: &str) -> Result<PathBuf, ScopeViolation> {
-        let violation = |why: &str| ScopeViolation {
-            path: path.to_string(),
-            why: why.to_string(),
-        };
-        if path.is_empty() {
-            return Err(violation("the path is empty"));
-        }
-        if path.contains('\0') {
-            return Err(violation("the path contains a NUL byte"));
-        }
-        let given = Path::new(path);
-        let Some(lexical) = normalise(&self.root, given) else {
-            return Err(violation("`..` climbs above the workspace root"));
-        };
-        if !lexical.starts_with(&self.root) {
-            return Err(violation(if given.is_absolute() {
-                "absolute paths must lie inside the workspace root"
-            } else {
-                "`..` climbs above the workspace root"
-            }));
-        }
-        Ok(lexical)
+        resolve_lexically(&self.root, path)
     }
 
     async fn read_file(&self, path: &Path) -> Result<Vec<u8>, WorkspaceError> {
@@ -213,25 +171,5 @@ impl Workspace for SandboxWorkspace {
             Err(EnvError::Io { source, .. }) => Err(WorkspaceError::Spawn(source)),
             Err(e) => Err(WorkspaceError::Spawn(std::io::Error::other(e.to_string()))),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::normalise;
-    use std::path::{Path, PathBuf};
-
-    #[test]
-    fn lexical_scope() {
-        let root = Path::new("/app");
-        assert_eq!(
-            normalise(root, Path::new("a/../b")),
-            Some(PathBuf::from("/app/b"))
-        );
-        assert_eq!(normalise(root, Path::new("..")), None);
-        assert_eq!(
-            normalise(root, Path::new("/etc/x")),
-            Some(PathBuf::from("/etc/x"))
-        );
     }
 }

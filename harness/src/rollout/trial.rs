@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use geode_crucible::IntegritySignals;
-use geode_graders::{RewardError, TrialOutcome, read_rewards};
+use geode_graders::{GradeInput, TestScriptGrader, TrialOutcome, Validity, write_grade};
 use geode_runtime::agent::TerminationReason;
 use geode_runtime::model::Model;
 use geode_runtime::model::embedded::OracleModel;
@@ -244,20 +244,20 @@ async fn agent_then_verify(
     let verified = verify(plan, sandbox, rec).await;
     rec.phases
         .insert("verifier".into(), t.elapsed().as_secs_f64());
-    let rewards = match verified {
+    let (reward, rewards) = match verified {
         Ok(r) => r,
         Err(ending) => return ending,
     };
     let outcome = match agent {
         AgentEnd::TimedOut => TrialOutcome::AgentTimeout,
         AgentEnd::Errored => TrialOutcome::AgentError,
-        _ if rewards.primary >= 1.0 => TrialOutcome::Passed,
+        _ if reward >= geode_graders::PASS_THRESHOLD => TrialOutcome::Passed,
         _ => TrialOutcome::Failed,
     };
     Ending {
         outcome,
-        reward: Some(rewards.primary),
-        rewards: rewards.all,
+        reward: Some(reward),
+        rewards,
         exception: match agent {
             AgentEnd::TimedOut => Some(("AgentTimeoutError".into(), "agent timed out".into())),
             AgentEnd::Errored => Some(("AgentError".into(), "the model call failed".into())),
@@ -412,7 +412,7 @@ async fn verify(
     plan: &TrialPlan,
     sandbox: &dyn Sandbox,
     rec: &mut Record,
-) -> Result<geode_graders::Rewards, Ending> {
+) -> Result<(f64, BTreeMap<String, f64>), Ending> {
     let infra = |o, class: &str, e: String| Ending::infra(o, class, e);
     sandbox
         .kill_all_processes()
@@ -434,6 +434,16 @@ async fn verify(
             TrialOutcome::SandboxLost,
             "SandboxError",
             e.to_string(),
+        ));
+    }
+    if !plan.task.has_test_script() {
+        return Err(infra(
+            TrialOutcome::VerifierCrashed,
+            "VerifierError",
+            format!(
+                "{} is missing",
+                plan.task.tests_dir().join("test.sh").display()
+            ),
         ));
     }
     let tests = plan.task.tests_dir();
@@ -476,18 +486,26 @@ async fn verify(
             format!("tests/test.sh ran past {}s", timeout.as_secs()),
         ));
     }
-    read_rewards(&verifier_dir).map_err(|e| match e {
-        RewardError::Missing { .. } => infra(
+    // The grader reads what the verifier left (reward file, CTRF/JUnit/stdout checks) and keeps
+    // it beside the trial as grade.json, so `geode show` and re-grades need no sandbox.
+    let input = GradeInput::from_trial_dir(&plan.trial_dir, Some(&plan.task.dir));
+    let grade = TestScriptGrader.grade_dir(&input);
+    if let Err(e) = write_grade(&plan.trial_dir, &grade) {
+        rec.notes.push(format!("could not write the grade: {e}"));
+    }
+    match (grade.validity(), grade.rewards()) {
+        (Validity::Valid, Some(r)) => Ok((r.primary(), r.all().clone())),
+        (Validity::Invalid(cause), _) => Err(infra(
+            cause.class(),
+            "VerifierResultError",
+            cause.reason().to_string(),
+        )),
+        (Validity::Valid, None) => Err(infra(
             TrialOutcome::RewardMissing,
             "RewardFileNotFoundError",
-            e.to_string(),
-        ),
-        RewardError::Malformed { .. } => infra(
-            TrialOutcome::RewardMalformed,
-            "RewardFileMalformedError",
-            e.to_string(),
-        ),
-    })
+            "the grade has no reward".to_string(),
+        )),
+    }
 }
 
 fn clear_dir(dir: &Path) -> std::io::Result<()> {

@@ -1,3 +1,5 @@
+mod curate;
 mod datasets;
 mod pack;
 mod sandbox;
+mod search;

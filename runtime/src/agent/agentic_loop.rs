@@ -127,6 +127,22 @@ impl AgenticLoop {
         self.session_usage
     }
 
+    /// Hash of the system prompt of the last model call (recorded per turn by drivers and in
+    /// the checkpoint), `None` before the first call.
+    pub fn system_prompt_hash(&self) -> Option<&str> {
+        self.last_system_hash.as_deref()
+    }
+
+    /// The model route id this session calls.
+    pub fn model_id(&self) -> &str {
+        self.p.model.id()
+    }
+
+    /// Turns started so far.
+    pub fn turns(&self) -> u32 {
+        self.turn_number
+    }
+
     /// The guards' counters (persisted in the checkpoint).
     pub fn guard_counters(&self) -> &super::guards::GuardCounters {
         &self.guards.counters

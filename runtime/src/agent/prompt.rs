@@ -31,6 +31,128 @@ pub fn prompt_hash(prompt: &str) -> String {
     hex::encode(Sha256::digest(prompt.as_bytes()))
 }
 
+/// The project files a session's system prompt is declared to include, beyond the scaffold:
+/// chosen `## ` sections of `GEODE.md`, every `*.md` of the rules directory (sorted by name),
+/// and the project memory file. Missing files contribute nothing; paths are relative to the
+/// workspace root.
+#[derive(Debug, Clone, Default)]
+pub struct DeclaredSources {
+    /// `## ` headings of GEODE.md to keep; empty keeps the whole file.
+    pub geode_md_sections: Vec<String>,
+    pub rules_dir: Option<std::path::PathBuf>,
+    pub memory_file: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PromptSourceError {
+    #[error("cannot read prompt source {path}: {source}")]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("GEODE.md has no section(s) {missing:?} (it has {present:?})")]
+    MissingSections {
+        missing: Vec<String>,
+        present: Vec<String>,
+    },
+}
+
+fn read_optional(path: &std::path::Path) -> Result<Option<String>, PromptSourceError> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(PromptSourceError::Read {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// The `## ` sections of a markdown text, by heading, in order (text before the first heading
+/// is dropped when sections are chosen).
+fn markdown_sections(text: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        if let Some(h) = line.strip_prefix("## ") {
+            out.push((h.trim().to_string(), format!("{line}\n")));
+        } else if let Some((_, body)) = out.last_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    out
+}
+
+/// Load the declared sources under `root` as system-prompt sections, each labelled with its
+/// origin so the model (and a reader of the prompt) can tell them apart. A chosen GEODE.md
+/// section that does not exist is an error: a silently empty prompt is worse.
+pub fn load_declared_sections(
+    root: &std::path::Path,
+    decl: &DeclaredSources,
+) -> Result<Vec<String>, PromptSourceError> {
+    let mut out = Vec::new();
+    if let Some(text) = read_optional(&root.join("GEODE.md"))? {
+        let body = if decl.geode_md_sections.is_empty() {
+            text.trim_end().to_string()
+        } else {
+            let sections = markdown_sections(&text);
+            let missing: Vec<String> = decl
+                .geode_md_sections
+                .iter()
+                .filter(|w| !sections.iter().any(|(h, _)| h == *w))
+                .cloned()
+                .collect();
+            if !missing.is_empty() {
+                return Err(PromptSourceError::MissingSections {
+                    missing,
+                    present: sections.into_iter().map(|(h, _)| h).collect(),
+                });
+            }
+            sections
+                .into_iter()
+                .filter(|(h, _)| decl.geode_md_sections.contains(h))
+                .map(|(_, b)| b)
+                .collect::<String>()
+                .trim_end()
+                .to_string()
+        };
+        out.push(format!(
+            "<project_instructions source=\"GEODE.md\">\n{body}\n</project_instructions>"
+        ));
+    }
+    if let Some(dir) = &decl.rules_dir {
+        let dir = root.join(dir);
+        let mut files: Vec<std::path::PathBuf> = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "md"))
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(source) => return Err(PromptSourceError::Read { path: dir, source }),
+        };
+        files.sort();
+        for f in files {
+            if let Some(text) = read_optional(&f)? {
+                let name = f.file_name().map(|n| n.to_string_lossy().into_owned());
+                out.push(format!(
+                    "<rule source=\"{}\">\n{}\n</rule>",
+                    name.unwrap_or_default(),
+                    text.trim_end()
+                ));
+            }
+        }
+    }
+    if let Some(mem) = &decl.memory_file
+        && let Some(text) = read_optional(&root.join(mem))?
+    {
+        out.push(format!(
+            "<project_memory>\n{}\n</project_memory>",
+            text.trim_end()
+        ));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,5 +171,38 @@ mod tests {
             p.starts_with("static\n\n<dynamic_context>\ndate: 2026-11-30\nPlan: x\nbe brief\n")
         );
         assert_eq!(prompt_hash(&p).len(), 64);
+    }
+
+    #[test]
+    fn declared_sources_pick_sections_rules_and_memory() {
+        #![allow(clippy::unwrap_used)]
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(
+            root.join("GEODE.md"),
+            "intro\n## Build\ncargo build\n## Secrets\nnone here\n## Style\nshort\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join(".geode/rules")).unwrap();
+        std::fs::write(root.join(".geode/rules/b.md"), "rule b\n").unwrap();
+        std::fs::write(root.join(".geode/rules/a.md"), "rule a\n").unwrap();
+        std::fs::write(root.join(".geode/rules/skip.txt"), "no").unwrap();
+        std::fs::write(root.join(".geode/MEMORY.md"), "remember x").unwrap();
+        let decl = DeclaredSources {
+            geode_md_sections: vec!["Build".into(), "Style".into()],
+            rules_dir: Some(".geode/rules".into()),
+            memory_file: Some(".geode/MEMORY.md".into()),
+        };
+        let s = load_declared_sections(root, &decl).unwrap();
+        assert_eq!(s.len(), 4, "{s:?}");
+        assert!(s[0].contains("cargo build") && s[0].contains("short"));
+        assert!(!s[0].contains("none here") && !s[0].contains("intro"));
+        assert!(s[1].contains("rule a") && s[2].contains("rule b"));
+        assert!(s[3].contains("remember x"));
+        let bad = DeclaredSources {
+            geode_md_sections: vec!["Nope".into()],
+            ..DeclaredSources::default()
+        };
+        assert!(load_declared_sections(root, &bad).is_err());
     }
 }

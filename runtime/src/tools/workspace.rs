@@ -146,6 +146,34 @@ impl LocalWorkspace {
     }
 }
 
+/// The lexical half of `Workspace::resolve`, shared by every implementation: refuses empty
+/// paths, NUL bytes, `..` escapes and absolute paths outside `root`. Symlinks are each
+/// implementation's to check, since they live where its files live.
+pub fn resolve_lexically(root: &Path, path: &str) -> Result<PathBuf, ScopeViolation> {
+    let violation = |why: &str| ScopeViolation {
+        path: path.to_string(),
+        why: why.to_string(),
+    };
+    if path.is_empty() {
+        return Err(violation("the path is empty"));
+    }
+    if path.contains('\0') {
+        return Err(violation("the path contains a NUL byte"));
+    }
+    let given = Path::new(path);
+    let Some(lexical) = normalise(root, given) else {
+        return Err(violation("`..` climbs above the workspace root"));
+    };
+    if !lexical.starts_with(root) {
+        return Err(violation(if given.is_absolute() {
+            "absolute paths must lie inside the workspace root"
+        } else {
+            "`..` climbs above the workspace root"
+        }));
+    }
+    Ok(lexical)
+}
+
 /// Lexically normalise `path` against `root`; `None` when `..` climbs out of the root.
 fn normalise(root: &Path, path: &Path) -> Option<PathBuf> {
     use std::path::Component;
@@ -299,27 +327,7 @@ impl Workspace for LocalWorkspace {
     }
 
     fn resolve(&self, path: &str) -> Result<PathBuf, ScopeViolation> {
-        let violation = |why: &str| ScopeViolation {
-            path: path.to_string(),
-            why: why.to_string(),
-        };
-        if path.is_empty() {
-            return Err(violation("the path is empty"));
-        }
-        if path.contains('\0') {
-            return Err(violation("the path contains a NUL byte"));
-        }
-        let given = Path::new(path);
-        let Some(lexical) = normalise(&self.root, given) else {
-            return Err(violation("`..` climbs above the workspace root"));
-        };
-        if !lexical.starts_with(&self.root) {
-            return Err(violation(if given.is_absolute() {
-                "absolute paths must lie inside the workspace root"
-            } else {
-                "`..` climbs above the workspace root"
-            }));
-        }
+        let lexical = resolve_lexically(&self.root, path)?;
         self.canonical(path, &lexical)
     }
 
@@ -443,5 +451,26 @@ impl Workspace for LocalWorkspace {
             truncated,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lexical_scope_needs_no_filesystem() {
+        let root = Path::new("/app");
+        assert_eq!(
+            resolve_lexically(root, "a/../b").unwrap(),
+            PathBuf::from("/app/b")
+        );
+        assert_eq!(
+            resolve_lexically(root, "/app/x/y").unwrap(),
+            PathBuf::from("/app/x/y")
+        );
+        for bad in ["..", "a/../../b", "/etc/x", "", "a\0b"] {
+            assert!(resolve_lexically(root, bad).is_err(), "{bad:?}");
+        }
     }
 }

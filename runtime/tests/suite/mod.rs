@@ -4,6 +4,7 @@ mod common;
 mod durable;
 mod durable_fuzz;
 mod durable_store;
+mod ipc;
 mod loopback;
 mod pipeline;
 mod providers;

@@ -6,6 +6,8 @@
 //! receipts and an evidence ledger (agent/durable.rs). `resume_session` is the one restore
 //! path back into such a session.
 
+pub mod lanes;
+
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc::UnboundedSender;

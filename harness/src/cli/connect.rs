@@ -1,0 +1,219 @@
+//! The thin client: renders a session served over the IPC protocol. `geode --connect` talks to
+//! the daemon's socket; the REPL (repl.rs) talks to an in-process server through the same code,
+//! so both look and behave the same.
+//!
+//! Input comes from a line-editing thread (rustyline: editing and history on a terminal, plain
+//! lines when stdin is a pipe). Ctrl-C during a turn cancels the turn, not the program; at an
+//! approval prompt it answers "n"; at the main prompt it clears the line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use geode_runtime::server::protocol::{ClientMessage, ServerMessage, encode};
+use rustyline::error::ReadlineError;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+
+use super::exec::geode_home;
+
+/// What the input thread read.
+enum Input {
+    Line(String),
+    Interrupted,
+    Eof,
+}
+
+type InputRequest = (String, oneshot::Sender<Input>);
+
+/// A line-editing thread; each request shows a prompt and answers with one line.
+pub struct LineInput {
+    tx: mpsc::UnboundedSender<InputRequest>,
+}
+
+impl LineInput {
+    pub fn start() -> anyhow::Result<Self> {
+        let (tx, mut rx) = mpsc::unbounded_channel::<InputRequest>();
+        let mut editor = rustyline::DefaultEditor::new().context("starting the line editor")?;
+        let history = geode_home().join("history");
+        let _ = editor.load_history(&history);
+        std::thread::spawn(move || {
+            while let Some((prompt, reply)) = rx.blocking_recv() {
+                let input = match editor.readline(&prompt) {
+                    Ok(line) => {
+                        if !line.trim().is_empty() && !prompt.contains("[y/n/a]") {
+                            let _ = editor.add_history_entry(line.as_str());
+                            let _ = editor.append_history(&history);
+                        }
+                        Input::Line(line)
+                    }
+                    Err(ReadlineError::Interrupted) => Input::Interrupted,
+                    Err(_) => Input::Eof,
+                };
+                if reply.send(input).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(LineInput { tx })
+    }
+
+    async fn read(&self, prompt: &str) -> Input {
+        let (tx, rx) = oneshot::channel();
+        if self.tx.send((prompt.to_string(), tx)).is_err() {
+            return Input::Eof;
+        }
+        rx.await.unwrap_or(Input::Eof)
+    }
+}
+
+async fn send<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ClientMessage) -> anyhow::Result<()> {
+    wr.write_all(encode(msg).as_bytes()).await?;
+    wr.flush().await?;
+    Ok(())
+}
+
+/// Drive one session: prompts and slash commands in, rendered output out.
+pub async fn drive<R, W>(rd: R, mut wr: W, input: &LineInput) -> anyhow::Result<ExitCode>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut lines = BufReader::new(rd).lines();
+    send(
+        &mut wr,
+        &ClientMessage::ClientCapability {
+            approvals: true,
+            version: Some(env!("CARGO_PKG_VERSION").into()),
+        },
+    )
+    .await?;
+    // `waiting`: a prompt or command was sent and its answer has not arrived yet.
+    let mut waiting = true;
+    loop {
+        if !waiting {
+            let text = match input.read("geode> ").await {
+                Input::Line(l) => l,
+                Input::Interrupted => continue,
+                Input::Eof => "/quit".into(),
+            };
+            let text = text.trim();
+            if text.is_empty() {
+                continue;
+            }
+            if let Some(cmd) = text.strip_prefix('/') {
+                let (name, args) = cmd.split_once(' ').unwrap_or((cmd, ""));
+                if name == "quit" || name == "exit" {
+                    send(&mut wr, &ClientMessage::Exit).await?;
+                    return Ok(ExitCode::SUCCESS);
+                }
+                let msg = ClientMessage::Command {
+                    name: name.into(),
+                    args: args.trim().into(),
+                };
+                send(&mut wr, &msg).await?;
+            } else {
+                send(&mut wr, &ClientMessage::Prompt { text: text.into() }).await?;
+            }
+            waiting = true;
+        }
+        let line = tokio::select! {
+            l = lines.next_line() => l?,
+            _ = tokio::signal::ctrl_c() => {
+                println!("^C cancelling the turn");
+                send(&mut wr, &ClientMessage::Cancel).await?;
+                continue;
+            }
+        };
+        let Some(line) = line else {
+            println!("geode: the session closed");
+            return Ok(ExitCode::from(1));
+        };
+        let msg: ServerMessage = match serde_json::from_str(&line) {
+            Ok(m) => m,
+            Err(e) => {
+                println!("geode: unreadable message ({e}): {line}");
+                continue;
+            }
+        };
+        match msg {
+            ServerMessage::Session {
+                session_id, model, ..
+            } => {
+                println!("geode: session {session_id} (model {model}); /help for commands");
+                waiting = false;
+            }
+            ServerMessage::Stream { text } => println!("{text}"),
+            ServerMessage::ToolStart { tool, input, .. } => println!("  > {tool} {input}"),
+            ServerMessage::ToolEnd {
+                tool,
+                outcome,
+                is_error,
+                ..
+            } => println!(
+                "  < {tool} {outcome}{}",
+                if is_error { " (error)" } else { "" }
+            ),
+            ServerMessage::ApprovalRequest {
+                approval_id,
+                tool_name,
+                detail,
+                safety_level,
+            } => {
+                let prompt = format!("Allow {tool_name} ({safety_level}) {detail}? [y/n/a] ");
+                let decision = loop {
+                    match input.read(&prompt).await {
+                        Input::Line(l) => match l.trim().to_ascii_lowercase().as_str() {
+                            d @ ("y" | "n" | "a") => break d.to_string(),
+                            _ => println!("answer y (yes), n (no) or a (always for {tool_name})"),
+                        },
+                        Input::Interrupted | Input::Eof => break "n".to_string(),
+                    }
+                };
+                let msg = ClientMessage::ApprovalResponse {
+                    approval_id,
+                    decision,
+                };
+                send(&mut wr, &msg).await?;
+            }
+            ServerMessage::ApprovalTimeout { .. } => {
+                println!("geode: no answer in time: the call was denied")
+            }
+            ServerMessage::Result {
+                termination,
+                rounds,
+                tool_calls,
+                ..
+            } => {
+                println!("-- {termination}, {rounds} rounds, {tool_calls} tool calls");
+                waiting = false;
+            }
+            ServerMessage::CommandResult { text, .. } => {
+                println!("{text}");
+                waiting = false;
+            }
+            ServerMessage::Error {
+                message,
+                ends_request,
+            } => {
+                println!("geode: {message}");
+                if ends_request {
+                    waiting = false;
+                }
+            }
+            ServerMessage::RoundStart { .. }
+            | ServerMessage::Tokens { .. }
+            | ServerMessage::TurnEnd { .. } => {}
+        }
+    }
+}
+
+/// `geode --connect`: the daemon on `socket`.
+pub async fn run(socket: PathBuf) -> anyhow::Result<ExitCode> {
+    let stream = tokio::net::UnixStream::connect(&socket)
+        .await
+        .with_context(|| format!("no geode daemon answers on {}", socket.display()))?;
+    let (rd, wr) = stream.into_split();
+    let input = LineInput::start()?;
+    drive(rd, wr, &input).await
+}

@@ -1,0 +1,250 @@
+//! `geode dataset`: privacy scan, releases and their verification, split isolation.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use geode_harness::datasets::allowlist::Allowlist;
+use geode_harness::datasets::minhash::MinHashParams;
+use geode_harness::datasets::privacy::{Disposition, Scanner, Waivers, review};
+use geode_harness::datasets::release::{ReleaseRequest, release, verify};
+use geode_harness::datasets::split::{Ratios, check_splits, load_splits, split_pack};
+use geode_harness::datasets::write_new_json;
+use geode_harness::pack::TaskPack;
+
+#[derive(Debug, Subcommand)]
+pub enum DatasetCommand {
+    /// Privacy review of a pack (and trajectories): list findings; exit 1 on any open one.
+    Scan {
+        pack: PathBuf,
+        /// Waiver file (geode.waivers.v1); default datasets/waivers/PACKNAME.toml if present.
+        #[arg(long)]
+        waivers: Option<PathBuf>,
+        /// Folders of trajectories to scan as well.
+        #[arg(long = "trajectories")]
+        trajectories: Vec<PathBuf>,
+    },
+    /// Write an immutable, content-addressed release of a pack.
+    Release {
+        pack: PathBuf,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        version: String,
+        #[arg(long, default_value = "datasets/releases")]
+        out: PathBuf,
+        /// SPDX license of the released tasks.
+        #[arg(long, default_value = "Apache-2.0")]
+        license: String,
+        /// The pack's origin (default: builtin:NAME for tasks/NAME, else path:DIR).
+        #[arg(long)]
+        origin: Option<String>,
+        /// Allowlist (geode.allowlist.v1); default datasets/allowlist.toml if present, else
+        /// builtin:* only.
+        #[arg(long)]
+        allowlist: Option<PathBuf>,
+        #[arg(long)]
+        waivers: Option<PathBuf>,
+        #[arg(long = "trajectories")]
+        trajectories: Vec<PathBuf>,
+        /// A parent release folder (lineage); repeatable.
+        #[arg(long = "parent")]
+        parents: Vec<PathBuf>,
+        /// A transformation applied since the parents (lineage); repeatable.
+        #[arg(long = "transform")]
+        transformations: Vec<String>,
+    },
+    /// Re-hash a release; exit 1 naming each changed task and file.
+    Verify { release: PathBuf },
+    /// Split a pack into train / holdout / test, isolating near-duplicates.
+    Split {
+        pack: PathBuf,
+        #[arg(long, default_value_t = 0.6)]
+        train: f64,
+        #[arg(long, default_value_t = 0.2)]
+        holdout: f64,
+        #[arg(long, default_value_t = 0.2)]
+        test: f64,
+        #[arg(long)]
+        seed: u64,
+        /// Estimated Jaccard at or above which tasks are near-duplicates.
+        #[arg(long, default_value_t = 0.6)]
+        threshold: f64,
+        /// Write the splits file here (never replaced); default: stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Check a splits file; exit 1 listing every leak across splits.
+    CheckSplits { splits: PathBuf },
+}
+
+fn default_waivers(pack: &Path, explicit: Option<PathBuf>) -> anyhow::Result<Waivers> {
+    let name = std::fs::canonicalize(pack)?
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let path = explicit.or_else(|| {
+        let p = PathBuf::from(format!("datasets/waivers/{name}.toml"));
+        p.is_file().then_some(p)
+    });
+    Ok(match path {
+        Some(p) => Waivers::load(&p)?,
+        None => Waivers::default(),
+    })
+}
+
+pub fn run(cmd: DatasetCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        DatasetCommand::Scan {
+            pack,
+            waivers,
+            trajectories,
+        } => {
+            let waivers = default_waivers(&pack, waivers)?;
+            let loaded = TaskPack::load(&pack)?;
+            let mut scopes: Vec<(String, &Path)> = loaded
+                .tasks
+                .iter()
+                .map(|t| (t.id.clone(), t.dir.as_path()))
+                .collect();
+            for t in &trajectories {
+                scopes.push((format!("trajectory:{}", t.display()), t.as_path()));
+            }
+            let r = review(&Scanner::new()?, &scopes, &waivers)?;
+            for f in &r.findings {
+                let d = match &f.disposition {
+                    Disposition::Open => "OPEN".to_string(),
+                    Disposition::Policy(why) => format!("policy: {why}"),
+                    Disposition::Waived(why) => format!("waived: {why}"),
+                };
+                let g = &f.finding;
+                println!(
+                    "{} {:<15} {}:{}:{} {}  [{}]",
+                    g.fingerprint, g.rule, g.scope, g.file, g.line, g.excerpt, d
+                );
+            }
+            for w in &r.unused_waivers {
+                eprintln!("warning: waiver {w} matches no finding (stale)");
+            }
+            let open = r.open().len();
+            println!(
+                "{} files scanned, {} findings, {} open",
+                r.files_scanned,
+                r.findings.len(),
+                open
+            );
+            Ok(if open == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        DatasetCommand::Release {
+            pack,
+            name,
+            version,
+            out,
+            license,
+            origin,
+            allowlist,
+            waivers,
+            trajectories,
+            parents,
+            transformations,
+        } => {
+            let allowlist_path = allowlist.or_else(|| {
+                let p = PathBuf::from("datasets/allowlist.toml");
+                p.is_file().then_some(p)
+            });
+            let allowlist = match allowlist_path {
+                Some(p) => Allowlist::load(&p)?,
+                None => Allowlist::default(),
+            };
+            let req = ReleaseRequest {
+                pack: &pack,
+                name: &name,
+                version: &version,
+                out: &out,
+                license: &license,
+                origin: origin.as_deref(),
+                allowlist,
+                waivers: default_waivers(&pack, waivers)?,
+                trajectories,
+                parents,
+                transformations,
+                created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            };
+            let (dir, manifest) = release(&req)?;
+            println!(
+                "released {} {} ({} tasks) at {}\nrelease_id {}\npack_hash {}",
+                manifest.name,
+                manifest.version,
+                manifest.tasks.len(),
+                dir.display(),
+                manifest.release_id,
+                manifest.pack_hash
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        DatasetCommand::Verify { release } => {
+            let (manifest, problems) = verify(&release)?;
+            if problems.is_empty() {
+                println!(
+                    "ok: {} {} ({} tasks), release_id {}",
+                    manifest.name,
+                    manifest.version,
+                    manifest.tasks.len(),
+                    manifest.release_id
+                );
+                Ok(ExitCode::SUCCESS)
+            } else {
+                for p in &problems {
+                    println!("FAIL {p}");
+                }
+                Ok(ExitCode::FAILURE)
+            }
+        }
+        DatasetCommand::Split {
+            pack,
+            train,
+            holdout,
+            test,
+            seed,
+            threshold,
+            out,
+        } => {
+            let params = MinHashParams {
+                threshold,
+                ..MinHashParams::default()
+            };
+            let ratios = Ratios {
+                train,
+                holdout,
+                test,
+            };
+            let file = split_pack(&pack, ratios, seed, params)?;
+            for (name, list) in &file.splits {
+                eprintln!("{name}: {} tasks", list.len());
+            }
+            match out {
+                Some(path) => write_new_json(&path, &file)?,
+                None => println!("{}", serde_json::to_string_pretty(&file)?),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        DatasetCommand::CheckSplits { splits } => {
+            let file = load_splits(&splits)?;
+            let leaks = check_splits(&file);
+            if leaks.is_empty() {
+                let n: usize = file.splits.values().map(Vec::len).sum();
+                println!("ok: {n} tasks, no leak across splits");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                for l in &leaks {
+                    println!("LEAK {l}");
+                }
+                Ok(ExitCode::FAILURE)
+            }
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! `geode` without arguments: the interactive REPL. The session runs in this process behind an
+//! in-memory pipe speaking the daemon's protocol, so the REPL and `geode --connect` share one
+//! renderer (connect.rs) and one session driver (runtime server::connection).
+
+use std::process::ExitCode;
+
+use geode_runtime::config::Config;
+use geode_runtime::policy::SessionMode;
+use geode_runtime::server::connection::serve_connection;
+
+use super::connect::{LineInput, drive};
+use super::serve::shared;
+
+pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
+    let cwd = std::env::current_dir()?;
+    let shared = shared(cfg, &cwd, SessionMode::Repl)?;
+    let (client, server) = tokio::io::duplex(1 << 16);
+    let session = tokio::spawn(serve_connection(server, shared));
+    let input = LineInput::start()?;
+    let (rd, wr) = tokio::io::split(client);
+    let code = drive(rd, wr, &input).await?;
+    // The session closes (and checkpoints) once the client said exit.
+    if let Ok(Err(e)) = session.await {
+        eprintln!("geode: {e}");
+    }
+    Ok(code)
+}

@@ -1,0 +1,52 @@
+//! `geode scaffold`: show a scaffold with every default filled in, print its hash, or list the
+//! differences between two scaffolds.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use geode_harness::search::config::load_scaffold;
+use geode_harness::search::space::diff;
+
+#[derive(Debug, Subcommand)]
+pub enum ScaffoldCommand {
+    /// Print the scaffold (TOML, all fields); without FILE, the default scaffold.
+    Show {
+        file: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the scaffold's hash (SHA-256 of its canonical JSON), the fingerprint search uses.
+    Hash { file: Option<PathBuf> },
+    /// List changed fields as `path: before -> after`; exit 0 if equal, 1 if different.
+    Diff { a: PathBuf, b: PathBuf },
+}
+
+pub fn run(cmd: ScaffoldCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ScaffoldCommand::Show { file, json } => {
+            let s = load_scaffold(file.as_deref())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                print!("{}", toml::to_string(&s)?);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ScaffoldCommand::Hash { file } => {
+            println!("{}", load_scaffold(file.as_deref())?.hash());
+            Ok(ExitCode::SUCCESS)
+        }
+        ScaffoldCommand::Diff { a, b } => {
+            let d = diff(&load_scaffold(Some(&a))?, &load_scaffold(Some(&b))?);
+            for x in &d {
+                println!("{}: {} -> {}", x.path, x.before, x.after);
+            }
+            Ok(if d.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+    }
+}

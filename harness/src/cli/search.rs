@@ -1,0 +1,109 @@
+//! `geode search`: run (or resume) a scaffold search, show its progress and lineage, and
+//! promote its champion on the sealed holdout.
+//!
+//! Exit codes of `promote`: 0 KEEP (promoted), 1 REJECT or nothing to promote, 2 INVALID.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use geode_harness::search::champion::{Env, load_resolved, run_search};
+use geode_harness::search::config::SearchConfig;
+use geode_harness::search::lineage::{Lineage, table};
+use geode_harness::search::promote::promote;
+use tokio_util::sync::CancellationToken;
+
+use super::progress::Progress;
+
+#[derive(Debug, Subcommand)]
+pub enum SearchCommand {
+    /// Run a search from its configuration (`geode.search.v1`); resumes if its output exists.
+    Run(RunArgs),
+    /// Print a search's progress and its lineage table.
+    Status { out: PathBuf },
+    /// Compare the final champion with the baseline on the sealed holdout (once).
+    Promote(PromoteArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    config: PathBuf,
+    #[arg(long, default_value_t = 1.0)]
+    timeout_multiplier: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct PromoteArgs {
+    out: PathBuf,
+    #[arg(long, default_value_t = 1.0)]
+    timeout_multiplier: f64,
+}
+
+fn env(out: &Path, timeout_multiplier: f64) -> anyhow::Result<Env> {
+    // The output folder is the sandbox's jobs folder: trials never see the lineage.
+    let backend = super::backends::make("sandbox", false, out)?;
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+    Ok(Env {
+        backend,
+        observer: Arc::new(Progress::new()),
+        cancel,
+        timeout_multiplier,
+    })
+}
+
+pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        SearchCommand::Run(a) => {
+            let config = SearchConfig::load(&a.config)?;
+            let env = env(&config.out, a.timeout_multiplier)?;
+            let summary = run_search(&config, &env, &mut |l| eprintln!("search: {l}")).await?;
+            println!("{}", serde_json::to_string(&summary)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        SearchCommand::Status { out } => {
+            let r = load_resolved(&out)?;
+            let lineage = Lineage::open(&out)?;
+            let evaluated = lineage.evaluated().count();
+            let spent = lineage.spent();
+            println!(
+                "policy {:?}, model {}, {} of {} candidates evaluated, {} kept, champion {}",
+                r.config.policy,
+                r.config.model,
+                evaluated,
+                r.config.budgets.candidates,
+                lineage.evaluated().filter(|e| e.is_keep()).count(),
+                lineage.champion().map(|e| e.id.as_str()).unwrap_or("-"),
+            );
+            println!(
+                "spent: {:.0} s wall, {} tokens, ${:.4}",
+                spent.wall_seconds, spent.tokens, spent.cost_usd
+            );
+            let promotion = out.join("promotion.json");
+            if let Ok(text) = std::fs::read_to_string(&promotion) {
+                println!(
+                    "promotion: {}",
+                    text.split_whitespace().collect::<Vec<_>>().join(" ")
+                );
+            }
+            print!("{}", table(&lineage.entries));
+            Ok(ExitCode::SUCCESS)
+        }
+        SearchCommand::Promote(a) => {
+            let env = env(&a.out, a.timeout_multiplier)?;
+            let p = promote(&a.out, &env).await?;
+            println!("{}", serde_json::to_string_pretty(&p)?);
+            match p.verdict.as_deref() {
+                Some(v) => println!("promotion verdict {v}"),
+                None => println!("nothing to promote: the champion is the baseline"),
+            }
+            Ok(ExitCode::from(p.exit_code()))
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! `geode serve`: the daemon on `$GEODE_HOME/cli.sock` (or the `socket` config key). Each
+//! connection is one IPC session built by `CliFactory`; SIGTERM or Ctrl-C drains it (running
+//! turns finish, then the socket is removed).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use geode_runtime::agent::prompt::{DeclaredSources, load_declared_sections};
+use geode_runtime::config::Config;
+use geode_runtime::ids::SessionId;
+use geode_runtime::model::effort::Effort;
+use geode_runtime::model::http::RouteOptions;
+use geode_runtime::model::model_from_route;
+use geode_runtime::policy::{HitlLevel, SessionMode, SessionPolicy};
+use geode_runtime::scaffold::Scaffold;
+use geode_runtime::server::ipc::DaemonSocket;
+use geode_runtime::server::{ServerError, SessionFactory, Shared};
+use geode_runtime::session::SessionConfig;
+use geode_runtime::tools::workspace::LocalWorkspace;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+
+use super::exec::{checkpoint_root, checkpoint_settings, geode_home, open_timeline};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Seconds running turns get to finish after SIGTERM.
+    #[arg(long, default_value_t = 30)]
+    drain_timeout: u64,
+}
+
+/// The daemon socket of a configuration.
+pub fn socket_path(cfg: &Config) -> PathBuf {
+    match cfg.value("socket") {
+        "" => geode_home().join("cli.sock"),
+        s => PathBuf::from(s),
+    }
+}
+
+/// Builds sessions from the effective configuration, in one workspace.
+pub struct CliFactory {
+    pub cfg: Config,
+    pub cwd: PathBuf,
+    pub mode: SessionMode,
+}
+
+fn setup<E: std::fmt::Display>(e: E) -> ServerError {
+    ServerError::Setup(e.to_string())
+}
+
+impl CliFactory {
+    fn effort(&self) -> Result<Option<Effort>, ServerError> {
+        match self.cfg.value("effort") {
+            "" => Ok(None),
+            s => s.parse::<Effort>().map(Some).map_err(|_| {
+                ServerError::Setup(format!(
+                    "effort {s:?}: none, minimal, low, medium, high, xhigh, max"
+                ))
+            }),
+        }
+    }
+
+    fn scaffold(&self) -> Result<Scaffold, ServerError> {
+        let mut scaffold = Scaffold::default();
+        scaffold.guards.max_rounds = self.cfg.number("max_rounds").map_err(setup)? as u32;
+        let decl = DeclaredSources {
+            geode_md_sections: self.cfg.list("prompt.sections"),
+            rules_dir: Some(PathBuf::from(self.cfg.value("prompt.rules_dir"))),
+            memory_file: Some(PathBuf::from(self.cfg.value("prompt.memory"))),
+        };
+        scaffold
+            .system_prompt
+            .extend(load_declared_sections(&self.cwd, &decl).map_err(setup)?);
+        Ok(scaffold)
+    }
+
+    fn build(&self, id: Option<&SessionId>) -> Result<SessionConfig, ServerError> {
+        let route = self.cfg.value("model").to_string();
+        let effort = self.effort()?;
+        let mut options = RouteOptions::from_env();
+        options.effort = effort;
+        let model = model_from_route(&route, &options).map_err(setup)?;
+        let workspace = Arc::new(LocalWorkspace::new(&self.cwd).map_err(setup)?);
+        let mut policy = SessionPolicy::for_mode(self.mode);
+        policy.hitl = match self.cfg.value("hitl") {
+            "auto" => HitlLevel::Auto,
+            "dangerous_only" => HitlLevel::DangerousOnly,
+            "everything" => HitlLevel::Everything,
+            other => {
+                return Err(ServerError::Setup(format!(
+                    "hitl {other:?}: everything, dangerous_only or auto"
+                )));
+            }
+        };
+        let mut cfg = SessionConfig::new(policy, workspace, model);
+        if let Some(id) = id {
+            cfg.session_id = id.clone();
+        }
+        cfg.scaffold = self.scaffold()?;
+        cfg.timeline = open_timeline(false, None).map_err(setup)?;
+        cfg.checkpoint =
+            Some(checkpoint_settings(checkpoint_root(None), &route, effort).map_err(setup)?);
+        Ok(cfg)
+    }
+}
+
+impl SessionFactory for CliFactory {
+    fn new_session(&self) -> Result<SessionConfig, ServerError> {
+        self.build(None)
+    }
+
+    fn resume(&self, id: &SessionId) -> Result<SessionConfig, ServerError> {
+        self.build(Some(id))
+    }
+}
+
+pub fn shared(cfg: Config, cwd: &Path, mode: SessionMode) -> anyhow::Result<Arc<Shared>> {
+    let lanes = cfg.number("global_lanes")? as usize;
+    let timeout = Duration::from_secs(cfg.number("approval_timeout_secs")?);
+    let factory = Arc::new(CliFactory {
+        cfg,
+        cwd: cwd.to_path_buf(),
+        mode,
+    });
+    Ok(Arc::new(Shared::new(factory, lanes, timeout, mode)))
+}
+
+pub async fn run(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
+    let path = socket_path(&cfg);
+    let cwd = std::env::current_dir()?;
+    let shared = shared(cfg, &cwd, SessionMode::Ipc)?;
+    let socket = DaemonSocket::bind(&path).await?;
+    eprintln!("geode: serving on {}", socket.path().display());
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        eprintln!("geode: draining (running turns finish, no new ones)");
+        on_signal.cancel();
+    });
+    let left = socket
+        .serve(shared, shutdown, Duration::from_secs(args.drain_timeout))
+        .await;
+    if left > 0 {
+        eprintln!("geode: {left} connections still open at the drain deadline");
+        return Ok(ExitCode::from(1));
+    }
+    eprintln!("geode: stopped");
+    Ok(ExitCode::SUCCESS)
+}

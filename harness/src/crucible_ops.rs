@@ -1,0 +1,95 @@
+//! Crucible steps shared by `geode crucible run` and `geode search promote`: the evaluator's
+//! identity and the burn-once opening of a sealed test pack.
+
+use std::path::{Path, PathBuf};
+
+use geode_crucible::{Attestation, DecisionRecord, EvaluatorIdentity, FrozenContract, SealState};
+
+use crate::crucible_run::CrucibleRunError;
+use crate::pack::TaskPack;
+use crate::sealing;
+
+/// The evaluator identity pinned by contracts: this binary's version and source revision.
+pub fn evaluator() -> EvaluatorIdentity {
+    EvaluatorIdentity {
+        binary_version: env!("CARGO_PKG_VERSION").into(),
+        source_revision: option_env!("GEODE_SOURCE_REVISION")
+            .unwrap_or("unknown")
+            .into(),
+    }
+}
+
+/// A sealed pack opened for one test-stage contract. The opening is already burned on disk;
+/// call [`OpenedPack::close`] after the campaign to record the decision and remove the
+/// decrypted files.
+pub struct OpenedPack {
+    pub pack: TaskPack,
+    pub attestation: Attestation,
+    state: SealState,
+    state_path: PathBuf,
+    plain: PathBuf,
+}
+
+fn invalid(what: &str, e: impl std::fmt::Display) -> CrucibleRunError {
+    CrucibleRunError::Invalid(format!("{what}: {e}"))
+}
+
+/// Burns the opening (the attestation is saved before anything is decrypted, so a crash
+/// still counts as the one opening), decrypts the pack into `<jobs_dir>/.sandbox/opened-*`
+/// (hidden from trials) and loads it.
+pub fn open_sealed(
+    contract: &FrozenContract,
+    state_path: &Path,
+    key_path: &Path,
+    jobs_dir: &Path,
+) -> Result<OpenedPack, CrucibleRunError> {
+    let key = sealing::read_key(key_path)?;
+    let mut state = sealing::load_state(state_path)?;
+    let opened_at = chrono::Utc::now().to_rfc3339();
+    let (attestation, permit) = state
+        .begin_opening(contract, &opened_at)
+        .map_err(|e| invalid(&state_path.display().to_string(), e))?;
+    sealing::save_state(state_path, &state)?;
+    let blob_path = state_path
+        .to_string_lossy()
+        .replace(".seal-state.json", ".sealed");
+    let blob = std::fs::read(&blob_path).map_err(|e| CrucibleRunError::Files {
+        path: blob_path.clone(),
+        message: e.to_string(),
+    })?;
+    let entries = state
+        .open(permit, &blob, &key)
+        .map_err(|e| invalid(&blob_path, e))?;
+    let plain = jobs_dir
+        .join(".sandbox")
+        .join(format!("opened-{}", &contract.hash().to_string()[..16]));
+    sealing::unpack(&entries, &plain)?;
+    match TaskPack::load(&plain) {
+        Ok(pack) => Ok(OpenedPack {
+            pack,
+            attestation,
+            state,
+            state_path: state_path.to_path_buf(),
+            plain,
+        }),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&plain);
+            Err(invalid("opened pack", e))
+        }
+    }
+}
+
+impl OpenedPack {
+    /// Removes the decrypted files and, given the campaign's record, writes it into the seal
+    /// state (the state keeps the first decision only).
+    pub fn close(mut self, record: Option<&DecisionRecord>) -> Result<(), CrucibleRunError> {
+        let _ = std::fs::remove_dir_all(&self.plain);
+        if let Some(r) = record {
+            self.state
+                .record_decision(r)
+                .map_err(|e| invalid(&self.state_path.display().to_string(), e))?;
+            sealing::save_state(&self.state_path, &self.state)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,572 @@
+//! The phases of `geode curate`, in order, each behind its checkpoint (see `pipeline`).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::CurateError;
+use super::pipeline::{
+    Candidate, CurateConfig, ModelFactory, POOL_SCHEMA, Phase, PhaseReport, PhaseStatus,
+    PilotRunner, STATE_SCHEMA, State, load_config,
+};
+use super::review::{MetaReview, Rated, Selected, meta_review, select};
+use super::synth;
+use super::tournament::{self, Outcome, Ratings, TournamentConfig};
+use crate::datasets::allowlist::pack_origin;
+use crate::datasets::minhash::{MinHashParams, MinHasher, cluster};
+use crate::datasets::{canonical_hash, task_text, write_new_json};
+use crate::pack::{Task, TaskPack, hash_task_dir, pack_hash};
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CurateError + '_ {
+    move |source| CurateError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+fn to_value<T: Serialize>(v: &T) -> Result<Value, CurateError> {
+    serde_json::to_value(v).map_err(|e| CurateError::Generator(format!("serialize: {e}")))
+}
+
+fn from_value<T: for<'de> Deserialize<'de>>(v: &Value, what: &str) -> Result<T, CurateError> {
+    serde_json::from_value(v.clone()).map_err(|e| CurateError::Config {
+        path: format!("checkpoint {what}"),
+        message: e.to_string(),
+    })
+}
+
+struct Ctx<'a> {
+    config: CurateConfig,
+    base: PathBuf,
+    out: PathBuf,
+    pilot: Option<&'a dyn PilotRunner>,
+    models: &'a dyn ModelFactory,
+}
+
+impl Ctx<'_> {
+    fn task_dir(&self, c: &Candidate) -> PathBuf {
+        let p = Path::new(&c.dir);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.out.join(p)
+        }
+    }
+
+    fn state_path(&self, phase: Phase) -> PathBuf {
+        let n = Phase::ALL.iter().position(|p| *p == phase).unwrap_or(0) + 1;
+        self.out
+            .join("state")
+            .join(format!("{n:02}-{}.json", phase.name()))
+    }
+
+    /// The part of the config a phase depends on.
+    fn section(&self, phase: Phase) -> Result<Value, CurateError> {
+        let c = &self.config;
+        Ok(match phase {
+            Phase::Synthesis => json!({"synthesis": to_value(&c.synthesis)?,
+                                       "seed_packs": to_value(&c.seed_packs)?}),
+            Phase::Dedup => to_value(&c.dedup)?,
+            Phase::Pilot => to_value(&c.pilot)?,
+            Phase::Tournament => to_value(&c.tournament)?,
+            Phase::MetaReview => json!({"meta": to_value(&c.meta)?,
+                                        "topics": to_value(&c.synthesis.topics)?}),
+            Phase::Selection => to_value(&c.selection)?,
+            Phase::Freeze => Value::Null,
+        })
+    }
+}
+
+/// Run the pipeline from `config_path`, stopping after `until` if given.
+pub async fn run(
+    config_path: &Path,
+    until: Option<Phase>,
+    pilot: Option<&dyn PilotRunner>,
+    models: &dyn ModelFactory,
+) -> Result<Vec<PhaseReport>, CurateError> {
+    let config = load_config(config_path)?;
+    let base = config_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let out = base.join(&config.out);
+    std::fs::create_dir_all(out.join("state")).map_err(io(&out))?;
+    let ctx = Ctx {
+        config,
+        base,
+        out,
+        pilot,
+        models,
+    };
+    let mut reports = Vec::new();
+    let mut prev_hash = String::new();
+    let mut outputs: Vec<Value> = Vec::new();
+    for phase in Phase::ALL {
+        let key = canonical_hash(&json!({
+            "phase": phase, "seed": ctx.config.seed,
+            "section": ctx.section(phase)?, "previous": prev_hash,
+        }))?;
+        let path = ctx.state_path(phase);
+        let saved: Option<State> = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        let (state, status, summary) = match saved {
+            Some(s) if s.key == key && s.schema == STATE_SCHEMA => {
+                (s, PhaseStatus::Resumed, "checkpoint reused".to_string())
+            }
+            _ => {
+                let (output, summary) = run_phase(&ctx, phase, &outputs).await?;
+                let output_hash = canonical_hash(&output)?;
+                let state = State {
+                    schema: STATE_SCHEMA.into(),
+                    phase,
+                    key,
+                    output,
+                    output_hash,
+                };
+                // Replace a stale checkpoint atomically: a crash leaves the old or the new one.
+                let tmp = path.with_extension("json.tmp");
+                let _ = std::fs::remove_file(&tmp);
+                write_new_json(&tmp, &state)?;
+                std::fs::rename(&tmp, &path).map_err(io(&path))?;
+                (state, PhaseStatus::Ran, summary)
+            }
+        };
+        prev_hash = state.output_hash.clone();
+        outputs.push(state.output);
+        reports.push(PhaseReport {
+            phase,
+            status,
+            summary,
+        });
+        if until == Some(phase) {
+            break;
+        }
+    }
+    Ok(reports)
+}
+
+fn candidates(v: &Value, what: &str) -> Result<Vec<Candidate>, CurateError> {
+    from_value(&v["candidates"], what)
+}
+
+async fn run_phase(
+    ctx: &Ctx<'_>,
+    phase: Phase,
+    prev: &[Value],
+) -> Result<(Value, String), CurateError> {
+    let last = prev.last().cloned().unwrap_or(Value::Null);
+    match phase {
+        Phase::Synthesis => synthesis(ctx).await,
+        Phase::Dedup => dedup(ctx, candidates(&last, "synthesis")?),
+        Phase::Pilot => pilot(ctx, candidates(&last, "dedup")?).await,
+        Phase::Tournament => tourney(ctx, candidates(&last, "pilot")?).await,
+        Phase::MetaReview => {
+            let items: Vec<Rated> = from_value(&last["rated"], "tournament")?;
+            let r: MetaReview = meta_review(
+                &items,
+                &ctx.config.synthesis.topics,
+                &ctx.config.meta.difficulties,
+                ctx.config.meta.min_per_category,
+            );
+            let summary = format!("{} categories, {} gap(s)", r.coverage.len(), r.gaps.len());
+            Ok((
+                json!({"review": to_value(&r)?, "rated": last["rated"].clone(),
+                       "candidates": last["candidates"].clone()}),
+                summary,
+            ))
+        }
+        Phase::Selection => {
+            let items: Vec<Rated> = from_value(&last["rated"], "meta-review")?;
+            let s = &ctx.config.selection;
+            let chosen: Vec<Selected> =
+                select(&items, &s.by, s.blend, s.top_k).map_err(|m| CurateError::Config {
+                    path: "selection".into(),
+                    message: m,
+                })?;
+            let summary = format!("{} of {} selected by {}", chosen.len(), items.len(), s.by);
+            Ok((
+                json!({"selected": to_value(&chosen)?, "rated": last["rated"].clone(),
+                       "candidates": last["candidates"].clone()}),
+                summary,
+            ))
+        }
+        Phase::Freeze => freeze(ctx, prev, &last),
+    }
+}
+
+async fn synthesis(ctx: &Ctx<'_>) -> Result<(Value, String), CurateError> {
+    let mut out = Vec::new();
+    for pack_dir in &ctx.config.seed_packs {
+        let dir = ctx.base.join(pack_dir);
+        let pack = TaskPack::load(&dir)?;
+        let origin = pack_origin(&dir);
+        for t in &pack.tasks {
+            out.push(candidate(t, t.dir.display().to_string(), &origin));
+        }
+    }
+    let tasks_root = ctx.out.join("tasks");
+    // A re-run replaces the synthesized tasks of an older run (this folder is ours alone).
+    if tasks_root.exists() {
+        std::fs::remove_dir_all(&tasks_root).map_err(io(&tasks_root))?;
+    }
+    let mut rejected = Vec::new();
+    let syn = &ctx.config.synthesis;
+    if let Some(route) = &syn.generator {
+        let model = ctx.models.build(route).map_err(|m| CurateError::Model {
+            route: route.clone(),
+            message: m,
+        })?;
+        for topic in &syn.topics {
+            for index in 0..syn.per_topic.max(1) {
+                let reply = model
+                    .ask(synth::SYSTEM, &synth::prompt(topic, index, ctx.config.seed))
+                    .await
+                    .map_err(|m| CurateError::Model {
+                        route: route.clone(),
+                        message: m,
+                    })?;
+                let loaded = synth::parse_reply(&reply)
+                    .and_then(|g| synth::write_task(&tasks_root, &g))
+                    .and_then(|dir| {
+                        Task::load(&dir).map_err(|e| {
+                            // A rejected task leaves no folder behind.
+                            let _ = std::fs::remove_dir_all(&dir);
+                            CurateError::from(e)
+                        })
+                    });
+                match loaded {
+                    Ok(t) => {
+                        let rel = t.dir.strip_prefix(&ctx.out).unwrap_or(&t.dir);
+                        out.push(candidate(
+                            &t,
+                            rel.display().to_string(),
+                            &format!("synth:{topic}"),
+                        ));
+                    }
+                    Err(e) => rejected.push(json!({"topic": topic, "index": index,
+                                                   "reason": e.to_string()})),
+                }
+            }
+        }
+    }
+    let summary = format!("{} candidates, {} rejected", out.len(), rejected.len());
+    Ok((
+        json!({"candidates": to_value(&out)?, "rejected": rejected}),
+        summary,
+    ))
+}
+
+fn candidate(t: &Task, dir: String, origin: &str) -> Candidate {
+    Candidate {
+        id: t.id.clone(),
+        dir,
+        hash: t.hash.clone(),
+        origin: origin.to_string(),
+        category: t.config.category().to_string(),
+        difficulty: t.config.difficulty().to_string(),
+    }
+}
+
+fn dedup(ctx: &Ctx<'_>, cands: Vec<Candidate>) -> Result<(Value, String), CurateError> {
+    let params = MinHashParams {
+        threshold: ctx.config.dedup.threshold,
+        ..MinHashParams::default()
+    };
+    let hasher = MinHasher::new(params);
+    let mut sigs = Vec::new();
+    for c in &cands {
+        let t = Task::load(&ctx.task_dir(c))?;
+        sigs.push(hasher.signature(&task_text(&t)?));
+    }
+    let mut same = Vec::new();
+    for i in 0..cands.len() {
+        for j in i + 1..cands.len() {
+            if cands[i].hash == cands[j].hash || cands[i].id == cands[j].id {
+                same.push((i, j));
+            }
+        }
+    }
+    let mut kept = Vec::new();
+    let mut dropped = Vec::new();
+    // Seed-pack tasks come first in the candidate list, so the first member of a cluster (its
+    // keeper) is an existing task whenever the cluster has one.
+    for members in cluster(&sigs, &params, same) {
+        let keep = members[0];
+        kept.push(cands[keep].clone());
+        for &m in &members[1..] {
+            dropped.push(json!({"id": cands[m].id, "duplicate_of": cands[keep].id,
+                "similarity": crate::datasets::minhash::estimate(&sigs[keep], &sigs[m])}));
+        }
+    }
+    let summary = format!(
+        "{} kept, {} near-duplicates dropped",
+        kept.len(),
+        dropped.len()
+    );
+    Ok((
+        json!({"candidates": to_value(&kept)?, "dropped": dropped}),
+        summary,
+    ))
+}
+
+async fn pilot(ctx: &Ctx<'_>, cands: Vec<Candidate>) -> Result<(Value, String), CurateError> {
+    let cfg = &ctx.config.pilot;
+    if !cfg.enabled {
+        let n = cands.len();
+        return Ok((
+            json!({"enabled": false, "candidates": to_value(&cands)?}),
+            format!("skipped (pilot.enabled = false); {n} pass through"),
+        ));
+    }
+    let runner = ctx
+        .pilot
+        .ok_or_else(|| CurateError::Pilot("pilot.enabled but no pilot runner".into()))?;
+    let (mut kept, mut results) = (Vec::new(), Vec::new());
+    for (i, c) in cands.iter().enumerate() {
+        let seed = ctx.config.seed.wrapping_add(i as u64);
+        let dir = ctx.task_dir(c);
+        let oracle = runner
+            .run(&dir, "oracle", cfg.trials, seed)
+            .await
+            .map_err(CurateError::Pilot)?;
+        let nop = runner
+            .run(&dir, "nop", cfg.trials, seed)
+            .await
+            .map_err(CurateError::Pilot)?;
+        let flaky = oracle.iter().any(|p| *p) && !oracle.iter().all(|p| *p);
+        let valid = !oracle.is_empty() && oracle.iter().all(|p| *p) && !nop.iter().any(|p| *p);
+        results.push(
+            json!({"id": c.id, "oracle": oracle, "nop": nop, "flaky": flaky,
+                            "valid": valid}),
+        );
+        if valid {
+            kept.push(c.clone());
+        }
+    }
+    let summary = format!("{} of {} valid", kept.len(), cands.len());
+    Ok((
+        json!({"enabled": true, "results": results, "candidates": to_value(&kept)?}),
+        summary,
+    ))
+}
+
+/// Which of two shown tasks the judge prefers: the first standalone `A` or `B` of its reply.
+pub fn parse_vote(reply: &str) -> Option<bool> {
+    reply
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .find_map(|w| match w {
+            "A" => Some(true),
+            "B" => Some(false),
+            _ => None,
+        })
+}
+
+const JUDGE_SYSTEM: &str = "You compare two benchmark tasks for terminal agents. The better task \
+is clear, realistic, verifiable by its tests and not trivial. Answer with one letter: A or B.";
+
+async fn tourney(ctx: &Ctx<'_>, mut cands: Vec<Candidate>) -> Result<(Value, String), CurateError> {
+    cands.sort_by(|a, b| a.id.cmp(&b.id));
+    let sec = &ctx.config.tournament;
+    if sec.judges.is_empty() && cands.len() > 1 {
+        return Err(CurateError::Config {
+            path: "tournament.judges".into(),
+            message: "at least one judge route".into(),
+        });
+    }
+    let judges = sec
+        .judges
+        .iter()
+        .map(|r| {
+            ctx.models.build(r).map_err(|m| CurateError::Model {
+                route: r.clone(),
+                message: m,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let tcfg = TournamentConfig {
+        voters: sec.voters,
+        pairs: sec.pairs,
+        bootstrap: sec.bootstrap,
+        ..TournamentConfig::default()
+    };
+    let mut texts = Vec::new();
+    for c in &cands {
+        let t = Task::load(&ctx.task_dir(c))?;
+        texts.push(format!(
+            "[{} / {}]\n{}",
+            c.category, c.difficulty, t.instruction
+        ));
+    }
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    let mut votes_log = Vec::new();
+    for m in tournament::schedule(cands.len(), &tcfg, ctx.config.seed) {
+        let mut first_wins = Vec::new();
+        for (v, b_first) in m.b_first.iter().enumerate() {
+            let (x, y) = if *b_first { (m.b, m.a) } else { (m.a, m.b) };
+            let prompt = format!(
+                "Task A:\n{}\n\nTask B:\n{}\n\nWhich is the better task? A or B.",
+                texts[x], texts[y]
+            );
+            let judge = &judges[v % judges.len()];
+            let route = &sec.judges[v % judges.len()];
+            let reply = judge
+                .ask(JUDGE_SYSTEM, &prompt)
+                .await
+                .map_err(|m| CurateError::Model {
+                    route: route.clone(),
+                    message: m,
+                })?;
+            let vote = parse_vote(&reply).ok_or_else(|| CurateError::Model {
+                route: route.clone(),
+                message: format!("the judge answered neither A nor B: {reply:?}"),
+            })?;
+            votes_log.push(json!({"a": cands[m.a].id, "b": cands[m.b].id, "voter": v,
+                                  "shown_first": cands[x].id, "first_wins": vote}));
+            first_wins.push(vote);
+        }
+        outcomes.push(tournament::tally(&m, &first_wins));
+    }
+    let ratings: Ratings = tournament::ratings(cands.len(), &outcomes, &tcfg, ctx.config.seed);
+    let rated: Vec<Rated> = cands
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Rated {
+            id: c.id.clone(),
+            category: c.category.clone(),
+            difficulty: c.difficulty.clone(),
+            origin: c.origin.clone(),
+            rating: ratings.bt[i],
+        })
+        .collect();
+    let summary = format!(
+        "{} pairs, {} votes over {} tasks",
+        outcomes.len(),
+        votes_log.len(),
+        cands.len()
+    );
+    Ok((
+        json!({"ids": cands.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
+               "outcomes": to_value(&outcomes)?, "votes": votes_log,
+               "ratings": to_value(&ratings)?, "rated": to_value(&rated)?,
+               "candidates": to_value(&cands)?}),
+        summary,
+    ))
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PoolTask {
+    pub id: String,
+    pub hash: crate::pack::TaskHash,
+    pub origin: String,
+    pub category: String,
+    pub difficulty: String,
+    pub score: f64,
+    pub elo: f64,
+    pub bt: f64,
+    pub bt_interval: (f64, f64),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PoolManifest {
+    pub schema: String,
+    pub seed: u64,
+    pub pack_hash: String,
+    /// Output hash of every phase, in order: the pool's lineage.
+    pub phases: Vec<(String, String)>,
+    pub tasks: Vec<PoolTask>,
+}
+
+fn freeze(ctx: &Ctx<'_>, prev: &[Value], last: &Value) -> Result<(Value, String), CurateError> {
+    let selected: Vec<Selected> = from_value(&last["selected"], "selection")?;
+    let cands: Vec<Candidate> = candidates(last, "selection")?;
+    let tour = prev.get(3).cloned().unwrap_or(Value::Null);
+    let ratings: Ratings = from_value(&tour["ratings"], "tournament")?;
+    let ids: Vec<String> = from_value(&tour["ids"], "tournament")?;
+    let pool = ctx.out.join("pool");
+    if pool.exists() {
+        return Err(CurateError::Frozen {
+            path: pool.display().to_string(),
+        });
+    }
+    let staging = ctx.out.join(".pool.staging");
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(io(&staging))?;
+    }
+    let mut tasks = Vec::new();
+    for s in &selected {
+        let (Some(c), Some(i)) = (
+            cands.iter().find(|c| c.id == s.id),
+            ids.iter().position(|x| *x == s.id),
+        ) else {
+            return Err(CurateError::Config {
+                path: "selection".into(),
+                message: format!("unknown task {}", s.id),
+            });
+        };
+        let dest = staging.join("tasks").join(&c.id);
+        copy_dir(&ctx.task_dir(c), &dest)?;
+        let hash = hash_task_dir(&dest)?;
+        if hash != c.hash {
+            return Err(CurateError::Config {
+                path: ctx.task_dir(c).display().to_string(),
+                message: format!("changed since synthesis: hash {hash} != {}", c.hash),
+            });
+        }
+        tasks.push(PoolTask {
+            id: c.id.clone(),
+            hash,
+            origin: c.origin.clone(),
+            category: c.category.clone(),
+            difficulty: c.difficulty.clone(),
+            score: s.score,
+            elo: ratings.elo[i],
+            bt: ratings.bt[i],
+            bt_interval: ratings.bt_interval[i],
+        });
+    }
+    let phases = Phase::ALL
+        .iter()
+        .zip(prev)
+        .map(|(p, v)| Ok((p.name().to_string(), canonical_hash(v)?)))
+        .collect::<Result<Vec<_>, CurateError>>()?;
+    let manifest = PoolManifest {
+        schema: POOL_SCHEMA.into(),
+        seed: ctx.config.seed,
+        pack_hash: pack_hash(tasks.iter().map(|t| (t.id.as_str(), &t.hash)), 1).0,
+        phases,
+        tasks,
+    };
+    write_new_json(&staging.join("pool.json"), &manifest)?;
+    std::fs::rename(&staging, &pool).map_err(io(&pool))?;
+    let summary = format!(
+        "{} tasks frozen, pack hash {}",
+        manifest.tasks.len(),
+        manifest.pack_hash
+    );
+    Ok((
+        json!({"pool": "pool/pool.json", "pack_hash": manifest.pack_hash}),
+        summary,
+    ))
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<(), CurateError> {
+    for entry in walkdir::WalkDir::new(from).sort_by_file_name() {
+        let entry = entry.map_err(|e| CurateError::Config {
+            path: from.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let rel = entry.path().strip_prefix(from).unwrap_or(entry.path());
+        let dest = to.join(rel);
+        if entry.file_type().is_dir() {
+            std::fs::create_dir_all(&dest).map_err(io(&dest))?;
+        } else if entry.file_type().is_symlink() {
+            let target = std::fs::read_link(entry.path()).map_err(io(entry.path()))?;
+            std::os::unix::fs::symlink(target, &dest).map_err(io(&dest))?;
+        } else {
+            std::fs::copy(entry.path(), &dest).map_err(io(&dest))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,317 @@
+//! The curation pipeline and its checkpoints.
+//!
+//! Config (`geode.curate.v1`, TOML; paths relative to the config file):
+//! ```toml
+//! schema = "geode.curate.v1"
+//! out = "curation"                 # output folder
+//! seed = 7
+//! seed_packs = ["../tasks/geode-core"]   # existing tasks that join the candidates
+//! [synthesis]
+//! generator = "scripted:gen.json"  # any route; the reply is a geode.synth.v1 object
+//! topics = ["csv cleanup", "git history"]
+//! per_topic = 1
+//! [dedup]
+//! threshold = 0.6                  # estimated Jaccard (MinHash LSH) for near-duplicates
+//! [pilot]
+//! enabled = false                  # oracle must pass every trial, nop must fail every trial
+//! trials = 2
+//! [tournament]
+//! judges = ["scripted:judge.json"] # voter v asks judges[v % len]
+//! voters = 3
+//! [meta]
+//! min_per_category = 1
+//! [selection]
+//! top_k = 10
+//! by = "rating"                    # rating | difficulty | blend
+//! blend = 0.5
+//! ```
+//! Checkpoints: `OUT/state/NN-PHASE.json` (`geode.curate.state.v1`: phase, key, output,
+//! output_hash). The key hashes the phase's config section, the seed and the previous output
+//! hash; a checkpoint with the same key is reused, so changing one section re-runs that phase
+//! and everything after it. The frozen pool: `OUT/pool/pool.json` (`geode.pool.v1`) and
+//! `OUT/pool/tasks/ID/`, never overwritten.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::CurateError;
+use crate::pack::TaskHash;
+
+pub use super::phases::{parse_vote, run};
+
+pub const CONFIG_SCHEMA: &str = "geode.curate.v1";
+pub const STATE_SCHEMA: &str = "geode.curate.state.v1";
+pub const POOL_SCHEMA: &str = "geode.pool.v1";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CurateConfig {
+    pub schema: String,
+    pub out: PathBuf,
+    pub seed: u64,
+    #[serde(default)]
+    pub seed_packs: Vec<PathBuf>,
+    #[serde(default)]
+    pub synthesis: SynthesisConfig,
+    #[serde(default)]
+    pub dedup: DedupConfig,
+    #[serde(default)]
+    pub pilot: PilotConfig,
+    #[serde(default)]
+    pub tournament: TournamentSection,
+    #[serde(default)]
+    pub meta: MetaConfig,
+    #[serde(default)]
+    pub selection: SelectionConfig,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SynthesisConfig {
+    pub generator: Option<String>,
+    pub topics: Vec<String>,
+    pub per_topic: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DedupConfig {
+    pub threshold: f64,
+}
+
+impl Default for DedupConfig {
+    fn default() -> Self {
+        DedupConfig { threshold: 0.6 }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PilotConfig {
+    pub enabled: bool,
+    pub trials: u32,
+}
+
+impl Default for PilotConfig {
+    fn default() -> Self {
+        PilotConfig {
+            enabled: false,
+            trials: 2,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TournamentSection {
+    pub judges: Vec<String>,
+    pub voters: usize,
+    pub pairs: Option<usize>,
+    pub bootstrap: usize,
+}
+
+impl Default for TournamentSection {
+    fn default() -> Self {
+        TournamentSection {
+            judges: Vec::new(),
+            voters: 3,
+            pairs: None,
+            bootstrap: 200,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct MetaConfig {
+    pub min_per_category: usize,
+    pub difficulties: Vec<String>,
+}
+
+impl Default for MetaConfig {
+    fn default() -> Self {
+        MetaConfig {
+            min_per_category: 1,
+            difficulties: vec!["easy".into(), "medium".into(), "hard".into()],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SelectionConfig {
+    pub top_k: usize,
+    pub by: String,
+    pub blend: f64,
+}
+
+impl Default for SelectionConfig {
+    fn default() -> Self {
+        SelectionConfig {
+            top_k: 0,
+            by: "rating".into(),
+            blend: 0.5,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    Synthesis,
+    Dedup,
+    Pilot,
+    Tournament,
+    MetaReview,
+    Selection,
+    Freeze,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 7] = [
+        Phase::Synthesis,
+        Phase::Dedup,
+        Phase::Pilot,
+        Phase::Tournament,
+        Phase::MetaReview,
+        Phase::Selection,
+        Phase::Freeze,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Synthesis => "synthesis",
+            Phase::Dedup => "dedup",
+            Phase::Pilot => "pilot",
+            Phase::Tournament => "tournament",
+            Phase::MetaReview => "meta-review",
+            Phase::Selection => "selection",
+            Phase::Freeze => "freeze",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Phase> {
+        Phase::ALL.into_iter().find(|p| p.name() == s)
+    }
+}
+
+/// One candidate task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub id: String,
+    /// Absolute, or relative to the output folder (synthesized tasks).
+    pub dir: String,
+    pub hash: TaskHash,
+    pub origin: String,
+    pub category: String,
+    pub difficulty: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct State {
+    pub schema: String,
+    pub phase: Phase,
+    pub key: String,
+    pub output: Value,
+    pub output_hash: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum PhaseStatus {
+    Ran,
+    Resumed,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseReport {
+    pub phase: Phase,
+    pub status: PhaseStatus,
+    pub summary: String,
+}
+
+/// Runs a task with the `oracle` or `nop` agent; one pass flag per trial.
+#[async_trait]
+pub trait PilotRunner: Send + Sync {
+    async fn run(
+        &self,
+        task_dir: &Path,
+        agent: &str,
+        trials: u32,
+        seed: u64,
+    ) -> Result<Vec<bool>, String>;
+}
+
+/// Asks a model for text (generators and judges).
+#[async_trait]
+pub trait TextModel: Send + Sync {
+    async fn ask(&self, system: &str, prompt: &str) -> Result<String, String>;
+}
+
+/// Builds text models from routes.
+pub trait ModelFactory {
+    fn build(&self, route: &str) -> Result<Box<dyn TextModel>, String>;
+}
+
+/// Routes through `geode_runtime::model::judge_from_route` (text only, no tools). Relative
+/// paths of embedded routes (`scripted:FILE`) are taken relative to the config file.
+pub struct RouteFactory {
+    pub base: PathBuf,
+}
+
+struct RouteModel(geode_runtime::model::catalog::JudgeModel);
+
+#[async_trait]
+impl TextModel for RouteModel {
+    async fn ask(&self, system: &str, prompt: &str) -> Result<String, String> {
+        self.0
+            .decide(system, prompt)
+            .await
+            .map(|d| d.text)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl ModelFactory for RouteFactory {
+    fn build(&self, route: &str) -> Result<Box<dyn TextModel>, String> {
+        let inner = route.strip_prefix("judge:").unwrap_or(route);
+        let resolved = match inner.split_once(':') {
+            Some((kind @ ("scripted" | "oracle" | "replay"), path))
+                if Path::new(path).is_relative() =>
+            {
+                format!("{kind}:{}", self.base.join(path).display())
+            }
+            _ => inner.to_string(),
+        };
+        let opts = geode_runtime::model::http::RouteOptions::from_env();
+        geode_runtime::model::judge_from_route(&resolved, &opts)
+            .map(|j| Box::new(RouteModel(j)) as Box<dyn TextModel>)
+            .map_err(|e| e.to_string())
+    }
+}
+
+pub fn load_config(path: &Path) -> Result<CurateConfig, CurateError> {
+    let bad = |message: String| CurateError::Config {
+        path: path.display().to_string(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| CurateError::Io {
+        path: path.display().to_string(),
+        source: e,
+    })?;
+    let config: CurateConfig = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    if config.schema != CONFIG_SCHEMA {
+        return Err(bad(format!(
+            "schema {:?}: expected {CONFIG_SCHEMA:?}",
+            config.schema
+        )));
+    }
+    if config.tournament.voters < 3 || config.tournament.voters.is_multiple_of(2) {
+        return Err(bad(
+            "tournament.voters: at least 3 and odd, for a majority".into()
+        ));
+    }
+    Ok(config)
+}

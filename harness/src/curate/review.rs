@@ -1,0 +1,125 @@
+//! Meta-review (coverage by category and difficulty, gaps) and survivor selection: pure
+//! functions over the candidates that reached the tournament.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What review and selection need to know of a candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rated {
+    pub id: String,
+    pub category: String,
+    pub difficulty: String,
+    /// `synth:TOPIC` or the origin of its seed pack.
+    pub origin: String,
+    pub rating: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MetaReview {
+    /// category -> difficulty -> count.
+    pub coverage: BTreeMap<String, BTreeMap<String, usize>>,
+    pub gaps: Vec<String>,
+}
+
+pub fn meta_review(
+    items: &[Rated],
+    topics: &[String],
+    difficulties: &[String],
+    min_per_category: usize,
+) -> MetaReview {
+    let mut coverage: BTreeMap<String, BTreeMap<String, usize>> = BTreeMap::new();
+    for i in items {
+        *coverage
+            .entry(i.category.clone())
+            .or_default()
+            .entry(i.difficulty.clone())
+            .or_default() += 1;
+    }
+    let mut gaps = Vec::new();
+    for d in difficulties {
+        if !items.iter().any(|i| &i.difficulty == d) {
+            gaps.push(format!("no task of difficulty {d}"));
+        }
+    }
+    for (cat, by_diff) in &coverage {
+        let n: usize = by_diff.values().sum();
+        if n < min_per_category {
+            gaps.push(format!(
+                "category {cat} has {n} task(s), fewer than {min_per_category}"
+            ));
+        }
+    }
+    for t in topics {
+        let origin = format!("synth:{t}");
+        if !items.iter().any(|i| i.origin == origin) {
+            gaps.push(format!("seed topic {t:?} has no surviving task"));
+        }
+    }
+    MetaReview { coverage, gaps }
+}
+
+/// Difficulty as a number: easy 1, medium 2, hard 3, anything else 0.
+pub fn difficulty_level(d: &str) -> f64 {
+    match d.to_ascii_lowercase().as_str() {
+        "easy" => 1.0,
+        "medium" => 2.0,
+        "hard" => 3.0,
+        _ => 0.0,
+    }
+}
+
+fn min_max(values: &[f64]) -> Vec<f64> {
+    let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    values
+        .iter()
+        .map(|v| if hi > lo { (v - lo) / (hi - lo) } else { 0.5 })
+        .collect()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Selected {
+    pub id: String,
+    pub score: f64,
+}
+
+/// Top `k` (0: all) by `rating`, `difficulty` or `blend` (weight `w` on the min-max scaled
+/// rating, `1 - w` on the scaled difficulty); ties go to the smaller id.
+pub fn select(items: &[Rated], by: &str, w: f64, k: usize) -> Result<Vec<Selected>, String> {
+    let ratings: Vec<f64> = items.iter().map(|i| i.rating).collect();
+    let levels: Vec<f64> = items
+        .iter()
+        .map(|i| difficulty_level(&i.difficulty))
+        .collect();
+    let scores: Vec<f64> = match by {
+        "rating" => ratings,
+        "difficulty" => levels,
+        "blend" => {
+            let (r, d) = (min_max(&ratings), min_max(&levels));
+            r.iter()
+                .zip(&d)
+                .map(|(r, d)| w * r + (1.0 - w) * d)
+                .collect()
+        }
+        other => {
+            return Err(format!(
+                "selection.by {other:?}: use rating, difficulty or blend"
+            ));
+        }
+    };
+    let mut out: Vec<Selected> = items
+        .iter()
+        .zip(scores)
+        .map(|(i, score)| Selected {
+            id: i.id.clone(),
+            score,
+        })
+        .collect();
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then_with(|| a.id.cmp(&b.id)));
+    if k > 0 {
+        out.truncate(k);
+    }
+    Ok(out)
+}

@@ -1,0 +1,136 @@
+//! Data governance: privacy review, near-duplicate detection, split isolation, source allowlists
+//! and immutable, content-addressed releases of task packs.
+//!
+//! Everything here is deterministic: random choices (MinHash permutations, split shuffles) come
+//! from an explicit seed through ChaCha, and every document written to disk carries a `schema`
+//! field and is hashed in canonical JSON (`geode_crucible::canonical`).
+
+pub mod allowlist;
+pub mod minhash;
+pub mod privacy;
+pub mod release;
+pub mod split;
+
+use std::path::{Path, PathBuf};
+
+use crate::pack::{PackError, Task};
+
+/// Errors of the governance commands; each names the file (and field) at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum DatasetError {
+    #[error(transparent)]
+    Pack(#[from] PackError),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+    #[error("{path}: unsupported schema {found:?} (expected {expected:?})")]
+    Schema {
+        path: String,
+        found: String,
+        expected: String,
+    },
+    #[error("canonical JSON: {0}")]
+    Canonical(String),
+}
+
+pub(crate) fn io_err(path: &Path, source: std::io::Error) -> DatasetError {
+    DatasetError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+pub(crate) fn invalid(path: &Path, message: impl Into<String>) -> DatasetError {
+    DatasetError::Invalid {
+        path: path.display().to_string(),
+        message: message.into(),
+    }
+}
+
+pub(crate) fn check_schema(path: &Path, found: &str, expected: &str) -> Result<(), DatasetError> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(DatasetError::Schema {
+            path: path.display().to_string(),
+            found: found.to_string(),
+            expected: expected.to_string(),
+        })
+    }
+}
+
+/// Canonical JSON text (sorted keys, no spaces) of a serializable document.
+pub fn canonical_json<T: serde::Serialize>(value: &T) -> Result<String, DatasetError> {
+    geode_crucible::to_canonical_json(value).map_err(|e| DatasetError::Canonical(e.to_string()))
+}
+
+/// SHA-256 (hex) of the canonical JSON of a document.
+pub fn canonical_hash<T: serde::Serialize>(value: &T) -> Result<String, DatasetError> {
+    geode_crucible::canonical_sha256(value)
+        .map(hex::encode)
+        .map_err(|e| DatasetError::Canonical(e.to_string()))
+}
+
+/// Write a document as pretty JSON, refusing to replace an existing file: released and
+/// checkpointed documents are immutable once written.
+pub fn write_new_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), DatasetError> {
+    use std::io::Write;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
+    }
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| invalid(path, format!("cannot serialize: {e}")))?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(|e| io_err(path, e))?;
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.write_all(b"\n"))
+        .map_err(|e| io_err(path, e))
+}
+
+/// Read and parse a JSON document.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, DatasetError> {
+    let text = std::fs::read_to_string(path).map_err(|e| io_err(path, e))?;
+    serde_json::from_str(&text).map_err(|e| invalid(path, e.to_string()))
+}
+
+/// Every regular file below `dir`, relative, in path order (symlinks are skipped: the task hash
+/// covers their targets, and their content is not ours to scan or copy).
+pub fn files_below(dir: &Path) -> Result<Vec<PathBuf>, DatasetError> {
+    let mut out = Vec::new();
+    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
+        let entry = entry.map_err(|e| invalid(dir, format!("cannot walk: {e}")))?;
+        if entry.file_type().is_file() {
+            let rel = entry.path().strip_prefix(dir).unwrap_or(entry.path());
+            out.push(rel.to_path_buf());
+        }
+    }
+    Ok(out)
+}
+
+/// The text that defines what a task asks and checks: the instruction, then every file of
+/// `tests/` and `solution/`. Near-duplicate detection compares tasks on this text, so two tasks
+/// with the same instruction and checks but a different Dockerfile still count as duplicates.
+pub fn task_text(task: &Task) -> Result<String, DatasetError> {
+    let mut text = task.instruction.clone();
+    for sub in ["tests", "solution"] {
+        let dir = task.dir.join(sub);
+        if !dir.is_dir() {
+            continue;
+        }
+        for rel in files_below(&dir)? {
+            let path = dir.join(&rel);
+            let bytes = std::fs::read(&path).map_err(|e| io_err(&path, e))?;
+            text.push('\n');
+            text.push_str(&String::from_utf8_lossy(&bytes));
+        }
+    }
+    Ok(text)
+}

@@ -1,0 +1,365 @@
+//! Privacy review: a scanner for secrets and personal data in task files and trajectories, and
+//! the waiver file that records, per finding, why it may ship.
+//!
+//! Rules (`RULES_VERSION`): AWS access key ids (`AKIA`/`ASIA` + 16), OpenAI/Anthropic style keys
+//! (`sk-` + 20 or more), GitHub tokens (`ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_`), Slack tokens
+//! (`xoxa-`, `xoxb-`, ...), bearer tokens (`Bearer` + 20 or more token characters), PEM private
+//! key headers, e-mail addresses, home paths (`/home/<user>`, `/Users/<user>`) and IPv4 addresses.
+//!
+//! Default policy (applied before waivers, recorded as `policy:` in the review), because these
+//! values identify no one and no system:
+//! - e-mail at RFC 2606 names: `example.com`, `example.net`, `example.org` (and subdomains), and
+//!   the reserved top-level names `.example`, `.test`, `.invalid`, `.localhost`;
+//! - IPv4 loopback `127.0.0.0/8`, unspecified `0.0.0.0`, broadcast `255.255.255.255`, the
+//!   RFC 5737 documentation ranges `192.0.2.0/24`, `198.51.100.0/24`, `203.0.113.0/24`, and the
+//!   RFC 1918 private ranges `10/8`, `172.16/12`, `192.168/16` (they name no host outside its
+//!   own network).
+//!
+//! Secrets are never waived by policy: a planted fake key in a task needs a waiver with a reason.
+//!
+//! Waiver file (`geode.waivers.v1`, TOML):
+//! ```toml
+//! schema = "geode.waivers.v1"
+//! [[waivers]]
+//! fingerprint = "3f2a9c0d1e4b5a6f"   # from `geode dataset scan`
+//! reason = "fake key the task asks the agent to purge"
+//! rule = "api_key_sk"                 # optional, for the reader
+//! ```
+//! A fingerprint covers (rule, task, file, matched text), not the line: moving text within a
+//! file keeps its waiver, changing the secret or the file does not.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::{DatasetError, check_schema, files_below, invalid, io_err};
+
+pub const RULES_VERSION: &str = "geode.privacy-rules.v1";
+pub const WAIVERS_SCHEMA: &str = "geode.waivers.v1";
+pub const REVIEW_SCHEMA: &str = "geode.privacy.v1";
+
+/// Files larger than this are scanned only up to this size (tasks ship small fixtures; a huge
+/// blob is data, and its head is where headers and keys sit).
+const MAX_SCAN_BYTES: usize = 4 << 20;
+
+/// One match of a rule in one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub rule: String,
+    /// The task id (or `trajectory:NAME`) the file belongs to.
+    pub scope: String,
+    /// Path relative to the scope's folder.
+    pub file: String,
+    pub line: usize,
+    /// The match with most of it masked, so reports never repeat a secret.
+    pub excerpt: String,
+    pub fingerprint: String,
+}
+
+/// What happens to a finding.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "reason", rename_all = "snake_case")]
+pub enum Disposition {
+    /// Allowed by the documented default policy (the reason names the rule of the policy).
+    Policy(String),
+    /// Allowed by a waiver, with its recorded reason.
+    Waived(String),
+    /// Blocks a release.
+    Open,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReviewedFinding {
+    #[serde(flatten)]
+    pub finding: Finding,
+    pub disposition: Disposition,
+}
+
+/// The record of one privacy review, stored in a release manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrivacyReview {
+    pub schema: String,
+    pub rules_version: String,
+    pub files_scanned: usize,
+    pub findings: Vec<ReviewedFinding>,
+    /// Waivers that matched nothing (stale: the finding was fixed or the file changed).
+    pub unused_waivers: Vec<String>,
+}
+
+impl PrivacyReview {
+    pub fn open(&self) -> Vec<&ReviewedFinding> {
+        self.findings
+            .iter()
+            .filter(|f| f.disposition == Disposition::Open)
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Waivers {
+    pub schema: String,
+    #[serde(default)]
+    pub waivers: Vec<Waiver>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Waiver {
+    pub fingerprint: String,
+    pub reason: String,
+    #[serde(default)]
+    pub rule: Option<String>,
+}
+
+impl Waivers {
+    pub fn load(path: &Path) -> Result<Waivers, DatasetError> {
+        let text = std::fs::read_to_string(path).map_err(|e| io_err(path, e))?;
+        let w: Waivers = toml::from_str(&text).map_err(|e| invalid(path, e.to_string()))?;
+        check_schema(path, &w.schema, WAIVERS_SCHEMA)?;
+        for (i, waiver) in w.waivers.iter().enumerate() {
+            if waiver.reason.trim().is_empty() {
+                return Err(invalid(
+                    path,
+                    format!("waivers[{i}].reason: a waiver needs a reason"),
+                ));
+            }
+        }
+        Ok(w)
+    }
+}
+
+pub struct Scanner {
+    rules: Vec<(&'static str, Regex)>,
+}
+
+fn rule(name: &'static str, pattern: &str) -> Result<(&'static str, Regex), DatasetError> {
+    Regex::new(pattern)
+        .map(|r| (name, r))
+        .map_err(|e| DatasetError::Invalid {
+            path: format!("privacy rule {name}"),
+            message: e.to_string(),
+        })
+}
+
+impl Scanner {
+    pub fn new() -> Result<Scanner, DatasetError> {
+        Ok(Scanner {
+            rules: vec![
+                rule("aws_access_key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")?,
+                rule("api_key_sk", r"\bsk-[A-Za-z0-9_-]{20,}")?,
+                rule("github_token", r"\bgh[pousr]_[A-Za-z0-9]{30,}")?,
+                rule("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}")?,
+                rule("bearer_token", r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{20,}")?,
+                rule("private_key", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")?,
+                rule(
+                    "email",
+                    r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b",
+                )?,
+                rule("home_path", r"/(?:home|Users)/[A-Za-z0-9._-]+")?,
+                rule("ipv4", r"\b(?:[0-9]{1,3}\.){3}[0-9]{1,3}\b")?,
+            ],
+        })
+    }
+
+    /// Every match in one text: (rule, matched text, line).
+    fn matches(&self, text: &str) -> Vec<(&'static str, String, usize)> {
+        let mut out = Vec::new();
+        for (name, re) in &self.rules {
+            for m in re.find_iter(text) {
+                if *name == "ipv4" && !valid_ipv4(m.as_str()) {
+                    continue;
+                }
+                let line = text[..m.start()].matches('\n').count() + 1;
+                out.push((*name, m.as_str().to_string(), line));
+            }
+        }
+        out.sort_by(|a, b| (a.2, a.0).cmp(&(b.2, b.0)));
+        out
+    }
+
+    /// Scan one text. `scope` and `file` only label the findings.
+    pub fn scan_text(&self, scope: &str, file: &str, text: &str) -> Vec<Finding> {
+        self.matches(text)
+            .into_iter()
+            .map(|(rule, matched, line)| Finding {
+                rule: rule.to_string(),
+                scope: scope.to_string(),
+                file: file.to_string(),
+                line,
+                excerpt: mask(&matched),
+                fingerprint: fingerprint(rule, scope, file, &matched),
+            })
+            .collect()
+    }
+
+    /// Scan every file below `dir`; returns the findings and the number of files scanned.
+    /// Binary files (a NUL byte in the scanned part) are skipped.
+    pub fn scan_dir(&self, scope: &str, dir: &Path) -> Result<(Vec<Finding>, usize), DatasetError> {
+        let mut findings = Vec::new();
+        let mut scanned = 0;
+        for rel in files_below(dir)? {
+            let path = dir.join(&rel);
+            let bytes = std::fs::read(&path).map_err(|e| io_err(&path, e))?;
+            let head = &bytes[..bytes.len().min(MAX_SCAN_BYTES)];
+            if head.contains(&0) {
+                continue;
+            }
+            scanned += 1;
+            let text = String::from_utf8_lossy(head);
+            findings.extend(self.scan_text(scope, &rel.to_string_lossy(), &text));
+        }
+        Ok((findings, scanned))
+    }
+}
+
+fn valid_ipv4(s: &str) -> bool {
+    s.split('.')
+        .all(|o| o.parse::<u16>().is_ok_and(|v| v <= 255))
+}
+
+fn octets(s: &str) -> Option<[u8; 4]> {
+    let v: Vec<u8> = s.split('.').filter_map(|o| o.parse().ok()).collect();
+    v.try_into().ok()
+}
+
+fn fingerprint(rule: &str, scope: &str, file: &str, matched: &str) -> String {
+    let mut h = Sha256::new();
+    for part in ["geode.finding.v1", rule, scope, file, matched] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    hex::encode(&h.finalize()[..8])
+}
+
+/// Keep the first 6 characters so a reader can find the spot; mask the rest.
+fn mask(matched: &str) -> String {
+    let keep: String = matched.chars().take(6).collect();
+    let total = matched.chars().count();
+    if total <= 6 {
+        keep
+    } else {
+        format!("{keep}…({total} chars)")
+    }
+}
+
+/// The documented default policy; `None` when the finding must be fixed or waived.
+/// `matched` is the unmasked text.
+pub fn policy_reason(rule: &str, matched: &str) -> Option<String> {
+    match rule {
+        "email" => {
+            let domain = matched.rsplit('@').next()?.to_ascii_lowercase();
+            let reserved_domain = ["example.com", "example.net", "example.org"]
+                .iter()
+                .any(|d| domain == *d || domain.ends_with(&format!(".{d}")));
+            let reserved_tld = [".example", ".test", ".invalid", ".localhost"]
+                .iter()
+                .any(|t| domain.ends_with(t));
+            (reserved_domain || reserved_tld).then(|| format!("RFC 2606 reserved domain {domain}"))
+        }
+        "ipv4" => {
+            let [a, b, c, _] = octets(matched)?;
+            let why = match (a, b, c) {
+                (127, _, _) => "loopback 127.0.0.0/8",
+                (0, 0, 0) if matched == "0.0.0.0" => "unspecified 0.0.0.0",
+                (255, 255, 255) if matched == "255.255.255.255" => "broadcast",
+                (192, 0, 2) | (198, 51, 100) | (203, 0, 113) => "RFC 5737 documentation range",
+                (10, _, _) => "RFC 1918 private range 10/8",
+                (172, 16..=31, _) => "RFC 1918 private range 172.16/12",
+                (192, 168, _) => "RFC 1918 private range 192.168/16",
+                _ => return None,
+            };
+            Some(why.to_string())
+        }
+        _ => None,
+    }
+}
+
+/// Scan, apply the default policy and the waivers, and record the result.
+pub fn review(
+    scanner: &Scanner,
+    scopes: &[(String, &Path)],
+    waivers: &Waivers,
+) -> Result<PrivacyReview, DatasetError> {
+    let by_fp: BTreeMap<&str, &Waiver> = waivers
+        .waivers
+        .iter()
+        .map(|w| (w.fingerprint.as_str(), w))
+        .collect();
+    let mut used = std::collections::BTreeSet::new();
+    let mut findings = Vec::new();
+    let mut files_scanned = 0;
+    for (scope, dir) in scopes {
+        let mut raw = Vec::new();
+        // Scan here rather than through `scan_dir`: the policy needs the unmasked match.
+        for rel in files_below(dir)? {
+            let path = dir.join(&rel);
+            let bytes = std::fs::read(&path).map_err(|e| io_err(&path, e))?;
+            let head = &bytes[..bytes.len().min(MAX_SCAN_BYTES)];
+            if head.contains(&0) {
+                continue;
+            }
+            files_scanned += 1;
+            let file = rel.to_string_lossy().into_owned();
+            for (rule, matched, line) in scanner.matches(&String::from_utf8_lossy(head)) {
+                raw.push((rule.to_string(), matched, line, file.clone()));
+            }
+        }
+        for (rule, matched, line, file) in raw {
+            let fp = fingerprint(&rule, scope, &file, &matched);
+            let disposition = if let Some(why) = policy_reason(&rule, &matched) {
+                Disposition::Policy(why)
+            } else if let Some(w) = by_fp.get(fp.as_str()) {
+                used.insert(fp.clone());
+                Disposition::Waived(w.reason.clone())
+            } else {
+                Disposition::Open
+            };
+            findings.push(ReviewedFinding {
+                finding: Finding {
+                    rule,
+                    scope: scope.clone(),
+                    file,
+                    line,
+                    excerpt: mask(&matched),
+                    fingerprint: fp,
+                },
+                disposition,
+            });
+        }
+    }
+    let unused_waivers = waivers
+        .waivers
+        .iter()
+        .filter(|w| !used.contains(&w.fingerprint))
+        .map(|w| w.fingerprint.clone())
+        .collect();
+    Ok(PrivacyReview {
+        schema: REVIEW_SCHEMA.to_string(),
+        rules_version: RULES_VERSION.to_string(),
+        files_scanned,
+        findings,
+        unused_waivers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_covers_reserved_names_only() {
+        assert!(policy_reason("email", "ana@example.com").is_some());
+        assert!(policy_reason("email", "ana@mail.example.org").is_some());
+        assert!(policy_reason("email", "ana@gmail.com").is_none());
+        assert!(policy_reason("ipv4", "203.0.113.5").is_some());
+        assert!(policy_reason("ipv4", "8.8.8.8").is_none());
+        assert!(policy_reason("api_key_sk", "sk-aaaaaaaaaaaaaaaaaaaaaaaa").is_none());
+    }
+
+    #[test]
+    fn masks_secrets() {
+        assert_eq!(mask("sk-abcdefghijkl"), "sk-abc…(15 chars)");
+    }
+}

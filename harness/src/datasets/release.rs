@@ -1,0 +1,439 @@
+//! Immutable, content-addressed releases of a task pack, and their verification.
+//!
+//! `release` loads the pack, checks every task against the allowlist, runs the privacy review
+//! (task files and any trajectories) and refuses on a refused origin or an open finding. It then
+//! copies the tasks into `OUT/NAME-VERSION/tasks/ID/` and writes `release.json`. An existing
+//! release folder is never replaced: the copy is built in a temporary folder and renamed only
+//! if the destination does not exist.
+//!
+//! Manifest (`geode.release.v1`, JSON). `release_id` is the SHA-256 of the canonical JSON of the
+//! manifest without `release_id`, so any edit to the manifest or any released byte (through the
+//! per-file digests) is detected:
+//! ```json
+//! {"schema": "geode.release.v1", "release_id": "…", "name": "core", "version": "1.0.0",
+//!  "created": "2026-…Z", "license": "Apache-2.0", "pack_hash": "…", "trials_per_task": 1,
+//!  "source": {"path": "tasks/geode-core", "origin": "builtin:geode-core"},
+//!  "tasks": [{"id": "…", "hash": "…", "source_digest": "…", "origin": "…",
+//!             "files": {"task.toml": "sha256…", …}}],
+//!  "lineage": {"parents": [{"name": …, "version": …, "release_id": …}],
+//!              "transformations": ["…"]},
+//!  "privacy": {geode.privacy.v1 review}, "allowlist": {"list": {…}, "checks": […]}}
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::allowlist::{Allowlist, OriginCheck, pack_origin};
+use super::privacy::{PrivacyReview, Scanner, Waivers, review};
+use super::{
+    DatasetError, canonical_hash, check_schema, invalid, io_err, read_json, write_new_json,
+};
+use crate::pack::{TaskHash, TaskPack, hash_task_dir, pack_hash};
+
+pub const RELEASE_SCHEMA: &str = "geode.release.v1";
+pub const MANIFEST: &str = "release.json";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleaseManifest {
+    pub schema: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub release_id: String,
+    pub name: String,
+    pub version: String,
+    pub created: String,
+    pub license: String,
+    pub pack_hash: String,
+    pub trials_per_task: u32,
+    pub source: SourceRef,
+    pub tasks: Vec<ReleasedTask>,
+    pub lineage: Lineage,
+    pub privacy: PrivacyReview,
+    pub allowlist: AllowlistRecord,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceRef {
+    pub path: String,
+    pub origin: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReleasedTask {
+    pub id: String,
+    /// Task hash of the released copy (equal to `source_digest`: copying keeps modes).
+    pub hash: TaskHash,
+    /// Task hash of the source folder when released.
+    pub source_digest: TaskHash,
+    pub origin: String,
+    /// SHA-256 of each file (symbolic links: of their target), by relative path.
+    pub files: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Lineage {
+    pub parents: Vec<ParentRef>,
+    pub transformations: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParentRef {
+    pub name: String,
+    pub version: String,
+    pub release_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllowlistRecord {
+    pub list: Allowlist,
+    pub checks: Vec<OriginCheck>,
+}
+
+/// What to release.
+pub struct ReleaseRequest<'a> {
+    pub pack: &'a Path,
+    pub name: &'a str,
+    pub version: &'a str,
+    pub out: &'a Path,
+    pub license: &'a str,
+    /// `None`: derived from the folder (`allowlist::pack_origin`).
+    pub origin: Option<&'a str>,
+    pub allowlist: Allowlist,
+    pub waivers: Waivers,
+    pub trajectories: Vec<PathBuf>,
+    /// Folders of parent releases (their manifests are verified and referenced).
+    pub parents: Vec<PathBuf>,
+    pub transformations: Vec<String>,
+    /// RFC 3339 time stamp, injected so tests are deterministic.
+    pub created: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    #[error(transparent)]
+    Dataset(#[from] DatasetError),
+    #[error("{path}: release {name} {version} already exists; releases are never overwritten")]
+    Exists {
+        path: String,
+        name: String,
+        version: String,
+    },
+    #[error("sources not on the allowlist:\n{}", .0.join("\n"))]
+    Refused(Vec<String>),
+    #[error("privacy review has {} open finding(s) (fix them or waive them with a reason):\n{}", .0.len(), .0.join("\n"))]
+    Privacy(Vec<String>),
+    #[error("{pack}: broken tasks cannot be released: {message}")]
+    Broken { pack: String, message: String },
+}
+
+fn file_digest(path: &Path) -> Result<String, DatasetError> {
+    let meta = std::fs::symlink_metadata(path).map_err(|e| io_err(path, e))?;
+    let bytes = if meta.file_type().is_symlink() {
+        std::fs::read_link(path)
+            .map_err(|e| io_err(path, e))?
+            .to_string_lossy()
+            .into_owned()
+            .into_bytes()
+    } else {
+        std::fs::read(path).map_err(|e| io_err(path, e))?
+    };
+    Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+/// Files and symbolic links below `dir` (relative), in path order.
+fn entries_below(dir: &Path) -> Result<Vec<PathBuf>, DatasetError> {
+    let mut out = Vec::new();
+    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
+        let entry = entry.map_err(|e| invalid(dir, format!("cannot walk: {e}")))?;
+        if !entry.file_type().is_dir() {
+            out.push(
+                entry
+                    .path()
+                    .strip_prefix(dir)
+                    .unwrap_or(entry.path())
+                    .to_path_buf(),
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<(), DatasetError> {
+    for rel in entries_below(from)? {
+        let (src, dst) = (from.join(&rel), to.join(&rel));
+        if let Some(parent) = dst.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
+        }
+        let meta = std::fs::symlink_metadata(&src).map_err(|e| io_err(&src, e))?;
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&src).map_err(|e| io_err(&src, e))?;
+            std::os::unix::fs::symlink(&target, &dst).map_err(|e| io_err(&dst, e))?;
+        } else {
+            // fs::copy keeps the permission bits, which the task hash covers.
+            std::fs::copy(&src, &dst).map_err(|e| io_err(&dst, e))?;
+        }
+    }
+    Ok(())
+}
+
+pub fn release_dir(out: &Path, name: &str, version: &str) -> PathBuf {
+    out.join(format!("{name}-{version}"))
+}
+
+fn check_label(label: &str, what: &str) -> Result<(), DatasetError> {
+    let ok = !label.is_empty()
+        && !label.starts_with('.')
+        && label
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+'));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            Path::new(what),
+            format!("{label:?}: use letters, digits, '.', '_', '-', '+'"),
+        ))
+    }
+}
+
+/// Make a release; returns its folder and manifest.
+pub fn release(req: &ReleaseRequest<'_>) -> Result<(PathBuf, ReleaseManifest), ReleaseError> {
+    check_label(req.name, "--name")?;
+    check_label(req.version, "--version")?;
+    let dest = release_dir(req.out, req.name, req.version);
+    let exists = |dest: &Path| ReleaseError::Exists {
+        path: dest.display().to_string(),
+        name: req.name.to_string(),
+        version: req.version.to_string(),
+    };
+    if dest.exists() {
+        return Err(exists(&dest));
+    }
+    let pack = TaskPack::load(req.pack).map_err(DatasetError::from)?;
+    if !pack.broken.is_empty() {
+        let message = pack
+            .broken
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(ReleaseError::Broken {
+            pack: req.pack.display().to_string(),
+            message,
+        });
+    }
+    let origin = req
+        .origin
+        .map(str::to_string)
+        .unwrap_or_else(|| pack_origin(req.pack));
+    let checks: Vec<OriginCheck> = pack
+        .tasks
+        .iter()
+        .map(|t| req.allowlist.check(t, &origin))
+        .collect();
+    let refused: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.allowed)
+        .map(|c| format!("  {}: {}", c.task, c.reason))
+        .collect();
+    if !refused.is_empty() {
+        return Err(ReleaseError::Refused(refused));
+    }
+    let mut scopes: Vec<(String, &Path)> = pack
+        .tasks
+        .iter()
+        .map(|t| (t.id.clone(), t.dir.as_path()))
+        .collect();
+    for t in &req.trajectories {
+        let name = t
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        scopes.push((format!("trajectory:{name}"), t.as_path()));
+    }
+    let privacy = review(&Scanner::new()?, &scopes, &req.waivers)?;
+    let open: Vec<String> = privacy
+        .open()
+        .iter()
+        .map(|f| {
+            let f = &f.finding;
+            format!(
+                "  {} {}:{}:{} {} [fingerprint {}]",
+                f.rule, f.scope, f.file, f.line, f.excerpt, f.fingerprint
+            )
+        })
+        .collect();
+    if !open.is_empty() {
+        return Err(ReleaseError::Privacy(open));
+    }
+    let mut parents = Vec::new();
+    for p in &req.parents {
+        let (m, problems) = verify(p)?;
+        if !problems.is_empty() {
+            return Err(invalid(
+                p,
+                format!("parent release fails verification: {}", problems.join("; ")),
+            )
+            .into());
+        }
+        parents.push(ParentRef {
+            name: m.name,
+            version: m.version,
+            release_id: m.release_id,
+        });
+    }
+
+    std::fs::create_dir_all(req.out).map_err(|e| io_err(req.out, e))?;
+    let staging = req.out.join(format!(
+        ".{}-{}.staging-{}",
+        req.name,
+        req.version,
+        std::process::id()
+    ));
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(|e| io_err(&staging, e))?;
+    }
+    for task in &pack.tasks {
+        let unsafe_id = Path::new(&task.id)
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)));
+        if unsafe_id {
+            return Err(invalid(
+                &task.dir,
+                format!("task id {:?} cannot name a folder", task.id),
+            )
+            .into());
+        }
+    }
+    let mut tasks = Vec::new();
+    for (task, check) in pack.tasks.iter().zip(&checks) {
+        let copy = staging.join("tasks").join(&task.id);
+        copy_tree(&task.dir, &copy)?;
+        let mut files = BTreeMap::new();
+        for rel in entries_below(&copy)? {
+            files.insert(
+                rel.to_string_lossy().into_owned(),
+                file_digest(&copy.join(&rel))?,
+            );
+        }
+        tasks.push(ReleasedTask {
+            id: task.id.clone(),
+            hash: hash_task_dir(&copy).map_err(DatasetError::from)?,
+            source_digest: task.hash.clone(),
+            origin: check.origin.clone(),
+            files,
+        });
+    }
+    let mut manifest = ReleaseManifest {
+        schema: RELEASE_SCHEMA.to_string(),
+        release_id: String::new(),
+        name: req.name.to_string(),
+        version: req.version.to_string(),
+        created: req.created.clone(),
+        license: req.license.to_string(),
+        pack_hash: pack_hash(tasks.iter().map(|t| (t.id.as_str(), &t.hash)), 1).0,
+        trials_per_task: 1,
+        source: SourceRef {
+            path: req.pack.display().to_string(),
+            origin,
+        },
+        tasks,
+        lineage: Lineage {
+            parents,
+            transformations: req.transformations.clone(),
+        },
+        privacy,
+        allowlist: AllowlistRecord {
+            list: req.allowlist.clone(),
+            checks,
+        },
+    };
+    manifest.release_id = canonical_hash(&manifest)?;
+    write_new_json(&staging.join(MANIFEST), &manifest)?;
+    // Checked again just before the rename: another process may have released meanwhile, and
+    // rename(2) would replace an empty folder.
+    if dest.exists() {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(exists(&dest));
+    }
+    std::fs::rename(&staging, &dest).map_err(|e| io_err(&dest, e))?;
+    Ok((dest, manifest))
+}
+
+/// Re-hash a release. Returns the manifest and every problem found (empty: the release is
+/// intact). Errors only when the manifest itself cannot be read.
+pub fn verify(dir: &Path) -> Result<(ReleaseManifest, Vec<String>), DatasetError> {
+    let path = dir.join(MANIFEST);
+    let manifest: ReleaseManifest = read_json(&path)?;
+    check_schema(&path, &manifest.schema, RELEASE_SCHEMA)?;
+    let mut problems = Vec::new();
+    let mut body = manifest.clone();
+    body.release_id = String::new();
+    if canonical_hash(&body)? != manifest.release_id {
+        problems.push(format!(
+            "{MANIFEST}: release_id does not match the manifest content (edited)"
+        ));
+    }
+    for task in &manifest.tasks {
+        let tdir = dir.join("tasks").join(&task.id);
+        if !tdir.is_dir() {
+            problems.push(format!("task {}: folder missing", task.id));
+            continue;
+        }
+        let present = entries_below(&tdir)?;
+        for rel in &present {
+            let key = rel.to_string_lossy().into_owned();
+            match task.files.get(&key) {
+                None => problems.push(format!(
+                    "task {}: file {key} is not in the manifest",
+                    task.id
+                )),
+                Some(want) if *want != file_digest(&tdir.join(rel))? => {
+                    problems.push(format!("task {}: file {key} changed", task.id))
+                }
+                Some(_) => {}
+            }
+        }
+        for key in task.files.keys() {
+            if !present.iter().any(|p| p.to_string_lossy() == key.as_str()) {
+                problems.push(format!("task {}: file {key} is missing", task.id));
+            }
+        }
+        let hash = hash_task_dir(&tdir)?;
+        if hash != task.hash {
+            problems.push(format!(
+                "task {}: task hash {} != manifest {}",
+                task.id, hash, task.hash
+            ));
+        }
+    }
+    let recomputed = pack_hash(
+        manifest.tasks.iter().map(|t| (t.id.as_str(), &t.hash)),
+        manifest.trials_per_task,
+    );
+    if recomputed.0 != manifest.pack_hash {
+        problems.push(format!(
+            "pack hash {} != manifest {}",
+            recomputed, manifest.pack_hash
+        ));
+    }
+    // Task ids may contain '/', so look for stray files rather than stray folder names.
+    let tasks_dir = dir.join("tasks");
+    if tasks_dir.is_dir() {
+        for rel in entries_below(&tasks_dir)? {
+            let owned = manifest
+                .tasks
+                .iter()
+                .any(|t| rel.starts_with(Path::new(&t.id)));
+            if !owned {
+                problems.push(format!(
+                    "file tasks/{} belongs to no task of the manifest",
+                    rel.display()
+                ));
+            }
+        }
+    }
+    Ok((manifest, problems))
+}

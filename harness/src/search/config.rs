@@ -1,0 +1,237 @@
+//! The search configuration (`geode.search.v1`, TOML). Relative paths are resolved against the
+//! folder of the configuration file.
+//!
+//! ```toml
+//! schema = "geode.search.v1"
+//! space = "space.toml"
+//! baseline = "base.toml"        # optional; the default scaffold otherwise
+//! policy = "grid"               # random | grid | evolutionary | model
+//! seed = 7
+//! model = "flaky-oracle:0.5"    # the model of both arms (frozen)
+//! proposer = "scripted:proposals.json"   # policy = "model" only
+//! train = "train"
+//! trials = 3
+//! concurrency = 2
+//! out = "search-out"
+//! [test]
+//! sealed = "sealed/holdout.seal-state.json"   # or: pack = "test"
+//! key = "seal.key"
+//! trials = 5
+//! [rule]                        # the decision rule of every train contract
+//! min_tasks = 10
+//! [test_rule]                   # the promotion contract's rule (defaults to [rule])
+//! min_tasks = 8
+//! [budgets]
+//! candidates = 4
+//! max_consecutive_invalid = 3
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use geode_runtime::scaffold::Scaffold;
+use serde::{Deserialize, Serialize};
+
+use super::SearchError;
+use super::mutate::PolicyKind;
+
+pub const CONFIG_SCHEMA: &str = "geode.search.v1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestPack {
+    /// The sealed pack's state file (`<name>.seal-state.json`); the blob sits beside it.
+    #[serde(default)]
+    pub sealed: Option<PathBuf>,
+    #[serde(default)]
+    pub key: Option<PathBuf>,
+    /// A plain (unsealed) test pack; promotion then runs it as is.
+    #[serde(default)]
+    pub pack: Option<PathBuf>,
+    /// Trials per task on the test pack (must match the seal's `-k`).
+    pub trials: u32,
+}
+
+/// The crucible decision rule and vetoes of the contracts the search freezes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Rule {
+    pub confidence: f64,
+    pub resamples: u32,
+    pub materiality: f64,
+    pub min_tasks: u32,
+    pub min_families: u32,
+    pub candidate_floor: f64,
+    pub safety_tolerance: f64,
+    pub infra_allowance: f64,
+    /// Per-campaign budgets written into each contract.
+    pub campaign_wall_seconds: f64,
+    pub campaign_tokens: u64,
+    pub campaign_cost_usd: f64,
+    pub campaign_model_calls: u64,
+}
+
+impl Default for Rule {
+    fn default() -> Self {
+        Rule {
+            confidence: 0.95,
+            resamples: 2000,
+            materiality: 0.02,
+            min_tasks: 10,
+            min_families: 2,
+            candidate_floor: 0.0,
+            safety_tolerance: 0.05,
+            infra_allowance: 0.02,
+            campaign_wall_seconds: 7200.0,
+            campaign_tokens: 1_000_000_000,
+            campaign_cost_usd: 100.0,
+            campaign_model_calls: 1_000_000,
+        }
+    }
+}
+
+/// When the search stops (any one is enough).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchBudgets {
+    /// Evaluated candidates (duplicates rejected without trials do not count).
+    pub candidates: u32,
+    /// Wall clock of all campaigns, summed over restarts.
+    pub wall_seconds: f64,
+    pub tokens: u64,
+    pub cost_usd: f64,
+    /// Stop after this many INVALID verdicts in a row.
+    pub max_consecutive_invalid: u32,
+    /// Stop after this many proposals in a row rejected without trials (duplicates, invalid).
+    pub max_consecutive_rejected: u32,
+}
+
+impl Default for SearchBudgets {
+    fn default() -> Self {
+        SearchBudgets {
+            candidates: 10,
+            wall_seconds: 24.0 * 3600.0,
+            tokens: u64::MAX / 4,
+            cost_usd: 1000.0,
+            max_consecutive_invalid: 3,
+            max_consecutive_rejected: 5,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchConfig {
+    pub schema: String,
+    pub space: PathBuf,
+    #[serde(default)]
+    pub baseline: Option<PathBuf>,
+    pub policy: PolicyKind,
+    #[serde(default)]
+    pub seed: u64,
+    pub model: String,
+    #[serde(default)]
+    pub proposer: Option<String>,
+    #[serde(default = "two")]
+    pub tournament_size: usize,
+    pub train: PathBuf,
+    pub trials: u32,
+    #[serde(default = "one")]
+    pub concurrency: usize,
+    pub out: PathBuf,
+    pub test: TestPack,
+    #[serde(default)]
+    pub rule: Rule,
+    #[serde(default)]
+    pub test_rule: Option<Rule>,
+    #[serde(default)]
+    pub budgets: SearchBudgets,
+}
+
+fn one() -> usize {
+    1
+}
+fn two() -> usize {
+    2
+}
+
+impl SearchConfig {
+    /// Reads, validates and resolves paths against the configuration's folder.
+    pub fn load(path: &Path) -> Result<SearchConfig, SearchError> {
+        let text = std::fs::read_to_string(path).map_err(|e| SearchError::file(path, e))?;
+        let mut c: SearchConfig = toml::from_str(&text).map_err(|e| SearchError::Format {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        let field = |f: &str, m: &str| SearchError::Field {
+            path: path.display().to_string(),
+            field: f.into(),
+            message: m.into(),
+        };
+        if c.schema != CONFIG_SCHEMA {
+            return Err(field("schema", &format!("expected {CONFIG_SCHEMA:?}")));
+        }
+        if c.trials == 0 || c.test.trials == 0 {
+            return Err(field("trials", "must be at least 1"));
+        }
+        if c.policy == PolicyKind::Model && c.proposer.is_none() {
+            return Err(field("proposer", "policy \"model\" needs a proposer route"));
+        }
+        match (&c.test.sealed, &c.test.key, &c.test.pack) {
+            (Some(_), Some(_), None) | (None, None, Some(_)) => {}
+            _ => {
+                return Err(field(
+                    "test",
+                    "give either sealed + key (a sealed holdout) or pack (a plain one)",
+                ));
+            }
+        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let abs = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        };
+        abs(&mut c.space);
+        abs(&mut c.train);
+        abs(&mut c.out);
+        for p in [
+            &mut c.baseline,
+            &mut c.test.sealed,
+            &mut c.test.key,
+            &mut c.test.pack,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            abs(p);
+        }
+        if let Some(route) = &mut c.proposer
+            && let Some(file) = route.strip_prefix("scripted:")
+            && Path::new(file).is_relative()
+        {
+            *route = format!("scripted:{}", dir.join(file).display());
+        }
+        Ok(c)
+    }
+
+    pub fn baseline_scaffold(&self) -> Result<Scaffold, SearchError> {
+        load_scaffold(self.baseline.as_deref())
+    }
+}
+
+/// A scaffold file (TOML, or JSON if it parses as JSON); `None` is the default scaffold.
+pub fn load_scaffold(path: Option<&Path>) -> Result<Scaffold, SearchError> {
+    let Some(p) = path else {
+        return Ok(Scaffold::default());
+    };
+    let text = std::fs::read_to_string(p).map_err(|e| SearchError::file(p, e))?;
+    let parsed = if text.trim_start().starts_with('{') {
+        serde_json::from_str(&text).map_err(|e| e.to_string())
+    } else {
+        toml::from_str(&text).map_err(|e| e.to_string())
+    };
+    parsed.map_err(|message| SearchError::Format {
+        path: p.display().to_string(),
+        message,
+    })
+}

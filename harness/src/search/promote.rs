@@ -1,0 +1,180 @@
+//! Promotion: the final champion against the original baseline on the test pack, under a
+//! test-stage contract. A sealed holdout opens through the crucible's burn-once path (the
+//! opening is recorded before any trial, and a second opening is refused), so the final
+//! decision is made on data nobody tuned to.
+//!
+//! Writes `<out>/promotion/{contract,evidence,decision}.json` and `<out>/promotion.json`
+//! (`geode.search.promotion.v1`).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use geode_crucible::{Stage, decide};
+use serde::{Deserialize, Serialize};
+
+use super::SearchError;
+use super::champion::{Env, contract_for, derive_seed, load_resolved};
+use super::lineage::Lineage;
+use crate::crucible_ops::open_sealed;
+use crate::crucible_run::{Campaign, run_campaign, write_atomic};
+use crate::pack::TaskPack;
+
+pub const PROMOTION_SCHEMA: &str = "geode.search.promotion.v1";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Promotion {
+    pub schema: String,
+    pub baseline: String,
+    pub champion: String,
+    /// `false` when the champion is the baseline: nothing was run and no holdout opened.
+    pub compared: bool,
+    /// KEEP, REJECT, INVALID; `None` when nothing was compared.
+    pub verdict: Option<String>,
+    pub promoted: bool,
+    pub reasons: Vec<String>,
+    pub contract_hash: Option<String>,
+    pub evidence_hash: Option<String>,
+    pub estimate: Option<f64>,
+    pub baseline_mean: Option<f64>,
+    pub candidate_mean: Option<f64>,
+    pub decided_at: String,
+}
+
+impl Promotion {
+    /// 0 promoted, 1 not promoted (REJECT or nothing to compare), 2 INVALID.
+    pub fn exit_code(&self) -> u8 {
+        match self.verdict.as_deref() {
+            Some("KEEP") => 0,
+            Some("INVALID") => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// Compares the final champion with the baseline on the test pack, once.
+pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
+    let r = load_resolved(out)?;
+    let c = &r.config;
+    let summary_path = out.join("promotion.json");
+    let dir = out.join("promotion");
+    if dir.join("decision.json").is_file() {
+        return Err(SearchError::Refused(format!(
+            "{} already holds a promotion decision: the holdout is burned once",
+            dir.display()
+        )));
+    }
+    let lineage = Lineage::open(out)?;
+    let (Some(baseline), Some(champion)) = (lineage.baseline(), lineage.champion()) else {
+        return Err(SearchError::Refused(format!(
+            "{}: the lineage has no baseline yet",
+            out.display()
+        )));
+    };
+    let mut p = Promotion {
+        schema: PROMOTION_SCHEMA.into(),
+        baseline: baseline.id.clone(),
+        champion: champion.id.clone(),
+        compared: false,
+        verdict: None,
+        promoted: false,
+        reasons: Vec::new(),
+        contract_hash: None,
+        evidence_hash: None,
+        estimate: None,
+        baseline_mean: None,
+        candidate_mean: None,
+        decided_at: chrono::Utc::now().to_rfc3339(),
+    };
+    if champion.scaffold_hash == baseline.scaffold_hash {
+        // No train KEEP: there is no candidate, and the holdout stays sealed for later use.
+        p.reasons.push("no_train_keep".into());
+        write_summary(&summary_path, &p)?;
+        return Ok(p);
+    }
+    let rule = c.test_rule.clone().unwrap_or_else(|| c.rule.clone());
+    let contract = contract_for(
+        Stage::Test,
+        &baseline.scaffold,
+        &champion.scaffold,
+        &c.model,
+        &r.train_pack_hash,
+        &r.test_pack_hash,
+        c.test.trials,
+        derive_seed(c.seed, 3, 0),
+        &rule,
+    )?;
+    std::fs::create_dir_all(&dir).map_err(|e| SearchError::file(&dir, e))?;
+    write_atomic(&dir.join("contract.json"), contract.canonical_json())?;
+    let mut opened = None;
+    let mut plain_pack = None;
+    match (&c.test.sealed, &c.test.key, &c.test.pack) {
+        (Some(state), Some(key), _) => opened = Some(open_sealed(&contract, state, key, out)?),
+        (_, _, Some(plain)) => {
+            plain_pack = Some(TaskPack::load(plain).map_err(|e| SearchError::Pack(e.to_string()))?)
+        }
+        _ => return Err(SearchError::Refused("no test pack configured".into())),
+    };
+    let Some(pack) = opened.as_ref().map(|o| &o.pack).or(plain_pack.as_ref()) else {
+        return Err(SearchError::Refused("no test pack configured".into()));
+    };
+    let campaign = Campaign {
+        contract: &contract,
+        pack,
+        baseline: Arc::new(baseline.scaffold.clone()),
+        candidate: Arc::new(champion.scaffold.clone()),
+        dir: dir.join("campaign"),
+        concurrency: c.concurrency,
+        timeout_multiplier: env.timeout_multiplier,
+        replication: None,
+        attestation: opened.as_ref().map(|o| o.attestation.clone()),
+    };
+    let result = run_campaign(
+        &campaign,
+        env.backend.clone(),
+        env.observer.clone(),
+        env.cancel.clone(),
+    )
+    .await;
+    let evidence = match result {
+        Ok(e) => e,
+        Err(e) => {
+            if let Some(o) = opened {
+                o.close(None)?;
+            }
+            return Err(e.into());
+        }
+    };
+    let text = serde_json::to_string_pretty(&evidence).map_err(|e| SearchError::file(&dir, e))?;
+    write_atomic(&dir.join("evidence.json"), &text)?;
+    let record = decide(&contract, &evidence);
+    let json = record
+        .to_json()
+        .map_err(|e| SearchError::Contract(e.to_string()))?;
+    write_atomic(&dir.join("decision.json"), &json)?;
+    if let Some(o) = opened {
+        o.close(Some(&record))?;
+    }
+    p.compared = true;
+    p.verdict = Some(record.verdict.to_string());
+    p.promoted = p.verdict.as_deref() == Some("KEEP");
+    p.reasons = record
+        .reasons
+        .iter()
+        .map(|r| r.as_str().to_string())
+        .collect();
+    p.contract_hash = Some(contract.hash().to_string());
+    p.evidence_hash = record.evidence_hash.as_ref().map(|h| h.to_string());
+    if let Some(s) = &record.statistics {
+        p.estimate = s.estimate;
+        p.baseline_mean = s.baseline_mean;
+        p.candidate_mean = s.candidate_mean;
+    }
+    write_summary(&summary_path, &p)?;
+    Ok(p)
+}
+
+fn write_summary(path: &Path, p: &Promotion) -> Result<(), SearchError> {
+    let text = serde_json::to_string_pretty(p).map_err(|e| SearchError::file(path, e))?;
+    write_atomic(path, &text)?;
+    Ok(())
+}

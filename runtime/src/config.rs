@@ -1,0 +1,395 @@
+//! Layered user configuration of the daily CLI: flags > `GEODE_*` environment > the project's
+//! `.geode/config.toml` > `~/.geode/config.toml` > defaults. Every effective value remembers
+//! which layer it came from, so `geode config explain` can say why a value is what it is.
+//!
+//! Files hold plain TOML; a table nests keys (`[prompt] sections = ["Rules"]` is the key
+//! `prompt.sections`). The environment variable of a key is `GEODE_` plus the key upper-cased
+//! with dots as underscores (`GEODE_PROMPT_SECTIONS`); a list in the environment or a flag is
+//! comma-separated. Unknown keys in a file are an error naming the file, so a typo is not
+//! silently ignored.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// One known key: its name, default and what it is for.
+#[derive(Debug, Clone, Copy)]
+pub struct KeySpec {
+    pub key: &'static str,
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+/// Every key the CLI reads. Defaults are strings, parsed by the typed accessors.
+pub const KEYS: &[KeySpec] = &[
+    KeySpec {
+        key: "model",
+        default: "nop",
+        help: "model route (provider:model, scripted:FILE, nop)",
+    },
+    KeySpec {
+        key: "effort",
+        default: "",
+        help: "reasoning effort (empty: the model's default)",
+    },
+    KeySpec {
+        key: "hitl",
+        default: "everything",
+        help: "which calls prompt: everything, dangerous_only, auto",
+    },
+    KeySpec {
+        key: "approval_timeout_secs",
+        default: "120",
+        help: "an unanswered approval is denied after this many seconds",
+    },
+    KeySpec {
+        key: "global_lanes",
+        default: "4",
+        help: "turns the daemon runs at once across sessions",
+    },
+    KeySpec {
+        key: "socket",
+        default: "",
+        help: "daemon socket (empty: $GEODE_HOME/cli.sock)",
+    },
+    KeySpec {
+        key: "max_rounds",
+        default: "50",
+        help: "rounds per turn",
+    },
+    KeySpec {
+        key: "prompt.sections",
+        default: "",
+        help: "GEODE.md sections (## headings) in the system prompt; empty: all",
+    },
+    KeySpec {
+        key: "prompt.rules_dir",
+        default: ".geode/rules",
+        help: "directory of rule files (*.md) added to the system prompt",
+    },
+    KeySpec {
+        key: "prompt.memory",
+        default: ".geode/MEMORY.md",
+        help: "project memory file added to the system prompt",
+    },
+];
+
+/// Where an effective value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Flag(String),
+    Env(String),
+    Project(PathBuf),
+    User(PathBuf),
+    Default,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Flag(name) => write!(f, "flag {name}"),
+            Source::Env(var) => write!(f, "env {var}"),
+            Source::Project(p) => write!(f, "project {}", p.display()),
+            Source::User(p) => write!(f, "user {}", p.display()),
+            Source::Default => f.write_str("default"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setting {
+    pub value: String,
+    pub source: Source,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: unknown key {key:?} (known: {known})")]
+    UnknownKey {
+        path: PathBuf,
+        key: String,
+        known: String,
+    },
+    #[error("{key} = {value:?} ({origin}): {message}")]
+    Invalid {
+        key: String,
+        value: String,
+        origin: Source,
+        message: String,
+    },
+}
+
+/// The inputs of the layering, gathered by the caller (injected so tests need no real home).
+#[derive(Debug, Default, Clone)]
+pub struct Layers {
+    /// `(key, value)` from command-line flags.
+    pub flags: Vec<(String, String)>,
+    /// The `GEODE_*` variables of the environment.
+    pub env: BTreeMap<String, String>,
+    /// The project's `.geode/config.toml`, when it exists.
+    pub project_file: Option<PathBuf>,
+    /// `~/.geode/config.toml` (`$GEODE_HOME/config.toml`), when it exists.
+    pub user_file: Option<PathBuf>,
+}
+
+impl Layers {
+    /// The layers of a real process: this environment, `project_root/.geode/config.toml` and
+    /// `geode_home/config.toml` when present.
+    pub fn discover(flags: Vec<(String, String)>, project_root: &Path, geode_home: &Path) -> Self {
+        let env = std::env::vars()
+            .filter(|(k, _)| k.starts_with("GEODE_"))
+            .collect();
+        let existing = |p: PathBuf| p.is_file().then_some(p);
+        Layers {
+            flags,
+            env,
+            project_file: existing(project_root.join(".geode").join("config.toml")),
+            user_file: existing(geode_home.join("config.toml")),
+        }
+    }
+}
+
+/// The effective configuration: one setting per known key.
+#[derive(Debug, Clone)]
+pub struct Config {
+    settings: BTreeMap<&'static str, Setting>,
+}
+
+/// `GEODE_` plus the key upper-cased, dots as underscores.
+pub fn env_var(key: &str) -> String {
+    format!("GEODE_{}", key.replace('.', "_").to_uppercase())
+}
+
+fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let mut out = BTreeMap::new();
+    flatten("", &table, &mut out);
+    for key in out.keys() {
+        if !KEYS.iter().any(|k| k.key == key) {
+            return Err(ConfigError::UnknownKey {
+                path: path.to_path_buf(),
+                key: key.clone(),
+                known: KEYS.iter().map(|k| k.key).collect::<Vec<_>>().join(", "),
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn flatten(prefix: &str, table: &toml::Table, out: &mut BTreeMap<String, String>) {
+    for (k, v) in table {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        let value = match v {
+            toml::Value::Table(t) => {
+                flatten(&key, t, out);
+                continue;
+            }
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Array(items) => items
+                .iter()
+                .map(|i| match i {
+                    toml::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(","),
+            other => other.to_string(),
+        };
+        out.insert(key, value);
+    }
+}
+
+impl Config {
+    /// Resolve every key through the layers, highest first.
+    pub fn resolve(layers: &Layers) -> Result<Config, ConfigError> {
+        let project = match &layers.project_file {
+            Some(p) => read_file(p)?,
+            None => BTreeMap::new(),
+        };
+        let user = match &layers.user_file {
+            Some(p) => read_file(p)?,
+            None => BTreeMap::new(),
+        };
+        let mut settings = BTreeMap::new();
+        for spec in KEYS {
+            let var = env_var(spec.key);
+            let flag = layers.flags.iter().rev().find(|(k, _)| k == spec.key);
+            let setting = if let Some((_, v)) = flag {
+                Setting {
+                    value: v.clone(),
+                    source: Source::Flag(format!("--{}", spec.key.replace(['.', '_'], "-"))),
+                }
+            } else if let Some(v) = layers.env.get(&var) {
+                Setting {
+                    value: v.clone(),
+                    source: Source::Env(var),
+                }
+            } else if let (Some(v), Some(p)) = (project.get(spec.key), &layers.project_file) {
+                Setting {
+                    value: v.clone(),
+                    source: Source::Project(p.clone()),
+                }
+            } else if let (Some(v), Some(p)) = (user.get(spec.key), &layers.user_file) {
+                Setting {
+                    value: v.clone(),
+                    source: Source::User(p.clone()),
+                }
+            } else {
+                Setting {
+                    value: spec.default.to_string(),
+                    source: Source::Default,
+                }
+            };
+            settings.insert(spec.key, setting);
+        }
+        let cfg = Config { settings };
+        // Parse the typed keys now so a bad value fails at start, naming its layer.
+        cfg.number("approval_timeout_secs")?;
+        cfg.number("global_lanes")?;
+        cfg.number("max_rounds")?;
+        Ok(cfg)
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Setting> {
+        self.settings.get(key)
+    }
+
+    /// The value of a known key (empty for an unknown one).
+    pub fn value(&self, key: &str) -> &str {
+        self.settings.get(key).map_or("", |s| s.value.as_str())
+    }
+
+    /// A comma-separated list value, empty items dropped.
+    pub fn list(&self, key: &str) -> Vec<String> {
+        self.value(key)
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    pub fn number(&self, key: &str) -> Result<u64, ConfigError> {
+        let s = self.settings.get(key);
+        let value = s.map_or("", |s| s.value.as_str());
+        value
+            .trim()
+            .parse::<u64>()
+            .map_err(|e| ConfigError::Invalid {
+                key: key.to_string(),
+                value: value.to_string(),
+                origin: s.map_or(Source::Default, |s| s.source.clone()),
+                message: e.to_string(),
+            })
+    }
+
+    /// `key = value  (source)` lines, one per key, for `geode config explain`.
+    pub fn explain(&self) -> String {
+        let width = KEYS.iter().map(|k| k.key.len()).max().unwrap_or(0);
+        let mut out = String::new();
+        for spec in KEYS {
+            if let Some(s) = self.settings.get(spec.key) {
+                out.push_str(&format!(
+                    "{:width$} = {:?}  ({})\n",
+                    spec.key,
+                    s.value,
+                    s.source,
+                    width = width
+                ));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn each_layer_overrides_the_ones_below() {
+        let dir = tempfile::tempdir().unwrap();
+        let user = dir.path().join("user.toml");
+        let project = dir.path().join("project.toml");
+        std::fs::write(
+            &user,
+            "model = \"user-model\"\nhitl = \"auto\"\nglobal_lanes = 2\nmax_rounds = 9\n",
+        )
+        .unwrap();
+        std::fs::write(
+            &project,
+            "model = \"project-model\"\nhitl = \"dangerous_only\"\nglobal_lanes = 3\n\
+             [prompt]\nsections = [\"Rules\", \"Style\"]\n",
+        )
+        .unwrap();
+        let layers = Layers {
+            flags: vec![("model".into(), "flag-model".into())],
+            env: BTreeMap::from([("GEODE_HITL".into(), "everything".into())]),
+            project_file: Some(project.clone()),
+            user_file: Some(user.clone()),
+        };
+        let c = Config::resolve(&layers).unwrap();
+        assert_eq!(c.value("model"), "flag-model");
+        assert_eq!(
+            c.get("model").unwrap().source,
+            Source::Flag("--model".into())
+        );
+        assert_eq!(c.value("hitl"), "everything");
+        assert_eq!(
+            c.get("hitl").unwrap().source,
+            Source::Env("GEODE_HITL".into())
+        );
+        assert_eq!(c.number("global_lanes").unwrap(), 3);
+        assert_eq!(
+            c.get("global_lanes").unwrap().source,
+            Source::Project(project)
+        );
+        assert_eq!(c.number("max_rounds").unwrap(), 9);
+        assert_eq!(c.get("max_rounds").unwrap().source, Source::User(user));
+        assert_eq!(c.list("prompt.sections"), vec!["Rules", "Style"]);
+        assert_eq!(c.get("socket").unwrap().source, Source::Default);
+        let text = c.explain();
+        assert!(
+            text.contains("model") && text.contains("(flag --model)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_unknown_key_or_a_bad_number_names_its_origin() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("c.toml");
+        std::fs::write(&f, "modle = \"x\"\n").unwrap();
+        let layers = Layers {
+            project_file: Some(f),
+            ..Layers::default()
+        };
+        let err = Config::resolve(&layers).unwrap_err().to_string();
+        assert!(err.contains("unknown key \"modle\""), "{err}");
+        let layers = Layers {
+            env: BTreeMap::from([("GEODE_GLOBAL_LANES".into(), "many".into())]),
+            ..Layers::default()
+        };
+        let err = Config::resolve(&layers).unwrap_err().to_string();
+        assert!(err.contains("env GEODE_GLOBAL_LANES"), "{err}");
+    }
+}

@@ -1,0 +1,404 @@
+//! One IPC session per connection. Three tasks per connection, each owning its state:
+//! - the writer owns the write half and serialises every outgoing message;
+//! - the reader owns the read half and the table of pending approvals, and keeps reading while a
+//!   turn runs, so an `approval_response` is never stuck behind the turn that waits for it;
+//! - the session task (this function) owns the `AgenticLoop` and runs one turn at a time under
+//!   the connection's session lane.
+//!
+//! The same code serves the REPL in-process (over an in-memory duplex pipe), so the REPL and
+//! the thin client are one experience.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use super::protocol::{ClientMessage, PROTOCOL, ServerMessage, encode};
+use super::{ServerError, Shared};
+use crate::agent::{AgenticLoop, LoopEvent, TurnOutcome};
+use crate::ids::SessionId;
+use crate::session::{SessionConfig, create_session, resume_session};
+use crate::tools::approval::{ApprovalAnswer, ApprovalRequest, Approver};
+
+type Registration = (String, oneshot::Sender<ApprovalAnswer>);
+
+/// Relays approval prompts to the client; an unanswered prompt is denied after the timeout.
+struct RelayApprover {
+    out: UnboundedSender<ServerMessage>,
+    register: UnboundedSender<Registration>,
+    timeout: std::time::Duration,
+    next: AtomicU64,
+}
+
+#[async_trait]
+impl Approver for RelayApprover {
+    async fn ask(&self, request: &ApprovalRequest) -> ApprovalAnswer {
+        let id = format!("ap-{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
+        let (tx, rx) = oneshot::channel();
+        // Registered before the request is written, so the answer always finds it.
+        if self.register.send((id.clone(), tx)).is_err() {
+            return ApprovalAnswer::No;
+        }
+        let mut detail = request.input.to_string();
+        if let Some(reason) = &request.reason {
+            detail = format!("{detail} (hook: {reason})");
+        }
+        let sent = self.out.send(ServerMessage::ApprovalRequest {
+            approval_id: id.clone(),
+            tool_name: request.tool_name.clone(),
+            detail,
+            safety_level: request.safety_level.to_string(),
+        });
+        if sent.is_err() {
+            return ApprovalAnswer::No;
+        }
+        match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(answer)) => answer,
+            // The connection closed: nobody can answer.
+            Ok(Err(_)) => ApprovalAnswer::No,
+            Err(_) => {
+                let _ = self
+                    .out
+                    .send(ServerMessage::ApprovalTimeout { approval_id: id });
+                ApprovalAnswer::No
+            }
+        }
+    }
+}
+
+fn parse_decision(s: &str) -> Option<ApprovalAnswer> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Some(ApprovalAnswer::Yes),
+        "n" | "no" => Some(ApprovalAnswer::No),
+        "a" | "always" => Some(ApprovalAnswer::Always),
+        _ => None,
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: UnboundedReceiver<ServerMessage>) {
+    while let Some(msg) = rx.recv().await {
+        if wr.write_all(encode(&msg).as_bytes()).await.is_err() || wr.flush().await.is_err() {
+            break;
+        }
+    }
+    let _ = wr.shutdown().await;
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    rd: R,
+    inbox: UnboundedSender<ClientMessage>,
+    mut registrations: UnboundedReceiver<Registration>,
+    out: UnboundedSender<ServerMessage>,
+) {
+    let mut lines = BufReader::new(rd).lines();
+    let mut pending: HashMap<String, oneshot::Sender<ApprovalAnswer>> = HashMap::new();
+    loop {
+        tokio::select! {
+                   Some((id, tx)) = registrations.recv() => {
+                       pending.retain(|_, t| !t.is_closed());
+                       pending.insert(id, tx);
+                   }
+                   line = lines.next_line() => {
+                       let Ok(Some(line)) = line else { break };
+                       if line.trim().is_empty() {
+                           continue;
+                       }
+                       match serde_json::from_str::<ClientMessage>(&line) {
+                           Ok(ClientMessage::ApprovalResponse { approval_id, decision }) => {
+                               while let Ok((id, tx)) = registrations.try_recv() {
+                                   pending.insert(id, tx);
+                               }
+                               let Some(answer) = parse_decision(&decision) else {
+                                   let _ = out.send(ServerMessage::Error {
+        ends_request: false,
+                                       message: format!("decision {decision:?}: use y, n or a"),
+                                   });
+                                   continue;
+                               };
+                               let delivered = pending
+                                   .remove(&approval_id)
+                                   .is_some_and(|tx| tx.send(answer).is_ok());
+                               if !delivered {
+                                   let _ = out.send(ServerMessage::Error {
+        ends_request: false,
+                                       message: format!(
+                                           "no pending approval {approval_id} (timed out or answered)"
+                                       ),
+                                   });
+                               }
+                           }
+                           Ok(msg) => {
+                               if inbox.send(msg).is_err() {
+                                   break;
+                               }
+                           }
+                           Err(e) => {
+                               let _ = out.send(ServerMessage::Error {
+        ends_request: false,
+                                   message: format!("bad message: {e}"),
+                               });
+                           }
+                       }
+                   }
+               }
+    }
+    // Dropping `pending` wakes every waiting approver with a denial.
+}
+
+/// The live session of a connection and its event stream.
+struct Live {
+    lp: AgenticLoop,
+    events: UnboundedReceiver<LoopEvent>,
+    /// Restored by `/resume`: the next turn goes through `resume_turn`.
+    resumed: bool,
+}
+
+struct Conn {
+    shared: Arc<Shared>,
+    out: UnboundedSender<ServerMessage>,
+    approver: Arc<RelayApprover>,
+}
+
+impl Conn {
+    fn send(&self, msg: ServerMessage) {
+        let _ = self.out.send(msg);
+    }
+
+    fn greet(&self, live: &Live) {
+        self.send(ServerMessage::Session {
+            protocol: PROTOCOL.into(),
+            session_id: live.lp.session_id().to_string(),
+            model: live.lp.model_id().to_string(),
+            mode: self.shared.mode_name(),
+        });
+    }
+
+    fn wire(&self, mut cfg: SessionConfig) -> (SessionConfig, UnboundedReceiver<LoopEvent>) {
+        let (tx, rx) = unbounded_channel();
+        cfg.approver = self.approver.clone();
+        cfg.events = Some(tx);
+        (cfg, rx)
+    }
+
+    fn open(&self) -> Result<Live, ServerError> {
+        let (cfg, events) = self.wire(self.shared.factory.new_session()?);
+        Ok(Live {
+            lp: create_session(cfg)?,
+            events,
+            resumed: false,
+        })
+    }
+
+    fn resume(&self, id: &str) -> Result<(Live, String), ServerError> {
+        let (cfg, events) = self.wire(self.shared.factory.resume(&SessionId::new(id))?);
+        let (lp, report) = resume_session(cfg)?;
+        let text = format!(
+            "resumed {} ({} messages{}{})",
+            report.session_id,
+            report.messages,
+            if report.turn_in_progress {
+                ", an interrupted turn: send a prompt to continue"
+            } else {
+                ""
+            },
+            if report.unresolved.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ", {} uncertain effects: see `geode receipts`",
+                    report.unresolved.len()
+                )
+            }
+        );
+        Ok((
+            Live {
+                lp,
+                events,
+                resumed: true,
+            },
+            text,
+        ))
+    }
+}
+
+/// Serve one client on `stream` until it exits, disconnects, or the daemon drains.
+pub async fn serve_connection<S>(stream: S, shared: Arc<Shared>) -> Result<(), ServerError>
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (rd, wr) = tokio::io::split(stream);
+    let (out, out_rx) = unbounded_channel();
+    let writer = tokio::spawn(write_loop(wr, out_rx));
+    let (inbox_tx, mut inbox) = unbounded_channel();
+    let (reg_tx, reg_rx) = unbounded_channel();
+    let reader = tokio::spawn(read_loop(rd, inbox_tx, reg_rx, out.clone()));
+    let conn = Conn {
+        approver: Arc::new(RelayApprover {
+            out: out.clone(),
+            register: reg_tx,
+            timeout: shared.approval_timeout,
+            next: AtomicU64::new(0),
+        }),
+        shared,
+        out,
+    };
+    let mut live = match conn.open() {
+        Ok(l) => l,
+        Err(e) => {
+            conn.send(ServerMessage::Error {
+                ends_request: true,
+                message: e.to_string(),
+            });
+            drop(conn);
+            let _ = writer.await;
+            reader.abort();
+            return Err(e);
+        }
+    };
+    conn.greet(&live);
+    let mut queued: VecDeque<ClientMessage> = VecDeque::new();
+    let mut reason = "user_exit";
+    loop {
+        let msg = match queued.pop_front() {
+            Some(m) => Some(m),
+            None => tokio::select! {
+                m = inbox.recv() => m,
+                _ = conn.shared.draining.cancelled() => { reason = "daemon_drain"; None }
+            },
+        };
+        match msg {
+            None => break,
+            Some(ClientMessage::Exit) => break,
+            Some(ClientMessage::Prompt { text }) => {
+                if run_prompt(&conn, &mut live, &text, &mut inbox, &mut queued).await {
+                    break;
+                }
+            }
+            Some(ClientMessage::Command { name, args }) => {
+                if name == "quit" || name == "exit" {
+                    break;
+                }
+                let text = match name.as_str() {
+                    "clear" | "resume" => {
+                        let next = if name == "clear" {
+                            conn.open().map(|l| (l, "new session".to_string()))
+                        } else {
+                            conn.resume(args.trim())
+                        };
+                        match next {
+                            Ok((l, text)) => {
+                                let mut old = std::mem::replace(&mut live, l);
+                                old.lp.close("user_exit").await;
+                                conn.greet(&live);
+                                text
+                            }
+                            Err(e) => format!("error: {e}"),
+                        }
+                    }
+                    _ => super::commands::run(&name, &args, &live.lp, &conn.shared),
+                };
+                conn.send(ServerMessage::CommandResult { name, text });
+            }
+            Some(ClientMessage::Resume { session_id }) => {
+                queued.push_front(ClientMessage::Command {
+                    name: "resume".into(),
+                    args: session_id,
+                })
+            }
+            // Nothing runs: nothing to cancel. Capabilities change nothing yet.
+            Some(ClientMessage::Cancel | ClientMessage::ClientCapability { .. }) => {}
+            Some(ClientMessage::ApprovalResponse { .. }) => {}
+        }
+    }
+    live.lp.close(reason).await;
+    conn.shared
+        .lanes
+        .forget(live.lp.session_id().as_str())
+        .await;
+    drop(live);
+    drop(conn);
+    reader.abort();
+    let _ = writer.await;
+    Ok(())
+}
+
+/// Run one turn under the session lane, relaying its events. Returns true when the client
+/// asked to exit (or went away) during the turn.
+async fn run_prompt(
+    conn: &Conn,
+    live: &mut Live,
+    text: &str,
+    inbox: &mut UnboundedReceiver<ClientMessage>,
+    queued: &mut VecDeque<ClientMessage>,
+) -> bool {
+    let key = live.lp.session_id().to_string();
+    let Ok(_lane) = conn.shared.lanes.acquire(&key).await else {
+        conn.send(ServerMessage::Error {
+            ends_request: true,
+            message: "the daemon is draining: no new turns".into(),
+        });
+        return false;
+    };
+    let cancel = CancellationToken::new();
+    let mut exit = false;
+    let mut inbox_open = true;
+    let resumed = std::mem::replace(&mut live.resumed, false);
+    let Live { lp, events, .. } = live;
+    let outcome: Result<TurnOutcome, String> = {
+        let turn = async {
+            if resumed {
+                lp.resume_turn(Some(text), &cancel)
+                    .await
+                    .map_err(|e| e.to_string())
+            } else {
+                Ok(lp.run_turn(text, &cancel).await)
+            }
+        };
+        tokio::pin!(turn);
+        loop {
+            tokio::select! {
+                o = &mut turn => break o,
+                Some(ev) = events.recv() => {
+                    if let Some(m) = ServerMessage::from_event(&ev) {
+                        conn.send(m);
+                    }
+                }
+                m = inbox.recv(), if inbox_open => match m {
+                    None | Some(ClientMessage::Exit) => {
+                        inbox_open = false;
+                        exit = true;
+                        cancel.cancel();
+                    }
+                    Some(ClientMessage::Cancel) => cancel.cancel(),
+                    // Serial per session: later prompts and commands wait for this turn.
+                    Some(other) => queued.push_back(other),
+                },
+            }
+        }
+    };
+    while let Ok(ev) = events.try_recv() {
+        if let Some(m) = ServerMessage::from_event(&ev) {
+            conn.send(m);
+        }
+    }
+    match outcome {
+        Ok(o) => conn.send(ServerMessage::Result {
+            text: o.text,
+            rounds: o.rounds,
+            tool_calls: o.tool_calls,
+            termination: o.termination.to_string(),
+            model: lp.model_id().to_string(),
+            system_prompt_hash: lp.system_prompt_hash().map(str::to_string),
+        }),
+        Err(message) => conn.send(ServerMessage::Error {
+            message,
+            ends_request: true,
+        }),
+    }
+    exit
+}

@@ -1,0 +1,85 @@
+//! Drivers that serve sessions to other processes: the serve daemon and its thin-client
+//! protocol (`ipc`, `protocol`, `connection`), and the slash commands both the daemon and the
+//! in-process REPL answer (`commands`).
+
+pub mod commands;
+pub mod connection;
+pub mod ipc;
+pub mod protocol;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::ids::SessionId;
+use crate::policy::SessionMode;
+use crate::session::lanes::LaneQueue;
+use crate::session::{SessionConfig, SessionError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("a geode daemon is already answering on {0}")]
+    AlreadyRunning(std::path::PathBuf),
+    #[error("socket {path}: {source}")]
+    Socket {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The driver could not assemble a session (model route, workspace, config).
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// How the driver (the `geode` binary) builds sessions: the model, workspace, hooks,
+/// checkpoint and policy of its configuration. The server adds the approver and the events.
+pub trait SessionFactory: Send + Sync {
+    fn new_session(&self) -> Result<SessionConfig, ServerError>;
+    /// The config of a checkpointed session to restore.
+    fn resume(&self, id: &SessionId) -> Result<SessionConfig, ServerError>;
+    /// One line per configured hook, for `/hooks`.
+    fn describe_hooks(&self) -> String {
+        "no hooks configured".into()
+    }
+    /// One line per MCP server, for `/mcp`.
+    fn describe_mcp(&self) -> String {
+        "no MCP servers configured".into()
+    }
+}
+
+/// What every connection of one server shares. Immutable but for the lanes, which lock
+/// internally with async-native primitives.
+pub struct Shared {
+    pub lanes: LaneQueue,
+    pub factory: Arc<dyn SessionFactory>,
+    pub approval_timeout: Duration,
+    /// Cancelled when the daemon drains: connections finish their turn and close.
+    pub draining: CancellationToken,
+    pub mode: SessionMode,
+}
+
+impl Shared {
+    pub fn new(
+        factory: Arc<dyn SessionFactory>,
+        global_lanes: usize,
+        approval_timeout: Duration,
+        mode: SessionMode,
+    ) -> Self {
+        Shared {
+            lanes: LaneQueue::new(global_lanes),
+            factory,
+            approval_timeout,
+            draining: CancellationToken::new(),
+            mode,
+        }
+    }
+
+    pub(crate) fn mode_name(&self) -> String {
+        serde_json::to_value(self.mode)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default()
+    }
+}

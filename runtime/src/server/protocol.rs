@@ -1,0 +1,200 @@
+//! The thin-client protocol (`geode.ipc.v1`): newline-delimited JSON over the daemon's Unix
+//! socket, one JSON object per line, tagged by `type`.
+//!
+//! Server -> client: first a `session` greeting; then, per prompt, `stream` (assistant text),
+//! events (`round_start`, `tool_start`, `tool_end`, `tokens`, `turn_end`), possibly
+//! `approval_request` (answered by the client's `approval_response`, denied on timeout with an
+//! `approval_timeout` notice), and finally `result`. `command_result` answers a `command`;
+//! `error` reports a bad line or a refused request without closing the connection.
+//!
+//! Client -> server: `client_capability` (optional, first), `prompt`, `command` (a slash
+//! command without the slash: `status`, `cost`, ...), `cancel` (the running turn),
+//! `resume` (switch this connection to a checkpointed session), `approval_response`, `exit`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::LoopEvent;
+
+pub const PROTOCOL: &str = "geode.ipc.v1";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClientMessage {
+    ClientCapability {
+        #[serde(default)]
+        approvals: bool,
+        #[serde(default)]
+        version: Option<String>,
+    },
+    Prompt {
+        text: String,
+    },
+    Command {
+        name: String,
+        #[serde(default)]
+        args: String,
+    },
+    Cancel,
+    Resume {
+        session_id: String,
+    },
+    ApprovalResponse {
+        approval_id: String,
+        /// `y`, `n` or `a` (always for this tool in this session).
+        decision: String,
+    },
+    Exit,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMessage {
+    Session {
+        protocol: String,
+        session_id: String,
+        model: String,
+        mode: String,
+    },
+    Stream {
+        text: String,
+    },
+    RoundStart {
+        round: u32,
+    },
+    ToolStart {
+        call_id: String,
+        tool: String,
+        input: serde_json::Value,
+    },
+    ToolEnd {
+        call_id: String,
+        tool: String,
+        outcome: String,
+        is_error: bool,
+    },
+    Tokens {
+        input: u64,
+        output: u64,
+    },
+    TurnEnd {
+        termination: String,
+    },
+    ApprovalRequest {
+        approval_id: String,
+        tool_name: String,
+        detail: String,
+        safety_level: String,
+    },
+    ApprovalTimeout {
+        approval_id: String,
+    },
+    Result {
+        text: String,
+        rounds: u32,
+        tool_calls: u32,
+        termination: String,
+        model: String,
+        /// Hash of the system prompt the turn ran under.
+        system_prompt_hash: Option<String>,
+    },
+    CommandResult {
+        name: String,
+        text: String,
+    },
+    Error {
+        message: String,
+        /// True when the error answers a `prompt` or `command` (the client may send the next
+        /// one); false for a bad line or a stale approval answer while a turn still runs.
+        #[serde(default)]
+        ends_request: bool,
+    },
+}
+
+impl ServerMessage {
+    /// The wire form of a loop event; `None` for events the thin client does not render.
+    pub fn from_event(event: &LoopEvent) -> Option<ServerMessage> {
+        Some(match event {
+            LoopEvent::RoundStarted { round, .. } => ServerMessage::RoundStart { round: *round },
+            LoopEvent::AssistantMessage { text, usage, .. } => {
+                // Tokens first so a client can print usage under the text it belongs to.
+                return Some(if text.is_empty() {
+                    ServerMessage::Tokens {
+                        input: usage.input_tokens,
+                        output: usage.output_tokens,
+                    }
+                } else {
+                    ServerMessage::Stream { text: text.clone() }
+                });
+            }
+            LoopEvent::ToolStarted {
+                call_id,
+                tool,
+                input,
+            } => ServerMessage::ToolStart {
+                call_id: call_id.clone(),
+                tool: tool.clone(),
+                input: input.clone(),
+            },
+            LoopEvent::ToolEnded {
+                call_id,
+                tool,
+                outcome,
+                is_error,
+            } => ServerMessage::ToolEnd {
+                call_id: call_id.clone(),
+                tool: tool.clone(),
+                outcome: serde_json::to_value(outcome)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_else(|| format!("{outcome:?}")),
+                is_error: *is_error,
+            },
+            LoopEvent::TurnEnded { termination, .. } => ServerMessage::TurnEnd {
+                termination: termination.to_string(),
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// One line of the wire: the JSON and a newline.
+pub fn encode<T: Serialize>(msg: &T) -> String {
+    let mut line = serde_json::to_string(msg).unwrap_or_else(|e| {
+        format!("{{\"type\":\"error\",\"message\":\"cannot encode a message: {e}\"}}")
+    });
+    line.push('\n');
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn messages_have_the_documented_wire_shape() {
+        let m: ClientMessage = serde_json::from_str(
+            r#"{"type":"approval_response","approval_id":"a1","decision":"y"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            m,
+            ClientMessage::ApprovalResponse {
+                approval_id: "a1".into(),
+                decision: "y".into()
+            }
+        );
+        let line = encode(&ServerMessage::ApprovalRequest {
+            approval_id: "a1".into(),
+            tool_name: "write_file".into(),
+            detail: "{}".into(),
+            safety_level: "write".into(),
+        });
+        assert!(line.starts_with(r#"{"type":"approval_request","approval_id":"a1""#));
+        assert!(line.ends_with('\n'));
+        let back: ServerMessage = serde_json::from_str(line.trim()).unwrap();
+        assert!(matches!(back, ServerMessage::ApprovalRequest { .. }));
+        let exit: ClientMessage = serde_json::from_str(r#"{"type":"exit"}"#).unwrap();
+        assert_eq!(exit, ClientMessage::Exit);
+    }
+}

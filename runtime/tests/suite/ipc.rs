@@ -1,0 +1,158 @@
+//! The IPC session driver in-process: `serve_connection` over an in-memory pipe, a scripted
+//! model, a real workspace. (The daemon binary's socket, timeout and drain are in tests/e2e.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use geode_runtime::ids::SessionId;
+use geode_runtime::model::embedded::ScriptedModel;
+use geode_runtime::policy::{SessionMode, SessionPolicy};
+use geode_runtime::server::connection::serve_connection;
+use geode_runtime::server::protocol::{ClientMessage, ServerMessage, encode};
+use geode_runtime::server::{ServerError, SessionFactory, Shared};
+use geode_runtime::session::SessionConfig;
+use geode_runtime::tools::workspace::LocalWorkspace;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines, WriteHalf};
+
+struct Factory {
+    root: std::path::PathBuf,
+    script: Value,
+}
+
+impl SessionFactory for Factory {
+    fn new_session(&self) -> Result<SessionConfig, ServerError> {
+        let model = ScriptedModel::from_json(self.script.clone())
+            .map_err(|e| ServerError::Setup(e.to_string()))?;
+        let ws = LocalWorkspace::new(&self.root).map_err(|e| ServerError::Setup(e.to_string()))?;
+        Ok(SessionConfig::new(
+            SessionPolicy::for_mode(SessionMode::Ipc),
+            Arc::new(ws),
+            Arc::new(model),
+        ))
+    }
+
+    fn resume(&self, id: &SessionId) -> Result<SessionConfig, ServerError> {
+        Err(ServerError::Setup(format!("{id}: not durable here")))
+    }
+}
+
+type Reader = Lines<BufReader<tokio::io::ReadHalf<DuplexStream>>>;
+
+struct Peer {
+    rd: Reader,
+    wr: WriteHalf<DuplexStream>,
+}
+
+impl Peer {
+    async fn send(&mut self, m: ClientMessage) {
+        self.wr.write_all(encode(&m).as_bytes()).await.unwrap();
+    }
+
+    async fn recv(&mut self) -> ServerMessage {
+        let line = tokio::time::timeout(Duration::from_secs(10), self.rd.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+}
+
+fn start(
+    dir: &std::path::Path,
+    script: Value,
+) -> (Peer, tokio::task::JoinHandle<Result<(), ServerError>>) {
+    let factory = Arc::new(Factory {
+        root: dir.to_path_buf(),
+        script,
+    });
+    let shared = Arc::new(Shared::new(
+        factory,
+        2,
+        Duration::from_secs(10),
+        SessionMode::Ipc,
+    ));
+    let (client, server) = tokio::io::duplex(1 << 16);
+    let task = tokio::spawn(serve_connection(server, shared));
+    let (rd, wr) = tokio::io::split(client);
+    let peer = Peer {
+        rd: BufReader::new(rd).lines(),
+        wr,
+    };
+    (peer, task)
+}
+
+fn two_writes() -> Value {
+    json!({"turns": [
+        {"text": "one", "tool_calls": [{"id": "c1", "name": "write_file",
+            "input": {"path": "a.txt", "content": "a"}}]},
+        {"text": "two", "tool_calls": [{"id": "c2", "name": "write_file",
+            "input": {"path": "b.txt", "content": "b"}}]},
+        {"text": "Both files are written, as asked."}
+    ]})
+}
+
+#[tokio::test]
+async fn always_is_remembered_for_the_rest_of_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut p, task) = start(dir.path(), two_writes());
+    assert!(matches!(p.recv().await, ServerMessage::Session { .. }));
+    p.send(ClientMessage::Prompt { text: "go".into() }).await;
+    let mut approvals = 0;
+    loop {
+        match p.recv().await {
+            ServerMessage::ApprovalRequest { approval_id, .. } => {
+                approvals += 1;
+                p.send(ClientMessage::ApprovalResponse {
+                    approval_id,
+                    decision: "a".into(),
+                })
+                .await;
+            }
+            ServerMessage::Result { tool_calls, .. } => {
+                assert_eq!(tool_calls, 2);
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(approvals, 1, "the second write_file was not asked again");
+    assert!(dir.path().join("a.txt").exists() && dir.path().join("b.txt").exists());
+    p.send(ClientMessage::Exit).await;
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn a_client_gone_during_an_approval_denies_and_ends_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut p, task) = start(dir.path(), two_writes());
+    p.recv().await;
+    p.send(ClientMessage::Prompt { text: "go".into() }).await;
+    while !matches!(p.recv().await, ServerMessage::ApprovalRequest { .. }) {}
+    drop(p);
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(!dir.path().join("a.txt").exists());
+}
+
+#[tokio::test]
+async fn a_bad_line_is_an_error_not_a_disconnect() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut p, _task) = start(dir.path(), two_writes());
+    p.recv().await;
+    p.wr.write_all(b"{not json}\n").await.unwrap();
+    assert!(matches!(p.recv().await, ServerMessage::Error { .. }));
+    p.send(ClientMessage::Command {
+        name: "help".into(),
+        args: String::new(),
+    })
+    .await;
+    assert!(matches!(
+        p.recv().await,
+        ServerMessage::CommandResult { .. }
+    ));
+}

@@ -1,0 +1,120 @@
+//! `geode` with no arguments, driven in a pseudo-terminal as a person would: a scripted turn with
+//! an approval prompt, a slash command, /quit.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The terminal's output so far, read on a thread so the child never blocks on a full pty.
+struct Screen {
+    rx: mpsc::Receiver<Vec<u8>>,
+    text: String,
+}
+
+impl Screen {
+    fn wait_for(&mut self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.text.contains(needle) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(bytes) => self.text.push_str(&String::from_utf8_lossy(&bytes)),
+                Err(_) => panic!("no {needle:?} on the screen:\n{}", self.text),
+            }
+        }
+    }
+
+    /// Forget what was seen, so the next wait looks at new output only.
+    fn clear(&mut self) {
+        self.text.clear();
+    }
+}
+
+#[test]
+fn the_repl_runs_a_turn_with_an_approval_in_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("script.toml"),
+        r#"
+[[turns]]
+text = "Writing the file."
+[[turns.tool_calls]]
+id = "w1"
+name = "write_file"
+input = { path = "out.txt", content = "from the repl" }
+[[turns]]
+text = "All done."
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("GEODE.md"),
+        "## Rules\nbe brief\n## Private\nskip me\n",
+    )
+    .unwrap();
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let slave = File::from(pty.slave);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_geode"))
+        .args(["--local", "--model", "scripted:script.toml"])
+        .current_dir(d)
+        .env("GEODE_HOME", d.join("home"))
+        .env("GEODE_PROMPT_SECTIONS", "Rules")
+        .env("TERM", "xterm")
+        .env_remove("GEODE_MODEL")
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave))
+        .spawn()
+        .unwrap();
+    let mut master = File::from(pty.master);
+    let mut reader = master.try_clone().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut screen = Screen {
+        rx,
+        text: String::new(),
+    };
+    screen.wait_for("geode> ");
+    screen.clear();
+    master.write_all(b"write the file\r").unwrap();
+    screen.wait_for("[y/n/a]");
+    assert!(
+        screen.text.contains("Allow write_file (write)"),
+        "{}",
+        screen.text
+    );
+    master.write_all(b"y\r").unwrap();
+    screen.wait_for("-- natural, 2 rounds, 1 tool calls");
+    assert!(screen.text.contains("All done."), "{}", screen.text);
+    assert_eq!(
+        std::fs::read_to_string(d.join("out.txt")).unwrap(),
+        "from the repl"
+    );
+    screen.wait_for("geode> ");
+    screen.clear();
+    master.write_all(b"/status\r").unwrap();
+    screen.wait_for("system prompt ");
+    assert!(screen.text.contains("turns 1"), "{}", screen.text);
+    screen.wait_for("geode> ");
+    master.write_all(b"/quit\r").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the REPL did not quit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success());
+    // The session was checkpointed: /resume (or `geode resume`) can continue it.
+    assert!(d.join("home/sessions").read_dir().unwrap().next().is_some());
+}

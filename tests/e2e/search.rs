@@ -1,0 +1,291 @@
+//! Scaffold search end to end with the `flaky-oracle` simulation model (offline research, not
+//! a real model): a real gain (repair budget) is found on train and promoted on the sealed
+//! holdout; a search over neutral knobs promotes nothing; a search killed with SIGKILL
+//! mid-campaign resumes without losing or duplicating a candidate.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const TEST_TASKS: [&str; 8] = [
+    "c-rle-bugs",
+    "cron-next",
+    "json-flatten",
+    "log-latency-report",
+    "markdown-toc",
+    "git-purge-secret",
+    "sqlite-upsert-import",
+    "debug-build-order",
+];
+
+const REAL_SPACE: &str = r#"
+schema = "geode.search-space.v1"
+[frozen]
+grader = "geode.grader.tests.v1"
+model = "flaky-oracle:0.5"
+[[knob]]
+path = "repair_budget"
+values = [0, 2, 1, 3]
+[[knob]]
+path = "tool_result_cap"
+values = [65536, 32768]
+[[knob]]
+path = "guards.max_rounds"
+values = [50, 30]
+"#;
+
+const NEUTRAL_SPACE: &str = r#"
+schema = "geode.search-space.v1"
+[[knob]]
+path = "tool_result_cap"
+values = [65536, 32768, 16384]
+[[knob]]
+path = "guards.max_rounds"
+values = [50, 30, 20]
+"#;
+
+struct Study {
+    dir: tempfile::TempDir,
+}
+
+impl Study {
+    /// Train (20 tasks) and test (8 tasks, sealed at 5 trials) split from the built-in pack,
+    /// a baseline with no repair budget, and a search configuration.
+    fn new(space: &str, seed: u64, candidates: u32) -> Study {
+        let dir = tempfile::tempdir().unwrap();
+        let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tasks/geode-core");
+        for split in ["train", "test"] {
+            std::fs::create_dir_all(dir.path().join(split)).unwrap();
+        }
+        for entry in std::fs::read_dir(&core).unwrap().flatten() {
+            if !entry.path().join("task.toml").is_file() {
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let split = if TEST_TASKS.contains(&name.as_str()) {
+                "test"
+            } else {
+                "train"
+            };
+            let ok = Command::new("cp")
+                .arg("-r")
+                .arg(entry.path())
+                .arg(dir.path().join(split))
+                .status()
+                .unwrap();
+            assert!(ok.success());
+        }
+        let s = Study { dir };
+        std::fs::write(s.path("base.toml"), "repair_budget = 0\n").unwrap();
+        std::fs::write(s.path("space.toml"), space).unwrap();
+        // Test contracts use a safety tolerance of 0.5: the veto's upper bound needs ~52
+        // trials per arm at 0.05, and the holdout has 40 (flaky-oracle raises no signal).
+        let config = format!(
+            r#"
+schema = "geode.search.v1"
+space = "space.toml"
+baseline = "base.toml"
+policy = "grid"
+seed = {seed}
+model = "flaky-oracle:0.5"
+train = "train"
+trials = 3
+concurrency = 2
+out = "out"
+[test]
+sealed = "sealed/holdout.seal-state.json"
+key = "seal.key"
+trials = 5
+[rule]
+resamples = 1000
+min_tasks = 10
+safety_tolerance = 0.3
+[test_rule]
+resamples = 1000
+min_tasks = 8
+safety_tolerance = 0.5
+[budgets]
+candidates = {candidates}
+"#
+        );
+        std::fs::write(s.path("search.toml"), config).unwrap();
+        let o = s.geode(&[
+            "crucible",
+            "seal",
+            "test",
+            "--key",
+            "seal.key",
+            "--new-key",
+            "--name",
+            "holdout",
+            "-k",
+            "5",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        s
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn geode(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_geode"))
+            .args(args)
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap()
+    }
+
+    fn lineage(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.path("out/lineage.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn trial_dirs(&self, candidate: &str) -> usize {
+        ["baseline", "candidate"]
+            .iter()
+            .map(|arm| {
+                std::fs::read_dir(self.path(&format!("out/candidates/{candidate}/campaign/{arm}")))
+                    .map(|d| d.count())
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+#[test]
+fn search_finds_the_repair_budget_gain_survives_a_kill_and_promotes_on_the_holdout() {
+    let s = Study::new(REAL_SPACE, 3, 2);
+
+    // Kill the search with SIGKILL in the middle of the first candidate's campaign.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_geode"))
+        .args(["search", "run", "search.toml"])
+        .current_dir(s.path(""))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while s.trial_dirs("c0001") < 30 {
+        assert!(start.elapsed() < Duration::from_secs(600), "no progress");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the search ended early"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Let sandboxed trials the kill orphaned finish before the campaign folder is replaced.
+    std::thread::sleep(Duration::from_secs(3));
+    let before = s.lineage();
+    assert_eq!(before.len(), 1, "only the baseline is decided: {before:?}");
+    assert!(s.path("out/candidates/c0001/proposal.json").is_file());
+
+    let o = s.geode(&["search", "run", "search.toml"]);
+    assert!(o.status.success(), "resume: {}", text(&o));
+    let lineage = s.lineage();
+    let ids: Vec<&str> = lineage.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["c0000", "c0001", "c0002"], "{}", text(&o));
+    // The interrupted campaign was re-run from scratch: exactly one trial per pair and arm.
+    let evidence: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(s.path("out/candidates/c0001/evidence.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(evidence["trials"].as_array().unwrap().len(), 20 * 3 * 2);
+    let first = &lineage[1];
+    assert_eq!(first["mutation"]["path"], "repair_budget");
+    assert_eq!(first["mutation"]["value"], 2);
+    assert_eq!(first["verdict"], "KEEP", "{first}");
+    assert_eq!(first["champion"], "c0001");
+    assert!(first["evidence_hash"].is_string() && first["contract_hash"].is_string());
+    // The next candidate is a mutation of the new champion, never the baseline again.
+    assert_eq!(lineage[2]["parent"], "c0001");
+    assert_ne!(lineage[2]["scaffold_hash"], lineage[0]["scaffold_hash"]);
+
+    let o = s.geode(&["search", "status", "out"]);
+    let out = text(&o);
+    assert!(
+        o.status.success() && out.contains("c0001") && out.contains("KEEP"),
+        "{out}"
+    );
+
+    let o = s.geode(&["search", "promote", "out"]);
+    assert_eq!(o.status.code(), Some(0), "promote: {}", text(&o));
+    assert!(text(&o).contains("promotion verdict KEEP"), "{}", text(&o));
+    let state = std::fs::read_to_string(s.path("sealed/holdout.seal-state.json")).unwrap();
+    assert!(
+        state.contains("KEEP"),
+        "the seal state records the decision: {state}"
+    );
+
+    // Burn-once: a second promotion is refused.
+    let o = s.geode(&["search", "promote", "out"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("burned once"), "{}", text(&o));
+}
+
+#[test]
+fn a_search_over_neutral_knobs_promotes_nothing() {
+    let s = Study::new(NEUTRAL_SPACE, 11, 2);
+    let o = s.geode(&["search", "run", "search.toml"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let lineage = s.lineage();
+    assert_eq!(lineage.len(), 3);
+    for e in &lineage[1..] {
+        assert_eq!(e["verdict"], "REJECT", "{e}");
+    }
+    let o = s.geode(&["search", "promote", "out"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("nothing to promote"), "{}", text(&o));
+    // The holdout was not opened: it stays available for a later search.
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(s.path("sealed/holdout.seal-state.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(state["opening"].is_null(), "{state}");
+}
+
+/// The false-promotion rate: N seeded searches over neutral knobs, each followed by a
+/// promotion attempt. Costly (N x 2 train campaigns); run with
+/// `GEODE_FPR_RUNS=N cargo test -p geode-harness --test e2e search::false_promotion -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn false_promotion_rate_over_seeded_neutral_searches() {
+    let runs: u64 = std::env::var("GEODE_FPR_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let (mut promoted, mut train_keeps, mut campaigns) = (0, 0, 0);
+    for seed in 0..runs {
+        let s = Study::new(NEUTRAL_SPACE, 100 + seed, 2);
+        let o = s.geode(&["search", "run", "search.toml"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let lineage = s.lineage();
+        campaigns += lineage.len() - 1;
+        train_keeps += lineage.iter().filter(|e| e["verdict"] == "KEEP").count();
+        let o = s.geode(&["search", "promote", "out"]);
+        if o.status.code() == Some(0) {
+            promoted += 1;
+        } else {
+            campaigns += usize::from(!text(&o).contains("nothing to promote"));
+        }
+    }
+    println!(
+        "false-promotion rate: {promoted}/{runs} searches promoted; {train_keeps} train KEEPs \
+         over {campaigns} campaigns"
+    );
+    assert_eq!(promoted, 0);
+}
