@@ -1,4 +1,24 @@
-//! Tables, reports and exports of run stores.
+//! GEODE reports: tables, plots and exports of the harness's run store.
 //!
-//! Empty until the reports issue lands. polars will live only here, behind the separate
-//! `geode-report` binary, so the main `geode` binary never waits for it to compile.
+//! polars lives only in this crate, behind the separate `geode-report` executable (which the
+//! `geode` binary runs for `geode report` and `geode compare`), so nothing else waits for it to
+//! compile. The pipeline: [`load`] reads runs from `<jobs>/geode.db` into DataFrames, [`report`]
+//! aggregates them (per task in polars, scores as in the harness's end-of-run summary, paired
+//! comparisons with the crucible's statistics), [`render`] formats the result as terminal text,
+//! Markdown or one self-contained HTML page, and [`export`] writes the trial table as Parquet or
+//! CSV.
+
+pub mod compare;
+pub mod error;
+pub mod export;
+pub mod frames;
+pub mod load;
+pub mod render;
+pub mod report;
+pub mod stats;
+pub mod synth;
+
+pub use error::ReportError;
+pub use load::{Loaded, RunRef, Store, TrialColumns, load, resolve_run};
+pub use render::TextFormat;
+pub use report::{Report, build};

@@ -1,0 +1,282 @@
+//! `geode-report`: the reports executable. The `geode` binary runs it for `geode report ...` and
+//! `geode compare ...` with the remaining arguments unchanged (as git runs external
+//! subcommands), which keeps polars out of `geode` itself. This file only parses arguments and
+//! calls the library.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use geode_reports::synth::{SynthSpec, synthetic_store};
+use geode_reports::{TextFormat, TrialColumns, build, export, load, render, resolve_run};
+
+#[derive(Parser)]
+#[command(
+    name = "geode-report",
+    version,
+    about = "Reports, comparisons and exports of GEODE runs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Tables and plots of one or more runs, or their trial table as Parquet/CSV.
+    Report {
+        /// Run ids in the jobs folder, or paths to run folders (<jobs>/<run_id>).
+        #[arg(required = true, value_name = "RUN")]
+        runs: Vec<String>,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Term)]
+        format: ReportFormat,
+        /// Output file (default: stdout; for parquet, trials.parquet).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Where runs are kept (the run store geode.db and one folder per run).
+        #[arg(long, default_value = "jobs")]
+        jobs_dir: PathBuf,
+    },
+    /// Paired comparison of RUN_B (candidate) against RUN_A (baseline) on their shared tasks.
+    Compare {
+        #[arg(value_name = "RUN_A")]
+        baseline: String,
+        #[arg(value_name = "RUN_B")]
+        candidate: String,
+        #[arg(long, value_enum, default_value_t = CompareFormat::Term)]
+        format: CompareFormat,
+        /// Output file (default: stdout).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long, default_value = "jobs")]
+        jobs_dir: PathBuf,
+    },
+    /// Benchmark: time `report` on a synthetic store (created if missing) and print the median
+    /// and the peak memory.
+    Bench {
+        /// Jobs folder of the synthetic store.
+        #[arg(long, default_value = "bench-jobs")]
+        jobs_dir: PathBuf,
+        #[arg(long, default_value_t = 2)]
+        runs: usize,
+        #[arg(long, default_value_t = 5000)]
+        tasks: usize,
+        #[arg(long, default_value_t = 100)]
+        attempts: usize,
+        #[arg(long, default_value_t = 5)]
+        iterations: usize,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Term)]
+        format: ReportFormat,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ReportFormat {
+    Term,
+    Md,
+    Html,
+    Parquet,
+    Csv,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum CompareFormat {
+    Term,
+    Md,
+    Html,
+}
+
+fn text_format(f: ReportFormat) -> Option<TextFormat> {
+    match f {
+        ReportFormat::Term => Some(TextFormat::Term),
+        ReportFormat::Md => Some(TextFormat::Markdown),
+        ReportFormat::Html => Some(TextFormat::Html),
+        ReportFormat::Parquet | ReportFormat::Csv => None,
+    }
+}
+
+fn emit(text: &str, out: Option<&Path>) -> Result<()> {
+    match out {
+        Some(p) => {
+            std::fs::write(p, text).with_context(|| format!("{}: cannot write", p.display()))
+        }
+        None => {
+            let mut so = std::io::stdout().lock();
+            so.write_all(text.as_bytes())
+                .and_then(|_| so.flush())
+                .context("stdout")
+        }
+    }
+}
+
+/// Runs `report` once; returns the number of trials read.
+fn report(runs: &[String], format: ReportFormat, out: Option<&Path>, jobs: &Path) -> Result<usize> {
+    let refs: Vec<_> = runs.iter().map(|r| resolve_run(r, jobs)).collect();
+    match text_format(format) {
+        Some(tf) => {
+            let loaded = load(&refs, TrialColumns::Report)?;
+            let r = build(&loaded)?;
+            emit(&render::report(&r, tf), out)?;
+            Ok(loaded.trials.height())
+        }
+        None => {
+            let mut loaded = load(&refs, TrialColumns::Export)?;
+            let n = loaded.trials.height();
+            if let ReportFormat::Parquet = format {
+                let path = out
+                    .map(Path::to_path_buf)
+                    .unwrap_or_else(|| "trials.parquet".into());
+                export::write_parquet(&mut loaded.trials, &path)?;
+                eprintln!("wrote {n} trials to {}", path.display());
+            } else if let Some(p) = out {
+                let f = std::fs::File::create(p)
+                    .with_context(|| format!("{}: cannot create", p.display()))?;
+                export::write_csv(
+                    &mut loaded.trials,
+                    std::io::BufWriter::new(f),
+                    &p.display().to_string(),
+                )?;
+                eprintln!("wrote {n} trials to {}", p.display());
+            } else {
+                export::write_csv(&mut loaded.trials, std::io::stdout().lock(), "stdout")?;
+            }
+            Ok(n)
+        }
+    }
+}
+
+/// Peak resident memory of this process (Linux `VmHWM`), in MiB.
+fn peak_rss_mib() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn bench(spec: SynthSpec, jobs: &Path, iterations: usize, format: ReportFormat) -> Result<()> {
+    let store = jobs.join(geode_reports::load::STORE_FILE);
+    let runs = if store.is_file() {
+        geode_reports::Store::open(&store)?.run_ids()?
+    } else {
+        std::fs::create_dir_all(jobs)
+            .with_context(|| format!("{}: cannot create", jobs.display()))?;
+        let t = Instant::now();
+        let ids = synthetic_store(&store, spec)?;
+        eprintln!(
+            "created {} in {:.1} s",
+            store.display(),
+            t.elapsed().as_secs_f64()
+        );
+        ids
+    };
+    if iterations == 0 {
+        bail!("--iterations must be at least 1");
+    }
+    let sink = std::env::temp_dir().join(format!("geode-report-bench-{}.out", std::process::id()));
+    let mut times = Vec::with_capacity(iterations);
+    let mut trials = 0;
+    for _ in 0..iterations {
+        let t = Instant::now();
+        trials = report(&runs, format, Some(&sink), jobs)?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let _ = std::fs::remove_file(&sink);
+    if let Some(tf) = text_format(format) {
+        // One more pass, split by stage, to show where the time goes.
+        let refs: Vec<_> = runs.iter().map(|r| resolve_run(r, jobs)).collect();
+        let t = Instant::now();
+        let loaded = load(&refs, TrialColumns::Report)?;
+        let t_load = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let r = build(&loaded)?;
+        let t_build = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let text = render::report(&r, tf);
+        eprintln!(
+            "stages: load {t_load:.3} s, tables {t_build:.3} s, render {:.3} s ({} bytes)",
+            t.elapsed().as_secs_f64(),
+            text.len()
+        );
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    println!(
+        "report of {} runs, {trials} trials: median {median:.3} s (min {:.3}, max {:.3}, {iterations} iterations); peak RSS {} MiB",
+        runs.len(),
+        times[0],
+        times[times.len() - 1],
+        peak_rss_mib()
+            .map(|m| format!("{m:.0}"))
+            .unwrap_or_else(|| "?".into())
+    );
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Report {
+            runs,
+            format,
+            out,
+            jobs_dir,
+        } => report(&runs, format, out.as_deref(), &jobs_dir).map(|_| ()),
+        Command::Compare {
+            baseline,
+            candidate,
+            format,
+            out,
+            jobs_dir,
+        } => {
+            let refs = [
+                resolve_run(&baseline, &jobs_dir),
+                resolve_run(&candidate, &jobs_dir),
+            ];
+            let loaded = load(&refs, TrialColumns::Report)?;
+            let c =
+                geode_reports::compare::compare(&loaded.trials, &refs[0].run_id, &refs[1].run_id)
+                    .context("comparing runs")?;
+            let tf = match format {
+                CompareFormat::Term => TextFormat::Term,
+                CompareFormat::Md => TextFormat::Markdown,
+                CompareFormat::Html => TextFormat::Html,
+            };
+            emit(&render::comparison(&c, tf), out.as_deref())
+        }
+        Command::Bench {
+            jobs_dir,
+            runs,
+            tasks,
+            attempts,
+            iterations,
+            format,
+        } => bench(
+            SynthSpec {
+                runs,
+                tasks,
+                attempts,
+                seed: 7,
+            },
+            &jobs_dir,
+            iterations,
+            format,
+        ),
+    }
+}
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            // --help and --version are successes; every usage error exits 1 like any failure.
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    if let Err(e) = run(cli) {
+        eprintln!("geode-report: {e:#}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,581 @@
+//! Reading the harness's run store (`<jobs>/geode.db`, schema `geode.runstore.v1`, defined in
+//! harness/src/store.rs) into polars DataFrames, read-only and without the harness crate (the
+//! reports sit above the store in the layering, beside the crucible, not on top of the harness).
+//!
+//! Only `finished` trial rows are results: a `running` row is a trial that was interrupted and
+//! will run again on resume. Values are copied column by column into polars builders straight
+//! from SQLite's borrowed row values, so a million trials cost no per-row `String`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use geode_graders::TrialOutcome;
+use polars::prelude::*;
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+
+use crate::error::ReportError;
+
+/// The store schema this crate reads.
+pub const RUNSTORE_SCHEMA: &str = "geode.runstore.v1";
+
+/// File name of the run store inside a jobs folder.
+pub const STORE_FILE: &str = "geode.db";
+
+/// A run named on the command line: which store, which id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunRef {
+    /// Path of the `geode.db` holding the run.
+    pub store: PathBuf,
+    pub run_id: String,
+}
+
+/// Resolves `arg` (a run id inside `jobs_dir`, or a path to a run folder `<jobs>/<run_id>`).
+///
+/// A path wins when it is an existing folder whose parent holds a run store: that is exactly
+/// Harbor's layout, and a bare run id never contains a separator, so the two cannot collide in
+/// practice.
+pub fn resolve_run(arg: &str, jobs_dir: &Path) -> RunRef {
+    let p = Path::new(arg);
+    if p.is_dir()
+        && let (Some(parent), Some(name)) = (p.parent(), p.file_name())
+    {
+        let parent = if parent.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            parent
+        };
+        let store = parent.join(STORE_FILE);
+        if store.is_file() {
+            return RunRef {
+                store,
+                run_id: name.to_string_lossy().into_owned(),
+            };
+        }
+    }
+    RunRef {
+        store: jobs_dir.join(STORE_FILE),
+        run_id: arg.to_owned(),
+    }
+}
+
+/// Which trial columns to load: the report needs fewer than a notebook export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrialColumns {
+    /// What the tables and plots use.
+    Report,
+    /// Everything in the trial row, for Parquet and CSV.
+    Export,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Str,
+    Int,
+    Float,
+    Bool,
+}
+
+/// One loaded column: its name in the DataFrame, the SQL that computes it, its type, and
+/// whether the report needs it.
+struct Spec {
+    name: &'static str,
+    sql: &'static str,
+    kind: Kind,
+    report: bool,
+}
+
+const fn spec(name: &'static str, sql: &'static str, kind: Kind, report: bool) -> Spec {
+    Spec {
+        name,
+        sql,
+        kind,
+        report,
+    }
+}
+
+/// Stands for the SQL of the `infra` column, which is built from the graders' outcome set.
+const INFRA_SQL: &str = "<infra>";
+
+/// The trial table. Times: `started`/`finished` are RFC 3339 text in the store; SQLite's
+/// `unixepoch(.., 'subsec')` turns them into seconds so no date library is needed here
+/// (`duration_sec` is their difference, computed after loading). Phase seconds are pulled out of
+/// the `phases` JSON with the names harness/src/rollout/trial.rs writes. `infra` is true for the
+/// infrastructure outcomes of graders/src/outcome.rs.
+const TRIAL_SPECS: &[Spec] = &[
+    spec("run_id", "run_id", Kind::Str, true),
+    spec("trial_name", "trial_name", Kind::Str, false),
+    spec("task_id", "task_id", Kind::Str, true),
+    spec("task_hash", "task_hash", Kind::Str, false),
+    spec("category", "category", Kind::Str, true),
+    spec("difficulty", "difficulty", Kind::Str, true),
+    spec("attempt", "attempt", Kind::Int, true),
+    spec("seed", "seed", Kind::Int, false),
+    spec("outcome", "outcome", Kind::Str, true),
+    spec("infra", INFRA_SQL, Kind::Bool, true),
+    spec("reward", "reward", Kind::Float, true),
+    spec("rewards", "rewards", Kind::Str, false),
+    spec("exception_class", "exception_class", Kind::Str, true),
+    spec("exception_message", "exception_message", Kind::Str, true),
+    spec("started", "started", Kind::Str, false),
+    spec("finished", "finished", Kind::Str, false),
+    spec(
+        "started_unix",
+        "unixepoch(started, 'subsec')",
+        Kind::Float,
+        true,
+    ),
+    spec(
+        "finished_unix",
+        "unixepoch(finished, 'subsec')",
+        Kind::Float,
+        true,
+    ),
+    spec(
+        "environment_setup_sec",
+        "json_extract(phases, '$.environment_setup')",
+        Kind::Float,
+        false,
+    ),
+    spec(
+        "agent_execution_sec",
+        "json_extract(phases, '$.agent_execution')",
+        Kind::Float,
+        false,
+    ),
+    spec(
+        "verifier_sec",
+        "json_extract(phases, '$.verifier')",
+        Kind::Float,
+        false,
+    ),
+    spec(
+        "teardown_sec",
+        "json_extract(phases, '$.teardown')",
+        Kind::Float,
+        false,
+    ),
+    spec("input_tokens", "input_tokens", Kind::Int, true),
+    spec("cached_tokens", "cached_tokens", Kind::Int, true),
+    spec("output_tokens", "output_tokens", Kind::Int, true),
+    spec("cost_usd", "cost_usd", Kind::Float, true),
+    spec("model_route", "model_route", Kind::Str, false),
+    spec("scaffold_hash", "scaffold_hash", Kind::Str, false),
+    spec("infra_retries", "infra_retries", Kind::Int, true),
+    // Added to the store after its first version: a store written before has no such column,
+    // and reads NULL (see `Store::columns`).
+    spec("model_calls", "model_calls", Kind::Int, true),
+    spec("integrity", "integrity", Kind::Str, false),
+];
+
+/// Trial columns a store may lack (written by an older harness): selected as NULL then.
+const LATER_COLUMNS: [&str; 2] = ["model_calls", "integrity"];
+
+const RUN_SPECS: &[Spec] = &[
+    spec("run_id", "run_id", Kind::Str, true),
+    spec("created", "created", Kind::Str, true),
+    spec("pack_path", "pack_path", Kind::Str, true),
+    spec("pack_hash", "pack_hash", Kind::Str, true),
+    spec("model_route", "model_route", Kind::Str, true),
+    spec("scaffold_hash", "scaffold_hash", Kind::Str, true),
+    spec("seed", "seed", Kind::Int, true),
+    spec("attempts", "attempts", Kind::Int, true),
+    spec("status", "status", Kind::Str, true),
+];
+
+/// A query for one run's rows: the columns, the table and filter (with `?1` the run id) and
+/// order, and the SQL naming a row in errors.
+struct Query {
+    specs: &'static [Spec],
+    from: &'static str,
+    name_sql: &'static str,
+}
+
+const TRIAL_QUERY: Query = Query {
+    specs: TRIAL_SPECS,
+    from: "trials WHERE run_id = ?1 AND status = 'finished' ORDER BY trial_name",
+    name_sql: "trial_name",
+};
+
+const RUN_QUERY: Query = Query {
+    specs: RUN_SPECS,
+    from: "runs WHERE run_id = ?1",
+    name_sql: "run_id",
+};
+
+/// A typed column under construction.
+enum Builder {
+    Str(StringChunkedBuilder),
+    Int(PrimitiveChunkedBuilder<Int64Type>),
+    Float(PrimitiveChunkedBuilder<Float64Type>),
+    Bool(BooleanChunkedBuilder),
+}
+
+impl Builder {
+    fn new(s: &Spec) -> Builder {
+        let name = PlSmallStr::from_static(s.name);
+        // The row count is not known before reading (counting costs a scan): grow as needed.
+        let capacity = 0;
+        match s.kind {
+            Kind::Str => Builder::Str(StringChunkedBuilder::new(name, capacity)),
+            Kind::Int => Builder::Int(PrimitiveChunkedBuilder::new(name, capacity)),
+            Kind::Float => Builder::Float(PrimitiveChunkedBuilder::new(name, capacity)),
+            Kind::Bool => Builder::Bool(BooleanChunkedBuilder::new(name, capacity)),
+        }
+    }
+
+    /// Appends one SQLite value; `Err` says what was wrong with it.
+    fn push(&mut self, v: ValueRef<'_>) -> Result<(), String> {
+        match (self, v) {
+            (Builder::Str(b), ValueRef::Null) => b.append_null(),
+            (Builder::Int(b), ValueRef::Null) => b.append_null(),
+            (Builder::Float(b), ValueRef::Null) => b.append_null(),
+            (Builder::Bool(b), ValueRef::Null) => b.append_null(),
+            (Builder::Bool(b), ValueRef::Integer(i)) => b.append_value(i != 0),
+            (Builder::Str(b), ValueRef::Text(t)) => {
+                let s = std::str::from_utf8(t).map_err(|e| format!("text is not UTF-8: {e}"))?;
+                b.append_value(s);
+            }
+            (Builder::Int(b), ValueRef::Integer(i)) => b.append_value(i),
+            (Builder::Float(b), ValueRef::Real(x)) => b.append_value(x),
+            // SQLite stores 1.0 in a REAL column as it likes; accept integers as floats.
+            (Builder::Float(b), ValueRef::Integer(i)) => b.append_value(i as f64),
+            (_, other) => return Err(format!("unexpected {:?} value", other.data_type())),
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Column {
+        match self {
+            Builder::Str(b) => b.finish().into_column(),
+            Builder::Int(b) => b.finish().into_column(),
+            Builder::Float(b) => b.finish().into_column(),
+            Builder::Bool(b) => b.finish().into_column(),
+        }
+    }
+}
+
+/// An open run store (read-only).
+pub struct Store {
+    path: PathBuf,
+    conn: Connection,
+    /// Columns of the `trials` table.
+    columns: Vec<String>,
+}
+
+impl Store {
+    /// Opens `path` read-only and checks its schema.
+    pub fn open(path: &Path) -> Result<Store, ReportError> {
+        if !path.is_file() {
+            return Err(ReportError::NoStore {
+                path: path.to_path_buf(),
+            });
+        }
+        let sqlite = |source| ReportError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sqlite)?;
+        // The harness may be writing (WAL); wait for its short transactions instead of failing.
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(sqlite)?;
+        let found: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .or_else(|e| match e {
+                // No meta table at all: not a run store.
+                rusqlite::Error::SqliteFailure(..) => Ok(None),
+                other => Err(other),
+            })
+            .map_err(sqlite)?;
+        if found.as_deref() != Some(RUNSTORE_SCHEMA) {
+            return Err(ReportError::Schema {
+                path: path.to_path_buf(),
+                found,
+                expected: RUNSTORE_SCHEMA,
+            });
+        }
+        let columns = {
+            let mut st = conn
+                .prepare("SELECT name FROM pragma_table_info('trials')")
+                .map_err(sqlite)?;
+            st.query_map([], |r| r.get::<_, String>(0))
+                .map_err(sqlite)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(sqlite)?
+        };
+        Ok(Store {
+            path: path.to_path_buf(),
+            conn,
+            columns,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn sqlite(&self) -> impl FnOnce(rusqlite::Error) -> ReportError + '_ {
+        |source| ReportError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Every run id in the store, sorted.
+    pub fn run_ids(&self) -> Result<Vec<String>, ReportError> {
+        let mut st = self
+            .conn
+            .prepare("SELECT run_id FROM runs ORDER BY run_id")
+            .map_err(self.sqlite())?;
+        st.query_map([], |r| r.get::<_, String>(0))
+            .map_err(self.sqlite())?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(self.sqlite())
+    }
+
+    /// Fails with the list of known runs unless `run_id` is in the store.
+    pub fn check_run(&self, run_id: &str) -> Result<(), ReportError> {
+        let known = self.run_ids()?;
+        if known.iter().any(|k| k == run_id) {
+            return Ok(());
+        }
+        Err(ReportError::UnknownRun {
+            path: self.path.clone(),
+            run: run_id.to_owned(),
+            known,
+        })
+    }
+
+    /// The `runs` row of `run_id` as a one-row DataFrame.
+    pub fn run_frame(&self, run_id: &str) -> Result<DataFrame, ReportError> {
+        self.frame(&RUN_QUERY, run_id, TrialColumns::Export)
+    }
+
+    /// The finished trials of `run_id`, ordered by trial name (at least one, or an error).
+    pub fn trial_frame(
+        &self,
+        run_id: &str,
+        columns: TrialColumns,
+    ) -> Result<DataFrame, ReportError> {
+        let mut df = self.frame(&TRIAL_QUERY, run_id, columns)?;
+        if df.height() == 0 {
+            return Err(ReportError::EmptyRun {
+                path: self.path.clone(),
+                run: run_id.to_owned(),
+            });
+        }
+        self.check_outcomes(&df, run_id)?;
+        let ctx = || ReportError::polars(self.path.display().to_string());
+        let started = df.column("started_unix").map_err(ctx())?;
+        let finished = df.column("finished_unix").map_err(ctx())?;
+        let duration = (finished - started)
+            .map_err(ctx())?
+            .with_name(PlSmallStr::from_static("duration_sec"));
+        df.with_column(duration).map_err(ctx())?;
+        Ok(df)
+    }
+
+    /// Fails naming a trial whose outcome is outside the graders' closed set. Checks the few
+    /// distinct values, and asks SQLite for a trial name only when one is bad.
+    fn check_outcomes(&self, df: &DataFrame, run_id: &str) -> Result<(), ReportError> {
+        let ctx = || ReportError::polars(self.path.display().to_string());
+        let distinct = df
+            .column("outcome")
+            .and_then(Column::unique)
+            .map_err(ctx())?;
+        let values = distinct.str().map_err(ctx())?;
+        let Some(bad) = values
+            .iter()
+            .find(|o| o.and_then(TrialOutcome::parse).is_none())
+        else {
+            return Ok(());
+        };
+        let trial: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT trial_name FROM trials WHERE run_id = ?1 AND status = 'finished'
+                 AND outcome IS ?2 LIMIT 1",
+                params![run_id, bad],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.sqlite())?;
+        Err(ReportError::BadTrial {
+            path: self.path.clone(),
+            run: run_id.to_owned(),
+            trial: trial.unwrap_or_else(|| "?".to_owned()),
+            message: format!("unknown outcome {bad:?}"),
+        })
+    }
+
+    /// Runs `q` for `run_id`, one builder per selected column.
+    fn frame(
+        &self,
+        q: &Query,
+        run_id: &str,
+        columns: TrialColumns,
+    ) -> Result<DataFrame, ReportError> {
+        let specs: Vec<&Spec> = q
+            .specs
+            .iter()
+            .filter(|s| s.report || columns == TrialColumns::Export)
+            .collect();
+        let mut select: Vec<String> = specs
+            .iter()
+            .map(|s| {
+                let missing =
+                    LATER_COLUMNS.contains(&s.sql) && !self.columns.iter().any(|c| c == s.sql);
+                if missing {
+                    "NULL".to_owned()
+                } else {
+                    sql_of(s)
+                }
+            })
+            .collect();
+        // The row's name (trial name, run id), read only to name a bad row in an error.
+        select.push(q.name_sql.to_owned());
+        let name_at = specs.len();
+        let sql = format!("SELECT {} FROM {}", select.join(", "), q.from);
+        let mut st = self.conn.prepare(&sql).map_err(self.sqlite())?;
+        let mut builders: Vec<Builder> = specs.iter().map(|s| Builder::new(s)).collect();
+        let mut rows = st.query(params![run_id]).map_err(self.sqlite())?;
+        let mut height = 0usize;
+        while let Some(row) = rows.next().map_err(self.sqlite())? {
+            for (i, b) in builders.iter_mut().enumerate() {
+                let v = row.get_ref(i).map_err(self.sqlite())?;
+                if let Err(message) = b.push(v) {
+                    let name = row.get_ref(name_at).ok().and_then(|v| v.as_str().ok());
+                    return Err(ReportError::BadTrial {
+                        path: self.path.clone(),
+                        run: run_id.to_owned(),
+                        trial: name.unwrap_or("?").to_owned(),
+                        message: format!("column {}: {message}", specs[i].name),
+                    });
+                }
+            }
+            height += 1;
+        }
+        let cols = builders.into_iter().map(Builder::finish).collect();
+        DataFrame::new(height, cols).map_err(ReportError::polars(self.path.display().to_string()))
+    }
+}
+
+/// The SQL of a column: `infra` is true unless the outcome is one of the graders' agent
+/// outcomes (so a new infrastructure outcome there is excluded from scores here too).
+fn sql_of(s: &Spec) -> String {
+    if s.sql != INFRA_SQL {
+        return s.sql.to_owned();
+    }
+    let agent: Vec<String> = TrialOutcome::ALL
+        .iter()
+        .filter(|o| !o.is_infrastructure())
+        .map(|o| format!("'{}'", o.as_str()))
+        .collect();
+    format!("outcome NOT IN ({})", agent.join(", "))
+}
+
+/// The loaded data of one report: trials and runs, each from every store named.
+pub struct Loaded {
+    /// The runs in the order they were named.
+    pub run_ids: Vec<String>,
+    /// One row per run (`runs` table).
+    pub runs: DataFrame,
+    /// One row per finished trial.
+    pub trials: DataFrame,
+    /// Every store read (for messages).
+    pub stores: Vec<PathBuf>,
+}
+
+/// Loads `runs` (resolved with [`resolve_run`]).
+///
+/// Runs are read in parallel, one read-only connection per worker (a SQLite connection is not
+/// shared between threads), one worker per core at most.
+pub fn load(runs: &[RunRef], columns: TrialColumns) -> Result<Loaded, ReportError> {
+    let mut seen: BTreeMap<&str, &Path> = BTreeMap::new();
+    for r in runs {
+        if let Some(first) = seen.insert(&r.run_id, &r.store) {
+            return Err(ReportError::DuplicateRun {
+                run: r.run_id.clone(),
+                first: first.to_path_buf(),
+                second: r.store.clone(),
+            });
+        }
+    }
+    // Check every store and run first, so a typo fails fast with the list of known runs.
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for r in runs {
+        if !paths.contains(&r.store) {
+            paths.push(r.store.clone());
+        }
+    }
+    for p in &paths {
+        let store = Store::open(p)?;
+        for r in runs.iter().filter(|r| &r.store == p) {
+            store.check_run(&r.run_id)?;
+        }
+    }
+    let frames = parallel_map(runs, |r| {
+        let store = Store::open(&r.store)?;
+        Ok((
+            store.run_frame(&r.run_id)?,
+            store.trial_frame(&r.run_id, columns)?,
+        ))
+    });
+    let mut run_frames = Vec::with_capacity(runs.len());
+    let mut trial_frames = Vec::with_capacity(runs.len());
+    for f in frames {
+        let (run, trials) = f?;
+        run_frames.push(run);
+        trial_frames.push(trials);
+    }
+    let ctx = paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    Ok(Loaded {
+        run_ids: runs.iter().map(|r| r.run_id.clone()).collect(),
+        runs: stack(run_frames, &ctx)?,
+        trials: stack(trial_frames, &ctx)?,
+        stores: paths,
+    })
+}
+
+/// `f` over `items` on up to one thread per core, results in input order.
+fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = items.len().div_ceil(cores.max(1)).max(1);
+    std::thread::scope(|s| {
+        let f = &f;
+        let workers: Vec<_> = items
+            .chunks(chunk)
+            .map(|c| s.spawn(move || c.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
+fn stack(frames: Vec<DataFrame>, ctx: &str) -> Result<DataFrame, ReportError> {
+    let mut it = frames.into_iter();
+    let Some(mut first) = it.next() else {
+        return Ok(DataFrame::empty());
+    };
+    for f in it {
+        first
+            .vstack_mut_owned(f)
+            .map_err(ReportError::polars(ctx))?;
+    }
+    // No rechunk: polars works on one chunk per run as well, and copying a million rows into
+    // one chunk would double the peak memory for nothing.
+    Ok(first)
+}

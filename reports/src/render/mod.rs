@@ -1,0 +1,56 @@
+//! Output formats of reports and comparisons. Every format starts from the same tables
+//! ([`sections`]), so they agree to the digit.
+
+pub mod html;
+pub mod sections;
+pub mod svg;
+pub mod table;
+
+use crate::compare::Comparison;
+use crate::report::Report;
+
+/// A text output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextFormat {
+    Term,
+    Markdown,
+    Html,
+}
+
+fn runs_title(report: &Report) -> String {
+    let runs: Vec<&str> = report.runs.iter().map(|r| r.run_id.as_str()).collect();
+    format!("GEODE report: {}", runs.join(", "))
+}
+
+/// `report` in `format`.
+pub fn report(report: &Report, format: TextFormat) -> String {
+    match format {
+        TextFormat::Term => format!(
+            "{}\n\n{}",
+            runs_title(report),
+            table::term(&sections::report_tables(report))
+        ),
+        TextFormat::Markdown => format!(
+            "# {}\n\n{}",
+            runs_title(report),
+            table::markdown(&sections::report_tables(report))
+        ),
+        TextFormat::Html => html::report_html(report),
+    }
+}
+
+/// Comparison `c` in `format`.
+pub fn comparison(c: &Comparison, format: TextFormat) -> String {
+    let title = format!("GEODE comparison: {} vs {}", c.candidate, c.baseline);
+    match format {
+        TextFormat::Term => format!(
+            "{title}\n\n{}",
+            table::term(&sections::comparison_tables(c))
+        ),
+        TextFormat::Markdown => format!(
+            "# {title}\n\n{}",
+            table::markdown(&sections::comparison_tables(c))
+        ),
+        TextFormat::Html => html::comparison_html(c),
+    }
+}

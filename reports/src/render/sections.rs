@@ -1,0 +1,477 @@
+//! The tables of a report and of a comparison, in the order a reader wants them: the headline
+//! scores first, long per-task tables last.
+
+use geode_crucible::stats::permutation::PermutationMethod;
+
+use crate::compare::Comparison;
+use crate::render::table::{Align, NONE, Table, clip, int, interval, num, usd};
+use crate::report::{GroupScores, Report};
+
+use Align::{Left as L, Right as R};
+
+/// pass@k rows shown per run: every k up to this, then only K (the full curve is in the data).
+const PASS_AT_K_SHOWN: usize = 10;
+
+/// Characters of an example exception message.
+const EXAMPLE_CHARS: usize = 60;
+
+fn short_hash(h: &str) -> String {
+    h.chars().take(12).collect()
+}
+
+/// Every table of `report`.
+pub fn report_tables(report: &Report) -> Vec<Table> {
+    let single = report.runs.len() == 1;
+    // Drop the leading run column when there is only one run (the Runs table names it).
+    let fit = |t: Table| if single { t.without_column(0) } else { t };
+    let mut out = vec![runs_table(report)];
+    out.push(fit(scores_table(report)));
+    if let Some(c) = &report.comparison {
+        out.push(comparison_summary(c));
+    }
+    out.push(fit(pass_at_k_table(report)));
+    out.push(fit(group_table(
+        "By category",
+        "category",
+        &report.by_category,
+    )));
+    out.push(fit(group_table(
+        "By difficulty",
+        "difficulty",
+        &report.by_difficulty,
+    )));
+    out.push(fit(usage_table(report)));
+    out.push(fit(outcomes_table(report)));
+    out.push(fit(errors_table(report)));
+    if let Some(c) = &report.comparison {
+        out.push(comparison_categories(c));
+    }
+    out.push(fit(tasks_table(report)));
+    out.push(fit(task_usage_table(report)));
+    if let Some(c) = &report.comparison {
+        out.push(comparison_tasks(c));
+    }
+    out
+}
+
+/// How many of [`report_tables`] are the headline (runs, scores, paired comparison): the HTML
+/// page puts its plots right after them.
+pub fn headline_tables(report: &Report) -> usize {
+    2 + usize::from(report.comparison.is_some())
+}
+
+/// Every table of a comparison.
+pub fn comparison_tables(c: &Comparison) -> Vec<Table> {
+    vec![
+        comparison_summary(c),
+        comparison_categories(c),
+        comparison_tasks(c),
+    ]
+}
+
+fn runs_table(report: &Report) -> Table {
+    let mut t = Table::new(
+        "Runs",
+        &[
+            ("run", L),
+            ("created", L),
+            ("model", L),
+            ("scaffold", L),
+            ("pack", L),
+            ("attempts", R),
+            ("status", L),
+        ],
+    );
+    for r in &report.runs {
+        t.push(vec![
+            r.run_id.clone(),
+            r.created.clone(),
+            r.model_route.clone(),
+            short_hash(&r.scaffold_hash),
+            short_hash(&r.pack_hash),
+            int(r.attempts),
+            r.status.clone(),
+        ]);
+    }
+    t
+}
+
+fn scores_table(report: &Report) -> Table {
+    let mut t = Table::new(
+        "Scores",
+        &[
+            ("run", L),
+            ("tasks", R),
+            ("trials", R),
+            ("infra", R),
+            ("accuracy", R),
+            ("±1.96 TB se", R),
+            ("TB stderr", R),
+            ("95% CI (task t)", R),
+            ("acc. infra=0", R),
+        ],
+    )
+    .note(
+        "accuracy: mean over tasks of the per-task mean reward, infrastructure trials excluded; \
+         TB stderr: sqrt(sum p(1-p)/(n-1))/T (Terminal-Bench, trial noise only); 95% CI: \
+         Student-t over per-task means (tasks are the clusters); acc. infra=0: infrastructure \
+         failures counted as reward 0.",
+    );
+    for r in &report.run_scores {
+        let s = &r.scores;
+        t.push(vec![
+            r.run_id.clone(),
+            r.tasks.to_string(),
+            r.trials.to_string(),
+            r.infra_trials.to_string(),
+            num(s.accuracy, 3),
+            num(s.tb_stderr.map(|e| 1.96 * e), 3),
+            num(s.tb_stderr, 4),
+            interval(s.ci95, 3),
+            num(r.accuracy_infra_zero, 3),
+        ]);
+    }
+    t
+}
+
+fn pass_at_k_table(report: &Report) -> Table {
+    let mut t = Table::new(
+        "pass@k",
+        &[("run", L), ("k", R), ("pass@k", R), ("pass@k infra=0", R)],
+    )
+    .note(format!(
+        "Unbiased estimator 1 - C(n-c,k)/C(n,k) averaged over tasks, k up to the fewest trials \
+         of a task (K); rows for k <= {PASS_AT_K_SHOWN} and k = K."
+    ));
+    for r in &report.run_scores {
+        let k_max = r.pass_at_k.len().max(r.pass_at_k_infra_zero.len());
+        for k in 1..=k_max {
+            if k > PASS_AT_K_SHOWN && k != k_max {
+                continue;
+            }
+            let get = |v: &[(usize, f64)]| v.iter().find(|(kk, _)| *kk == k).map(|p| p.1);
+            t.push(vec![
+                r.run_id.clone(),
+                k.to_string(),
+                num(get(&r.pass_at_k), 3),
+                num(get(&r.pass_at_k_infra_zero), 3),
+            ]);
+        }
+    }
+    t
+}
+
+fn group_table(title: &str, key: &str, groups: &[GroupScores]) -> Table {
+    let mut t = Table::new(
+        title,
+        &[
+            ("run", L),
+            (key, L),
+            ("tasks", R),
+            ("trials", R),
+            ("accuracy", R),
+            ("TB stderr", R),
+            ("95% CI (task t)", R),
+        ],
+    );
+    for g in groups {
+        t.push(vec![
+            g.run_id.clone(),
+            g.group.clone(),
+            g.scores.tasks.to_string(),
+            g.trials.to_string(),
+            num(g.scores.accuracy, 3),
+            num(g.scores.tb_stderr, 4),
+            interval(g.scores.ci95, 3),
+        ]);
+    }
+    t
+}
+
+fn usage_table(report: &Report) -> Table {
+    let mut t = Table::new(
+        "Tokens, cost and time per run",
+        &[
+            ("run", L),
+            ("trials", R),
+            ("input tok", R),
+            ("cached tok", R),
+            ("output tok", R),
+            ("calls", R),
+            ("cost", R),
+            ("cost/trial", R),
+            ("trial s", R),
+            ("mean s", R),
+            ("p50 s", R),
+            ("p95 s", R),
+            ("wall s", R),
+        ],
+    )
+    .note(
+        "calls: model calls of the agents; trial s: summed trial durations; wall s: first trial \
+         start to last trial finish.",
+    );
+    for u in &report.usage {
+        let per = if u.trials > 0 {
+            u.cost_usd / u.trials as f64
+        } else {
+            0.0
+        };
+        t.push(vec![
+            u.run_id.clone(),
+            int(u.trials),
+            int(u.input_tokens),
+            int(u.cached_tokens),
+            int(u.output_tokens),
+            int(u.model_calls),
+            usd(u.cost_usd),
+            usd(per),
+            num(Some(u.trial_seconds), 1),
+            num(u.mean_trial_sec, 1),
+            num(u.p50_trial_sec, 1),
+            num(u.p95_trial_sec, 1),
+            num(u.wall_sec, 1),
+        ]);
+    }
+    t
+}
+
+fn class(infra: bool) -> String {
+    if infra { "infrastructure" } else { "agent" }.to_owned()
+}
+
+fn outcomes_table(report: &Report) -> Table {
+    let mut t = Table::new(
+        "Outcomes",
+        &[("run", L), ("outcome", L), ("class", L), ("trials", R)],
+    );
+    for (run, outcome, n) in &report.outcomes {
+        let infra = geode_graders::TrialOutcome::parse(outcome)
+            .map(|o| o.is_infrastructure())
+            .unwrap_or(true);
+        t.push(vec![run.clone(), outcome.clone(), class(infra), int(*n)]);
+    }
+    t
+}
+
+fn errors_table(report: &Report) -> Table {
+    let mut t = Table::new(
+        "Errors by class",
+        &[
+            ("run", L),
+            ("class", L),
+            ("outcome", L),
+            ("exception", L),
+            ("trials", R),
+            ("tasks", R),
+            ("example", L),
+        ],
+    )
+    .note("Trials that neither passed nor failed, or raised an exception; infrastructure first.");
+    for e in &report.errors {
+        t.push(vec![
+            e.run_id.clone(),
+            class(e.infrastructure),
+            e.outcome.clone(),
+            e.exception_class.clone().unwrap_or_else(|| NONE.to_owned()),
+            int(e.trials),
+            int(e.tasks),
+            e.example
+                .as_deref()
+                .map(|m| clip(m, EXAMPLE_CHARS))
+                .unwrap_or_else(|| NONE.to_owned()),
+        ]);
+    }
+    t
+}
+
+fn tasks_table(report: &Report) -> Table {
+    let mut t = Table::new(
+        "Per task",
+        &[
+            ("run", L),
+            ("task", L),
+            ("category", L),
+            ("difficulty", L),
+            ("trials", R),
+            ("infra", R),
+            ("passes", R),
+            ("mean reward", R),
+            ("stderr", R),
+        ],
+    )
+    .note("stderr: sample standard deviation of the task's rewards / sqrt(trials).");
+    for s in &report.tasks {
+        t.push(vec![
+            s.run_id.clone(),
+            s.task_id.clone(),
+            s.category.clone(),
+            s.difficulty.clone(),
+            s.trials.to_string(),
+            s.infra_trials.to_string(),
+            s.passes.to_string(),
+            num(s.mean_reward, 3),
+            num(s.stderr, 3),
+        ]);
+    }
+    t
+}
+
+fn task_usage_table(report: &Report) -> Table {
+    let mut t = Table::new(
+        "Tokens, cost and time per task",
+        &[
+            ("run", L),
+            ("task", L),
+            ("trials", R),
+            ("input tok", R),
+            ("cached tok", R),
+            ("output tok", R),
+            ("calls", R),
+            ("cost", R),
+            ("mean s", R),
+            ("total s", R),
+        ],
+    )
+    .note("Every trial counts here, infrastructure failures included.");
+    for s in &report.tasks {
+        t.push(vec![
+            s.run_id.clone(),
+            s.task_id.clone(),
+            s.all_trials().to_string(),
+            int(s.input_tokens),
+            int(s.cached_tokens),
+            int(s.output_tokens),
+            int(s.model_calls),
+            usd(s.cost_usd),
+            num(s.mean_duration_sec, 1),
+            num(Some(s.total_duration_sec), 1),
+        ]);
+    }
+    t
+}
+
+fn p_value(c: &Comparison) -> String {
+    match &c.statistics.permutation {
+        Some(p) => {
+            let how = match p.method {
+                PermutationMethod::Exact { sign_vectors } => {
+                    format!("exact, {sign_vectors} sign vectors")
+                }
+                PermutationMethod::MonteCarlo { resamples, .. } => {
+                    format!("Monte Carlo, {resamples} resamples")
+                }
+            };
+            format!("{:.4} ({how})", p.p_value)
+        }
+        None => NONE.to_owned(),
+    }
+}
+
+fn comparison_summary(c: &Comparison) -> Table {
+    let s = &c.statistics;
+    let mut t = Table::new(
+        &format!("Paired comparison: {} vs {}", c.candidate, c.baseline),
+        &[("quantity", L), ("value", R)],
+    )
+    .note(
+        "delta = candidate - baseline, averaged within a task then over shared tasks; pairs are \
+         the same attempt of a task in both runs, dropped whole when either side is an \
+         infrastructure failure; statistics from geode-crucible (the promotion gate's).",
+    );
+    let mut kv = |k: &str, v: String| t.push(vec![k.to_owned(), v]);
+    kv("baseline run", c.baseline.clone());
+    kv("candidate run", c.candidate.clone());
+    kv("shared tasks with pairs", s.tasks.to_string());
+    kv("categories", s.families.to_string());
+    kv("pairs", s.pairs.to_string());
+    kv(
+        "pairs dropped (infrastructure)",
+        c.dropped_pairs.to_string(),
+    );
+    kv("attempts in one run only", c.unpaired_trials.to_string());
+    kv(
+        "tasks in one run only (baseline / candidate)",
+        format!("{} / {}", c.only_baseline, c.only_candidate),
+    );
+    kv("baseline mean", num(s.baseline_mean, 3));
+    kv("candidate mean", num(s.candidate_mean, 3));
+    kv("delta", num(s.estimate, 3));
+    kv("std error (task-clustered)", num(s.std_error, 4));
+    kv(
+        "95% t interval",
+        interval(s.t.map(|t| (t.interval.lower, t.interval.upper)), 3),
+    );
+    kv(
+        "95% BCa bootstrap interval",
+        interval(
+            s.bootstrap
+                .as_ref()
+                .map(|b| (b.bca_interval.lower, b.bca_interval.upper)),
+            3,
+        ),
+    );
+    kv("sign-flip p, one-sided (candidate better)", p_value(c));
+    kv("sign-flip p, two-sided", num(c.p_two_sided, 4));
+    kv(
+        "MDE (80% power, one-sided 5%)",
+        num(s.minimum_detectable_effect, 3),
+    );
+    kv("correlation of task means", num(c.correlation, 3));
+    if let Some(d) = s.degenerate {
+        kv("degenerate", d.as_str().to_owned());
+    }
+    t
+}
+
+fn comparison_categories(c: &Comparison) -> Table {
+    let mut t = Table::new(
+        "Paired deltas by category",
+        &[
+            ("category", L),
+            ("tasks", R),
+            ("baseline", R),
+            ("candidate", R),
+            ("delta", R),
+        ],
+    );
+    for f in &c.statistics.per_family {
+        t.push(vec![
+            f.family.as_str().to_owned(),
+            f.tasks.to_string(),
+            num(Some(f.baseline_mean), 3),
+            num(Some(f.candidate_mean), 3),
+            num(Some(f.delta), 3),
+        ]);
+    }
+    t
+}
+
+fn comparison_tasks(c: &Comparison) -> Table {
+    let mut t = Table::new(
+        "Paired deltas per task",
+        &[
+            ("task", L),
+            ("category", L),
+            ("pairs", R),
+            ("dropped", R),
+            ("baseline", R),
+            ("candidate", R),
+            ("delta", R),
+            ("95% CI (pairs t)", R),
+        ],
+    );
+    for d in &c.tasks {
+        t.push(vec![
+            d.task_id.clone(),
+            d.category.clone(),
+            d.pairs.to_string(),
+            d.dropped.to_string(),
+            num(d.baseline_mean, 3),
+            num(d.candidate_mean, 3),
+            num(d.delta, 3),
+            interval(d.interval, 3),
+        ]);
+    }
+    t
+}
