@@ -89,6 +89,25 @@ pub struct RunStore {
     conn: Mutex<Connection>,
 }
 
+/// Stores written before the trial table had `model_calls` and `integrity` get them, with the
+/// values those trials would have had (no calls counted, no integrity signals), so an old
+/// `geode.db` keeps working and loses nothing.
+fn add_missing_trial_columns(conn: &Connection) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('trials')")?;
+    let columns = stmt
+        .query_map([], |r| r.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    for (column, definition) in [
+        ("model_calls", "model_calls INTEGER NOT NULL DEFAULT 0"),
+        ("integrity", "integrity TEXT NOT NULL DEFAULT '{}'"),
+    ] {
+        if !columns.iter().any(|c| c == column) {
+            conn.execute_batch(&format!("ALTER TABLE trials ADD COLUMN {definition}"))?;
+        }
+    }
+    Ok(())
+}
+
 impl RunStore {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let err = |source| StoreError::Sqlite {
@@ -121,6 +140,7 @@ impl RunStore {
                 PRIMARY KEY (run_id, trial_name));",
         )
         .map_err(err)?;
+        add_missing_trial_columns(&conn).map_err(err)?;
         conn.execute(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1)",
             params![SCHEMA],
@@ -354,5 +374,44 @@ impl RunStore {
                 Ok(row)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_from_before_model_calls_and_integrity_opens_with_its_trials_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("geode.db");
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(
+            "CREATE TABLE trials (
+                run_id TEXT NOT NULL, trial_name TEXT NOT NULL, task_id TEXT NOT NULL,
+                task_hash TEXT NOT NULL, category TEXT NOT NULL, difficulty TEXT NOT NULL,
+                attempt INTEGER NOT NULL, seed INTEGER NOT NULL, status TEXT NOT NULL,
+                outcome TEXT, reward REAL, rewards TEXT, exception_class TEXT,
+                exception_message TEXT, started TEXT, finished TEXT, phases TEXT,
+                input_tokens INTEGER, cached_tokens INTEGER, output_tokens INTEGER,
+                cost_usd REAL, model_route TEXT, scaffold_hash TEXT, infra_retries INTEGER,
+                PRIMARY KEY (run_id, trial_name));
+             INSERT INTO trials VALUES ('r1', 't__1', 't', 'h', 'c', 'easy', 1, 7, 'finished',
+                'passed', 1.0, '{}', NULL, NULL, '2026-01-01T00:00:00Z', '2026-01-01T00:01:00Z', '{}', 10, 0, 5, 0.0, 'oracle',
+                's', 0);",
+        )
+        .unwrap();
+        drop(old);
+        let store = RunStore::open(&path).unwrap();
+        let trials = store.trials("r1").unwrap();
+        assert_eq!(trials.len(), 1);
+        assert_eq!(trials[0].reward, Some(1.0));
+        assert_eq!(trials[0].usage.model_calls, 0);
+        // Opening again (columns now present) changes nothing.
+        drop(store);
+        assert_eq!(
+            RunStore::open(&path).unwrap().trials("r1").unwrap().len(),
+            1
+        );
     }
 }

@@ -7,10 +7,16 @@
 //! with dots as underscores (`GEODE_PROMPT_SECTIONS`); a list in the environment or a flag is
 //! comma-separated. Unknown keys in a file are an error naming the file, so a typo is not
 //! silently ignored.
+//!
+//! The one structured part is `[mcp.servers.NAME]` (MCP servers, `mcp::settings`): those tables
+//! are parsed into typed values and kept per file, since a project's servers run only after
+//! `geode trust`.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+
+use crate::mcp::settings::{McpSettings, parse_mcp_table};
 
 /// One known key: its name, default and what it is for.
 #[derive(Debug, Clone, Copy)]
@@ -156,10 +162,11 @@ impl Layers {
     }
 }
 
-/// The effective configuration: one setting per known key.
+/// The effective configuration: one setting per known key, and the MCP servers per file.
 #[derive(Debug, Clone)]
 pub struct Config {
     settings: BTreeMap<&'static str, Setting>,
+    mcp: McpSettings,
 }
 
 /// `GEODE_` plus the key upper-cased, dots as underscores.
@@ -167,15 +174,33 @@ pub fn env_var(key: &str) -> String {
     format!("GEODE_{}", key.replace('.', "_").to_uppercase())
 }
 
-fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+/// A config file: its flat keys and its `[mcp]` servers.
+struct FileContents {
+    flat: BTreeMap<String, String>,
+    mcp: Vec<crate::mcp::settings::McpServerConfig>,
+}
+
+fn parse_file(
+    path: &Path,
+    project: bool,
+) -> Result<(toml::Table, Vec<crate::mcp::settings::McpServerConfig>), ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    let table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+    let mut table: toml::Table = toml::from_str(&text).map_err(|e| ConfigError::Parse {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
+    let mcp = match table.remove("mcp") {
+        Some(value) => parse_mcp_table(value, path, project)?,
+        None => Vec::new(),
+    };
+    Ok((table, mcp))
+}
+
+fn read_file(path: &Path, project: bool) -> Result<FileContents, ConfigError> {
+    let (table, mcp) = parse_file(path, project)?;
     let mut out = BTreeMap::new();
     flatten("", &table, &mut out);
     for key in out.keys() {
@@ -187,7 +212,23 @@ fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
             });
         }
     }
-    Ok(out)
+    Ok(FileContents { flat: out, mcp })
+}
+
+/// Only the MCP servers of the layers' files (their flat keys are not checked): for drivers
+/// that take no other setting from config files (`geode exec`).
+pub fn mcp_settings(layers: &Layers) -> Result<McpSettings, ConfigError> {
+    let mut mcp = McpSettings {
+        project_file: layers.project_file.clone(),
+        ..McpSettings::default()
+    };
+    if let Some(p) = &layers.user_file {
+        mcp.user = parse_file(p, false)?.1;
+    }
+    if let Some(p) = &layers.project_file {
+        mcp.project = parse_file(p, true)?.1;
+    }
+    Ok(mcp)
 }
 
 fn flatten(prefix: &str, table: &toml::Table, out: &mut BTreeMap<String, String>) {
@@ -220,14 +261,24 @@ fn flatten(prefix: &str, table: &toml::Table, out: &mut BTreeMap<String, String>
 impl Config {
     /// Resolve every key through the layers, highest first.
     pub fn resolve(layers: &Layers) -> Result<Config, ConfigError> {
-        let project = match &layers.project_file {
-            Some(p) => read_file(p)?,
-            None => BTreeMap::new(),
+        let empty = || FileContents {
+            flat: BTreeMap::new(),
+            mcp: Vec::new(),
         };
-        let user = match &layers.user_file {
-            Some(p) => read_file(p)?,
-            None => BTreeMap::new(),
+        let project_contents = match &layers.project_file {
+            Some(p) => read_file(p, true)?,
+            None => empty(),
         };
+        let user_contents = match &layers.user_file {
+            Some(p) => read_file(p, false)?,
+            None => empty(),
+        };
+        let mcp = McpSettings {
+            user: user_contents.mcp,
+            project: project_contents.mcp,
+            project_file: layers.project_file.clone(),
+        };
+        let (project, user) = (project_contents.flat, user_contents.flat);
         let mut settings = BTreeMap::new();
         for spec in KEYS {
             let var = env_var(spec.key);
@@ -260,12 +311,17 @@ impl Config {
             };
             settings.insert(spec.key, setting);
         }
-        let cfg = Config { settings };
+        let cfg = Config { settings, mcp };
         // Parse the typed keys now so a bad value fails at start, naming its layer.
         cfg.number("approval_timeout_secs")?;
         cfg.number("global_lanes")?;
         cfg.number("max_rounds")?;
         Ok(cfg)
+    }
+
+    /// The MCP servers of the user and project files (project ones still need a trust check).
+    pub fn mcp(&self) -> &McpSettings {
+        &self.mcp
     }
 
     pub fn get(&self, key: &str) -> Option<&Setting> {
@@ -315,6 +371,16 @@ impl Config {
                     width = width
                 ));
             }
+        }
+        for server in self.mcp.user.iter().chain(&self.mcp.project) {
+            let policy = match &server.policy {
+                Some(p) => format!("policy {}", p.safety),
+                None => "no policy".to_string(),
+            };
+            out.push_str(&format!(
+                "mcp.servers.{} = {}, {}  ({})\n",
+                server.name, server.transport, policy, server.origin
+            ));
         }
         out
     }
@@ -371,6 +437,54 @@ mod tests {
         assert!(
             text.contains("model") && text.contains("(flag --model)"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn mcp_server_tables_are_typed_and_kept_per_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let user = dir.path().join("user.toml");
+        let project = dir.path().join("project.toml");
+        std::fs::write(
+            &user,
+            "model = \"nop\"\n[mcp.servers.files]\ncommand = \"srv\"\n\
+             [mcp.servers.files.policy]\nsafety = \"safe\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            &project,
+            "max_rounds = 3\n[mcp.servers.web]\nurl = \"http://127.0.0.1:9/mcp\"\n",
+        )
+        .unwrap();
+        let layers = Layers {
+            project_file: Some(project.clone()),
+            user_file: Some(user.clone()),
+            ..Layers::default()
+        };
+        let c = Config::resolve(&layers).unwrap();
+        assert_eq!(c.number("max_rounds").unwrap(), 3);
+        assert_eq!(c.mcp().user.len(), 1);
+        assert_eq!(c.mcp().user[0].name, "files");
+        assert_eq!(c.mcp().project.len(), 1);
+        assert_eq!(c.mcp().project_file.as_ref(), Some(&project));
+        assert!(c.mcp().project[0].policy.is_none());
+        let text = c.explain();
+        assert!(
+            text.contains("mcp.servers.files = stdio srv, policy safe"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mcp.servers.web = http http://127.0.0.1:9/mcp, no policy"),
+            "{text}"
+        );
+        let only = mcp_settings(&layers).unwrap();
+        assert_eq!(&only, c.mcp());
+        // A bad server table names the file and the field.
+        std::fs::write(&project, "[mcp.servers.web]\nurl = 3\n").unwrap();
+        let err = Config::resolve(&layers).unwrap_err().to_string();
+        assert!(
+            err.contains("project.toml") && err.contains("mcp.servers.web"),
+            "{err}"
         );
     }
 

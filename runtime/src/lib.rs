@@ -12,6 +12,7 @@ pub mod config;
 pub mod conversation;
 pub mod hooks;
 pub mod ids;
+pub mod mcp;
 pub mod model;
 pub mod policy;
 pub mod scaffold;

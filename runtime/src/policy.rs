@@ -152,7 +152,20 @@ pub struct SessionPolicy {
     pub forbidden_commands: Vec<Regex>,
     /// Why this policy differs from the mode's defaults, recorded in the timeline.
     pub grant_reason: Option<String>,
+    /// When set, the only tools of the session (a messaging channel's allow-list): the others
+    /// are removed from the plan the model sees, and a call to one is refused at the scope step.
+    /// Enforced by the pipeline, never merely stated in the prompt.
+    pub tool_allow_list: Option<BTreeSet<String>>,
+    /// The operator's separate switch for computer use (a channel's `computer_use = true`).
+    /// Honoured in `SessionMode::Daemon` only, and only for the tool named
+    /// [`COMPUTER_TOOL`]: the approval gate then approves it unattended. Set it with
+    /// [`SessionPolicy::enable_operator_computer_use`], which also lifts it from the deny list.
+    pub operator_computer_use: bool,
 }
+
+/// The name of the computer-use tool: on the deny list of every mode without a human, and the
+/// one exception an operator may enable in DAEMON sessions.
+pub const COMPUTER_TOOL: &str = "computer";
 
 impl SessionPolicy {
     /// The defaults of a mode: its deny list, its HITL level, no unattended writes.
@@ -169,7 +182,38 @@ impl SessionPolicy {
             personal_data_ceiling: PersonalDataClass::Personal,
             forbidden_commands: default_forbidden_commands(),
             grant_reason: None,
+            tool_allow_list: None,
+            operator_computer_use: false,
         }
+    }
+
+    /// Keep only these tools (a channel's allow-list).
+    pub fn with_tool_allow_list(mut self, tools: impl IntoIterator<Item = String>) -> Self {
+        self.tool_allow_list = Some(tools.into_iter().collect());
+        self
+    }
+
+    /// The operator's computer-use switch. In `Daemon` mode it lifts `computer` from the deny
+    /// list and lets the gate approve it unattended; in every other mode it changes nothing.
+    pub fn enable_operator_computer_use(mut self) -> Self {
+        if self.mode == SessionMode::Daemon {
+            self.operator_computer_use = true;
+            self.deny_list.remove(COMPUTER_TOOL);
+        }
+        self
+    }
+
+    /// Whether the operator's switch approves this call without a human: DAEMON mode, the
+    /// switch on, and the computer tool itself.
+    pub fn operator_allows_computer(&self, tool: &str) -> bool {
+        self.mode == SessionMode::Daemon && self.operator_computer_use && tool == COMPUTER_TOOL
+    }
+
+    /// True when the allow-list (if any) admits `tool`.
+    pub fn allows_tool(&self, tool: &str) -> bool {
+        self.tool_allow_list
+            .as_ref()
+            .is_none_or(|allowed| allowed.contains(tool))
     }
 
     /// Explicitly allow unattended calls up to `ceiling`. Allowing `Dangerous` also lifts the
@@ -224,6 +268,24 @@ mod tests {
         assert!(lo.lowers(&hi));
         assert!(hi.lowers(&lo));
         assert!(!hi.max(lo).lowers(&hi));
+    }
+
+    #[test]
+    fn operator_computer_use_lifts_the_deny_list_in_daemon_mode_only() {
+        let daemon = SessionPolicy::for_mode(SessionMode::Daemon);
+        assert!(daemon.deny_list.contains(COMPUTER_TOOL));
+        assert!(!daemon.operator_allows_computer(COMPUTER_TOOL));
+        let daemon = daemon.enable_operator_computer_use();
+        assert!(!daemon.deny_list.contains(COMPUTER_TOOL));
+        assert!(daemon.operator_allows_computer(COMPUTER_TOOL));
+        assert!(!daemon.operator_allows_computer("bash"));
+        let headless =
+            SessionPolicy::for_mode(SessionMode::Headless).enable_operator_computer_use();
+        assert!(headless.deny_list.contains(COMPUTER_TOOL));
+        assert!(!headless.operator_computer_use);
+        let mut forced = SessionPolicy::for_mode(SessionMode::Headless);
+        forced.operator_computer_use = true;
+        assert!(!forced.operator_allows_computer(COMPUTER_TOOL));
     }
 
     #[test]

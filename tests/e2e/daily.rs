@@ -393,3 +393,61 @@ fn a_killed_daemon_is_restarted_and_the_session_resumed() {
         "{status}"
     );
 }
+
+#[test]
+fn model_and_effort_switch_mid_session_and_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = format!("[[turns]]\ntext = \"alpha: {LONG}\"\n");
+    std::fs::write(
+        dir.path().join("b.toml"),
+        format!("[[turns]]\ntext = \"bravo: {LONG}\"\n"),
+    )
+    .unwrap();
+    let mut daemon = Daemon::start(dir.path(), &first, &[]);
+    let mut c = Client::connect(&daemon.socket);
+    let last_text = |c: &mut Client, ty: &str| {
+        let seen = c.until(ty);
+        seen.last().unwrap()["text"].as_str().unwrap().to_string()
+    };
+    c.send(json!({"type": "prompt", "text": "one"}));
+    assert!(last_text(&mut c, "result").starts_with("alpha:"));
+
+    c.send(json!({"type": "command", "name": "model", "args": "scripted:b.toml"}));
+    let switched = last_text(&mut c, "command_result");
+    assert!(switched.starts_with("switched: "), "{switched}");
+    assert!(switched.contains("route scripted:b.toml"), "{switched}");
+    c.send(json!({"type": "command", "name": "effort", "args": "high"}));
+    let effort = last_text(&mut c, "command_result");
+    assert!(effort.contains("effort high"), "{effort}");
+    c.send(json!({"type": "command", "name": "effort", "args": "furious"}));
+    assert!(last_text(&mut c, "command_result").contains("none, minimal, low"));
+    c.send(json!({"type": "command", "name": "model", "args": "scripted:missing.toml"}));
+    let refused = last_text(&mut c, "command_result");
+    assert!(
+        refused.starts_with("error: ") && refused.contains("still on"),
+        "{refused}"
+    );
+
+    c.send(json!({"type": "prompt", "text": "two"}));
+    assert!(last_text(&mut c, "result").starts_with("bravo:"));
+
+    // A restarted daemon whose configured script now says something else resumes the session
+    // on the model it last used.
+    let id = c.session_id.clone();
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+    drop(c);
+    let third = format!("[[turns]]\ntext = \"charlie: {LONG}\"\n");
+    let daemon = Daemon::start(dir.path(), &third, &[]);
+    let mut c = Client::connect(&daemon.socket);
+    c.send(json!({"type": "command", "name": "resume", "args": id}));
+    c.until("command_result");
+    c.send(json!({"type": "command", "name": "model"}));
+    let model = last_text(&mut c, "command_result");
+    assert!(
+        model.contains("route scripted:b.toml") && model.contains("effort high"),
+        "{model}"
+    );
+    c.send(json!({"type": "prompt", "text": "three"}));
+    assert!(last_text(&mut c, "result").starts_with("bravo:"));
+}

@@ -107,6 +107,66 @@ fn the_oracle_passes_every_built_in_task_and_nop_fails_every_one() {
         "1"
     );
     assert!(trial.join("verifier/test-stdout.txt").is_file());
+
+    // `geode compare` and `geode report` run geode-report (built next to geode by
+    // `cargo test --workspace`) on the same store.
+    let (oracle_id, nop_id) = (
+        oracle["run_id"].as_str().unwrap(),
+        nop["run_id"].as_str().unwrap(),
+    );
+    let compare = geode(&["compare", oracle_id, nop_id, "--format", "md"])
+        .args(["--jobs-dir", jobs_dir])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&compare.stdout);
+    assert!(
+        compare.status.success(),
+        "geode compare: {}",
+        String::from_utf8_lossy(&compare.stderr)
+    );
+    assert!(text.contains("| baseline mean | 1.000 |"), "{text}");
+    assert!(text.contains("| candidate mean | 0.000 |"), "{text}");
+    assert!(text.contains("| delta | -1.000 |"), "{text}");
+    let csv = jobs.path().join("trials.csv");
+    let report = geode(&["report", oracle_id, "--format", "csv", "--out"])
+        .arg(&csv)
+        .args(["--jobs-dir", jobs_dir])
+        .output()
+        .unwrap();
+    assert!(
+        report.status.success(),
+        "geode report: {}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let rows = std::fs::read_to_string(&csv).unwrap().lines().count();
+    assert_eq!(rows as u64, 1 + s["trials"].as_u64().unwrap());
+}
+
+#[test]
+fn an_unknown_subcommand_runs_geode_name_from_path_with_its_arguments_and_exit_code() {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = tempfile::tempdir().unwrap();
+    let script = bin.path().join("geode-echo-args");
+    std::fs::write(&script, "#!/bin/sh\nprintf '%s|' \"$@\"\nexit 7\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = geode(&["echo-args", "--flag", "x y"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "--flag|x y|");
+    assert_eq!(out.status.code(), Some(7));
+
+    let missing = geode(&["no-such-thing"])
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("geode-no-such-thing"));
 }
 
 #[test]

@@ -224,6 +224,9 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         let root = checkpoint_root(args.checkpoint_dir.as_ref());
         cfg.checkpoint = Some(checkpoint_settings(root, &args.model, args.effort)?);
     }
+    // The configured MCP servers (project ones only when trusted); they live until we return.
+    let mcp = super::mcp::client_manager(&cwd).await?;
+    cfg.extra_tools.extend(mcp.tools());
     let mut session = create_session(cfg)?;
     eprintln!("geode: session {}", session.session_id());
     let driver = Driver::start(args.json, rx);

@@ -1,5 +1,6 @@
 //! Command-line surface of `geode`.
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -11,6 +12,8 @@ mod crucible;
 mod curate;
 mod dataset;
 mod exec;
+mod external;
+mod mcp;
 mod progress;
 mod receipts;
 mod repl;
@@ -21,6 +24,7 @@ mod search;
 mod serve;
 mod show;
 mod tasks;
+mod trust;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -86,6 +90,20 @@ pub enum Command {
     Search(search::SearchCommand),
     /// Curate tasks: synthesis, dedup, pilot, judge tournament, selection, frozen pool.
     Curate(curate::CurateArgs),
+    /// GEODE as an MCP server (`run_agent`) on stdio or streamable HTTP; `geode mcp list`
+    /// shows the MCP servers GEODE uses as a client.
+    Mcp(mcp::McpArgs),
+    /// Allow this project's .geode/config.toml to start MCP servers (--show, --revoke).
+    Trust(trust::TrustArgs),
+    /// Tables, plots and exports of runs (runs `geode-report report ARGS`; see `geode report --help`).
+    #[command(disable_help_flag = true)]
+    Report(external::PassThrough),
+    /// Paired comparison of two runs (runs `geode-report compare ARGS`).
+    #[command(disable_help_flag = true)]
+    Compare(external::PassThrough),
+    /// Any other NAME runs `geode-NAME` found next to geode or on PATH, as git does.
+    #[command(external_subcommand)]
+    External(Vec<OsString>),
 }
 
 pub fn init_logging(verbose: u8) {
@@ -130,6 +148,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Crucible(cmd) => runtime.block_on(crucible::run(cmd)),
         Command::Scaffold(cmd) => scaffold::run(cmd),
         Command::Search(cmd) => runtime.block_on(search::run(cmd)),
+        Command::Mcp(args) => {
+            let model = args.model.clone().or(cli.model);
+            runtime.block_on(mcp::run(args, daily_config(&model, &cli.effort)?))
+        }
+        Command::Trust(args) => trust::run(args),
+        // These replace this process (exec), so the runtime above is never used by them.
+        Command::Report(pass) => external::dispatch("report", &["report"], &pass.args),
+        Command::Compare(pass) => external::dispatch("report", &["compare"], &pass.args),
+        Command::External(argv) => external::dispatch_unknown(&argv),
     }
 }
 

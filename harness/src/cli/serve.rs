@@ -1,7 +1,11 @@
 //! `geode serve`: the daemon on `$GEODE_HOME/cli.sock` (or the `socket` config key). Each
 //! connection is one IPC session built by `CliFactory`; SIGTERM or Ctrl-C drains it (running
 //! turns finish, then the socket is removed).
+//!
+//! With `--channels FILE`, the daemon also serves the messaging channels bound in FILE on a
+//! loopback webhook (`--webhook`, runtime/src/server/channel.rs): each message a DAEMON turn.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -9,14 +13,18 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use geode_runtime::agent::ModelSwitch;
 use geode_runtime::agent::prompt::{DeclaredSources, load_declared_sections};
+use geode_runtime::agent::restore::load_checkpoint;
 use geode_runtime::config::Config;
 use geode_runtime::ids::SessionId;
+use geode_runtime::mcp::{McpManager, TrustStore};
 use geode_runtime::model::effort::Effort;
 use geode_runtime::model::http::RouteOptions;
 use geode_runtime::model::model_from_route;
 use geode_runtime::policy::{HitlLevel, SessionMode, SessionPolicy};
 use geode_runtime::scaffold::Scaffold;
+use geode_runtime::server::channel::{Channels, Webhook};
 use geode_runtime::server::ipc::DaemonSocket;
 use geode_runtime::server::{ServerError, SessionFactory, Shared};
 use geode_runtime::session::SessionConfig;
@@ -24,13 +32,47 @@ use geode_runtime::tools::workspace::LocalWorkspace;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-use super::exec::{checkpoint_root, checkpoint_settings, geode_home, open_timeline};
+use super::exec::{checkpoint_root, checkpoint_settings, geode_home, open_timeline, provider_of};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Seconds running turns get to finish after SIGTERM.
     #[arg(long, default_value_t = 30)]
     drain_timeout: u64,
+    /// Serve the messaging channels bound in this TOML file (mode 0600: it holds tokens).
+    #[arg(long, value_name = "FILE")]
+    channels: Option<PathBuf>,
+    /// Loopback address of the channels' webhook; port 0 picks a free one. Needs --channels.
+    #[arg(long, value_name = "ADDR")]
+    webhook: Option<SocketAddr>,
+}
+
+/// Where the webhook listens when `--webhook` is not given.
+const DEFAULT_WEBHOOK: &str = "127.0.0.1:8790";
+
+/// The channels and their bound webhook, when `--channels` was given.
+async fn bind_channels(args: &ServeArgs) -> anyhow::Result<Option<(Webhook, Channels)>> {
+    let Some(file) = &args.channels else {
+        if args.webhook.is_some() {
+            anyhow::bail!("--webhook needs --channels FILE (the channels the webhook serves)");
+        }
+        return Ok(None);
+    };
+    let channels = Channels::load(file)?;
+    if channels.is_empty() {
+        anyhow::bail!("channels file {}: binds no channel", file.display());
+    }
+    let addr = match args.webhook {
+        Some(a) => a,
+        None => DEFAULT_WEBHOOK.parse()?,
+    };
+    let webhook = Webhook::bind(addr).await?;
+    eprintln!("geode: webhook on http://{}", webhook.local_addr());
+    eprintln!(
+        "geode: channels: {}",
+        channels.names().collect::<Vec<_>>().join(", ")
+    );
+    Ok(Some((webhook, channels)))
 }
 
 /// The daemon socket of a configuration.
@@ -46,6 +88,8 @@ pub struct CliFactory {
     pub cfg: Config,
     pub cwd: PathBuf,
     pub mode: SessionMode,
+    /// The configured MCP servers, connected once and shared by every session.
+    pub mcp: Arc<McpManager>,
 }
 
 fn setup<E: std::fmt::Display>(e: E) -> ServerError {
@@ -78,12 +122,18 @@ impl CliFactory {
         Ok(scaffold)
     }
 
+    /// The route and effort of a session: a resumed one goes on with the model it last used
+    /// (`/model` may have switched it), a new one starts from the configuration.
+    fn route(&self, id: Option<&SessionId>) -> Result<(String, Option<Effort>), ServerError> {
+        if let Some(saved) = id.and_then(|id| load_checkpoint(&checkpoint_root(None), id).ok()) {
+            return Ok((saved.state.model_route, saved.state.effort));
+        }
+        Ok((self.cfg.value("model").to_string(), self.effort()?))
+    }
+
     fn build(&self, id: Option<&SessionId>) -> Result<SessionConfig, ServerError> {
-        let route = self.cfg.value("model").to_string();
-        let effort = self.effort()?;
-        let mut options = RouteOptions::from_env();
-        options.effort = effort;
-        let model = model_from_route(&route, &options).map_err(setup)?;
+        let (route, effort) = self.route(id)?;
+        let model = self.switch_model(&route, effort)?.model;
         let workspace = Arc::new(LocalWorkspace::new(&self.cwd).map_err(setup)?);
         let mut policy = SessionPolicy::for_mode(self.mode);
         policy.hitl = match self.cfg.value("hitl") {
@@ -101,6 +151,7 @@ impl CliFactory {
             cfg.session_id = id.clone();
         }
         cfg.scaffold = self.scaffold()?;
+        cfg.extra_tools.extend(self.mcp.tools());
         cfg.timeline = open_timeline(false, None).map_err(setup)?;
         cfg.checkpoint =
             Some(checkpoint_settings(checkpoint_root(None), &route, effort).map_err(setup)?);
@@ -116,15 +167,44 @@ impl SessionFactory for CliFactory {
     fn resume(&self, id: &SessionId) -> Result<SessionConfig, ServerError> {
         self.build(Some(id))
     }
+
+    fn describe_mcp(&self) -> String {
+        self.mcp.describe()
+    }
+
+    fn switch_model(
+        &self,
+        route: &str,
+        effort: Option<Effort>,
+    ) -> Result<ModelSwitch, ServerError> {
+        let mut options = RouteOptions::from_env();
+        options.effort = effort;
+        Ok(ModelSwitch {
+            model: model_from_route(route, &options).map_err(setup)?,
+            route: route.to_string(),
+            provider: provider_of(route),
+            effort,
+        })
+    }
 }
 
 pub fn shared(cfg: Config, cwd: &Path, mode: SessionMode) -> anyhow::Result<Arc<Shared>> {
     let lanes = cfg.number("global_lanes")? as usize;
     let timeout = Duration::from_secs(cfg.number("approval_timeout_secs")?);
+    // Connect the MCP servers before the first session (they live as long as the factory).
+    // `shared` is sync and called on the multi-threaded runtime, so block this worker only.
+    let mcp = tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(McpManager::start(
+            cfg.mcp(),
+            &TrustStore::new(&geode_home()),
+            cwd,
+        ))
+    });
     let factory = Arc::new(CliFactory {
         cfg,
         cwd: cwd.to_path_buf(),
         mode,
+        mcp: Arc::new(mcp),
     });
     Ok(Arc::new(Shared::new(factory, lanes, timeout, mode)))
 }
@@ -133,6 +213,8 @@ pub async fn run(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
     let path = socket_path(&cfg);
     let cwd = std::env::current_dir()?;
     let shared = shared(cfg, &cwd, SessionMode::Ipc)?;
+    // Before the socket: a bad channels file or a taken port leaves no socket file behind.
+    let channels = bind_channels(&args).await?;
     let socket = DaemonSocket::bind(&path).await?;
     eprintln!("geode: serving on {}", socket.path().display());
     let shutdown = CancellationToken::new();
@@ -146,11 +228,28 @@ pub async fn run(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
         eprintln!("geode: draining (running turns finish, no new ones)");
         on_signal.cancel();
     });
-    let left = socket
-        .serve(shared, shutdown, Duration::from_secs(args.drain_timeout))
-        .await;
+    let drain = Duration::from_secs(args.drain_timeout);
+    let webhook = async {
+        match channels {
+            Some((webhook, channels)) => {
+                webhook
+                    .serve(channels, shared.clone(), shutdown.clone(), drain)
+                    .await
+            }
+            None => 0,
+        }
+    };
+    let (left, turns_left) = tokio::join!(
+        socket.serve(shared.clone(), shutdown.clone(), drain),
+        webhook
+    );
+    if turns_left > 0 {
+        eprintln!("geode: {turns_left} channel turns still running at the drain deadline");
+    }
     if left > 0 {
         eprintln!("geode: {left} connections still open at the drain deadline");
+    }
+    if left > 0 || turns_left > 0 {
         return Ok(ExitCode::from(1));
     }
     eprintln!("geode: stopped");

@@ -26,6 +26,7 @@ use crate::conversation::{
 };
 use crate::hooks::{HookDecision, HookEvent, HookRegistry};
 use crate::ids::{CorrelationId, SessionId};
+use crate::model::errors::ErrorClass;
 use crate::model::{Model, ModelRequest};
 use crate::scaffold::{ReflectionMode, Scaffold};
 use crate::store::checkpoint::SessionStatus;
@@ -437,6 +438,7 @@ impl AgenticLoop {
         turn: &mut Turn,
         cancel: &CancellationToken,
     ) -> Result<AssistantTurn, TerminationReason> {
+        let mut compacted_for_overflow = false;
         loop {
             let request = ModelRequest {
                 system,
@@ -471,6 +473,19 @@ impl AgenticLoop {
                 }
                 Err(e) => {
                     tracing::warn!("model call failed: {e}");
+                    match e.class() {
+                        // Retrying cannot help, and it is not the model's failure.
+                        Some(ErrorClass::Billing) => return Err(TerminationReason::BillingError),
+                        // Compact, then retry once; a context that cannot shrink is exhausted.
+                        Some(ErrorClass::ContextOverflow) => {
+                            if compacted_for_overflow || !self.compact_now(turn, system).await {
+                                return Err(TerminationReason::ContextExhausted);
+                            }
+                            compacted_for_overflow = true;
+                            continue;
+                        }
+                        _ => {}
+                    }
                     self.guards.counters.consecutive_llm_failures += 1;
                     let failures = self.guards.counters.consecutive_llm_failures;
                     if !e.retryable() || failures > self.guards.limits().max_llm_retries {

@@ -221,12 +221,24 @@ impl AgenticLoop {
     /// Compact when the context passed its threshold. Never fails the turn: a compaction that
     /// cannot be committed is recorded and the conversation stays as it was.
     pub(super) async fn compact_if_needed(&mut self, turn: &TurnState, system: &str) {
-        let limits = self.p.scaffold.compaction.clone();
         let estimated = estimate_tokens(system, &self.messages).max(self.last_context_tokens);
-        let threshold = limits.threshold_tokens();
-        if estimated < threshold {
-            return;
+        if estimated >= self.p.scaffold.compaction.threshold_tokens() {
+            self.compact(turn, estimated).await;
         }
+    }
+
+    /// Compact now, whatever the estimate (the provider said the context overflowed). Returns
+    /// whether the conversation got shorter.
+    pub(super) async fn compact_now(&mut self, turn: &TurnState, system: &str) -> bool {
+        let before = self.messages.len();
+        let estimated = estimate_tokens(system, &self.messages).max(self.last_context_tokens);
+        self.compact(turn, estimated).await;
+        self.messages.len() < before
+    }
+
+    async fn compact(&mut self, turn: &TurnState, estimated: u64) {
+        let limits = self.p.scaffold.compaction.clone();
+        let threshold = limits.threshold_tokens();
         if self
             .durable
             .as_ref()

@@ -71,6 +71,8 @@ pub enum HookConfigError {
     },
 }
 
+/// Cloned with its registry: a sub-agent session runs the parent's hooks.
+#[derive(Clone)]
 struct Registered {
     kind: HookEventKind,
     matcher: Option<Regex>,
@@ -80,7 +82,7 @@ struct Registered {
 }
 
 /// Handlers for every event of one session.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct HookRegistry {
     hooks: Vec<Registered>,
 }

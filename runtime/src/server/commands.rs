@@ -4,14 +4,15 @@
 
 use super::Shared;
 use crate::agent::AgenticLoop;
+use crate::model::effort::Effort;
 
 pub const HELP: &str = "\
 /help               this list
 /status             session, model, turns, lanes, system prompt hash
 /cost               tokens and cost of the session
 /plan               the current plan
-/model              the model of this session
-/effort             the reasoning effort
+/model [ROUTE]      show the model, or switch to ROUTE from the next turn on
+/effort [LEVEL]     show the effort, or set none..max (or `default`) from the next turn on
 /compact            when the context is compacted
 /clear              start a new session
 /resume SESSION_ID  continue a checkpointed session
@@ -20,7 +21,7 @@ pub const HELP: &str = "\
 /quit               leave (Ctrl-D too); Ctrl-C cancels a running turn";
 
 /// The text answer of a command that does not change the connection.
-pub fn run(name: &str, args: &str, lp: &AgenticLoop, shared: &Shared) -> String {
+pub fn run(name: &str, lp: &AgenticLoop, shared: &Shared) -> String {
     match name {
         "help" => HELP.to_string(),
         "status" => format!(
@@ -52,16 +53,59 @@ pub fn run(name: &str, args: &str, lp: &AgenticLoop, shared: &Shared) -> String 
             Some(plan) => serde_json::to_string_pretty(&plan).unwrap_or_default(),
             None => "no plan yet (the model makes one with update_plan)".into(),
         },
-        "model" if args.trim().is_empty() => format!("model {}", lp.model_id()),
-        "model" | "effort" => format!(
-            "/{name} {args}: the model and effort are fixed for a session; start one with \
-             `geode --model ROUTE --effort LEVEL` or set them in .geode/config.toml"
-        ),
+        "model" | "effort" => describe_model(lp),
         "compact" => "the context is compacted automatically when it passes the scaffold's \
                       threshold; the summary keeps the recent messages"
             .into(),
         "mcp" => shared.factory.describe_mcp(),
         "hooks" => shared.factory.describe_hooks(),
         other => format!("unknown command /{other}; /help lists them"),
+    }
+}
+
+fn describe_model(lp: &AgenticLoop) -> String {
+    match lp.model_route() {
+        Some((route, effort)) => format!(
+            "model {} (route {route}), effort {}",
+            lp.model_id(),
+            effort.map_or("default".to_string(), |e| e.to_string())
+        ),
+        None => format!("model {}", lp.model_id()),
+    }
+}
+
+/// `/model ROUTE` and `/effort LEVEL`: a new model for the rest of the session. Runs between
+/// turns (the connection queues commands while a turn runs).
+pub fn switch(name: &str, args: &str, lp: &mut AgenticLoop, shared: &Shared) -> String {
+    let arg = args.trim();
+    let Some((route, effort)) = lp.model_route().map(|(r, e)| (r.to_string(), e)) else {
+        return "this session is not checkpointed, so its route is unknown: start a new one \
+                with `geode --model ROUTE --effort LEVEL`"
+            .into();
+    };
+    let (route, effort) = if name == "model" {
+        (arg.to_string(), effort)
+    } else if arg == "default" {
+        (route, None)
+    } else {
+        match arg.parse::<Effort>() {
+            Ok(e) => (route, Some(e)),
+            Err(_) => {
+                return format!(
+                    "effort {arg:?}: none, minimal, low, medium, high, xhigh, max or default"
+                );
+            }
+        }
+    };
+    let switch = match shared.factory.switch_model(&route, effort) {
+        Ok(s) => s,
+        Err(e) => return format!("error: {e} (still on {})", lp.model_id()),
+    };
+    match lp.switch_model(switch) {
+        Ok(()) => format!("switched: {}", describe_model(lp)),
+        Err(e) => format!(
+            "switched to {}, but the checkpoint could not record it: {e}",
+            lp.model_id()
+        ),
     }
 }

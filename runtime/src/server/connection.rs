@@ -300,7 +300,10 @@ where
                             Err(e) => format!("error: {e}"),
                         }
                     }
-                    _ => super::commands::run(&name, &args, &live.lp, &conn.shared),
+                    "model" | "effort" if !args.trim().is_empty() => {
+                        super::commands::switch(&name, &args, &mut live.lp, &conn.shared)
+                    }
+                    _ => super::commands::run(&name, &live.lp, &conn.shared),
                 };
                 conn.send(ServerMessage::CommandResult { name, text });
             }

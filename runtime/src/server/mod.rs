@@ -2,6 +2,7 @@
 //! protocol (`ipc`, `protocol`, `connection`), and the slash commands both the daemon and the
 //! in-process REPL answer (`commands`).
 
+pub mod channel;
 pub mod commands;
 pub mod connection;
 pub mod ipc;
@@ -12,7 +13,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::ModelSwitch;
 use crate::ids::SessionId;
+use crate::model::effort::Effort;
 use crate::policy::SessionMode;
 use crate::session::lanes::LaneQueue;
 use crate::session::{SessionConfig, SessionError};
@@ -46,6 +49,17 @@ pub trait SessionFactory: Send + Sync {
     /// One line per MCP server, for `/mcp`.
     fn describe_mcp(&self) -> String {
         "no MCP servers configured".into()
+    }
+    /// The model of `route` at `effort`, for `/model` and `/effort` mid-session.
+    fn switch_model(
+        &self,
+        route: &str,
+        effort: Option<Effort>,
+    ) -> Result<ModelSwitch, ServerError> {
+        let _ = effort;
+        Err(ServerError::Setup(format!(
+            "this server cannot build models, so it cannot switch to {route}"
+        )))
     }
 }
 

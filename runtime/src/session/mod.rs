@@ -27,6 +27,7 @@ use crate::store::timeline::SessionTimeline;
 use crate::tools::approval::{Approver, NoHuman};
 use crate::tools::builtin::builtin_tools;
 use crate::tools::cognitive::cognitive_tools;
+use crate::tools::delegate::{ChildTemplate, DELEGATE_TOOL, DelegateTool};
 use crate::tools::executor::{
     ExecutorConfig, ExecutorError, ExecutorParts, ToolExecutor, ToolRequestMiddleware,
 };
@@ -134,11 +135,27 @@ fn build(
     cfg: SessionConfig,
     durable: impl FnOnce() -> Result<Option<Durable>, StoreError>,
 ) -> Result<(AgenticLoop, Option<Durable>), SessionError> {
+    let hooks = Arc::new(cfg.hooks);
     let mut tools = builtin_tools();
     tools.extend(cognitive_tools());
-    tools.extend(cfg.extra_tools);
+    tools.extend(cfg.extra_tools.iter().cloned());
+    if !cfg.policy.deny_list.contains(DELEGATE_TOOL) && cfg.policy.allows_tool(DELEGATE_TOOL) {
+        let names = tools.iter().map(|t| t.spec.name.clone()).collect();
+        let template = ChildTemplate {
+            policy: cfg.policy.clone(),
+            workspace: cfg.workspace.clone(),
+            model: cfg.model.clone(),
+            approver: cfg.approver.clone(),
+            hooks: hooks.clone(),
+            timeline: cfg.timeline.clone(),
+            extra_tools: cfg.extra_tools,
+            middleware: cfg.middleware.clone(),
+            scaffold: cfg.scaffold.clone(),
+            date: cfg.date.clone(),
+        };
+        tools.push(DelegateTool::bound(template, names));
+    }
     let cognition = Arc::new(Mutex::new(CognitiveState::default()));
-    let hooks = Arc::new(cfg.hooks);
     let mut executor = ToolExecutor::new(ExecutorParts {
         session_id: cfg.session_id.clone(),
         plan: BoundToolPlan::new(1, tools),

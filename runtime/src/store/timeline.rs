@@ -144,6 +144,14 @@ pub enum TimelineEvent {
     /// The checkpoint could not be saved at this stage.
     #[serde(rename = "checkpoint.failed")]
     CheckpointFailed { stage: String, error: String },
+    /// `/model` or `/effort` changed the model between turns.
+    #[serde(rename = "model.switched")]
+    ModelSwitched {
+        from: String,
+        to: String,
+        route: String,
+        effort: Option<String>,
+    },
 }
 
 impl TimelineEvent {
@@ -164,6 +172,7 @@ impl TimelineEvent {
             TimelineEvent::SessionResumed { .. } => "session.resumed",
             TimelineEvent::ToolRecovered { .. } => "tool.recovered",
             TimelineEvent::CheckpointFailed { .. } => "checkpoint.failed",
+            TimelineEvent::ModelSwitched { .. } => "model.switched",
         }
     }
 

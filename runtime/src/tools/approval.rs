@@ -45,6 +45,13 @@ impl Approver for NoHuman {
     }
 }
 
+/// Whether a tool's calls prompt at HITL 1 and 2 whatever safety level it declares: its code
+/// runs outside GEODE, so only a human vouches for it (runtime.md HITL 1: shell, MCP and
+/// computer prompt). MCP tools are bound as `mcp:server/tool`.
+pub fn always_prompts(binding: &str) -> bool {
+    binding.starts_with("mcp:")
+}
+
 /// What the gate decides before any prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GateDecision {
@@ -89,9 +96,27 @@ impl ApprovalGate {
         safety: SafetyLevel,
         hook_asked: bool,
     ) -> GateDecision {
+        self.decide_call(policy, tool, safety, hook_asked, false)
+    }
+
+    /// `decide`, where `external` (see `always_prompts`) makes the tool prompt at HITL 1 and 2
+    /// whatever its level.
+    pub fn decide_call(
+        &self,
+        policy: &SessionPolicy,
+        tool: &str,
+        safety: SafetyLevel,
+        hook_asked: bool,
+        external: bool,
+    ) -> GateDecision {
         if !policy.mode.has_human() {
             if hook_asked {
                 return GateDecision::Prompt;
+            }
+            // The one unattended exception above the ceiling: DAEMON computer use, switched on
+            // separately by the operator.
+            if policy.operator_allows_computer(tool) {
+                return GateDecision::Allowed;
             }
             return if safety <= policy.unattended_approval_ceiling {
                 GateDecision::Allowed
@@ -111,8 +136,8 @@ impl ApprovalGate {
         }
         let prompts = match policy.hitl {
             HitlLevel::Auto => false,
-            HitlLevel::DangerousOnly => safety >= SafetyLevel::Dangerous,
-            HitlLevel::Everything => safety > SafetyLevel::Safe,
+            HitlLevel::DangerousOnly => external || safety >= SafetyLevel::Dangerous,
+            HitlLevel::Everything => external || safety > SafetyLevel::Safe,
         };
         if prompts {
             GateDecision::Prompt
@@ -153,6 +178,37 @@ mod tests {
     }
 
     #[test]
+    fn computer_use_needs_the_operator_switch_and_daemon_mode() {
+        let gate = ApprovalGate::new();
+        let daemon = SessionPolicy::for_mode(SessionMode::Daemon);
+        assert!(matches!(
+            gate.decide(&daemon, "computer", SafetyLevel::Dangerous, false),
+            GateDecision::Denied(_)
+        ));
+        let daemon = daemon.enable_operator_computer_use();
+        assert_eq!(
+            gate.decide(&daemon, "computer", SafetyLevel::Dangerous, false),
+            GateDecision::Allowed
+        );
+        // Only the computer tool: the switch is not a general grant.
+        assert!(matches!(
+            gate.decide(&daemon, "bash", SafetyLevel::Dangerous, false),
+            GateDecision::Denied(_)
+        ));
+        // A hook that asks for permission still gets a prompt (and, without a human, a no).
+        assert_eq!(
+            gate.decide(&daemon, "computer", SafetyLevel::Dangerous, true),
+            GateDecision::Prompt
+        );
+        let mut headless = SessionPolicy::for_mode(SessionMode::Headless);
+        headless.operator_computer_use = true;
+        assert!(matches!(
+            gate.decide(&headless, "computer", SafetyLevel::Dangerous, false),
+            GateDecision::Denied(_)
+        ));
+    }
+
+    #[test]
     fn repl_prompts_then_remembers_always() {
         let gate = ApprovalGate::new();
         let p = SessionPolicy::for_mode(SessionMode::Repl);
@@ -169,5 +225,34 @@ mod tests {
             gate.decide(&p, "bash", SafetyLevel::Dangerous, true),
             GateDecision::Prompt
         );
+    }
+
+    #[test]
+    fn mcp_tools_prompt_in_human_modes_whatever_their_level() {
+        let gate = ApprovalGate::new();
+        assert!(always_prompts("mcp:files/echo") && !always_prompts("builtin:read_file"));
+        let mut p = SessionPolicy::for_mode(SessionMode::Repl);
+        for hitl in [HitlLevel::Everything, HitlLevel::DangerousOnly] {
+            p.hitl = hitl;
+            assert_eq!(
+                gate.decide_call(&p, "mcp__files__echo", SafetyLevel::Safe, false, true),
+                GateDecision::Prompt
+            );
+        }
+        p.hitl = HitlLevel::DangerousOnly;
+        assert_eq!(
+            gate.decide(&p, "write_file", SafetyLevel::Write, false),
+            GateDecision::Allowed
+        );
+        // Without a human the declared level decides, as for every tool.
+        let h = SessionPolicy::for_mode(SessionMode::Headless);
+        assert_eq!(
+            gate.decide_call(&h, "mcp__files__echo", SafetyLevel::Safe, false, true),
+            GateDecision::Allowed
+        );
+        assert!(matches!(
+            gate.decide_call(&h, "mcp__files__echo", SafetyLevel::Write, false, true),
+            GateDecision::Denied(_)
+        ));
     }
 }

@@ -17,7 +17,9 @@ use futures::future::join_all;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::approval::{ApprovalAnswer, ApprovalGate, ApprovalRequest, Approver, GateDecision};
+use super::approval::{
+    ApprovalAnswer, ApprovalGate, ApprovalRequest, Approver, GateDecision, always_prompts,
+};
 use super::locks::{ResourceClaim, ResourceLocks};
 use super::plan::{
     BoundTool, BoundToolPlan, ResourceKeyRule, StepSnapshot, ToolContext, ToolOutput,
@@ -183,10 +185,21 @@ pub struct ExecutorParts {
 }
 
 impl ToolExecutor {
-    /// Compile every tool's schema once. The plan is narrowed by the session's deny list
-    /// (a new generation), so denied tools are never shown to the model.
+    /// Compile every tool's schema once. The plan is narrowed by the session's deny list and
+    /// tool allow-list (a new generation), so denied tools are never shown to the model.
     pub fn new(parts: ExecutorParts) -> Result<Self, ExecutorError> {
-        let plan = parts.plan.without(&parts.policy.deny_list);
+        let mut removed = parts.policy.deny_list.clone();
+        if parts.policy.tool_allow_list.is_some() {
+            removed.extend(
+                parts
+                    .plan
+                    .tools()
+                    .iter()
+                    .map(|t| t.spec.name.clone())
+                    .filter(|name| !parts.policy.allows_tool(name)),
+            );
+        }
+        let plan = parts.plan.without(&removed);
         let mut validators = HashMap::new();
         for t in plan.tools() {
             let v = jsonschema::validator_for(&t.spec.input_schema).map_err(|e| {
@@ -387,6 +400,18 @@ impl ToolExecutor {
                 ),
             );
         }
+        if let Some(allowed) = &self.policy.tool_allow_list
+            && !allowed.contains(name)
+        {
+            let names: Vec<&str> = allowed.iter().map(String::as_str).collect();
+            return deny(
+                PipelineStep::Scope,
+                format!(
+                    "tool {name} is not on this session's tool allow-list ({})",
+                    names.join(", ")
+                ),
+            );
+        }
         let Some(tool) = self.plan.get(name) else {
             return deny(
                 PipelineStep::Scope,
@@ -567,11 +592,12 @@ impl ToolExecutor {
         step: &StepContext,
     ) -> Result<(), Denial> {
         let name = &pending.tool.spec.name;
-        match self.gate.decide(
+        match self.gate.decide_call(
             &self.policy,
             name,
             pending.classification.safety,
             asked.is_some(),
+            always_prompts(&pending.tool.binding),
         ) {
             GateDecision::Allowed => return Ok(()),
             GateDecision::Denied(reason) => return deny(PipelineStep::Approval, reason),
@@ -664,6 +690,7 @@ impl ToolExecutor {
             ResourceKeyRule::Fixed(key) => {
                 claim.keys.insert(key.clone());
             }
+            ResourceKeyRule::Keys(keys) => claim.keys.extend(keys.iter().cloned()),
             ResourceKeyRule::PathArgs => {
                 for (_, p) in &pending.paths {
                     claim.keys.insert(format!("file:{}", p.display()));

@@ -3,6 +3,7 @@
 pub mod approval;
 pub mod builtin;
 pub mod cognitive;
+pub mod delegate;
 pub mod executor;
 pub mod locks;
 pub mod plan;

@@ -31,6 +31,9 @@ pub enum ResourceKeyRule {
     Workspace,
     /// A named resource shared by every call of the tool.
     Fixed(String),
+    /// Several named resources, all held by every call of the tool (an MCP server's declared
+    /// policy); calls of other tools sharing any one of them wait.
+    Keys(Vec<String>),
 }
 
 /// Everything about a tool except its code.

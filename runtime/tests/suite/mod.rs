@@ -1,6 +1,8 @@
 mod agent_loop;
 mod builtin_tools;
+mod channel_policy;
 mod common;
+mod delegate;
 mod durable;
 mod durable_fuzz;
 mod durable_store;

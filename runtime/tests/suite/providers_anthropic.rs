@@ -329,3 +329,77 @@ async fn a_retry_after_past_the_limit_is_not_waited_for() {
     assert!(err.to_string().contains("asked to wait 3600s"), "{err}");
     assert_eq!(server.requests().len(), 1);
 }
+
+/// The loop's answer to provider failures it cannot retry away: billing stops the turn as
+/// `billing_error`; a context overflow compacts and retries once, then `context_exhausted`.
+mod loop_actions {
+    use geode_runtime::agent::TerminationReason;
+    use geode_runtime::policy::{SessionMode, SessionPolicy};
+    use geode_runtime::session::create_session;
+    use geode_runtime::store::timeline::TimelineEvent;
+
+    use super::super::common::{Fixture, run};
+    use super::super::loopback::Loopback;
+    use super::super::providers::{Failing, Wire, options, text_reply};
+    use super::Anthropic;
+    use geode_runtime::model::model_from_route;
+
+    const LONG: &str = "an answer long enough to pass the rule-based verification";
+
+    fn session(f: &Fixture, server: &Loopback) -> geode_runtime::agent::AgenticLoop {
+        let m = model_from_route(&Anthropic.route(server), &options(&Anthropic, server)).unwrap();
+        let mut cfg = f.config(m, SessionPolicy::for_mode(SessionMode::Headless));
+        cfg.scaffold.compaction.keep_recent_messages = 2;
+        create_session(cfg).unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn billing_ends_the_turn_as_billing_error_without_retries() {
+        let server = Loopback::start(vec![super::error_reply(
+            400,
+            "invalid_request_error",
+            "Your credit balance is too low to access the Anthropic API.",
+        )])
+        .await;
+        let f = Fixture::new();
+        let mut s = session(&f, &server);
+        let outcome = run(&mut s, "hi").await;
+        assert_eq!(outcome.termination, TerminationReason::BillingError);
+        assert_eq!(server.requests().len(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_overflow_compacts_then_retries_once() {
+        let server = Loopback::start(vec![
+            text_reply(&Anthropic, &[LONG, " (one)"]),
+            text_reply(&Anthropic, &[LONG, " (two)"]),
+            Anthropic.error(Failing::ContextOverflow),
+            text_reply(&Anthropic, &[LONG, " (three)"]),
+            Anthropic.error(Failing::ContextOverflow),
+            Anthropic.error(Failing::ContextOverflow),
+        ])
+        .await;
+        let f = Fixture::new();
+        let mut s = session(&f, &server);
+        run(&mut s, "first").await;
+        run(&mut s, "second").await;
+        let third = run(&mut s, "third").await;
+        assert_eq!(third.termination, TerminationReason::Natural);
+        assert!(third.text.ends_with("(three)"), "{}", third.text);
+        let requests = server.requests();
+        assert_eq!(requests.len(), 4);
+        let sent = |i: usize| requests[i].body["messages"].as_array().unwrap().len();
+        assert_eq!(sent(2), 5, "u1 a1 u2 a2 u3 overflowed");
+        assert!(sent(3) < sent(2), "the retry sent the compacted context");
+        f.timeline.flush().unwrap();
+        assert!(f.rows(&s).iter().any(|r| matches!(
+            &r.event,
+            TimelineEvent::Compaction { status, .. } if status == "done"
+        )));
+
+        // Still overflowing after one compaction and its retry: the turn ends, no third try.
+        let fourth = run(&mut s, "fourth").await;
+        assert_eq!(fourth.termination, TerminationReason::ContextExhausted);
+        assert_eq!(server.requests().len(), 6);
+    }
+}

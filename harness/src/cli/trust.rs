@@ -1,0 +1,58 @@
+//! `geode trust`: allow a project's `.geode/config.toml` to start MCP servers.
+//!
+//! Trust is recorded per project path with the SHA-256 of the config file's bytes in
+//! `$GEODE_HOME/trust.json`; an edited file is untrusted again until `geode trust` runs anew.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use geode_runtime::mcp::trust::{TrustState, TrustStore, project_config};
+
+use super::exec::geode_home;
+
+#[derive(Debug, Args)]
+pub struct TrustArgs {
+    /// Print the project's trust state instead of changing it.
+    #[arg(long, conflicts_with = "revoke")]
+    show: bool,
+    /// Forget the project's trust.
+    #[arg(long)]
+    revoke: bool,
+    /// The project directory (default: the current directory).
+    project: Option<PathBuf>,
+}
+
+pub fn run(args: TrustArgs) -> anyhow::Result<ExitCode> {
+    let project = match args.project {
+        Some(p) => p,
+        None => std::env::current_dir()?,
+    };
+    let store = TrustStore::new(&geode_home());
+    if args.show {
+        let state = store.check(&project)?;
+        let word = match &state {
+            TrustState::Trusted(_) => "trusted",
+            TrustState::Untrusted => "untrusted",
+            TrustState::Changed { .. } => "changed",
+            TrustState::NoConfig => "no-config",
+        };
+        println!("{word}: {}", state.explain(&project));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.revoke {
+        if store.revoke(&project)? {
+            println!("revoked: {} is no longer trusted", project.display());
+        } else {
+            println!("{} was not trusted", project.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let entry = store.trust(&project)?;
+    println!(
+        "trusted: {} (sha256 {}); its MCP servers may start. Editing the file revokes this.",
+        project_config(&entry.project).display(),
+        entry.sha256
+    );
+    Ok(ExitCode::SUCCESS)
+}

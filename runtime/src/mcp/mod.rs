@@ -1,0 +1,38 @@
+//! MCP (Model Context Protocol), both ways, on the official Rust SDK (`rmcp`).
+//!
+//! - `server` + `http`: GEODE as a tool of an external MCP host. One tool, `run_agent`, a
+//!   separately built headless one-shot session (the headless deny list as is), over stdio or
+//!   streamable HTTP (loopback freely; any other address only with a bearer token).
+//! - `client`: the servers of `[mcp.servers.*]` (`settings`) become tools of a session,
+//!   `mcp__<server>__<tool>`. The user's config file is always read; a project's
+//!   `.geode/config.toml` only after `geode trust` (`trust`). A tool is callable only when its
+//!   server declares a resource policy, and every call passes the session's pipeline (approval
+//!   before the call starts).
+
+pub mod client;
+pub mod http;
+pub mod server;
+pub mod settings;
+pub mod trust;
+
+pub use client::McpManager;
+pub use settings::{McpPolicy, McpServerConfig, McpSettings, McpTransport, ServerOrigin};
+pub use trust::{TrustState, TrustStore};
+
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("trust store: {0}")]
+    Trust(String),
+    #[error(
+        "refusing to serve MCP on {addr}: it is not a loopback address, so every request must \
+         carry a bearer token; pass --token TOKEN (or set GEODE_MCP_TOKEN), or bind 127.0.0.1"
+    )]
+    NonLoopbackWithoutToken { addr: std::net::SocketAddr },
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("MCP server: {0}")]
+    Serve(String),
+}

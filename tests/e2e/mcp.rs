@@ -1,0 +1,669 @@
+//! MCP both ways, with real processes: an rmcp client drives `geode mcp` over stdio and over
+//! streamable HTTP on loopback; `geode exec` uses a real rmcp fixture server
+//! (harness/examples/mcp_fixture_server.rs) declared in config files, with the trust check on
+//! project files and the resource-policy rule.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use geode_runtime::ids::SessionId;
+use geode_runtime::store::timeline::{SessionTimeline, TimelineEvent};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+const HELLO: &str = r#"
+[[turns]]
+text = "Hello from the scripted model."
+"#;
+
+const ASKS_FOR_BASH: &str = r#"
+[[turns]]
+text = "Running a shell."
+[[turns.tool_calls]]
+id = "b1"
+name = "bash"
+input = { command = "touch pwned.txt" }
+[[turns]]
+text = "No shell here: bash could not run."
+"#;
+
+const CALLS_FIXTURE: &str = r#"
+[[turns]]
+text = "Calling the fixture."
+[[turns.tool_calls]]
+id = "e1"
+name = "mcp__fixture__echo"
+input = { text = "hi from geode" }
+[[turns.tool_calls]]
+id = "a1"
+name = "mcp__fixture__add"
+input = { a = 1, b = 2 }
+[[turns]]
+text = "Echoed; the add call failed."
+"#;
+
+fn geode(dir: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_geode"));
+    c.current_dir(dir)
+        .env("GEODE_HOME", dir.join("home"))
+        .env_remove("GEODE_MODEL")
+        .env_remove("GEODE_MCP_TOKEN");
+    c
+}
+
+fn run(dir: &Path, args: &[&str]) -> Output {
+    geode(dir).args(args).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The fixture server binary. `cargo test` builds examples; a filtered run
+/// (`--test e2e`) may not have, so build it once here.
+fn fixture_server() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let bin = Path::new(env!("CARGO_BIN_EXE_geode"))
+            .parent()
+            .unwrap()
+            .join("examples")
+            .join("mcp_fixture_server");
+        if !bin.exists() {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let status = Command::new(cargo)
+                .args([
+                    "build",
+                    "-p",
+                    "geode-harness",
+                    "--example",
+                    "mcp_fixture_server",
+                ])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .unwrap();
+            assert!(status.success(), "building the fixture server failed");
+        }
+        assert!(bin.exists(), "{} missing", bin.display());
+        bin
+    })
+}
+
+/// A `[mcp.servers.NAME]` table running the fixture, logging starts and calls into `dir`.
+fn fixture_table(dir: &Path, name: &str, policy: Option<&str>) -> String {
+    let mut t = format!(
+        "[mcp.servers.{name}]\ncommand = {:?}\nenv = {{ FIXTURE_STARTED = {:?}, FIXTURE_CALLS = {:?} }}\n",
+        fixture_server().display().to_string(),
+        dir.join("started.log").display().to_string(),
+        dir.join("calls.log").display().to_string(),
+    );
+    if let Some(p) = policy {
+        t.push_str(&format!("[mcp.servers.{name}.policy]\n{p}\n"));
+    }
+    t
+}
+
+const WRITE_POLICY: &str =
+    "safety = \"write\"\nresources = [\"fixture:db\"]\neffectful = true\ntools = [\"echo\"]";
+
+fn lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .map(|s| s.lines().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// `(tool, is_error, content)` of every tool.completed row of a session.
+fn completed(db: &Path, session: &str) -> Vec<(String, bool, String)> {
+    let tl = SessionTimeline::open(db).unwrap();
+    tl.rows(&SessionId::new(session))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            TimelineEvent::ToolCompleted {
+                tool,
+                is_error,
+                content,
+                ..
+            } => Some((tool, is_error, content)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn exec_fixture_script(dir: &Path, session: &str, allow: &str) -> Output {
+    std::fs::write(dir.join("script.toml"), CALLS_FIXTURE).unwrap();
+    run(
+        dir,
+        &[
+            "exec",
+            "--model",
+            "scripted:script.toml",
+            "--allow",
+            allow,
+            "--timeline",
+            "tl.db",
+            "--session-id",
+            session,
+            "call the fixture",
+        ],
+    )
+}
+
+// --- GEODE as an MCP server --------------------------------------------------------------
+
+async fn call_run_agent(
+    client: &RunningService<RoleClient, ()>,
+    args: Value,
+) -> (CallToolResult, Value) {
+    let Value::Object(arguments) = args else {
+        panic!("arguments must be an object")
+    };
+    let result = client
+        .peer()
+        .call_tool(CallToolRequestParams {
+            meta: None,
+            name: "run_agent".into(),
+            arguments: Some(arguments),
+            task: None,
+        })
+        .await
+        .unwrap();
+    let text = &result.content[0].as_text().unwrap().text;
+    let value: Value = serde_json::from_str(text).unwrap();
+    (result, value)
+}
+
+async fn stdio_client(dir: &Path) -> RunningService<RoleClient, ()> {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_geode"));
+    cmd.args(["mcp", "--model", "scripted:script.toml"])
+        .current_dir(dir)
+        .env("GEODE_HOME", dir.join("home"))
+        .env_remove("GEODE_MODEL")
+        .kill_on_drop(true);
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    ().serve(transport).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_run_agent_answers_with_text_rounds_and_termination() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("script.toml"), HELLO).unwrap();
+    let client = stdio_client(dir.path()).await;
+    let tools = client.peer().list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["run_agent"]);
+    let (result, value) = call_run_agent(&client, json!({"prompt": "say hello"})).await;
+    assert_eq!(result.is_error, Some(false), "{value}");
+    assert_eq!(value["text"], "Hello from the scripted model.");
+    assert_eq!(value["rounds"], 1);
+    assert_eq!(value["termination_reason"], "natural");
+    assert_eq!(value["error"], Value::Null);
+    // The time budget reaches the turn's guards: under the wrap-up margin the one round is
+    // forced to text.
+    let (_, value) =
+        call_run_agent(&client, json!({"prompt": "say hello", "time_budget_s": 5})).await;
+    assert_eq!(value["termination_reason"], "forced_text", "{value}");
+    assert_eq!(value["text"], "Hello from the scripted model.");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_run_agent_has_no_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("script.toml"), ASKS_FOR_BASH).unwrap();
+    let client = stdio_client(dir.path()).await;
+    let (_, value) = call_run_agent(&client, json!({"prompt": "run a shell"})).await;
+    client.cancel().await.unwrap();
+    assert_eq!(
+        value["text"], "No shell here: bash could not run.",
+        "{value}"
+    );
+    assert_eq!(value["rounds"], 2);
+    assert!(!dir.path().join("pwned.txt").exists(), "bash ran");
+    // The timeline of the run_agent session shows the call refused at the scope step.
+    let tl = SessionTimeline::open(dir.path().join("home").join("timeline.db")).unwrap();
+    let session = tl.latest_session().unwrap().unwrap();
+    let rows = completed(
+        &dir.path().join("home").join("timeline.db"),
+        session.as_str(),
+    );
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (tool, is_error, content) = &rows[0];
+    assert_eq!(tool, "bash");
+    assert!(*is_error);
+    assert!(
+        content.contains("denied at scope") && content.contains("bash"),
+        "{content}"
+    );
+}
+
+/// `geode mcp --http ADDR ...` started; the URL it printed on stderr.
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start(dir: &Path, args: &[&str]) -> HttpServer {
+        let mut child = geode(dir)
+            .args(["mcp", "--model", "scripted:script.toml", "--http"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut line = String::new();
+        let url = loop {
+            assert!(Instant::now() < deadline, "no address printed");
+            line.clear();
+            assert!(err.read_line(&mut line).unwrap() > 0, "geode mcp exited");
+            if let Some(rest) = line.split("on http://").nth(1) {
+                break format!("http://{}", rest.split(',').next().unwrap().trim());
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            let _ = err.read_to_string(&mut sink);
+        });
+        HttpServer { child, url }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Status line of a raw `initialize` POST, with or without a bearer token.
+fn raw_post_status(url: &str, bearer: Option<&str>) -> String {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (hostport, path) = rest.split_once('/').unwrap();
+    let port = hostport.rsplit_once(':').unwrap().1;
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}})
+    .to_string();
+    let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let request = format!(
+        "POST /{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut status = String::new();
+    BufReader::new(s).read_line(&mut status).unwrap();
+    status.trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_run_agent_on_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("script.toml"), HELLO).unwrap();
+    let server = HttpServer::start(dir.path(), &["127.0.0.1:0"]);
+    assert!(
+        server.url.starts_with("http://127.0.0.1:"),
+        "{}",
+        server.url
+    );
+    assert!(server.url.ends_with("/mcp"), "{}", server.url);
+    let transport = StreamableHttpClientTransport::from_uri(server.url.as_str());
+    let client = ().serve(transport).await.unwrap();
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0].name, "run_agent");
+    let (_, value) = call_run_agent(&client, json!({"prompt": "say hello"})).await;
+    assert_eq!(value["text"], "Hello from the scripted model.");
+    assert_eq!(value["rounds"], 1);
+    assert_eq!(value["termination_reason"], "natural");
+    assert_eq!(value["error"], Value::Null);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_off_loopback_needs_a_token_and_checks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("script.toml"), HELLO).unwrap();
+    // No token: refused at start, with a clear error.
+    let out = geode(dir.path())
+        .args([
+            "mcp",
+            "--model",
+            "scripted:script.toml",
+            "--http",
+            "0.0.0.0:0",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("not a loopback address") && err.contains("--token"),
+        "{err}"
+    );
+    // With a token: a request without it (or with a wrong one) is 401, with it the MCP client works.
+    let server = HttpServer::start(dir.path(), &["0.0.0.0:0", "--token", "s3cret"]);
+    let port = server
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches("/mcp");
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let status = raw_post_status(&url, None);
+    assert!(status.contains(" 401"), "{status}");
+    let status = raw_post_status(&url, Some("wrong"));
+    assert!(status.contains(" 401"), "{status}");
+    let status = raw_post_status(&url, Some("s3cret"));
+    assert!(status.contains(" 200"), "{status}");
+    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header("s3cret");
+    let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert_eq!(tools[0].name, "run_agent");
+    client.cancel().await.unwrap();
+}
+
+// --- GEODE as an MCP client --------------------------------------------------------------
+
+#[test]
+fn exec_calls_a_configured_server_through_the_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    std::fs::write(
+        d.join("home").join("config.toml"),
+        fixture_table(d, "fixture", Some(WRITE_POLICY)),
+    )
+    .unwrap();
+
+    // Approval comes before the call: without --allow write the write-level tool is refused
+    // and the server never sees a call.
+    let out = exec_fixture_script(d, "mcp-safe", "safe");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(lines(&d.join("started.log")).len(), 1, "the server starts");
+    assert!(lines(&d.join("calls.log")).is_empty(), "a refused call ran");
+    let rows = completed(&d.join("tl.db"), "mcp-safe");
+    assert_eq!(rows[0].0, "mcp__fixture__echo");
+    assert!(
+        rows[0].1 && rows[0].2.contains("denied at approval"),
+        "{rows:?}"
+    );
+
+    let out = exec_fixture_script(d, "mcp-write", "write");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "Echoed; the add call failed.");
+    let calls = lines(&d.join("calls.log"));
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert!(calls[0].starts_with("echo "), "{calls:?}");
+    let rows = completed(&d.join("tl.db"), "mcp-write");
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(
+        rows[0],
+        (
+            "mcp__fixture__echo".to_string(),
+            false,
+            "echo: hi from geode".to_string()
+        )
+    );
+    // `add` is not in the policy's tools list: not in the plan at all.
+    assert_eq!(rows[1].0, "mcp__fixture__add");
+    assert!(
+        rows[1].1 && rows[1].2.contains("no tool named mcp__fixture__add"),
+        "{rows:?}"
+    );
+
+    let out = run(d, &["mcp", "list"]);
+    let text = stdout(&out);
+    assert!(text.contains("fixture  connected"), "{text}");
+    assert!(text.contains("mcp__fixture__echo  callable"), "{text}");
+    assert!(
+        text.contains("mcp__fixture__add  not callable: not in the server policy's tools list"),
+        "{text}"
+    );
+}
+
+#[test]
+fn project_servers_start_only_in_a_trusted_project() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join(".geode")).unwrap();
+    let project_cfg = d.join(".geode").join("config.toml");
+    std::fs::write(
+        &project_cfg,
+        fixture_table(d, "fixture", Some(WRITE_POLICY)),
+    )
+    .unwrap();
+
+    // Untrusted: never started, the tool is not there, and the user is told what to do.
+    let out = exec_fixture_script(d, "p1", "write");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        !d.join("started.log").exists(),
+        "an untrusted server started"
+    );
+    let rows = completed(&d.join("tl.db"), "p1");
+    assert!(
+        rows[0].2.contains("no tool named mcp__fixture__echo"),
+        "{rows:?}"
+    );
+    let text = stdout(&run(d, &["mcp", "list"]));
+    assert!(
+        text.contains("untrusted") && text.contains("geode trust"),
+        "{text}"
+    );
+    assert!(!d.join("started.log").exists());
+    let show = stdout(&run(d, &["trust", "--show"]));
+    assert!(show.starts_with("untrusted"), "{show}");
+
+    // Trusted: it starts and is called.
+    let out = run(d, &["trust"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("trusted"), "{}", stdout(&out));
+    let out = exec_fixture_script(d, "p2", "write");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(lines(&d.join("started.log")).len(), 1);
+    assert_eq!(lines(&d.join("calls.log")).len(), 1);
+    let rows = completed(&d.join("tl.db"), "p2");
+    assert_eq!(rows[0].2, "echo: hi from geode", "{rows:?}");
+
+    // Edited: untrusted again until `geode trust` runs anew.
+    let mut text = std::fs::read_to_string(&project_cfg).unwrap();
+    text.push_str("# edited\n");
+    std::fs::write(&project_cfg, text).unwrap();
+    let show = stdout(&run(d, &["trust", "--show"]));
+    assert!(
+        show.starts_with("changed") && show.contains("geode trust"),
+        "{show}"
+    );
+    let out = exec_fixture_script(d, "p3", "write");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("untrusted again"), "{}", stderr(&out));
+    assert_eq!(lines(&d.join("started.log")).len(), 1, "started again");
+    assert_eq!(lines(&d.join("calls.log")).len(), 1);
+    let rows = completed(&d.join("tl.db"), "p3");
+    assert!(rows[0].2.contains("no tool named"), "{rows:?}");
+
+    // Revoked: untrusted.
+    run(d, &["trust"]);
+    let out = run(d, &["trust", "--revoke"]);
+    assert!(stdout(&out).contains("revoked"), "{}", stdout(&out));
+    assert!(stdout(&run(d, &["trust", "--show"])).starts_with("untrusted"));
+}
+
+#[test]
+fn a_server_without_a_policy_is_listed_but_not_callable() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    std::fs::write(
+        d.join("home").join("config.toml"),
+        fixture_table(d, "fixture", None),
+    )
+    .unwrap();
+    let out = exec_fixture_script(d, "np", "dangerous");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(lines(&d.join("started.log")).len(), 1, "it is started");
+    assert!(lines(&d.join("calls.log")).is_empty(), "but never called");
+    let rows = completed(&d.join("tl.db"), "np");
+    assert!(
+        rows.iter()
+            .all(|(_, err, c)| *err && c.contains("no tool named")),
+        "{rows:?}"
+    );
+    let text = stdout(&run(d, &["mcp", "list"]));
+    assert!(
+        text.contains("mcp__fixture__echo  not callable: server declares no resource policy"),
+        "{text}"
+    );
+}
+
+#[test]
+fn daemon_sessions_get_mcp_tools_which_prompt_before_they_run() {
+    use std::os::unix::net::UnixStream;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    // A read-only MCP tool at HITL 1 (dangerous_only): MCP tools prompt all the same.
+    std::fs::write(
+        d.join("home").join("config.toml"),
+        format!(
+            "hitl = \"dangerous_only\"\n{}",
+            fixture_table(d, "fixture", Some("safety = \"safe\"\ntools = [\"echo\"]"))
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.toml"),
+        r#"
+[[turns]]
+text = "Calling the fixture."
+[[turns.tool_calls]]
+id = "e1"
+name = "mcp__fixture__echo"
+input = { text = "via the daemon" }
+[[turns]]
+text = "Echoed."
+"#,
+    )
+    .unwrap();
+    let mut daemon = geode(d)
+        .arg("serve")
+        .env("GEODE_MODEL", "scripted:script.toml")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = d.join("home").join("cli.sock");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let stream = loop {
+        if let Ok(s) = UnixStream::connect(&socket) {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut rd = BufReader::new(stream.try_clone().unwrap());
+    let mut wr = stream;
+    let mut until = |ty: &str| -> Vec<Value> {
+        let mut seen = Vec::new();
+        loop {
+            let mut line = String::new();
+            rd.read_line(&mut line).unwrap();
+            let m: Value = serde_json::from_str(&line).unwrap();
+            let done = m["type"] == ty;
+            seen.push(m);
+            if done {
+                return seen;
+            }
+        }
+    };
+    until("session");
+    writeln!(wr, "{}", json!({"type": "command", "name": "mcp"})).unwrap();
+    let text = until("command_result").last().unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(text.contains("fixture  connected"), "{text}");
+    assert!(text.contains("mcp__fixture__echo  callable"), "{text}");
+
+    writeln!(wr, "{}", json!({"type": "prompt", "text": "echo"})).unwrap();
+    let seen = until("approval_request");
+    let req = seen.last().unwrap().clone();
+    assert_eq!(req["tool_name"], "mcp__fixture__echo");
+    assert!(
+        lines(&d.join("calls.log")).is_empty(),
+        "the call ran before approval"
+    );
+    writeln!(
+        wr,
+        "{}",
+        json!({"type": "approval_response", "approval_id": req["approval_id"], "decision": "y"})
+    )
+    .unwrap();
+    let seen = until("result");
+    assert_eq!(seen.last().unwrap()["text"], "Echoed.");
+    assert!(
+        seen.iter()
+            .any(|m| m["type"] == "tool_end" && m["is_error"] == false),
+        "{seen:?}"
+    );
+    assert_eq!(lines(&d.join("calls.log")).len(), 1);
+
+    // The server process lives with the daemon and goes with it.
+    let started = lines(&d.join("started.log"));
+    assert_eq!(started.len(), 1, "one server for the daemon: {started:?}");
+    let pid: i32 = started[0]
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let alive = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
+    };
+    assert!(alive(pid));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    drop(wr);
+    drop(rd);
+    daemon.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(pid) {
+        assert!(
+            Instant::now() < deadline,
+            "the MCP server outlived the daemon"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
