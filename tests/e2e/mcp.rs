@@ -667,3 +667,70 @@ text = "Echoed."
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn geode_calls_geode_over_streamable_http() {
+    // The server: `geode mcp --http` on loopback, its own home and script.
+    let srv = tempfile::tempdir().unwrap();
+    std::fs::write(srv.path().join("script.toml"), HELLO).unwrap();
+    let server = HttpServer::start(srv.path(), &["127.0.0.1:0", "--token", "s3cret"]);
+
+    // The client: `geode exec`, whose user config declares that server by URL, its bearer
+    // token in an environment variable.
+    let cli = tempfile::tempdir().unwrap();
+    let d = cli.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    std::fs::write(
+        d.join("home").join("config.toml"),
+        format!(
+            "[mcp.servers.inner]\nurl = {:?}\ntoken_env = \"INNER_TOKEN\"\n\
+             [mcp.servers.inner.policy]\nsafety = \"safe\"\ntools = [\"run_agent\"]\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.toml"),
+        "[[turns]]\n[[turns.tool_calls]]\nid = \"r1\"\nname = \"mcp__inner__run_agent\"\n\
+         input = { prompt = \"say hello\" }\n[[turns]]\ntext = \"The inner agent said hello.\"\n",
+    )
+    .unwrap();
+    let out = geode(d)
+        .args([
+            "exec",
+            "--model",
+            "scripted:script.toml",
+            "--timeline",
+            "tl.db",
+        ])
+        .args(["--session-id", "outer", "ask the inner agent"])
+        .env("INNER_TOKEN", "s3cret")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "The inner agent said hello.");
+    let rows = completed(&d.join("tl.db"), "outer");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (tool, is_error, content) = &rows[0];
+    assert_eq!(tool, "mcp__inner__run_agent");
+    assert!(!is_error, "{content}");
+    let answer: Value = serde_json::from_str(content).unwrap();
+    assert_eq!(answer["text"], "Hello from the scripted model.");
+    assert_eq!(answer["termination_reason"], "natural");
+
+    // Without the token the server refuses the client, and the listing says why.
+    let list = geode(d)
+        .args(["mcp", "list"])
+        .env_remove("INNER_TOKEN")
+        .output()
+        .unwrap();
+    let text = stdout(&list);
+    assert!(text.contains("INNER_TOKEN is not set"), "{text}");
+    let wrong = geode(d)
+        .args(["mcp", "list"])
+        .env("INNER_TOKEN", "wrong")
+        .output()
+        .unwrap();
+    let text = stdout(&wrong);
+    assert!(!text.contains("inner  connected"), "{text}");
+}

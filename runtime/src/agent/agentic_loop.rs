@@ -27,7 +27,7 @@ use crate::conversation::{
 use crate::hooks::{HookDecision, HookEvent, HookRegistry};
 use crate::ids::{CorrelationId, SessionId};
 use crate::model::errors::ErrorClass;
-use crate::model::{Model, ModelRequest};
+use crate::model::{Model, ModelRequest, ModelSlot};
 use crate::scaffold::{ReflectionMode, Scaffold};
 use crate::store::checkpoint::SessionStatus;
 use crate::store::timeline::{SessionTimeline, TimelineEvent};
@@ -52,6 +52,8 @@ pub struct TurnOutcome {
 pub struct LoopParts {
     pub session_id: SessionId,
     pub model: Arc<dyn Model>,
+    /// Updated with `model` on a switch, for the session's sub-agents.
+    pub model_slot: ModelSlot,
     pub executor: Arc<ToolExecutor>,
     pub hooks: Arc<HookRegistry>,
     pub timeline: Option<Arc<SessionTimeline>>,

@@ -223,20 +223,30 @@ impl AgenticLoop {
     pub(super) async fn compact_if_needed(&mut self, turn: &TurnState, system: &str) {
         let estimated = estimate_tokens(system, &self.messages).max(self.last_context_tokens);
         if estimated >= self.p.scaffold.compaction.threshold_tokens() {
-            self.compact(turn, estimated).await;
+            self.compact(Some(turn), estimated).await;
         }
     }
 
     /// Compact now, whatever the estimate (the provider said the context overflowed). Returns
-    /// whether the conversation got shorter.
+    /// whether a compaction was committed.
     pub(super) async fn compact_now(&mut self, turn: &TurnState, system: &str) -> bool {
-        let before = self.messages.len();
         let estimated = estimate_tokens(system, &self.messages).max(self.last_context_tokens);
-        self.compact(turn, estimated).await;
-        self.messages.len() < before
+        self.compact(Some(turn), estimated).await
     }
 
-    async fn compact(&mut self, turn: &TurnState, estimated: u64) {
+    /// `/compact`: compact between turns, whatever the estimate. The message counts before and
+    /// after, or `None` when nothing was compacted (nothing old enough to summarise, a
+    /// PreCompact hook deferred, or the checkpoint refused the commit).
+    pub async fn compact_between_turns(&mut self) -> Option<(usize, usize)> {
+        let before = self.messages.len();
+        let estimated = estimate_tokens("", &self.messages).max(self.last_context_tokens);
+        self.compact(None, estimated)
+            .await
+            .then_some((before, self.messages.len()))
+    }
+
+    /// Returns whether a compaction was committed.
+    async fn compact(&mut self, turn: Option<&TurnState>, estimated: u64) -> bool {
         let limits = self.p.scaffold.compaction.clone();
         let threshold = limits.threshold_tokens();
         if self
@@ -245,7 +255,7 @@ impl AgenticLoop {
             .is_some_and(|d| d.saved != self.messages.len())
         {
             // Only a conversation the checkpoint holds in full is compacted.
-            return;
+            return false;
         }
         let before = self.messages.len();
         let mut keep = limits.keep_recent_messages;
@@ -266,12 +276,15 @@ impl AgenticLoop {
             keep_recent: keep,
         };
         match self.hook(pre, None, 0).await.decision {
-            HookDecision::Defer => return self.record(row("deferred", keep, before, None, None)),
+            HookDecision::Defer => {
+                self.record(row("deferred", keep, before, None, None));
+                return false;
+            }
             HookDecision::KeepRecent(n) => keep = n,
             _ => {}
         }
         let Some(cut) = choose_cut(&self.messages, keep, self.summary_prefix_len()) else {
-            return;
+            return false;
         };
         let plan = self.cognition().plan;
         let text = extractive_summary(
@@ -289,16 +302,18 @@ impl AgenticLoop {
             Ok(a) => a.map(|p| p.display().to_string()),
             Err(e) => {
                 self.checkpoint_failed("compaction", &e.to_string());
-                return self.record(row("failed", keep, before, Some(sha), None));
+                self.record(row("failed", keep, before, Some(sha), None));
+                return false;
             }
         };
         self.fault(FaultPoint::DuringCompaction).await;
-        if let Some(state) = self.checkpoint_state(Some(turn), None, "compaction")
+        if let Some(state) = self.checkpoint_state(turn, None, "compaction")
             && let Some(d) = self.durable.as_mut()
             && let Err(e) = d.commit_compaction(cut, summary, sha.clone(), after, state)
         {
             self.checkpoint_failed("compaction", &e.to_string());
-            return self.record(row("failed", keep, before, Some(sha), artifact));
+            self.record(row("failed", keep, before, Some(sha), artifact));
+            return false;
         }
         self.messages = compacted;
         let post = HookEvent::PostCompact {
@@ -316,6 +331,7 @@ impl AgenticLoop {
             "compaction",
             json!({"messages_before": before, "messages_after": after, "summary_sha256": sha}),
         );
+        true
     }
 
     /// The summary as a file beside the checkpoint (`None` without one).

@@ -38,6 +38,7 @@ impl AgenticLoop {
     pub fn switch_model(&mut self, switch: ModelSwitch) -> Result<(), String> {
         let from = self.p.model.id().to_string();
         let to = switch.model.id().to_string();
+        self.p.model_slot.set(switch.model.clone());
         self.p.model = switch.model;
         if let Some(d) = self.durable.as_mut() {
             d.settings.model_route = switch.route.clone();

@@ -18,6 +18,7 @@ use rmcp::model::{
     ClientRequest, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{Peer, RoleClient, ServiceExt};
 use serde_json::Value;
@@ -262,8 +263,14 @@ async fn connect(
                 .await
                 .map_err(|e| format!("initialize failed: {e}"))?
         }
-        McpTransport::Http { url } => {
-            let transport = StreamableHttpClientTransport::from_uri(url.as_str());
+        McpTransport::Http { url, token_env } => {
+            let mut http = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            if let Some(var) = token_env {
+                let token = std::env::var(var)
+                    .map_err(|_| format!("token_env {var} is not set in the environment"))?;
+                http = http.auth_header(token);
+            }
+            let transport = StreamableHttpClientTransport::from_config(http);
             ().serve(transport)
                 .await
                 .map_err(|e| format!("initialize failed at {url}: {e}"))?

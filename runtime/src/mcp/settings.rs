@@ -58,15 +58,19 @@ pub enum McpTransport {
         args: Vec<String>,
         env: BTreeMap<String, String>,
     },
-    /// Streamable HTTP at this URL.
-    Http { url: String },
+    /// Streamable HTTP at this URL; with `token_env`, every request carries
+    /// `Authorization: Bearer $token_env` (the secret stays in the environment, not the file).
+    Http {
+        url: String,
+        token_env: Option<String>,
+    },
 }
 
 impl std::fmt::Display for McpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             McpTransport::Stdio { command, .. } => write!(f, "stdio {command}"),
-            McpTransport::Http { url } => write!(f, "http {url}"),
+            McpTransport::Http { url, .. } => write!(f, "http {url}"),
         }
     }
 }
@@ -122,6 +126,7 @@ struct RawServer {
     #[serde(default)]
     env: BTreeMap<String, String>,
     url: Option<String>,
+    token_env: Option<String>,
     policy: Option<RawPolicy>,
 }
 
@@ -167,6 +172,9 @@ pub fn parse_mcp_table(
         let raw: RawServer = table.try_into().map_err(|e| bad(path, &field, e))?;
         let transport = match (raw.command, raw.url) {
             (Some(command), None) => {
+                if raw.token_env.is_some() {
+                    return Err(bad(path, &field, "token_env belongs to a url server"));
+                }
                 if command.trim().is_empty() {
                     return Err(bad(path, &format!("{field}.command"), "is empty"));
                 }
@@ -191,7 +199,10 @@ pub fn parse_mcp_table(
                         "args and env belong to a command server, not a url server",
                     ));
                 }
-                McpTransport::Http { url }
+                McpTransport::Http {
+                    url,
+                    token_env: raw.token_env,
+                }
             }
             (Some(_), Some(_)) => {
                 return Err(bad(path, &field, "give either command or url, not both"));

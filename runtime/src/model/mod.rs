@@ -92,6 +92,26 @@ pub trait Model: Send + Sync {
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<AssistantTurn, ModelError>;
 }
 
+/// The model a session calls now, shared with what must follow a `/model` switch: its
+/// sub-agents. The loop keeps its own `Arc` too (it lends out `&str` ids) and updates both.
+#[derive(Clone)]
+pub struct ModelSlot(Arc<std::sync::RwLock<Arc<dyn Model>>>);
+
+impl ModelSlot {
+    pub fn new(model: Arc<dyn Model>) -> Self {
+        ModelSlot(Arc::new(std::sync::RwLock::new(model)))
+    }
+
+    pub fn get(&self) -> Arc<dyn Model> {
+        // A poisoned lock still holds a whole `Arc`: writers only swap it.
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set(&self, model: Arc<dyn Model>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = model;
+    }
+}
+
 /// Build a model from any route: a provider (`anthropic:MODEL`, `openai:MODEL`, `glm:MODEL`,
 /// `openrouter:MODEL`, `compat:BASE_URL:MODEL`), `cassette:DIR`, or an embedded model. Judge
 /// routes are refused here: use `judge_from_route`.

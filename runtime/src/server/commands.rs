@@ -13,7 +13,7 @@ pub const HELP: &str = "\
 /plan               the current plan
 /model [ROUTE]      show the model, or switch to ROUTE from the next turn on
 /effort [LEVEL]     show the effort, or set none..max (or `default`) from the next turn on
-/compact            when the context is compacted
+/compact            summarise the older part of the conversation now
 /clear              start a new session
 /resume SESSION_ID  continue a checkpointed session
 /mcp                MCP servers
@@ -54,9 +54,6 @@ pub fn run(name: &str, lp: &AgenticLoop, shared: &Shared) -> String {
             None => "no plan yet (the model makes one with update_plan)".into(),
         },
         "model" | "effort" => describe_model(lp),
-        "compact" => "the context is compacted automatically when it passes the scaffold's \
-                      threshold; the summary keeps the recent messages"
-            .into(),
         "mcp" => shared.factory.describe_mcp(),
         "hooks" => shared.factory.describe_hooks(),
         other => format!("unknown command /{other}; /help lists them"),
@@ -106,6 +103,21 @@ pub fn switch(name: &str, args: &str, lp: &mut AgenticLoop, shared: &Shared) -> 
         Err(e) => format!(
             "switched to {}, but the checkpoint could not record it: {e}",
             lp.model_id()
+        ),
+    }
+}
+
+/// `/compact`: the older messages become one extractive summary now (the loop also does this
+/// by itself when the context passes the scaffold's threshold).
+pub async fn compact(lp: &mut AgenticLoop) -> String {
+    match lp.compact_between_turns().await {
+        Some((before, after)) => {
+            format!("compacted: {before} messages -> {after} (a summary and the recent ones)")
+        }
+        None => format!(
+            "nothing compacted: {} messages, none old enough to summarise (or a PreCompact \
+             hook deferred; see the timeline)",
+            lp.messages().len()
         ),
     }
 }

@@ -300,6 +300,7 @@ where
                             Err(e) => format!("error: {e}"),
                         }
                     }
+                    "compact" => super::commands::compact(&mut live.lp).await,
                     "model" | "effort" if !args.trim().is_empty() => {
                         super::commands::switch(&name, &args, &mut live.lp, &conn.shared)
                     }

@@ -18,7 +18,7 @@ use crate::agent::{AgenticLoop, LoopEvent, LoopParts};
 use crate::cognition::CognitiveState;
 use crate::hooks::HookRegistry;
 use crate::ids::SessionId;
-use crate::model::Model;
+use crate::model::{Model, ModelSlot};
 use crate::policy::SessionPolicy;
 use crate::scaffold::Scaffold;
 use crate::store::StoreError;
@@ -136,6 +136,7 @@ fn build(
     durable: impl FnOnce() -> Result<Option<Durable>, StoreError>,
 ) -> Result<(AgenticLoop, Option<Durable>), SessionError> {
     let hooks = Arc::new(cfg.hooks);
+    let model_slot = ModelSlot::new(cfg.model.clone());
     let mut tools = builtin_tools();
     tools.extend(cognitive_tools());
     tools.extend(cfg.extra_tools.iter().cloned());
@@ -144,7 +145,7 @@ fn build(
         let template = ChildTemplate {
             policy: cfg.policy.clone(),
             workspace: cfg.workspace.clone(),
-            model: cfg.model.clone(),
+            model: model_slot.clone(),
             approver: cfg.approver.clone(),
             hooks: hooks.clone(),
             timeline: cfg.timeline.clone(),
@@ -180,6 +181,7 @@ fn build(
     let lp = AgenticLoop::new(LoopParts {
         session_id: cfg.session_id,
         model: cfg.model,
+        model_slot,
         executor: Arc::new(executor),
         hooks,
         timeline: cfg.timeline,

@@ -25,7 +25,7 @@ use super::workspace::Workspace;
 use crate::agent::TerminationReason;
 use crate::hooks::{HookEnvelope, HookEvent, HookRegistry};
 use crate::ids::SessionId;
-use crate::model::Model;
+use crate::model::ModelSlot;
 use crate::policy::{PersonalDataClass, SafetyLevel, SessionPolicy};
 use crate::scaffold::Scaffold;
 use crate::session::{SessionConfig, create_session};
@@ -45,7 +45,8 @@ const DEADLINE_MARGIN_SECS: u64 = 5;
 pub struct ChildTemplate {
     pub policy: SessionPolicy,
     pub workspace: Arc<dyn Workspace>,
-    pub model: Arc<dyn Model>,
+    /// The parent's current model (a `/model` switch moves its sub-agents too).
+    pub model: ModelSlot,
     pub approver: Arc<dyn Approver>,
     pub hooks: Arc<HookRegistry>,
     pub timeline: Option<Arc<SessionTimeline>>,
@@ -156,7 +157,7 @@ impl DelegateTool {
             .max(1);
         let asked = input.get("time_budget_s").and_then(Value::as_u64);
         scaffold.guards.turn_time_budget_secs = Some(asked.map_or(ceiling, |s| s.min(ceiling)));
-        let mut cfg = SessionConfig::new(policy, t.workspace.clone(), t.model.clone());
+        let mut cfg = SessionConfig::new(policy, t.workspace.clone(), t.model.get());
         cfg.session_id = id;
         cfg.scaffold = scaffold;
         cfg.timeline = t.timeline.clone();

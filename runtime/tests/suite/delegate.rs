@@ -162,3 +162,38 @@ fn modes_without_a_human_have_no_delegation() {
         assert!(s.tool_plan().get("delegate_task").is_none(), "{mode:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_switch_moves_the_sub_agents_too() {
+    use geode_runtime::agent::ModelSwitch;
+    use geode_runtime::model::embedded::ScriptedModel;
+    let f = Fixture::new();
+    let first = json!({"turns": [{"text": "the first model never answers a sub-agent"}]});
+    let second = json!({"turns": [
+        {"tool_calls": [{"name": "delegate_task", "input": {"task": "look", "tools": ["list_dir"]}}]},
+        {"text": "The second model answered the sub-agent's task."},
+        {"text": "Delegated to the second model."}
+    ]});
+    let mut cfg = f.config(
+        Arc::new(ScriptedModel::from_json(first).unwrap()),
+        SessionPolicy::for_mode(SessionMode::Repl),
+    );
+    cfg.approver = Arc::new(Yes);
+    let mut parent = create_session(cfg).unwrap();
+    parent
+        .switch_model(ModelSwitch {
+            model: Arc::new(ScriptedModel::from_json(second).unwrap()),
+            route: "scripted:second".into(),
+            provider: "embedded".into(),
+            effort: None,
+        })
+        .unwrap();
+    let outcome = run(&mut parent, "delegate").await;
+    assert_eq!(outcome.text, "Delegated to the second model.");
+    let (content, is_error) = tool_result_for(&parent, "call_1_0");
+    assert!(!is_error, "{content}");
+    assert!(
+        content.starts_with("The second model answered"),
+        "{content}"
+    );
+}

@@ -156,3 +156,49 @@ async fn a_bad_line_is_an_error_not_a_disconnect() {
         ServerMessage::CommandResult { .. }
     ));
 }
+
+#[tokio::test]
+async fn compact_summarises_the_older_messages_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let answer = json!({"text": "an answer long enough for the rule-based verifier"});
+    let script = json!({"turns": vec![answer; 6]});
+    let (mut p, task) = start(dir.path(), script);
+    p.recv().await;
+    assert!(
+        command(&mut p, "compact")
+            .await
+            .starts_with("nothing compacted: 0 messages")
+    );
+    for i in 0..6 {
+        p.send(ClientMessage::Prompt {
+            text: format!("prompt {i}"),
+        })
+        .await;
+        while !matches!(p.recv().await, ServerMessage::Result { .. }) {}
+    }
+    let text = command(&mut p, "compact").await;
+    // Twelve messages; at least eight stay, from an assistant message on (pairs stay whole):
+    // the first three become one summary.
+    assert_eq!(
+        text,
+        "compacted: 12 messages -> 10 (a summary and the recent ones)"
+    );
+    let status = command(&mut p, "status").await;
+    assert!(status.contains("messages 10"), "{status}");
+    p.send(ClientMessage::Exit).await;
+    task.await.unwrap().unwrap();
+}
+
+/// Send a slash command; the text of its result.
+async fn command(p: &mut Peer, name: &str) -> String {
+    p.send(ClientMessage::Command {
+        name: name.into(),
+        args: String::new(),
+    })
+    .await;
+    loop {
+        if let ServerMessage::CommandResult { text, .. } = p.recv().await {
+            return text;
+        }
+    }
+}
