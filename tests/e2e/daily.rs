@@ -21,14 +21,7 @@ input = { path = "out.txt", content = "hello" }
 text = "Done."
 "#;
 
-fn geode(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_geode"));
-    c.current_dir(dir)
-        .env("GEODE_HOME", dir.join("home"))
-        .env_remove("GEODE_MODEL")
-        .env_remove("GEODE_SOCKET");
-    c
-}
+use super::common::geode_in as geode;
 
 struct Daemon {
     child: Child,

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod channel;
+mod common;
 mod crash;
 mod crucible;
 mod daily;

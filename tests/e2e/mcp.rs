@@ -49,14 +49,7 @@ input = { a = 1, b = 2 }
 text = "Echoed; the add call failed."
 "#;
 
-fn geode(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_geode"));
-    c.current_dir(dir)
-        .env("GEODE_HOME", dir.join("home"))
-        .env_remove("GEODE_MODEL")
-        .env_remove("GEODE_MCP_TOKEN");
-    c
-}
+use super::common::geode_in as geode;
 
 fn run(dir: &Path, args: &[&str]) -> Output {
     geode(dir).args(args).output().unwrap()
