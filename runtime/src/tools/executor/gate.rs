@@ -1,0 +1,110 @@
+//! Steps 5-6 of the pipeline: PreToolUse hooks (a rewrite goes back through the checks) and
+//! the approval gate.
+
+use crate::hooks::{HookDecision, HookEvent, HookEventKind};
+use crate::tools::approval::{ApprovalAnswer, ApprovalRequest, GateDecision, always_prompts};
+
+use super::{Denial, Pending, PipelineStep, StepContext, ToolExecutor, deny};
+
+impl ToolExecutor {
+    // --- 5. PreToolUse ----------------------------------------------------------------------
+
+    /// Returns the (possibly rewritten) call and whether a hook asked for permission.
+    pub(super) async fn run_pre_tool_use_hooks<'p>(
+        &'p self,
+        pending: Pending<'p>,
+        step: &StepContext,
+    ) -> Result<(Pending<'p>, Option<String>), Denial> {
+        if !self.hooks.has(HookEventKind::PreToolUse) {
+            return Ok((pending, None));
+        }
+        let outcome = self
+            .dispatch_hook(
+                HookEvent::PreToolUse {
+                    tool_name: pending.tool.spec.name.clone(),
+                    tool_input: pending.input.clone(),
+                    tool_use_id: pending.id.clone(),
+                },
+                step,
+            )
+            .await;
+        let asked = match outcome.decision {
+            HookDecision::Block(reason) => return deny(PipelineStep::PreToolUse, reason),
+            HookDecision::RequestPermission(reason) => Some(reason),
+            _ => None,
+        };
+        let Some(input) = outcome.rewrite else {
+            return Ok((pending, asked));
+        };
+        // A rewritten call is a new call: it passes scope, policy and schema again.
+        let mut again = self.check_scope(&pending.id, &pending.tool.spec.name, input)?;
+        again.classification = pending.classification;
+        self.check_policy(&again)?;
+        self.check_schema(&again)?;
+        Ok((again, asked))
+    }
+
+    // --- 6. approval ------------------------------------------------------------------------
+
+    pub(super) async fn approve(
+        &self,
+        pending: &Pending<'_>,
+        asked: Option<String>,
+        step: &StepContext,
+    ) -> Result<(), Denial> {
+        let name = &pending.tool.spec.name;
+        match self.gate.decide_call(
+            &self.policy,
+            name,
+            pending.classification.safety,
+            asked.is_some(),
+            always_prompts(&pending.tool.binding),
+        ) {
+            GateDecision::Allowed => return Ok(()),
+            GateDecision::Denied(reason) => return deny(PipelineStep::Approval, reason),
+            GateDecision::Prompt => {}
+        }
+        if self.hooks.has(HookEventKind::PermissionRequest) {
+            let outcome = self
+                .dispatch_hook(
+                    HookEvent::PermissionRequest {
+                        tool_name: name.clone(),
+                        tool_input: pending.input.clone(),
+                        safety_level: pending.classification.safety,
+                        reason: asked.clone(),
+                    },
+                    step,
+                )
+                .await;
+            match outcome.decision {
+                HookDecision::Allow => return Ok(()),
+                HookDecision::Deny(reason) => return deny(PipelineStep::Approval, reason),
+                _ => {}
+            }
+        }
+        let request = ApprovalRequest {
+            call_id: pending.id.clone(),
+            tool_name: name.clone(),
+            input: pending.input.clone(),
+            safety_level: pending.classification.safety,
+            reason: asked,
+        };
+        match self.approver.ask(&request).await {
+            ApprovalAnswer::Yes => Ok(()),
+            ApprovalAnswer::Always => {
+                self.gate.remember_always(name);
+                Ok(())
+            }
+            ApprovalAnswer::No if self.policy.mode.has_human() => {
+                deny(PipelineStep::Approval, "the user refused")
+            }
+            ApprovalAnswer::No => deny(
+                PipelineStep::Approval,
+                format!(
+                    "approval required and no human is present ({:?} mode)",
+                    self.policy.mode
+                ),
+            ),
+        }
+    }
+}
