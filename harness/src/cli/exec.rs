@@ -37,17 +37,12 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// The flags `geode exec` and `geode resume` share: how the headless turn is run and recorded.
 #[derive(Debug, Args)]
-pub struct ExecArgs {
-    /// Model route: nop, scripted:FILE, oracle:SOLVE_SH, replay:TIMELINE_DB[#SESSION].
-    #[arg(long, env = "GEODE_MODEL")]
-    model: String,
-    /// Workspace root (default: the current directory).
-    #[arg(long)]
-    cwd: Option<PathBuf>,
+pub(super) struct TurnFlags {
     /// Print JSONL events on stdout instead of the final text.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
     /// Approve unattended calls up to this safety level: safe, write, expensive, sensitive,
     /// dangerous. `dangerous` also allows the shell. Nothing above `safe` is approved otherwise.
     #[arg(long, default_value = "safe", value_parser = parse_level)]
@@ -70,6 +65,45 @@ pub struct ExecArgs {
     /// Wall-clock budget of the turn, in seconds.
     #[arg(long)]
     time_budget: Option<u64>,
+}
+
+impl TurnFlags {
+    /// A headless session config (`command` names the grant in the timeline) and its events.
+    pub(super) fn session_config(
+        &self,
+        command: &str,
+        workspace: Arc<LocalWorkspace>,
+        model: Arc<dyn geode_runtime::model::Model>,
+    ) -> anyhow::Result<(SessionConfig, UnboundedReceiver<LoopEvent>)> {
+        let mut policy = SessionPolicy::for_mode(SessionMode::Headless);
+        if self.allow > SafetyLevel::Safe {
+            let reason = format!("geode {command} --allow {}", self.allow);
+            policy = policy.grant_unattended(self.allow, reason);
+        }
+        let mut hooks = HookRegistry::new();
+        for path in &self.hooks {
+            load_command_hooks(&mut hooks, path, workspace.root())?;
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<LoopEvent>();
+        let mut cfg = SessionConfig::new(policy, workspace, model);
+        cfg.scaffold = load_scaffold(self.scaffold.as_ref(), self.max_rounds, self.time_budget)?;
+        cfg.hooks = hooks;
+        cfg.timeline = open_timeline(self.no_timeline, self.timeline.as_ref())?;
+        cfg.events = Some(tx);
+        Ok((cfg, rx))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Model route: nop, scripted:FILE, oracle:SOLVE_SH, replay:TIMELINE_DB[#SESSION].
+    #[arg(long, env = "GEODE_MODEL")]
+    model: String,
+    /// Workspace root (default: the current directory).
+    #[arg(long)]
+    cwd: Option<PathBuf>,
+    #[command(flatten)]
+    turn: TurnFlags,
     /// Session id to record under (default: a fresh one).
     #[arg(long)]
     session_id: Option<String>,
@@ -203,20 +237,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     route_options.record_dir = args.record.clone();
     route_options.effort = args.effort;
     let model = model_from_route(&args.model, &route_options)?;
-    let mut policy = SessionPolicy::for_mode(SessionMode::Headless);
-    if args.allow > SafetyLevel::Safe {
-        policy = policy.grant_unattended(args.allow, format!("geode exec --allow {}", args.allow));
-    }
-    let mut hooks = HookRegistry::new();
-    for path in &args.hooks {
-        load_command_hooks(&mut hooks, path, workspace.root())?;
-    }
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<LoopEvent>();
-    let mut cfg = SessionConfig::new(policy, workspace, model);
-    cfg.scaffold = load_scaffold(args.scaffold.as_ref(), args.max_rounds, args.time_budget)?;
-    cfg.hooks = hooks;
-    cfg.timeline = open_timeline(args.no_timeline, args.timeline.as_ref())?;
-    cfg.events = Some(tx);
+    let (mut cfg, rx) = args.turn.session_config("exec", workspace, model)?;
     if let Some(id) = &args.session_id {
         cfg.session_id = SessionId::new(id.clone());
     }
@@ -229,7 +250,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     cfg.extra_tools.extend(mcp.tools());
     let mut session = create_session(cfg)?;
     eprintln!("geode: session {}", session.session_id());
-    let driver = Driver::start(args.json, rx);
+    let driver = Driver::start(args.turn.json, rx);
     let outcome = session.run_turn(&prompt, &driver.cancel).await;
     driver.finish(session, outcome).await
 }

@@ -12,22 +12,15 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use geode_runtime::agent::LoopEvent;
 use geode_runtime::agent::restore::{Disposition, RestoreReport, latest_session, load_checkpoint};
-use geode_runtime::hooks::HookRegistry;
-use geode_runtime::hooks::command::load_command_hooks;
 use geode_runtime::ids::SessionId;
 use geode_runtime::model::effort::Effort;
 use geode_runtime::model::http::RouteOptions;
 use geode_runtime::model::model_from_route;
-use geode_runtime::policy::{SafetyLevel, SessionMode, SessionPolicy};
-use geode_runtime::session::{SessionConfig, resume_session};
-use geode_runtime::tools::workspace::{LocalWorkspace, Workspace};
+use geode_runtime::session::resume_session;
+use geode_runtime::tools::workspace::LocalWorkspace;
 
-use super::exec::{
-    Driver, checkpoint_root, checkpoint_settings, load_scaffold, open_timeline, parse_level,
-    read_prompt,
-};
+use super::exec::{Driver, TurnFlags, checkpoint_root, checkpoint_settings, read_prompt};
 
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
@@ -49,30 +42,8 @@ pub struct ResumeArgs {
     /// Workspace root (default: the session's).
     #[arg(long)]
     cwd: Option<PathBuf>,
-    /// Print JSONL events on stdout instead of the final text.
-    #[arg(long)]
-    json: bool,
-    /// Approve unattended calls up to this safety level (as for `geode exec`).
-    #[arg(long, default_value = "safe", value_parser = parse_level)]
-    allow: SafetyLevel,
-    /// Timeline database (default: $GEODE_HOME/timeline.db).
-    #[arg(long)]
-    timeline: Option<PathBuf>,
-    /// Do not write a timeline.
-    #[arg(long, conflicts_with = "timeline")]
-    no_timeline: bool,
-    /// Command hooks in TOML.
-    #[arg(long)]
-    hooks: Vec<PathBuf>,
-    /// Scaffold file (TOML).
-    #[arg(long)]
-    scaffold: Option<PathBuf>,
-    /// Maximum rounds of the turn.
-    #[arg(long)]
-    max_rounds: Option<u32>,
-    /// Wall-clock budget of the turn, in seconds.
-    #[arg(long)]
-    time_budget: Option<u64>,
+    #[command(flatten)]
+    turn: TurnFlags,
     /// Directory of session checkpoints (default: $GEODE_HOME/sessions).
     #[arg(long, value_name = "DIR")]
     checkpoint_dir: Option<PathBuf>,
@@ -110,27 +81,16 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<ExitCode> {
     let mut route_options = RouteOptions::from_env();
     route_options.effort = effort;
     let model = model_from_route(&route, &route_options)?;
-    let mut policy = SessionPolicy::for_mode(SessionMode::Headless);
-    if args.allow > SafetyLevel::Safe {
-        policy =
-            policy.grant_unattended(args.allow, format!("geode resume --allow {}", args.allow));
-    }
-    let mut hooks = HookRegistry::new();
-    for path in &args.hooks {
-        load_command_hooks(&mut hooks, path, workspace.root())?;
-    }
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<LoopEvent>();
-    let mut cfg = SessionConfig::new(policy, workspace, model);
+    let (mut cfg, rx) = args.turn.session_config("resume", workspace, model)?;
     cfg.session_id = id.clone();
-    cfg.scaffold = load_scaffold(args.scaffold.as_ref(), args.max_rounds, args.time_budget)?;
-    cfg.hooks = hooks;
-    cfg.timeline = open_timeline(args.no_timeline, args.timeline.as_ref())?;
-    cfg.events = Some(tx);
+    // The session's MCP tools again, so its pending calls find the same plan.
+    let mcp = super::mcp::client_manager(&cwd).await?;
+    cfg.extra_tools.extend(mcp.tools());
     cfg.checkpoint = Some(checkpoint_settings(root, &route, effort)?);
     let (mut session, report) =
         resume_session(cfg).with_context(|| format!("cannot resume session {id}"))?;
     print_report(&report);
-    let driver = Driver::start(args.json, rx);
+    let driver = Driver::start(args.turn.json, rx);
     let outcome = session
         .resume_turn(prompt.as_deref(), &driver.cancel)
         .await?;
