@@ -20,22 +20,15 @@ pub struct PassThrough {
 pub fn dispatch(program: &str, prefix: &[&str], args: &[OsString]) -> anyhow::Result<ExitCode> {
     let executable = format!("geode-{program}");
     let Some(path) = find(&executable) else {
-        bail!(
-            "`{executable}` was not found next to this executable or on PATH; build it with \
-             `cargo build --release -p {}`",
-            crate_of(program)
-        );
+        // The programs we ship say how to build them; others are the user's own.
+        let hint = match program {
+            "report" => "; build it with `cargo build --release -p geode-reports`",
+            _ => "; see `geode --help` for the built-in subcommands",
+        };
+        bail!("`{executable}` was not found next to this executable or on PATH{hint}");
     };
     let err = Command::new(&path).args(prefix).args(args).exec();
     bail!("could not run {}: {err}", path.display())
-}
-
-/// The crate that builds an external program we know of (for the error message only).
-fn crate_of(program: &str) -> String {
-    match program {
-        "report" => "geode-reports".to_string(),
-        other => format!("<the crate of geode-{other}>"),
-    }
 }
 
 /// Next to the running `geode` first (a cargo build puts both in the same target directory),
@@ -69,11 +62,6 @@ pub fn dispatch_unknown(argv: &[OsString]) -> anyhow::Result<ExitCode> {
     let name = name.to_string_lossy();
     if name.is_empty() || name.contains('/') {
         bail!("`{name}` is not a subcommand");
-    }
-    if find(&format!("geode-{name}")).is_none() {
-        bail!(
-            "unknown subcommand `{name}` (and no `geode-{name}` next to geode or on PATH); see `geode --help`"
-        );
     }
     dispatch(&name, &[], rest)
 }

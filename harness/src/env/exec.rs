@@ -18,6 +18,7 @@ use nix::unistd::Pid;
 use super::fsops::check_scope;
 use super::protocol::{ErrorKind, ExecResult, ExecSpec, ReplyError};
 use super::server::Server;
+use geode_runtime::tools::workspace::OutputCapture;
 
 /// How long to keep reading output once the command's group is dead; a process that left the
 /// group can hold the pipes open forever.
@@ -137,11 +138,11 @@ pub(crate) fn run(server: &Server, id: u64, spec: ExecSpec) -> Result<ExecResult
     let grace = Instant::now() + DRAIN_GRACE;
     let out = out_rx
         .recv_timeout(grace.saturating_duration_since(Instant::now()))
-        .unwrap_or_else(|_| Capture::new(spec.output_cap));
+        .unwrap_or_else(|_| OutputCapture::new(spec.output_cap));
     let err = err_rx
         .recv_timeout(grace.saturating_duration_since(Instant::now()))
-        .unwrap_or_else(|_| Capture::new(spec.output_cap));
-    let truncated = out.truncated || err.truncated;
+        .unwrap_or_else(|_| OutputCapture::new(spec.output_cap));
+    let truncated = out.truncated() || err.truncated();
     Ok(ExecResult {
         exit_code: status.code(),
         signal: status.signal(),
@@ -155,10 +156,10 @@ pub(crate) fn run(server: &Server, id: u64, spec: ExecSpec) -> Result<ExecResult
 }
 
 /// Read a pipe to its end on a thread of its own; the capture arrives on the channel.
-fn pump<R: Read + Send + 'static>(pipe: Option<R>, cap: usize) -> mpsc::Receiver<Capture> {
+fn pump<R: Read + Send + 'static>(pipe: Option<R>, cap: usize) -> mpsc::Receiver<OutputCapture> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut capture = Capture::new(cap);
+        let mut capture = OutputCapture::new(cap);
         if let Some(mut pipe) = pipe {
             let mut chunk = [0u8; 8192];
             loop {
@@ -171,53 +172,6 @@ fn pump<R: Read + Send + 'static>(pipe: Option<R>, cap: usize) -> mpsc::Receiver
         let _ = tx.send(capture);
     });
     rx
-}
-
-/// At most `cap` bytes of one stream; the rest is read and dropped.
-pub(crate) struct Capture {
-    buf: Vec<u8>,
-    cap: usize,
-    truncated: bool,
-}
-
-impl Capture {
-    pub(crate) fn new(cap: usize) -> Self {
-        Capture {
-            buf: Vec::new(),
-            cap,
-            truncated: false,
-        }
-    }
-
-    pub(crate) fn push(&mut self, chunk: &[u8]) {
-        let room = self.cap.saturating_sub(self.buf.len());
-        if chunk.len() > room {
-            self.truncated = true;
-        }
-        self.buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
-    }
-
-    /// Lossy text with a visible marker where it was cut (the same marker as the runtime's
-    /// local workspace, so the model sees one format).
-    pub(crate) fn into_text(mut self) -> String {
-        if self.truncated
-            && let Err(e) = std::str::from_utf8(&self.buf)
-            && e.error_len().is_none()
-        {
-            self.buf.truncate(e.valid_up_to());
-        }
-        let mut text = String::from_utf8_lossy(&self.buf).into_owned();
-        if self.truncated {
-            if !text.is_empty() && !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str(&format!(
-                "[... output truncated at {} bytes ...]\n",
-                self.cap
-            ));
-        }
-        text
-    }
 }
 
 pub(crate) struct User {
@@ -283,20 +237,4 @@ pub(crate) fn resolve_user(spec: &str) -> Result<User, ReplyError> {
         gid,
         home,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Capture;
-
-    #[test]
-    fn capture_marks_truncation() {
-        let mut c = Capture::new(4);
-        c.push(b"abcdef");
-        let text = c.into_text();
-        assert!(
-            text.starts_with("abcd\n[... output truncated at 4 bytes ...]"),
-            "{text}"
-        );
-    }
 }

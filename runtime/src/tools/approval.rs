@@ -88,20 +88,9 @@ impl ApprovalGate {
     }
 
     /// The gate's rule: by mode and safety level. `hook_asked` forces a prompt (a PreToolUse
-    /// hook said request_permission), even for a tool answered "always".
+    /// hook said request_permission), even for a tool answered "always"; `external` (see
+    /// `always_prompts`) makes the tool prompt at HITL 1 and 2 whatever its level.
     pub fn decide(
-        &self,
-        policy: &SessionPolicy,
-        tool: &str,
-        safety: SafetyLevel,
-        hook_asked: bool,
-    ) -> GateDecision {
-        self.decide_call(policy, tool, safety, hook_asked, false)
-    }
-
-    /// `decide`, where `external` (see `always_prompts`) makes the tool prompt at HITL 1 and 2
-    /// whatever its level.
-    pub fn decide_call(
         &self,
         policy: &SessionPolicy,
         tool: &str,
@@ -163,16 +152,16 @@ mod tests {
         let gate = ApprovalGate::new();
         let p = SessionPolicy::for_mode(SessionMode::Headless);
         assert_eq!(
-            gate.decide(&p, "read_file", SafetyLevel::Safe, false),
+            gate.decide(&p, "read_file", SafetyLevel::Safe, false, false),
             GateDecision::Allowed
         );
         assert!(matches!(
-            gate.decide(&p, "write_file", SafetyLevel::Write, false),
+            gate.decide(&p, "write_file", SafetyLevel::Write, false, false),
             GateDecision::Denied(_)
         ));
         let p = p.grant_unattended(SafetyLevel::Write, "test");
         assert_eq!(
-            gate.decide(&p, "write_file", SafetyLevel::Write, false),
+            gate.decide(&p, "write_file", SafetyLevel::Write, false, false),
             GateDecision::Allowed
         );
     }
@@ -182,28 +171,28 @@ mod tests {
         let gate = ApprovalGate::new();
         let daemon = SessionPolicy::for_mode(SessionMode::Daemon);
         assert!(matches!(
-            gate.decide(&daemon, "computer", SafetyLevel::Dangerous, false),
+            gate.decide(&daemon, "computer", SafetyLevel::Dangerous, false, false),
             GateDecision::Denied(_)
         ));
         let daemon = daemon.enable_operator_computer_use();
         assert_eq!(
-            gate.decide(&daemon, "computer", SafetyLevel::Dangerous, false),
+            gate.decide(&daemon, "computer", SafetyLevel::Dangerous, false, false),
             GateDecision::Allowed
         );
         // Only the computer tool: the switch is not a general grant.
         assert!(matches!(
-            gate.decide(&daemon, "bash", SafetyLevel::Dangerous, false),
+            gate.decide(&daemon, "bash", SafetyLevel::Dangerous, false, false),
             GateDecision::Denied(_)
         ));
         // A hook that asks for permission still gets a prompt (and, without a human, a no).
         assert_eq!(
-            gate.decide(&daemon, "computer", SafetyLevel::Dangerous, true),
+            gate.decide(&daemon, "computer", SafetyLevel::Dangerous, true, false),
             GateDecision::Prompt
         );
         let mut headless = SessionPolicy::for_mode(SessionMode::Headless);
         headless.operator_computer_use = true;
         assert!(matches!(
-            gate.decide(&headless, "computer", SafetyLevel::Dangerous, false),
+            gate.decide(&headless, "computer", SafetyLevel::Dangerous, false, false),
             GateDecision::Denied(_)
         ));
     }
@@ -213,16 +202,16 @@ mod tests {
         let gate = ApprovalGate::new();
         let p = SessionPolicy::for_mode(SessionMode::Repl);
         assert_eq!(
-            gate.decide(&p, "bash", SafetyLevel::Dangerous, false),
+            gate.decide(&p, "bash", SafetyLevel::Dangerous, false, false),
             GateDecision::Prompt
         );
         gate.remember_always("bash");
         assert_eq!(
-            gate.decide(&p, "bash", SafetyLevel::Dangerous, false),
+            gate.decide(&p, "bash", SafetyLevel::Dangerous, false, false),
             GateDecision::Allowed
         );
         assert_eq!(
-            gate.decide(&p, "bash", SafetyLevel::Dangerous, true),
+            gate.decide(&p, "bash", SafetyLevel::Dangerous, true, false),
             GateDecision::Prompt
         );
     }
@@ -235,23 +224,23 @@ mod tests {
         for hitl in [HitlLevel::Everything, HitlLevel::DangerousOnly] {
             p.hitl = hitl;
             assert_eq!(
-                gate.decide_call(&p, "mcp__files__echo", SafetyLevel::Safe, false, true),
+                gate.decide(&p, "mcp__files__echo", SafetyLevel::Safe, false, true),
                 GateDecision::Prompt
             );
         }
         p.hitl = HitlLevel::DangerousOnly;
         assert_eq!(
-            gate.decide(&p, "write_file", SafetyLevel::Write, false),
+            gate.decide(&p, "write_file", SafetyLevel::Write, false, false),
             GateDecision::Allowed
         );
         // Without a human the declared level decides, as for every tool.
         let h = SessionPolicy::for_mode(SessionMode::Headless);
         assert_eq!(
-            gate.decide_call(&h, "mcp__files__echo", SafetyLevel::Safe, false, true),
+            gate.decide(&h, "mcp__files__echo", SafetyLevel::Safe, false, true),
             GateDecision::Allowed
         );
         assert!(matches!(
-            gate.decide_call(&h, "mcp__files__echo", SafetyLevel::Write, false, true),
+            gate.decide(&h, "mcp__files__echo", SafetyLevel::Write, false, true),
             GateDecision::Denied(_)
         ));
     }

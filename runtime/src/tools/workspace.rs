@@ -245,19 +245,34 @@ impl LocalWorkspace {
 }
 
 /// Collects at most `cap` bytes of one output stream; what is cut is still read and dropped.
-struct Capture {
+/// Every workspace (this one, the harness's sandbox) reports output through it, so the model
+/// sees one truncation format.
+pub struct OutputCapture {
     buf: Vec<u8>,
     cap: usize,
     truncated: bool,
 }
 
-impl Capture {
-    fn new(cap: usize) -> Self {
-        Capture {
+impl OutputCapture {
+    pub fn new(cap: usize) -> Self {
+        OutputCapture {
             buf: Vec::new(),
             cap,
             truncated: false,
         }
+    }
+
+    pub fn push(&mut self, chunk: &[u8]) {
+        let room = self.cap.saturating_sub(self.buf.len());
+        if chunk.len() > room {
+            self.truncated = true;
+        }
+        self.buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+    }
+
+    /// Whether anything was cut.
+    pub fn truncated(&self) -> bool {
+        self.truncated
     }
 
     async fn pump<R: tokio::io::AsyncRead + Unpin>(&mut self, pipe: Option<R>) {
@@ -267,20 +282,14 @@ impl Capture {
         loop {
             match pipe.read(&mut chunk).await {
                 Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    let room = self.cap.saturating_sub(self.buf.len());
-                    if n > room {
-                        self.truncated = true;
-                    }
-                    self.buf.extend_from_slice(&chunk[..n.min(room)]);
-                }
+                Ok(n) => self.push(&chunk[..n]),
             }
         }
     }
 
     /// Lossy text with a visible marker where it was cut; a character split by the cut is
     /// dropped rather than shown as a replacement character.
-    fn into_text(mut self) -> String {
+    pub fn into_text(mut self) -> String {
         if self.truncated
             && let Err(e) = std::str::from_utf8(&self.buf)
             && e.error_len().is_none()
@@ -410,8 +419,8 @@ impl Workspace for LocalWorkspace {
                 .map(nix::unistd::Pid::from_raw),
         );
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-        let mut out = Capture::new(req.output_cap);
-        let mut err = Capture::new(req.output_cap);
+        let mut out = OutputCapture::new(req.output_cap);
+        let mut err = OutputCapture::new(req.output_cap);
 
         let (status, timed_out, cancelled) = {
             let reading = async { tokio::join!(out.pump(stdout), err.pump(stderr)) };
@@ -456,6 +465,21 @@ impl Workspace for LocalWorkspace {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn capture_marks_truncation_and_drops_a_split_character() {
+        let mut c = super::OutputCapture::new(4);
+        c.push(b"abcdef");
+        let text = c.into_text();
+        assert!(
+            text.starts_with("abcd\n[... output truncated at 4 bytes ...]"),
+            "{text}"
+        );
+        // Five bytes cut the second two-byte character in half: it is dropped, not mangled.
+        let mut c = super::OutputCapture::new(5);
+        c.push("ab\u{e9}\u{e9}".as_bytes());
+        assert!(c.into_text().starts_with("ab\u{e9}\n["));
+    }
+
     use super::*;
 
     #[test]

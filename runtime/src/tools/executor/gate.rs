@@ -53,7 +53,7 @@ impl ToolExecutor {
         step: &StepContext,
     ) -> Result<(), Denial> {
         let name = &pending.tool.spec.name;
-        match self.gate.decide_call(
+        match self.gate.decide(
             &self.policy,
             name,
             pending.classification.safety,
