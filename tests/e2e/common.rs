@@ -16,3 +16,41 @@ pub fn geode_in(dir: &Path) -> Command {
     c.env("GEODE_HOME", dir.join("home"));
     c
 }
+
+/// The built-in tasks held out as the test split by the crucible and search studies.
+const TEST_TASKS: [&str; 8] = [
+    "c-rle-bugs",
+    "cron-next",
+    "json-flatten",
+    "log-latency-report",
+    "markdown-toc",
+    "git-purge-secret",
+    "sqlite-upsert-import",
+    "debug-build-order",
+];
+
+/// Copies the built-in pack into `dir/train` (20 tasks) and `dir/test` (the 8 above).
+pub fn split_core_pack(dir: &Path) {
+    let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tasks/geode-core");
+    for split in ["train", "test"] {
+        std::fs::create_dir_all(dir.join(split)).unwrap();
+    }
+    for entry in std::fs::read_dir(&core).unwrap().flatten() {
+        if !entry.path().join("task.toml").is_file() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let split = if TEST_TASKS.contains(&name.as_str()) {
+            "test"
+        } else {
+            "train"
+        };
+        let ok = Command::new("cp")
+            .arg("-r")
+            .arg(entry.path())
+            .arg(dir.join(split))
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+}

@@ -1,19 +1,8 @@
 //! The crucible end to end: a truly better scaffold is kept, a better-scoring candidate that
 //! raises integrity signals is vetoed, and a sealed test pack opens once.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
-
-const TEST_TASKS: [&str; 8] = [
-    "c-rle-bugs",
-    "cron-next",
-    "json-flatten",
-    "log-latency-report",
-    "markdown-toc",
-    "git-purge-secret",
-    "sqlite-upsert-import",
-    "debug-build-order",
-];
 
 struct Study {
     dir: tempfile::TempDir,
@@ -24,28 +13,7 @@ impl Study {
     /// scaffolds that differ only in the verify-repair budget.
     fn new() -> Study {
         let dir = tempfile::tempdir().unwrap();
-        let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tasks/geode-core");
-        for split in ["train", "test"] {
-            std::fs::create_dir_all(dir.path().join(split)).unwrap();
-        }
-        for entry in std::fs::read_dir(&core).unwrap().flatten() {
-            if !entry.path().join("task.toml").is_file() {
-                continue;
-            }
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let split = if TEST_TASKS.contains(&name.as_str()) {
-                "test"
-            } else {
-                "train"
-            };
-            let ok = Command::new("cp")
-                .arg("-r")
-                .arg(entry.path())
-                .arg(dir.path().join(split))
-                .status()
-                .unwrap();
-            assert!(ok.success());
-        }
+        super::common::split_core_pack(dir.path());
         std::fs::write(dir.path().join("base.toml"), "repair_budget = 0\n").unwrap();
         std::fs::write(dir.path().join("cand.toml"), "repair_budget = 2\n").unwrap();
         Study { dir }

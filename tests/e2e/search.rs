@@ -3,20 +3,9 @@
 //! holdout; a search over neutral knobs promotes nothing; a search killed with SIGKILL
 //! mid-campaign resumes without losing or duplicating a candidate.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-
-const TEST_TASKS: [&str; 8] = [
-    "c-rle-bugs",
-    "cron-next",
-    "json-flatten",
-    "log-latency-report",
-    "markdown-toc",
-    "git-purge-secret",
-    "sqlite-upsert-import",
-    "debug-build-order",
-];
 
 const REAL_SPACE: &str = r#"
 schema = "geode.search-space.v1"
@@ -53,28 +42,7 @@ impl Study {
     /// a baseline with no repair budget, and a search configuration.
     fn new(space: &str, seed: u64, candidates: u32) -> Study {
         let dir = tempfile::tempdir().unwrap();
-        let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tasks/geode-core");
-        for split in ["train", "test"] {
-            std::fs::create_dir_all(dir.path().join(split)).unwrap();
-        }
-        for entry in std::fs::read_dir(&core).unwrap().flatten() {
-            if !entry.path().join("task.toml").is_file() {
-                continue;
-            }
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let split = if TEST_TASKS.contains(&name.as_str()) {
-                "test"
-            } else {
-                "train"
-            };
-            let ok = Command::new("cp")
-                .arg("-r")
-                .arg(entry.path())
-                .arg(dir.path().join(split))
-                .status()
-                .unwrap();
-            assert!(ok.success());
-        }
+        super::common::split_core_pack(dir.path());
         let s = Study { dir };
         std::fs::write(s.path("base.toml"), "repair_budget = 0\n").unwrap();
         std::fs::write(s.path("space.toml"), space).unwrap();
