@@ -13,7 +13,7 @@ use super::serve::shared;
 
 pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
     let cwd = std::env::current_dir()?;
-    let shared = shared(cfg, &cwd, SessionMode::Repl)?;
+    let shared = shared(cfg, &cwd, SessionMode::Repl).await?;
     let (client, server) = tokio::io::duplex(1 << 16);
     let session = tokio::spawn(serve_connection(server, shared));
     let input = LineInput::start()?;

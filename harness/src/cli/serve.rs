@@ -188,18 +188,11 @@ impl SessionFactory for CliFactory {
     }
 }
 
-pub fn shared(cfg: Config, cwd: &Path, mode: SessionMode) -> anyhow::Result<Arc<Shared>> {
+pub async fn shared(cfg: Config, cwd: &Path, mode: SessionMode) -> anyhow::Result<Arc<Shared>> {
     let lanes = cfg.number("global_lanes")? as usize;
     let timeout = Duration::from_secs(cfg.number("approval_timeout_secs")?);
     // Connect the MCP servers before the first session (they live as long as the factory).
-    // `shared` is sync and called on the multi-threaded runtime, so block this worker only.
-    let mcp = tokio::task::block_in_place(|| {
-        tokio::runtime::Handle::current().block_on(McpManager::start(
-            cfg.mcp(),
-            &TrustStore::new(&geode_home()),
-            cwd,
-        ))
-    });
+    let mcp = McpManager::start(cfg.mcp(), &TrustStore::new(&geode_home()), cwd).await;
     let factory = Arc::new(CliFactory {
         cfg,
         cwd: cwd.to_path_buf(),
@@ -212,7 +205,7 @@ pub fn shared(cfg: Config, cwd: &Path, mode: SessionMode) -> anyhow::Result<Arc<
 pub async fn run(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
     let path = socket_path(&cfg);
     let cwd = std::env::current_dir()?;
-    let shared = shared(cfg, &cwd, SessionMode::Ipc)?;
+    let shared = shared(cfg, &cwd, SessionMode::Ipc).await?;
     // Before the socket: a bad channels file or a taken port leaves no socket file behind.
     let channels = bind_channels(&args).await?;
     let socket = DaemonSocket::bind(&path).await?;
