@@ -286,27 +286,6 @@ impl AgenticLoop {
         }
     }
 
-    /// A batch's results are in the conversation: save them, then observe and compact.
-    pub(super) async fn after_batch(
-        &mut self,
-        turn: &mut Turn,
-        records: &[CallRecord],
-        revisions_before: usize,
-        system: &str,
-        snapshot: &StepSnapshot,
-    ) -> Option<TerminationReason> {
-        self.fault(FaultPoint::AfterDispatch).await;
-        if self
-            .save_checkpoint(Some(turn), None, "completed_batch")
-            .is_err()
-        {
-            // The effects ran and their receipts say so; nothing more runs unsaved.
-            return Some(TerminationReason::CheckpointFailed);
-        }
-        self.observe_and_compact(turn, records, revisions_before, system, snapshot)
-            .await
-    }
-
     /// End the session: a `session.ended` row, the SessionEnd hook and the final status
     /// (`error` when the last turn ended on a failure of the model or the checkpoint).
     pub async fn close(&mut self, reason: &str) {
@@ -430,6 +409,22 @@ impl AgenticLoop {
 
     // --- stage 3: provider call ---------------------------------------------------------------
 
+    /// A call on the conversation so far, with this session's tools.
+    fn model_request<'a>(
+        &'a self,
+        system: &'a str,
+        snapshot: &'a StepSnapshot,
+        force_text: bool,
+    ) -> ModelRequest<'a> {
+        ModelRequest {
+            system,
+            messages: &self.messages,
+            plan: self.p.executor.plan(),
+            snapshot,
+            force_text,
+        }
+    }
+
     /// The model call with bounded retries of transient failures, under the turn's time budget
     /// and the cancellation token.
     async fn provider_call(
@@ -442,13 +437,7 @@ impl AgenticLoop {
     ) -> Result<AssistantTurn, TerminationReason> {
         let mut compacted_for_overflow = false;
         loop {
-            let request = ModelRequest {
-                system,
-                messages: &self.messages,
-                plan: self.p.executor.plan(),
-                snapshot,
-                force_text,
-            };
+            let request = self.model_request(system, snapshot, force_text);
             let call = self.p.model.complete(&request);
             let budget = self.guards.time_left();
             let result = tokio::select! {
@@ -567,9 +556,10 @@ impl AgenticLoop {
 
     // --- stage 5: observe and compact ---------------------------------------------------------
 
-    /// Feed results to the cognitive state and the guards; an optional reflection call; then
-    /// compaction when the context passed its threshold (compaction.rs).
-    async fn observe_and_compact(
+    /// A batch's results are in the conversation: save them; feed them to the cognitive state
+    /// and the guards; an optional reflection call; then compaction when the context passed its
+    /// threshold (compaction.rs).
+    pub(super) async fn after_batch(
         &mut self,
         turn: &mut Turn,
         records: &[CallRecord],
@@ -577,6 +567,14 @@ impl AgenticLoop {
         system: &str,
         snapshot: &StepSnapshot,
     ) -> Option<TerminationReason> {
+        self.fault(FaultPoint::AfterDispatch).await;
+        if self
+            .save_checkpoint(Some(turn), None, "completed_batch")
+            .is_err()
+        {
+            // The effects ran and their receipts say so; nothing more runs unsaved.
+            return Some(TerminationReason::CheckpointFailed);
+        }
         if let Ok(mut c) = self.p.cognition.lock() {
             for r in records {
                 c.observe_tool_result(&r.result.content);
@@ -592,13 +590,7 @@ impl AgenticLoop {
             GuardSignal::Proceed => {}
         }
         if self.p.scaffold.reflection == ReflectionMode::ModelCall {
-            let request = ModelRequest {
-                system,
-                messages: &self.messages,
-                plan: self.p.executor.plan(),
-                snapshot,
-                force_text: true,
-            };
+            let request = self.model_request(system, snapshot, true);
             if let Some(usage) = reflect(self.p.model.as_ref(), &request, &self.p.cognition).await {
                 turn.usage.add(&usage);
                 self.session_usage.add(&usage);

@@ -9,7 +9,7 @@ use super::events::LoopEvent;
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, ToolCall};
 use crate::hooks::{HookEnvelope, HookEvent, HookOutcome};
 use crate::store::timeline::{CallOutcome, TimelineEvent};
-use crate::tools::executor::CallRecord;
+use crate::tools::executor::{CallRecord, hook_failure_rows};
 use crate::tools::plan::StepSnapshot;
 
 impl AgenticLoop {
@@ -26,7 +26,13 @@ impl AgenticLoop {
         self.last_context_tokens = context;
         self.emit(LoopEvent::AssistantMessage {
             text: reply.message.text(),
-            tool_calls: reply.message.tool_calls().len(),
+            // Counted in place: `tool_calls()` would clone every input just to count them.
+            tool_calls: reply
+                .message
+                .content
+                .iter()
+                .filter(|b| matches!(b, ContentBlock::ToolUse { .. }))
+                .count(),
             usage: reply.usage,
         });
         self.record(TimelineEvent::AssistantMessage {
@@ -133,15 +139,9 @@ impl AgenticLoop {
             })
             .await;
         for f in &outcome.failures {
-            self.record(TimelineEvent::HookFailed {
-                hook: f.hook.clone(),
-                event: f.event.name().to_string(),
-                error: f.error.clone(),
-            });
-            self.evidence(
-                "hook_failed",
-                json!({"hook": f.hook, "event": f.event.name(), "error": f.error}),
-            );
+            let (row, evidence) = hook_failure_rows(f);
+            self.record(row);
+            self.evidence("hook_failed", evidence);
         }
         outcome
     }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::catalog::{ModelInfo, ProviderRoute, ThinkingStyle};
 use super::effort::Effort;
 use super::errors::{Failure, classify};
-use super::http::{Assembler, Driver, ProviderConfig, WireRequest, event_json};
+use super::http::{Assembler, Driver, KeyHeader, ProviderConfig, event_json, tool_input};
 use super::sse::SseEvent;
 use super::{Model, ModelError, ModelRequest};
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason, Usage};
@@ -40,10 +40,7 @@ impl AnthropicModel {
         config: ProviderConfig,
         driver: Driver,
     ) -> Result<Self, ModelError> {
-        let info = route.info.clone().ok_or_else(|| ModelError::UnknownRoute {
-            route: route.text.clone(),
-            hint: "Anthropic models must be listed in the catalog".into(),
-        })?;
+        let info = route.listed_info("Anthropic")?;
         Ok(AnthropicModel {
             route,
             info,
@@ -202,15 +199,12 @@ impl Model for AnthropicModel {
     }
 
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<AssistantTurn, ModelError> {
-        let wire = WireRequest {
-            url: format!("{}/v1/messages", self.config.base_url),
-            headers: vec![
-                ("anthropic-version".into(), API_VERSION.into()),
-                ("accept".into(), "text/event-stream".into()),
-            ],
-            auth: self.config.api_key.clone().map(|k| ("x-api-key".into(), k)),
-            body: self.request_body(request),
-        };
+        let wire = self.config.sse_request(
+            "/v1/messages",
+            &[("anthropic-version", API_VERSION)],
+            KeyHeader::Plain("x-api-key"),
+            self.request_body(request),
+        );
         let asm = self.driver.call(&wire, StreamState::default).await?;
         Ok(asm.finish(&self.info))
     }
@@ -302,15 +296,6 @@ impl StreamState {
             },
         }
     }
-}
-
-/// Tool arguments as streamed; `{}` for none. Arguments that are not JSON are kept as a string
-/// so the tool's schema check tells the model what went wrong.
-pub(crate) fn tool_input(json: &str) -> Value {
-    if json.trim().is_empty() {
-        return json!({});
-    }
-    serde_json::from_str(json).unwrap_or_else(|_| Value::String(json.to_string()))
 }
 
 impl Assembler for StreamState {

@@ -273,6 +273,17 @@ pub struct ProviderRoute {
     pub info: Option<ModelInfo>,
 }
 
+impl ProviderRoute {
+    /// The catalog entry, for adapters that cannot run a model the catalog does not list
+    /// (`provider` names them in the error).
+    pub fn listed_info(&self, provider: &str) -> Result<ModelInfo, ModelError> {
+        self.info.clone().ok_or_else(|| ModelError::UnknownRoute {
+            route: self.text.clone(),
+            hint: format!("{provider} models must be listed in the catalog"),
+        })
+    }
+}
+
 const EMBEDDED: [&str; 4] = ["nop", "scripted", "oracle", "replay"];
 
 /// Parse a route against the built-in catalog.

@@ -14,15 +14,16 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::anthropic::tool_input;
 use super::catalog::{Catalog, ModelInfo, Prices, ProviderKind, ProviderRoute};
 use super::effort::Effort;
 use super::errors::{Failure, classify};
-use super::http::{Assembler, Driver, ProviderConfig, WireRequest, event_json};
-use super::openai_responses::bearer;
+use super::http::{
+    Assembler, Driver, KeyHeader, ProviderConfig, event_json, tool_arguments, tool_input,
+    usage_with_reasoning,
+};
 use super::sse::SseEvent;
 use super::{Model, ModelError, ModelRequest};
-use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason, Usage};
+use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason};
 use crate::tools::plan::ToolSchemaShape;
 
 pub struct ChatModel {
@@ -61,9 +62,9 @@ impl ChatModel {
     /// The configured effort (or the catalog default), clamped; local servers only get one
     /// when it was configured.
     fn effort(&self) -> Option<Effort> {
-        let wanted = match (&self.route.info, self.route.provider) {
-            (Some(info), _) => self.config.effort.or(info.default_effort),
-            _ => self.config.effort,
+        let wanted = match &self.route.info {
+            Some(info) => self.config.effort.or(info.default_effort),
+            None => self.config.effort,
         }?;
         if self.efforts.is_empty() {
             return Some(wanted);
@@ -161,10 +162,7 @@ fn messages(system: &str, conversation: &[Message], with_reasoning: bool) -> Val
                         }
                         ContentBlock::ToolUse { id, name, input } => calls.push(json!({
                             "id": id, "type": "function",
-                            "function": {"name": name, "arguments": match input {
-                                Value::String(raw) => raw.clone(),
-                                v => v.to_string(),
-                            }},
+                            "function": {"name": name, "arguments": tool_arguments(input)},
                         })),
                         ContentBlock::Thinking { thinking, .. } if !thinking.is_empty() => {
                             reasoning.push(thinking.as_str())
@@ -201,12 +199,12 @@ impl Model for ChatModel {
     }
 
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<AssistantTurn, ModelError> {
-        let wire = WireRequest {
-            url: format!("{}/chat/completions", self.config.base_url),
-            headers: vec![("accept".into(), "text/event-stream".into())],
-            auth: self.config.api_key.as_ref().map(|k| bearer(k.expose())),
-            body: self.request_body(request),
-        };
+        let wire = self.config.sse_request(
+            "/chat/completions",
+            &[],
+            KeyHeader::Bearer,
+            self.request_body(request),
+        );
         let asm = self.driver.call(&wire, StreamState::default).await?;
         Ok(asm.finish(&self.prices))
     }
@@ -255,23 +253,16 @@ impl StreamState {
                 input: tool_input(&call.args),
             });
         }
-        let u = &self.usage;
-        let reasoning = u["completion_tokens_details"]["reasoning_tokens"]
-            .as_u64()
-            .unwrap_or(0);
-        let mut usage = Usage {
-            input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
-            cached_input_tokens: u["prompt_tokens_details"]["cached_tokens"]
-                .as_u64()
-                .unwrap_or(0),
-            output_tokens: u["completion_tokens"]
-                .as_u64()
-                .unwrap_or(0)
-                .saturating_sub(reasoning),
-            reasoning_tokens: reasoning,
-            cost_usd: 0.0,
-        };
-        usage.cost_usd = u["cost"].as_f64().unwrap_or_else(|| prices.cost(&usage, 0));
+        let mut usage = usage_with_reasoning(
+            &self.usage,
+            "/prompt_tokens",
+            "/prompt_tokens_details/cached_tokens",
+            "/completion_tokens",
+            "/completion_tokens_details/reasoning_tokens",
+        );
+        usage.cost_usd = self.usage["cost"]
+            .as_f64()
+            .unwrap_or_else(|| prices.cost(&usage, 0));
         let stop_reason = match self.finish.as_deref() {
             Some("length") => StopReason::MaxTokens,
             Some("content_filter") => StopReason::Refusal,

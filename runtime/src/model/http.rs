@@ -24,6 +24,7 @@ use super::errors::{Backoff, ErrorClass, Failure, RetryPolicy, classify, retry_a
 use super::record::Recorder;
 use super::sse::{SseEvent, SseParser};
 use super::{Model, ModelError};
+use crate::conversation::Usage;
 
 /// Timeouts and retries of one adapter.
 #[derive(Debug, Clone, PartialEq)]
@@ -160,6 +161,56 @@ pub trait Assembler: Send {
     /// (some OpenAI-compatible servers omit `[DONE]`).
     fn complete_at_eof(&self) -> bool {
         false
+    }
+}
+
+/// Hand `events` to the assembler in order; `Ok(true)` once it completes. Events after the
+/// completing (or failing) one are dropped with the rest of the batch.
+fn feed<A: Assembler>(asm: &mut A, events: &mut Vec<SseEvent>) -> Result<bool, Failure> {
+    for event in events.drain(..) {
+        if asm.on_event(&event)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Tool arguments as streamed; `{}` for none. Arguments that are not JSON are kept as a string
+/// so the tool's schema check tells the model what went wrong.
+pub(crate) fn tool_input(json: &str) -> Value {
+    if json.trim().is_empty() {
+        return serde_json::json!({});
+    }
+    serde_json::from_str(json).unwrap_or_else(|_| Value::String(json.to_string()))
+}
+
+/// Tool arguments as the model wrote them, for replay: a JSON value as text, or the raw text
+/// `tool_input` kept.
+pub(crate) fn tool_arguments(input: &Value) -> String {
+    match input {
+        Value::String(raw) => raw.clone(),
+        v => v.to_string(),
+    }
+}
+
+/// The usage of an OpenAI-shaped reply, its fields given as JSON pointers (Responses and Chat
+/// Completions name them apart). The output count includes the reasoning tokens; they are split
+/// off. The cost is left to the adapter.
+pub(crate) fn usage_with_reasoning(
+    usage: &Value,
+    input: &str,
+    cached: &str,
+    output: &str,
+    reasoning: &str,
+) -> Usage {
+    let n = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
+    let reasoning = n(reasoning);
+    Usage {
+        input_tokens: n(input),
+        cached_input_tokens: n(cached),
+        output_tokens: n(output).saturating_sub(reasoning),
+        reasoning_tokens: reasoning,
+        cost_usd: 0.0,
     }
 }
 
@@ -378,27 +429,13 @@ impl Driver {
                     if let Err(e) = parser.push(&chunk, &mut events) {
                         break Failure::new(ErrorClass::Unknown, e.to_string());
                     }
-                    let mut outcome = None;
-                    for event in events.drain(..) {
-                        match asm.on_event(&event) {
-                            Ok(false) => {}
-                            Ok(true) => {
-                                outcome = Some(Ok(()));
-                                break;
-                            }
-                            Err(f) => {
-                                outcome = Some(Err(f));
-                                break;
-                            }
-                        }
-                    }
-                    match outcome {
-                        None => continue,
-                        Some(Ok(())) => {
+                    match feed(asm, &mut events) {
+                        Ok(false) => continue,
+                        Ok(true) => {
                             self.record(request, status, &headers, &raw, &StreamEnd::Complete)?;
                             return Ok(());
                         }
-                        Some(Err(f)) => break f,
+                        Err(f) => break f,
                     }
                 }
                 Ok(None) if asm.complete_at_eof() => {
@@ -489,6 +526,46 @@ pub struct ProviderConfig {
     pub api_key: Option<ApiKey>,
     pub effort: Option<Effort>,
     pub max_output_tokens: Option<u64>,
+}
+
+/// The header that carries the API key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyHeader {
+    /// The key as the value of a header of its own (`x-api-key`).
+    Plain(&'static str),
+    /// `authorization: Bearer KEY`.
+    Bearer,
+}
+
+impl ProviderConfig {
+    /// A streamed POST of `body` to `{base_url}{path}`: `headers`, then `accept:
+    /// text/event-stream`, and the key (when there is one) in `key`.
+    pub(crate) fn sse_request(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        key: KeyHeader,
+        body: Value,
+    ) -> WireRequest {
+        let mut headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        headers.push(("accept".into(), "text/event-stream".into()));
+        let auth = self.api_key.as_ref().map(|k| match key {
+            KeyHeader::Plain(name) => (name.to_string(), k.clone()),
+            KeyHeader::Bearer => (
+                "authorization".to_string(),
+                ApiKey::new(format!("Bearer {}", k.expose())),
+            ),
+        });
+        WireRequest {
+            url: format!("{}{path}", self.base_url),
+            headers,
+            auth,
+            body,
+        }
+    }
 }
 
 /// Build the adapter of a provider route. With `transport` (a cassette) no key is needed.

@@ -10,13 +10,15 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::anthropic::tool_input;
 use super::catalog::{ModelInfo, ProviderRoute};
 use super::errors::{Failure, classify};
-use super::http::{Assembler, Driver, ProviderConfig, WireRequest, event_json};
+use super::http::{
+    Assembler, Driver, KeyHeader, ProviderConfig, event_json, tool_arguments, tool_input,
+    usage_with_reasoning,
+};
 use super::sse::SseEvent;
 use super::{Model, ModelError, ModelRequest};
-use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason, Usage};
+use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason};
 use crate::tools::plan::ToolSchemaShape;
 
 pub struct ResponsesModel {
@@ -32,10 +34,7 @@ impl ResponsesModel {
         config: ProviderConfig,
         driver: Driver,
     ) -> Result<Self, ModelError> {
-        let info = route.info.clone().ok_or_else(|| ModelError::UnknownRoute {
-            route: route.text.clone(),
-            hint: "OpenAI models must be listed in the catalog".into(),
-        })?;
+        let info = route.listed_info("OpenAI")?;
         Ok(ResponsesModel {
             route,
             info,
@@ -96,7 +95,7 @@ fn input_items(conversation: &[Message]) -> Value {
                 }),
                 (Role::Assistant, ContentBlock::ToolUse { id, name, input }) => json!({
                     "type": "function_call", "call_id": id, "name": name,
-                    "arguments": arguments(input),
+                    "arguments": tool_arguments(input),
                 }),
                 // Only reasoning this API produced (encrypted) can be replayed.
                 (
@@ -121,14 +120,6 @@ fn input_items(conversation: &[Message]) -> Value {
     Value::Array(items)
 }
 
-/// Arguments as the model wrote them: a JSON object as text, or the raw text it sent.
-fn arguments(input: &Value) -> String {
-    match input {
-        Value::String(raw) => raw.clone(),
-        v => v.to_string(),
-    }
-}
-
 #[async_trait]
 impl Model for ResponsesModel {
     fn id(&self) -> &str {
@@ -136,22 +127,15 @@ impl Model for ResponsesModel {
     }
 
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<AssistantTurn, ModelError> {
-        let wire = WireRequest {
-            url: format!("{}/responses", self.config.base_url),
-            headers: vec![("accept".into(), "text/event-stream".into())],
-            auth: self.config.api_key.as_ref().map(|k| bearer(k.expose())),
-            body: self.request_body(request),
-        };
+        let wire = self.config.sse_request(
+            "/responses",
+            &[],
+            KeyHeader::Bearer,
+            self.request_body(request),
+        );
         let asm = self.driver.call(&wire, StreamState::default).await?;
         Ok(asm.finish(&self.info))
     }
-}
-
-pub(crate) fn bearer(key: &str) -> (String, super::credentials::ApiKey) {
-    (
-        "authorization".into(),
-        super::credentials::ApiKey::new(format!("Bearer {key}")),
-    )
 }
 
 #[derive(Debug)]
@@ -238,22 +222,13 @@ impl StreamState {
                 }
             }
         }
-        let u = &self.usage;
-        let reasoning = u["output_tokens_details"]["reasoning_tokens"]
-            .as_u64()
-            .unwrap_or(0);
-        let mut usage = Usage {
-            input_tokens: u["input_tokens"].as_u64().unwrap_or(0),
-            cached_input_tokens: u["input_tokens_details"]["cached_tokens"]
-                .as_u64()
-                .unwrap_or(0),
-            output_tokens: u["output_tokens"]
-                .as_u64()
-                .unwrap_or(0)
-                .saturating_sub(reasoning),
-            reasoning_tokens: reasoning,
-            cost_usd: 0.0,
-        };
+        let mut usage = usage_with_reasoning(
+            &self.usage,
+            "/input_tokens",
+            "/input_tokens_details/cached_tokens",
+            "/output_tokens",
+            "/output_tokens_details/reasoning_tokens",
+        );
         usage.cost_usd = info.prices.cost(&usage, 0);
         let has_calls = content
             .iter()
@@ -285,13 +260,10 @@ impl StreamState {
 impl Assembler for StreamState {
     fn on_event(&mut self, event: &SseEvent) -> Result<bool, Failure> {
         let v = event_json(event)?;
-        let kind = v["type"]
-            .as_str()
-            .unwrap_or(event.event.as_str())
-            .to_string();
+        let kind = v["type"].as_str().unwrap_or(event.event.as_str());
         let index = v["output_index"].as_u64().unwrap_or(0);
         let delta = v["delta"].as_str().unwrap_or_default();
-        match kind.as_str() {
+        match kind {
             "response.output_item.added" => {
                 self.items.insert(index, item_from(&v["item"]));
             }

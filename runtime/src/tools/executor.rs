@@ -546,15 +546,10 @@ impl ToolExecutor {
             })
             .await;
         for f in &outcome.failures {
-            self.record(TimelineEvent::HookFailed {
-                hook: f.hook.clone(),
-                event: f.event.name().to_string(),
-                error: f.error.clone(),
-            });
+            let (row, evidence) = hook_failure_rows(f);
+            self.record(row);
             if let Some(ledger) = &self.ledger {
-                let row =
-                    serde_json::json!({"hook": f.hook, "event": f.event.name(), "error": f.error});
-                ledger.record("hook_failed", row);
+                ledger.record("hook_failed", evidence);
             }
         }
         outcome
@@ -568,6 +563,18 @@ impl ToolExecutor {
             tracing::warn!("timeline write failed: {e}");
         }
     }
+}
+
+/// A failed hook as its timeline row and the detail of its `hook_failed` ledger row; the
+/// loop's own hook dispatch records failures the same way.
+pub(crate) fn hook_failure_rows(f: &crate::hooks::HookFailure) -> (TimelineEvent, Value) {
+    let row = TimelineEvent::HookFailed {
+        hook: f.hook.clone(),
+        event: f.event.name().to_string(),
+        error: f.error.clone(),
+    };
+    let evidence = serde_json::json!({"hook": f.hook, "event": f.event.name(), "error": f.error});
+    (row, evidence)
 }
 
 /// Cut `text` to at most `cap` bytes on a character boundary, saying so.
