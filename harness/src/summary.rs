@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use geode_crucible::stats::proportion::pass_at_k;
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
@@ -39,21 +40,6 @@ pub struct RunSummary {
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cost_usd: f64,
-}
-
-/// 1 - C(n-c, k) / C(n, k), computed as a product to stay exact for small n.
-pub fn pass_at_k(n: usize, c: usize, k: usize) -> f64 {
-    if k == 0 || k > n {
-        return f64::NAN;
-    }
-    if n - c < k {
-        return 1.0;
-    }
-    let mut prod = 1.0;
-    for i in (n - c + 1)..=n {
-        prod *= 1.0 - k as f64 / i as f64;
-    }
-    1.0 - prod
 }
 
 fn mean(xs: &[f64]) -> f64 {
@@ -197,19 +183,5 @@ impl RunSummary {
             ));
         }
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pass_at_k_matches_the_combinatorial_formula() {
-        // n = 5, c = 2, k = 2: 1 - C(3,2)/C(5,2) = 1 - 3/10.
-        assert!((pass_at_k(5, 2, 2) - 0.7).abs() < 1e-12);
-        assert_eq!(pass_at_k(5, 0, 3), 0.0);
-        assert_eq!(pass_at_k(5, 4, 2), 1.0);
-        assert!((pass_at_k(4, 1, 1) - 0.25).abs() < 1e-12);
     }
 }

@@ -8,6 +8,8 @@
 //! dropped whole; an attempt present on one side only is unpaired. Tasks are the clusters;
 //! categories play the crucible's families.
 
+use std::cmp::Ordering;
+
 use geode_crucible::pairing::{Pair, PairedTable, PairedTask, SignalTally};
 use geode_crucible::stats::interval::t_interval;
 use geode_crucible::stats::permutation::sign_flip_test;
@@ -159,19 +161,19 @@ fn pair_sorted<'a>(a: &Side<'a>, b: &Side<'a>) -> Pairing<'a> {
     while i < a.task.len() || j < b.task.len() {
         let order = match (a.task.get(i), b.task.get(j)) {
             (Some(x), Some(y)) => x.cmp(y),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            _ => std::cmp::Ordering::Greater,
+            (Some(_), None) => Ordering::Less,
+            _ => Ordering::Greater,
         };
         match order {
-            std::cmp::Ordering::Less => {
+            Ordering::Less => {
                 out.only_a += 1;
                 i = a.task_end(i);
             }
-            std::cmp::Ordering::Greater => {
+            Ordering::Greater => {
                 out.only_b += 1;
                 j = b.task_end(j);
             }
-            std::cmp::Ordering::Equal => {
+            Ordering::Equal => {
                 let (ie, je) = (a.task_end(i), b.task_end(j));
                 let mut slots = Vec::with_capacity(ie - i);
                 let category = a.category[i];
@@ -179,19 +181,19 @@ fn pair_sorted<'a>(a: &Side<'a>, b: &Side<'a>) -> Pairing<'a> {
                 while i < ie || j < je {
                     let order = match (i < ie, j < je) {
                         (true, true) => a.attempt[i].cmp(&b.attempt[j]),
-                        (true, false) => std::cmp::Ordering::Less,
-                        _ => std::cmp::Ordering::Greater,
+                        (true, false) => Ordering::Less,
+                        _ => Ordering::Greater,
                     };
                     match order {
-                        std::cmp::Ordering::Less => {
+                        Ordering::Less => {
                             out.unpaired += 1;
                             i += 1;
                         }
-                        std::cmp::Ordering::Greater => {
+                        Ordering::Greater => {
                             out.unpaired += 1;
                             j += 1;
                         }
-                        std::cmp::Ordering::Equal => {
+                        Ordering::Equal => {
                             slots.push((!a.infra[i] && !b.infra[j]).then_some(Pair {
                                 baseline: a.reward[i],
                                 candidate: b.reward[j],

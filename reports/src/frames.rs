@@ -47,8 +47,8 @@ pub fn task_frame(trials: &DataFrame) -> PolarsResult<DataFrame> {
         .collect()
 }
 
-/// Per run: trials, tokens, model calls, cost, trial time (sum, mean, median, 95th percentile) and wall time
-/// (first start to last finish).
+/// Per run: trials, tokens, model calls, cost, trial time (sum, mean, median, 95th percentile)
+/// and wall time (first start to last finish).
 pub fn usage_frame(trials: &DataFrame) -> PolarsResult<DataFrame> {
     let int = |e: Expr| e.cast(DataType::Int64);
     let d = || col("duration_sec");

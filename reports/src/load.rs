@@ -328,6 +328,10 @@ impl Store {
         }
     }
 
+    fn polars(&self) -> impl FnOnce(polars::error::PolarsError) -> ReportError {
+        ReportError::polars(self.path.display().to_string())
+    }
+
     /// Every run id in the store, sorted.
     pub fn run_ids(&self) -> Result<Vec<String>, ReportError> {
         let mut st = self
@@ -372,25 +376,23 @@ impl Store {
             });
         }
         self.check_outcomes(&df, run_id)?;
-        let ctx = || ReportError::polars(self.path.display().to_string());
-        let started = df.column("started_unix").map_err(ctx())?;
-        let finished = df.column("finished_unix").map_err(ctx())?;
+        let started = df.column("started_unix").map_err(self.polars())?;
+        let finished = df.column("finished_unix").map_err(self.polars())?;
         let duration = (finished - started)
-            .map_err(ctx())?
+            .map_err(self.polars())?
             .with_name(PlSmallStr::from_static("duration_sec"));
-        df.with_column(duration).map_err(ctx())?;
+        df.with_column(duration).map_err(self.polars())?;
         Ok(df)
     }
 
     /// Fails naming a trial whose outcome is outside the graders' closed set. Checks the few
     /// distinct values, and asks SQLite for a trial name only when one is bad.
     fn check_outcomes(&self, df: &DataFrame, run_id: &str) -> Result<(), ReportError> {
-        let ctx = || ReportError::polars(self.path.display().to_string());
         let distinct = df
             .column("outcome")
             .and_then(Column::unique)
-            .map_err(ctx())?;
-        let values = distinct.str().map_err(ctx())?;
+            .map_err(self.polars())?;
+        let values = distinct.str().map_err(self.polars())?;
         let Some(bad) = values
             .iter()
             .find(|o| o.and_then(TrialOutcome::parse).is_none())
@@ -463,7 +465,7 @@ impl Store {
             height += 1;
         }
         let cols = builders.into_iter().map(Builder::finish).collect();
-        DataFrame::new(height, cols).map_err(ReportError::polars(self.path.display().to_string()))
+        DataFrame::new(height, cols).map_err(self.polars())
     }
 }
 

@@ -64,13 +64,25 @@ impl TaskStats {
     fn point_infra_zero(&self) -> TaskPoint {
         TaskPoint {
             mean: self.mean_reward_infra_zero,
-            trials: self.trials + self.infra_trials,
+            trials: self.all_trials(),
             passes: self.passes,
         }
     }
 
+    /// Every trial of the task, infrastructure failures included.
     pub fn all_trials(&self) -> usize {
         self.trials + self.infra_trials
+    }
+}
+
+impl RunUsage {
+    /// Cost per trial in dollars (0 for a run without trials).
+    pub fn cost_per_trial(&self) -> f64 {
+        if self.trials > 0 {
+            self.cost_usd / self.trials as f64
+        } else {
+            0.0
+        }
     }
 }
 

@@ -4,10 +4,12 @@
 //! error is sqrt(sum_t p_t (1 - p_t) / (n_t - 1)) / T (trial noise only, tasks with one trial
 //! adding nothing); the 95 % interval is the Student-t interval over per-task means (tasks are
 //! the clusters), taken from the crucible so it is the promotion gate's formula; pass@k is the
-//! unbiased estimator 1 - C(n - c, k) / C(n, k) averaged over tasks, for k up to the fewest
-//! trials any task has.
+//! crucible's unbiased estimator 1 - C(n - c, k) / C(n, k) (the harness's too) averaged over
+//! tasks, for k up to the fewest trials any task has.
 
 use geode_crucible::stats::interval::{clustered_std_error, t_interval};
+pub use geode_crucible::stats::means::mean;
+use geode_crucible::stats::proportion::pass_at_k;
 
 /// Two-sided coverage of every interval in the reports.
 pub const CONFIDENCE: f64 = 0.95;
@@ -31,11 +33,6 @@ pub struct Scores {
     pub accuracy: Option<f64>,
     pub tb_stderr: Option<f64>,
     pub ci95: Option<(f64, f64)>,
-}
-
-/// Arithmetic mean; `None` when empty.
-pub fn mean(xs: &[f64]) -> Option<f64> {
-    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
 }
 
 /// Accuracy, Terminal-Bench standard error and the task-clustered 95 % t-interval.
@@ -63,23 +60,6 @@ pub fn scores(points: &[TaskPoint]) -> Scores {
         tb_stderr,
         ci95,
     }
-}
-
-/// Unbiased pass@k of one task: 1 - C(n - c, k) / C(n, k), as a product (exact for small n).
-/// NaN for k = 0 or k > n.
-pub fn pass_at_k(n: usize, c: usize, k: usize) -> f64 {
-    if k == 0 || k > n {
-        return f64::NAN;
-    }
-    let c = c.min(n);
-    if n - c < k {
-        return 1.0;
-    }
-    let mut prod = 1.0;
-    for i in (n - c + 1)..=n {
-        prod *= 1.0 - k as f64 / i as f64;
-    }
-    1.0 - prod
 }
 
 /// pass@k averaged over tasks for k = 1..=min trials (empty when there are no tasks).
@@ -116,14 +96,6 @@ pub fn correlation(xs: &[f64], ys: &[f64]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pass_at_k_matches_the_combinatorial_formula() {
-        assert!((pass_at_k(5, 2, 2) - 0.7).abs() < 1e-12);
-        assert_eq!(pass_at_k(5, 0, 3), 0.0);
-        assert_eq!(pass_at_k(5, 4, 2), 1.0);
-        assert!(pass_at_k(3, 1, 4).is_nan());
-    }
 
     #[test]
     fn scores_by_hand() {

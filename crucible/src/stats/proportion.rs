@@ -1,5 +1,5 @@
-//! Intervals for proportions: Wilson score, Newcombe's hybrid score interval for a difference,
-//! and the design effect that adapts both to trials clustered in tasks.
+//! Proportions: Wilson score, Newcombe's hybrid score interval for a difference, the design
+//! effect that adapts both to trials clustered in tasks, and the unbiased pass@k estimator.
 
 use crate::stats::interval::Interval;
 
@@ -62,6 +62,23 @@ pub fn design_effect(clusters: &[(f64, f64)]) -> f64 {
     (robust / binomial).max(1.0)
 }
 
+/// Unbiased pass@k of one task with `c` passes in `n` trials: 1 - C(n - c, k) / C(n, k), as a
+/// product (exact for small n). NaN for k = 0 or k > n; `c` above `n` counts as `n`.
+pub fn pass_at_k(n: usize, c: usize, k: usize) -> f64 {
+    if k == 0 || k > n {
+        return f64::NAN;
+    }
+    let c = c.min(n);
+    if n - c < k {
+        return 1.0;
+    }
+    let mut prod = 1.0;
+    for i in (n - c + 1)..=n {
+        prod *= 1.0 - k as f64 / i as f64;
+    }
+    1.0 - prod
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +108,15 @@ mod tests {
         assert!(d > 1.0);
         // Perfectly spread: floored at 1.
         assert_eq!(design_effect(&[(1.0, 5.0), (1.0, 5.0), (1.0, 5.0)]), 1.0);
+    }
+
+    #[test]
+    fn pass_at_k_matches_the_combinatorial_formula() {
+        // n = 5, c = 2, k = 2: 1 - C(3,2)/C(5,2) = 1 - 3/10.
+        assert!((pass_at_k(5, 2, 2) - 0.7).abs() < 1e-12);
+        assert_eq!(pass_at_k(5, 0, 3), 0.0);
+        assert_eq!(pass_at_k(5, 4, 2), 1.0);
+        assert!((pass_at_k(4, 1, 1) - 0.25).abs() < 1e-12);
+        assert!(pass_at_k(3, 1, 4).is_nan());
     }
 }

@@ -5,6 +5,7 @@ use crate::compare::Comparison;
 use crate::render::sections::{comparison_tables, headline_tables, report_tables};
 use crate::render::svg::{self, Plot, esc};
 use crate::render::table::{Align, Table};
+use crate::render::{comparison_title, report_title};
 use crate::report::Report;
 
 const STYLE: &str = "body{font-family:sans-serif;margin:24px;color:#222;max-width:1200px}\
@@ -63,7 +64,6 @@ fn figure(p: &Plot) -> String {
 
 /// The HTML report of `report`: headline tables, the plots, then the detail tables.
 pub fn report_html(report: &Report) -> String {
-    let runs: Vec<&str> = report.runs.iter().map(|r| r.run_id.as_str()).collect();
     let tables = report_tables(report);
     // Headline tables, then the plots, then the detail tables.
     let split = headline_tables(report).min(tables.len());
@@ -81,7 +81,7 @@ pub fn report_html(report: &Report) -> String {
     for t in &tables[split..] {
         body.push_str(&table_html(t));
     }
-    page(&format!("GEODE report: {}", runs.join(", ")), &body)
+    page(&report_title(report), &body)
 }
 
 /// The HTML page of a comparison: summary, forest plot, per-category and per-task deltas.
@@ -95,8 +95,5 @@ pub fn comparison_html(c: &Comparison) -> String {
             body.push_str(&table_html(t));
         }
     }
-    page(
-        &format!("GEODE comparison: {} vs {}", c.candidate, c.baseline),
-        &body,
-    )
+    page(&comparison_title(c), &body)
 }

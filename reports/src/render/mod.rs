@@ -17,9 +17,15 @@ pub enum TextFormat {
     Html,
 }
 
-fn runs_title(report: &Report) -> String {
+/// The title of `report` in every format.
+fn report_title(report: &Report) -> String {
     let runs: Vec<&str> = report.runs.iter().map(|r| r.run_id.as_str()).collect();
     format!("GEODE report: {}", runs.join(", "))
+}
+
+/// The title of comparison `c` in every format.
+fn comparison_title(c: &Comparison) -> String {
+    format!("GEODE comparison: {} vs {}", c.candidate, c.baseline)
 }
 
 /// `report` in `format`.
@@ -27,12 +33,12 @@ pub fn report(report: &Report, format: TextFormat) -> String {
     match format {
         TextFormat::Term => format!(
             "{}\n\n{}",
-            runs_title(report),
+            report_title(report),
             table::term(&sections::report_tables(report))
         ),
         TextFormat::Markdown => format!(
             "# {}\n\n{}",
-            runs_title(report),
+            report_title(report),
             table::markdown(&sections::report_tables(report))
         ),
         TextFormat::Html => html::report_html(report),
@@ -41,7 +47,7 @@ pub fn report(report: &Report, format: TextFormat) -> String {
 
 /// Comparison `c` in `format`.
 pub fn comparison(c: &Comparison, format: TextFormat) -> String {
-    let title = format!("GEODE comparison: {} vs {}", c.candidate, c.baseline);
+    let title = comparison_title(c);
     match format {
         TextFormat::Term => format!(
             "{title}\n\n{}",

@@ -70,7 +70,7 @@ pub fn comparison_tables(c: &Comparison) -> Vec<Table> {
 }
 
 fn runs_table(report: &Report) -> Table {
-    let mut t = Table::new(
+    Table::new(
         "Runs",
         &[
             ("run", L),
@@ -81,9 +81,9 @@ fn runs_table(report: &Report) -> Table {
             ("attempts", R),
             ("status", L),
         ],
-    );
-    for r in &report.runs {
-        t.push(vec![
+    )
+    .rows(report.runs.iter().map(|r| {
+        vec![
             r.run_id.clone(),
             r.created.clone(),
             r.model_route.clone(),
@@ -91,13 +91,12 @@ fn runs_table(report: &Report) -> Table {
             short_hash(&r.pack_hash),
             int(r.attempts),
             r.status.clone(),
-        ]);
-    }
-    t
+        ]
+    }))
 }
 
 fn scores_table(report: &Report) -> Table {
-    let mut t = Table::new(
+    Table::new(
         "Scores",
         &[
             ("run", L),
@@ -116,10 +115,10 @@ fn scores_table(report: &Report) -> Table {
          TB stderr: sqrt(sum p(1-p)/(n-1))/T (Terminal-Bench, trial noise only); 95% CI: \
          Student-t over per-task means (tasks are the clusters); acc. infra=0: infrastructure \
          failures counted as reward 0.",
-    );
-    for r in &report.run_scores {
+    )
+    .rows(report.run_scores.iter().map(|r| {
         let s = &r.scores;
-        t.push(vec![
+        vec![
             r.run_id.clone(),
             r.tasks.to_string(),
             r.trials.to_string(),
@@ -129,40 +128,37 @@ fn scores_table(report: &Report) -> Table {
             num(s.tb_stderr, 4),
             interval(s.ci95, 3),
             num(r.accuracy_infra_zero, 3),
-        ]);
-    }
-    t
+        ]
+    }))
 }
 
 fn pass_at_k_table(report: &Report) -> Table {
-    let mut t = Table::new(
+    Table::new(
         "pass@k",
         &[("run", L), ("k", R), ("pass@k", R), ("pass@k infra=0", R)],
     )
     .note(format!(
         "Unbiased estimator 1 - C(n-c,k)/C(n,k) averaged over tasks, k up to the fewest trials \
          of a task (K); rows for k <= {PASS_AT_K_SHOWN} and k = K."
-    ));
-    for r in &report.run_scores {
+    ))
+    .rows(report.run_scores.iter().flat_map(|r| {
         let k_max = r.pass_at_k.len().max(r.pass_at_k_infra_zero.len());
-        for k in 1..=k_max {
-            if k > PASS_AT_K_SHOWN && k != k_max {
-                continue;
-            }
-            let get = |v: &[(usize, f64)]| v.iter().find(|(kk, _)| *kk == k).map(|p| p.1);
-            t.push(vec![
-                r.run_id.clone(),
-                k.to_string(),
-                num(get(&r.pass_at_k), 3),
-                num(get(&r.pass_at_k_infra_zero), 3),
-            ]);
-        }
-    }
-    t
+        (1..=k_max)
+            .filter(move |&k| k <= PASS_AT_K_SHOWN || k == k_max)
+            .map(move |k| {
+                let get = |v: &[(usize, f64)]| v.iter().find(|(kk, _)| *kk == k).map(|p| p.1);
+                vec![
+                    r.run_id.clone(),
+                    k.to_string(),
+                    num(get(&r.pass_at_k), 3),
+                    num(get(&r.pass_at_k_infra_zero), 3),
+                ]
+            })
+    }))
 }
 
 fn group_table(title: &str, key: &str, groups: &[GroupScores]) -> Table {
-    let mut t = Table::new(
+    Table::new(
         title,
         &[
             ("run", L),
@@ -173,9 +169,9 @@ fn group_table(title: &str, key: &str, groups: &[GroupScores]) -> Table {
             ("TB stderr", R),
             ("95% CI (task t)", R),
         ],
-    );
-    for g in groups {
-        t.push(vec![
+    )
+    .rows(groups.iter().map(|g| {
+        vec![
             g.run_id.clone(),
             g.group.clone(),
             g.scores.tasks.to_string(),
@@ -183,13 +179,12 @@ fn group_table(title: &str, key: &str, groups: &[GroupScores]) -> Table {
             num(g.scores.accuracy, 3),
             num(g.scores.tb_stderr, 4),
             interval(g.scores.ci95, 3),
-        ]);
-    }
-    t
+        ]
+    }))
 }
 
 fn usage_table(report: &Report) -> Table {
-    let mut t = Table::new(
+    Table::new(
         "Tokens, cost and time per run",
         &[
             ("run", L),
@@ -210,14 +205,9 @@ fn usage_table(report: &Report) -> Table {
     .note(
         "calls: model calls of the agents; trial s: summed trial durations; wall s: first trial \
          start to last trial finish.",
-    );
-    for u in &report.usage {
-        let per = if u.trials > 0 {
-            u.cost_usd / u.trials as f64
-        } else {
-            0.0
-        };
-        t.push(vec![
+    )
+    .rows(report.usage.iter().map(|u| {
+        vec![
             u.run_id.clone(),
             int(u.trials),
             int(u.input_tokens),
@@ -225,15 +215,14 @@ fn usage_table(report: &Report) -> Table {
             int(u.output_tokens),
             int(u.model_calls),
             usd(u.cost_usd),
-            usd(per),
+            usd(u.cost_per_trial()),
             num(Some(u.trial_seconds), 1),
             num(u.mean_trial_sec, 1),
             num(u.p50_trial_sec, 1),
             num(u.p95_trial_sec, 1),
             num(u.wall_sec, 1),
-        ]);
-    }
-    t
+        ]
+    }))
 }
 
 fn class(infra: bool) -> String {
@@ -241,21 +230,20 @@ fn class(infra: bool) -> String {
 }
 
 fn outcomes_table(report: &Report) -> Table {
-    let mut t = Table::new(
+    Table::new(
         "Outcomes",
         &[("run", L), ("outcome", L), ("class", L), ("trials", R)],
-    );
-    for (run, outcome, n) in &report.outcomes {
+    )
+    .rows(report.outcomes.iter().map(|(run, outcome, n)| {
         let infra = geode_graders::TrialOutcome::parse(outcome)
             .map(|o| o.is_infrastructure())
             .unwrap_or(true);
-        t.push(vec![run.clone(), outcome.clone(), class(infra), int(*n)]);
-    }
-    t
+        vec![run.clone(), outcome.clone(), class(infra), int(*n)]
+    }))
 }
 
 fn errors_table(report: &Report) -> Table {
-    let mut t = Table::new(
+    Table::new(
         "Errors by class",
         &[
             ("run", L),
@@ -267,9 +255,9 @@ fn errors_table(report: &Report) -> Table {
             ("example", L),
         ],
     )
-    .note("Trials that neither passed nor failed, or raised an exception; infrastructure first.");
-    for e in &report.errors {
-        t.push(vec![
+    .note("Trials that neither passed nor failed, or raised an exception; infrastructure first.")
+    .rows(report.errors.iter().map(|e| {
+        vec![
             e.run_id.clone(),
             class(e.infrastructure),
             e.outcome.clone(),
@@ -280,13 +268,12 @@ fn errors_table(report: &Report) -> Table {
                 .as_deref()
                 .map(|m| clip(m, EXAMPLE_CHARS))
                 .unwrap_or_else(|| NONE.to_owned()),
-        ]);
-    }
-    t
+        ]
+    }))
 }
 
 fn tasks_table(report: &Report) -> Table {
-    let mut t = Table::new(
+    Table::new(
         "Per task",
         &[
             ("run", L),
@@ -300,9 +287,9 @@ fn tasks_table(report: &Report) -> Table {
             ("stderr", R),
         ],
     )
-    .note("stderr: sample standard deviation of the task's rewards / sqrt(trials).");
-    for s in &report.tasks {
-        t.push(vec![
+    .note("stderr: sample standard deviation of the task's rewards / sqrt(trials).")
+    .rows(report.tasks.iter().map(|s| {
+        vec![
             s.run_id.clone(),
             s.task_id.clone(),
             s.category.clone(),
@@ -312,13 +299,12 @@ fn tasks_table(report: &Report) -> Table {
             s.passes.to_string(),
             num(s.mean_reward, 3),
             num(s.stderr, 3),
-        ]);
-    }
-    t
+        ]
+    }))
 }
 
 fn task_usage_table(report: &Report) -> Table {
-    let mut t = Table::new(
+    Table::new(
         "Tokens, cost and time per task",
         &[
             ("run", L),
@@ -333,9 +319,9 @@ fn task_usage_table(report: &Report) -> Table {
             ("total s", R),
         ],
     )
-    .note("Every trial counts here, infrastructure failures included.");
-    for s in &report.tasks {
-        t.push(vec![
+    .note("Every trial counts here, infrastructure failures included.")
+    .rows(report.tasks.iter().map(|s| {
+        vec![
             s.run_id.clone(),
             s.task_id.clone(),
             s.all_trials().to_string(),
@@ -346,9 +332,8 @@ fn task_usage_table(report: &Report) -> Table {
             usd(s.cost_usd),
             num(s.mean_duration_sec, 1),
             num(Some(s.total_duration_sec), 1),
-        ]);
-    }
-    t
+        ]
+    }))
 }
 
 fn p_value(c: &Comparison) -> String {
@@ -370,7 +355,50 @@ fn p_value(c: &Comparison) -> String {
 
 fn comparison_summary(c: &Comparison) -> Table {
     let s = &c.statistics;
-    let mut t = Table::new(
+    let mut kv = vec![
+        ("baseline run", c.baseline.clone()),
+        ("candidate run", c.candidate.clone()),
+        ("shared tasks with pairs", s.tasks.to_string()),
+        ("categories", s.families.to_string()),
+        ("pairs", s.pairs.to_string()),
+        (
+            "pairs dropped (infrastructure)",
+            c.dropped_pairs.to_string(),
+        ),
+        ("attempts in one run only", c.unpaired_trials.to_string()),
+        (
+            "tasks in one run only (baseline / candidate)",
+            format!("{} / {}", c.only_baseline, c.only_candidate),
+        ),
+        ("baseline mean", num(s.baseline_mean, 3)),
+        ("candidate mean", num(s.candidate_mean, 3)),
+        ("delta", num(s.estimate, 3)),
+        ("std error (task-clustered)", num(s.std_error, 4)),
+        (
+            "95% t interval",
+            interval(s.t.map(|t| (t.interval.lower, t.interval.upper)), 3),
+        ),
+        (
+            "95% BCa bootstrap interval",
+            interval(
+                s.bootstrap
+                    .as_ref()
+                    .map(|b| (b.bca_interval.lower, b.bca_interval.upper)),
+                3,
+            ),
+        ),
+        ("sign-flip p, one-sided (candidate better)", p_value(c)),
+        ("sign-flip p, two-sided", num(c.p_two_sided, 4)),
+        (
+            "MDE (80% power, one-sided 5%)",
+            num(s.minimum_detectable_effect, 3),
+        ),
+        ("correlation of task means", num(c.correlation, 3)),
+    ];
+    if let Some(d) = s.degenerate {
+        kv.push(("degenerate", d.as_str().to_owned()));
+    }
+    Table::new(
         &format!("Paired comparison: {} vs {}", c.candidate, c.baseline),
         &[("quantity", L), ("value", R)],
     )
@@ -378,54 +406,12 @@ fn comparison_summary(c: &Comparison) -> Table {
         "delta = candidate - baseline, averaged within a task then over shared tasks; pairs are \
          the same attempt of a task in both runs, dropped whole when either side is an \
          infrastructure failure; statistics from geode-crucible (the promotion gate's).",
-    );
-    let mut kv = |k: &str, v: String| t.push(vec![k.to_owned(), v]);
-    kv("baseline run", c.baseline.clone());
-    kv("candidate run", c.candidate.clone());
-    kv("shared tasks with pairs", s.tasks.to_string());
-    kv("categories", s.families.to_string());
-    kv("pairs", s.pairs.to_string());
-    kv(
-        "pairs dropped (infrastructure)",
-        c.dropped_pairs.to_string(),
-    );
-    kv("attempts in one run only", c.unpaired_trials.to_string());
-    kv(
-        "tasks in one run only (baseline / candidate)",
-        format!("{} / {}", c.only_baseline, c.only_candidate),
-    );
-    kv("baseline mean", num(s.baseline_mean, 3));
-    kv("candidate mean", num(s.candidate_mean, 3));
-    kv("delta", num(s.estimate, 3));
-    kv("std error (task-clustered)", num(s.std_error, 4));
-    kv(
-        "95% t interval",
-        interval(s.t.map(|t| (t.interval.lower, t.interval.upper)), 3),
-    );
-    kv(
-        "95% BCa bootstrap interval",
-        interval(
-            s.bootstrap
-                .as_ref()
-                .map(|b| (b.bca_interval.lower, b.bca_interval.upper)),
-            3,
-        ),
-    );
-    kv("sign-flip p, one-sided (candidate better)", p_value(c));
-    kv("sign-flip p, two-sided", num(c.p_two_sided, 4));
-    kv(
-        "MDE (80% power, one-sided 5%)",
-        num(s.minimum_detectable_effect, 3),
-    );
-    kv("correlation of task means", num(c.correlation, 3));
-    if let Some(d) = s.degenerate {
-        kv("degenerate", d.as_str().to_owned());
-    }
-    t
+    )
+    .rows(kv.into_iter().map(|(k, v)| vec![k.to_owned(), v]))
 }
 
 fn comparison_categories(c: &Comparison) -> Table {
-    let mut t = Table::new(
+    Table::new(
         "Paired deltas by category",
         &[
             ("category", L),
@@ -434,21 +420,20 @@ fn comparison_categories(c: &Comparison) -> Table {
             ("candidate", R),
             ("delta", R),
         ],
-    );
-    for f in &c.statistics.per_family {
-        t.push(vec![
+    )
+    .rows(c.statistics.per_family.iter().map(|f| {
+        vec![
             f.family.as_str().to_owned(),
             f.tasks.to_string(),
             num(Some(f.baseline_mean), 3),
             num(Some(f.candidate_mean), 3),
             num(Some(f.delta), 3),
-        ]);
-    }
-    t
+        ]
+    }))
 }
 
 fn comparison_tasks(c: &Comparison) -> Table {
-    let mut t = Table::new(
+    Table::new(
         "Paired deltas per task",
         &[
             ("task", L),
@@ -460,9 +445,9 @@ fn comparison_tasks(c: &Comparison) -> Table {
             ("delta", R),
             ("95% CI (pairs t)", R),
         ],
-    );
-    for d in &c.tasks {
-        t.push(vec![
+    )
+    .rows(c.tasks.iter().map(|d| {
+        vec![
             d.task_id.clone(),
             d.category.clone(),
             d.pairs.to_string(),
@@ -471,7 +456,6 @@ fn comparison_tasks(c: &Comparison) -> Table {
             num(d.candidate_mean, 3),
             num(d.delta, 3),
             interval(d.interval, 3),
-        ]);
-    }
-    t
+        ]
+    }))
 }

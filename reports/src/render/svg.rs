@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::compare::Comparison;
+use crate::compare::{Comparison, TaskDelta};
+use crate::render::table::clip;
 use crate::report::{Histogram, Report, RunScores, RunUsage, TaskStats};
 
 /// Most task rows in one plot.
@@ -228,8 +229,7 @@ pub fn task_rewards(report: &Report) -> Plot {
     for (row, &i) in pick.iter().enumerate() {
         let (name, _) = rows[i];
         let y0 = top + row_h * row as f64;
-        let label: String = crate::render::table::clip(name, 36);
-        s.text(left - 6.0, y0 + row_h / 2.0 + 4.0, "end", &label);
+        s.text(left - 6.0, y0 + row_h / 2.0 + 4.0, "end", &clip(name, 36));
         let stats = by_task.get(name).map(Vec::as_slice).unwrap_or(&[]);
         for (ri, t) in stats.iter().enumerate() {
             let Some(t) = t else { continue };
@@ -259,8 +259,7 @@ pub fn task_rewards(report: &Report) -> Plot {
 
 /// Forest plot of per-task paired deltas, with the overall estimate and its t-interval.
 pub fn forest(c: &Comparison) -> Plot {
-    let mut rows: Vec<&crate::compare::TaskDelta> =
-        c.tasks.iter().filter(|t| t.delta.is_some()).collect();
+    let mut rows: Vec<&TaskDelta> = c.tasks.iter().filter(|t| t.delta.is_some()).collect();
     rows.sort_by(|a, b| {
         b.delta
             .unwrap_or(0.0)
@@ -303,12 +302,7 @@ pub fn forest(c: &Comparison) -> Plot {
     for (row, &i) in pick.iter().enumerate() {
         let d = rows[i];
         let y = top + row_h * row as f64 + row_h / 2.0;
-        s.text(
-            left - 6.0,
-            y + 4.0,
-            "end",
-            &crate::render::table::clip(&d.task_id, 36),
-        );
+        s.text(left - 6.0, y + 4.0, "end", &clip(&d.task_id, 36));
         if let Some((l, h)) = d.interval {
             s.line(sx.at(l.max(lo)), y, sx.at(h.min(hi)), y, color(0), 1.5);
         }
@@ -354,11 +348,7 @@ pub fn cost_accuracy(report: &Report) -> Plot {
     let max_x = task_pts
         .iter()
         .map(|p| p.1)
-        .chain(
-            run_pts
-                .iter()
-                .map(|(_, _, u)| per_trial(u.cost_usd, u.trials.max(0) as usize)),
-        )
+        .chain(run_pts.iter().map(|(_, _, u)| u.cost_per_trial()))
         .fold(0.0f64, f64::max);
     let max_x = if max_x > 0.0 { max_x * 1.05 } else { 1.0 };
     let (left, right, top, bottom) = (70.0, 560.0, 40.0, 360.0);
@@ -390,7 +380,7 @@ pub fn cost_accuracy(report: &Report) -> Plot {
         let Some(acc) = sc.scores.accuracy else {
             continue;
         };
-        let x = sx.at(per_trial(u.cost_usd, u.trials.max(0) as usize));
+        let x = sx.at(u.cost_per_trial());
         if let Some((l, h)) = sc.scores.ci95 {
             s.line(x, sy.at(l.max(0.0)), x, sy.at(h.min(1.0)), color(ri), 2.0);
         }

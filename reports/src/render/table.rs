@@ -34,8 +34,10 @@ impl Table {
         self
     }
 
-    pub fn push(&mut self, row: Vec<String>) {
-        self.rows.push(row);
+    /// Appends `rows`, one `Vec` of cells per row, in the order of the headers.
+    pub fn rows(mut self, rows: impl IntoIterator<Item = Vec<String>>) -> Table {
+        self.rows.extend(rows);
+        self
     }
 
     /// Drops column `i` (used to leave out the run column of a one-run report).
@@ -240,9 +242,10 @@ mod tests {
 
     #[test]
     fn term_aligns_numbers_right() {
-        let mut t = Table::new("T", &[("name", Align::Left), ("n", Align::Right)]);
-        t.push(vec!["a".into(), "10".into()]);
-        t.push(vec!["bbb".into(), "2".into()]);
+        let t = Table::new("T", &[("name", Align::Left), ("n", Align::Right)]).rows([
+            vec!["a".into(), "10".into()],
+            vec!["bbb".into(), "2".into()],
+        ]);
         assert_eq!(
             term(&[t]),
             "T\n=\nname   n\n----  --\na     10\nbbb    2\n\n"
