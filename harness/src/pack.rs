@@ -132,6 +132,8 @@ pub struct EnvironmentSection {
     pub allow_internet: Option<bool>,
     pub env: BTreeMap<String, String>,
     pub workdir: Option<String>,
+    /// Values for the Dockerfile's ARGs (`docker build --build-arg NAME=VALUE`).
+    pub build_args: BTreeMap<String, String>,
 }
 
 /// Defaults when task.toml says nothing (Harbor's).

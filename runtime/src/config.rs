@@ -192,6 +192,9 @@ fn parse_file(
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
+    // `[images]` (the image store and registry mirrors) belongs to the harness, which reads it
+    // itself; it is no setting of a session.
+    table.remove("images");
     let mcp = match table.remove("mcp") {
         Some(value) => parse_mcp_table(value, path, project)?,
         None => Vec::new(),

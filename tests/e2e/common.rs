@@ -14,6 +14,8 @@ pub fn geode_in(dir: &Path) -> Command {
         }
     }
     c.env("GEODE_HOME", dir.join("home"));
+    // Images come from the machine-wide test store (bootstrapped there once).
+    c.env("GEODE_IMAGES", super::registry::shared_store());
     c
 }
 

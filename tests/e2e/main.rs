@@ -7,8 +7,11 @@ mod crash;
 mod crucible;
 mod daily;
 mod exec;
+mod images;
 mod mcp;
 mod providers;
+#[path = "../support/registry.rs"]
+mod registry;
 mod repl;
 mod run;
 mod search;

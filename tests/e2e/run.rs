@@ -16,7 +16,10 @@ fn repo() -> PathBuf {
 
 fn geode(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_geode"));
-    c.args(args).current_dir(repo()).env_remove("GEODE_MODEL");
+    c.args(args)
+        .current_dir(repo())
+        .env_remove("GEODE_MODEL")
+        .env("GEODE_IMAGES", super::registry::shared_store());
     c
 }
 
@@ -173,7 +176,16 @@ fn an_unknown_subcommand_runs_geode_name_from_path_with_its_arguments_and_exit_c
 fn a_harbor_style_task_builds_with_real_installs_and_reuses_its_layer() {
     let jobs = tempfile::tempdir().unwrap();
     let jobs_dir = jobs.path().to_str().unwrap();
-    let fixture = "tests/e2e/fixtures/harbor-python-task";
+    // The image store outlives the test (the base is bootstrapped once per machine), so its
+    // layers of this fixture may be there from an earlier run: a last step of this run's own
+    // makes the first build really build, and the earlier steps come from the cache.
+    let copy = jobs.path().join("harbor-python-task");
+    copy_tree(&repo().join("tests/e2e/fixtures/harbor-python-task"), &copy);
+    let dockerfile = copy.join("environment/Dockerfile");
+    let mut text = std::fs::read_to_string(&dockerfile).unwrap();
+    text.push_str(&format!("RUN echo {} > /.nonce\n", uuid::Uuid::new_v4()));
+    std::fs::write(&dockerfile, text).unwrap();
+    let fixture = copy.to_str().unwrap();
     let first = run_json(&[
         "run",
         fixture,
@@ -213,6 +225,18 @@ fn a_harbor_style_task_builds_with_real_installs_and_reuses_its_layer() {
     let ctrf: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(ctrf).unwrap()).unwrap();
     assert_eq!(ctrf["results"]["summary"]["passed"], 4);
+}
+
+fn copy_tree(src: &Path, dst: &Path) {
+    for entry in walkdir::WalkDir::new(src) {
+        let entry = entry.unwrap();
+        let to = dst.join(entry.path().strip_prefix(src).unwrap());
+        if entry.file_type().is_dir() {
+            std::fs::create_dir_all(&to).unwrap();
+        } else {
+            std::fs::copy(entry.path(), &to).unwrap();
+        }
+    }
 }
 
 fn trial_results(jobs: &Path, run_id: &str) -> Vec<(String, String, Option<f64>, u64)> {

@@ -1,23 +1,92 @@
-//! Choosing an environment backend by name.
+//! Choosing an environment backend by name, and where its images live.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use geode_harness::env::Backend;
 use geode_harness::env::host::HostBackend;
-use geode_harness::env::sandbox::{SandboxBackend, SandboxConfig};
+use geode_harness::env::sandbox::{BaseMode, SandboxBackend, SandboxConfig};
 
-/// `sandbox` keeps image layers and trial scratch under `<jobs>/.sandbox` (one filesystem, as
-/// overlayfs needs) and hides the jobs folder from trials, so no trial reads another's logs.
+/// Where images live and which registries mirror which: `[images]` in
+/// `$GEODE_HOME/config.toml` (`store = "/path"`, `mirrors = { "docker.io" = "http://..." }`),
+/// with `GEODE_IMAGES` overriding the store.
+#[derive(Debug, Clone)]
+pub struct ImageSettings {
+    pub store: PathBuf,
+    pub mirrors: BTreeMap<String, String>,
+}
+
+impl ImageSettings {
+    pub fn load() -> anyhow::Result<Self> {
+        let home = super::exec::geode_home();
+        let mut settings = ImageSettings {
+            store: home.join("images"),
+            mirrors: BTreeMap::new(),
+        };
+        let file = home.join("config.toml");
+        if file.is_file() {
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("reading {}", file.display()))?;
+            let table: toml::Table =
+                toml::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
+            if let Some(images) = table.get("images") {
+                let Some(images) = images.as_table() else {
+                    bail!("{}: [images] must be a table", file.display());
+                };
+                for (key, value) in images {
+                    match (key.as_str(), value) {
+                        ("store", toml::Value::String(s)) => settings.store = PathBuf::from(s),
+                        ("mirrors", toml::Value::Table(m)) => {
+                            for (registry, url) in m {
+                                let Some(url) = url.as_str() else {
+                                    bail!(
+                                        "{}: images.mirrors.{registry} must be a URL string",
+                                        file.display()
+                                    );
+                                };
+                                settings.mirrors.insert(registry.clone(), url.to_string());
+                            }
+                        }
+                        (other, _) => bail!(
+                            "{}: images.{other}: unknown or mistyped (store = \"PATH\", \
+                             mirrors = {{ REGISTRY = \"URL\" }})",
+                            file.display()
+                        ),
+                    }
+                }
+            }
+        }
+        if let Some(store) = std::env::var_os("GEODE_IMAGES") {
+            settings.store = PathBuf::from(store);
+        }
+        Ok(settings)
+    }
+}
+
+/// `sandbox` keeps trial scratch (and `--base host` layers) under `<jobs>/.sandbox` and the
+/// images in the image store.
 pub fn make(name: &str, allow_host: bool, jobs_dir: &Path) -> anyhow::Result<Arc<dyn Backend>> {
+    make_with_base(name, allow_host, jobs_dir, BaseMode::Image)
+}
+
+pub fn make_with_base(
+    name: &str,
+    allow_host: bool,
+    jobs_dir: &Path,
+    base: BaseMode,
+) -> anyhow::Result<Arc<dyn Backend>> {
     std::fs::create_dir_all(jobs_dir)
         .with_context(|| format!("creating {}", jobs_dir.display()))?;
     let jobs = std::fs::canonicalize(jobs_dir)?;
     match name {
         "sandbox" => {
             let exe = std::env::current_exe().context("locating the geode executable")?;
-            let mut config = SandboxConfig::new(exe, jobs.join(".sandbox"));
+            let images = ImageSettings::load()?;
+            let mut config = SandboxConfig::new(exe, jobs.join(".sandbox"), images.store);
+            config.mirrors = images.mirrors;
+            config.base = base;
             config.hide.push(jobs);
             Ok(Arc::new(SandboxBackend::new(config)?))
         }

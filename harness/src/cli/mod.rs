@@ -13,6 +13,7 @@ mod curate;
 mod dataset;
 mod exec;
 mod external;
+mod image;
 mod mcp;
 mod progress;
 mod receipts;
@@ -69,6 +70,9 @@ pub enum Command {
     Receipts(receipts::ReceiptsCommand),
     /// Run a benchmark: every task of a pack, K attempts each, in sandboxes.
     Run(run::RunArgs),
+    /// The image store: pull, load (`docker save` tarballs, OCI layouts), ls, rm, prune.
+    #[command(subcommand)]
+    Image(image::ImageCommand),
     /// Frozen contracts, paired campaigns, the promotion gate, power, sealed holdouts.
     #[command(subcommand)]
     Crucible(crucible::CrucibleCommand),
@@ -140,6 +144,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Resume(args) => runtime.block_on(resume::run(args)),
         Command::Receipts(cmd) => receipts::run(cmd),
         Command::Run(args) => runtime.block_on(run::run(args)),
+        Command::Image(cmd) => runtime.block_on(image::run(cmd)),
         Command::Tasks(cmd) => runtime.block_on(tasks::run(cmd)),
         Command::Show(args) => show::show(args),
         Command::Grade(args) => runtime.block_on(show::grade(args)),

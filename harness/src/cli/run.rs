@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use geode_harness::env::Backend;
+use geode_harness::env::{Backend, BaseMode};
 use geode_harness::rollout::job::{CONFIG_SCHEMA, RunConfig, resume_run, start_run};
 use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
@@ -44,6 +44,10 @@ pub struct RunArgs {
     /// Allow the `host` backend, which runs tasks on this machine without isolation.
     #[arg(long)]
     allow_host: bool,
+    /// What trials are rooted in: `image` (the image each task names; default) or `host` (the
+    /// host's own root with the Dockerfile's steps over it, labelled so in every result).
+    #[arg(long, default_value = "image", value_parser = ["image", "host"])]
+    base: String,
     /// Scaffold file (TOML).
     #[arg(long)]
     scaffold: Option<PathBuf>,
@@ -62,8 +66,13 @@ fn backend(
     name: &str,
     allow_host: bool,
     jobs_dir: &std::path::Path,
+    base: &str,
 ) -> anyhow::Result<Arc<dyn Backend>> {
-    super::backends::make(name, allow_host, jobs_dir)
+    let base = match base {
+        "host" => BaseMode::Host,
+        _ => BaseMode::Image,
+    };
+    super::backends::make_with_base(name, allow_host, jobs_dir, base)
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -93,6 +102,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 &config.backend,
                 args.allow_host || config.backend != "host",
                 &args.jobs_dir,
+                &config.base,
             )?;
             let n = (args.concurrency != 1).then_some(args.concurrency);
             resume_run(run_id, &args.jobs_dir, n, backend, progress, cancel.clone()).await?
@@ -129,10 +139,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 tasks_glob: args.tasks.clone(),
                 timeout_multiplier: args.timeout_multiplier,
                 backend: args.env.clone(),
+                base: args.base.clone(),
                 max_infra_retries: args.max_infra_retries,
                 scaffold,
             };
-            let backend = backend(&args.env, args.allow_host, &args.jobs_dir)?;
+            let backend = backend(&args.env, args.allow_host, &args.jobs_dir, &args.base)?;
             start_run(config, &args.jobs_dir, backend, progress, cancel.clone()).await?
         }
     };

@@ -101,6 +101,7 @@ async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Res
             tasks_glob: None,
             timeout_multiplier: 1.0,
             backend: "sandbox".into(),
+            base: "image".into(),
             max_infra_retries: 1,
             scaffold: Scaffold::default(),
         };

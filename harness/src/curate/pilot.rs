@@ -61,6 +61,7 @@ impl PilotRunner for RunPilot {
             tasks_glob: None,
             timeout_multiplier: 1.0,
             backend: self.backend_name.clone(),
+            base: "image".into(),
             max_infra_retries: 2,
             scaffold: Scaffold::default(),
         };

@@ -1,12 +1,18 @@
-//! Image preparation: run a task's Dockerfile in a build sandbox (with network, as
-//! `docker build` has) and keep its writable layer as the task's image.
+//! Image preparation: a task's base image (from the image store, a registry, or bootstrapped:
+//! [`super::base`]) with its Dockerfile's steps run over it, one cached layer per step.
 //!
-//! Cache: `cache_dir/<key>/` where key = sha256 over a builder version and every file of the
-//! `environment/` folder (relative path, mode, bytes, each length-prefixed; the Dockerfile is
-//! one of them). A build runs under a temporary name and is renamed into place only after it
-//! succeeded, with `image.json` and the `done` marker written last, so a half-built layer is
-//! never reused. The host root stands in for the FROM image; differences worth knowing (another
-//! Python version ...) go into the image's notes.
+//! Each RUN and COPY/ADD runs in a build sandbox (with network, as `docker build` has) whose
+//! lower layers are the image so far and whose upper becomes the step's layer. A step's cache
+//! key chains its parent's key, the instruction as written, and the content of what it copies
+//! (the build args of the task enter at the stage's start), so a changed step rebuilds from
+//! there and every step before it is reused: across trials, runs and tasks that share lines.
+//! Metadata instructions (ENV, ARG, WORKDIR, USER, SHELL) change the key but make no layer.
+//! Multi-stage builds build only the stages the last one needs; `COPY --from` exports its
+//! sources from the other stage's sandbox into a host folder the step then copies from.
+//!
+//! `--base host` keeps the older stand-in: the host root under one layer that all the steps
+//! write into, cached under `cache_dir/<key>/` (key = sha256 over a builder version and every
+//! file of `environment/`), with `image.json` and the `done` marker written last.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,11 +21,19 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::base::Bases;
 use super::cgroup::Limits;
-use super::dockerfile::{self, Step};
-use super::sandbox::{Launch, SandboxBackend};
-use super::steps::Builder;
-use super::{EnvError, EnvironmentSpec, PreparedImage};
+use super::dockerfile::{self, Instruction, Step};
+use super::image::{ImageStore, StoredImage};
+use super::protocol::Bind;
+use super::sandbox::{BaseMode, Launch, SandboxBackend};
+use super::steps::{Builder, StageState, step_name};
+use super::{EnvError, EnvironmentSpec, ImageRoot, PreparedImage};
+
+/// What results say of a host-root stand-in.
+pub(crate) const HOST_SOURCE: &str = "host root (--base host)";
+/// Changes whenever the meaning of a step's layer changes, so old layers stop matching.
+const STEP_VERSION: &str = "geode.build.step.v1";
 
 /// Changes whenever a build's meaning changes, so old layers stop matching.
 const BUILDER_VERSION: &str = "geode.image.v1";
@@ -46,14 +60,601 @@ pub(crate) async fn prepare(
     backend: &SandboxBackend,
     spec: &EnvironmentSpec,
 ) -> Result<PreparedImage, EnvError> {
+    match backend.config().base {
+        BaseMode::Host => prepare_on_host(backend, spec).await,
+        BaseMode::Image => prepare_image(backend, spec).await,
+    }
+}
+
+/// One `FROM` and the instructions up to the next.
+#[derive(Debug)]
+pub(crate) struct Stage {
+    name: Option<String>,
+    from: String,
+    steps: Vec<Step>,
+}
+
+/// A finished stage: the image it leaves.
+#[derive(Debug, Clone)]
+pub(crate) struct Built {
+    pub layers: Vec<PathBuf>,
+    /// The chained key of its last step: what a `COPY --from` of it depends on.
+    pub key: String,
+    pub state: StageState,
+    /// The base image at the bottom of the chain, as named, and where it came from.
+    pub from: String,
+    pub source: String,
+    pub digest: Option<String>,
+    pub notes: Vec<String>,
+    /// Every step's layer was in the store already.
+    pub cache_hit: bool,
+}
+
+impl Built {
+    /// A stage that starts from a stored image.
+    pub(crate) fn from_image(named: &str, image: &StoredImage, notes: Vec<String>) -> Self {
+        let c = &image.config;
+        Built {
+            layers: image.layers.clone(),
+            key: chain(STEP_VERSION, &[image.digest.as_bytes()]),
+            state: StageState::from_image(
+                &c.env,
+                c.working_dir.as_deref(),
+                c.user.as_deref(),
+                c.shell.as_deref(),
+            ),
+            from: named.to_string(),
+            source: super::base::describe(&image.source),
+            digest: Some(image.digest.clone()),
+            notes,
+            cache_hit: true,
+        }
+    }
+}
+
+/// sha256 over a parent key and length-prefixed parts.
+fn chain(parent: &str, parts: &[&[u8]]) -> String {
+    let mut h = Sha256::new();
+    h.update((parent.len() as u64).to_le_bytes());
+    h.update(parent.as_bytes());
+    for part in parts {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part);
+    }
+    hex::encode(h.finalize())
+}
+
+async fn prepare_image(
+    backend: &SandboxBackend,
+    spec: &EnvironmentSpec,
+) -> Result<PreparedImage, EnvError> {
+    let started = Instant::now();
+    let bases = Bases::open(backend)?;
+    if let Some(image) = &spec.docker_image {
+        let base = bases.resolve(image).await?;
+        return Ok(prepared(base, spec, started));
+    }
+    let dockerfile = spec.environment_dir.join("Dockerfile");
+    if !dockerfile.is_file() {
+        return Err(EnvError::Unsupported(format!(
+            "{}: no environment/Dockerfile and no [environment] docker_image: nothing names \
+             the image this task runs in",
+            spec.task_name
+        )));
+    }
+    let text = tokio::fs::read_to_string(&dockerfile)
+        .await
+        .map_err(io(format!("read {}", dockerfile.display())))?;
+    let steps = dockerfile::parse(&text)?;
+    let (global, stages) = split_stages(steps, &spec.build_args)?;
+    let needed = needed_stages(&stages, &global)?;
+    let deadline = started + spec.build_timeout;
+    let mut built: Vec<Option<Built>> = Vec::with_capacity(stages.len());
+    for (i, stage) in stages.iter().enumerate() {
+        if !needed[i] {
+            built.push(None);
+            continue;
+        }
+        let from = dockerfile::expand(&stage.from, &|n| lookup(&global, n));
+        let base = match stage_index(&stages[..i], &from) {
+            Some(j) => match &built[j] {
+                Some(b) => {
+                    let mut b = b.clone();
+                    b.state.args.clear();
+                    b.state.ignored.clear();
+                    b
+                }
+                None => return Err(internal("a needed stage was not built")),
+            },
+            None if from == "scratch" => Built {
+                layers: Vec::new(),
+                key: chain(STEP_VERSION, &[b"scratch"]),
+                state: StageState::from_image(&[], None, None, None),
+                from: from.clone(),
+                source: "scratch (empty)".into(),
+                digest: None,
+                notes: Vec::new(),
+                cache_hit: true,
+            },
+            None => bases.resolve(&from).await?,
+        };
+        let stage_built = build_steps(
+            backend,
+            &bases,
+            spec,
+            base,
+            &stage.steps,
+            &stages[..i],
+            &built,
+            deadline,
+        )
+        .await?;
+        built.push(Some(stage_built));
+    }
+    match built.pop().flatten() {
+        Some(last) => Ok(prepared(last, spec, started)),
+        None => Err(internal("the last stage was not built")),
+    }
+}
+
+fn internal(what: &str) -> EnvError {
+    EnvError::Lost(format!("image build: {what}"))
+}
+
+fn lookup(args: &[(String, String)], name: &str) -> Option<String> {
+    args.iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+}
+
+fn prepared(built: Built, spec: &EnvironmentSpec, started: Instant) -> PreparedImage {
+    let mut notes = built.notes;
+    if !built.state.ignored.is_empty() {
+        notes.push(format!(
+            "Dockerfile instructions ignored: {}",
+            built.state.ignored.join(", ")
+        ));
+    }
+    let mut env = built.state.final_env();
+    env.extend(spec.env.iter().cloned());
+    PreparedImage {
+        root: ImageRoot::Layers(built.layers),
+        workdir: built.state.workdir,
+        env,
+        user: built.state.user,
+        from: built.from,
+        source: built.source,
+        digest: built.digest,
+        notes,
+        cache_hit: built.cache_hit,
+        build_duration: started.elapsed(),
+    }
+}
+
+/// The ARGs before the first FROM (usable in FROM lines, task values winning) and the stages.
+fn split_stages(
+    steps: Vec<Step>,
+    build_args: &[(String, String)],
+) -> Result<(Vec<(String, String)>, Vec<Stage>), EnvError> {
+    let mut global = Vec::new();
+    let mut stages: Vec<Stage> = Vec::new();
+    for step in steps {
+        match &step.instruction {
+            Instruction::From { image, alias } => stages.push(Stage {
+                name: alias.clone(),
+                from: image.clone(),
+                steps: Vec::new(),
+            }),
+            _ => match stages.last_mut() {
+                Some(stage) => stage.steps.push(step),
+                None => match &step.instruction {
+                    Instruction::Arg { name, default } => {
+                        let value = lookup(build_args, name)
+                            .or_else(|| default.clone())
+                            .unwrap_or_default();
+                        global.push((name.clone(), value));
+                    }
+                    _ => {
+                        return Err(EnvError::SetupFailed {
+                            step: step_name(&step),
+                            message: "only ARG may come before the first FROM".into(),
+                        });
+                    }
+                },
+            },
+        }
+    }
+    if stages.is_empty() {
+        return Err(EnvError::SetupFailed {
+            step: "Dockerfile".into(),
+            message: "no FROM instruction".into(),
+        });
+    }
+    Ok((global, stages))
+}
+
+/// A stage by name (case-insensitive, as docker) or index, among the ones before.
+fn stage_index(before: &[Stage], name: &str) -> Option<usize> {
+    before
+        .iter()
+        .rposition(|s| {
+            s.name
+                .as_deref()
+                .is_some_and(|n| n.eq_ignore_ascii_case(name))
+        })
+        .or_else(|| name.parse::<usize>().ok().filter(|&i| i < before.len()))
+}
+
+/// Which stages the last one needs (through FROM and COPY --from), as BuildKit builds them.
+fn needed_stages(stages: &[Stage], global: &[(String, String)]) -> Result<Vec<bool>, EnvError> {
+    let mut needed = vec![false; stages.len()];
+    let mut todo = vec![stages.len() - 1];
+    while let Some(i) = todo.pop() {
+        if needed[i] {
+            continue;
+        }
+        needed[i] = true;
+        let from = dockerfile::expand(&stages[i].from, &|n| lookup(global, n));
+        let mut refs = vec![from];
+        for step in &stages[i].steps {
+            if let Instruction::Copy(copy) = &step.instruction
+                && let Some(src) = &copy.from
+            {
+                refs.push(src.clone());
+            }
+        }
+        for r in refs {
+            if let Some(j) = stage_index(&stages[..i], &r) {
+                todo.push(j);
+            }
+        }
+    }
+    Ok(needed)
+}
+
+/// Run a stage's steps over `base`, reusing every step layer the store already has.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn build_steps(
+    backend: &SandboxBackend,
+    bases: &Bases<'_>,
+    spec: &EnvironmentSpec,
+    base: Built,
+    steps: &[Step],
+    earlier: &[Stage],
+    built: &[Option<Built>],
+    deadline: Instant,
+) -> Result<Built, EnvError> {
+    let store = bases.store();
+    let args_key: Vec<u8> = spec
+        .build_args
+        .iter()
+        .flat_map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes(), b"\n"].concat())
+        .collect();
+    let mut key = chain(&base.key, &[&args_key]);
+    let mut layers = base.layers.clone();
+    let mut cache_hit = true;
+    let mut builder = Builder::new(
+        &spec.environment_dir,
+        deadline,
+        spec.build_timeout,
+        base.state.clone(),
+        &spec.build_args,
+    );
+    for step in steps {
+        builder.check_deadline(step)?;
+        key = chain(&key, &[step.text.as_bytes()]);
+        if builder.apply(step) {
+            continue;
+        }
+        // What the step copies from: the context's files, or another stage or image.
+        let mut from_layers = None;
+        if let Instruction::Copy(copy) = &step.instruction {
+            match &copy.from {
+                Some(src) => {
+                    let src = builder.expand(src);
+                    let other = match stage_index(earlier, &src) {
+                        Some(j) => built[j]
+                            .clone()
+                            .ok_or_else(|| internal("a COPY --from stage was not built"))?,
+                        None => Box::pin(bases.resolve(&src)).await?,
+                    };
+                    key = chain(&key, &[other.key.as_bytes()]);
+                    from_layers = Some(other.layers);
+                }
+                None => {
+                    let inputs = builder.copy_inputs(step)?;
+                    let context = spec.environment_dir.clone();
+                    let digest =
+                        tokio::task::spawn_blocking(move || content_digest(&context, &inputs))
+                            .await
+                            .map_err(|e| internal(&format!("hashing task: {e}")))?
+                            .map_err(io(format!(
+                                "hash the build context of {}",
+                                step_name(step)
+                            )))?;
+                    key = chain(&key, &[digest.as_bytes()]);
+                }
+            }
+        }
+        if let Some(layer) = store.layer(&key) {
+            layers.push(layer);
+            continue;
+        }
+        cache_hit = false;
+        let layer = run_step(
+            backend,
+            store,
+            &layers,
+            &mut builder,
+            step,
+            from_layers.as_deref(),
+            &key,
+        )
+        .await?;
+        layers.push(layer);
+    }
+    Ok(Built {
+        layers,
+        key,
+        state: builder.state,
+        from: base.from,
+        source: base.source,
+        digest: base.digest,
+        notes: base.notes,
+        cache_hit: base.cache_hit && cache_hit,
+    })
+}
+
+/// sha256 over the relative path, mode and bytes (or link target) of every file under the
+/// given context paths, in path order.
+fn content_digest(context: &Path, inputs: &[PathBuf]) -> std::io::Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut h = Sha256::new();
+    let field = |h: &mut Sha256, bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    for input in inputs {
+        for entry in walkdir::WalkDir::new(input).sort_by_file_name() {
+            let entry = entry.map_err(std::io::Error::other)?;
+            let rel = entry.path().strip_prefix(context).unwrap_or(entry.path());
+            let meta = entry.path().symlink_metadata()?;
+            field(&mut h, rel.to_string_lossy().as_bytes());
+            h.update(meta.permissions().mode().to_le_bytes());
+            if meta.file_type().is_symlink() {
+                field(
+                    &mut h,
+                    std::fs::read_link(entry.path())?
+                        .to_string_lossy()
+                        .as_bytes(),
+                );
+            } else if meta.is_file() {
+                field(&mut h, &std::fs::read(entry.path())?);
+            }
+        }
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
+/// An empty lower layer, for a sandbox whose whole root is its upper (FROM scratch, a
+/// bootstrap's finishing run).
+pub(crate) fn empty_layer(store: &ImageStore) -> Result<PathBuf, EnvError> {
+    const EMPTY: &str = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+    if let Some(layer) = store.layer(EMPTY) {
+        return Ok(layer);
+    }
+    let tmp = store.temp_dir().map_err(image_error)?;
+    let dir = tmp.join("fs");
+    std::fs::create_dir_all(&dir).map_err(io(format!("create {}", dir.display())))?;
+    let layer = store.adopt_layer(EMPTY, &dir).map_err(image_error);
+    let _ = std::fs::remove_dir_all(&tmp);
+    layer
+}
+
+pub(crate) fn image_error(e: super::image::ImageError) -> EnvError {
+    EnvError::SetupFailed {
+        step: "image store".into(),
+        message: e.to_string(),
+    }
+}
+
+/// Run one RUN or COPY step in a sandbox over `lower` and keep its upper as layer `id`.
+async fn run_step(
+    backend: &SandboxBackend,
+    store: &ImageStore,
+    lower: &[PathBuf],
+    builder: &mut Builder<'_>,
+    step: &Step,
+    from_layers: Option<&[PathBuf]>,
+    id: &str,
+) -> Result<PathBuf, EnvError> {
+    let tmp = store.temp_dir().map_err(image_error)?;
+    let result = async {
+        let exported = match (from_layers, &step.instruction) {
+            (Some(layers), Instruction::Copy(copy)) => {
+                let sources: Vec<String> = copy.sources.iter().map(|s| builder.expand(s)).collect();
+                Some(export(backend, layers, &sources, &tmp.join("export"), step).await?)
+            }
+            _ => None,
+        };
+        let dir = tmp.join("step");
+        let handle = backend
+            .launch(Launch {
+                dir: dir.clone(),
+                root: ImageRoot::Layers(nonempty(store, lower)?),
+                workdir: builder.state.workdir.clone(),
+                env: build_env(),
+                user: None,
+                network: true,
+                limits: Limits::default(),
+                binds: build_binds(),
+                remove_dir: false,
+            })
+            .await?;
+        let outcome = builder.execute(&handle, step, exported.as_deref()).await;
+        let mut handle = handle;
+        let shutdown = handle.shutdown().await;
+        outcome?;
+        shutdown?;
+        let upper = dir.join("upper");
+        clean_layer(&upper);
+        store.adopt_layer(id, &upper).map_err(image_error)
+    }
+    .await;
+    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(tmp)).await;
+    result
+}
+
+fn nonempty(store: &ImageStore, lower: &[PathBuf]) -> Result<Vec<PathBuf>, EnvError> {
+    if lower.is_empty() {
+        Ok(vec![empty_layer(store)?])
+    } else {
+        Ok(lower.to_vec())
+    }
+}
+
+/// Copy `sources` (absolute paths of the other stage or image) out of a sandbox of `layers`
+/// into `out` on the host, keeping their paths: `COPY --from` then copies from there.
+async fn export(
+    backend: &SandboxBackend,
+    layers: &[PathBuf],
+    sources: &[String],
+    out: &Path,
+    step: &Step,
+) -> Result<PathBuf, EnvError> {
+    const AT: &str = "/.geode-export";
+    std::fs::create_dir_all(out).map_err(io(format!("create {}", out.display())))?;
+    let handle = backend
+        .launch(Launch {
+            dir: out.with_extension("sandbox"),
+            root: ImageRoot::Layers(layers.to_vec()),
+            workdir: "/".into(),
+            env: Vec::new(),
+            user: None,
+            network: false,
+            limits: Limits::default(),
+            binds: vec![Bind {
+                host: out.to_path_buf(),
+                inside: AT.into(),
+                read_only: false,
+            }],
+            remove_dir: true,
+        })
+        .await?;
+    // Patterns stay unquoted so the shell expands them, as docker matches them.
+    let words: Vec<String> = sources
+        .iter()
+        .map(|s| {
+            let rel = format!("./{}", s.trim_start_matches('/'));
+            if rel.contains(['*', '?', '[']) {
+                rel
+            } else {
+                format!("'{}'", rel.replace('\'', r"'\''"))
+            }
+        })
+        .collect();
+    let command = format!("cd / && cp -a --parents -- {} {AT}/", words.join(" "));
+    let req = geode_runtime::tools::workspace::ExecRequest {
+        command: command.clone(),
+        cwd: Some(PathBuf::from("/")),
+        timeout: Duration::from_secs(600),
+        output_cap: 64 << 10,
+        env: Vec::new(),
+    };
+    let result = handle
+        .exec_as(
+            req,
+            Some(vec!["/bin/sh".into(), "-c".into()]),
+            Some("0".into()),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await;
+    let mut handle = handle;
+    let _ = handle.shutdown().await;
+    let result = result?;
+    if result.exit_code != Some(0) {
+        return Err(EnvError::SetupFailed {
+            step: step_name(step),
+            message: format!(
+                "copying {} out of the other stage failed: {}{}",
+                sources.join(" "),
+                result.stdout,
+                result.stderr
+            ),
+        });
+    }
+    Ok(out.to_path_buf())
+}
+
+/// The host's CA bundle, for a build step's downloads. A machine whose egress re-signs TLS (a
+/// proxy with its own CA, as here) would otherwise fail every `pip install` and `curl https://`
+/// of a build, as `docker build` on it would. The bundle is bound at a path of its own (the
+/// image's `/etc/ssl` stays the image's, so `apt-get install ca-certificates` still works) and
+/// named by the variables the usual clients read; no layer keeps it.
+const HOST_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+const BUILD_CA_AT: &str = "/.geode-host-ca.crt";
+
+fn build_binds() -> Vec<Bind> {
+    if Path::new(HOST_CA_BUNDLE).is_file() {
+        vec![Bind {
+            host: PathBuf::from(HOST_CA_BUNDLE),
+            inside: BUILD_CA_AT.into(),
+            read_only: true,
+        }]
+    } else {
+        Vec::new()
+    }
+}
+
+fn build_env() -> Vec<(String, String)> {
+    if !Path::new(HOST_CA_BUNDLE).is_file() {
+        return Vec::new();
+    }
+    [
+        "SSL_CERT_FILE",
+        "PIP_CERT",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "NODE_EXTRA_CA_CERTS",
+    ]
+    .iter()
+    .map(|k| (k.to_string(), BUILD_CA_AT.to_string()))
+    .collect()
+}
+
+/// Remove what the sandbox itself put into a step's upper layer: the inbox's mount point and
+/// the empty files that `/etc/hosts`, `/etc/resolv.conf` and the CA bundle were bound over.
+pub(crate) fn clean_layer(upper: &Path) {
+    let _ = std::fs::remove_dir(upper.join(super::protocol::INBOX.trim_start_matches('/')));
+    for file in [
+        "etc/hosts",
+        "etc/resolv.conf",
+        BUILD_CA_AT.trim_start_matches('/'),
+    ] {
+        let path = upper.join(file);
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.len() == 0) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// `--base host`: the Dockerfile's steps replayed over the host root into one cached layer.
+async fn prepare_on_host(
+    backend: &SandboxBackend,
+    spec: &EnvironmentSpec,
+) -> Result<PreparedImage, EnvError> {
     let dockerfile = spec.environment_dir.join("Dockerfile");
     if !dockerfile.is_file() {
         return Ok(PreparedImage {
-            layer_dir: None,
+            root: ImageRoot::Host { layer: None },
             workdir: "/".into(),
             env: spec.env.clone(),
             user: None,
             from: String::new(),
+            source: HOST_SOURCE.into(),
+            digest: None,
             notes: vec!["no environment/Dockerfile: the host root is the image".into()],
             cache_hit: false,
             build_duration: Duration::ZERO,
@@ -80,16 +681,23 @@ pub(crate) async fn prepare(
     let final_dir = backend.config().cache_dir.join(&key);
     let (meta, cache_hit) = match load_meta(&final_dir) {
         Some(meta) => (meta, true),
-        None => (build(backend, spec, &steps, &key, &final_dir).await?, false),
+        None => (
+            build_on_host(backend, spec, &steps, &key, &final_dir).await?,
+            false,
+        ),
     };
     let mut env = meta.env.clone();
     env.extend(spec.env.iter().cloned());
     Ok(PreparedImage {
-        layer_dir: Some(final_dir.join("upper")),
+        root: ImageRoot::Host {
+            layer: Some(final_dir.join("upper")),
+        },
         workdir: meta.workdir,
         env,
         user: meta.user,
         from: meta.from,
+        source: HOST_SOURCE.into(),
+        digest: None,
         notes: meta.notes,
         cache_hit,
         build_duration: Duration::from_millis(meta.build_duration_ms),
@@ -135,7 +743,7 @@ pub(crate) fn cache_key(env_dir: &Path) -> std::io::Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
-async fn build(
+async fn build_on_host(
     backend: &SandboxBackend,
     spec: &EnvironmentSpec,
     steps: &[Step],
@@ -150,24 +758,62 @@ async fn build(
     let handle = backend
         .launch(Launch {
             dir: tmp.clone(),
-            layer: None,
+            root: ImageRoot::Host { layer: None },
             workdir: "/".into(),
             env: Vec::new(),
             user: None,
             network: true,
-            limits: Limits {
-                memory_bytes: None,
-                pids_max: None,
-                cpus: None,
-            },
+            limits: Limits::default(),
             binds: Vec::new(),
             remove_dir: false,
         })
         .await?;
     let deadline = started + spec.build_timeout;
-    let mut builder = Builder::new(&handle, &spec.environment_dir, deadline, spec.build_timeout);
-    let outcome = builder.run(steps).await;
-    let built = builder.finish();
+    let mut state = StageState::from_image(&[], None, None, None);
+    let mut from = String::new();
+    let mut outcome = Ok(());
+    let mut builder = Builder::new(
+        &spec.environment_dir,
+        deadline,
+        spec.build_timeout,
+        state.clone(),
+        &spec.build_args,
+    );
+    for step in steps {
+        if let Instruction::From { image, .. } = &step.instruction {
+            if !from.is_empty() {
+                outcome = Err(EnvError::Unsupported(format!(
+                    "Dockerfile line {}: a second FROM (multi-stage builds need an image base, \
+                     not --base host)",
+                    step.line
+                )));
+                break;
+            }
+            from = builder.expand(image);
+            if is_python_image(&from) {
+                // Official python images install packages system-wide with pip; a Debian
+                // host root marks its Python as externally managed (PEP 668), so the
+                // stand-in would refuse the `RUN pip install` every such task starts with.
+                builder
+                    .state
+                    .env
+                    .push(("PIP_BREAK_SYSTEM_PACKAGES".into(), "1".into()));
+                builder
+                    .state
+                    .env
+                    .push(("PIP_ROOT_USER_ACTION".into(), "ignore".into()));
+            }
+            continue;
+        }
+        if builder.apply(step) {
+            continue;
+        }
+        if let Err(e) = builder.execute(&handle, step, None).await {
+            outcome = Err(e);
+            break;
+        }
+    }
+    state = builder.state;
     let mut handle = handle;
     let shutdown = handle.shutdown().await;
     let remove_tmp = |tmp: PathBuf| async move {
@@ -177,19 +823,19 @@ async fn build(
         remove_tmp(tmp).await;
         return Err(e);
     }
-    let mut notes = from_notes(&built.from);
-    if !built.ignored.is_empty() {
+    let mut notes = from_notes(&from);
+    if !state.ignored.is_empty() {
         notes.push(format!(
             "Dockerfile instructions ignored: {}",
-            built.ignored.join(", ")
+            state.ignored.join(", ")
         ));
     }
     let meta = ImageMeta {
         schema: IMAGE_SCHEMA.into(),
-        from: built.from,
-        workdir: built.workdir,
-        env: built.env,
-        user: built.user,
+        from,
+        workdir: state.workdir.clone(),
+        env: state.final_env(),
+        user: state.user.clone(),
         notes,
         build_duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
     };
@@ -301,6 +947,12 @@ pub(crate) fn from_notes(from: &str) -> Vec<String> {
         }
     }
     notes
+}
+
+/// `python:3.11-slim`, `docker.io/library/python:3.12`, ...
+fn is_python_image(from: &str) -> bool {
+    let name = from.split(':').next().unwrap_or("");
+    name == "python" || name.ends_with("/python")
 }
 
 #[cfg(test)]

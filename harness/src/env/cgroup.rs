@@ -13,7 +13,7 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// CFS period for the cpu quota (the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Limits {
     pub memory_bytes: Option<u64>,
     pub pids_max: Option<u64>,

@@ -1,7 +1,7 @@
 //! A Dockerfile parser for the instructions benchmark tasks use.
 //!
-//! Handled: FROM, RUN (shell and exec form, heredocs), COPY/ADD (`--chown`, `--chmod`,
-//! heredocs), WORKDIR, ENV (`a=b c=d` and `a b`), ARG (defaults), USER, SHELL, line
+//! Handled: FROM (`AS NAME`, so multi-stage builds), RUN (shell and exec form, heredocs), COPY/ADD (`--chown`, `--chmod`,
+//! `--from`, heredocs), WORKDIR, ENV (`a=b c=d` and `a b`), ARG (defaults), USER, SHELL, line
 //! continuations and comments. Ignored but recorded: LABEL, EXPOSE, CMD, ENTRYPOINT,
 //! HEALTHCHECK, VOLUME, STOPSIGNAL, MAINTAINER. Anything else is [`EnvError::Unsupported`].
 //! Variables are expanded later, while the build runs ([`expand`]), because their values
@@ -20,7 +20,12 @@ pub struct Step {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Instruction {
-    From(String),
+    /// `FROM [--platform=P] IMAGE [AS NAME]`: the image (or an earlier stage's name) and this
+    /// stage's name.
+    From {
+        image: String,
+        alias: Option<String>,
+    },
     Run(Command),
     Copy(Copy),
     Workdir(String),
@@ -51,6 +56,8 @@ pub struct Copy {
     pub chmod: Option<String>,
     /// `COPY <<EOF /dest`: the file's content.
     pub heredoc: Option<String>,
+    /// `COPY --from=STAGE`: an earlier stage (by name or index) or an image reference.
+    pub from: Option<String>,
 }
 
 const IGNORED: &[&str] = &[
@@ -151,7 +158,27 @@ fn instruction(
     line: usize,
 ) -> Result<Instruction, EnvError> {
     Ok(match keyword {
-        "FROM" => Instruction::From(rest.to_string()),
+        "FROM" => {
+            // The platform is always linux/amd64 here; the flag has nothing to choose.
+            let (_flags, rest) = split_flags(rest);
+            let words = split_words(&rest);
+            match words.as_slice() {
+                [image] => Instruction::From {
+                    image: image.clone(),
+                    alias: None,
+                },
+                [image, kw, alias] if kw.eq_ignore_ascii_case("as") => Instruction::From {
+                    image: image.clone(),
+                    alias: Some(alias.clone()),
+                },
+                _ => {
+                    return Err(bad(
+                        line,
+                        format!("FROM {rest:?}: expected IMAGE [AS NAME]"),
+                    ));
+                }
+            }
+        }
         "RUN" => {
             let (flags, rest) = split_flags(rest);
             if flags.iter().any(|f| f.starts_with("--mount")) {
@@ -183,16 +210,15 @@ fn instruction(
                 chown: None,
                 chmod: None,
                 heredoc: None,
+                from: None,
             };
             for flag in flags {
                 if let Some(v) = flag.strip_prefix("--chown=") {
                     copy.chown = Some(v.to_string());
                 } else if let Some(v) = flag.strip_prefix("--chmod=") {
                     copy.chmod = Some(v.to_string());
-                } else if flag.starts_with("--from") {
-                    return Err(EnvError::Unsupported(format!(
-                        "Dockerfile line {line}: {keyword} --from (multi-stage builds)"
-                    )));
+                } else if let Some(v) = flag.strip_prefix("--from=") {
+                    copy.from = Some(v.to_string());
                 } else if flag.starts_with("--link") || flag.starts_with("--checksum") {
                     // Layer-structure hints and a checksum we do not verify: harmless to skip.
                 } else {
@@ -392,7 +418,13 @@ mod tests {
                     RUN [\"echo\", \"x\"]\nCMD [\"bash\"]\nUSER nobody\n";
         let steps = parse(text).unwrap();
         let kinds: Vec<_> = steps.iter().map(|s| s.instruction.clone()).collect();
-        assert_eq!(kinds[0], Instruction::From("python:3.11-slim".into()));
+        assert_eq!(
+            kinds[0],
+            Instruction::From {
+                image: "python:3.11-slim".into(),
+                alias: None
+            }
+        );
         assert_eq!(
             kinds[1],
             Instruction::Arg {
@@ -445,6 +477,28 @@ mod tests {
             parse("FROM x\nFROBNICATE y\n"),
             Err(EnvError::Unsupported(_))
         ));
+    }
+
+    #[test]
+    fn stages_and_copy_from() {
+        let steps = parse(
+            "FROM --platform=linux/amd64 debian:bookworm-slim AS build\nRUN true\n\
+             FROM python:3.11-slim\nCOPY --from=build --chown=1:1 /out /app/out\n",
+        )
+        .unwrap();
+        assert_eq!(
+            steps[0].instruction,
+            Instruction::From {
+                image: "debian:bookworm-slim".into(),
+                alias: Some("build".into())
+            }
+        );
+        let Instruction::Copy(c) = &steps[3].instruction else {
+            panic!("{:?}", steps[3])
+        };
+        assert_eq!(c.from.as_deref(), Some("build"));
+        assert_eq!(c.chown.as_deref(), Some("1:1"));
+        assert!(parse("FROM a b c d\n").is_err());
     }
 
     #[test]

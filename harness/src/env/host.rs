@@ -45,11 +45,13 @@ impl Backend for HostBackend {
 
     async fn prepare(&self, spec: &EnvironmentSpec) -> Result<PreparedImage, EnvError> {
         Ok(PreparedImage {
-            layer_dir: None,
+            root: super::ImageRoot::Host { layer: None },
             workdir: ".".into(),
             env: spec.env.clone(),
             user: None,
             from: String::new(),
+            source: "the host itself (host backend, no isolation)".into(),
+            digest: None,
             notes: vec![
                 "host backend: no isolation; the Dockerfile was not run and absolute paths are \
                  not remapped"

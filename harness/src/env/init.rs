@@ -16,6 +16,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 pub(crate) fn init_main() -> ExitCode {
+    hide_executable();
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     // Relative target: our cwd is the future root, before and after the server's pivot_root.
     if let Err(e) = nix::mount::mount(Some("proc"), "proc", Some("proc"), flags, None::<&str>) {
@@ -40,6 +41,13 @@ pub(crate) fn init_main() -> ExitCode {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
+}
+
+/// Not dumpable: the sandbox's processes (whose capabilities lack CAP_SYS_PTRACE) can then
+/// neither open `/proc/PID/exe` of init or the agent (the harness's own binary) nor read their
+/// memory. `exec` resets it, so the commands they start are ordinary.
+pub(crate) fn hide_executable() {
+    let _ = nix::sys::prctl::set_dumpable(false);
 }
 
 fn reap_all() {

@@ -1,8 +1,9 @@
 //! Environments a trial runs in: the default `sandbox` backend (namespaces + overlayfs over the
-//! host root, no docker engine), and the unisolated `host` backend behind an explicit flag.
+//! task's image, no docker engine), and the unisolated `host` backend behind an explicit flag.
 //!
-//! A backend first *prepares* a task's image (runs the Dockerfile's steps into a cached layer),
-//! then *starts* one sandbox per trial on top of it. The runtime's tools act on the sandbox
+//! A backend first *prepares* a task's image (its base from the image store, a registry or a
+//! Debian bootstrap, then the Dockerfile's steps as cached layers), then *starts* one sandbox
+//! per trial on top of it. The runtime's tools act on the sandbox
 //! through its `Workspace`, so the agent never touches the host.
 
 use std::path::{Path, PathBuf};
@@ -30,24 +31,42 @@ pub struct EnvironmentSpec {
     pub build_timeout: Duration,
     /// Extra environment for every process of the trial (task.toml `[environment] env`).
     pub env: Vec<(String, String)>,
+    /// A prebuilt image to run instead of building the Dockerfile (`[environment]
+    /// docker_image`, as Harbor reads it).
+    pub docker_image: Option<String>,
+    /// Values for the Dockerfile's ARGs, as `docker build --build-arg` gives them.
+    pub build_args: Vec<(String, String)>,
+}
+
+/// What a sandbox's root is made of, below the trial's own writable layer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImageRoot {
+    /// The image's unpacked layers, bottom first (base image layers, then one per build step).
+    Layers(Vec<PathBuf>),
+    /// The host's own root with at most one built layer over it: `--base host` only, and
+    /// labelled so in every result it produces.
+    Host { layer: Option<PathBuf> },
 }
 
 /// A built (or cached) image: what every trial of the task starts from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreparedImage {
-    /// The read-only layer the Dockerfile's steps produced (`None`: nothing to add to the host
-    /// root).
-    pub layer_dir: Option<PathBuf>,
-    /// The Dockerfile's last WORKDIR (`/app` in most tasks); `/` when none.
+    pub root: ImageRoot,
+    /// The image's WORKDIR (`/app` in most tasks); `/` when none.
     pub workdir: String,
-    /// ENV values of the Dockerfile, then the spec's env.
+    /// The image's Env, then the Dockerfile's ENV values, then the spec's env.
     pub env: Vec<(String, String)>,
-    /// USER of the Dockerfile, if any.
+    /// The image's USER, if any.
     pub user: Option<String>,
-    /// The `FROM` line, recorded; the host root stands in for it.
+    /// The base image as the Dockerfile's final `FROM` (or `docker_image`) names it.
     pub from: String,
-    /// Differences between the `FROM` image and the host worth recording (e.g. another
-    /// Python version), for the trial's metadata.
+    /// Where the base came from: `pulled from URL`, `loaded from FILE`, `bootstrapped from the
+    /// Debian archive (bookworm)`, `host root (--base host)`.
+    pub source: String,
+    /// The base image's manifest digest (`sha256:...`), when it has one.
+    pub digest: Option<String>,
+    /// What the trial's metadata should say about the image (ignored instructions, a stand-in's
+    /// differences from the official image).
     pub notes: Vec<String>,
     pub cache_hit: bool,
     pub build_duration: Duration,
@@ -126,6 +145,8 @@ pub trait Backend: Send + Sync {
     ) -> Result<Box<dyn Sandbox>, EnvError>;
 }
 
+mod base;
+pub mod bootstrap;
 mod build;
 pub mod cgroup;
 mod client;
@@ -133,6 +154,7 @@ pub mod dockerfile;
 mod exec;
 mod fsops;
 pub mod host;
+pub mod image;
 mod init;
 mod netns;
 pub mod protocol;
@@ -142,8 +164,9 @@ mod setup;
 mod steps;
 pub mod workspace;
 
+pub use base::describe as describe_source;
 pub use host::HostBackend;
-pub use sandbox::{SandboxBackend, SandboxConfig, SandboxHandle};
+pub use sandbox::{BaseMode, Progress, SandboxBackend, SandboxConfig, SandboxHandle};
 pub use workspace::SandboxWorkspace;
 
 /// The hidden subcommand that runs a sandbox server (`geode __sandbox-server SPEC_JSON`).

@@ -20,22 +20,15 @@ pub struct ServerSpec {
     pub geode_exe: PathBuf,
     /// Where the sandbox's root is mounted (in the server's private mount namespace only).
     pub root_mount: PathBuf,
-    /// The image: a cached layer mounted read-only over the host root, below the trial layer.
-    pub image: Option<ImageMount>,
+    /// What the sandbox's root is made of, below its own writable layer.
+    pub root: RootSpec,
     /// The writable layer of this sandbox and overlayfs' work directory beside it.
     pub upper: PathBuf,
     pub work: PathBuf,
     /// Host directory shown read-only at [`INBOX`] inside; `copy_in` stages files here.
     pub inbox: PathBuf,
-    /// Host directories bind-mounted inside (`/logs/agent` ...).
+    /// Host directories (or files) bind-mounted inside (`/logs/agent`, `/etc/resolv.conf` ...).
     pub binds: Vec<Bind>,
-    /// Host directories covered by an empty read-only tmpfs inside (other trials' layers, the
-    /// image cache, the job's other trial folders).
-    pub hide: Vec<PathBuf>,
-    /// Directories (inside paths) that start empty instead of showing the host's content
-    /// (`/tmp`, `/root`): created in this sandbox's own layer, so a build keeps what it puts
-    /// there. Only applied when there is no image layer (the layer already carries them).
-    pub fresh_dirs: Vec<String>,
     pub hostname: String,
     /// `false`: a new network namespace with only `lo`.
     pub network: bool,
@@ -49,6 +42,25 @@ pub struct ServerSpec {
     pub env: Vec<(String, String)>,
     /// Default user of every process (`name`, `uid` or `uid:gid`); root when `None`.
     pub user: Option<String>,
+}
+
+/// The read-only part of a sandbox's root.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum RootSpec {
+    /// An image: its unpacked layers, bottom first. Nothing of the host lies below them.
+    Layers { lower: Vec<PathBuf> },
+    /// The host's own root (`--base host` only), with at most one built layer over it.
+    Host {
+        image: Option<ImageMount>,
+        /// Host directories covered by an empty read-only tmpfs inside (the image cache,
+        /// other trials' layers, the job folder).
+        hide: Vec<PathBuf>,
+        /// Directories (inside paths) that start empty instead of showing the host's content
+        /// (`/tmp`, `/root`), created in this sandbox's own layer. Only applied when there is
+        /// no image layer (the layer already carries them).
+        fresh_dirs: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -1,8 +1,9 @@
-//! The `sandbox` backend: one namespace sandbox per trial, over the host root, no engine.
+//! The `sandbox` backend: one namespace sandbox per trial, rooted in the task's image, no
+//! engine.
 //!
 //! Each sandbox is a `geode __sandbox-server` process ([`super::server`]) that lives in its
-//! own mount, pid, UTS, IPC (and, without network, net) namespaces, rooted in an overlay whose
-//! writable layer is the trial's scratch directory. The harness talks to it over pipes
+//! own mount, pid, UTS, IPC (and, without network, net) namespaces, rooted in an overlay of
+//! the image's layers whose writable layer is the trial's scratch directory. The harness talks to it over pipes
 //! ([`super::client`]). Set-up and teardown are a process start and a process exit; the kernel
 //! unmounts everything when the namespaces die, so the host's mount table never changes.
 
@@ -17,9 +18,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::cgroup::{Cgroups, Limits};
 use super::client::ServerClient;
-use super::protocol::{self, Bind, ExecResult, ExecSpec, ImageMount, Op, Reply, ServerSpec};
+use super::protocol::{
+    self, Bind, ExecResult, ExecSpec, ImageMount, Op, Reply, RootSpec, ServerSpec,
+};
 use super::workspace::SandboxWorkspace;
-use super::{Backend, EnvError, EnvironmentSpec, PreparedImage, Sandbox, TeardownReport};
+use super::{
+    Backend, EnvError, EnvironmentSpec, ImageRoot, PreparedImage, Sandbox, TeardownReport,
+};
 
 /// Where the sandbox backend keeps its state, and what it shows of the host.
 #[derive(Debug, Clone)]
@@ -27,30 +32,73 @@ pub struct SandboxConfig {
     /// The executable whose `main` calls [`super::sandbox_entry`] first (the `geode` binary;
     /// in the harness's tests `env!("CARGO_BIN_EXE_geode")`).
     pub geode_exe: PathBuf,
-    /// Built image layers, one directory per cache key.
+    /// Built image layers, one directory per cache key (`--base host` builds only; image
+    /// builds keep their step layers in the image store).
     pub cache_dir: PathBuf,
-    /// Per-sandbox writable layers. Must be on the same filesystem mount as `cache_dir`
-    /// (overlayfs wants a layer and its work directory side by side).
+    /// Per-sandbox writable layers (a layer and its overlayfs work directory side by side).
     pub scratch_dir: PathBuf,
-    /// Host directories shown empty and read-only inside, besides `cache_dir` and
-    /// `scratch_dir` (e.g. the job folder, so a trial cannot read other trials' logs).
+    /// The image store: pulled, loaded and bootstrapped images and the layers of build steps.
+    pub image_store: PathBuf,
+    /// Registry mirrors, as docker's `registry-mirrors` (registry name -> base URL).
+    pub mirrors: std::collections::BTreeMap<String, String>,
+    /// What the trial's root is built on.
+    pub base: BaseMode,
+    /// `--base host` only: host directories shown empty and read-only inside, besides
+    /// `cache_dir` and `scratch_dir` (e.g. the job folder).
     pub hide: Vec<PathBuf>,
-    /// Directories that start empty in a new image instead of showing the host's content.
+    /// `--base host` only: directories that start empty instead of showing the host's content.
     pub fresh_dirs: Vec<String>,
+    /// Where progress of long set-ups (pulls, bootstraps, builds) is told.
+    pub progress: Progress,
+}
+
+/// A sink for progress lines (default: standard error, prefixed `geode: `).
+#[derive(Clone)]
+pub struct Progress(pub Arc<dyn Fn(&str) + Send + Sync>);
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress(Arc::new(|line: &str| eprintln!("geode: {line}")))
+    }
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Progress")
+    }
+}
+
+/// What a trial's root is built on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BaseMode {
+    /// The image the task names (pulled, loaded or bootstrapped); nothing of the host.
+    #[default]
+    Image,
+    /// The host's own root with the Dockerfile's steps replayed over it (`--base host`).
+    Host,
 }
 
 impl SandboxConfig {
-    /// Layers under `state_dir/images`, scratch under `state_dir/sandboxes`.
-    pub fn new(geode_exe: impl Into<PathBuf>, state_dir: impl AsRef<Path>) -> Self {
+    /// Host-base layers under `state_dir/images`, scratch under `state_dir/sandboxes`, the
+    /// image store at `image_store`.
+    pub fn new(
+        geode_exe: impl Into<PathBuf>,
+        state_dir: impl AsRef<Path>,
+        image_store: impl Into<PathBuf>,
+    ) -> Self {
         let state = state_dir.as_ref();
         SandboxConfig {
             geode_exe: geode_exe.into(),
             cache_dir: state.join("images"),
             scratch_dir: state.join("sandboxes"),
+            image_store: image_store.into(),
+            mirrors: Default::default(),
+            base: BaseMode::Image,
             hide: Vec::new(),
             fresh_dirs: ["/tmp", "/var/tmp", "/root", "/run"]
                 .map(String::from)
                 .to_vec(),
+            progress: Progress::default(),
         }
     }
 }
@@ -60,7 +108,7 @@ impl SandboxConfig {
 pub(crate) struct Launch {
     /// Scratch directory of this sandbox (created; its `upper/` is the writable layer).
     pub dir: PathBuf,
-    pub layer: Option<PathBuf>,
+    pub root: ImageRoot,
     pub workdir: String,
     pub env: Vec<(String, String)>,
     pub user: Option<String>,
@@ -86,9 +134,11 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EnvError {
 impl SandboxBackend {
     /// Creates the state directories. Needs root (namespaces, mounts) at `start` time.
     pub fn new(mut config: SandboxConfig) -> Result<Self, EnvError> {
-        for dir in [&config.cache_dir, &config.scratch_dir] {
+        for dir in [&config.cache_dir, &config.scratch_dir, &config.image_store] {
             std::fs::create_dir_all(dir).map_err(io(format!("create {}", dir.display())))?;
         }
+        config.image_store = std::fs::canonicalize(&config.image_store)
+            .map_err(io(format!("resolve {}", config.image_store.display())))?;
         config.cache_dir = std::fs::canonicalize(&config.cache_dir)
             .map_err(io(format!("resolve {}", config.cache_dir.display())))?;
         config.scratch_dir = std::fs::canonicalize(&config.scratch_dir)
@@ -130,7 +180,7 @@ impl SandboxBackend {
         let mut handle = self
             .launch(Launch {
                 dir,
-                layer: image.layer_dir.clone(),
+                root: image.root.clone(),
                 workdir: image.workdir.clone(),
                 env,
                 user: image.user.clone(),
@@ -151,8 +201,12 @@ impl SandboxBackend {
     pub(crate) async fn launch(&self, launch: Launch) -> Result<SandboxHandle, EnvError> {
         let dir = &launch.dir;
         let sub = |name: &str| dir.join(name);
+        let host_layer = match &launch.root {
+            ImageRoot::Host { layer } => layer.clone(),
+            ImageRoot::Layers(_) => None,
+        };
         let mut dirs = vec![sub("upper"), sub("work"), sub("root"), sub("inbox")];
-        if launch.layer.is_some() {
+        if host_layer.is_some() {
             dirs.extend([sub("image"), sub("image-work")]);
         }
         for d in &dirs {
@@ -168,28 +222,65 @@ impl SandboxBackend {
                     .collect::<String>()
             })
             .unwrap_or_else(|| "sandbox".into());
+        let hostname = format!("geode-{name}");
+        let mut binds = launch.binds.clone();
+        let root = match &launch.root {
+            ImageRoot::Layers(lower) => {
+                // What docker gives every container: its own hosts file, and the host's
+                // resolver when it has the network.
+                let hosts = sub("hosts");
+                std::fs::write(
+                    &hosts,
+                    format!(
+                        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"
+                    ),
+                )
+                .map_err(io(format!("write {}", hosts.display())))?;
+                binds.push(Bind {
+                    host: hosts,
+                    inside: "/etc/hosts".into(),
+                    read_only: false,
+                });
+                if launch.network && Path::new("/etc/resolv.conf").exists() {
+                    binds.push(Bind {
+                        host: PathBuf::from("/etc/resolv.conf"),
+                        inside: "/etc/resolv.conf".into(),
+                        read_only: true,
+                    });
+                }
+                RootSpec::Layers {
+                    lower: lower.clone(),
+                }
+            }
+            ImageRoot::Host { .. } => {
+                let mut hide = vec![
+                    self.config.cache_dir.clone(),
+                    self.config.scratch_dir.clone(),
+                    self.config.image_store.clone(),
+                ];
+                hide.extend(self.config.hide.iter().cloned());
+                RootSpec::Host {
+                    image: host_layer.map(|layer| ImageMount {
+                        layer,
+                        work: sub("image-work"),
+                        mount: sub("image"),
+                    }),
+                    hide,
+                    fresh_dirs: self.config.fresh_dirs.clone(),
+                }
+            }
+        };
         let mut cgroups = Cgroups::create(&name, launch.limits);
-        let mut hide = vec![
-            self.config.cache_dir.clone(),
-            self.config.scratch_dir.clone(),
-        ];
-        hide.extend(self.config.hide.iter().cloned());
         let spec = ServerSpec {
             schema: protocol::SERVER_SCHEMA.into(),
             geode_exe: self.config.geode_exe.clone(),
             root_mount: sub("root"),
-            image: launch.layer.clone().map(|layer| ImageMount {
-                layer,
-                work: sub("image-work"),
-                mount: sub("image"),
-            }),
+            root,
             upper: sub("upper"),
             work: sub("work"),
             inbox: sub("inbox"),
-            binds: launch.binds.clone(),
-            hide,
-            fresh_dirs: self.config.fresh_dirs.clone(),
-            hostname: format!("geode-{name}"),
+            binds,
+            hostname,
             network: launch.network,
             cgroup_procs: cgroups.procs.clone(),
             rlimit_as: cgroups.rlimit_as,

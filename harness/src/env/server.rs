@@ -119,6 +119,7 @@ pub(crate) fn server_main(spec_json: &str) -> ExitCode {
 }
 
 pub(crate) fn agent_main(spec_json: &str) -> ExitCode {
+    init::hide_executable();
     let spec = match parse_spec(spec_json) {
         Ok(spec) => spec,
         Err(message) => {

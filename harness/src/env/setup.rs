@@ -2,12 +2,13 @@
 //! the namespace's init, then `pivot_root`. Runs while the server is still single-threaded
 //! (`unshare(CLONE_NEWNS | CLONE_NEWPID)` demands it).
 //!
-//! The root is an overlay: lower = the host root (with the image's cached layer above it),
-//! upper = the sandbox's own layer. A cached layer cannot simply be a second lower directory:
-//! it lives on the host root's filesystem, and overlayfs refuses a lower layer nested inside
-//! another (`ELOOP`, "overlapping lowerdir path"). So the image is a read-only overlay of its
-//! own (upper = the cached layer, exactly as it was built), and the trial's overlay stacks on
-//! it; that is depth two, which the kernel allows.
+//! The root is an overlay whose upper is the sandbox's own layer. Its lower layers are the
+//! image's unpacked layers (bottom first in the spec, top first for the kernel): nothing of the
+//! host lies below them, so the host's `/usr`, the pack folder and the harness are simply not
+//! in the tree. Only `--base host` puts the host root underneath; a built layer cannot then be
+//! a second lower directory (it lives on the host root's filesystem, and overlayfs refuses a
+//! lower layer nested inside another: `ELOOP`), so that layer is a read-only overlay of its own
+//! over `/` and the trial's overlay stacks on it (depth two, which the kernel allows).
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -18,7 +19,7 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::CloneFlags;
 use nix::sys::stat::{Mode, SFlag};
 
-use super::protocol::{INBOX, ServerSpec};
+use super::protocol::{INBOX, RootSpec, ServerSpec};
 
 /// The namespace's init, the agent that serves requests, and what set-up recorded.
 pub(crate) struct Entered {
@@ -72,39 +73,65 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
         })?;
     }
 
-    let lower = match &spec.image {
-        Some(image) => {
-            let opts = format!(
-                "lowerdir=/,upperdir={},workdir={}",
-                opt_path(&image.layer)?,
-                opt_path(&image.work)?
-            );
-            ctx(
-                mount(
-                    Some("overlay"),
-                    &image.mount,
-                    Some("overlay"),
-                    MsFlags::MS_RDONLY,
-                    Some(opts.as_str()),
-                ),
-                || format!("mount image layer {}", image.layer.display()),
-            )?;
-            image.mount.clone()
-        }
-        None => {
-            for dir in &spec.fresh_dirs {
-                whiteout(&spec.upper, dir)?;
+    let root = &spec.root_mount;
+    let (lower, host_root) = match &spec.root {
+        RootSpec::Layers { lower } => {
+            if lower.is_empty() {
+                return Err("an image with no layers (FROM scratch with nothing added)".into());
             }
-            PathBuf::from("/")
+            // overlayfs lists lower layers top first.
+            let mut paths = Vec::with_capacity(lower.len());
+            for layer in lower.iter().rev() {
+                paths.push(opt_path(layer)?);
+            }
+            (paths.join(":"), None)
+        }
+        RootSpec::Host {
+            image,
+            hide,
+            fresh_dirs,
+        } => {
+            let lower = match image {
+                Some(image) => {
+                    let opts = format!(
+                        "lowerdir=/,upperdir={},workdir={}",
+                        opt_path(&image.layer)?,
+                        opt_path(&image.work)?
+                    );
+                    ctx(
+                        mount(
+                            Some("overlay"),
+                            &image.mount,
+                            Some("overlay"),
+                            MsFlags::MS_RDONLY,
+                            Some(opts.as_str()),
+                        ),
+                        || format!("mount image layer {}", image.layer.display()),
+                    )?;
+                    opt_path(&image.mount)?
+                }
+                None => {
+                    for dir in fresh_dirs {
+                        whiteout(&spec.upper, dir)?;
+                    }
+                    "/".to_string()
+                }
+            };
+            (lower, Some((image.is_none(), hide, fresh_dirs)))
         }
     };
-    let root = &spec.root_mount;
     let opts = format!(
-        "lowerdir={},upperdir={},workdir={}",
-        opt_path(&lower)?,
+        "lowerdir={lower},upperdir={},workdir={}",
         opt_path(&spec.upper)?,
         opt_path(&spec.work)?
     );
+    // One page is all the kernel takes of mount options.
+    if opts.len() >= 4096 {
+        return Err(format!(
+            "the image has too many layers for one overlay mount ({} bytes of options)",
+            opts.len()
+        ));
+    }
     ctx(
         mount(
             Some("overlay"),
@@ -115,12 +142,18 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
         ),
         || "mount the sandbox root".into(),
     )?;
-    if spec.image.is_none() {
-        for dir in &spec.fresh_dirs {
+    if let Some((true, _, fresh_dirs)) = &host_root {
+        for dir in fresh_dirs.iter() {
             fresh_dir(root, dir)?;
         }
     }
 
+    // Mount points an image may lack (FROM scratch): /proc for init, /sys below.
+    for dir in ["/proc", "/sys"] {
+        ctx(std::fs::create_dir_all(inside(root, dir)), || {
+            format!("create {dir}")
+        })?;
+    }
     mount_dev(root, &mut notes)?;
     let sys = inside(root, "/sys");
     if let Err(e) = mount(
@@ -134,9 +167,13 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
     }
     for bind in &spec.binds {
         let target = inside(root, &bind.inside);
-        ctx(std::fs::create_dir_all(&target), || {
-            format!("create {}", bind.inside)
-        })?;
+        if bind.host.is_dir() {
+            ctx(std::fs::create_dir_all(&target), || {
+                format!("create {}", bind.inside)
+            })?;
+        } else {
+            mount_point_file(&target, &bind.inside)?;
+        }
         bind_mount(&bind.host, &target, bind.read_only)?;
     }
     let inbox = inside(root, INBOX);
@@ -144,7 +181,7 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
         "create the inbox".into()
     })?;
     bind_mount(&spec.inbox, &inbox, true)?;
-    for hidden in &spec.hide {
+    for hidden in host_root.iter().flat_map(|(_, hide, _)| hide.iter()) {
         let target = inside(root, &hidden.to_string_lossy());
         if !target.is_dir() {
             continue;
@@ -214,6 +251,23 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
         pid_namespace,
         notes,
     })
+}
+
+/// An empty regular file to bind a host file over (an image's `/etc/resolv.conf` may be a
+/// dangling link or missing; a link would send the bind somewhere else in the tree).
+fn mount_point_file(target: &Path, shown: &str) -> SetupResult<()> {
+    if let Some(parent) = target.parent() {
+        ctx(std::fs::create_dir_all(parent), || {
+            format!("create the parent of {shown}")
+        })?;
+    }
+    match std::fs::symlink_metadata(target) {
+        Ok(m) if m.is_file() => return Ok(()),
+        Ok(m) if m.is_dir() => return Err(format!("{shown} is a directory in the image")),
+        Ok(_) => ctx(std::fs::remove_file(target), || format!("replace {shown}"))?,
+        Err(_) => {}
+    }
+    ctx(std::fs::write(target, b""), || format!("create {shown}"))
 }
 
 /// overlayfs splits its options on `,` and lower layers on `:`.

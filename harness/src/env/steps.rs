@@ -20,28 +20,65 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EnvError {
     move |source| EnvError::Io { context, source }
 }
 
-/// What a finished build leaves for the image's metadata.
-pub(crate) struct Built {
-    pub from: String,
+/// What a stage's instructions build up (and what a finished stage leaves for its image).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StageState {
     pub workdir: String,
     pub env: Vec<(String, String)>,
+    pub args: Vec<(String, String)>,
     pub user: Option<String>,
+    pub shell: Vec<String>,
     pub ignored: Vec<String>,
 }
 
-/// The Dockerfile's state while its steps run.
+impl StageState {
+    /// A stage's state right after `FROM`: the base image's config.
+    pub(crate) fn from_image(
+        env: &[(String, String)],
+        workdir: Option<&str>,
+        user: Option<&str>,
+        shell: Option<&[String]>,
+    ) -> Self {
+        let mut all = Vec::new();
+        // Docker's default PATH when the image sets none; Dockerfiles extend it.
+        if !env.iter().any(|(k, _)| k == "PATH") {
+            all.push(("PATH".to_string(), super::exec::DEFAULT_PATH.to_string()));
+        }
+        all.extend(env.iter().cloned());
+        StageState {
+            workdir: workdir.filter(|w| !w.is_empty()).unwrap_or("/").to_string(),
+            env: all,
+            args: Vec::new(),
+            user: user.filter(|u| !u.is_empty()).map(str::to_string),
+            shell: shell
+                .map(<[String]>::to_vec)
+                .unwrap_or_else(|| vec!["/bin/sh".into(), "-c".into()]),
+            ignored: Vec::new(),
+        }
+    }
+
+    /// The last value of each variable, in first-set order (for the image's config).
+    pub(crate) fn final_env(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for (k, v) in &self.env {
+            match out.iter_mut().find(|(name, _)| name == k) {
+                Some(slot) => slot.1 = v.clone(),
+                None => out.push((k.clone(), v.clone())),
+            }
+        }
+        out
+    }
+}
+
+/// Runs one stage's instructions: metadata ones change [`StageState`], the others act in a
+/// build sandbox.
 pub(crate) struct Builder<'a> {
-    sandbox: &'a SandboxHandle,
     context: &'a Path,
     deadline: Instant,
     timeout: Duration,
-    from: String,
-    workdir: String,
-    env: Vec<(String, String)>,
-    args: Vec<(String, String)>,
-    user: Option<String>,
-    shell: Vec<String>,
-    ignored: Vec<String>,
+    pub state: StageState,
+    /// `--build-arg`-style values of the task, which win over an ARG's default.
+    build_args: &'a [(String, String)],
     staged: usize,
 }
 
@@ -49,55 +86,39 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-fn step_name(step: &Step) -> String {
+pub(crate) fn step_name(step: &Step) -> String {
     let mut text: String = step.text.chars().take(200).collect();
     if text.len() < step.text.len() {
         text.push_str(" ...");
     }
-    text
+    format!("Dockerfile line {}: {text}", step.line)
 }
 
 impl<'a> Builder<'a> {
     pub(crate) fn new(
-        sandbox: &'a SandboxHandle,
         context: &'a Path,
         deadline: Instant,
         timeout: Duration,
+        state: StageState,
+        build_args: &'a [(String, String)],
     ) -> Self {
         Builder {
-            sandbox,
             context,
             deadline,
             timeout,
-            from: String::new(),
-            workdir: "/".into(),
-            // What base images define and Dockerfiles extend (`ENV PATH=/x:$PATH`).
-            env: vec![("PATH".into(), super::exec::DEFAULT_PATH.into())],
-            args: Vec::new(),
-            user: None,
-            shell: vec!["/bin/sh".into(), "-c".into()],
-            ignored: Vec::new(),
+            state,
+            build_args,
             staged: 0,
         }
     }
 
-    pub(crate) fn finish(self) -> Built {
-        Built {
-            from: self.from,
-            workdir: self.workdir,
-            env: self.env,
-            user: self.user,
-            ignored: self.ignored,
-        }
-    }
-
     fn lookup(&self, name: &str) -> Option<String> {
-        let env = self.env.iter().rev().find(|(k, _)| k == name);
-        let arg = self.args.iter().rev().find(|(k, _)| k == name);
+        let env = self.state.env.iter().rev().find(|(k, _)| k == name);
+        let arg = self.state.args.iter().rev().find(|(k, _)| k == name);
         env.or(arg).map(|(_, v)| v.clone())
     }
 
-    fn expand(&self, text: &str) -> String {
+    pub(crate) fn expand(&self, text: &str) -> String {
         dockerfile::expand(text, &|n| self.lookup(n))
     }
 
@@ -105,19 +126,16 @@ impl<'a> Builder<'a> {
         if path.starts_with('/') {
             path.to_string()
         } else {
-            Path::new(&self.workdir)
+            Path::new(&self.state.workdir)
                 .join(path)
                 .to_string_lossy()
                 .into_owned()
         }
     }
 
-    pub(crate) async fn run(&mut self, steps: &[Step]) -> Result<(), EnvError> {
-        for step in steps {
-            if Instant::now() >= self.deadline {
-                return Err(self.timed_out(step));
-            }
-            self.step(step).await?;
+    pub(crate) fn check_deadline(&self, step: &Step) -> Result<(), EnvError> {
+        if Instant::now() >= self.deadline {
+            return Err(self.timed_out(step));
         }
         Ok(())
     }
@@ -129,50 +147,56 @@ impl<'a> Builder<'a> {
         }
     }
 
-    async fn step(&mut self, step: &Step) -> Result<(), EnvError> {
+    /// Apply a metadata instruction (ARG, ENV, WORKDIR, USER, SHELL, ignored ones) and return
+    /// `true`; `false` for RUN and COPY/ADD, which must run in a sandbox ([`Self::execute`]).
+    pub(crate) fn apply(&mut self, step: &Step) -> bool {
         match &step.instruction {
-            Instruction::From(image) => {
-                if !self.from.is_empty() {
-                    return Err(EnvError::Unsupported(format!(
-                        "Dockerfile line {}: a second FROM (multi-stage builds)",
-                        step.line
-                    )));
-                }
-                self.from = self.expand(image);
-                if is_python_image(&self.from) {
-                    // Official python images install packages system-wide with pip; a Debian
-                    // host root marks its Python as externally managed (PEP 668), so the
-                    // stand-in would refuse the `RUN pip install` every such task starts with.
-                    self.env
-                        .push(("PIP_BREAK_SYSTEM_PACKAGES".into(), "1".into()));
-                    self.env
-                        .push(("PIP_ROOT_USER_ACTION".into(), "ignore".into()));
-                }
-            }
             Instruction::Arg { name, default } => {
-                let value = default
-                    .as_deref()
-                    .map(|d| self.expand(d))
-                    .unwrap_or_default();
-                self.args.push((name.clone(), value));
+                let value = match self.build_args.iter().rev().find(|(k, _)| k == name) {
+                    Some((_, v)) => v.clone(),
+                    None => default
+                        .as_deref()
+                        .map(|d| self.expand(d))
+                        .unwrap_or_default(),
+                };
+                self.state.args.push((name.clone(), value));
             }
             Instruction::Env(pairs) => {
                 for (k, v) in pairs {
                     let v = self.expand(v);
-                    self.env.push((k.clone(), v));
+                    self.state.env.push((k.clone(), v));
                 }
             }
-            Instruction::Workdir(dir) => {
-                let dir = self.absolute(&self.expand(dir));
-                self.sh(step, &format!("mkdir -p {}", sh_quote(&dir)), true)
-                    .await?;
-                self.workdir = dir;
+            // The directory itself is made by the sandbox of the next step (or the trial's),
+            // which creates its work directory on entry.
+            Instruction::Workdir(dir) => self.state.workdir = self.absolute(&self.expand(dir)),
+            Instruction::User(user) => self.state.user = Some(self.expand(user)),
+            Instruction::Shell(argv) => self.state.shell = argv.clone(),
+            Instruction::Ignored(keyword, _) => {
+                if !self.state.ignored.contains(keyword) {
+                    self.state.ignored.push(keyword.clone());
+                }
             }
-            Instruction::User(user) => self.user = Some(self.expand(user)),
-            Instruction::Shell(argv) => self.shell = argv.clone(),
+            // A stage's FROM is the build's business, not the stage's.
+            Instruction::From { .. } => {}
+            Instruction::Run(_) | Instruction::Copy(_) => return false,
+        }
+        true
+    }
+
+    /// Run a RUN or COPY/ADD step in `sandbox`. `copy_root` is where a `COPY --from`'s sources
+    /// were exported to on the host (the build context otherwise).
+    pub(crate) async fn execute(
+        &mut self,
+        sandbox: &SandboxHandle,
+        step: &Step,
+        copy_root: Option<&Path>,
+    ) -> Result<(), EnvError> {
+        self.check_deadline(step)?;
+        match &step.instruction {
             Instruction::Run(cmd) => {
                 let (shell, command) = match cmd {
-                    Command::Shell(s) => (self.shell.clone(), s.clone()),
+                    Command::Shell(s) => (self.state.shell.clone(), s.clone()),
                     Command::Exec(argv) => match argv.split_last() {
                         Some((last, init)) if !init.is_empty() => (init.to_vec(), last.clone()),
                         _ => {
@@ -185,30 +209,49 @@ impl<'a> Builder<'a> {
                         }
                     },
                 };
-                self.exec(step, shell, command).await?;
+                self.exec(sandbox, step, shell, command).await
             }
-            Instruction::Copy(copy) => self.copy(step, copy).await?,
-            Instruction::Ignored(keyword, _) => {
-                if !self.ignored.contains(keyword) {
-                    self.ignored.push(keyword.clone());
-                }
+            Instruction::Copy(copy) => {
+                let root = copy_root.unwrap_or(self.context);
+                self.copy(sandbox, step, copy, root).await
             }
+            _ => Ok(()),
         }
-        Ok(())
+    }
+
+    /// The build-context files a COPY/ADD step reads, for its cache key (empty for other
+    /// steps, URLs and `--from`).
+    pub(crate) fn copy_inputs(&self, step: &Step) -> Result<Vec<PathBuf>, EnvError> {
+        let Instruction::Copy(copy) = &step.instruction else {
+            return Ok(Vec::new());
+        };
+        if copy.from.is_some() {
+            return Ok(Vec::new());
+        }
+        let mut found = Vec::new();
+        for src in &copy.sources {
+            let src = self.expand(src);
+            if copy.add && (src.starts_with("http://") || src.starts_with("https://")) {
+                continue;
+            }
+            found.extend(self.context_matches(step, &src, self.context)?);
+        }
+        Ok(found)
     }
 
     /// A helper command of the build itself (mkdir, chown): `/bin/sh -c`, as root.
-    async fn sh(&self, step: &Step, command: &str, as_root: bool) -> Result<i32, EnvError> {
-        let user = if as_root {
-            Some("0".to_string())
-        } else {
-            self.user.clone()
-        };
+    async fn sh(
+        &self,
+        sandbox: &SandboxHandle,
+        step: &Step,
+        command: &str,
+    ) -> Result<(), EnvError> {
         let result = self
             .run_in(
+                sandbox,
                 vec!["/bin/sh".into(), "-c".into()],
                 command.to_string(),
-                user,
+                Some("0".to_string()),
             )
             .await?;
         if result.timed_out {
@@ -223,31 +266,40 @@ impl<'a> Builder<'a> {
                 ),
             });
         }
-        Ok(0)
+        Ok(())
     }
 
     async fn run_in(
         &self,
+        sandbox: &SandboxHandle,
         shell: Vec<String>,
         command: String,
         user: Option<String>,
     ) -> Result<super::protocol::ExecResult, EnvError> {
-        let mut env = self.args.clone();
-        env.extend(self.env.iter().cloned());
+        let mut env = self.state.args.clone();
+        env.extend(self.state.env.iter().cloned());
         let req = ExecRequest {
             command,
-            cwd: Some(PathBuf::from(&self.workdir)),
+            cwd: Some(PathBuf::from(&self.state.workdir)),
             timeout: self.deadline.saturating_duration_since(Instant::now()),
             output_cap: RUN_OUTPUT_CAP,
             env,
         };
-        self.sandbox
+        sandbox
             .exec_as(req, Some(shell), user, CancellationToken::new())
             .await
     }
 
-    async fn exec(&self, step: &Step, shell: Vec<String>, command: String) -> Result<(), EnvError> {
-        let result = self.run_in(shell, command, self.user.clone()).await?;
+    async fn exec(
+        &self,
+        sandbox: &SandboxHandle,
+        step: &Step,
+        shell: Vec<String>,
+        command: String,
+    ) -> Result<(), EnvError> {
+        let result = self
+            .run_in(sandbox, shell, command, self.state.user.clone())
+            .await?;
         if result.timed_out {
             return Err(self.timed_out(step));
         }
@@ -268,7 +320,13 @@ impl<'a> Builder<'a> {
         Ok(())
     }
 
-    async fn copy(&mut self, step: &Step, copy: &dockerfile::Copy) -> Result<(), EnvError> {
+    async fn copy(
+        &mut self,
+        sandbox: &SandboxHandle,
+        step: &Step,
+        copy: &dockerfile::Copy,
+        root: &Path,
+    ) -> Result<(), EnvError> {
         let dest_raw = self.expand(&copy.dest);
         let dest = self.absolute(&dest_raw);
         let sources: Vec<String> = copy.sources.iter().map(|s| self.expand(s)).collect();
@@ -277,13 +335,13 @@ impl<'a> Builder<'a> {
             || sources.len() > 1
             || wildcard
             || self
-                .sh(step, &format!("test -d {}", sh_quote(&dest)), true)
+                .sh(sandbox, step, &format!("test -d {}", sh_quote(&dest)))
                 .await
                 .is_ok();
         let mut targets = Vec::new();
         if let Some(body) = &copy.heredoc {
-            let file = self.stage_file(body.as_bytes())?;
-            self.sandbox.install(&file, &dest, false).await?;
+            let file = self.stage_file(sandbox, body.as_bytes())?;
+            sandbox.install(&file, &dest, false).await?;
             let _ = std::fs::remove_file(file);
             targets.push(dest.clone());
         }
@@ -304,11 +362,11 @@ impl<'a> Builder<'a> {
                     "mkdir -p \"$(dirname {t})\" && (curl -fsSL {u} -o {t} || wget -qO {t} {u} || \
                      python3 -c 'import sys,urllib.request;urllib.request.urlretrieve(sys.argv[1],sys.argv[2])' {u} {t})"
                 );
-                self.sh(step, &fetch, true).await?;
+                self.sh(sandbox, step, &fetch).await?;
                 targets.push(target);
                 continue;
             }
-            for path in self.context_matches(step, src)? {
+            for path in self.context_matches(step, src, root)? {
                 let target = if path.is_dir() {
                     dest.clone()
                 } else if dest_is_dir {
@@ -323,17 +381,17 @@ impl<'a> Builder<'a> {
                 if copy.add && is_archive(&path) {
                     let staged = format!("/tmp/.geode-add-{}", self.staged);
                     self.staged += 1;
-                    self.sandbox.install(&path, &staged, false).await?;
+                    sandbox.install(&path, &staged, false).await?;
                     let (s, d) = (sh_quote(&staged), sh_quote(&dest));
                     self.sh(
+                        sandbox,
                         step,
                         &format!("mkdir -p {d} && tar -xf {s} -C {d} && rm -f {s}"),
-                        true,
                     )
                     .await?;
                     targets.push(dest.clone());
                 } else {
-                    self.sandbox.install(&path, &target, true).await?;
+                    sandbox.install(&path, &target, true).await?;
                     targets.push(target);
                 }
             }
@@ -346,22 +404,25 @@ impl<'a> Builder<'a> {
         if let Some(owner) = &copy.chown {
             let owner = self.expand(owner);
             self.sh(
+                sandbox,
                 step,
                 &format!("chown -R {} {quoted}", sh_quote(&owner)),
-                true,
             )
             .await?;
         }
         if let Some(mode) = &copy.chmod {
-            self.sh(step, &format!("chmod -R {} {quoted}", sh_quote(mode)), true)
-                .await?;
+            self.sh(
+                sandbox,
+                step,
+                &format!("chmod -R {} {quoted}", sh_quote(mode)),
+            )
+            .await?;
         }
         Ok(())
     }
 
-    fn stage_file(&mut self, bytes: &[u8]) -> Result<PathBuf, EnvError> {
-        let path = self
-            .sandbox
+    fn stage_file(&mut self, sandbox: &SandboxHandle, bytes: &[u8]) -> Result<PathBuf, EnvError> {
+        let path = sandbox
             .scratch_dir()
             .join(format!("heredoc-{}", self.staged));
         self.staged += 1;
@@ -370,7 +431,12 @@ impl<'a> Builder<'a> {
     }
 
     /// Build-context paths for one COPY source (globs allowed); never outside the context.
-    fn context_matches(&self, step: &Step, src: &str) -> Result<Vec<PathBuf>, EnvError> {
+    fn context_matches(
+        &self,
+        step: &Step,
+        src: &str,
+        context: &Path,
+    ) -> Result<Vec<PathBuf>, EnvError> {
         let missing = |why: String| EnvError::SetupFailed {
             step: step_name(step),
             message: why,
@@ -384,9 +450,9 @@ impl<'a> Builder<'a> {
         }
         if !src.contains(['*', '?', '[']) {
             let path = if rel.is_empty() || rel == "." {
-                self.context.to_path_buf()
+                context.to_path_buf()
             } else {
-                self.context.join(rel)
+                context.join(rel)
             };
             if std::fs::symlink_metadata(&path).is_err() {
                 return Err(missing(format!("{src} not found in the build context")));
@@ -396,14 +462,14 @@ impl<'a> Builder<'a> {
         let glob = globset::Glob::new(rel)
             .map_err(|e| missing(format!("bad pattern {src}: {e}")))?
             .compile_matcher();
-        let found: Vec<PathBuf> = walkdir::WalkDir::new(self.context)
+        let found: Vec<PathBuf> = walkdir::WalkDir::new(context)
             .min_depth(1)
             .sort_by_file_name()
             .into_iter()
             .flatten()
             .filter(|e| {
                 e.path()
-                    .strip_prefix(self.context)
+                    .strip_prefix(context)
                     .is_ok_and(|r| glob.is_match(r))
             })
             .map(|e| e.path().to_path_buf())
@@ -435,10 +501,4 @@ fn tail(stdout: &str, stderr: &str) -> String {
         .collect::<String>()
         .trim_end()
         .to_string()
-}
-
-/// `python:3.11-slim`, `docker.io/library/python:3.12`, ...
-fn is_python_image(from: &str) -> bool {
-    let name = from.split(':').next().unwrap_or("");
-    name == "python" || name.ends_with("/python")
 }

@@ -34,8 +34,15 @@ pub struct RunConfig {
     pub tasks_glob: Option<String>,
     pub timeout_multiplier: f64,
     pub backend: String,
+    /// `image` (trials rooted in the image each task names) or `host` (`--base host`).
+    #[serde(default = "default_base")]
+    pub base: String,
     pub max_infra_retries: u32,
     pub scaffold: Scaffold,
+}
+
+fn default_base() -> String {
+    "image".into()
 }
 
 #[derive(Debug, thiserror::Error)]

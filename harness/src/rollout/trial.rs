@@ -173,6 +173,14 @@ async fn run_phases(
         pids_max: Some(512),
         build_timeout: scaled(task.config.build_timeout(), plan.timeout_multiplier),
         env: task.config.environment.env.clone().into_iter().collect(),
+        docker_image: task.config.environment.docker_image.clone(),
+        build_args: task
+            .config
+            .environment
+            .build_args
+            .clone()
+            .into_iter()
+            .collect(),
     };
 
     observer.phase(&plan.trial_name, "environment");
@@ -192,7 +200,8 @@ async fn run_phases(
     rec.notes.extend(image.notes.iter().cloned());
     rec.image = Some(json!({
         "from": image.from,
-        "stand_in": "host root",
+        "source": image.source,
+        "digest": image.digest,
         "workdir": image.workdir,
         "cache_hit": image.cache_hit,
         "build_seconds": image.build_duration.as_secs_f64(),

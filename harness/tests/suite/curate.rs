@@ -309,8 +309,11 @@ async fn pilot_through_sandboxes_keeps_only_valid_tasks() {
     let jobs = dir.join("jobs");
     std::fs::create_dir_all(&jobs).unwrap();
     let jobs = std::fs::canonicalize(&jobs).unwrap();
-    let mut config = SandboxConfig::new(env!("CARGO_BIN_EXE_geode"), jobs.join(".sandbox"));
-    config.hide.push(jobs.clone());
+    let config = SandboxConfig::new(
+        env!("CARGO_BIN_EXE_geode"),
+        jobs.join(".sandbox"),
+        super::registry::shared_store(),
+    );
     let pilot = RunPilot {
         backend: std::sync::Arc::new(SandboxBackend::new(config).unwrap()),
         jobs_dir: jobs,

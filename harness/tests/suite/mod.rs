@@ -1,5 +1,7 @@
 mod curate;
 mod datasets;
 mod pack;
+#[path = "../../../tests/support/registry.rs"]
+mod registry;
 mod sandbox;
 mod search;

@@ -1,13 +1,15 @@
-//! The sandbox backend with real processes, namespaces and mounts. Needs root (CI runs as
-//! root); as another user every test returns early with a message.
+//! The sandbox backend with real processes, namespaces and mounts, on a real image (Debian's
+//! Python over a Debian base bootstrapped from the archive into the machine-wide test image
+//! store, once per machine). Needs root (CI runs as root); as another user every test returns
+//! early with a message.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use geode_harness::env::{
-    Backend, EnvError, EnvironmentSpec, PreparedImage, Sandbox, SandboxBackend, SandboxConfig,
-    SandboxHandle,
+    Backend, EnvError, EnvironmentSpec, ImageRoot, PreparedImage, Sandbox, SandboxBackend,
+    SandboxConfig, SandboxHandle,
 };
 use geode_runtime::tools::workspace::{ExecOutput, ExecRequest, Workspace, WorkspaceError};
 use tempfile::TempDir;
@@ -33,7 +35,11 @@ fn fixture() -> Fixture {
         .prefix("geode-sandbox-test-")
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
-    let config = SandboxConfig::new(env!("CARGO_BIN_EXE_geode"), state.path());
+    let config = SandboxConfig::new(
+        env!("CARGO_BIN_EXE_geode"),
+        state.path(),
+        super::registry::shared_store(),
+    );
     let backend = SandboxBackend::new(config).unwrap();
     Fixture {
         _state: state,
@@ -50,30 +56,37 @@ fn spec(env_dir: &Path) -> EnvironmentSpec {
         cpus: None,
         memory_mb: None,
         pids_max: None,
-        build_timeout: Duration::from_secs(300),
+        build_timeout: Duration::from_secs(900),
         env: vec![("TASK_ENV".into(), "from-spec".into())],
+        docker_image: None,
+        build_args: Vec::new(),
     }
 }
 
-/// No Dockerfile: the host root with a work directory of /app.
-fn plain_image() -> PreparedImage {
-    PreparedImage {
-        layer_dir: None,
-        workdir: "/app".into(),
-        env: vec![("IMAGE_ENV".into(), "from-image".into())],
-        user: None,
-        from: String::new(),
-        notes: Vec::new(),
-        cache_hit: false,
-        build_duration: Duration::ZERO,
+/// The image most tests run in: `python:3.11-slim` as the store has it (pulled, loaded, or
+/// bootstrapped on the first run), with a work directory of /app.
+async fn base_image(backend: &SandboxBackend) -> PreparedImage {
+    let mut spec = spec(Path::new("/nonexistent"));
+    spec.docker_image = Some("python:3.11-slim".into());
+    let mut image = backend.prepare(&spec).await.unwrap();
+    image.workdir = "/app".into();
+    image.env.push(("IMAGE_ENV".into(), "from-image".into()));
+    image
+}
+
+fn layers(image: &PreparedImage) -> Vec<PathBuf> {
+    match &image.root {
+        ImageRoot::Layers(layers) => layers.clone(),
+        other => panic!("not an image root: {other:?}"),
     }
 }
 
 impl Fixture {
     async fn start_with(&self, spec: &EnvironmentSpec, name: &str) -> SandboxHandle {
         let trial = self.trials.path().join(name);
+        let image = base_image(&self.backend).await;
         self.backend
-            .start_sandbox(spec, &plain_image(), &trial)
+            .start_sandbox(spec, &image, &trial)
             .await
             .unwrap()
     }
@@ -475,15 +488,22 @@ async fn dockerfile_builds_caches_and_reports_failures() {
     let f = fixture();
     let env_dir = f.trials.path().join("environment");
     std::fs::create_dir_all(&env_dir).unwrap();
+    let dockerfile = |last: &str| {
+        format!(
+            "FROM python:3.11-slim\nARG GREETING=built\nWORKDIR /app\nENV MODE=test \\\n    LEVEL=2\n\
+             COPY data.txt /app/\nRUN echo $GREETING > /built.txt && sleep 1\n\
+             RUN python3 -c 'import sqlite3; print(sqlite3.sqlite_version)' > /app/sqlite.txt\n\
+             RUN echo tmpfile > /tmp/kept\nENV PATH=/opt/tool/bin:$PATH\nCMD [\"bash\"]\n{last}"
+        )
+    };
     std::fs::write(
         env_dir.join("Dockerfile"),
-        "FROM python:3.11-slim\nARG GREETING=built\nWORKDIR /app\nENV MODE=test \\\n    LEVEL=2\n\
-         COPY data.txt /app/\nRUN echo $GREETING > /built.txt\nRUN git init -q /app/repo\n\
-         RUN echo tmpfile > /tmp/kept\nENV PATH=/opt/tool/bin:$PATH\nCMD [\"bash\"]\n",
+        dockerfile("RUN echo one > /last.txt\n"),
     )
     .unwrap();
     std::fs::write(env_dir.join("data.txt"), "payload\n").unwrap();
     let spec = spec(&env_dir);
+    let base = layers(&base_image(&f.backend).await);
     let started = Instant::now();
     let image = f.backend.prepare(&spec).await.unwrap();
     let first = started.elapsed();
@@ -499,31 +519,60 @@ async fn dockerfile_builds_caches_and_reports_failures() {
         "{:?}",
         image.notes
     );
+    // The base image's layers, then one per RUN and COPY.
+    let built = layers(&image);
+    assert_eq!(&built[..base.len()], &base[..]);
+    assert_eq!(built.len(), base.len() + 5, "{built:?}");
     let started = Instant::now();
     let again = f.backend.prepare(&spec).await.unwrap();
     let cached = started.elapsed();
     assert!(again.cache_hit);
-    assert_eq!(again.layer_dir, image.layer_dir);
+    assert_eq!(layers(&again), built);
     eprintln!("build: first {first:?}, cached {cached:?}");
     assert!(cached * 5 < first, "first {first:?} cached {cached:?}");
 
+    // A changed last step rebuilds that step only.
+    std::fs::write(
+        env_dir.join("Dockerfile"),
+        dockerfile("RUN echo two > /last.txt\n"),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let changed = f.backend.prepare(&spec).await.unwrap();
+    let rebuilt = started.elapsed();
+    let changed_layers = layers(&changed);
+    assert!(!changed.cache_hit);
+    assert_eq!(changed_layers.len(), built.len());
+    assert_eq!(changed_layers[..built.len() - 1], built[..built.len() - 1]);
+    assert_ne!(changed_layers.last(), built.last());
+    eprintln!("build: last step changed, rebuilt in {rebuilt:?}");
+    // A changed COPY input rebuilds from the COPY on.
+    std::fs::write(env_dir.join("data.txt"), "payload 2\n").unwrap();
+    let recopied = layers(&f.backend.prepare(&spec).await.unwrap());
+    assert_eq!(recopied[..base.len()], built[..base.len()]);
+    assert_ne!(recopied[base.len()], built[base.len()]);
+    std::fs::write(env_dir.join("data.txt"), "payload\n").unwrap();
+
     let sb = f
         .backend
-        .start_sandbox(&spec, &image, &f.trials.path().join("t"))
+        .start_sandbox(&spec, &changed, &f.trials.path().join("t"))
         .await
         .unwrap();
-    let out = sh(&sb, "pwd; cat /built.txt /app/data.txt /tmp/kept; echo $MODE $LEVEL; test -d /app/repo/.git && echo git; echo $PATH").await;
+    let out = sh(&sb, "pwd; cat /built.txt /app/data.txt /tmp/kept /last.txt; echo $MODE $LEVEL; test -s /app/sqlite.txt && echo sqlite; echo $PATH").await;
     assert_eq!(
         out.stdout,
-        "/app\nbuilt\npayload\ntmpfile\ntest 2\ngit\n/opt/tool/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
+        "/app\nbuilt\npayload\ntmpfile\ntwo\ntest 2\nsqlite\n/opt/tool/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
         "{out:?}"
     );
     // The trial writes into its own layer, never into the cached image.
     sh(&sb, "echo changed > /built.txt").await;
     Box::new(sb).teardown().await.unwrap();
-    let layer = image.layer_dir.clone().unwrap();
+    let holder = built
+        .iter()
+        .find(|l| l.join("built.txt").exists())
+        .expect("a layer holds /built.txt");
     assert_eq!(
-        std::fs::read_to_string(layer.join("built.txt")).unwrap(),
+        std::fs::read_to_string(holder.join("built.txt")).unwrap(),
         "built\n"
     );
 
@@ -534,7 +583,10 @@ async fn dockerfile_builds_caches_and_reports_failures() {
     .unwrap();
     match f.backend.prepare(&spec).await {
         Err(EnvError::SetupFailed { step, message }) => {
-            assert!(step.contains("RUN echo boom"), "{step}");
+            assert!(
+                step.contains("line 3") && step.contains("RUN echo boom"),
+                "{step}"
+            );
             assert!(
                 message.contains("exit code 7") && message.contains("boom"),
                 "{message}"
@@ -542,20 +594,51 @@ async fn dockerfile_builds_caches_and_reports_failures() {
         }
         other => panic!("expected SetupFailed, got {other:?}"),
     }
-    let leftovers: Vec<_> = std::fs::read_dir(&f.backend.config().cache_dir)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(".build-"))
-        .collect();
-    assert!(leftovers.is_empty(), "a failed build left {leftovers:?}");
 
-    std::fs::write(env_dir.join("Dockerfile"), "FROM x\nRUN sleep 30\n").unwrap();
+    std::fs::write(
+        env_dir.join("Dockerfile"),
+        "FROM python:3.11-slim\nRUN sleep 30\n",
+    )
+    .unwrap();
     let mut quick = spec.clone();
-    quick.build_timeout = Duration::from_secs(1);
+    quick.build_timeout = Duration::from_secs(2);
     assert!(matches!(
         f.backend.prepare(&quick).await,
         Err(EnvError::SetupFailed { .. })
     ));
+}
+
+#[tokio::test]
+async fn multi_stage_builds_copy_from_an_earlier_stage() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let env_dir = f.trials.path().join("environment");
+    std::fs::create_dir_all(&env_dir).unwrap();
+    std::fs::write(
+        env_dir.join("Dockerfile"),
+        "ARG BASE=python:3.11-slim\nFROM $BASE AS build\nARG FLAVOUR=plain\n\
+         RUN mkdir -p /out/bin && echo \"built $FLAVOUR\" > /out/bin/tool && echo junk > /junk\n\
+         FROM debian:bookworm-slim AS unused\nRUN exit 1\n\
+         FROM $BASE\nWORKDIR /app\nCOPY --from=build --chown=1000:1000 /out/bin/tool /app/tool\n",
+    )
+    .unwrap();
+    let mut spec = spec(&env_dir);
+    spec.build_args = vec![("FLAVOUR".into(), "special".into())];
+    let image = f.backend.prepare(&spec).await.unwrap();
+    let sb = f
+        .backend
+        .start_sandbox(&spec, &image, &f.trials.path().join("m"))
+        .await
+        .unwrap();
+    let out = sh(
+        &sb,
+        "cat /app/tool; stat -c %u:%g /app/tool; test -e /junk || echo no-junk",
+    )
+    .await;
+    assert_eq!(out.stdout, "built special\n1000:1000\nno-junk\n", "{out:?}");
+    Box::new(sb).teardown().await.unwrap();
 }
 
 /// Set-up plus teardown of a trivial sandbox, median of 20, without and with an image layer:
@@ -571,12 +654,15 @@ async fn overhead() {
     std::fs::create_dir_all(&env_dir).unwrap();
     std::fs::write(
         env_dir.join("Dockerfile"),
-        "FROM debian:bookworm\nWORKDIR /app\nRUN echo x > /x\n",
+        "FROM python:3.11-slim\nWORKDIR /app\nRUN echo x > /x\n",
     )
     .unwrap();
     let spec = spec(&env_dir);
     let layered = f.backend.prepare(&spec).await.unwrap();
-    for (label, image) in [("host root", plain_image()), ("image layer", layered)] {
+    for (label, image) in [
+        ("base image", base_image(&f.backend).await),
+        ("built image", layered),
+    ] {
         let mut times = Vec::new();
         for i in 0..20 {
             let trial = f.trials.path().join(format!("o{i}"));

@@ -1,0 +1,86 @@
+//! `geode image`: the image store by hand: pull, load (air-gapped), list, remove, prune.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Subcommand;
+use geode_harness::env::image::{ImageStore, PullOptions, Reference, StoredImage};
+
+use super::backends::ImageSettings;
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Pull an image from its registry (through the configured mirrors first).
+    Pull { reference: String },
+    /// Load a `docker save` tarball or an OCI image layout (directory or tar), offline.
+    Load { file: PathBuf },
+    /// List the images in the store.
+    Ls {
+        /// One JSON object per image.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget an image (its layers go at the next prune).
+    Rm { reference: String },
+    /// Delete layers and blobs that no recorded image uses.
+    Prune,
+}
+
+pub async fn run(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
+    let settings = ImageSettings::load()?;
+    let store = ImageStore::open(&settings.store)
+        .with_context(|| format!("image store {}", settings.store.display()))?;
+    match cmd {
+        ImageCommand::Pull { reference } => {
+            let reference = Reference::parse(&reference)?;
+            let opts = PullOptions {
+                mirrors: settings.mirrors.clone(),
+                docker_config: None,
+                progress: Some(Arc::new(|line: &str| eprintln!("geode: {line}"))),
+            };
+            let image = store.pull(&reference, &opts).await?;
+            println!("{}", line(&image));
+        }
+        ImageCommand::Load { file } => {
+            let loaded = tokio::task::spawn_blocking(move || store.load(&file)).await??;
+            for image in &loaded {
+                println!("{}", line(image));
+            }
+        }
+        ImageCommand::Ls { json } => {
+            for image in store.list()? {
+                if json {
+                    println!("{}", serde_json::to_string(&image)?);
+                } else {
+                    println!("{}", line(&image));
+                }
+            }
+        }
+        ImageCommand::Rm { reference } => {
+            let reference = Reference::parse(&reference)?;
+            if !store.remove(&reference)? {
+                eprintln!("geode: no image {reference} in the store");
+                return Ok(ExitCode::from(1));
+            }
+            println!("removed {reference}");
+        }
+        ImageCommand::Prune => {
+            let freed = tokio::task::spawn_blocking(move || store.prune(&[])).await??;
+            println!("freed {:.1} MB", freed as f64 / 1e6);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn line(image: &StoredImage) -> String {
+    format!(
+        "{}  {}  {} layers  {:.1} MB  {}",
+        image.reference,
+        &image.digest,
+        image.layers.len(),
+        image.size_bytes as f64 / 1e6,
+        geode_harness::env::describe_source(&image.source),
+    )
+}

@@ -1,0 +1,460 @@
+//! Base images: where the image a task names comes from.
+//!
+//! In order: the image store (pulled, loaded or bootstrapped before), a registry (through the
+//! configured mirrors first), and, only for Debian-family references that a registry cannot
+//! serve here, an equivalent built from the Debian archive: `debian:SUITE[-slim]` by driving
+//! the host's apt into a new root ([`super::bootstrap`]), `python:3.X[-slim]` as that base plus
+//! Debian's Python where the suite's Python is 3.X. Such an image is recorded as bootstrapped
+//! and every result that uses it says so. Anything else that cannot be had is
+//! [`EnvError::Unsupported`] naming the reference and the command that would load it: never a
+//! silent stand-in.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::bootstrap::{self, DebianSuite};
+use super::build::{self, Built, clean_layer, empty_layer, image_error};
+use super::cgroup::Limits;
+use super::dockerfile;
+use super::image::{ImageConfig, ImageSource, ImageStore, PullOptions, Reference, StoredImage};
+use super::sandbox::{Launch, SandboxBackend};
+use super::{EnvError, EnvironmentSpec, ImageRoot};
+
+/// How long the finishing run of a Debian bootstrap (dpkg configuring ~100 packages) may take.
+const FINISH_TIMEOUT: Duration = Duration::from_secs(1200);
+
+/// What results say of an image's origin.
+pub fn describe(source: &ImageSource) -> String {
+    match source {
+        ImageSource::Pulled { registry_url } => format!("pulled from {registry_url}"),
+        ImageSource::Loaded { file } => format!("loaded from {}", file.display()),
+        ImageSource::Bootstrapped { what } => what.clone(),
+        ImageSource::Built => "built locally".into(),
+    }
+}
+
+/// The base images of one backend's builds.
+pub(crate) struct Bases<'a> {
+    backend: &'a SandboxBackend,
+    store: ImageStore,
+}
+
+impl<'a> Bases<'a> {
+    pub(crate) fn open(backend: &'a SandboxBackend) -> Result<Self, EnvError> {
+        let store = ImageStore::open(backend.config().image_store.clone()).map_err(image_error)?;
+        Ok(Bases { backend, store })
+    }
+
+    pub(crate) fn store(&self) -> &ImageStore {
+        &self.store
+    }
+
+    fn progress(&self, line: &str) {
+        (self.backend.config().progress.0)(line);
+    }
+
+    /// The image `raw` names, as a stage base.
+    pub(crate) async fn resolve(&self, raw: &str) -> Result<Built, EnvError> {
+        let reference = Reference::parse(raw).map_err(|e| EnvError::SetupFailed {
+            step: format!("FROM {raw}"),
+            message: e.to_string(),
+        })?;
+        if let Some(image) = self.store.get(&reference).map_err(image_error)? {
+            return Ok(Built::from_image(raw, &image, stand_in_notes(&image)));
+        }
+        let opts = PullOptions {
+            mirrors: self.backend.config().mirrors.clone(),
+            docker_config: None,
+            progress: Some(Arc::clone(&self.backend.config().progress.0)),
+        };
+        let pull_error = match self.store.pull(&reference, &opts).await {
+            Ok(image) => return Ok(Built::from_image(raw, &image, Vec::new())),
+            // A registry that served the wrong bytes is not "unavailable": never fall back.
+            Err(
+                e @ (super::image::ImageError::DigestMismatch { .. }
+                | super::image::ImageError::BadManifest { .. }),
+            ) => {
+                return Err(EnvError::SetupFailed {
+                    step: format!("pull {reference}"),
+                    message: e.to_string(),
+                });
+            }
+            Err(e) => e,
+        };
+        let image = match stand_in(&reference) {
+            Some(StandIn::Debian(suite)) => self.bootstrap_debian(&reference, &suite).await?,
+            Some(StandIn::Python { suite, version }) => {
+                self.bootstrap_python(&reference, &suite, &version).await?
+            }
+            None => {
+                return Err(EnvError::Unsupported(format!(
+                    "image {raw} cannot be had: {pull_error}{}. Load it with `geode image load \
+                     FILE` (a `docker save` tarball or an OCI layout), or set a registry mirror \
+                     in [images] mirrors",
+                    unbootstrappable_hint(&reference)
+                )));
+            }
+        };
+        Ok(Built::from_image(raw, &image, stand_in_notes(&image)))
+    }
+
+    /// One bootstrap per suite at a time across processes; the loser of a race finds the
+    /// winner's image.
+    async fn exclusive(&self, name: &str) -> Result<nix::fcntl::Flock<std::fs::File>, EnvError> {
+        let path = self.store.root().join(format!("{name}.lock"));
+        tokio::task::spawn_blocking(move || {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(|e| EnvError::Io {
+                    context: format!("open {}", path.display()),
+                    source: e,
+                })?;
+            nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(
+                |(_, errno)| EnvError::Io {
+                    context: format!("lock {}", path.display()),
+                    source: std::io::Error::from(errno),
+                },
+            )
+        })
+        .await
+        .map_err(|e| EnvError::Lost(format!("lock task: {e}")))?
+    }
+
+    async fn bootstrap_debian(
+        &self,
+        reference: &Reference,
+        suite: &DebianSuite,
+    ) -> Result<StoredImage, EnvError> {
+        let _lock = self
+            .exclusive(&format!("bootstrap-{}", suite.suite))
+            .await?;
+        if let Some(image) = self.store.get(reference).map_err(image_error)? {
+            return Ok(image);
+        }
+        let what = format!("bootstrapped from the Debian archive ({})", suite.suite);
+        let id = build_id(&["debian-bootstrap", &suite.suite, &suite.mirror]);
+        let layer = match self.store.layer(&id) {
+            Some(layer) => layer,
+            None => {
+                self.progress(&format!(
+                    "image {reference}: not in the store and no registry serves it; \
+                     bootstrapping Debian {} from {} (first run only: a few minutes)",
+                    suite.suite, suite.mirror
+                ));
+                self.bootstrap_layer(suite, &id).await?
+            }
+        };
+        let config = ImageConfig {
+            env: vec![("PATH".into(), super::exec::DEFAULT_PATH.into())],
+            ..ImageConfig::default()
+        };
+        let image = self
+            .store
+            .tag_local(
+                reference,
+                vec![layer],
+                config,
+                ImageSource::Bootstrapped { what },
+            )
+            .map_err(image_error)?;
+        self.progress(&format!(
+            "image {reference}: ready ({})",
+            describe(&image.source)
+        ));
+        Ok(image)
+    }
+
+    /// Stage the packages on the host, then let dpkg configure them inside a sandbox whose
+    /// writable layer is the new root itself (over an empty lower layer), so the result is one
+    /// layer with nothing left of the set-up.
+    async fn bootstrap_layer(&self, suite: &DebianSuite, id: &str) -> Result<PathBuf, EnvError> {
+        let tmp = self.store.temp_dir().map_err(image_error)?;
+        let result = async {
+            let rootfs = tmp.join("upper");
+            std::fs::create_dir_all(&rootfs).map_err(|e| EnvError::Io {
+                context: format!("create {}", rootfs.display()),
+                source: e,
+            })?;
+            let progress = Arc::clone(&self.backend.config().progress.0);
+            let staged = bootstrap::stage(suite, &rootfs, &|line: &str| progress(line))
+                .await
+                .map_err(|e| EnvError::SetupFailed {
+                    step: format!("bootstrap Debian {}", suite.suite),
+                    message: e.to_string(),
+                })?;
+            self.progress(&format!(
+                "bootstrap: configuring {} packages",
+                staged.packages.len()
+            ));
+            let handle = self
+                .backend
+                .launch(Launch {
+                    dir: tmp.clone(),
+                    root: ImageRoot::Layers(vec![empty_layer(&self.store)?]),
+                    workdir: "/".into(),
+                    env: vec![("DEBIAN_FRONTEND".into(), "noninteractive".into())],
+                    user: None,
+                    network: false,
+                    limits: Limits::default(),
+                    binds: Vec::new(),
+                    remove_dir: false,
+                })
+                .await?;
+            let req = geode_runtime::tools::workspace::ExecRequest {
+                command: staged.finish_script.clone(),
+                cwd: Some(PathBuf::from("/")),
+                timeout: FINISH_TIMEOUT,
+                output_cap: 1 << 20,
+                env: Vec::new(),
+            };
+            let finished = handle
+                .exec_as(
+                    req,
+                    Some(vec!["/bin/sh".into()]),
+                    Some("0".into()),
+                    tokio_util::sync::CancellationToken::new(),
+                )
+                .await;
+            let mut handle = handle;
+            let shutdown = handle.shutdown().await;
+            let finished = finished?;
+            shutdown?;
+            if finished.exit_code != Some(0) {
+                let mut tail = format!("{}{}", finished.stdout, finished.stderr);
+                if tail.len() > 3000 {
+                    let cut = tail.len() - 3000;
+                    let cut = (cut..tail.len())
+                        .find(|&i| tail.is_char_boundary(i))
+                        .unwrap_or(cut);
+                    tail = tail.split_off(cut);
+                }
+                return Err(EnvError::SetupFailed {
+                    step: format!("bootstrap Debian {}: finishing the install", suite.suite),
+                    message: format!("exit {:?}: {tail}", finished.exit_code),
+                });
+            }
+            clean_layer(&rootfs);
+            self.store.adopt_layer(id, &rootfs).map_err(image_error)
+        }
+        .await;
+        let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(tmp)).await;
+        result
+    }
+
+    /// Debian's own Python over the bootstrapped base, made to behave like the official
+    /// `python` images where tasks notice: `python` and `pip` on PATH, pip installing
+    /// system-wide (no EXTERNALLY-MANAGED marker), `PYTHON_VERSION` and `LANG=C.UTF-8` set.
+    async fn bootstrap_python(
+        &self,
+        reference: &Reference,
+        suite: &DebianSuite,
+        version: &str,
+    ) -> Result<StoredImage, EnvError> {
+        let debian = format!("debian:{}-slim", suite.suite);
+        let base = Box::pin(self.resolve(&debian)).await?;
+        let _lock = self
+            .exclusive(&format!("bootstrap-python-{version}"))
+            .await?;
+        if let Some(image) = self.store.get(reference).map_err(image_error)? {
+            return Ok(image);
+        }
+        self.progress(&format!(
+            "image {reference}: bootstrapping Python {version} from the Debian archive ({}) \
+             (first run only)",
+            suite.suite
+        ));
+        let text = "FROM base\n\
+            RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+            python-is-python3 python3 python3-pip python3-venv && rm -rf /var/lib/apt/lists/* \
+            && rm -f /usr/lib/python3*/EXTERNALLY-MANAGED\n\
+            ENV LANG=C.UTF-8\n";
+        let steps = dockerfile::parse(text)?;
+        let spec = EnvironmentSpec {
+            task_name: reference.to_string(),
+            environment_dir: self.store.root().to_path_buf(),
+            network: true,
+            cpus: None,
+            memory_mb: None,
+            pids_max: None,
+            build_timeout: FINISH_TIMEOUT,
+            env: Vec::new(),
+            docker_image: None,
+            build_args: Vec::new(),
+        };
+        let deadline = std::time::Instant::now() + FINISH_TIMEOUT;
+        let built = build::build_steps(
+            self.backend,
+            self,
+            &spec,
+            base,
+            &steps[1..],
+            &[],
+            &[],
+            deadline,
+        )
+        .await?;
+        let full = python_version(&built.layers).unwrap_or_else(|| version.to_string());
+        let mut env = built.state.final_env();
+        env.push(("PYTHON_VERSION".into(), full.clone()));
+        let config = ImageConfig {
+            env,
+            ..ImageConfig::default()
+        };
+        let what = format!(
+            "bootstrapped from the Debian archive ({}, Debian's python3 {full})",
+            suite.suite
+        );
+        let image = self
+            .store
+            .tag_local(
+                reference,
+                built.layers,
+                config,
+                ImageSource::Bootstrapped { what },
+            )
+            .map_err(image_error)?;
+        self.progress(&format!(
+            "image {reference}: ready ({})",
+            describe(&image.source)
+        ));
+        Ok(image)
+    }
+}
+
+fn build_id(parts: &[&str]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+/// The version of Debian's `python3` package in the top layer that has a dpkg status file
+/// (`3.11.2-1+b1` -> `3.11.2`).
+fn python_version(layers: &[PathBuf]) -> Option<String> {
+    let status = layers
+        .iter()
+        .rev()
+        .map(|l| l.join("var/lib/dpkg/status"))
+        .find(|p| p.is_file())?;
+    let text = std::fs::read_to_string(status).ok()?;
+    let block = text
+        .split("\n\n")
+        .find(|b| b.lines().any(|l| l == "Package: python3"))?;
+    let version = block.lines().find_map(|l| l.strip_prefix("Version: "))?;
+    let upstream = version.split(['-', '+', '~']).next()?;
+    Some(upstream.to_string())
+}
+
+/// What a bootstrapped image differs in from the official one it stands in for.
+fn stand_in_notes(image: &StoredImage) -> Vec<String> {
+    match &image.source {
+        ImageSource::Bootstrapped { what } => vec![format!(
+            "{}: {what}, not the official image (the slim package set)",
+            image.reference
+        )],
+        _ => Vec::new(),
+    }
+}
+
+enum StandIn {
+    Debian(DebianSuite),
+    Python { suite: DebianSuite, version: String },
+}
+
+/// The Debian suite whose python3 is each Python version.
+const PYTHON_SUITES: &[(&str, &str)] = &[("3.11", "bookworm"), ("3.13", "trixie")];
+
+/// Which references may be bootstrapped here, honestly.
+fn stand_in(reference: &Reference) -> Option<StandIn> {
+    if reference.registry() != "docker.io" {
+        return None;
+    }
+    match reference.repository() {
+        "library/debian" => bootstrap::suite_for("debian", reference.tag()?).map(StandIn::Debian),
+        "library/python" => {
+            let tag = reference.tag()?;
+            let (version, rest) = tag.split_once('-').unwrap_or((tag, ""));
+            let (_, suite) = PYTHON_SUITES.iter().find(|(v, _)| *v == version)?;
+            // `3.11-slim-trixie` names a suite whose python3 is another version.
+            let named_suite = rest.trim_start_matches("slim").trim_start_matches('-');
+            if !named_suite.is_empty() && named_suite != *suite {
+                return None;
+            }
+            let suite = bootstrap::suite_for("debian", suite)?;
+            Some(StandIn::Python {
+                suite,
+                version: version.to_string(),
+            })
+        }
+        _ => None,
+    }
+}
+
+fn unbootstrappable_hint(reference: &Reference) -> String {
+    match reference.repository() {
+        "library/python" => {
+            " (a python image is bootstrapped only where a Debian suite's python3 is that \
+             version: 3.11 is bookworm's, 3.13 trixie's; other versions have no honest Debian \
+             equivalent)"
+                .into()
+        }
+        "library/ubuntu" => " (the Ubuntu archive is not reachable from here)".into(),
+        _ => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind(raw: &str) -> Option<String> {
+        stand_in(&Reference::parse(raw).unwrap()).map(|s| match s {
+            StandIn::Debian(suite) => format!("debian {}", suite.suite),
+            StandIn::Python { suite, version } => format!("python {version} {}", suite.suite),
+        })
+    }
+
+    #[test]
+    fn only_honest_stand_ins_are_bootstrapped() {
+        assert_eq!(
+            kind("debian:bookworm-slim").as_deref(),
+            Some("debian bookworm")
+        );
+        assert_eq!(
+            kind("python:3.11-slim").as_deref(),
+            Some("python 3.11 bookworm")
+        );
+        assert_eq!(
+            kind("python:3.11-slim-bookworm").as_deref(),
+            Some("python 3.11 bookworm")
+        );
+        assert_eq!(kind("python:3.13").as_deref(), Some("python 3.13 trixie"));
+        assert_eq!(kind("python:3.12-slim"), None);
+        assert_eq!(kind("python:3.11-slim-trixie"), None);
+        assert_eq!(kind("ubuntu:24.04"), None);
+        assert_eq!(kind("ghcr.io/x/debian:bookworm"), None);
+    }
+
+    #[test]
+    fn python_version_comes_from_the_dpkg_status_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let status = dir.path().join("var/lib/dpkg");
+        std::fs::create_dir_all(&status).unwrap();
+        std::fs::write(
+            status.join("status"),
+            "Package: python3-pip\nVersion: 23.0\n\nPackage: python3\nStatus: install ok installed\nVersion: 3.11.2-1+b1\n",
+        )
+        .unwrap();
+        assert_eq!(
+            python_version(&[dir.path().to_path_buf()]).as_deref(),
+            Some("3.11.2")
+        );
+    }
+}

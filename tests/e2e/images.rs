@@ -1,0 +1,328 @@
+//! Real task images end to end: a base image served by Debian's `docker-registry` on loopback
+//! is pulled and the trial runs in it (its os-release, Env, WorkingDir; nothing of the host),
+//! a tampered blob is refused, a `docker save` tarball loads offline, registry mirrors serve
+//! Docker Hub references, and a Terminal-Bench-1-style task (base WORKDIR /app) and a
+//! python-style task (`pip install` in a RUN step) pass with the oracle.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use geode_harness::env::image::{ImageStore, Reference, StoredImage};
+use geode_harness::env::{Backend, EnvironmentSpec, SandboxBackend, SandboxConfig};
+
+use super::registry::{Registry, image_blobs, shared_store};
+
+/// `python:3.11-slim` from the machine-wide test store (bootstrapped there on first use).
+async fn python_base() -> StoredImage {
+    let state = tempfile::tempdir().unwrap();
+    let backend = SandboxBackend::new(SandboxConfig::new(
+        env!("CARGO_BIN_EXE_geode"),
+        state.path(),
+        shared_store(),
+    ))
+    .unwrap();
+    let spec = EnvironmentSpec {
+        task_name: "test/base".into(),
+        environment_dir: PathBuf::from("/nonexistent"),
+        network: false,
+        cpus: None,
+        memory_mb: None,
+        pids_max: None,
+        build_timeout: std::time::Duration::from_secs(1200),
+        env: Vec::new(),
+        docker_image: Some("python:3.11-slim".into()),
+        build_args: Vec::new(),
+    };
+    backend.prepare(&spec).await.unwrap();
+    ImageStore::open(shared_store())
+        .unwrap()
+        .get(&Reference::parse("python:3.11-slim").unwrap())
+        .unwrap()
+        .expect("the base is in the store")
+}
+
+/// `geode` with a private home and image store (so every pull really happens).
+fn geode(home: &Path) -> Command {
+    let mut c = super::common::geode_in(home);
+    c.env("GEODE_IMAGES", home.join("images"));
+    c
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A Harbor task whose solution writes `probe` into /logs/artifacts/probe.txt and whose test
+/// passes when `check` (a shell condition) holds.
+fn task(pack: &Path, name: &str, dockerfile: &str, solve: &str, check: &str) {
+    let dir = pack.join(name);
+    write(
+        &dir.join("task.toml"),
+        &format!("[task]\nname = \"test/{name}\"\n[environment]\nnetwork_mode = \"no-network\"\n"),
+    );
+    write(&dir.join("instruction.md"), "Probe the image.\n");
+    write(&dir.join("environment/Dockerfile"), dockerfile);
+    write(
+        &dir.join("solution/solve.sh"),
+        &format!("#!/bin/bash\nset -e\n{solve}\n"),
+    );
+    write(
+        &dir.join("tests/test.sh"),
+        &format!(
+            "#!/bin/bash\nif {check}; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+        ),
+    );
+}
+
+fn run_oracle(home: &Path, pack: &Path) -> (serde_json::Value, PathBuf) {
+    let jobs = home.join("jobs");
+    let out = geode(home)
+        .args(["run"])
+        .arg(pack)
+        .args(["--model", "oracle", "--json", "--jobs-dir"])
+        .arg(&jobs)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "geode run: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let run_dir = PathBuf::from(summary["run_dir"].as_str().unwrap());
+    (summary, run_dir)
+}
+
+fn trial_result(run_dir: &Path, trial: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(run_dir.join(trial).join("result.json")).unwrap())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_registry_image_is_pulled_and_the_trial_sees_it_and_not_the_host() {
+    let base = python_base().await;
+    let registry = Registry::start();
+    let mut env = base.config.env.clone();
+    env.push(("GEODE_IMAGE_MARK".into(), "from-registry".into()));
+    let blobs = image_blobs(&base.layers, &env, Some("/srv/work"), None);
+    blobs.push(&registry.addr, "geode-test/probe", "1").await;
+
+    let home = tempfile::tempdir().unwrap();
+    // Files only the host has: one made for this test, and the pack's own hidden tests.
+    let host_only = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
+    let pack = home.path().join("pack");
+    let hidden = pack.join("probe/tests/test.sh");
+    task(
+        &pack,
+        "probe",
+        &format!("FROM {}/geode-test/probe:1\n", registry.addr),
+        &format!(
+            "{{ grep VERSION_CODENAME /etc/os-release; echo \"PWD=$(pwd)\"; echo \"PATH=$PATH\"; \
+             echo \"MARK=$GEODE_IMAGE_MARK\"; echo \"PY=$PYTHON_VERSION\"; \
+             test -e {host} && echo host-file-visible || echo host-file-hidden; \
+             test -e {hidden} && echo pack-visible || echo pack-hidden; \
+             test -e {exe} && echo harness-visible || echo harness-hidden; \
+             ls /proc/1/exe 2>/dev/null && readlink /proc/1/exe || echo init-exe-hidden; \
+             }} > /logs/artifacts/probe.txt\necho done > answer.txt",
+            host = host_only.path().display(),
+            hidden = hidden.display(),
+            exe = env!("CARGO_BIN_EXE_geode"),
+        ),
+        "[ \"$(cat /srv/work/answer.txt)\" = done ]",
+    );
+    let (summary, run_dir) = run_oracle(home.path(), &pack);
+    assert_eq!(summary["summary"]["outcomes"]["passed"], 1, "{summary}");
+    let probe = std::fs::read_to_string(run_dir.join("probe__0/artifacts/probe.txt")).unwrap();
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .unwrap();
+    for line in [
+        "VERSION_CODENAME=bookworm",
+        "PWD=/srv/work",
+        &format!("PATH={path}"),
+        "MARK=from-registry",
+        "host-file-hidden",
+        "pack-hidden",
+        "harness-hidden",
+    ] {
+        assert!(
+            probe.lines().any(|l| l == line),
+            "{line:?} not in:\n{probe}"
+        );
+    }
+    assert!(!probe.contains("PY=\n"), "PYTHON_VERSION unset:\n{probe}");
+    let result = trial_result(&run_dir, "probe__0");
+    let source = result["image"]["source"].as_str().unwrap();
+    assert!(
+        source.starts_with(&format!("pulled from http://{}", registry.addr)),
+        "{result}"
+    );
+    assert!(
+        result["image"]["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+}
+
+#[tokio::test]
+async fn a_tampered_blob_is_refused_with_a_digest_error() {
+    let base = python_base().await;
+    let registry = Registry::start();
+    let blobs = image_blobs(&base.layers[..1], &base.config.env, None, None);
+    blobs.push(&registry.addr, "geode-test/tampered", "1").await;
+    let (layer_digest, _, _) = &blobs.layers[0];
+    let file = registry.blob_file(layer_digest);
+    let mut bytes = std::fs::read(&file).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xff;
+    std::fs::write(&file, bytes).unwrap();
+
+    let home = tempfile::tempdir().unwrap();
+    let out = geode(home.path())
+        .args([
+            "image",
+            "pull",
+            &format!("{}/geode-test/tampered:1", registry.addr),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a tampered layer was accepted");
+    assert!(
+        stderr.contains("digest mismatch") && stderr.contains(layer_digest.as_str()),
+        "{stderr}"
+    );
+    let ls = geode(home.path()).args(["image", "ls"]).output().unwrap();
+    assert!(
+        !String::from_utf8_lossy(&ls.stdout).contains("tampered"),
+        "the tampered image was recorded"
+    );
+}
+
+#[tokio::test]
+async fn a_docker_save_tarball_loads_and_runs_offline() {
+    let base = python_base().await;
+    let blobs = image_blobs(&base.layers, &base.config.env, Some("/opt/loaded"), None);
+    let home = tempfile::tempdir().unwrap();
+    let tarball = home.path().join("saved.tar");
+    blobs.docker_save(&tarball, "geode-test/loaded:1");
+    let out = geode(home.path())
+        .args(["image", "load"])
+        .arg(&tarball)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ls = geode(home.path()).args(["image", "ls"]).output().unwrap();
+    let listing = String::from_utf8_lossy(&ls.stdout);
+    assert!(
+        listing.contains("docker.io/geode-test/loaded:1") && listing.contains("loaded from"),
+        "{listing}"
+    );
+    let pack = home.path().join("pack");
+    task(
+        &pack,
+        "loaded",
+        "FROM geode-test/loaded:1\n",
+        "pwd > where.txt",
+        "[ \"$(cat /opt/loaded/where.txt)\" = /opt/loaded ]",
+    );
+    let (summary, run_dir) = run_oracle(home.path(), &pack);
+    assert_eq!(summary["summary"]["outcomes"]["passed"], 1, "{summary}");
+    let result = trial_result(&run_dir, "loaded__0");
+    assert!(
+        result["image"]["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("loaded from"),
+        "{result}"
+    );
+}
+
+#[tokio::test]
+async fn mirrors_serve_docker_hub_names_for_tb1_and_python_style_tasks() {
+    let base = python_base().await;
+    let registry = Registry::start();
+    // A Terminal-Bench-1-style base (its images set WORKDIR /app) and a python image, both
+    // under Docker Hub names that only the mirror has.
+    let tb = image_blobs(&base.layers, &base.config.env, Some("/app"), None);
+    tb.push(&registry.addr, "geode-test/t-bench-python", "3.11")
+        .await;
+    let py = image_blobs(&base.layers, &base.config.env, None, None);
+    py.push(&registry.addr, "library/python", "3.11-slim").await;
+
+    let home = tempfile::tempdir().unwrap();
+    write(
+        &home.path().join("home/config.toml"),
+        &format!(
+            "[images]\nmirrors = {{ \"docker.io\" = \"http://{}\" }}\n",
+            registry.addr
+        ),
+    );
+    let pack = home.path().join("pack");
+    task(
+        &pack,
+        "tb1-style",
+        "FROM geode-test/t-bench-python:3.11\n",
+        "printf 'hello\\n' > greeting.txt",
+        // run-tests.sh of Terminal-Bench 1 refuses to run from /.
+        "[ \"$PWD\" != / ] && [ \"$(cat /app/greeting.txt)\" = hello ]",
+    );
+    task(
+        &pack,
+        "pip-install",
+        "FROM python:3.11-slim\nWORKDIR /app\nCOPY pkg /tmp/pkg\n\
+         RUN pip install --no-index --no-build-isolation /tmp/pkg && rm -rf /tmp/pkg\n",
+        "python -c 'import geodepkg; print(geodepkg.VALUE)' > value.txt && pip --version > pip.txt",
+        "[ \"$(cat /app/value.txt)\" = 42 ] && grep -q 'python 3.11' /app/pip.txt",
+    );
+    let pkg = pack.join("pip-install/environment/pkg");
+    write(&pkg.join("geodepkg/__init__.py"), "VALUE = 42\n");
+    write(
+        &pkg.join("setup.py"),
+        "from setuptools import setup\nsetup(name='geodepkg', version='1.0', packages=['geodepkg'])\n",
+    );
+    let (summary, run_dir) = run_oracle(home.path(), &pack);
+    assert_eq!(summary["summary"]["outcomes"]["passed"], 2, "{summary}");
+    for trial in ["tb1-style__0", "pip-install__0"] {
+        let result = trial_result(&run_dir, trial);
+        assert!(
+            result["image"]["source"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("pulled from http://{}", registry.addr)),
+            "{result}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_image_that_cannot_be_had_is_environment_unsupported_with_the_fix() {
+    let home = tempfile::tempdir().unwrap();
+    let pack = home.path().join("pack");
+    task(&pack, "ubuntu", "FROM ubuntu:24.04\n", "true", "true");
+    let out = geode(home.path())
+        .args(["run"])
+        .arg(&pack)
+        .args(["--model", "oracle", "--json", "--jobs-dir"])
+        .arg(home.path().join("jobs"))
+        .output()
+        .unwrap();
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run_dir = PathBuf::from(summary["run_dir"].as_str().unwrap());
+    let result = trial_result(&run_dir, "ubuntu__0");
+    let text = result.to_string();
+    assert!(text.contains("environment_unsupported"), "{text}");
+    assert!(
+        text.contains("ubuntu:24.04") && text.contains("geode image load"),
+        "{text}"
+    );
+}
