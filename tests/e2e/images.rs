@@ -124,7 +124,8 @@ async fn a_registry_image_is_pulled_and_the_trial_sees_it_and_not_the_host() {
              test -e {host} && echo host-file-visible || echo host-file-hidden; \
              test -e {hidden} && echo pack-visible || echo pack-hidden; \
              test -e {exe} && echo harness-visible || echo harness-hidden; \
-             ls /proc/1/exe 2>/dev/null && readlink /proc/1/exe || echo init-exe-hidden; \
+             readlink /proc/1/exe >/dev/null 2>&1 && echo init-exe-visible || echo init-exe-hidden; \
+             readlink /proc/$PPID/exe >/dev/null 2>&1 && echo agent-exe-visible || echo agent-exe-hidden; \
              }} > /logs/artifacts/probe.txt\necho done > answer.txt",
             host = host_only.path().display(),
             hidden = hidden.display(),
@@ -134,7 +135,7 @@ async fn a_registry_image_is_pulled_and_the_trial_sees_it_and_not_the_host() {
     );
     let (summary, run_dir) = run_oracle(home.path(), &pack);
     assert_eq!(summary["summary"]["outcomes"]["passed"], 1, "{summary}");
-    let probe = std::fs::read_to_string(run_dir.join("probe__0/artifacts/probe.txt")).unwrap();
+    let probe = std::fs::read_to_string(run_dir.join("test-probe__0/artifacts/probe.txt")).unwrap();
     let path = env
         .iter()
         .find(|(k, _)| k == "PATH")
@@ -148,6 +149,8 @@ async fn a_registry_image_is_pulled_and_the_trial_sees_it_and_not_the_host() {
         "host-file-hidden",
         "pack-hidden",
         "harness-hidden",
+        "init-exe-hidden",
+        "agent-exe-hidden",
     ] {
         assert!(
             probe.lines().any(|l| l == line),
@@ -155,7 +158,7 @@ async fn a_registry_image_is_pulled_and_the_trial_sees_it_and_not_the_host() {
         );
     }
     assert!(!probe.contains("PY=\n"), "PYTHON_VERSION unset:\n{probe}");
-    let result = trial_result(&run_dir, "probe__0");
+    let result = trial_result(&run_dir, "test-probe__0");
     let source = result["image"]["source"].as_str().unwrap();
     assert!(
         source.starts_with(&format!("pulled from http://{}", registry.addr)),
@@ -237,7 +240,7 @@ async fn a_docker_save_tarball_loads_and_runs_offline() {
     );
     let (summary, run_dir) = run_oracle(home.path(), &pack);
     assert_eq!(summary["summary"]["outcomes"]["passed"], 1, "{summary}");
-    let result = trial_result(&run_dir, "loaded__0");
+    let result = trial_result(&run_dir, "test-loaded__0");
     assert!(
         result["image"]["source"]
             .as_str()
@@ -292,7 +295,7 @@ async fn mirrors_serve_docker_hub_names_for_tb1_and_python_style_tasks() {
     );
     let (summary, run_dir) = run_oracle(home.path(), &pack);
     assert_eq!(summary["summary"]["outcomes"]["passed"], 2, "{summary}");
-    for trial in ["tb1-style__0", "pip-install__0"] {
+    for trial in ["test-tb1-style__0", "test-pip-install__0"] {
         let result = trial_result(&run_dir, trial);
         assert!(
             result["image"]["source"]
@@ -318,7 +321,7 @@ async fn an_image_that_cannot_be_had_is_environment_unsupported_with_the_fix() {
         .unwrap();
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let run_dir = PathBuf::from(summary["run_dir"].as_str().unwrap());
-    let result = trial_result(&run_dir, "ubuntu__0");
+    let result = trial_result(&run_dir, "test-ubuntu__0");
     let text = result.to_string();
     assert!(text.contains("environment_unsupported"), "{text}");
     assert!(

@@ -232,11 +232,14 @@ fn prepared(built: Built, spec: &EnvironmentSpec, started: Instant) -> PreparedI
     }
 }
 
+/// Variable names and values (ARGs, build args).
+type Args = Vec<(String, String)>;
+
 /// The ARGs before the first FROM (usable in FROM lines, task values winning) and the stages.
 fn split_stages(
     steps: Vec<Step>,
     build_args: &[(String, String)],
-) -> Result<(Vec<(String, String)>, Vec<Stage>), EnvError> {
+) -> Result<(Args, Vec<Stage>), EnvError> {
     let mut global = Vec::new();
     let mut stages: Vec<Stage> = Vec::new();
     for step in steps {
