@@ -32,6 +32,7 @@ async fn python_base() -> StoredImage {
         env: Vec::new(),
         docker_image: Some("python:3.11-slim".into()),
         build_args: Vec::new(),
+        build_log: None,
     };
     backend.prepare(&spec).await.unwrap();
     ImageStore::open(shared_store())
@@ -39,6 +40,18 @@ async fn python_base() -> StoredImage {
         .get(&Reference::parse("python:3.11-slim").unwrap())
         .unwrap()
         .expect("the base is in the store")
+}
+
+/// `base` with its config changed.
+fn with_config(
+    base: &StoredImage,
+    env: Vec<(String, String)>,
+    working_dir: Option<&str>,
+) -> StoredImage {
+    let mut image = base.clone();
+    image.config.env = env;
+    image.config.working_dir = working_dir.map(str::to_string);
+    image
 }
 
 /// `geode` with a private home and image store (so every pull really happens).
@@ -106,7 +119,7 @@ async fn a_registry_image_is_pulled_and_the_trial_sees_it_and_not_the_host() {
     let registry = Registry::start();
     let mut env = base.config.env.clone();
     env.push(("GEODE_IMAGE_MARK".into(), "from-registry".into()));
-    let blobs = image_blobs(&base.layers, &env, Some("/srv/work"), None);
+    let blobs = image_blobs(&with_config(&base, env.clone(), Some("/srv/work")));
     blobs.push(&registry.addr, "geode-test/probe", "1").await;
 
     let home = tempfile::tempdir().unwrap();
@@ -176,7 +189,9 @@ async fn a_registry_image_is_pulled_and_the_trial_sees_it_and_not_the_host() {
 async fn a_tampered_blob_is_refused_with_a_digest_error() {
     let base = python_base().await;
     let registry = Registry::start();
-    let blobs = image_blobs(&base.layers[..1], &base.config.env, None, None);
+    let mut one_layer = base.clone();
+    one_layer.layers.truncate(1);
+    let blobs = image_blobs(&one_layer);
     blobs.push(&registry.addr, "geode-test/tampered", "1").await;
     let (layer_digest, _, _) = &blobs.layers[0];
     let file = registry.blob_file(layer_digest);
@@ -210,10 +225,10 @@ async fn a_tampered_blob_is_refused_with_a_digest_error() {
 #[tokio::test]
 async fn a_docker_save_tarball_loads_and_runs_offline() {
     let base = python_base().await;
-    let blobs = image_blobs(&base.layers, &base.config.env, Some("/opt/loaded"), None);
+    let image = with_config(&base, base.config.env.clone(), Some("/opt/loaded"));
     let home = tempfile::tempdir().unwrap();
     let tarball = home.path().join("saved.tar");
-    blobs.docker_save(&tarball, "geode-test/loaded:1");
+    geode_harness::env::image::save(&image, "geode-test/loaded:1", &tarball).unwrap();
     let out = geode(home.path())
         .args(["image", "load"])
         .arg(&tarball)
@@ -256,10 +271,10 @@ async fn mirrors_serve_docker_hub_names_for_tb1_and_python_style_tasks() {
     let registry = Registry::start();
     // A Terminal-Bench-1-style base (its images set WORKDIR /app) and a python image, both
     // under Docker Hub names that only the mirror has.
-    let tb = image_blobs(&base.layers, &base.config.env, Some("/app"), None);
+    let tb = image_blobs(&with_config(&base, base.config.env.clone(), Some("/app")));
     tb.push(&registry.addr, "geode-test/t-bench-python", "3.11")
         .await;
-    let py = image_blobs(&base.layers, &base.config.env, None, None);
+    let py = image_blobs(&with_config(&base, base.config.env.clone(), None));
     py.push(&registry.addr, "library/python", "3.11-slim").await;
 
     let home = tempfile::tempdir().unwrap();

@@ -1,16 +1,17 @@
 //! Real image infrastructure for the tests: the machine-wide test image store (a Debian base
 //! bootstrapped from the archive once per machine, outside the repository), Debian's
 //! `docker-registry` (the CNCF distribution registry) on a free loopback port, and a push of
-//! stored images into it through the OCI distribution API.
+//! stored images into it through the OCI distribution API (layers packed by the library's own
+//! `layer_tar`, the inverse of unpacking).
 
 #![allow(dead_code)]
 
 use std::io::Write;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use geode_harness::env::image::StoredImage;
 use sha2::{Digest, Sha256};
 
 /// The test image store, shared by every test and every CI run on this machine, so the Debian
@@ -105,57 +106,9 @@ fn digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
-/// Tar one unpacked layer (overlayfs form) back into the OCI form: a 0:0 character device is
-/// the whiteout `.wh.NAME`, an opaque folder gets `.wh..wh..opq`.
-pub fn layer_tar(dir: &Path) -> Vec<u8> {
-    let mut tar = tar::Builder::new(Vec::new());
-    tar.follow_symlinks(false);
-    let mut entries: Vec<_> = walkdir::WalkDir::new(dir)
-        .min_depth(1)
-        .sort_by_file_name()
-        .into_iter()
-        .map(|e| e.unwrap())
-        .collect();
-    entries.sort_by(|a, b| a.path().cmp(b.path()));
-    for entry in entries {
-        let rel = entry.path().strip_prefix(dir).unwrap();
-        let meta = entry.path().symlink_metadata().unwrap();
-        if meta.file_type().is_char_device() && meta.rdev() == 0 {
-            let name = rel.file_name().unwrap().to_string_lossy().into_owned();
-            let wh = rel.with_file_name(format!(".wh.{name}"));
-            let mut header = tar::Header::new_gnu();
-            header.set_size(0);
-            header.set_mode(0o644);
-            header.set_entry_type(tar::EntryType::Regular);
-            tar.append_data(&mut header, wh, std::io::empty()).unwrap();
-            continue;
-        }
-        tar.append_path_with_name(entry.path(), rel).unwrap();
-        if meta.is_dir()
-            && xattr::get(entry.path(), "trusted.overlay.opaque")
-                .ok()
-                .flatten()
-                .is_some_and(|v| v == b"y")
-        {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(0);
-            header.set_mode(0o644);
-            header.set_entry_type(tar::EntryType::Regular);
-            tar.append_data(&mut header, rel.join(".wh..wh..opq"), std::io::empty())
-                .unwrap();
-        }
-    }
-    tar.into_inner().unwrap()
-}
-
-/// Blobs for `layers` (unpacked dirs, bottom first) with an image config of `env`,
-/// `working_dir` and `user`.
-pub fn image_blobs(
-    layers: &[PathBuf],
-    env: &[(String, String)],
-    working_dir: Option<&str>,
-    user: Option<&str>,
-) -> ImageBlobs {
+/// Blobs for `image` (its layers, its config).
+pub fn image_blobs(image: &StoredImage) -> ImageBlobs {
+    let layers = &image.layers;
     // Tests of one binary push the same base again and again: tar and compress each layer once.
     type Packed = (String, Vec<u8>, String);
     static PACKED: std::sync::Mutex<Vec<(PathBuf, Packed)>> = std::sync::Mutex::new(Vec::new());
@@ -168,8 +121,8 @@ pub fn image_blobs(
             .find(|(p, _)| p == layer)
             .map(|(_, packed)| packed.clone());
         let packed = known.unwrap_or_else(|| {
-            let tar = layer_tar(layer);
-            let diff_id = digest(&tar);
+            let mut tar = Vec::new();
+            let diff_id = geode_harness::env::image::layer_tar(layer, &mut tar).unwrap();
             let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
             gz.write_all(&tar).unwrap();
             let gz = gz.finish().unwrap();
@@ -179,21 +132,8 @@ pub fn image_blobs(
         });
         out.push(packed);
     }
-    let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let config = serde_json::json!({
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {
-            "Env": env,
-            "WorkingDir": working_dir.unwrap_or(""),
-            "User": user.unwrap_or(""),
-            "Cmd": ["bash"],
-        },
-        "rootfs": {
-            "type": "layers",
-            "diff_ids": out.iter().map(|(_, _, d)| d.clone()).collect::<Vec<_>>(),
-        },
-    });
+    let diff_ids: Vec<String> = out.iter().map(|(_, _, d)| d.clone()).collect();
+    let config = geode_harness::env::image::image_config(image, &diff_ids);
     let config = serde_json::to_vec(&config).unwrap();
     ImageBlobs {
         config_digest: digest(&config),
@@ -268,35 +208,5 @@ impl ImageBlobs {
             .unwrap();
         assert_eq!(put.status().as_u16(), 201, "manifest of {repo}:{tag}");
         digest(&manifest)
-    }
-
-    /// The same image as a `docker save` tarball (manifest.json, config, layer tars).
-    pub fn docker_save(&self, file: &Path, repo_tag: &str) {
-        let mut tar = tar::Builder::new(std::fs::File::create(file).unwrap());
-        let mut add = |name: &str, bytes: &[u8]| {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(bytes.len() as u64);
-            header.set_mode(0o644);
-            header.set_entry_type(tar::EntryType::Regular);
-            tar.append_data(&mut header, name, bytes).unwrap();
-        };
-        let config_name = format!("{}.json", self.config_digest.trim_start_matches("sha256:"));
-        add(&config_name, &self.config);
-        let mut layer_names = Vec::new();
-        for (_, gz, diff_id) in &self.layers {
-            let mut raw = Vec::new();
-            std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut raw)
-                .unwrap();
-            let name = format!("{}/layer.tar", diff_id.trim_start_matches("sha256:"));
-            add(&name, &raw);
-            layer_names.push(name);
-        }
-        let manifest = serde_json::json!([{
-            "Config": config_name,
-            "RepoTags": [repo_tag],
-            "Layers": layer_names,
-        }]);
-        add("manifest.json", &serde_json::to_vec(&manifest).unwrap());
-        tar.finish().unwrap();
     }
 }

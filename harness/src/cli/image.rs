@@ -16,6 +16,9 @@ pub enum ImageCommand {
     Pull { reference: String },
     /// Load a `docker save` tarball or an OCI image layout (directory or tar), offline.
     Load { file: PathBuf },
+    /// Write an image as a `docker save` tarball (for `geode image load` or `docker load`
+    /// elsewhere).
+    Save { reference: String, file: PathBuf },
     /// List the images in the store.
     Ls {
         /// One JSON object per image.
@@ -24,7 +27,7 @@ pub enum ImageCommand {
     },
     /// Forget an image (its layers go at the next prune).
     Rm { reference: String },
-    /// Delete layers and blobs that no recorded image uses.
+    /// Delete layers and blobs that no recorded image uses (build-step layers included).
     Prune,
 }
 
@@ -48,6 +51,20 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
             for image in &loaded {
                 println!("{}", line(image));
             }
+        }
+        ImageCommand::Save { reference, file } => {
+            let parsed = Reference::parse(&reference)?;
+            let Some(image) = store.get(&parsed)? else {
+                anyhow::bail!("no image {parsed} in the store (geode image ls lists them)");
+            };
+            let tag = parsed.to_string();
+            let tag = tag.strip_prefix("docker.io/").unwrap_or(&tag).to_string();
+            let shown = file.display().to_string();
+            tokio::task::spawn_blocking(move || {
+                geode_harness::env::image::save(&image, &tag, &file)
+            })
+            .await??;
+            println!("saved {parsed} to {shown}");
         }
         ImageCommand::Ls { json } => {
             for image in store.list()? {

@@ -284,6 +284,7 @@ impl<'a> Bases<'a> {
             env: Vec::new(),
             docker_image: None,
             build_args: Vec::new(),
+            build_log: None,
         };
         let deadline = std::time::Instant::now() + FINISH_TIMEOUT;
         let built = build::build_steps(

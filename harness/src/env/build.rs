@@ -14,6 +14,7 @@
 //! write into, cached under `cache_dir/<key>/` (key = sha256 over a builder version and every
 //! file of `environment/`), with `image.json` and the `done` marker written last.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -381,11 +382,14 @@ pub(crate) async fn build_steps(
             }
         }
         if let Some(layer) = store.layer(&key) {
+            log(spec, &format!("{}: cached\n", step_name(step)));
             layers.push(layer);
             continue;
         }
         cache_hit = false;
+        log(spec, &format!("{}\n", step_name(step)));
         let layer = run_step(
+            spec,
             backend,
             store,
             &layers,
@@ -462,8 +466,28 @@ pub(crate) fn image_error(e: super::image::ImageError) -> EnvError {
     }
 }
 
+/// Append to the build log the spec names (the trial's `build.log`); a log that cannot be
+/// written loses lines, never the build.
+fn log(spec: &EnvironmentSpec, text: &str) {
+    use std::io::Write;
+    let Some(path) = &spec.build_log else { return };
+    if text.is_empty() {
+        return;
+    }
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)
+    {
+        let _ = file.write_all(text.as_bytes());
+    }
+}
+
 /// Run one RUN or COPY step in a sandbox over `lower` and keep its upper as layer `id`.
+#[allow(clippy::too_many_arguments)]
 async fn run_step(
+    spec: &EnvironmentSpec,
     backend: &SandboxBackend,
     store: &ImageStore,
     lower: &[PathBuf],
@@ -498,6 +522,10 @@ async fn run_step(
         let outcome = builder.execute(&handle, step, exported.as_deref()).await;
         let mut handle = handle;
         let shutdown = handle.shutdown().await;
+        match &outcome {
+            Ok(output) => log(spec, output),
+            Err(e) => log(spec, &format!("FAILED: {e}\n")),
+        }
         outcome?;
         shutdown?;
         let upper = dir.join("upper");

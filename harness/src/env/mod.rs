@@ -36,6 +36,8 @@ pub struct EnvironmentSpec {
     pub docker_image: Option<String>,
     /// Values for the Dockerfile's ARGs, as `docker build --build-arg` gives them.
     pub build_args: Vec<(String, String)>,
+    /// Where the build's steps and their output are appended (the trial's `build.log`).
+    pub build_log: Option<PathBuf>,
 }
 
 /// What a sandbox's root is made of, below the trial's own writable layer.

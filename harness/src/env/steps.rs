@@ -184,14 +184,15 @@ impl<'a> Builder<'a> {
         true
     }
 
-    /// Run a RUN or COPY/ADD step in `sandbox`. `copy_root` is where a `COPY --from`'s sources
-    /// were exported to on the host (the build context otherwise).
+    /// Run a RUN or COPY/ADD step in `sandbox`; a RUN's output, for the build log. `copy_root`
+    /// is where a `COPY --from`'s sources were exported to on the host (the build context
+    /// otherwise).
     pub(crate) async fn execute(
         &mut self,
         sandbox: &SandboxHandle,
         step: &Step,
         copy_root: Option<&Path>,
-    ) -> Result<(), EnvError> {
+    ) -> Result<String, EnvError> {
         self.check_deadline(step)?;
         match &step.instruction {
             Instruction::Run(cmd) => {
@@ -213,9 +214,11 @@ impl<'a> Builder<'a> {
             }
             Instruction::Copy(copy) => {
                 let root = copy_root.unwrap_or(self.context);
-                self.copy(sandbox, step, copy, root).await
+                self.copy(sandbox, step, copy, root)
+                    .await
+                    .map(|()| String::new())
             }
-            _ => Ok(()),
+            _ => Ok(String::new()),
         }
     }
 
@@ -296,7 +299,7 @@ impl<'a> Builder<'a> {
         step: &Step,
         shell: Vec<String>,
         command: String,
-    ) -> Result<(), EnvError> {
+    ) -> Result<String, EnvError> {
         let result = self
             .run_in(sandbox, shell, command, self.state.user.clone())
             .await?;
@@ -317,7 +320,7 @@ impl<'a> Builder<'a> {
                 ),
             });
         }
-        Ok(())
+        Ok(format!("{}{}", result.stdout, result.stderr))
     }
 
     async fn copy(

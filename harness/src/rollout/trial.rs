@@ -181,6 +181,7 @@ async fn run_phases(
             .clone()
             .into_iter()
             .collect(),
+        build_log: Some(plan.trial_dir.join("build.log")),
     };
 
     observer.phase(&plan.trial_name, "environment");

@@ -60,6 +60,7 @@ fn spec(env_dir: &Path) -> EnvironmentSpec {
         env: vec![("TASK_ENV".into(), "from-spec".into())],
         docker_image: None,
         build_args: Vec::new(),
+        build_log: None,
     }
 }
 
@@ -621,11 +622,13 @@ async fn multi_stage_builds_copy_from_an_earlier_stage() {
         "ARG BASE=python:3.11-slim\nFROM $BASE AS build\nARG FLAVOUR=plain\n\
          RUN mkdir -p /out/bin && echo \"built $FLAVOUR\" > /out/bin/tool && echo junk > /junk\n\
          FROM debian:bookworm-slim AS unused\nRUN exit 1\n\
-         FROM $BASE\nWORKDIR /app\nCOPY --from=build --chown=1000:1000 /out/bin/tool /app/tool\n",
+         FROM $BASE\nWORKDIR /app\nCOPY --from=build --chown=1000:1000 /out/bin/tool /app/tool\n\
+         USER nobody\n",
     )
     .unwrap();
     let mut spec = spec(&env_dir);
     spec.build_args = vec![("FLAVOUR".into(), "special".into())];
+    spec.build_log = Some(f.trials.path().join("build.log"));
     let image = f.backend.prepare(&spec).await.unwrap();
     let sb = f
         .backend

@@ -19,11 +19,13 @@ mod layer;
 mod manifest;
 mod reference;
 mod registry;
+mod save;
 mod store;
 #[cfg(test)]
 mod tests;
 
 pub use reference::Reference;
+pub use save::{image_config, layer_tar, save};
 pub use store::ImageStore;
 
 /// Told one line per step of a pull.
