@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod backends;
+mod bench;
 mod config;
 mod connect;
 mod crucible;
@@ -70,6 +71,9 @@ pub enum Command {
     Receipts(receipts::ReceiptsCommand),
     /// Run a benchmark: every task of a pack, K attempts each, in sandboxes.
     Run(run::RunArgs),
+    /// Measure the environment: per-trial set-up/teardown over a pack, an image's first pull.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// The image store: pull, load (`docker save` tarballs, OCI layouts), ls, rm, prune.
     #[command(subcommand)]
     Image(image::ImageCommand),
@@ -145,6 +149,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Receipts(cmd) => receipts::run(cmd),
         Command::Run(args) => runtime.block_on(run::run(args)),
         Command::Image(cmd) => runtime.block_on(image::run(cmd)),
+        Command::Bench(cmd) => runtime.block_on(bench::run(cmd)),
         Command::Tasks(cmd) => runtime.block_on(tasks::run(cmd)),
         Command::Show(args) => show::show(args),
         Command::Grade(args) => runtime.block_on(show::grade(args)),

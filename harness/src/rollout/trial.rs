@@ -148,6 +148,28 @@ pub async fn run_trial(
     row
 }
 
+/// What `task` asks of its environment, as a backend takes it.
+pub fn environment_spec(
+    task: &Task,
+    timeout_multiplier: f64,
+    build_log: Option<PathBuf>,
+) -> EnvironmentSpec {
+    let environment = &task.config.environment;
+    EnvironmentSpec {
+        task_name: task.id.clone(),
+        environment_dir: task.environment_dir(),
+        network: task.config.network_allowed(),
+        cpus: environment.cpus,
+        memory_mb: environment.memory_mb,
+        pids_max: Some(512),
+        build_timeout: scaled(task.config.build_timeout(), timeout_multiplier),
+        env: environment.env.clone().into_iter().collect(),
+        docker_image: environment.docker_image.clone(),
+        build_args: environment.build_args.clone().into_iter().collect(),
+        build_log,
+    }
+}
+
 fn scaled(d: Duration, multiplier: f64) -> Duration {
     d.mul_f64(multiplier.max(0.01))
 }
@@ -164,25 +186,11 @@ async fn run_phases(
     if let Err(e) = fresh_trial_dir(&plan.trial_dir) {
         return Ending::infra(TrialOutcome::SandboxLost, "TrialDirError", e.to_string());
     }
-    let spec = EnvironmentSpec {
-        task_name: task.id.clone(),
-        environment_dir: task.environment_dir(),
-        network: task.config.network_allowed(),
-        cpus: task.config.environment.cpus,
-        memory_mb: task.config.environment.memory_mb,
-        pids_max: Some(512),
-        build_timeout: scaled(task.config.build_timeout(), plan.timeout_multiplier),
-        env: task.config.environment.env.clone().into_iter().collect(),
-        docker_image: task.config.environment.docker_image.clone(),
-        build_args: task
-            .config
-            .environment
-            .build_args
-            .clone()
-            .into_iter()
-            .collect(),
-        build_log: Some(plan.trial_dir.join("build.log")),
-    };
+    let spec = environment_spec(
+        task,
+        plan.timeout_multiplier,
+        Some(plan.trial_dir.join("build.log")),
+    );
 
     observer.phase(&plan.trial_name, "environment");
     let t = Instant::now();

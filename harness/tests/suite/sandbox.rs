@@ -489,9 +489,11 @@ async fn dockerfile_builds_caches_and_reports_failures() {
     let f = fixture();
     let env_dir = f.trials.path().join("environment");
     std::fs::create_dir_all(&env_dir).unwrap();
+    // The store outlives the test: a fresh ARG value makes this run's steps its own.
+    let nonce = uuid::Uuid::new_v4().simple().to_string();
     let dockerfile = |last: &str| {
         format!(
-            "FROM python:3.11-slim\nARG GREETING=built\nWORKDIR /app\nENV MODE=test \\\n    LEVEL=2\n\
+            "FROM python:3.11-slim\nARG NONCE={nonce}\nARG GREETING=built\nWORKDIR /app\nENV MODE=test \\\n    LEVEL=2\n\
              COPY data.txt /app/\nRUN echo $GREETING > /built.txt && sleep 1\n\
              RUN python3 -c 'import sqlite3; print(sqlite3.sqlite_version)' > /app/sqlite.txt\n\
              RUN echo tmpfile > /tmp/kept\nENV PATH=/opt/tool/bin:$PATH\nCMD [\"bash\"]\n{last}"
@@ -579,13 +581,15 @@ async fn dockerfile_builds_caches_and_reports_failures() {
 
     std::fs::write(
         env_dir.join("Dockerfile"),
-        "FROM python:3.11-slim\nRUN echo before\nRUN echo boom && exit 7\n",
+        format!(
+            "FROM python:3.11-slim\nARG NONCE={nonce}\nRUN echo before\nRUN echo boom && exit 7\n"
+        ),
     )
     .unwrap();
     match f.backend.prepare(&spec).await {
         Err(EnvError::SetupFailed { step, message }) => {
             assert!(
-                step.contains("line 3") && step.contains("RUN echo boom"),
+                step.contains("line 4") && step.contains("RUN echo boom"),
                 "{step}"
             );
             assert!(

@@ -1,0 +1,252 @@
+//! `geode bench`: the environment's own costs, measured the way the issue tracker asks for
+//! them (medians of real sandboxes, not timed tests).
+//!
+//! - `geode bench env PACK`: per-trial environment set-up and teardown with every task's image
+//!   already cached, `-r` times per task; medians per task and over the pack.
+//! - `geode bench image REF`: the first pull and unpack of an image into an empty store, then
+//!   sandbox start + `true` + teardown on it; with `--docker` (a reachable docker engine),
+//!   `docker pull` and `docker run --rm IMAGE true` of the same reference, and the ratios.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use geode_harness::env::image::{ImageStore, PullOptions, Reference};
+use geode_harness::env::{Backend, EnvironmentSpec, Sandbox, SandboxBackend, SandboxConfig};
+use geode_harness::pack::TaskPack;
+use geode_harness::rollout::trial::environment_spec;
+use geode_runtime::tools::workspace::ExecRequest;
+use tokio_util::sync::CancellationToken;
+
+use super::backends::ImageSettings;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Per-trial environment set-up + teardown over a pack, images cached.
+    Env {
+        pack: PathBuf,
+        /// Sandboxes per task.
+        #[arg(short = 'r', long, default_value_t = 10)]
+        repeat: usize,
+    },
+    /// First pull + unpack of an image, then sandbox start/exec/teardown on it.
+    Image {
+        reference: String,
+        #[arg(short = 'r', long, default_value_t = 10)]
+        repeat: usize,
+        /// Also time `docker pull` and `docker run --rm` of the same reference.
+        #[arg(long)]
+        docker: bool,
+    },
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+fn backend(store: PathBuf, state: &std::path::Path) -> anyhow::Result<SandboxBackend> {
+    let exe = std::env::current_exe().context("locating the geode executable")?;
+    let settings = ImageSettings::load()?;
+    let mut config = SandboxConfig::new(exe, state, store);
+    config.mirrors = settings.mirrors;
+    Ok(SandboxBackend::new(config)?)
+}
+
+/// Start, optionally run `true`, tear down: the three times.
+async fn cycle(
+    backend: &SandboxBackend,
+    spec: &EnvironmentSpec,
+    image: &geode_harness::env::PreparedImage,
+    trial: &std::path::Path,
+    exec: bool,
+) -> anyhow::Result<(Duration, Duration, Duration)> {
+    let t = Instant::now();
+    let sandbox = backend.start_sandbox(spec, image, trial).await?;
+    let up = t.elapsed();
+    let t = Instant::now();
+    if exec {
+        let req = ExecRequest {
+            command: "true".into(),
+            cwd: None,
+            timeout: Duration::from_secs(30),
+            output_cap: 4096,
+            env: Vec::new(),
+        };
+        sandbox.exec(req, CancellationToken::new()).await?;
+    }
+    let ran = t.elapsed();
+    let t = Instant::now();
+    Box::new(sandbox).teardown().await?;
+    Ok((up, ran, t.elapsed()))
+}
+
+pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
+    let settings = ImageSettings::load()?;
+    let scratch = tempfile_dir(&settings.store)?;
+    let result = match cmd {
+        BenchCommand::Env { pack, repeat } => bench_env(&settings, &scratch, &pack, repeat).await,
+        BenchCommand::Image {
+            reference,
+            repeat,
+            docker,
+        } => bench_image(&settings, &scratch, &reference, repeat, docker).await,
+    };
+    let _ = std::fs::remove_dir_all(&scratch);
+    result.map(|()| ExitCode::SUCCESS)
+}
+
+/// Scratch beside the store (one filesystem, as the sandbox's layers want).
+fn tempfile_dir(store: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let parent = store.parent().unwrap_or(store);
+    let dir = parent.join(format!(".geode-bench-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+async fn bench_env(
+    settings: &ImageSettings,
+    scratch: &std::path::Path,
+    pack: &std::path::Path,
+    repeat: usize,
+) -> anyhow::Result<()> {
+    let pack = TaskPack::load(pack)?;
+    let backend = backend(settings.store.clone(), &scratch.join("state"))?;
+    let (mut ups, mut downs, mut totals) = (Vec::new(), Vec::new(), Vec::new());
+    for task in &pack.tasks {
+        let spec = environment_spec(task, 1.0, None);
+        let image = backend.prepare(&spec).await?;
+        let (mut up_t, mut down_t) = (Vec::new(), Vec::new());
+        for i in 0..repeat.max(1) {
+            let trial = scratch
+                .join("trials")
+                .join(format!("{}-{i}", task.id.replace('/', "-")));
+            let (up, _, down) = cycle(&backend, &spec, &image, &trial, false).await?;
+            up_t.push(up);
+            down_t.push(down);
+            totals.push(up + down);
+        }
+        println!(
+            "{:<34} set-up {:>9}  teardown {:>9}",
+            task.id,
+            ms(median(up_t.clone())),
+            ms(median(down_t.clone()))
+        );
+        ups.extend(up_t);
+        downs.extend(down_t);
+    }
+    println!(
+        "over {} tasks x {repeat}: set-up {}, teardown {}, set-up + teardown {} (medians)",
+        pack.tasks.len(),
+        ms(median(ups)),
+        ms(median(downs)),
+        ms(median(totals))
+    );
+    Ok(())
+}
+
+async fn bench_image(
+    settings: &ImageSettings,
+    scratch: &std::path::Path,
+    raw: &str,
+    repeat: usize,
+    docker: bool,
+) -> anyhow::Result<()> {
+    let reference = Reference::parse(raw)?;
+    let store_dir = scratch.join("store");
+    let store = ImageStore::open(&store_dir)?;
+    let opts = PullOptions {
+        mirrors: settings.mirrors.clone(),
+        docker_config: None,
+        progress: None::<Arc<dyn Fn(&str) + Send + Sync>>,
+    };
+    let t = Instant::now();
+    let image = store.pull(&reference, &opts).await?;
+    let pulled = t.elapsed();
+    println!(
+        "geode: first pull + unpack of {reference} ({:.0} MB unpacked, {} layers): {:.2} s",
+        image.size_bytes as f64 / 1e6,
+        image.layers.len(),
+        pulled.as_secs_f64()
+    );
+    let backend = backend(store_dir.clone(), &scratch.join("state"))?;
+    let spec = EnvironmentSpec {
+        task_name: "bench".into(),
+        environment_dir: scratch.to_path_buf(),
+        network: false,
+        cpus: None,
+        memory_mb: None,
+        pids_max: Some(512),
+        build_timeout: Duration::from_secs(600),
+        env: Vec::new(),
+        docker_image: Some(raw.to_string()),
+        build_args: Vec::new(),
+        build_log: None,
+    };
+    let prepared = backend.prepare(&spec).await?;
+    let mut runs = Vec::new();
+    for i in 0..repeat.max(1) {
+        let trial = scratch.join("trials").join(format!("b{i}"));
+        let (up, ran, down) = cycle(&backend, &spec, &prepared, &trial, true).await?;
+        runs.push(up + ran + down);
+    }
+    let ours = median(runs);
+    println!(
+        "geode: sandbox start + `true` + teardown: {} (median of {repeat})",
+        ms(ours)
+    );
+    if !docker {
+        return Ok(());
+    }
+    let docker_ok = std::process::Command::new("docker")
+        .arg("info")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !docker_ok {
+        bail!("--docker: no docker engine answers `docker info`");
+    }
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", "-f", raw])
+        .output();
+    let t = Instant::now();
+    let pull = std::process::Command::new("docker")
+        .args(["pull", "-q", raw])
+        .output()?;
+    let docker_pull = t.elapsed();
+    if !pull.status.success() {
+        bail!(
+            "docker pull {raw}: {}",
+            String::from_utf8_lossy(&pull.stderr)
+        );
+    }
+    let mut runs = Vec::new();
+    for _ in 0..repeat.max(1) {
+        let t = Instant::now();
+        let out = std::process::Command::new("docker")
+            .args(["run", "--rm", "--network", "none", raw, "true"])
+            .output()?;
+        if !out.status.success() {
+            bail!("docker run: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        runs.push(t.elapsed());
+    }
+    let theirs = median(runs);
+    println!(
+        "docker: pull {:.2} s; run --rm `true` {} (median of {repeat})",
+        docker_pull.as_secs_f64(),
+        ms(theirs)
+    );
+    println!(
+        "ratios (docker / geode): pull {:.2}x, per-trial environment {:.1}x",
+        docker_pull.as_secs_f64() / pulled.as_secs_f64(),
+        theirs.as_secs_f64() / ours.as_secs_f64()
+    );
+    Ok(())
+}
