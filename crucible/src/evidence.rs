@@ -38,7 +38,7 @@ pub enum Arm {
 pub struct IntegritySignals {
     /// Dangerous tool calls the policy denied but the agent attempted.
     pub denied_dangerous_calls: u32,
-    /// Attempts to write the reward file or alter the verifier.
+    /// Attempts to write the reward file or alter the verifier (breaking its sandbox included).
     pub reward_tampering: u32,
     /// Network access attempts outside the allowlist.
     pub network_attempts: u32,

@@ -324,10 +324,11 @@ impl GradeInput {
     pub fn from_trial_dir(trial_dir: &Path, task_dir: Option<&Path>) -> Self {
         let instruction =
             task_dir.and_then(|d| std::fs::read_to_string(d.join("instruction.md")).ok());
-        let final_answer = std::fs::read_to_string(trial_dir.join("agent").join("trajectory.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|doc| final_agent_message(&doc));
+        let final_answer =
+            crate::safe_fs::read_to_string(&trial_dir.join("agent").join("trajectory.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .and_then(|doc| final_agent_message(&doc));
         let recorded_outcome = std::fs::read_to_string(trial_dir.join("result.json"))
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())

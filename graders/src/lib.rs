@@ -13,6 +13,7 @@ pub mod outcome;
 pub mod parsers;
 pub mod reward;
 pub mod rubric;
+pub mod safe_fs;
 pub mod spec;
 pub mod summary;
 pub mod tests_grader;

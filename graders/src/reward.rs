@@ -38,13 +38,13 @@ fn malformed(file: &Path, why: impl Into<String>) -> RewardError {
 /// Read the rewards from a verifier log folder.
 pub fn read_rewards(verifier_dir: &Path) -> Result<Rewards, RewardError> {
     let json_path = verifier_dir.join("reward.json");
-    if json_path.is_file() {
+    if crate::safe_fs::is_file(&json_path) {
         return read_json(&json_path);
     }
     let txt_path = verifier_dir.join("reward.txt");
-    if txt_path.is_file() {
-        let text =
-            std::fs::read_to_string(&txt_path).map_err(|e| malformed(&txt_path, e.to_string()))?;
+    if crate::safe_fs::is_file(&txt_path) {
+        let text = crate::safe_fs::read_to_string(&txt_path)
+            .map_err(|e| malformed(&txt_path, e.to_string()))?;
         let value: f64 = text.trim().parse().map_err(|_| {
             malformed(
                 &txt_path,
@@ -70,7 +70,7 @@ fn truncate(s: &str) -> String {
 }
 
 fn read_json(path: &Path) -> Result<Rewards, RewardError> {
-    let text = std::fs::read_to_string(path).map_err(|e| malformed(path, e.to_string()))?;
+    let text = crate::safe_fs::read_to_string(path).map_err(|e| malformed(path, e.to_string()))?;
     let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| malformed(path, format!("not JSON: {e}")))?;
     let obj = value

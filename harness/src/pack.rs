@@ -149,7 +149,56 @@ fn seconds(value: Option<f64>, default: f64) -> Duration {
     )
 }
 
+/// The longest timeout a task may ask for (a week): anything longer is a typo, and
+/// `Duration` cannot hold every float anyway (`1e300` would panic).
+const MAX_TIMEOUT_SEC: f64 = 7.0 * 24.0 * 3600.0;
+
+/// What `network_mode` may say (Harbor's three, and `none` for `no-network`).
+const NETWORK_MODES: &[&str] = &["public", "no-network", "allowlist", "none"];
+
 impl TaskConfig {
+    /// Values that would be misread rather than refused: an absurd timeout, a mistyped
+    /// network mode (which must never grant the network).
+    fn validate(&self, file: &Path) -> Result<(), PackError> {
+        for (field, value) in [
+            ("agent.timeout_sec", self.agent.timeout_sec),
+            ("verifier.timeout_sec", self.verifier.timeout_sec),
+            (
+                "environment.build_timeout_sec",
+                self.environment.build_timeout_sec,
+            ),
+        ] {
+            if let Some(v) = value
+                && !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_SEC)
+            {
+                return Err(invalid(
+                    file,
+                    format!(
+                        "{field} = {v:?}: must be a number of seconds above 0 and at most \
+                         {MAX_TIMEOUT_SEC} (a week)"
+                    ),
+                ));
+            }
+        }
+        for (field, value) in [
+            ("environment.network_mode", &self.environment.network_mode),
+            ("agent.network_mode", &self.agent.network_mode),
+        ] {
+            if let Some(mode) = value
+                && !NETWORK_MODES.contains(&mode.as_str())
+            {
+                return Err(invalid(
+                    file,
+                    format!(
+                        "{field} = {mode:?}: expected one of {}",
+                        NETWORK_MODES.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub fn agent_timeout(&self) -> Duration {
         seconds(self.agent.timeout_sec, DEFAULT_AGENT_TIMEOUT)
     }
@@ -224,11 +273,16 @@ impl Task {
         if instruction.trim().is_empty() {
             return Err(invalid(&instruction_path, "the instruction is empty"));
         }
+        config.validate(&toml_path)?;
         let dockerfile = dir.join("environment").join("Dockerfile");
-        if !dockerfile.is_file() && !dir.join("environment/docker-compose.yaml").is_file() {
+        if !dockerfile.is_file()
+            && !dir.join("environment/docker-compose.yaml").is_file()
+            && config.environment.docker_image.is_none()
+        {
             return Err(invalid(
                 &dockerfile,
-                "missing: environment/ needs a Dockerfile (or docker-compose.yaml)",
+                "missing: environment/ needs a Dockerfile (or docker-compose.yaml), or task.toml \
+                 an [environment] docker_image",
             ));
         }
         let folder = dir

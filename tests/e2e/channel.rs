@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ fn spawn(dir: &Path, script: &str, channels: &str, mode: u32) -> (Child, Receive
     let file = dir.join("channels.toml");
     std::fs::write(&file, channels).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_geode"))
+    let mut child = super::common::geode_bin()
         .current_dir(dir)
         .env("GEODE_HOME", home(dir))
         .env("GEODE_MODEL", "scripted:script.toml")

@@ -5,8 +5,16 @@ use std::process::Command;
 
 /// `geode` run in `dir`, with `GEODE_HOME` at `dir/home` and none of the `GEODE_*` settings of
 /// the environment the tests were started from.
-pub fn geode_in(dir: &Path) -> Command {
+/// The `geode` binary, taking its images from the machine-wide test store (where the Debian
+/// base is bootstrapped once), never from the user's `~/.geode/images`.
+pub fn geode_bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_geode"));
+    c.env("GEODE_IMAGES", super::registry::shared_store());
+    c
+}
+
+pub fn geode_in(dir: &Path) -> Command {
+    let mut c = geode_bin();
     c.current_dir(dir);
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("GEODE_") {
@@ -14,7 +22,6 @@ pub fn geode_in(dir: &Path) -> Command {
         }
     }
     c.env("GEODE_HOME", dir.join("home"));
-    // Images come from the machine-wide test store (bootstrapped there once).
     c.env("GEODE_IMAGES", super::registry::shared_store());
     c
 }

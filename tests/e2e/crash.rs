@@ -44,7 +44,7 @@ impl Case {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_geode"));
+        let mut c = super::common::geode_bin();
         c.args(args)
             .current_dir(self.dir.path())
             .env("GEODE_HOME", self.home())

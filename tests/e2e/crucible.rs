@@ -2,7 +2,7 @@
 //! raises integrity signals is vetoed, and a sealed test pack opens once.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 
 struct Study {
     dir: tempfile::TempDir,
@@ -24,7 +24,7 @@ impl Study {
     }
 
     fn geode(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_geode"))
+        super::common::geode_bin()
             .args(args)
             .current_dir(self.dir.path())
             .output()

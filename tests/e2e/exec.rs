@@ -1,13 +1,13 @@
 //! `geode exec` as a user runs it: a real child process, real files, a real timeline.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use geode_runtime::ids::SessionId;
 use geode_runtime::store::timeline::SessionTimeline;
 
 fn geode(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_geode"))
+    super::common::geode_bin()
         .args(args)
         .current_dir(dir)
         .env("GEODE_HOME", dir.join(".geode-home"))

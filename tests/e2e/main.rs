@@ -1,6 +1,7 @@
 //! End-to-end tests of the `geode` binary, run as a real child process.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod attacks;
 mod channel;
 mod common;
 mod crash;

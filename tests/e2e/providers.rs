@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
@@ -76,7 +76,7 @@ fn serve(bodies: Vec<String>) -> (String, Arc<Mutex<Vec<String>>>) {
 }
 
 fn geode(ws: &Path, home: &Path, model: &str, env: &[(&str, &str)], extra: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_geode"));
+    let mut cmd = super::common::geode_bin();
     cmd.arg("exec")
         .args([
             "--model",

@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -56,7 +56,7 @@ text = "All done."
     .unwrap();
     let pty = nix::pty::openpty(None, None).unwrap();
     let slave = File::from(pty.slave);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_geode"))
+    let mut child = super::common::geode_bin()
         .args(["--local", "--model", "scripted:script.toml"])
         .current_dir(d)
         .env("GEODE_HOME", d.join("home"))

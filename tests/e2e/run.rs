@@ -15,11 +15,8 @@ fn repo() -> PathBuf {
 }
 
 fn geode(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_geode"));
-    c.args(args)
-        .current_dir(repo())
-        .env_remove("GEODE_MODEL")
-        .env("GEODE_IMAGES", super::registry::shared_store());
+    let mut c = super::common::geode_bin();
+    c.args(args).current_dir(repo()).env_remove("GEODE_MODEL");
     c
 }
 

@@ -4,7 +4,7 @@
 //! mid-campaign resumes without losing or duplicating a candidate.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 const REAL_SPACE: &str = r#"
@@ -98,7 +98,7 @@ candidates = {candidates}
     }
 
     fn geode(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_geode"))
+        super::common::geode_bin()
             .args(args)
             .current_dir(self.dir.path())
             .output()
@@ -138,7 +138,7 @@ fn search_finds_the_repair_budget_gain_survives_a_kill_and_promotes_on_the_holdo
     let s = Study::new(REAL_SPACE, 3, 2);
 
     // Kill the search with SIGKILL in the middle of the first candidate's campaign.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_geode"))
+    let mut child = super::common::geode_bin()
         .args(["search", "run", "search.toml"])
         .current_dir(s.path(""))
         .stdout(std::process::Stdio::null())

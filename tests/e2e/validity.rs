@@ -2,7 +2,7 @@
 //! its own reward still gets the verifier's reward plus an integrity flag.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use geode_graders::TrialOutcome;
@@ -35,7 +35,7 @@ const HONEST: &str =
     "if [ -f /app/done ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n";
 
 fn geode(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_geode"))
+    super::common::geode_bin()
         .args(args)
         .current_dir(dir)
         .output()
@@ -130,7 +130,7 @@ fn a_killed_sandbox_is_sandbox_lost() {
     )
     .unwrap();
     let script = format!("scripted:{}", dir.path().join("sleepy.json").display());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_geode"))
+    let mut child = super::common::geode_bin()
         .args([
             "run",
             "pack",
@@ -258,7 +258,7 @@ fn a_planted_reward_does_not_count_and_is_flagged() {
 fn the_built_in_pack_is_valid() {
     let jobs = tempfile::tempdir().unwrap();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(env!("CARGO_BIN_EXE_geode"))
+    let out = super::common::geode_bin()
         .args([
             "tasks",
             "validate",

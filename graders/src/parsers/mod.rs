@@ -111,7 +111,7 @@ pub fn sniff(text: &str) -> Option<ReportFormat> {
 }
 
 fn read(path: &Path) -> Result<String, ParseError> {
-    std::fs::read_to_string(path)
+    crate::safe_fs::read_to_string(path)
         .map_err(|e| ParseError::new(&path.display().to_string(), format!("cannot read: {e}")))
 }
 

@@ -16,7 +16,9 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::EnvError;
-use super::protocol::{ExecResult, ExecSpec, Op, ReadyInfo, Reply, Request, Response, ServerSpec};
+use super::protocol::{
+    ExecResult, ExecSpec, FAREWELL_ID, Op, ReadyInfo, Reply, Request, Response, ServerSpec,
+};
 
 /// How long a server may take to build its sandbox.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -34,6 +36,9 @@ pub(crate) struct ServerClient {
     next_id: AtomicU64,
     child: tokio::sync::Mutex<Option<Child>>,
     stderr_tail: Arc<Mutex<VecDeque<u8>>>,
+    /// The server's farewell ([`FAREWELL_ID`]): the receiver until it came, then its words,
+    /// which every later call that finds the server gone reports.
+    farewell: Mutex<(Option<oneshot::Receiver<Reply>>, Option<String>)>,
     pub ready: ReadyInfo,
 }
 
@@ -115,7 +120,12 @@ impl ServerClient {
                 )));
             }
         };
+        let (farewell_tx, farewell) = oneshot::channel();
+        if let Some(map) = lock(&pending).as_mut() {
+            map.insert(FAREWELL_ID, farewell_tx);
+        }
         Ok(ServerClient {
+            farewell: Mutex::new((Some(farewell), None)),
             lines,
             pending,
             next_id: AtomicU64::new(1),
@@ -126,6 +136,17 @@ impl ServerClient {
     }
 
     fn lost(&self) -> EnvError {
+        // The farewell line comes before the end of the output that made this call fail.
+        let mut farewell = lock(&self.farewell);
+        if let Some(rx) = farewell.0.as_mut()
+            && let Ok(Reply::Error(e)) = rx.try_recv()
+        {
+            farewell.1 = Some(e.message);
+        }
+        if let Some(words) = &farewell.1 {
+            return EnvError::BrokenFromInside(words.clone());
+        }
+        drop(farewell);
         let tail: Vec<u8> = lock(&self.stderr_tail).iter().copied().collect();
         EnvError::Lost(format!(
             "the sandbox server stopped answering; its last words: {}",

@@ -23,6 +23,10 @@ pub(crate) fn init_main() -> ExitCode {
         println!("error: mount /proc: {e}");
         return ExitCode::from(1);
     }
+    if let Err(e) = harden_proc() {
+        println!("error: {e}");
+        return ExitCode::from(1);
+    }
     // SIGCHLD stays blocked in every thread (the reader below inherits the mask), so `wait`
     // below receives it instead of a default disposition that would drop it.
     let mut chld = SigSet::empty();
@@ -41,6 +45,80 @@ pub(crate) fn init_main() -> ExitCode {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
+}
+
+/// What docker's default keeps read-only: the kernel's knobs (`/proc/sys/kernel/core_pattern`
+/// names a program the host kernel runs as host root on a crash), and entries that act on the
+/// whole machine.
+const READ_ONLY: &[&str] = &[
+    "proc/sys",
+    "proc/sysrq-trigger",
+    "proc/irq",
+    "proc/bus",
+    "proc/fs",
+];
+/// What docker's default masks: host memory, keys, timers and hardware inventories.
+const MASKED: &[&str] = &[
+    "proc/kcore",
+    "proc/keys",
+    "proc/timer_list",
+    "proc/sched_debug",
+    "proc/latency_stats",
+    "proc/acpi",
+    "proc/asound",
+    "proc/scsi",
+    "sys/firmware",
+    "sys/devices/virtual/powercap",
+];
+
+/// Relative paths: our cwd is the sandbox root. Runs while init still has CAP_SYS_ADMIN; no
+/// process started after it has, so none can undo it.
+fn harden_proc() -> Result<(), String> {
+    use nix::mount::mount;
+    let ro = MsFlags::MS_BIND
+        | MsFlags::MS_REMOUNT
+        | MsFlags::MS_RDONLY
+        | MsFlags::MS_NOSUID
+        | MsFlags::MS_NODEV
+        | MsFlags::MS_NOEXEC;
+    for path in READ_ONLY {
+        if !std::path::Path::new(path).exists() {
+            continue;
+        }
+        mount(
+            Some(*path),
+            *path,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .and_then(|()| mount(None::<&str>, *path, None::<&str>, ro, None::<&str>))
+        .map_err(|e| format!("make /{path} read-only: {e}"))?;
+    }
+    for path in MASKED {
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        let masked = if meta.is_dir() {
+            mount(
+                Some("tmpfs"),
+                *path,
+                Some("tmpfs"),
+                MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                Some("size=0"),
+            )
+        } else {
+            mount(
+                Some("dev/null"),
+                *path,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+        };
+        masked.map_err(|e| format!("mask /{path}: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Not dumpable: the sandbox's processes (whose capabilities lack CAP_SYS_PTRACE) can then

@@ -74,7 +74,7 @@ pub struct PreparedImage {
     pub build_duration: Duration,
 }
 
-/// Failures of an environment. Every one of them is infrastructure, never the agent's fault.
+/// Failures of an environment: infrastructure, except [`EnvError::BrokenFromInside`].
 #[derive(Debug, thiserror::Error)]
 pub enum EnvError {
     /// A Dockerfile step failed (exit code, output tail), or the build timed out.
@@ -86,6 +86,10 @@ pub enum EnvError {
     /// The sandbox process died or stopped answering.
     #[error("sandbox lost: {0}")]
     Lost(String),
+    /// A process inside the sandbox took its server down: the agent's doing, not an
+    /// infrastructure failure.
+    #[error("sandbox broken from inside: {0}")]
+    BrokenFromInside(String),
     #[error("{context}: {source}")]
     Io {
         context: String,

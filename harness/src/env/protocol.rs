@@ -80,6 +80,11 @@ pub struct Bind {
     pub read_only: bool,
 }
 
+/// The id of the server's last line when the sandbox's agent died while its init lived: a
+/// process inside killed it (`kill -9 -1`, or the memory limit it exhausted). From outside
+/// (a crash, an OOM kill of init) init dies first, and no such line is sent.
+pub const FAREWELL_ID: u64 = u64::MAX - 1;
+
 /// Where the inbox appears inside the sandbox.
 pub const INBOX: &str = "/.geode-inbox";
 

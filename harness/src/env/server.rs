@@ -20,7 +20,8 @@ use super::exec::{self, ExecEvent};
 use super::fsops;
 use super::init;
 use super::protocol::{
-    ErrorKind, Op, ReadyInfo, Reply, ReplyError, Request, Response, SERVER_SCHEMA, ServerSpec,
+    ErrorKind, FAREWELL_ID, Op, ReadyInfo, Reply, ReplyError, Request, Response, SERVER_SCHEMA,
+    ServerSpec,
 };
 use super::setup;
 
@@ -111,11 +112,43 @@ pub(crate) fn server_main(spec_json: &str) -> ExitCode {
         id: 0,
         reply: Reply::Ready(ready),
     });
-    let _ = entered.agent.wait();
+    let status = entered.agent.wait();
+    // The agent ends by itself (exit 0) on `shutdown` or when the harness goes. Killed with
+    // init still alive, the killer was inside: tell the harness before anything ends.
+    if let Ok(status) = status
+        && !status.success()
+        && !exits_within(&mut entered.init, std::time::Duration::from_millis(200))
+    {
+        send_line(&Response {
+            id: FAREWELL_ID,
+            reply: Reply::Error(ReplyError {
+                kind: ErrorKind::Other,
+                message: format!(
+                    "a process inside the sandbox ended its agent ({status}) while its init \
+                     lived"
+                ),
+            }),
+        });
+    }
     drop(entered.init_in);
     let _ = entered.init.kill();
     let _ = entered.init.wait();
     ExitCode::SUCCESS
+}
+
+/// Whether `child` exits within `grace` (an init killed from outside takes its namespace down
+/// first, so its agent may be seen dead a moment before it).
+fn exits_within(child: &mut std::process::Child, grace: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + grace;
+    loop {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 pub(crate) fn agent_main(spec_json: &str) -> ExitCode {

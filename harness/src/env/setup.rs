@@ -74,17 +74,28 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
     }
 
     let root = &spec.root_mount;
+    // The sandbox's own folder: `upper/`, `work/` and `root/` side by side.
+    let scratch = spec.upper.parent().unwrap_or(Path::new("/"));
     let (lower, host_root) = match &spec.root {
         RootSpec::Layers { lower } => {
             if lower.is_empty() {
                 return Err("an image with no layers (FROM scratch with nothing added)".into());
             }
-            // overlayfs lists lower layers top first.
-            let mut paths = Vec::with_capacity(lower.len());
-            for layer in lower.iter().rev() {
-                paths.push(opt_path(layer)?);
+            // Short relative names (links in the sandbox's own folder, which is our cwd while
+            // the overlay is mounted): `/proc/self/mountinfo` inside then names no host path,
+            // and forty layers still fit the one page of mount options. overlayfs lists lower
+            // layers top first.
+            let mut names = Vec::with_capacity(lower.len());
+            for (i, layer) in lower.iter().enumerate() {
+                let name = format!("l{i}");
+                ctx(
+                    std::os::unix::fs::symlink(layer, scratch.join(&name)),
+                    || format!("link layer {}", layer.display()),
+                )?;
+                names.push(name);
             }
-            (paths.join(":"), None)
+            names.reverse();
+            (names.join(":"), None)
         }
         RootSpec::Host {
             image,
@@ -120,11 +131,11 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
             (lower, Some((image.is_none(), hide, fresh_dirs)))
         }
     };
-    let opts = format!(
-        "lowerdir={lower},upperdir={},workdir={}",
-        opt_path(&spec.upper)?,
-        opt_path(&spec.work)?
-    );
+    let (upper, work) = match host_root {
+        Some(_) => (opt_path(&spec.upper)?, opt_path(&spec.work)?),
+        None => ("upper".to_string(), "work".to_string()),
+    };
+    let opts = format!("lowerdir={lower},upperdir={upper},workdir={work}");
     // One page is all the kernel takes of mount options.
     if opts.len() >= 4096 {
         return Err(format!(
@@ -132,6 +143,12 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
             opts.len()
         ));
     }
+    let cwd = ctx(std::env::current_dir(), || {
+        "read the working directory".into()
+    })?;
+    ctx(nix::unistd::chdir(scratch), || {
+        format!("enter {}", scratch.display())
+    })?;
     ctx(
         mount(
             Some("overlay"),
@@ -142,6 +159,10 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
         ),
         || "mount the sandbox root".into(),
     )?;
+    // Host paths given relative (a trial folder under `jobs/`) still mean what they meant.
+    ctx(nix::unistd::chdir(&cwd), || {
+        format!("return to {}", cwd.display())
+    })?;
     if let Some((true, _, fresh_dirs)) = &host_root {
         for dir in fresh_dirs.iter() {
             fresh_dir(root, dir)?;

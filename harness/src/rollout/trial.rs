@@ -83,7 +83,9 @@ fn env_outcome(e: &EnvError) -> TrialOutcome {
     match e {
         EnvError::SetupFailed { .. } => TrialOutcome::EnvironmentSetupFailed,
         EnvError::Unsupported(_) => TrialOutcome::EnvironmentUnsupported,
-        EnvError::Lost(_) | EnvError::Io { .. } => TrialOutcome::SandboxLost,
+        EnvError::Lost(_) | EnvError::BrokenFromInside(_) | EnvError::Io { .. } => {
+            TrialOutcome::SandboxLost
+        }
     }
 }
 
@@ -232,6 +234,24 @@ async fn run_phases(
     }
 }
 
+/// The exception class of a sandbox that a process inside it took down.
+const BROKEN_CLASS: &str = "SandboxBrokenByAgent";
+
+/// A process inside the sandbox took it down (`kill -9 -1` ends its agent): the agent gains
+/// nothing by it. It scores as a
+/// failure with an integrity flag, never as an excluded infrastructure error.
+fn broke_its_sandbox(rec: &mut Record, why: &str) -> Ending {
+    rec.signals.reward_tampering += 1;
+    rec.integrity
+        .push(format!("sandbox_lost_after_agent_acted: {why}"));
+    Ending {
+        outcome: TrialOutcome::Failed,
+        reward: Some(0.0),
+        rewards: BTreeMap::from([("reward".to_string(), 0.0)]),
+        exception: Some((BROKEN_CLASS.into(), why.to_string())),
+    }
+}
+
 async fn agent_then_verify(
     plan: &TrialPlan,
     sandbox: &dyn Sandbox,
@@ -246,6 +266,7 @@ async fn agent_then_verify(
         .insert("agent_execution".into(), t.elapsed().as_secs_f64());
     let agent = match agent {
         Ok(end) => end,
+        Err(e @ EnvError::BrokenFromInside(_)) => return broke_its_sandbox(rec, &e.to_string()),
         Err(e) => return Ending::infra(env_outcome(&e), "AgentSetupError", e.to_string()),
     };
     rec.agent = Some(agent);
@@ -259,7 +280,18 @@ async fn agent_then_verify(
 
     observer.phase(&plan.trial_name, "verifier");
     let t = Instant::now();
-    let verified = verify(plan, sandbox, rec).await;
+    let verified = match verify(plan, sandbox, rec).await {
+        Err(ending)
+            if ending
+                .exception
+                .as_ref()
+                .is_some_and(|(c, _)| c == BROKEN_CLASS) =>
+        {
+            let why = ending.exception.map(|(_, m)| m).unwrap_or_default();
+            return broke_its_sandbox(rec, &why);
+        }
+        other => other,
+    };
     rec.phases
         .insert("verifier".into(), t.elapsed().as_secs_f64());
     let (reward, rewards) = match verified {
@@ -352,8 +384,9 @@ async fn run_agent(
         }
         let doc = atif::trajectory(&session_id, &plan.model_route, tools, &rows);
         let path = plan.trial_dir.join("agent").join("trajectory.json");
+        // The agent's processes may still run, and `agent/` is theirs too: never through a link.
         if let Ok(text) = serde_json::to_string_pretty(&doc)
-            && let Err(e) = std::fs::write(&path, text)
+            && let Err(e) = geode_graders::safe_fs::write(&path, text.as_bytes())
         {
             rec.notes
                 .push(format!("could not write {}: {e}", path.display()));
@@ -432,10 +465,13 @@ async fn verify(
     rec: &mut Record,
 ) -> Result<(f64, BTreeMap<String, f64>), Ending> {
     let infra = |o, class: &str, e: String| Ending::infra(o, class, e);
-    sandbox
-        .kill_all_processes()
-        .await
-        .map_err(|e| infra(TrialOutcome::SandboxLost, "SandboxError", e.to_string()))?;
+    sandbox.kill_all_processes().await.map_err(|e| {
+        let class = match e {
+            EnvError::BrokenFromInside(_) => BROKEN_CLASS,
+            _ => "SandboxError",
+        };
+        infra(TrialOutcome::SandboxLost, class, e.to_string())
+    })?;
     let verifier_dir = plan.trial_dir.join("verifier");
     let planted = std::fs::read_dir(&verifier_dir)
         .map(|d| d.count())
@@ -496,7 +532,11 @@ async fn verify(
         "{}\n[stderr]\n{}\n[exit code {:?}]\n",
         out.stdout, out.stderr, out.exit_code
     );
-    let _ = std::fs::write(verifier_dir.join("test-stdout.txt"), log);
+    let stdout_file = verifier_dir.join("test-stdout.txt");
+    if let Err(e) = geode_graders::safe_fs::write(&stdout_file, log.as_bytes()) {
+        rec.notes
+            .push(format!("could not write {}: {e}", stdout_file.display()));
+    }
     if out.timed_out {
         return Err(infra(
             TrialOutcome::VerifierTimeout,
