@@ -312,6 +312,13 @@ fn a_run_killed_midway_resumes_to_the_same_results() {
     child.wait().unwrap();
     let before = trial_results(jobs.path(), &run_id).len();
     assert!((3..9).contains(&before), "killed after {before} trials");
+    // What a killed harness leaves: the scratch folders of its running trials (their processes
+    // die with the server's pipes). One more stands in for a run killed at a worse moment.
+    let scratch = jobs.path().join(".sandbox/sandboxes");
+    let stale = scratch.join("0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(stale.join("upper/app")).unwrap();
+    std::fs::write(stale.join("lock"), "").unwrap();
+    std::fs::write(stale.join("upper/app/left.txt"), "x").unwrap();
 
     let resumed = run_json(&[
         "run",
@@ -327,6 +334,8 @@ fn a_run_killed_midway_resumes_to_the_same_results() {
         "resumed results differ from an uninterrupted run"
     );
     assert_eq!(resumed["summary"]["trials"], 9, "no trial counted twice");
+    let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().flatten().collect();
+    assert!(left.is_empty(), "scratch left behind: {left:?}");
 }
 
 #[test]

@@ -18,6 +18,7 @@ use super::build::{self, Built, clean_layer, empty_layer, image_error};
 use super::cgroup::Limits;
 use super::dockerfile;
 use super::image::{ImageConfig, ImageSource, ImageStore, PullOptions, Reference, StoredImage};
+use super::protocol::Network;
 use super::sandbox::{Launch, SandboxBackend};
 use super::{EnvError, EnvironmentSpec, ImageRoot};
 
@@ -198,7 +199,7 @@ impl<'a> Bases<'a> {
                     workdir: "/".into(),
                     env: vec![("DEBIAN_FRONTEND".into(), "noninteractive".into())],
                     user: None,
-                    network: false,
+                    network: Network::None,
                     limits: Limits::default(),
                     binds: Vec::new(),
                     remove_dir: false,

@@ -26,7 +26,7 @@ use super::base::Bases;
 use super::cgroup::Limits;
 use super::dockerfile::{self, Instruction, Step};
 use super::image::{ImageStore, StoredImage};
-use super::protocol::Bind;
+use super::protocol::{Bind, Network};
 use super::sandbox::{BaseMode, Launch, SandboxBackend};
 use super::steps::{Builder, StageState, step_name};
 use super::{EnvError, EnvironmentSpec, ImageRoot, PreparedImage};
@@ -513,7 +513,7 @@ async fn run_step(
                 workdir: builder.state.workdir.clone(),
                 env: build_env(),
                 user: None,
-                network: true,
+                network: Network::Host,
                 limits: Limits::default(),
                 binds: build_binds(),
                 remove_dir: false,
@@ -563,7 +563,7 @@ async fn export(
             workdir: "/".into(),
             env: Vec::new(),
             user: None,
-            network: false,
+            network: Network::None,
             limits: Limits::default(),
             binds: vec![Bind {
                 host: out.to_path_buf(),
@@ -793,7 +793,7 @@ async fn build_on_host(
             workdir: "/".into(),
             env: Vec::new(),
             user: None,
-            network: true,
+            network: Network::Host,
             limits: Limits::default(),
             binds: Vec::new(),
             remove_dir: false,

@@ -169,6 +169,21 @@ impl Cgroups {
         self.dirs.push(dir);
     }
 
+    /// The groups a sandbox named `name` may have left behind (its process was killed before
+    /// it could remove them), for [`Self::remove`].
+    pub(crate) fn leftovers(name: &str) -> Cgroups {
+        let root = Path::new(CGROUP_ROOT);
+        let mut groups = Cgroups::default();
+        let mut candidates = vec![root.join("geode").join(name)];
+        if let Ok(controllers) = std::fs::read_dir(root) {
+            for c in controllers.flatten() {
+                candidates.push(c.path().join("geode").join(name));
+            }
+        }
+        groups.dirs = candidates.into_iter().filter(|d| d.is_dir()).collect();
+        groups
+    }
+
     /// Remove the groups. A group is removable only once its last process is gone and
     /// released, which can trail the kill by a moment: retry for up to `patience`.
     pub(crate) fn remove(&mut self, patience: Duration) -> Vec<String> {

@@ -130,6 +130,12 @@ pub trait Sandbox: Send + Sync {
 
     /// Stop everything and remove the trial's writable layer.
     async fn teardown(self: Box<Self>) -> Result<TeardownReport, EnvError>;
+
+    /// The trial's writable layer on the host (an overlay upper), for evidence of what the
+    /// agent changed; `None` where there is none.
+    fn writable_layer(&self) -> Option<PathBuf> {
+        None
+    }
 }
 
 /// Where trial environments come from.
@@ -157,6 +163,7 @@ mod build;
 pub mod cgroup;
 mod client;
 pub mod dockerfile;
+pub mod evidence;
 mod exec;
 mod fsops;
 pub mod host;

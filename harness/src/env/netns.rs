@@ -77,3 +77,71 @@ mod tests {
         assert_eq!(u32::from_ne_bytes([msg[0], msg[1], msg[2], msg[3]]), 32);
     }
 }
+
+/// The resolver slirp4netns answers on inside the namespace.
+pub(crate) const SLIRP_DNS: &str = "10.0.2.3";
+/// How long slirp4netns may take to configure the namespace's interface.
+const SLIRP_READY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Give the network namespace of `pid` outbound network through `slirp4netns`, a user-mode
+/// TCP/IP stack on the host side: the namespace gets `tap0` with a default route and NAT, the
+/// host's loopback stays out of reach (`--disable-host-loopback`), and nothing of another
+/// trial's namespace is ever routable. It dies with the returned child (or with the namespace).
+pub(crate) async fn start_slirp(
+    pid: Option<u32>,
+) -> Result<tokio::process::Child, super::EnvError> {
+    use super::EnvError;
+    let Some(pid) = pid else {
+        return Err(EnvError::Lost("the sandbox server has no pid".into()));
+    };
+    let child = tokio::process::Command::new("slirp4netns")
+        .args(["--configure", "--mtu=65520", "--disable-host-loopback"])
+        .arg(pid.to_string())
+        .arg("tap0")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(EnvError::Unsupported(
+                "a task with network needs slirp4netns (apt-get install slirp4netns): each such \
+                 trial gets a network namespace of its own, never the host's"
+                    .into(),
+            ));
+        }
+        Err(source) => {
+            return Err(EnvError::Io {
+                context: "start slirp4netns".into(),
+                source,
+            });
+        }
+    };
+    // Configured once the namespace has a default route through tap0.
+    let routes = format!("/proc/{pid}/net/route");
+    let deadline = std::time::Instant::now() + SLIRP_READY;
+    loop {
+        let text = std::fs::read_to_string(&routes).unwrap_or_default();
+        if text
+            .lines()
+            .any(|l| l.starts_with("tap0") && l.split_whitespace().nth(1) == Some("00000000"))
+        {
+            return Ok(child);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(EnvError::SetupFailed {
+                step: "network".into(),
+                message: format!("slirp4netns exited ({status}) before the network was up"),
+            });
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(EnvError::SetupFailed {
+                step: "network".into(),
+                message: format!("slirp4netns did not configure tap0 within {SLIRP_READY:?}"),
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}

@@ -30,8 +30,7 @@ pub struct ServerSpec {
     /// Host directories (or files) bind-mounted inside (`/logs/agent`, `/etc/resolv.conf` ...).
     pub binds: Vec<Bind>,
     pub hostname: String,
-    /// `false`: a new network namespace with only `lo`.
-    pub network: bool,
+    pub network: Network,
     /// `cgroup.procs` files the server joins before it starts any process.
     pub cgroup_procs: Vec<PathBuf>,
     /// Fallback memory limit (bytes of address space per process) when no cgroup is writable.
@@ -42,6 +41,19 @@ pub struct ServerSpec {
     pub env: Vec<(String, String)>,
     /// Default user of every process (`name`, `uid` or `uid:gid`); root when `None`.
     pub user: Option<String>,
+}
+
+/// A sandbox's network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// A network namespace of its own with only `lo` (tasks without network).
+    None,
+    /// A network namespace of its own whose outbound traffic `slirp4netns` carries, as a user
+    /// process on the host: the host's loopback and other trials are out of reach.
+    Private,
+    /// The host's network namespace: image builds only (`docker build` has the network too).
+    Host,
 }
 
 /// The read-only part of a sandbox's root.

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::cgroup::{Cgroups, Limits};
 use super::client::ServerClient;
 use super::protocol::{
-    self, Bind, ExecResult, ExecSpec, ImageMount, Op, Reply, RootSpec, ServerSpec,
+    self, Bind, ExecResult, ExecSpec, ImageMount, Network, Op, Reply, RootSpec, ServerSpec,
 };
 use super::workspace::SandboxWorkspace;
 use super::{
@@ -112,7 +112,7 @@ pub(crate) struct Launch {
     pub workdir: String,
     pub env: Vec<(String, String)>,
     pub user: Option<String>,
-    pub network: bool,
+    pub network: Network,
     pub limits: Limits,
     pub binds: Vec<Bind>,
     /// Remove `dir` at teardown (trials); an image build keeps its upper layer.
@@ -139,6 +139,7 @@ impl SandboxBackend {
         }
         config.image_store = std::fs::canonicalize(&config.image_store)
             .map_err(io(format!("resolve {}", config.image_store.display())))?;
+        remove_stale_sandboxes(&config.scratch_dir);
         config.cache_dir = std::fs::canonicalize(&config.cache_dir)
             .map_err(io(format!("resolve {}", config.cache_dir.display())))?;
         config.scratch_dir = std::fs::canonicalize(&config.scratch_dir)
@@ -184,7 +185,11 @@ impl SandboxBackend {
                 workdir: image.workdir.clone(),
                 env,
                 user: image.user.clone(),
-                network: spec.network,
+                network: if spec.network {
+                    Network::Private
+                } else {
+                    Network::None
+                },
                 limits: Limits {
                     memory_bytes: spec.memory_mb.map(|mb| mb << 20),
                     pids_max: spec.pids_max,
@@ -212,16 +217,12 @@ impl SandboxBackend {
         for d in &dirs {
             std::fs::create_dir_all(d).map_err(io(format!("create {}", d.display())))?;
         }
-        // The uuid's tail: unique enough for a hostname and cgroup name, and free of dots.
-        let name = dir
-            .file_name()
-            .map(|n| {
-                let chars: Vec<char> = n.to_string_lossy().chars().collect();
-                chars[chars.len().saturating_sub(12)..]
-                    .iter()
-                    .collect::<String>()
-            })
-            .unwrap_or_else(|| "sandbox".into());
+        let name = cgroup_name(dir);
+        let held = if launch.remove_dir {
+            Some(hold_lock(dir)?)
+        } else {
+            None
+        };
         let hostname = format!("geode-{name}");
         let mut binds = launch.binds.clone();
         let root = match &launch.root {
@@ -241,12 +242,28 @@ impl SandboxBackend {
                     inside: "/etc/hosts".into(),
                     read_only: false,
                 });
-                if launch.network && Path::new("/etc/resolv.conf").exists() {
-                    binds.push(Bind {
-                        host: PathBuf::from("/etc/resolv.conf"),
-                        inside: "/etc/resolv.conf".into(),
-                        read_only: true,
-                    });
+                match launch.network {
+                    Network::Host if Path::new("/etc/resolv.conf").exists() => {
+                        binds.push(Bind {
+                            host: PathBuf::from("/etc/resolv.conf"),
+                            inside: "/etc/resolv.conf".into(),
+                            read_only: true,
+                        });
+                    }
+                    Network::Private => {
+                        let resolv = sub("resolv.conf");
+                        std::fs::write(
+                            &resolv,
+                            format!("nameserver {}\n", super::netns::SLIRP_DNS),
+                        )
+                        .map_err(io(format!("write {}", resolv.display())))?;
+                        binds.push(Bind {
+                            host: resolv,
+                            inside: "/etc/resolv.conf".into(),
+                            read_only: true,
+                        });
+                    }
+                    _ => {}
                 }
                 RootSpec::Layers {
                     lower: lower.clone(),
@@ -298,6 +315,20 @@ impl SandboxBackend {
                 return Err(e);
             }
         };
+        let slirp = match launch.network {
+            Network::Private => match super::netns::start_slirp(client.pid().await).await {
+                Ok(child) => Some(child),
+                Err(e) => {
+                    drop(client);
+                    cgroups.remove(Duration::from_secs(2));
+                    if launch.remove_dir {
+                        let _ = std::fs::remove_dir_all(dir);
+                    }
+                    return Err(e);
+                }
+            },
+            _ => None,
+        };
         let client = Arc::new(client);
         let mut notes = std::mem::take(&mut cgroups.notes);
         notes.extend(client.ready.notes.iter().cloned());
@@ -314,6 +345,8 @@ impl SandboxBackend {
             workspace,
             notes,
             launch,
+            _slirp: slirp,
+            _lock: held,
             torn_down: false,
         })
     }
@@ -352,6 +385,10 @@ pub struct SandboxHandle {
     workspace: Arc<SandboxWorkspace>,
     notes: Vec<String>,
     launch: Launch,
+    /// The network helper of a trial with network; it dies with the handle.
+    _slirp: Option<tokio::process::Child>,
+    /// Held while the sandbox lives (see [`remove_stale_sandboxes`]).
+    _lock: Option<nix::fcntl::Flock<std::fs::File>>,
     torn_down: bool,
 }
 
@@ -480,6 +517,60 @@ impl SandboxHandle {
     }
 }
 
+/// The lock every live sandbox holds on `<scratch>/<id>/lock`: held by the harness process
+/// that started it, so it is free exactly when that process is gone.
+fn hold_lock(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, EnvError> {
+    let path = dir.join("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io(format!("create {}", path.display())))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(
+        |(_, errno)| EnvError::Io {
+            context: format!("lock {}", path.display()),
+            source: std::io::Error::from(errno),
+        },
+    )
+}
+
+/// Scratch folders and cgroups of sandboxes whose harness was killed (`kill -9` of `geode`
+/// leaves them; the namespaces themselves die with their init): removed on the next start.
+fn remove_stale_sandboxes(scratch: &Path) {
+    let Ok(entries) = std::fs::read_dir(scratch) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        if !dir.is_dir() {
+            continue;
+        }
+        // A folder without a lock file is one being made right now, or an old layout's.
+        if !dir.join("lock").exists() {
+            continue;
+        }
+        let Ok(_held) = hold_lock(&dir) else {
+            continue;
+        };
+        let name = cgroup_name(&dir);
+        let _ = Cgroups::leftovers(&name).remove(Duration::from_millis(200));
+        let _ = remove_any(&dir);
+    }
+}
+
+/// The uuid's tail: unique enough for a hostname and cgroup name, and free of dots.
+fn cgroup_name(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| {
+            let chars: Vec<char> = n.to_string_lossy().chars().collect();
+            chars[chars.len().saturating_sub(12)..]
+                .iter()
+                .collect::<String>()
+        })
+        .unwrap_or_else(|| "sandbox".into())
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
@@ -536,6 +627,10 @@ impl Sandbox for SandboxHandle {
 
     async fn teardown(mut self: Box<Self>) -> Result<TeardownReport, EnvError> {
         self.shutdown().await
+    }
+
+    fn writable_layer(&self) -> Option<PathBuf> {
+        Some(self.launch.dir.join("upper"))
     }
 }
 

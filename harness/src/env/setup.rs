@@ -19,7 +19,7 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::CloneFlags;
 use nix::sys::stat::{Mode, SFlag};
 
-use super::protocol::{INBOX, RootSpec, ServerSpec};
+use super::protocol::{INBOX, Network, RootSpec, ServerSpec};
 
 /// The namespace's init, the agent that serves requests, and what set-up recorded.
 pub(crate) struct Entered {
@@ -45,7 +45,7 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWIPC;
-    if !spec.network {
+    if spec.network != Network::Host {
         flags |= CloneFlags::CLONE_NEWNET;
     }
     ctx(nix::sched::unshare(flags), || "unshare namespaces".into())?;
@@ -221,7 +221,7 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
     ctx(nix::unistd::sethostname(&spec.hostname), || {
         "set the hostname".into()
     })?;
-    if !spec.network
+    if spec.network != Network::Host
         && let Err(e) = super::netns::loopback_up()
     {
         notes.push(format!("loopback interface left down: {e}"));

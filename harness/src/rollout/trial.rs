@@ -472,6 +472,20 @@ async fn verify(
         };
         infra(TrialOutcome::SandboxLost, class, e.to_string())
     })?;
+    // Nothing of the agent runs now: what its layer holds is final.
+    if let Some(upper) = sandbox.writable_layer() {
+        let workdir = sandbox.workspace().root().to_string_lossy().into_owned();
+        let changed = tokio::task::spawn_blocking(move || {
+            crate::env::evidence::verifier_inputs_changed(&upper, &workdir)
+        })
+        .await
+        .unwrap_or_default();
+        if !changed.is_empty() {
+            rec.signals.reward_tampering += 1;
+            rec.integrity
+                .push(format!("verifier_inputs_changed: {}", changed.join(", ")));
+        }
+    }
     let verifier_dir = plan.trial_dir.join("verifier");
     let planted = std::fs::read_dir(&verifier_dir)
         .map(|d| d.count())
@@ -550,6 +564,23 @@ async fn verify(
     let grade = TestScriptGrader.grade_dir(&input);
     if let Err(e) = write_grade(&plan.trial_dir, &grade) {
         rec.notes.push(format!("could not write the grade: {e}"));
+    }
+    // A pass beside failed checks: the reward file says one thing, the verifier's own report
+    // another (a forged reward, or a verifier whose tools were replaced).
+    let failed_checks = grade
+        .checks()
+        .iter()
+        .filter(|c| c.status == geode_graders::grade::CheckStatus::Fail)
+        .count();
+    if let Some(r) = grade.rewards()
+        && r.primary() >= geode_graders::PASS_THRESHOLD
+        && failed_checks > 0
+    {
+        rec.signals.reward_tampering += 1;
+        rec.integrity.push(format!(
+            "reward_contradicts_checks: reward {} with {failed_checks} failed check(s)",
+            r.primary()
+        ));
     }
     match (grade.validity(), grade.rewards()) {
         (Validity::Valid, Some(r)) => Ok((r.primary(), r.all().clone())),

@@ -188,7 +188,7 @@ async fn exec_runs_in_the_workdir_with_env_exit_codes_and_caps() {
 }
 
 #[tokio::test]
-async fn network_off_cannot_reach_the_host_and_network_on_can() {
+async fn no_trial_reaches_the_host_and_network_on_goes_out_through_its_own_namespace() {
     if !privileged() {
         return;
     }
@@ -199,12 +199,16 @@ async fn network_off_cannot_reach_the_host_and_network_on_can() {
             drop(conn);
         }
     });
-    let connect = format!(
-        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=3); print(\"connected\")'"
-    );
+    // The host's loopback, directly and through slirp's gateway address (the host loopback
+    // that --disable-host-loopback closes).
+    let connect = |host: &str| {
+        format!(
+            "python3 -c 'import socket; socket.create_connection((\"{host}\", {port}), timeout=3); print(\"connected\")'"
+        )
+    };
     let f = fixture();
     let off = f.start("net-off").await;
-    let out = sh(&off, &connect).await;
+    let out = sh(&off, &connect("127.0.0.1")).await;
     assert_ne!(
         out.exit_code,
         Some(0),
@@ -228,8 +232,28 @@ async fn network_off_cannot_reach_the_host_and_network_on_can() {
     let mut with_net = spec(f.trials.path());
     with_net.network = true;
     let on = f.start_with(&with_net, "net-on").await;
-    let out = sh(&on, &connect).await;
-    assert_eq!(out.stdout.trim(), "connected", "{out:?}");
+    for host in ["127.0.0.1", "10.0.2.2"] {
+        let out = sh(&on, &connect(host)).await;
+        assert_ne!(
+            out.stdout.trim(),
+            "connected",
+            "reached the host at {host}: {out:?}"
+        );
+    }
+    // Out to the Debian archive (the one outside host every machine of this project reaches),
+    // by name, through the namespace's own resolver.
+    let out = sh(
+        &on,
+        "python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://deb.debian.org/debian/dists/bookworm/Release\", timeout=20).status)'",
+    )
+    .await;
+    assert_eq!(out.stdout.trim(), "200", "{out:?}");
+    let ns = |pid: u32| std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+    assert_ne!(
+        ns(on.init_pid()),
+        ns(std::process::id()),
+        "the trial shares the host's network namespace"
+    );
     Box::new(on).teardown().await.unwrap();
 }
 
