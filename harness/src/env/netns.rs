@@ -68,16 +68,6 @@ pub(crate) fn loopback_up() -> Result<(), String> {
     Err(format!("unexpected netlink answer ({n} bytes)"))
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn message_is_header_plus_ifinfomsg() {
-        let msg = super::link_up_message();
-        assert_eq!(msg.len(), 32);
-        assert_eq!(u32::from_ne_bytes([msg[0], msg[1], msg[2], msg[3]]), 32);
-    }
-}
-
 /// The resolver slirp4netns answers on inside the namespace.
 pub(crate) const SLIRP_DNS: &str = "10.0.2.3";
 /// How long slirp4netns may take to configure the namespace's interface.
@@ -143,5 +133,15 @@ pub(crate) async fn start_slirp(
             });
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn message_is_header_plus_ifinfomsg() {
+        let msg = super::link_up_message();
+        assert_eq!(msg.len(), 32);
+        assert_eq!(u32::from_ne_bytes([msg[0], msg[1], msg[2], msg[3]]), 32);
     }
 }
