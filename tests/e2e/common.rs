@@ -63,3 +63,36 @@ pub fn split_core_pack(dir: &Path) {
         assert!(ok.success());
     }
 }
+
+/// `cmd` (a `geode` command) running PACK with the oracle into `jobs`, as JSON: the summary
+/// and the run's folder. Fails the test when the run fails.
+pub fn run_oracle_with(
+    mut cmd: Command,
+    pack: &Path,
+    jobs: &Path,
+    extra: &[&str],
+) -> (serde_json::Value, std::path::PathBuf) {
+    let out = cmd
+        .arg("run")
+        .arg(pack)
+        .args(["--model", "oracle", "--json", "--jobs-dir"])
+        .arg(jobs)
+        .args(extra)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "geode run: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let run_dir = std::path::PathBuf::from(summary["run_dir"].as_str().unwrap());
+    (summary, run_dir)
+}
+
+/// A trial's `result.json`.
+pub fn trial_result(run_dir: &Path, trial: &str) -> serde_json::Value {
+    let text = std::fs::read_to_string(run_dir.join(trial).join("result.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}

@@ -414,14 +414,19 @@ pub(crate) async fn build_steps(
 }
 
 /// sha256 over the relative path, mode and bytes (or link target) of every file under the
-/// given context paths, in path order.
+/// given context paths, in path order, after a version tag.
 fn content_digest(context: &Path, inputs: &[PathBuf]) -> std::io::Result<String> {
+    digest_tree(STEP_VERSION, context, inputs)
+}
+
+fn digest_tree(version: &str, context: &Path, inputs: &[PathBuf]) -> std::io::Result<String> {
     use std::os::unix::fs::PermissionsExt;
     let mut h = Sha256::new();
     let field = |h: &mut Sha256, bytes: &[u8]| {
         h.update((bytes.len() as u64).to_le_bytes());
         h.update(bytes);
     };
+    field(&mut h, version.as_bytes());
     for input in inputs {
         for entry in walkdir::WalkDir::new(input).sort_by_file_name() {
             let entry = entry.map_err(std::io::Error::other)?;
@@ -747,31 +752,7 @@ fn load_meta(dir: &Path) -> Option<ImageMeta> {
 
 /// sha256 over the builder version and every entry of the build context, in path order.
 pub(crate) fn cache_key(env_dir: &Path) -> std::io::Result<String> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut h = Sha256::new();
-    let field = |h: &mut Sha256, bytes: &[u8]| {
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
-    };
-    field(&mut h, BUILDER_VERSION.as_bytes());
-    for entry in walkdir::WalkDir::new(env_dir).sort_by_file_name() {
-        let entry = entry.map_err(std::io::Error::other)?;
-        let rel = entry.path().strip_prefix(env_dir).unwrap_or(entry.path());
-        let meta = entry.path().symlink_metadata()?;
-        field(&mut h, rel.to_string_lossy().as_bytes());
-        h.update(meta.permissions().mode().to_le_bytes());
-        if meta.file_type().is_symlink() {
-            field(
-                &mut h,
-                std::fs::read_link(entry.path())?
-                    .to_string_lossy()
-                    .as_bytes(),
-            );
-        } else if meta.is_file() {
-            field(&mut h, &std::fs::read(entry.path())?);
-        }
-    }
-    Ok(hex::encode(h.finalize()))
+    digest_tree(BUILDER_VERSION, env_dir, &[env_dir.to_path_buf()])
 }
 
 async fn build_on_host(

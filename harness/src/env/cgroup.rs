@@ -198,7 +198,7 @@ impl Cgroups {
                         failures.push(format!("cgroup {} left behind: {e}", dir.display()));
                         break;
                     }
-                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
                 }
             }
         }

@@ -172,6 +172,7 @@ mod init;
 mod netns;
 pub mod protocol;
 pub mod sandbox;
+mod seccomp;
 mod server;
 mod setup;
 mod steps;

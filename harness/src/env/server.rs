@@ -153,6 +153,11 @@ fn exits_within(child: &mut std::process::Child, grace: std::time::Duration) -> 
 
 pub(crate) fn agent_main(spec_json: &str) -> ExitCode {
     init::hide_executable();
+    // Before any thread: every handler thread and every command inherits the filter.
+    if let Err(e) = super::seccomp::restrict() {
+        eprintln!("sandbox agent: {e}");
+        return ExitCode::from(3);
+    }
     let spec = match parse_spec(spec_json) {
         Ok(spec) => spec,
         Err(message) => {

@@ -638,6 +638,40 @@ async fn dockerfile_builds_caches_and_reports_failures() {
 }
 
 #[tokio::test]
+async fn an_image_config_sets_env_workdir_and_user() {
+    if !privileged() {
+        return;
+    }
+    use geode_harness::env::image::{ImageSource, ImageStore, Reference};
+    let f = fixture();
+    base_image(&f.backend).await;
+    let store = ImageStore::open(super::registry::shared_store()).unwrap();
+    let base = store
+        .get(&Reference::parse("python:3.11-slim").unwrap())
+        .unwrap()
+        .unwrap();
+    let mut config = base.config.clone();
+    config.env.push(("IMAGE_MARK".into(), "configured".into()));
+    config.working_dir = Some("/srv/site".into());
+    config.user = Some("nobody".into());
+    let reference = Reference::parse("geode-test/config-probe:1").unwrap();
+    store
+        .tag_local(&reference, base.layers.clone(), config, ImageSource::Built)
+        .unwrap();
+    let mut spec = spec(Path::new("/nonexistent"));
+    spec.docker_image = Some(reference.to_string());
+    let image = f.backend.prepare(&spec).await.unwrap();
+    let sb = f
+        .backend
+        .start_sandbox(&spec, &image, &f.trials.path().join("cfg"))
+        .await
+        .unwrap();
+    let out = sh(&sb, "pwd; id -un; echo $IMAGE_MARK").await;
+    assert_eq!(out.stdout, "/srv/site\nnobody\nconfigured\n", "{out:?}");
+    Box::new(sb).teardown().await.unwrap();
+}
+
+#[tokio::test]
 async fn multi_stage_builds_copy_from_an_earlier_stage() {
     if !privileged() {
         return;
