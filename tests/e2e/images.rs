@@ -10,6 +10,7 @@ use std::process::Command;
 use geode_harness::env::image::{ImageStore, Reference, StoredImage};
 use geode_harness::env::{Backend, EnvironmentSpec, SandboxBackend, SandboxConfig};
 
+use super::common::trial_result;
 use super::registry::{Registry, image_blobs, shared_store};
 
 /// `python:3.11-slim` from the machine-wide test store (bootstrapped there on first use).
@@ -89,28 +90,7 @@ fn task(pack: &Path, name: &str, dockerfile: &str, solve: &str, check: &str) {
 }
 
 fn run_oracle(home: &Path, pack: &Path) -> (serde_json::Value, PathBuf) {
-    let jobs = home.join("jobs");
-    let out = geode(home)
-        .args(["run"])
-        .arg(pack)
-        .args(["--model", "oracle", "--json", "--jobs-dir"])
-        .arg(&jobs)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "geode run: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let run_dir = PathBuf::from(summary["run_dir"].as_str().unwrap());
-    (summary, run_dir)
-}
-
-fn trial_result(run_dir: &Path, trial: &str) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(run_dir.join(trial).join("result.json")).unwrap())
-        .unwrap()
+    super::common::run_oracle_with(geode(home), pack, &home.join("jobs"), &[])
 }
 
 #[tokio::test]
