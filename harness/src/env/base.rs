@@ -153,20 +153,7 @@ impl<'a> Bases<'a> {
             env: vec![("PATH".into(), super::exec::DEFAULT_PATH.into())],
             ..ImageConfig::default()
         };
-        let image = self
-            .store
-            .tag_local(
-                reference,
-                vec![layer],
-                config,
-                ImageSource::Bootstrapped { what },
-            )
-            .map_err(image_error)?;
-        self.progress(&format!(
-            "image {reference}: ready ({})",
-            describe(&image.source)
-        ));
-        Ok(image)
+        self.record_bootstrapped(reference, vec![layer], config, what)
     }
 
     /// Stage the packages on the host, then let dpkg configure them inside a sandbox whose
@@ -310,11 +297,21 @@ impl<'a> Bases<'a> {
             "bootstrapped from the Debian archive ({}, Debian's python3 {full})",
             suite.suite
         );
+        self.record_bootstrapped(reference, built.layers, config, what)
+    }
+
+    fn record_bootstrapped(
+        &self,
+        reference: &Reference,
+        layers: Vec<PathBuf>,
+        config: ImageConfig,
+        what: String,
+    ) -> Result<StoredImage, EnvError> {
         let image = self
             .store
             .tag_local(
                 reference,
-                built.layers,
+                layers,
                 config,
                 ImageSource::Bootstrapped { what },
             )

@@ -337,14 +337,18 @@ impl Session<'_> {
         let body = self.read_limited(response, &url).await?;
         let actual = manifest::sha256_digest(&body);
         if actual != digest {
-            return Err(ImageError::DigestMismatch {
-                reference: self.reference.clone(),
-                what: format!("the blob at {url}"),
-                expected: digest.to_string(),
-                actual,
-            });
+            return Err(self.blob_mismatch(&url, digest, actual));
         }
         Ok(body)
+    }
+
+    fn blob_mismatch(&self, url: &str, expected: &str, actual: String) -> ImageError {
+        ImageError::DigestMismatch {
+            reference: self.reference.clone(),
+            what: format!("the blob at {url}"),
+            expected: expected.to_string(),
+            actual,
+        }
     }
 
     /// A blob streamed to `dest` while hashing it; on any failure, including a digest that does
@@ -385,14 +389,11 @@ impl Session<'_> {
             if let Some(size) = size
                 && written > size
             {
-                return Err(ImageError::DigestMismatch {
-                    reference: self.reference.clone(),
-                    what: format!("the blob at {url}"),
-                    expected: digest.to_string(),
-                    actual: format!(
-                        "(not hashed: more than the {size} bytes its descriptor gives)"
-                    ),
-                });
+                return Err(self.blob_mismatch(
+                    url,
+                    digest,
+                    format!("(not hashed: more than the {size} bytes its descriptor gives)"),
+                ));
             }
             hasher.update(&chunk);
             out.write_all(&chunk)
@@ -404,12 +405,7 @@ impl Session<'_> {
             .map_err(|e| ImageError::io(dest, "writing a download", e))?;
         let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
         if actual != digest {
-            return Err(ImageError::DigestMismatch {
-                reference: self.reference.clone(),
-                what: format!("the blob at {url}"),
-                expected: digest.to_string(),
-                actual,
-            });
+            return Err(self.blob_mismatch(url, digest, actual));
         }
         Ok(written)
     }

@@ -413,12 +413,7 @@ impl ImageStore {
                 what: format!("{} is not a directory", dir.display()),
             });
         }
-        let layer_dir = self.root.join("layers").join(id);
-        fs::create_dir_all(&layer_dir)
-            .map_err(|e| ImageError::io(&layer_dir, "creating a layer", e))?;
-        let _lock = lock(&layer_dir.join("lock"), true)?;
-        fs::create_dir_all(&layer_dir)
-            .map_err(|e| ImageError::io(&layer_dir, "creating a layer", e))?;
+        let (layer_dir, _lock) = self.locked_layer_dir(id)?;
         if layer_dir.join("done").is_file() {
             fs::remove_dir_all(dir)
                 .map_err(|e| ImageError::io(dir, "discarding a duplicate layer", e))?;
@@ -676,6 +671,20 @@ impl ImageStore {
 
     /// Makes layer `id` by `fill`ing an empty staging dir, once: under the layer's lock, a
     /// layer already done is returned as it is.
+    /// `layers/<id>`, created, with its lock held (waiting for another process's unpack).
+    fn locked_layer_dir(&self, id: &str) -> Result<(PathBuf, Option<Flock<File>>), ImageError> {
+        let layer_dir = self.root.join("layers").join(id);
+        let create = || {
+            fs::create_dir_all(&layer_dir)
+                .map_err(|e| ImageError::io(&layer_dir, "creating a layer", e))
+        };
+        create()?;
+        let held = lock(&layer_dir.join("lock"), true)?;
+        // A prune in another process may have removed the directory while we waited.
+        create()?;
+        Ok((layer_dir, held))
+    }
+
     fn ensure_layer(
         &self,
         id: &str,
@@ -683,13 +692,7 @@ impl ImageStore {
         fill: impl FnOnce(&Path) -> Result<(u64, Vec<String>), ImageError>,
     ) -> Result<PathBuf, ImageError> {
         validate_id(id)?;
-        let layer_dir = self.root.join("layers").join(id);
-        fs::create_dir_all(&layer_dir)
-            .map_err(|e| ImageError::io(&layer_dir, "creating a layer", e))?;
-        let _lock = lock(&layer_dir.join("lock"), true)?;
-        // A prune in another process may have removed the directory while we waited.
-        fs::create_dir_all(&layer_dir)
-            .map_err(|e| ImageError::io(&layer_dir, "creating a layer", e))?;
+        let (layer_dir, _lock) = self.locked_layer_dir(id)?;
         if layer_dir.join("done").is_file() {
             return self.link(id);
         }
