@@ -189,6 +189,7 @@ impl<'a> Bases<'a> {
                     network: Network::None,
                     limits: Limits::default(),
                     binds: Vec::new(),
+                    verifier_logs: None,
                     remove_dir: false,
                 })
                 .await?;

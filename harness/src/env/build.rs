@@ -521,6 +521,7 @@ async fn run_step(
                 network: Network::Host,
                 limits: Limits::default(),
                 binds: build_binds(),
+                verifier_logs: None,
                 remove_dir: false,
             })
             .await?;
@@ -575,6 +576,7 @@ async fn export(
                 inside: AT.into(),
                 read_only: false,
             }],
+            verifier_logs: None,
             remove_dir: true,
         })
         .await?;
@@ -777,6 +779,7 @@ async fn build_on_host(
             network: Network::Host,
             limits: Limits::default(),
             binds: Vec::new(),
+            verifier_logs: None,
             remove_dir: false,
         })
         .await?;

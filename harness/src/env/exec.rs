@@ -75,23 +75,22 @@ pub(crate) fn run(server: &Server, id: u64, spec: ExecSpec) -> Result<ExecResult
     let mut cmd = Command::new(program);
     cmd.args(shell_args)
         .arg(&spec.command)
-        .current_dir(&cwd)
         .env_clear()
         .envs(env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    if let Some(u) = &user {
-        cmd.uid(u.uid).gid(u.gid);
-    }
+    let views = server.views()?;
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| {
-        fail(
-            ErrorKind::of(&e),
-            format!("could not start {program} in {cwd}: {e}"),
-        )
-    })?;
+    let mut child = views
+        .spawn(&mut cmd, &spec.view, &cwd, user.as_ref())
+        .map_err(|e| {
+            fail(
+                ErrorKind::of(&e),
+                format!("could not start {program} in {cwd}: {e}"),
+            )
+        })?;
     let pgid = i32::try_from(child.id()).ok().map(Pid::from_raw);
     let kill_group = || {
         if let Some(pgid) = pgid {

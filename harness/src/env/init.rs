@@ -5,9 +5,10 @@
 //! namespace gets the namespace's view), then reaps orphans forever. Its stdin is a pipe from
 //! the server: end of file (the server exited or was killed) makes it exit, and the kernel then kills
 //! everything left in the namespace. So no sandbox process can outlive its server.
-//! (`kill_all` is the agent's job: it runs inside the namespace too.)
+//! The same init, forked by the agent, is PID 1 of the tool view's pid namespace
+//! ([`super::views`]), where a `kill` line ends every agent process at once.
 
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::process::ExitCode;
 
 use nix::mount::MsFlags;
@@ -16,28 +17,39 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 pub(crate) fn init_main() -> ExitCode {
+    ExitCode::from(u8::try_from(serve_as_init(std::io::stdin(), std::io::stdout())).unwrap_or(1))
+}
+
+/// Be a pid namespace's init, in its mount namespace with the working directory at its root:
+/// mount and harden `/proc`, say `ready` on `reply`, then reap orphans forever. A `kill` line
+/// on `ctl` kills every other process of the namespace and answers how many were alive; end
+/// of `ctl` ends the init, and with it the namespace.
+pub(crate) fn serve_as_init(
+    ctl: impl Read + Send + 'static,
+    mut reply: impl Write + Send + 'static,
+) -> i32 {
     hide_executable();
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     // Relative target: our cwd is the future root, before and after the server's pivot_root.
     if let Err(e) = nix::mount::mount(Some("proc"), "proc", Some("proc"), flags, None::<&str>) {
-        println!("error: mount /proc: {e}");
-        return ExitCode::from(1);
+        let _ = writeln!(reply, "error: mount /proc: {e}");
+        return 1;
     }
     if let Err(e) = harden_proc() {
-        println!("error: {e}");
-        return ExitCode::from(1);
+        let _ = writeln!(reply, "error: {e}");
+        return 1;
     }
     // SIGCHLD stays blocked in every thread (the reader below inherits the mask), so `wait`
     // below receives it instead of a default disposition that would drop it.
     let mut chld = SigSet::empty();
     chld.add(Signal::SIGCHLD);
     if let Err(e) = chld.thread_block() {
-        println!("error: block SIGCHLD: {e}");
-        return ExitCode::from(1);
+        let _ = writeln!(reply, "error: block SIGCHLD: {e}");
+        return 1;
     }
-    println!("ready");
-    let _ = std::io::stdout().flush();
-    std::thread::spawn(command_loop);
+    let _ = writeln!(reply, "ready");
+    let _ = reply.flush();
+    std::thread::spawn(move || command_loop(ctl, reply));
     loop {
         reap_all();
         if chld.wait().is_err() {
@@ -137,12 +149,19 @@ fn reap_all() {
     }
 }
 
-fn command_loop() {
-    // Nothing is ever sent; the pipe only tells us the server is alive.
-    let mut sink = Vec::new();
-    let _ = std::io::stdin().read_to_end(&mut sink);
-    // The server is gone: leaving takes the whole namespace down with us.
-    std::process::exit(0);
+fn command_loop(ctl: impl Read, mut reply: impl Write) {
+    for line in std::io::BufReader::new(ctl).lines() {
+        match line {
+            Ok(line) if line.trim() == "kill" => {
+                let _ = writeln!(reply, "{}", kill_all_but_me());
+                let _ = reply.flush();
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    // Whoever held the other end is gone: leaving takes the whole namespace down with us.
+    std::process::exit(0)
 }
 
 /// From a process of the namespace: kill every other process of it except init; the number

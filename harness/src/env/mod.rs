@@ -124,6 +124,20 @@ pub trait Sandbox: Send + Sync {
     /// Copy a host file or directory into the sandbox at an absolute path (replacing it).
     async fn copy_in(&self, host_src: &Path, sandbox_dst: &str) -> Result<(), EnvError>;
 
+    /// Run the verifier with `tests` (a host folder) at [`TESTS_DIR`] and the trial's own
+    /// `/logs/verifier`, while the agent's background services keep running. A backend with
+    /// views gives it a mount view of its own, out of the services' reach.
+    async fn run_verifier(&self, tests: &Path, req: ExecRequest) -> Result<ExecOutput, EnvError> {
+        self.copy_in(tests, TESTS_DIR).await?;
+        self.exec(req, CancellationToken::new()).await
+    }
+
+    /// The host folder the agent's processes saw as `/logs/verifier`, when it is not the
+    /// trial's own (`None`: it was the trial's).
+    fn verifier_decoy(&self) -> Option<PathBuf> {
+        None
+    }
+
     /// Kill every process of the sandbox except its init (the agent's processes before the
     /// verifier runs). Returns how many were killed.
     async fn kill_all_processes(&self) -> Result<usize, EnvError>;
@@ -176,12 +190,16 @@ mod seccomp;
 mod server;
 mod setup;
 mod steps;
+mod views;
 pub mod workspace;
 
 pub use base::describe as describe_source;
 pub use host::HostBackend;
 pub use sandbox::{BaseMode, Progress, SandboxBackend, SandboxConfig, SandboxHandle};
 pub use workspace::SandboxWorkspace;
+
+/// Where a task's `tests/` appear for its verifier.
+pub const TESTS_DIR: &str = "/tests";
 
 /// The hidden subcommand that runs a sandbox server (`geode __sandbox-server SPEC_JSON`).
 pub const SERVER_ARG: &str = "__sandbox-server";

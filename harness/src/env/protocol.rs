@@ -29,6 +29,10 @@ pub struct ServerSpec {
     pub inbox: PathBuf,
     /// Host directories (or files) bind-mounted inside (`/logs/agent`, `/etc/resolv.conf` ...).
     pub binds: Vec<Bind>,
+    /// The trial's real `/logs/verifier`: shown only to the verifier (see [`View`]); the
+    /// agent's processes see whatever `binds` put at that path.
+    #[serde(default)]
+    pub verifier_logs: Option<PathBuf>,
     pub hostname: String,
     pub network: Network,
     /// `cgroup.procs` files the server joins before it starts any process.
@@ -100,6 +104,24 @@ pub const FAREWELL_ID: u64 = u64::MAX - 1;
 /// Where the inbox appears inside the sandbox.
 pub const INBOX: &str = "/.geode-inbox";
 
+/// Where the real verifier folder waits, in the control processes' mount view only, until a
+/// verifier's view binds it at `/logs/verifier`.
+pub const VERIFIER_MOUNT: &str = "/dev/.geode-verifier";
+
+/// Which processes a command joins, and what it sees.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum View {
+    /// The agent's processes: a pid namespace below the sandbox's (its own `kill -9 -1`
+    /// reaches only them) and a mount view without the inbox or the real `/logs/verifier`.
+    #[default]
+    Tool,
+    /// The verifier: the sandbox's own pid namespace (it sees the agent's services, they do
+    /// not see it) and a mount view of its own with the real `/logs/verifier` and, at
+    /// `/tests`, the inbox entry `tests` (writable, private to it).
+    Verifier { tests: Option<String> },
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Request {
     pub id: u64,
@@ -157,6 +179,8 @@ pub struct ExecSpec {
     pub user: Option<String>,
     /// Checked against `cwd` like the file operations' scope.
     pub scope: Option<String>,
+    #[serde(default)]
+    pub view: View,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use super::cgroup::{Cgroups, Limits};
 use super::client::ServerClient;
 use super::protocol::{
-    self, Bind, ExecResult, ExecSpec, ImageMount, Network, Op, Reply, RootSpec, ServerSpec,
+    self, Bind, ExecResult, ExecSpec, ImageMount, Network, Op, Reply, RootSpec, ServerSpec, View,
 };
 use super::workspace::SandboxWorkspace;
 use super::{
@@ -115,6 +115,9 @@ pub(crate) struct Launch {
     pub network: Network,
     pub limits: Limits,
     pub binds: Vec<Bind>,
+    /// The trial's `/logs/verifier` on the host, shown to the verifier only; the agent's
+    /// processes see a decoy (`<dir>/decoy`) at that path.
+    pub verifier_logs: Option<PathBuf>,
     /// Remove `dir` at teardown (trials); an image build keeps its upper layer.
     pub remove_dir: bool,
 }
@@ -166,11 +169,13 @@ impl SandboxBackend {
         for name in ["agent", "verifier", "artifacts"] {
             let host = trial_dir.join(name);
             std::fs::create_dir_all(&host).map_err(io(format!("create {}", host.display())))?;
-            binds.push(Bind {
-                host,
-                inside: format!("/logs/{name}"),
-                read_only: false,
-            });
+            if name != "verifier" {
+                binds.push(Bind {
+                    host,
+                    inside: format!("/logs/{name}"),
+                    read_only: false,
+                });
+            }
         }
         let mut env = image.env.clone();
         env.extend(spec.env.iter().cloned());
@@ -196,6 +201,7 @@ impl SandboxBackend {
                     cpus: spec.cpus,
                 },
                 binds,
+                verifier_logs: Some(trial_dir.join("verifier")),
                 remove_dir: true,
             })
             .await?;
@@ -225,6 +231,15 @@ impl SandboxBackend {
         };
         let hostname = format!("geode-{name}");
         let mut binds = launch.binds.clone();
+        if launch.verifier_logs.is_some() {
+            let decoy = sub("decoy");
+            std::fs::create_dir_all(&decoy).map_err(io(format!("create {}", decoy.display())))?;
+            binds.push(Bind {
+                host: decoy,
+                inside: "/logs/verifier".into(),
+                read_only: false,
+            });
+        }
         let root = match &launch.root {
             ImageRoot::Layers(lower) => {
                 // What docker gives every container: its own hosts file, and the host's
@@ -297,6 +312,7 @@ impl SandboxBackend {
             work: sub("work"),
             inbox: sub("inbox"),
             binds,
+            verifier_logs: launch.verifier_logs.clone(),
             hostname,
             network: launch.network,
             cgroup_procs: cgroups.procs.clone(),
@@ -441,8 +457,22 @@ impl SandboxHandle {
             env: req.env,
             user,
             scope: None,
+            view: View::Tool,
         };
         self.client.exec(spec, cancel).await
+    }
+
+    /// Copy `host_src` into the inbox under a fresh name; the name and the host path.
+    async fn stage(&self, host_src: &Path) -> Result<(String, PathBuf), EnvError> {
+        let item = format!("item-{}", self.staged.fetch_add(1, Ordering::Relaxed));
+        let staged = self.inbox.join(&item);
+        let src = host_src.to_path_buf();
+        let stage_to = staged.clone();
+        tokio::task::spawn_blocking(move || super::fsops::copy_tree_with(&src, &stage_to, true))
+            .await
+            .map_err(|e| EnvError::Lost(format!("staging task: {e}")))?
+            .map_err(io(format!("stage {} for the sandbox", host_src.display())))?;
+        Ok((item, staged))
     }
 
     /// Stage `host_src` in the inbox and have the server copy it to `dst` inside.
@@ -461,14 +491,7 @@ impl SandboxHandle {
                 ),
             });
         }
-        let item = format!("item-{}", self.staged.fetch_add(1, Ordering::Relaxed));
-        let staged = self.inbox.join(&item);
-        let src = host_src.to_path_buf();
-        let stage_to = staged.clone();
-        tokio::task::spawn_blocking(move || super::fsops::copy_tree_with(&src, &stage_to, true))
-            .await
-            .map_err(|e| EnvError::Lost(format!("staging task: {e}")))?
-            .map_err(io(format!("stage {} for the sandbox", host_src.display())))?;
+        let (item, staged) = self.stage(host_src).await?;
         let reply = self
             .client
             .call(Op::Install {
@@ -615,6 +638,31 @@ impl Sandbox for SandboxHandle {
 
     async fn copy_in(&self, host_src: &Path, sandbox_dst: &str) -> Result<(), EnvError> {
         self.install(host_src, sandbox_dst, false).await
+    }
+
+    async fn run_verifier(&self, tests: &Path, req: ExecRequest) -> Result<ExecOutput, EnvError> {
+        let (item, staged) = self.stage(tests).await?;
+        let spec = ExecSpec {
+            command: req.command,
+            shell: None,
+            cwd: req.cwd.map(|c| c.to_string_lossy().into_owned()),
+            timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
+            output_cap: req.output_cap,
+            env: req.env,
+            user: None,
+            scope: None,
+            view: View::Verifier { tests: Some(item) },
+        };
+        let out = self.client.exec(spec, CancellationToken::new()).await;
+        let _ = tokio::task::spawn_blocking(move || remove_any(&staged)).await;
+        out.map(exec_output)
+    }
+
+    fn verifier_decoy(&self) -> Option<PathBuf> {
+        self.launch
+            .verifier_logs
+            .as_ref()
+            .map(|_| self.launch.dir.join("decoy"))
     }
 
     async fn kill_all_processes(&self) -> Result<usize, EnvError> {

@@ -6,8 +6,8 @@
 //! Most of these already fail for want of a capability (the bounding set has no
 //! CAP_SYS_ADMIN, CAP_SYS_MODULE ...); the filter holds where a capability is not needed at
 //! all: new user namespaces, `bpf`, `perf_event_open`, `userfaultfd`, the key ring, and the
-//! new mount API. It is installed, with `no_new_privs`, by the sandbox's agent before it
-//! serves anything, and every command inherits it.
+//! new mount API. It is installed, with `no_new_privs`, in every command the sandbox's agent
+//! starts, between `fork` and `exec` ([`super::views`]).
 
 use std::collections::BTreeMap;
 
@@ -69,7 +69,7 @@ const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWUSER
 
 /// The deny list, and the `clone3` answer (a second filter: the kernel runs both and the
 /// strictest answer wins).
-fn programs() -> Result<[BpfProgram; 2], String> {
+pub(crate) fn programs() -> Result<[BpfProgram; 2], String> {
     let err = |e: &dyn std::fmt::Display| format!("build the seccomp filter: {e}");
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
         DENIED.iter().map(|&nr| (nr, Vec::new())).collect();
@@ -112,15 +112,4 @@ fn programs() -> Result<[BpfProgram; 2], String> {
             .try_into()
             .map_err(|e: seccompiler::BackendError| err(&e))?,
     ])
-}
-
-/// `no_new_privs`, then the filters, for this thread and everything it starts afterwards.
-pub(crate) fn restrict() -> Result<(), String> {
-    let programs = programs()?;
-    nix::sys::prctl::set_no_new_privs().map_err(|e| format!("set no_new_privs: {e}"))?;
-    for program in &programs {
-        seccompiler::apply_filter(program)
-            .map_err(|e| format!("install the seccomp filter: {e}"))?;
-    }
-    Ok(())
 }

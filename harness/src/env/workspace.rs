@@ -157,6 +157,7 @@ impl Workspace for SandboxWorkspace {
             env: req.env,
             user: None,
             scope: self.scope(),
+            view: super::protocol::View::Tool,
         };
         match self.client.exec(spec, cancel).await {
             Ok(result) => Ok(super::sandbox::exec_output(result)),

@@ -27,13 +27,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::images::ImageCache;
 use crate::atif;
-use crate::env::{Backend, EnvError, EnvironmentSpec, Sandbox};
+use crate::env::{Backend, EnvError, EnvironmentSpec, Sandbox, TESTS_DIR};
 use crate::pack::Task;
 use crate::store::{TrialRow, TrialUsage};
 
 /// Where the oracle finds the reference solution inside the sandbox.
 pub const SOLUTION_DIR: &str = "/solution";
-const TESTS_DIR: &str = "/tests";
 /// Bytes of verifier output kept in `verifier/test-stdout.txt`.
 const VERIFIER_OUTPUT_CAP: usize = 256 * 1024;
 
@@ -465,29 +464,9 @@ async fn verify(
     rec: &mut Record,
 ) -> Result<(f64, BTreeMap<String, f64>), Ending> {
     let infra = |o, class: &str, e: String| Ending::infra(o, class, e);
-    sandbox.kill_all_processes().await.map_err(|e| {
-        let class = match e {
-            EnvError::BrokenFromInside(_) => BROKEN_CLASS,
-            _ => "SandboxError",
-        };
-        infra(TrialOutcome::SandboxLost, class, e.to_string())
-    })?;
-    // Nothing of the agent runs now: what its layer holds is final.
-    if let Some(upper) = sandbox.writable_layer() {
-        let workdir = sandbox.workspace().root().to_string_lossy().into_owned();
-        let changed = tokio::task::spawn_blocking(move || {
-            crate::env::evidence::verifier_inputs_changed(&upper, &workdir)
-        })
-        .await
-        .unwrap_or_default();
-        if !changed.is_empty() {
-            rec.signals.reward_tampering += 1;
-            rec.integrity
-                .push(format!("verifier_inputs_changed: {}", changed.join(", ")));
-        }
-    }
     let verifier_dir = plan.trial_dir.join("verifier");
-    let planted = std::fs::read_dir(&verifier_dir)
+    // What the agent saw as /logs/verifier: a decoy where the sandbox has views.
+    let planted = std::fs::read_dir(sandbox.verifier_decoy().unwrap_or(verifier_dir.clone()))
         .map(|d| d.count())
         .unwrap_or(0);
     if planted > 0 {
@@ -515,16 +494,12 @@ async fn verify(
         ));
     }
     let tests = plan.task.tests_dir();
-    sandbox.copy_in(&tests, TESTS_DIR).await.map_err(|e| {
-        infra(
-            TrialOutcome::VerifierCrashed,
-            "VerifierError",
-            e.to_string(),
-        )
-    })?;
     let timeout = scaled(plan.task.config.verifier_timeout(), plan.timeout_multiplier);
+    // The agent's background services keep running (Harbor's semantics); the verifier's view
+    // keeps them away from its reward.
     let out = sandbox
-        .exec(
+        .run_verifier(
+            &tests,
             ExecRequest {
                 command: format!("bash {TESTS_DIR}/test.sh"),
                 cwd: None,
@@ -532,7 +507,6 @@ async fn verify(
                 output_cap: VERIFIER_OUTPUT_CAP,
                 env: plan.task.config.verifier.env.clone().into_iter().collect(),
             },
-            CancellationToken::new(),
         )
         .await
         .map_err(|e| {
@@ -550,6 +524,20 @@ async fn verify(
     if let Err(e) = geode_graders::safe_fs::write(&stdout_file, log.as_bytes()) {
         rec.notes
             .push(format!("could not write {}: {e}", stdout_file.display()));
+    }
+    // After the verifier: what the agent's services changed while it ran counts too.
+    if let Some(upper) = sandbox.writable_layer() {
+        let workdir = sandbox.workspace().root().to_string_lossy().into_owned();
+        let changed = tokio::task::spawn_blocking(move || {
+            crate::env::evidence::verifier_inputs_changed(&upper, &workdir)
+        })
+        .await
+        .unwrap_or_default();
+        if !changed.is_empty() {
+            rec.signals.reward_tampering += 1;
+            rec.integrity
+                .push(format!("verifier_inputs_changed: {}", changed.join(", ")));
+        }
     }
     if out.timed_out {
         return Err(infra(

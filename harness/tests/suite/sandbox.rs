@@ -114,8 +114,42 @@ async fn sh(sandbox: &SandboxHandle, command: &str) -> ExecOutput {
         .unwrap()
 }
 
-/// Processes of an idle sandbox: its init and the agent that serves requests.
-const BASELINE: usize = 2;
+/// Processes of a sandbox that has run a command: its init, the agent that serves requests,
+/// and the init of the agent's own pid namespace below.
+const BASELINE: usize = 3;
+
+/// Host pids below the sandbox's server (its init, agent and everything they started, in the
+/// sandbox's pid namespace or the tool view's below it).
+fn processes_of(sb: &SandboxHandle) -> Vec<u32> {
+    let server = sb.server_pid().unwrap();
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let (_, rest) = stat.rsplit_once(')')?;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            // Zombies are already dead.
+            (fields.first() != Some(&"Z")).then_some(())?;
+            Some((pid, fields.get(1)?.parse().ok()?))
+        })
+        .collect();
+    let mut found = vec![server];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
 
 /// Host pids whose pid namespace is `ns` (the sandbox's init included).
 fn processes_in(ns: &str) -> Vec<u32> {
@@ -174,7 +208,7 @@ async fn exec_runs_in_the_workdir_with_env_exit_codes_and_caps() {
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(out.stdout, "started\n");
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(processes_in(sb.pid_namespace()).len(), BASELINE);
+    assert_eq!(processes_of(&sb).len(), BASELINE);
 
     let token = CancellationToken::new();
     let cancel = token.clone();
@@ -333,19 +367,24 @@ async fn escaped_background_processes_die_with_kill_all_and_teardown() {
     let escape = "setsid nohup sleep 300 > /dev/null 2>&1 < /dev/null & sleep 0.3; echo ok";
     assert_eq!(sh(&sb, escape).await.stdout, "ok\n");
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(processes_in(&ns).len(), BASELINE + 1, "the sleep lives on");
+    assert_eq!(processes_of(&sb).len(), BASELINE + 1, "the sleep lives on");
     assert_eq!(sb.kill_all_processes().await.unwrap(), 1);
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(processes_in(&ns).len(), BASELINE);
-    assert!(processes_in(&ns).contains(&sb.init_pid()));
+    assert_eq!(processes_of(&sb).len(), BASELINE);
+    assert!(processes_of(&sb).contains(&sb.init_pid()));
 
     assert_eq!(sh(&sb, escape).await.stdout, "ok\n");
+    let all = processes_of(&sb);
     let scratch = sb.scratch_dir().to_path_buf();
     let report = Box::new(sb).teardown().await.unwrap();
     assert_eq!(report.killed_processes, 1);
+    let alive: Vec<u32> = all
+        .into_iter()
+        .filter(|pid| Path::new(&format!("/proc/{pid}")).exists())
+        .collect();
     assert!(
-        processes_in(&ns).is_empty(),
-        "left behind: {:?}",
+        processes_in(&ns).is_empty() && alive.is_empty(),
+        "left behind: {:?} {alive:?}",
         processes_in(&ns)
     );
     assert!(!scratch.exists());
@@ -466,11 +505,71 @@ async fn copy_in_and_logs_reach_the_right_places() {
     )
     .await;
     let trial = f.trials.path().join("copy");
+    assert!(trial.join("agent/x").exists() && trial.join("artifacts/y").exists());
+    // What the agent writes at /logs/verifier lands in a decoy, never in the trial's folder.
+    assert!(!trial.join("verifier/reward.txt").exists());
+    let decoy = sb.verifier_decoy().unwrap();
     assert_eq!(
-        std::fs::read_to_string(trial.join("verifier/reward.txt")).unwrap(),
+        std::fs::read_to_string(decoy.join("reward.txt")).unwrap(),
         "1\n"
     );
-    assert!(trial.join("agent/x").exists() && trial.join("artifacts/y").exists());
+    Box::new(sb).teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn services_outlive_the_agent_but_cannot_reach_the_verifier() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let sb = f.start("views").await;
+    // A service the agent leaves behind, which keeps trying to forge the reward: at
+    // /logs/verifier, through every /proc/PID/root it can see, and in the inbox.
+    let forger = "setsid bash -c 'while true; do echo 1 > /logs/verifier/reward.txt; \
+        for p in /proc/[0-9]*; do echo 1 > $p/root/logs/verifier/reward.txt; \
+        cp /bin/true $p/root/tests/test.sh; done; ls /.geode-inbox > /tmp/inbox-seen; \
+        sleep 0.02; done' > /dev/null 2>&1 < /dev/null & sleep 0.3; echo started";
+    assert_eq!(sh(&sb, forger).await.stdout, "started\n");
+    let tests = f.trials.path().join("views-tests");
+    std::fs::create_dir_all(&tests).unwrap();
+    std::fs::write(
+        tests.join("test.sh"),
+        "grep -qs 'while [t]rue' /proc/[0-9]*/cmdline && echo service-alive\n\
+         echo 0 > /logs/verifier/reward.txt\n\
+         echo written > /tests/scratch\n\
+         sleep 1\n\
+         cat /logs/verifier/reward.txt /tests/scratch\n",
+    )
+    .unwrap();
+    let out = sb
+        .run_verifier(&tests, req("bash /tests/test.sh"))
+        .await
+        .unwrap();
+    assert_eq!(out.exit_code, Some(0), "{out:?}");
+    assert_eq!(out.stdout, "service-alive\n0\nwritten\n", "{out:?}");
+    let trial = f.trials.path().join("views");
+    assert_eq!(
+        std::fs::read_to_string(trial.join("verifier/reward.txt")).unwrap(),
+        "0\n"
+    );
+    // The service is still alive after the verifier, and it never saw the staged tests.
+    let seen = sh(
+        &sb,
+        "grep -qs 'while [t]rue' /proc/[0-9]*/cmdline && echo alive; cat /tmp/inbox-seen",
+    )
+    .await;
+    assert_eq!(seen.stdout, "alive\n", "{seen:?}");
+    // `kill -9 -1` in the agent's view ends the agent's processes and nothing else.
+    sh(&sb, "kill -9 -1").await;
+    assert_eq!(
+        sh(
+            &sb,
+            "grep -qs 'while [t]rue' /proc/[0-9]*/cmdline || echo gone"
+        )
+        .await
+        .stdout,
+        "gone\n"
+    );
     Box::new(sb).teardown().await.unwrap();
 }
 

@@ -1,0 +1,443 @@
+//! Who sees what inside a sandbox: the agent's processes in one view, the verifier in another.
+//!
+//! Harbor keeps the agent's background services running while the verifier runs, and tasks
+//! rely on it; but then anything the agent left running could write the reward. So the
+//! sandbox's commands live in two views of the same root:
+//! - **tool** (every agent command, and image builds): a pid namespace below the sandbox's
+//!   and a mount namespace in which `/logs/verifier` is a decoy and the inbox (where `/tests`
+//!   is staged) is an empty folder. `kill -9 -1` there reaches only the agent's own processes.
+//! - **verifier**: the sandbox's own pid namespace, from which the agent's services are visible
+//!   (`pgrep`, their ports on `lo`) while the verifier is invisible to them (no pid to signal
+//!   or to open under `/proc`), and a fresh mount namespace per run with the trial's real
+//!   `/logs/verifier` and a private `/tests`.
+//!
+//! The control process (the sandbox's agent) keeps full capabilities and no filter, since it
+//! must enter these namespaces; it is not dumpable, so nothing below it can open it. Every
+//! command it starts drops to docker's capability set, `no_new_privs` and the seccomp filter
+//! between `fork` and `exec`, where only system calls are allowed (no allocation): everything
+//! the child needs is prepared before the fork.
+//!
+//! That is why this module alone may use `unsafe`: `pre_exec` and `fork` are unsafe by
+//! nature, and what runs after them has to be raw system calls. Each block says why it holds.
+#![allow(unsafe_code)]
+
+use std::ffi::{CString, c_int};
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::sync::{Arc, Mutex};
+
+use seccompiler::BpfProgram;
+
+use super::exec::User;
+use super::protocol::{INBOX, VERIFIER_MOUNT, View};
+
+/// Capabilities that commands keep: Docker's default set without CAP_MKNOD (with no device
+/// cgroup, a new block-device node would open the host's disk). Everything else
+/// (CAP_SYS_ADMIN for mount, CAP_DAC_READ_SEARCH for open_by_handle_at, CAP_SYS_PTRACE,
+/// CAP_NET_ADMIN ...) leaves the bounding set, so no command can regain it.
+const KEEP_CAPS: &[caps::Capability] = &[
+    caps::Capability::CAP_CHOWN,
+    caps::Capability::CAP_DAC_OVERRIDE,
+    caps::Capability::CAP_FSETID,
+    caps::Capability::CAP_FOWNER,
+    caps::Capability::CAP_NET_RAW,
+    caps::Capability::CAP_SETGID,
+    caps::Capability::CAP_SETUID,
+    caps::Capability::CAP_SETFCAP,
+    caps::Capability::CAP_SETPCAP,
+    caps::Capability::CAP_NET_BIND_SERVICE,
+    caps::Capability::CAP_SYS_CHROOT,
+    caps::Capability::CAP_KILL,
+    caps::Capability::CAP_AUDIT_WRITE,
+];
+
+/// What every command is reduced to before it runs, prepared once.
+struct Confinement {
+    drop_caps: Vec<libc::c_ulong>,
+    filters: [BpfProgram; 2],
+}
+
+impl Confinement {
+    fn new() -> Result<Self, String> {
+        let drop_caps = caps::all()
+            .into_iter()
+            .filter(|cap| !KEEP_CAPS.contains(cap))
+            .map(|cap| libc::c_ulong::from(cap.index()))
+            .collect();
+        Ok(Confinement {
+            drop_caps,
+            filters: super::seccomp::programs()?,
+        })
+    }
+
+    /// In the child, after its namespaces are set: capabilities, user, filter. Only system
+    /// calls.
+    fn apply(&self, user: Option<(u32, u32)>) -> std::io::Result<()> {
+        for &cap in &self.drop_caps {
+            // SAFETY: prctl with integer arguments.
+            let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+            // EINVAL: a capability newer than the running kernel, nothing to drop.
+            if rc != 0 && last_errno() != libc::EINVAL {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        if let Some((uid, gid)) = user {
+            // SAFETY: plain system calls; an empty group list is allowed.
+            unsafe {
+                if libc::setgroups(0, std::ptr::null()) != 0 && last_errno() != libc::EPERM {
+                    return Err(std::io::Error::last_os_error());
+                }
+                check(libc::setgid(gid))?;
+                check(libc::setuid(uid))?;
+            }
+        }
+        for filter in &self.filters {
+            // Sets no_new_privs first; no allocation on success or failure.
+            seccompiler::apply_filter(filter).map_err(|_| std::io::Error::last_os_error())?;
+        }
+        Ok(())
+    }
+}
+
+fn last_errno() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn check(rc: c_int) -> std::io::Result<()> {
+    if rc < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn cstr(text: &str) -> std::io::Result<CString> {
+    CString::new(text).map_err(|_| std::io::Error::other(format!("NUL in path {text:?}")))
+}
+
+/// The tool view's namespaces, its init, and the confinement of every command.
+pub(crate) struct Views {
+    own_pid_ns: OwnedFd,
+    tool_pid_ns: OwnedFd,
+    tool_mnt_ns: OwnedFd,
+    /// Lines to the tool view's init (`kill`), and its answers.
+    tool_ctl: Mutex<(std::fs::File, BufReader<std::fs::File>)>,
+    confinement: Arc<Confinement>,
+}
+
+impl Views {
+    /// Make the tool view. Must run while the process is single-threaded (a process whose
+    /// children go to another pid namespace may not create threads), after the sandbox's
+    /// `pivot_root` (the new mount namespace copies the current one).
+    pub(crate) fn prepare() -> Result<Views, String> {
+        let confinement = Arc::new(Confinement::new()?);
+        let own_pid_ns = open_ns("/proc/self/ns/pid")?;
+        let (ctl_r, ctl_w) = pipe()?;
+        let (reply_r, reply_w) = pipe()?;
+        // SAFETY: unshare with a flag.
+        if unsafe { libc::unshare(libc::CLONE_NEWPID) } != 0 {
+            return Err(format!(
+                "unshare the tool pid namespace: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: the process is single-threaded here (the caller's contract), so the child
+        // may run ordinary code before it becomes the tool view's init.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            drop(ctl_w);
+            drop(reply_r);
+            let code = tool_init_main(ctl_r, reply_w);
+            // SAFETY: _exit leaves without the parent's atexit handlers or destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let forked = std::io::Error::last_os_error();
+        // Back to our own namespace for children, so we may make threads again.
+        set_ns(&own_pid_ns, libc::CLONE_NEWPID)
+            .map_err(|e| format!("return to the sandbox's pid namespace: {e}"))?;
+        if pid < 0 {
+            return Err(format!("start the tool view's init: {forked}"));
+        }
+        drop(ctl_r);
+        drop(reply_w);
+        let mut reply = BufReader::new(std::fs::File::from(reply_r));
+        let mut line = String::new();
+        let _ = reply.read_line(&mut line);
+        if line.trim() != "ready" {
+            return Err(format!("tool view's init failed: {}", line.trim()));
+        }
+        Ok(Views {
+            tool_pid_ns: open_ns(&format!("/proc/{pid}/ns/pid"))?,
+            tool_mnt_ns: open_ns(&format!("/proc/{pid}/ns/mnt"))?,
+            own_pid_ns,
+            tool_ctl: Mutex::new((std::fs::File::from(ctl_w), reply)),
+            confinement,
+        })
+    }
+
+    /// SIGKILL every process of the tool view but its init; how many were alive.
+    pub(crate) fn kill_tools(&self) -> usize {
+        let mut ctl = match self.tool_ctl.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let (to, from) = &mut *ctl;
+        if writeln!(to, "kill").is_err() {
+            return 0;
+        }
+        let mut line = String::new();
+        let _ = from.read_line(&mut line);
+        line.trim().parse().unwrap_or(0)
+    }
+
+    /// Start `cmd` in `view`, in `cwd` (absolute), as `user`.
+    pub(crate) fn spawn(
+        &self,
+        cmd: &mut Command,
+        view: &View,
+        cwd: &str,
+        user: Option<&User>,
+    ) -> std::io::Result<Child> {
+        let cwd = cstr(cwd)?;
+        let user = user.map(|u| (u.uid, u.gid));
+        let confinement = Arc::clone(&self.confinement);
+        match view {
+            View::Tool => {
+                let mnt = self.tool_mnt_ns.as_raw_fd();
+                // SAFETY: the closure makes only system calls.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        check(libc::setns(mnt, libc::CLONE_NEWNS))?;
+                        check(libc::chdir(cwd.as_ptr()))?;
+                        confinement.apply(user)
+                    });
+                }
+                // Children of this thread go to the tool pid namespace until we return.
+                set_ns(&self.tool_pid_ns, libc::CLONE_NEWPID)?;
+                let spawned = cmd.spawn();
+                let back = set_ns(&self.own_pid_ns, libc::CLONE_NEWPID);
+                let child = spawned?;
+                back?;
+                Ok(child)
+            }
+            View::Verifier { tests } => {
+                let tests = match tests {
+                    Some(name) => {
+                        fresh_tests_dir()?;
+                        Some(cstr(&format!("{INBOX}/{name}"))?)
+                    }
+                    None => None,
+                };
+                let real = cstr(VERIFIER_MOUNT)?;
+                let logs = cstr("/logs/verifier")?;
+                let inbox = cstr(INBOX)?;
+                let tests_dir = cstr(super::TESTS_DIR)?;
+                let root = cstr("/")?;
+                // SAFETY: the closure makes only system calls.
+                unsafe {
+                    cmd.pre_exec(move || {
+                        check(libc::unshare(libc::CLONE_NEWNS))?;
+                        check(libc::mount(
+                            std::ptr::null(),
+                            root.as_ptr(),
+                            std::ptr::null(),
+                            libc::MS_REC | libc::MS_PRIVATE,
+                            std::ptr::null(),
+                        ))?;
+                        if let Some(from) = &tests {
+                            // Never through a link the agent left at /tests.
+                            let at = libc::open(
+                                tests_dir.as_ptr(),
+                                libc::O_PATH
+                                    | libc::O_NOFOLLOW
+                                    | libc::O_DIRECTORY
+                                    | libc::O_CLOEXEC,
+                            );
+                            check(at)?;
+                            attach_clone(from, at, false)?;
+                            libc::close(at);
+                        }
+                        if libc::access(real.as_ptr(), libc::F_OK) == 0 {
+                            let at = libc::open(
+                                logs.as_ptr(),
+                                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                            );
+                            check(at)?;
+                            attach_clone(&real, at, true)?;
+                            libc::close(at);
+                            check(libc::umount2(real.as_ptr(), libc::MNT_DETACH))?;
+                        }
+                        check(libc::umount2(inbox.as_ptr(), libc::MNT_DETACH))?;
+                        check(libc::chdir(cwd.as_ptr()))?;
+                        confinement.apply(user)
+                    });
+                }
+                cmd.spawn()
+            }
+        }
+    }
+}
+
+/// Attach a writable copy of the mount at `from` on the folder `at` (an `O_PATH` descriptor
+/// opened in this mount namespace). `rec` copies the mounts below it too.
+///
+/// # Safety
+/// System calls only; `from` is a valid C string.
+unsafe fn attach_clone(from: &CString, at: c_int, rec: bool) -> std::io::Result<()> {
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    const MOUNT_ATTR_RDONLY: u64 = 1;
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    let empty = c"";
+    let flags =
+        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | if rec { AT_RECURSIVE } else { 0 };
+    // SAFETY: the caller's contract; the arguments are valid for these system calls.
+    unsafe {
+        let tree = libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, from.as_ptr(), flags);
+        if tree < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let tree = tree as c_int;
+        // A staged copy lives under the read-only inbox: the verifier may write its own.
+        let attr = MountAttr {
+            attr_set: 0,
+            attr_clr: MOUNT_ATTR_RDONLY,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        let rc = libc::syscall(
+            libc::SYS_mount_setattr,
+            tree,
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        );
+        if rc < 0 {
+            libc::close(tree);
+            return Err(std::io::Error::last_os_error());
+        }
+        let rc = libc::syscall(
+            libc::SYS_move_mount,
+            tree,
+            empty.as_ptr(),
+            at,
+            empty.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        );
+        libc::close(tree);
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// `/tests` as an empty real folder, whatever the agent left there (a file, a link, content).
+fn fresh_tests_dir() -> std::io::Result<()> {
+    let dir = std::path::Path::new(super::TESTS_DIR);
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(dir)?,
+        Ok(_) => std::fs::remove_file(dir)?,
+        Err(_) => {}
+    }
+    std::fs::create_dir(dir)
+}
+
+fn open_ns(path: &str) -> Result<OwnedFd, String> {
+    std::fs::File::open(path)
+        .map(OwnedFd::from)
+        .map_err(|e| format!("open {path}: {e}"))
+}
+
+fn set_ns(fd: &OwnedFd, kind: c_int) -> std::io::Result<()> {
+    // SAFETY: setns with an open namespace descriptor.
+    check(unsafe { libc::setns(fd.as_raw_fd(), kind) })
+}
+
+fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: pipe2 fills two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: both descriptors were just opened and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The forked child: PID 1 of the tool pid namespace, in a mount namespace of its own
+/// without the real verifier folder and with an empty inbox, then an init like the sandbox's.
+fn tool_init_main(ctl: OwnedFd, reply: OwnedFd) -> c_int {
+    let mut reply = std::fs::File::from(reply);
+    let fail = |reply: &mut std::fs::File, what: &str| {
+        let _ = writeln!(reply, "error: {what}: {}", std::io::Error::last_os_error());
+        1
+    };
+    // SAFETY: system calls on static strings.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            return fail(&mut reply, "unshare the tool mount namespace");
+        }
+        if libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
+            return fail(&mut reply, "make the tool view private");
+        }
+        // Absent in sandboxes without a verifier folder (image builds).
+        let _ = libc::umount2(c"/dev/.geode-verifier".as_ptr(), libc::MNT_DETACH);
+        if libc::mount(
+            c"tmpfs".as_ptr(),
+            c"/.geode-inbox".as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            c"size=4k,mode=755".as_ptr().cast(),
+        ) != 0
+        {
+            return fail(&mut reply, "hide the inbox");
+        }
+        if libc::chdir(c"/".as_ptr()) != 0 {
+            return fail(&mut reply, "chdir /");
+        }
+    }
+    super::init::serve_as_init(std::fs::File::from(ctl), reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hidden_paths_agree_with_the_protocol() {
+        assert_eq!(VERIFIER_MOUNT, "/dev/.geode-verifier");
+        assert_eq!(INBOX, "/.geode-inbox");
+    }
+
+    #[test]
+    fn commands_keep_exactly_docker_s_set_without_mknod() {
+        let c = Confinement::new().unwrap();
+        let kept = caps::all().len() - c.drop_caps.len();
+        assert_eq!(kept, KEEP_CAPS.len());
+        assert!(c.drop_caps.contains(&libc::c_ulong::from(
+            caps::Capability::CAP_SYS_ADMIN.index()
+        )));
+        assert!(
+            !c.drop_caps
+                .contains(&libc::c_ulong::from(caps::Capability::CAP_KILL.index()))
+        );
+    }
+}
