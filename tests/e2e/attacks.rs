@@ -37,6 +37,11 @@ fn task(pack: &Path, name: &str, toml_extra: &str, solve: &str) {
     );
 }
 
+fn free_bytes(path: &Path) -> u64 {
+    let stat = nix::sys::statvfs::statvfs(path).unwrap();
+    stat.blocks_available() * stat.fragment_size()
+}
+
 fn run(dir: &Path, pack: &Path) -> (serde_json::Value, PathBuf) {
     let geode = super::common::geode_in(dir);
     super::common::run_oracle_with(geode, pack, &dir.join("jobs"), &["-n", "2"])
@@ -128,6 +133,13 @@ echo \"$ok passed, $((1 - ok)) failed\"
     // Taking the sandbox down used to make a failing trial an excluded infrastructure error;
     // now it reaches only the agent's own processes.
     task(&pack, "kill-everything", "", "kill -9 -1\nsleep 5");
+    // The host's disk used to take whatever the agent wrote; the default disk is 10 GiB.
+    task(
+        &pack,
+        "fill-disk",
+        "",
+        "fallocate -l 20G /app/huge > /logs/artifacts/disk.txt 2>&1; echo rc=$? >> /logs/artifacts/disk.txt",
+    );
     // A service left running that keeps forging the reward while the verifier runs: at
     // /logs/verifier, and through every /proc/PID/root it can see.
     task(
@@ -160,7 +172,16 @@ echo \"$ok passed, $((1 - ok)) failed\"
          if [ \"$answer\" = 42 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
     );
 
+    let free_before = free_bytes(dir.path());
     let (summary, run_dir) = run(dir.path(), &pack);
+    let disk =
+        std::fs::read_to_string(run_dir.join("atk-fill-disk__0/artifacts/disk.txt")).unwrap();
+    assert!(
+        disk.contains("No space left on device") && disk.contains("rc=1"),
+        "{disk}"
+    );
+    let lost = free_before.saturating_sub(free_bytes(dir.path()));
+    assert!(lost < 2 << 30, "the host lost {lost} bytes of disk");
     assert_eq!(
         std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap(),
         core_pattern,
@@ -181,12 +202,13 @@ echo \"$ok passed, $((1 - ok)) failed\"
     let upper = std::fs::read_to_string(run_dir.join("atk-core-pattern__0/artifacts/upper.txt"))
         .unwrap_or_default();
     // The overlay's upper is named relatively: no host path to aim the kernel at.
-    assert_eq!(upper.trim(), "upper=upper", "mountinfo shows: {upper}");
+    assert_eq!(upper.trim(), "upper=disk/upper", "mountinfo shows: {upper}");
     for trial in [
         "atk-core-pattern__0",
         "atk-planted-links__0",
         "atk-kill-everything__0",
         "atk-reward-service__0",
+        "atk-fill-disk__0",
     ] {
         let r = trial_result(&run_dir, trial);
         assert_eq!(r["outcome"], "failed", "{trial}: {r}");
@@ -213,7 +235,7 @@ echo \"$ok passed, $((1 - ok)) failed\"
             .unwrap()
             .is_file()
     );
-    assert_eq!(summary["summary"]["outcomes"]["failed"], 6, "{summary}");
+    assert_eq!(summary["summary"]["outcomes"]["failed"], 7, "{summary}");
     // The service task, and the two wrappers whose forged rewards carry their flags below.
     assert_eq!(summary["summary"]["outcomes"]["passed"], 3, "{summary}");
     let syscalls =

@@ -29,6 +29,7 @@ async fn python_base() -> StoredImage {
         cpus: None,
         memory_mb: None,
         pids_max: None,
+        storage_mb: None,
         build_timeout: std::time::Duration::from_secs(1200),
         env: Vec::new(),
         docker_image: Some("python:3.11-slim".into()),

@@ -184,6 +184,7 @@ async fn bench_image(
         cpus: None,
         memory_mb: None,
         pids_max: Some(512),
+        storage_mb: None,
         build_timeout: Duration::from_secs(600),
         env: Vec::new(),
         docker_image: Some(raw.to_string()),

@@ -190,6 +190,7 @@ impl<'a> Bases<'a> {
                     limits: Limits::default(),
                     binds: Vec::new(),
                     verifier_logs: None,
+                    disk_mb: None,
                     remove_dir: false,
                 })
                 .await?;
@@ -269,6 +270,7 @@ impl<'a> Bases<'a> {
             cpus: None,
             memory_mb: None,
             pids_max: None,
+            storage_mb: None,
             build_timeout: FINISH_TIMEOUT,
             env: Vec::new(),
             docker_image: None,

@@ -522,6 +522,7 @@ async fn run_step(
                 limits: Limits::default(),
                 binds: build_binds(),
                 verifier_logs: None,
+                disk_mb: None,
                 remove_dir: false,
             })
             .await?;
@@ -577,6 +578,7 @@ async fn export(
                 read_only: false,
             }],
             verifier_logs: None,
+            disk_mb: None,
             remove_dir: true,
         })
         .await?;
@@ -780,6 +782,7 @@ async fn build_on_host(
             limits: Limits::default(),
             binds: Vec::new(),
             verifier_logs: None,
+            disk_mb: None,
             remove_dir: false,
         })
         .await?;

@@ -28,6 +28,8 @@ pub struct EnvironmentSpec {
     pub memory_mb: Option<u64>,
     /// Maximum number of processes in the sandbox.
     pub pids_max: Option<u64>,
+    /// The trial's disk (its writable layer), in MB; [`disk::DEFAULT_STORAGE_MB`] when unset.
+    pub storage_mb: Option<u64>,
     pub build_timeout: Duration,
     /// Extra environment for every process of the trial (task.toml `[environment] env`).
     pub env: Vec<(String, String)>,
@@ -145,10 +147,12 @@ pub trait Sandbox: Send + Sync {
     /// Stop everything and remove the trial's writable layer.
     async fn teardown(self: Box<Self>) -> Result<TeardownReport, EnvError>;
 
-    /// The trial's writable layer on the host (an overlay upper), for evidence of what the
-    /// agent changed; `None` where there is none.
-    fn writable_layer(&self) -> Option<PathBuf> {
-        None
+    /// What the trial's writable layer shows of changes to what the verifier runs
+    /// (interpreters, `PATH` folders, site-packages hooks, `/tests`), outside `exempt` (the
+    /// workdir); empty where there is no layer to read.
+    async fn changed_verifier_inputs(&self, exempt: &str) -> Vec<String> {
+        let _ = exempt;
+        Vec::new()
     }
 }
 
@@ -176,6 +180,7 @@ pub mod bootstrap;
 mod build;
 pub mod cgroup;
 mod client;
+pub mod disk;
 pub mod dockerfile;
 pub mod evidence;
 mod exec;

@@ -33,6 +33,10 @@ pub struct ServerSpec {
     /// agent's processes see whatever `binds` put at that path.
     #[serde(default)]
     pub verifier_logs: Option<PathBuf>,
+    /// An ext4 image file (see `disk.rs`) that holds the writable layer, so the trial's disk
+    /// is bounded; `None`: the layer is `upper` on the host's file system.
+    #[serde(default)]
+    pub disk: Option<PathBuf>,
     pub hostname: String,
     pub network: Network,
     /// `cgroup.procs` files the server joins before it starts any process.
@@ -108,6 +112,10 @@ pub const INBOX: &str = "/.geode-inbox";
 /// verifier's view binds it at `/logs/verifier`.
 pub const VERIFIER_MOUNT: &str = "/dev/.geode-verifier";
 
+/// Where the trial's writable layer is shown to the control processes (for evidence of what
+/// the agent changed), never to the agent's or the verifier's.
+pub const UPPER_MOUNT: &str = "/dev/.geode-upper";
+
 /// Which processes a command joins, and what it sees.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -161,6 +169,11 @@ pub enum Op {
     },
     /// SIGKILL every process of the sandbox except its init.
     KillAll,
+    /// What the writable layer shows of changes to what a verifier runs (paths under
+    /// `exempt`, the workdir, are the agent's to change).
+    ChangedInputs {
+        exempt: String,
+    },
     /// Kill everything, unmount, exit.
     Shutdown,
 }
@@ -206,6 +219,9 @@ pub enum Reply {
     /// Processes killed (`kill_all`, `shutdown`).
     Killed {
         count: usize,
+    },
+    Changed {
+        paths: Vec<String>,
     },
     Error(ReplyError),
 }
@@ -257,6 +273,8 @@ pub enum ErrorKind {
     NotADirectory,
     IsADirectory,
     InvalidInput,
+    /// The trial's disk is full (ENOSPC).
+    StorageFull,
     /// Anything else, including failures to start a process.
     Other,
 }
@@ -271,6 +289,7 @@ impl ErrorKind {
             K::NotADirectory => ErrorKind::NotADirectory,
             K::IsADirectory => ErrorKind::IsADirectory,
             K::InvalidInput => ErrorKind::InvalidInput,
+            K::StorageFull => ErrorKind::StorageFull,
             _ => ErrorKind::Other,
         }
     }
@@ -284,6 +303,7 @@ impl ErrorKind {
             ErrorKind::NotADirectory => K::NotADirectory,
             ErrorKind::IsADirectory => K::IsADirectory,
             ErrorKind::InvalidInput => K::InvalidInput,
+            ErrorKind::StorageFull => K::StorageFull,
             ErrorKind::Other => K::Other,
         }
     }

@@ -118,6 +118,9 @@ pub(crate) struct Launch {
     /// The trial's `/logs/verifier` on the host, shown to the verifier only; the agent's
     /// processes see a decoy (`<dir>/decoy`) at that path.
     pub verifier_logs: Option<PathBuf>,
+    /// A disk of this many MB for the writable layer (trials on image layers); `None`: the
+    /// layer lives on the host's file system (image builds, `--base host`).
+    pub disk_mb: Option<u64>,
     /// Remove `dir` at teardown (trials); an image build keeps its upper layer.
     pub remove_dir: bool,
 }
@@ -202,6 +205,12 @@ impl SandboxBackend {
                 },
                 binds,
                 verifier_logs: Some(trial_dir.join("verifier")),
+                disk_mb: match image.root {
+                    ImageRoot::Layers(_) => {
+                        Some(spec.storage_mb.unwrap_or(super::disk::DEFAULT_STORAGE_MB))
+                    }
+                    ImageRoot::Host { .. } => None,
+                },
                 remove_dir: true,
             })
             .await?;
@@ -302,6 +311,20 @@ impl SandboxBackend {
                 }
             }
         };
+        let disk = match launch.disk_mb {
+            Some(mb) => {
+                let cache = self.config.cache_dir.clone();
+                let image = sub("disk.img");
+                let to = image.clone();
+                tokio::task::spawn_blocking(move || {
+                    super::disk::clone_sparse(&super::disk::template(&cache, mb)?, &to)
+                })
+                .await
+                .map_err(|e| EnvError::Lost(format!("disk task: {e}")))??;
+                Some(image)
+            }
+            None => None,
+        };
         let mut cgroups = Cgroups::create(&name, launch.limits);
         let spec = ServerSpec {
             schema: protocol::SERVER_SCHEMA.into(),
@@ -313,6 +336,7 @@ impl SandboxBackend {
             inbox: sub("inbox"),
             binds,
             verifier_logs: launch.verifier_logs.clone(),
+            disk,
             hostname,
             network: launch.network,
             cgroup_procs: cgroups.procs.clone(),
@@ -677,8 +701,14 @@ impl Sandbox for SandboxHandle {
         self.shutdown().await
     }
 
-    fn writable_layer(&self) -> Option<PathBuf> {
-        Some(self.launch.dir.join("upper"))
+    async fn changed_verifier_inputs(&self, exempt: &str) -> Vec<String> {
+        let op = Op::ChangedInputs {
+            exempt: exempt.to_string(),
+        };
+        match self.client.call(op).await {
+            Ok(Reply::Changed { paths }) => paths,
+            _ => Vec::new(),
+        }
     }
 }
 

@@ -262,6 +262,15 @@ fn handle(server: &Server, id: u64, op: Op) -> Reply {
         } => fsops::write_file(&path, &data_b64, scope.as_deref()),
         Op::ListDir { path, scope } => fsops::list_dir(&path, scope.as_deref()),
         Op::Install { from, to, merge } => fsops::install(&from, &to, merge),
+        Op::ChangedInputs { exempt } => {
+            let layer = std::path::Path::new(super::protocol::UPPER_MOUNT);
+            let paths = if layer.is_dir() {
+                super::evidence::verifier_inputs_changed(layer, &exempt)
+            } else {
+                Vec::new()
+            };
+            Ok(Reply::Changed { paths })
+        }
         Op::Cancel { .. } | Op::KillAll | Op::Shutdown => Err(ReplyError {
             kind: ErrorKind::InvalidInput,
             message: "handled inline".into(),

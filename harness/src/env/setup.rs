@@ -19,7 +19,7 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::CloneFlags;
 use nix::sys::stat::{Mode, SFlag};
 
-use super::protocol::{INBOX, Network, RootSpec, ServerSpec, VERIFIER_MOUNT};
+use super::protocol::{INBOX, Network, RootSpec, ServerSpec, UPPER_MOUNT, VERIFIER_MOUNT};
 
 /// The namespace's init, the agent that serves requests, and what set-up recorded.
 pub(crate) struct Entered {
@@ -95,6 +95,18 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
                 names.push(name);
             }
             names.reverse();
+            if let Some(image) = &spec.disk {
+                let disk = scratch.join("disk");
+                ctx(std::fs::create_dir_all(&disk), || {
+                    "create the disk's mount point".into()
+                })?;
+                super::disk::mount_image(image, &disk)?;
+                for dir in ["upper", "work"] {
+                    ctx(std::fs::create_dir(disk.join(dir)), || {
+                        format!("create {dir} on the trial disk")
+                    })?;
+                }
+            }
             (names.join(":"), None)
         }
         RootSpec::Host {
@@ -133,6 +145,7 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
     };
     let (upper, work) = match host_root {
         Some(_) => (opt_path(&spec.upper)?, opt_path(&spec.work)?),
+        None if spec.disk.is_some() => ("disk/upper".to_string(), "disk/work".to_string()),
         None => ("upper".to_string(), "work".to_string()),
     };
     let opts = format!("lowerdir={lower},upperdir={upper},workdir={work}");
@@ -204,6 +217,16 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
             "create the verifier folder's mount point".into()
         })?;
         bind_mount(real, &hidden, false)?;
+        // The writable layer, for the control processes' evidence scan only.
+        let layer = match (&spec.disk, &spec.root) {
+            (Some(_), RootSpec::Layers { .. }) => scratch.join("disk/upper"),
+            _ => spec.upper.clone(),
+        };
+        let shown = inside(root, UPPER_MOUNT);
+        ctx(std::fs::create_dir_all(&shown), || {
+            "create the layer's mount point".into()
+        })?;
+        bind_mount(&layer, &shown, true)?;
     }
     let inbox = inside(root, INBOX);
     ctx(std::fs::create_dir_all(&inbox), || {

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use seccompiler::BpfProgram;
 
 use super::exec::User;
-use super::protocol::{INBOX, VERIFIER_MOUNT, View};
+use super::protocol::{INBOX, UPPER_MOUNT, VERIFIER_MOUNT, View};
 
 /// Capabilities that commands keep: Docker's default set without CAP_MKNOD (with no device
 /// cgroup, a new block-device node would open the host's disk). Everything else
@@ -231,6 +231,7 @@ impl Views {
                     None => None,
                 };
                 let real = cstr(VERIFIER_MOUNT)?;
+                let layer = cstr(UPPER_MOUNT)?;
                 let logs = cstr("/logs/verifier")?;
                 let inbox = cstr(INBOX)?;
                 let tests_dir = cstr(super::TESTS_DIR)?;
@@ -270,6 +271,8 @@ impl Views {
                             check(libc::umount2(real.as_ptr(), libc::MNT_DETACH))?;
                         }
                         check(libc::umount2(inbox.as_ptr(), libc::MNT_DETACH))?;
+                        // Absent in image builds.
+                        let _ = libc::umount2(layer.as_ptr(), libc::MNT_DETACH);
                         check(libc::chdir(cwd.as_ptr()))?;
                         confinement.apply(user)
                     });
@@ -343,11 +346,12 @@ unsafe fn attach_clone(from: &CString, at: c_int, rec: bool) -> std::io::Result<
     Ok(())
 }
 
-/// `/tests` as an empty real folder, whatever the agent left there (a file, a link, content).
+/// `/tests` as a real folder to mount on, whatever the agent left there (a file, a link);
+/// what a folder holds is covered by the mount.
 fn fresh_tests_dir() -> std::io::Result<()> {
     let dir = std::path::Path::new(super::TESTS_DIR);
     match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(dir)?,
+        Ok(m) if m.is_dir() => return Ok(()),
         Ok(_) => std::fs::remove_file(dir)?,
         Err(_) => {}
     }
@@ -400,6 +404,7 @@ fn tool_init_main(ctl: OwnedFd, reply: OwnedFd) -> c_int {
         }
         // Absent in sandboxes without a verifier folder (image builds).
         let _ = libc::umount2(c"/dev/.geode-verifier".as_ptr(), libc::MNT_DETACH);
+        let _ = libc::umount2(c"/dev/.geode-upper".as_ptr(), libc::MNT_DETACH);
         if libc::mount(
             c"tmpfs".as_ptr(),
             c"/.geode-inbox".as_ptr(),
@@ -424,6 +429,7 @@ mod tests {
     #[test]
     fn the_hidden_paths_agree_with_the_protocol() {
         assert_eq!(VERIFIER_MOUNT, "/dev/.geode-verifier");
+        assert_eq!(UPPER_MOUNT, "/dev/.geode-upper");
         assert_eq!(INBOX, "/.geode-inbox");
     }
 

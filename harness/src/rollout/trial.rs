@@ -162,6 +162,7 @@ pub fn environment_spec(
         network: task.config.network_allowed(),
         cpus: environment.cpus,
         memory_mb: environment.memory_mb,
+        storage_mb: environment.storage_mb,
         pids_max: Some(512),
         build_timeout: scaled(task.config.build_timeout(), timeout_multiplier),
         env: environment.env.clone().into_iter().collect(),
@@ -236,9 +237,9 @@ async fn run_phases(
 /// The exception class of a sandbox that a process inside it took down.
 const BROKEN_CLASS: &str = "SandboxBrokenByAgent";
 
-/// A process inside the sandbox took it down (`kill -9 -1` ends its agent): the agent gains
-/// nothing by it. It scores as a
-/// failure with an integrity flag, never as an excluded infrastructure error.
+/// A process inside the sandbox took it down (its agent killed, the disk filled so the
+/// verifier cannot start): the agent gains nothing by it. It scores as a failure with an
+/// integrity flag, never as an excluded infrastructure error.
 fn broke_its_sandbox(rec: &mut Record, why: &str) -> Ending {
     rec.signals.reward_tampering += 1;
     rec.integrity
@@ -509,12 +510,23 @@ async fn verify(
             },
         )
         .await
-        .map_err(|e| {
-            infra(
+        .map_err(|e| match e {
+            EnvError::BrokenFromInside(_) => {
+                infra(TrialOutcome::SandboxLost, BROKEN_CLASS, e.to_string())
+            }
+            // The agent filled its disk and left the verifier no room to start.
+            EnvError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::StorageFull => {
+                infra(
+                    TrialOutcome::VerifierCrashed,
+                    BROKEN_CLASS,
+                    format!("the verifier could not start on the trial's full disk: {e}"),
+                )
+            }
+            e => infra(
                 TrialOutcome::VerifierCrashed,
                 "VerifierError",
                 e.to_string(),
-            )
+            ),
         })?;
     let log = format!(
         "{}\n[stderr]\n{}\n[exit code {:?}]\n",
@@ -526,13 +538,9 @@ async fn verify(
             .push(format!("could not write {}: {e}", stdout_file.display()));
     }
     // After the verifier: what the agent's services changed while it ran counts too.
-    if let Some(upper) = sandbox.writable_layer() {
+    {
         let workdir = sandbox.workspace().root().to_string_lossy().into_owned();
-        let changed = tokio::task::spawn_blocking(move || {
-            crate::env::evidence::verifier_inputs_changed(&upper, &workdir)
-        })
-        .await
-        .unwrap_or_default();
+        let changed = sandbox.changed_verifier_inputs(&workdir).await;
         if !changed.is_empty() {
             rec.signals.reward_tampering += 1;
             rec.integrity

@@ -56,6 +56,7 @@ fn spec(env_dir: &Path) -> EnvironmentSpec {
         cpus: None,
         memory_mb: None,
         pids_max: None,
+        storage_mb: None,
         build_timeout: Duration::from_secs(900),
         env: vec![("TASK_ENV".into(), "from-spec".into())],
         docker_image: None,
@@ -517,6 +518,49 @@ async fn copy_in_and_logs_reach_the_right_places() {
 }
 
 #[tokio::test]
+async fn the_trial_disk_is_a_hard_quota() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let mut small = spec(f.trials.path());
+    small.storage_mb = Some(64);
+    let sb = f.start_with(&small, "disk").await;
+    let out = sh(
+        &sb,
+        "fallocate -l 20G /app/huge 2>&1; echo rc=$?; rm -f /app/huge; \
+         dd if=/dev/zero of=/app/fill bs=1M count=200 2>&1 | grep -v records; \
+         df -m /app | tail -1 | awk '{print $2}'",
+    )
+    .await;
+    assert_eq!(
+        out.stdout.matches("No space left on device").count(),
+        2,
+        "{out:?}"
+    );
+    assert!(out.stdout.contains("rc=1"), "{out:?}");
+    let size: u64 = out.stdout.lines().last().unwrap().trim().parse().unwrap();
+    assert!((40..=64).contains(&size), "df shows {size} MB: {out:?}");
+    // On the host the trial's disk is one file that cannot grow past the quota.
+    use std::os::unix::fs::MetadataExt;
+    let disk = std::fs::metadata(sb.scratch_dir().join("disk.img")).unwrap();
+    assert!(
+        disk.blocks() * 512 <= 64 << 20,
+        "{} bytes",
+        disk.blocks() * 512
+    );
+    // Evidence still reads the layer on that disk.
+    sh(
+        &sb,
+        "echo 'import os' > /usr/lib/python3/dist-packages/zz.pth",
+    )
+    .await;
+    let changed = sb.changed_verifier_inputs("/app").await;
+    assert!(changed.iter().any(|p| p.ends_with("zz.pth")), "{changed:?}");
+    Box::new(sb).teardown().await.unwrap();
+}
+
+#[tokio::test]
 async fn services_outlive_the_agent_but_cannot_reach_the_verifier() {
     if !privileged() {
         return;
@@ -573,6 +617,21 @@ async fn services_outlive_the_agent_but_cannot_reach_the_verifier() {
     Box::new(sb).teardown().await.unwrap();
 }
 
+/// Loop devices whose backing file is under `dir`.
+fn loops_backed_by(dir: &Path) -> Vec<String> {
+    let dir = dir.display().to_string();
+    std::fs::read_dir("/sys/block")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let backing = std::fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
+            backing
+                .starts_with(&dir)
+                .then(|| e.file_name().to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn teardown_leaves_no_mounts_layers_or_groups() {
     if !privileged() {
@@ -590,7 +649,9 @@ async fn teardown_leaves_no_mounts_layers_or_groups() {
         "a sandbox mount leaked into the host's table"
     );
     sh(&sb, "echo x > /app/file; mkdir -p /var/lib/thing").await;
-    assert!(scratch.join("upper/app/file").exists());
+    // The writable layer is on the trial's own disk, attached to one loop device.
+    assert!(!scratch.join("upper/app/file").exists());
+    assert_eq!(loops_backed_by(&scratch).len(), 1);
     let name = scratch.file_name().unwrap().to_string_lossy().into_owned();
     let group = &name[name.len() - 12..];
     let cg = Path::new("/sys/fs/cgroup/memory/geode").join(group);
@@ -599,6 +660,11 @@ async fn teardown_leaves_no_mounts_layers_or_groups() {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&scratch_text));
     assert!(!scratch.exists(), "the trial layer was not removed");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !loops_backed_by(&scratch).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(loops_backed_by(&scratch), Vec::<String>::new());
     if had_group {
         assert!(!cg.exists(), "cgroup {} left behind", cg.display());
     }
