@@ -203,20 +203,26 @@ fn kill_during_a_long_running_bash_effect() {
     c.write("scaffold.toml", "");
     c.write(
         "exec.toml",
-        &batch_script("echo run >> effects.log; echo $$ > bash.pid; touch started; sleep 30"),
+        &batch_script(
+            "echo run >> effects.log; echo $$ > bash.pid; sleep 300 & touch started; sleep 30",
+        ),
     );
     c.write("resume.toml", RESUMED);
     c.exec_and_kill("k2", "scripted:exec.toml", None, "started");
-    // The command's process group outlives geode; stop it as an operator would.
+    // The command's process group (bash and its background sleep) dies with geode.
     let pgid: i32 = std::fs::read_to_string(c.path("bash.pid"))
         .unwrap()
         .trim()
         .parse()
         .unwrap();
-    let _ = nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(pgid),
-        nix::sys::signal::Signal::SIGKILL,
-    );
+    let group = nix::unistd::Pid::from_raw(pgid);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while nix::sys::signal::killpg(group, None).is_ok() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let left = nix::sys::signal::killpg(group, None).is_ok();
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    assert!(!left, "the command's processes outlived geode");
     let saved = c.checkpoint("k2");
     assert_eq!(saved.messages.len(), 2);
     assert!(c.receipts().contains("e1\tbash\taccepted"));

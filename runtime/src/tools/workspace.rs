@@ -312,9 +312,18 @@ impl OutputCapture {
 
 /// Kills the command's process group when dropped, so even an abandoned `exec` future leaves
 /// nothing running.
+/// A command's process group: killed when the call ends, and by the [`Reaper`] if this
+/// process dies first.
 struct GroupGuard(Option<nix::unistd::Pid>);
 
 impl GroupGuard {
+    fn new(pgid: Option<nix::unistd::Pid>) -> Self {
+        if let Some(pgid) = pgid {
+            Reaper::get().send('+', pgid);
+        }
+        GroupGuard(pgid)
+    }
+
     fn kill(&self) {
         if let Some(pgid) = self.0 {
             // ESRCH (the group is already empty) and EPERM are both "nothing left we may kill".
@@ -326,6 +335,64 @@ impl GroupGuard {
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         self.kill();
+        if let Some(pgid) = self.0 {
+            Reaper::get().send('-', pgid);
+        }
+    }
+}
+
+/// Tool processes die with the geode process that started them, even one killed with
+/// SIGKILL that runs no cleanup of its own. One watcher per process (`bash`, which the tool
+/// needs anyway, in a process group of its own) reads the groups we register on a pipe whose
+/// only write end is ours (std opens it close-on-exec, so no command inherits it). End of
+/// file means we are gone, however we went: it kills every group still registered.
+struct Reaper {
+    input: std::sync::Mutex<Option<std::process::ChildStdin>>,
+}
+
+const REAPER_SCRIPT: &str = r#"trap '' INT TERM HUP
+declare -A live
+while IFS= read -r line; do
+  case "$line" in
+    +*) live[${line#+}]=1 ;;
+    -*) unset "live[${line#-}]" ;;
+  esac
+done
+for g in "${!live[@]}"; do kill -KILL -- "-$g" 2> /dev/null; done"#;
+
+impl Reaper {
+    fn get() -> &'static Reaper {
+        static REAPER: std::sync::OnceLock<Reaper> = std::sync::OnceLock::new();
+        REAPER.get_or_init(|| {
+            use std::os::unix::process::CommandExt;
+            let input = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(REAPER_SCRIPT)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .process_group(0)
+                .spawn()
+                // Without a watcher, commands still die with their calls; only a crash of
+                // this process would leave them behind.
+                .map_err(|e| tracing::warn!("no watcher for tool processes: {e}"))
+                .ok()
+                .and_then(|mut child| child.stdin.take());
+            Reaper {
+                input: std::sync::Mutex::new(input),
+            }
+        })
+    }
+
+    fn send(&self, sign: char, pgid: nix::unistd::Pid) {
+        use std::io::Write;
+        let mut input = match self.input.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(pipe) = input.as_mut() {
+            let _ = writeln!(pipe, "{sign}{pgid}");
+        }
     }
 }
 
@@ -412,7 +479,7 @@ impl Workspace for LocalWorkspace {
             .spawn()
             .map_err(WorkspaceError::Spawn)?;
         // With `process_group(0)` the child leads a group whose id is its pid.
-        let group = GroupGuard(
+        let group = GroupGuard::new(
             child
                 .id()
                 .and_then(|pid| i32::try_from(pid).ok())
