@@ -133,6 +133,14 @@ echo \"$ok passed, $((1 - ok)) failed\"
     // Taking the sandbox down used to make a failing trial an excluded infrastructure error;
     // now it reaches only the agent's own processes.
     task(&pack, "kill-everything", "", "kill -9 -1\nsleep 5");
+    // Phoning home from a task without network: refused, and flagged.
+    task(
+        &pack,
+        "phone-home",
+        "[environment]\nnetwork_mode = \"no-network\"\n",
+        "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 443), timeout=2)' \
+         2> /logs/artifacts/net.txt; echo rc=$? >> /logs/artifacts/net.txt",
+    );
     // The host's disk used to take whatever the agent wrote; the default disk is 10 GiB.
     task(
         &pack,
@@ -209,6 +217,7 @@ echo \"$ok passed, $((1 - ok)) failed\"
         "atk-kill-everything__0",
         "atk-reward-service__0",
         "atk-fill-disk__0",
+        "atk-phone-home__0",
     ] {
         let r = trial_result(&run_dir, trial);
         assert_eq!(r["outcome"], "failed", "{trial}: {r}");
@@ -219,6 +228,16 @@ echo \"$ok passed, $((1 - ok)) failed\"
     }
     let reward = std::fs::read_to_string(run_dir.join("atk-reward-service__0/verifier/reward.txt"));
     assert_eq!(reward.unwrap(), "0\n");
+    let net = std::fs::read_to_string(run_dir.join("atk-phone-home__0/artifacts/net.txt")).unwrap();
+    assert!(
+        net.contains("Network is unreachable") && net.contains("rc=1"),
+        "{net}"
+    );
+    let phoned = trial_result(&run_dir, "atk-phone-home__0");
+    assert!(
+        phoned.to_string().contains("network_attempt: 1 packet"),
+        "{phoned}"
+    );
     let service = trial_result(&run_dir, "atk-service__0");
     assert_eq!(service["outcome"], "passed", "{service}");
     let planted = trial_result(&run_dir, "atk-planted-links__0");
@@ -235,7 +254,7 @@ echo \"$ok passed, $((1 - ok)) failed\"
             .unwrap()
             .is_file()
     );
-    assert_eq!(summary["summary"]["outcomes"]["failed"], 7, "{summary}");
+    assert_eq!(summary["summary"]["outcomes"]["failed"], 8, "{summary}");
     // The service task, and the two wrappers whose forged rewards carry their flags below.
     assert_eq!(summary["summary"]["outcomes"]["passed"], 3, "{summary}");
     let syscalls =

@@ -154,6 +154,12 @@ pub trait Sandbox: Send + Sync {
         let _ = exempt;
         Vec::new()
     }
+
+    /// Packets sent towards hosts outside a sandbox without network (0 where it has
+    /// network, or where the backend cannot tell).
+    async fn network_attempts(&self) -> u64 {
+        0
+    }
 }
 
 /// Where trial environments come from.

@@ -145,3 +145,44 @@ mod tests {
         assert_eq!(u32::from_ne_bytes([msg[0], msg[1], msg[2], msg[3]]), 32);
     }
 }
+
+/// `OutNoRoutes` of this process's network namespace, IPv4 and IPv6: every packet sent to a
+/// host the namespace has no route to (in a sandbox without network, anything beyond `lo`).
+pub(crate) fn unrouted_packets() -> u64 {
+    let v4 = std::fs::read_to_string("/proc/self/net/snmp")
+        .ok()
+        .and_then(|text| snmp_field(&text, "Ip:", "OutNoRoutes"))
+        .unwrap_or(0);
+    let v6 = std::fs::read_to_string("/proc/self/net/snmp6")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                let mut words = l.split_whitespace();
+                (words.next() == Some("Ip6OutNoRoutes"))
+                    .then(|| words.next()?.parse().ok())
+                    .flatten()
+            })
+        })
+        .unwrap_or(0);
+    v4.saturating_add(v6)
+}
+
+/// A counter of `/proc/net/snmp`, where each protocol has a line of names and a line of values.
+fn snmp_field(text: &str, protocol: &str, field: &str) -> Option<u64> {
+    let mut lines = text.lines().filter(|l| l.starts_with(protocol));
+    let names = lines.next()?;
+    let values = lines.next()?;
+    let at = names.split_whitespace().position(|n| n == field)?;
+    values.split_whitespace().nth(at)?.parse().ok()
+}
+
+#[cfg(test)]
+mod snmp_tests {
+    #[test]
+    fn a_counter_is_read_by_its_name() {
+        let text = "Ip: Forwarding DefaultTTL OutRequests OutNoRoutes\nIp: 2 64 17 3\n\
+                    Icmp: InMsgs\nIcmp: 0\n";
+        assert_eq!(super::snmp_field(text, "Ip:", "OutNoRoutes"), Some(3));
+        assert_eq!(super::snmp_field(text, "Ip:", "Missing"), None);
+    }
+}

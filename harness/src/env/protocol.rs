@@ -174,6 +174,9 @@ pub enum Op {
     ChangedInputs {
         exempt: String,
     },
+    /// Packets the sandbox's network namespace had no route for: attempts to reach beyond
+    /// `lo` in a sandbox without network.
+    UnroutedPackets,
     /// Kill everything, unmount, exit.
     Shutdown,
 }
@@ -222,6 +225,9 @@ pub enum Reply {
     },
     Changed {
         paths: Vec<String>,
+    },
+    Counted {
+        count: u64,
     },
     Error(ReplyError),
 }

@@ -701,6 +701,16 @@ impl Sandbox for SandboxHandle {
         self.shutdown().await
     }
 
+    async fn network_attempts(&self) -> u64 {
+        if self.launch.network != Network::None {
+            return 0;
+        }
+        match self.client.call(Op::UnroutedPackets).await {
+            Ok(Reply::Counted { count }) => count,
+            _ => 0,
+        }
+    }
+
     async fn changed_verifier_inputs(&self, exempt: &str) -> Vec<String> {
         let op = Op::ChangedInputs {
             exempt: exempt.to_string(),

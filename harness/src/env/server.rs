@@ -219,8 +219,11 @@ fn serve(server: &Arc<Server>) {
             }
         };
         let id = request.id;
-        // The sandbox has pivoted (requests come after `ready`) and no thread exists yet.
-        server.views.get_or_init(Views::prepare);
+        // The sandbox has pivoted (requests come after `ready`) and no thread exists yet; a
+        // sandbox that only ever shuts down needs no views.
+        if !matches!(request.op, Op::Shutdown) {
+            server.views.get_or_init(Views::prepare);
+        }
         match request.op {
             Op::Cancel { target } => {
                 if let Some(tx) = server.lock_running().get(&target) {
@@ -271,6 +274,9 @@ fn handle(server: &Server, id: u64, op: Op) -> Reply {
             };
             Ok(Reply::Changed { paths })
         }
+        Op::UnroutedPackets => Ok(Reply::Counted {
+            count: super::netns::unrouted_packets(),
+        }),
         Op::Cancel { .. } | Op::KillAll | Op::Shutdown => Err(ReplyError {
             kind: ErrorKind::InvalidInput,
             message: "handled inline".into(),

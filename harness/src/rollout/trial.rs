@@ -465,6 +465,17 @@ async fn verify(
     rec: &mut Record,
 ) -> Result<(f64, BTreeMap<String, f64>), Ending> {
     let infra = |o, class: &str, e: String| Ending::infra(o, class, e);
+    // Before the verifier, whose own traffic is not the agent's.
+    let attempts = sandbox.network_attempts().await;
+    if attempts > 0 {
+        rec.signals.network_attempts = rec
+            .signals
+            .network_attempts
+            .saturating_add(u32::try_from(attempts).unwrap_or(u32::MAX));
+        rec.integrity.push(format!(
+            "network_attempt: {attempts} packet(s) towards hosts outside a sandbox without network"
+        ));
+    }
     let verifier_dir = plan.trial_dir.join("verifier");
     // What the agent saw as /logs/verifier: a decoy where the sandbox has views.
     let planted = std::fs::read_dir(sandbox.verifier_decoy().unwrap_or(verifier_dir.clone()))
