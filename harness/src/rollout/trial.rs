@@ -2,8 +2,9 @@
 //!
 //! The agent is always the GEODE runtime (HEADLESS, tools auto-approved inside the sandbox)
 //! with its tools bound to the sandbox's workspace. An agent timeout is recorded and the
-//! verifier still runs. The verifier runs after every agent process is gone, with `/tests`
-//! copied in only then and a fresh `/logs/verifier`, so an agent cannot leave a reward behind.
+//! verifier still runs. The agent's background services keep running through verification
+//! (as in Harbor), but the verifier runs in a view of its own (`Sandbox::run_verifier`): the
+//! tests arrive only then, and its `/logs/verifier` is one the agent's processes never saw.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
