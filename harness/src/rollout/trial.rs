@@ -526,6 +526,8 @@ async fn verify(
             EnvError::BrokenFromInside(_) => {
                 infra(TrialOutcome::SandboxLost, BROKEN_CLASS, e.to_string())
             }
+            // Gone from outside (a crash, an OOM kill of its init): infrastructure.
+            EnvError::Lost(_) => infra(TrialOutcome::SandboxLost, "SandboxError", e.to_string()),
             // The agent filled its disk and left the verifier no room to start.
             EnvError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::StorageFull => {
                 infra(
