@@ -140,8 +140,9 @@ pub trait Sandbox: Send + Sync {
         None
     }
 
-    /// Kill every process of the sandbox except its init (the agent's processes before the
-    /// verifier runs). Returns how many were killed.
+    /// Kill every process the agent's commands left (its background services included).
+    /// Trials no longer call it before the verifier, whose semantics keep the services
+    /// running; teardown ends everything regardless. Returns how many were killed.
     async fn kill_all_processes(&self) -> Result<usize, EnvError>;
 
     /// Stop everything and remove the trial's writable layer.

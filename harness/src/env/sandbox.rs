@@ -472,17 +472,7 @@ impl SandboxHandle {
         user: Option<String>,
         cancel: CancellationToken,
     ) -> Result<ExecResult, EnvError> {
-        let spec = ExecSpec {
-            command: req.command,
-            shell,
-            cwd: req.cwd.map(|c| c.to_string_lossy().into_owned()),
-            timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
-            output_cap: req.output_cap,
-            env: req.env,
-            user,
-            scope: None,
-            view: View::Tool,
-        };
+        let spec = exec_spec(req, shell, user, View::Tool);
         self.client.exec(spec, cancel).await
     }
 
@@ -561,6 +551,26 @@ impl SandboxHandle {
             killed_processes: killed,
             duration: started.elapsed(),
         })
+    }
+}
+
+/// The wire form of a harness-side command (no scope: only the agent's workspace has one).
+fn exec_spec(
+    req: ExecRequest,
+    shell: Option<Vec<String>>,
+    user: Option<String>,
+    view: View,
+) -> ExecSpec {
+    ExecSpec {
+        command: req.command,
+        shell,
+        cwd: req.cwd.map(|c| c.to_string_lossy().into_owned()),
+        timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
+        output_cap: req.output_cap,
+        env: req.env,
+        user,
+        scope: None,
+        view,
     }
 }
 
@@ -666,17 +676,7 @@ impl Sandbox for SandboxHandle {
 
     async fn run_verifier(&self, tests: &Path, req: ExecRequest) -> Result<ExecOutput, EnvError> {
         let (item, staged) = self.stage(tests).await?;
-        let spec = ExecSpec {
-            command: req.command,
-            shell: None,
-            cwd: req.cwd.map(|c| c.to_string_lossy().into_owned()),
-            timeout_ms: u64::try_from(req.timeout.as_millis()).unwrap_or(u64::MAX),
-            output_cap: req.output_cap,
-            env: req.env,
-            user: None,
-            scope: None,
-            view: View::Verifier { tests: Some(item) },
-        };
+        let spec = exec_spec(req, None, None, View::Verifier { tests: Some(item) });
         let out = self.client.exec(spec, CancellationToken::new()).await;
         let _ = tokio::task::spawn_blocking(move || remove_any(&staged)).await;
         out.map(exec_output)

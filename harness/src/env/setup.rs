@@ -217,16 +217,13 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
             "create the verifier folder's mount point".into()
         })?;
         bind_mount(real, &hidden, false)?;
-        // The writable layer, for the control processes' evidence scan only.
-        let layer = match (&spec.disk, &spec.root) {
-            (Some(_), RootSpec::Layers { .. }) => scratch.join("disk/upper"),
-            _ => spec.upper.clone(),
-        };
+        // The writable layer (relative to the sandbox's folder, or absolute), for the control
+        // processes' evidence scan only.
         let shown = inside(root, UPPER_MOUNT);
         ctx(std::fs::create_dir_all(&shown), || {
             "create the layer's mount point".into()
         })?;
-        bind_mount(&layer, &shown, true)?;
+        bind_mount(&scratch.join(&upper), &shown, true)?;
     }
     let inbox = inside(root, INBOX);
     ctx(std::fs::create_dir_all(&inbox), || {

@@ -381,43 +381,38 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
 
 /// The forked child: PID 1 of the tool pid namespace, in a mount namespace of its own
 /// without the real verifier folder and with an empty inbox, then an init like the sandbox's.
+/// Forked from a single-threaded process, so ordinary (allocating) code is safe here.
 fn tool_init_main(ctl: OwnedFd, reply: OwnedFd) -> c_int {
+    use nix::mount::{MntFlags, MsFlags, mount, umount2};
     let mut reply = std::fs::File::from(reply);
-    let fail = |reply: &mut std::fs::File, what: &str| {
-        let _ = writeln!(reply, "error: {what}: {}", std::io::Error::last_os_error());
-        1
-    };
-    // SAFETY: system calls on static strings.
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWNS) != 0 {
-            return fail(&mut reply, "unshare the tool mount namespace");
-        }
-        if libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        ) != 0
-        {
-            return fail(&mut reply, "make the tool view private");
-        }
+    let made = (|| -> Result<(), String> {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+            .map_err(|e| format!("unshare the tool mount namespace: {e}"))?;
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None::<&str>,
+        )
+        .map_err(|e| format!("make the tool view private: {e}"))?;
         // Absent in sandboxes without a verifier folder (image builds).
-        let _ = libc::umount2(c"/dev/.geode-verifier".as_ptr(), libc::MNT_DETACH);
-        let _ = libc::umount2(c"/dev/.geode-upper".as_ptr(), libc::MNT_DETACH);
-        if libc::mount(
-            c"tmpfs".as_ptr(),
-            c"/.geode-inbox".as_ptr(),
-            c"tmpfs".as_ptr(),
-            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            c"size=4k,mode=755".as_ptr().cast(),
-        ) != 0
-        {
-            return fail(&mut reply, "hide the inbox");
+        for hidden in [VERIFIER_MOUNT, UPPER_MOUNT] {
+            let _ = umount2(hidden, MntFlags::MNT_DETACH);
         }
-        if libc::chdir(c"/".as_ptr()) != 0 {
-            return fail(&mut reply, "chdir /");
-        }
+        mount(
+            Some("tmpfs"),
+            INBOX,
+            Some("tmpfs"),
+            MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some("size=4k,mode=755"),
+        )
+        .map_err(|e| format!("hide the inbox: {e}"))?;
+        nix::unistd::chdir("/").map_err(|e| format!("chdir /: {e}"))
+    })();
+    if let Err(e) = made {
+        let _ = writeln!(reply, "error: {e}");
+        return 1;
     }
     super::init::serve_as_init(std::fs::File::from(ctl), reply)
 }
@@ -425,13 +420,6 @@ fn tool_init_main(ctl: OwnedFd, reply: OwnedFd) -> c_int {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_hidden_paths_agree_with_the_protocol() {
-        assert_eq!(VERIFIER_MOUNT, "/dev/.geode-verifier");
-        assert_eq!(UPPER_MOUNT, "/dev/.geode-upper");
-        assert_eq!(INBOX, "/.geode-inbox");
-    }
 
     #[test]
     fn commands_keep_exactly_docker_s_set_without_mknod() {

@@ -552,14 +552,12 @@ async fn verify(
             .push(format!("could not write {}: {e}", stdout_file.display()));
     }
     // After the verifier: what the agent's services changed while it ran counts too.
-    {
-        let workdir = sandbox.workspace().root().to_string_lossy().into_owned();
-        let changed = sandbox.changed_verifier_inputs(&workdir).await;
-        if !changed.is_empty() {
-            rec.signals.reward_tampering += 1;
-            rec.integrity
-                .push(format!("verifier_inputs_changed: {}", changed.join(", ")));
-        }
+    let workdir = sandbox.workspace().root().to_string_lossy().into_owned();
+    let changed = sandbox.changed_verifier_inputs(&workdir).await;
+    if !changed.is_empty() {
+        rec.signals.reward_tampering += 1;
+        rec.integrity
+            .push(format!("verifier_inputs_changed: {}", changed.join(", ")));
     }
     if out.timed_out {
         return Err(infra(
