@@ -18,6 +18,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::env::NetworkPolicy;
+
 /// SHA-256 (hex) of a task folder's content.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -156,6 +158,25 @@ const MAX_TIMEOUT_SEC: f64 = 7.0 * 24.0 * 3600.0;
 /// What `network_mode` may say (Harbor's three, and `none` for `no-network`).
 const NETWORK_MODES: &[&str] = &["public", "no-network", "allowlist", "none"];
 
+/// A host name (RFC 1123 labels) or an IP literal: what `allowed_hosts` may list.
+fn is_host(text: &str) -> bool {
+    if text.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    let name = text.strip_suffix('.').unwrap_or(text);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
 impl TaskConfig {
     /// Values that would be misread rather than refused: an absurd timeout, a mistyped
     /// network mode (which must never grant the network).
@@ -196,6 +217,28 @@ impl TaskConfig {
                 ));
             }
         }
+        let hosts = &self.environment.allowed_hosts;
+        if self.network_mode() == Some("allowlist")
+            && self.environment.allow_internet != Some(false)
+            && hosts.is_empty()
+        {
+            return Err(invalid(
+                file,
+                "environment.allowed_hosts is empty: network_mode = \"allowlist\" needs at least \
+                 one host (\"no-network\" is the mode for none)",
+            ));
+        }
+        for (i, host) in hosts.iter().enumerate() {
+            if !is_host(host) {
+                return Err(invalid(
+                    file,
+                    format!(
+                        "environment.allowed_hosts[{i}] = {host:?}: expected a host name or an IP \
+                         address (no scheme, port, path or wildcard)"
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -211,18 +254,24 @@ impl TaskConfig {
         seconds(self.environment.build_timeout_sec, DEFAULT_BUILD_TIMEOUT)
     }
 
-    /// Whether the trial may reach the network: off for `no-network` or
-    /// `allow_internet = false`; `allowlist` is treated as off (no per-host filter yet).
-    pub fn network_allowed(&self) -> bool {
+    /// What the trial may reach: off for `no-network` or `allow_internet = false`, only
+    /// `allowed_hosts` for `allowlist`, else the public network. Checked by `validate`.
+    pub fn network_policy(&self) -> NetworkPolicy {
         if self.environment.allow_internet == Some(false) {
-            return false;
+            return NetworkPolicy::Off;
         }
-        let mode = self
-            .environment
+        match self.network_mode() {
+            Some("no-network") | Some("none") => NetworkPolicy::Off,
+            Some("allowlist") => NetworkPolicy::Allowlist(self.environment.allowed_hosts.clone()),
+            _ => NetworkPolicy::Public,
+        }
+    }
+
+    fn network_mode(&self) -> Option<&str> {
+        self.environment
             .network_mode
             .as_deref()
-            .or(self.agent.network_mode.as_deref());
-        !matches!(mode, Some("no-network") | Some("none") | Some("allowlist"))
+            .or(self.agent.network_mode.as_deref())
     }
 
     fn metadata_str(&self, key: &str) -> Option<&str> {
@@ -476,11 +525,41 @@ mod tests {
     #[test]
     fn network_modes() {
         let mut c = TaskConfig::default();
-        assert!(c.network_allowed());
+        assert_eq!(c.network_policy(), NetworkPolicy::Public);
         c.environment.network_mode = Some("no-network".into());
-        assert!(!c.network_allowed());
+        assert_eq!(c.network_policy(), NetworkPolicy::Off);
+        c.environment.network_mode = Some("allowlist".into());
+        c.environment.allowed_hosts = vec!["deb.debian.org".into(), "10.1.2.3".into()];
+        assert_eq!(
+            c.network_policy(),
+            NetworkPolicy::Allowlist(c.environment.allowed_hosts.clone())
+        );
         c.environment.network_mode = Some("public".into());
         c.environment.allow_internet = Some(false);
-        assert!(!c.network_allowed());
+        assert_eq!(c.network_policy(), NetworkPolicy::Off);
+    }
+
+    #[test]
+    fn allowed_hosts_are_names_or_addresses() {
+        for good in [
+            "deb.debian.org",
+            "pypi.org.",
+            "10.0.0.1",
+            "::1",
+            "a-b.example",
+        ] {
+            assert!(is_host(good), "{good}");
+        }
+        for bad in [
+            "",
+            "https://pypi.org",
+            "pypi.org:443",
+            "*.debian.org",
+            "a/b",
+            "-a.org",
+            "a..b",
+        ] {
+            assert!(!is_host(bad), "{bad}");
+        }
     }
 }

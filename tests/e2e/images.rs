@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use geode_harness::env::image::{ImageStore, Reference, StoredImage};
-use geode_harness::env::{Backend, EnvironmentSpec, SandboxBackend, SandboxConfig};
+use geode_harness::env::{Backend, EnvironmentSpec, NetworkPolicy, SandboxBackend, SandboxConfig};
 
 use super::common::trial_result;
 use super::registry::{Registry, image_blobs, shared_store};
@@ -25,7 +25,7 @@ async fn python_base() -> StoredImage {
     let spec = EnvironmentSpec {
         task_name: "test/base".into(),
         environment_dir: PathBuf::from("/nonexistent"),
-        network: false,
+        network: NetworkPolicy::Off,
         cpus: None,
         memory_mb: None,
         pids_max: None,

@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use geode_harness::env::image::{ImageStore, PullOptions, Reference};
-use geode_harness::env::{Backend, EnvironmentSpec, Sandbox, SandboxBackend, SandboxConfig};
+use geode_harness::env::{
+    Backend, EnvironmentSpec, NetworkPolicy, Sandbox, SandboxBackend, SandboxConfig,
+};
 use geode_harness::pack::TaskPack;
 use geode_harness::rollout::trial::environment_spec;
 use geode_runtime::tools::workspace::ExecRequest;
@@ -180,7 +182,7 @@ async fn bench_image(
     let spec = EnvironmentSpec {
         task_name: "bench".into(),
         environment_dir: scratch.to_path_buf(),
-        network: false,
+        network: NetworkPolicy::Off,
         cpus: None,
         memory_mb: None,
         pids_max: Some(512),

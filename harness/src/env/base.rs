@@ -20,7 +20,7 @@ use super::dockerfile;
 use super::image::{ImageConfig, ImageSource, ImageStore, PullOptions, Reference, StoredImage};
 use super::protocol::Network;
 use super::sandbox::{Launch, SandboxBackend};
-use super::{EnvError, EnvironmentSpec, ImageRoot};
+use super::{EnvError, EnvironmentSpec, ImageRoot, NetworkPolicy};
 
 /// How long the finishing run of a Debian bootstrap (dpkg configuring ~100 packages) may take.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(1200);
@@ -187,6 +187,7 @@ impl<'a> Bases<'a> {
                     env: vec![("DEBIAN_FRONTEND".into(), "noninteractive".into())],
                     user: None,
                     network: Network::None,
+                    allowed: Vec::new(),
                     limits: Limits::default(),
                     binds: Vec::new(),
                     verifier_logs: None,
@@ -266,7 +267,7 @@ impl<'a> Bases<'a> {
         let spec = EnvironmentSpec {
             task_name: reference.to_string(),
             environment_dir: self.store.root().to_path_buf(),
-            network: true,
+            network: NetworkPolicy::Public,
             cpus: None,
             memory_mb: None,
             pids_max: None,

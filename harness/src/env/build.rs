@@ -519,6 +519,7 @@ async fn run_step(
                 env: build_env(),
                 user: None,
                 network: Network::Host,
+                allowed: Vec::new(),
                 limits: Limits::default(),
                 binds: build_binds(),
                 verifier_logs: None,
@@ -571,6 +572,7 @@ async fn export(
             env: Vec::new(),
             user: None,
             network: Network::None,
+            allowed: Vec::new(),
             limits: Limits::default(),
             binds: vec![Bind {
                 host: out.to_path_buf(),
@@ -779,6 +781,7 @@ async fn build_on_host(
             env: Vec::new(),
             user: None,
             network: Network::Host,
+            allowed: Vec::new(),
             limits: Limits::default(),
             binds: Vec::new(),
             verifier_logs: None,

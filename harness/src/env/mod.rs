@@ -21,9 +21,8 @@ pub struct EnvironmentSpec {
     pub task_name: String,
     /// The task's `environment/` folder: the Dockerfile and its build context.
     pub environment_dir: PathBuf,
-    /// Network during the trial (`public`) or none (`no-network`, `allow_internet = false`).
-    /// Builds always have the network, as `docker build` does.
-    pub network: bool,
+    /// What the trial may reach. Builds always have the network, as `docker build` does.
+    pub network: NetworkPolicy,
     pub cpus: Option<f64>,
     pub memory_mb: Option<u64>,
     /// Maximum number of processes in the sandbox.
@@ -40,6 +39,24 @@ pub struct EnvironmentSpec {
     pub build_args: Vec<(String, String)>,
     /// Where the build's steps and their output are appended (the trial's `build.log`).
     pub build_log: Option<PathBuf>,
+}
+
+/// What a trial may reach on the network (task.toml `network_mode`, `allowed_hosts`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NetworkPolicy {
+    /// `no-network` (or `allow_internet = false`): only the trial's own loopback.
+    Off,
+    /// `public`: outbound to anywhere but the host's loopback and other trials.
+    Public,
+    /// `allowlist`: only these hosts (names or IP literals, as `allowed_hosts` lists them);
+    /// names are resolved once on the host and pinned in the trial's `/etc/hosts`.
+    Allowlist(Vec<String>),
+}
+
+impl NetworkPolicy {
+    pub fn is_off(&self) -> bool {
+        matches!(self, NetworkPolicy::Off)
+    }
 }
 
 /// What a sandbox's root is made of, below the trial's own writable layer.
@@ -156,8 +173,9 @@ pub trait Sandbox: Send + Sync {
         Vec::new()
     }
 
-    /// Packets sent towards hosts outside a sandbox without network (0 where it has
-    /// network, or where the backend cannot tell).
+    /// Packets sent towards hosts the sandbox may not reach: anything beyond `lo` without
+    /// network, anything off the allowlist with one (0 with the public network, or where the
+    /// backend cannot tell).
     async fn network_attempts(&self) -> u64 {
         0
     }

@@ -60,6 +60,9 @@ pub enum Network {
     /// A network namespace of its own whose outbound traffic `slirp4netns` carries, as a user
     /// process on the host: the host's loopback and other trials are out of reach.
     Private,
+    /// As `Private`, with routes to the allowed hosts' addresses only (set from the host once
+    /// slirp4netns is up) and no raw sockets, which could hand slirp a frame for any address.
+    Allowlist,
     /// The host's network namespace: image builds only (`docker build` has the network too).
     Host,
 }

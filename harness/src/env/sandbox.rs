@@ -18,12 +18,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::cgroup::{Cgroups, Limits};
 use super::client::ServerClient;
+use super::netns::Pin;
 use super::protocol::{
     self, Bind, ExecResult, ExecSpec, ImageMount, Network, Op, Reply, RootSpec, ServerSpec, View,
 };
 use super::workspace::SandboxWorkspace;
 use super::{
-    Backend, EnvError, EnvironmentSpec, ImageRoot, PreparedImage, Sandbox, TeardownReport,
+    Backend, EnvError, EnvironmentSpec, ImageRoot, NetworkPolicy, PreparedImage, Sandbox,
+    TeardownReport,
 };
 
 /// Where the sandbox backend keeps its state, and what it shows of the host.
@@ -113,6 +115,8 @@ pub(crate) struct Launch {
     pub env: Vec<(String, String)>,
     pub user: Option<String>,
     pub network: Network,
+    /// What a `Network::Allowlist` sandbox may reach (resolved on the host); empty otherwise.
+    pub allowed: Vec<Pin>,
     pub limits: Limits,
     pub binds: Vec<Bind>,
     /// The trial's `/logs/verifier` on the host, shown to the verifier only; the agent's
@@ -182,6 +186,14 @@ impl SandboxBackend {
         }
         let mut env = image.env.clone();
         env.extend(spec.env.iter().cloned());
+        let (network, allowed, allow_notes) = match &spec.network {
+            NetworkPolicy::Off => (Network::None, Vec::new(), Vec::new()),
+            NetworkPolicy::Public => (Network::Private, Vec::new(), Vec::new()),
+            NetworkPolicy::Allowlist(hosts) => {
+                let (pins, notes) = super::netns::resolve_allowed(hosts).await;
+                (Network::Allowlist, pins, notes)
+            }
+        };
         let dir = self
             .config
             .scratch_dir
@@ -193,11 +205,8 @@ impl SandboxBackend {
                 workdir: image.workdir.clone(),
                 env,
                 user: image.user.clone(),
-                network: if spec.network {
-                    Network::Private
-                } else {
-                    Network::None
-                },
+                network,
+                allowed,
                 limits: Limits {
                     memory_bytes: spec.memory_mb.map(|mb| mb << 20),
                     pids_max: spec.pids_max,
@@ -215,6 +224,7 @@ impl SandboxBackend {
             })
             .await?;
         handle.notes.extend(image.notes.iter().cloned());
+        handle.notes.extend(allow_notes);
         Ok(handle)
     }
 
@@ -254,13 +264,16 @@ impl SandboxBackend {
                 // What docker gives every container: its own hosts file, and the host's
                 // resolver when it has the network.
                 let hosts = sub("hosts");
-                std::fs::write(
-                    &hosts,
-                    format!(
-                        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"
-                    ),
-                )
-                .map_err(io(format!("write {}", hosts.display())))?;
+                let mut text = format!(
+                    "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"
+                );
+                // An allowlist's names, pinned to what they resolved to on the host.
+                for pin in &launch.allowed {
+                    if let Some(name) = &pin.name {
+                        text.push_str(&format!("{}\t{name}\n", pin.addr));
+                    }
+                }
+                std::fs::write(&hosts, text).map_err(io(format!("write {}", hosts.display())))?;
                 binds.push(Bind {
                     host: hosts,
                     inside: "/etc/hosts".into(),
@@ -274,13 +287,16 @@ impl SandboxBackend {
                             read_only: true,
                         });
                     }
-                    Network::Private => {
+                    Network::Private | Network::Allowlist => {
                         let resolv = sub("resolv.conf");
-                        std::fs::write(
-                            &resolv,
-                            format!("nameserver {}\n", super::netns::SLIRP_DNS),
-                        )
-                        .map_err(io(format!("write {}", resolv.display())))?;
+                        let text = if launch.network == Network::Private {
+                            format!("nameserver {}\n", super::netns::SLIRP_DNS)
+                        } else {
+                            "# allowlist: no resolver; the allowed names are in /etc/hosts\n"
+                                .to_string()
+                        };
+                        std::fs::write(&resolv, text)
+                            .map_err(io(format!("write {}", resolv.display())))?;
                         binds.push(Bind {
                             host: resolv,
                             inside: "/etc/resolv.conf".into(),
@@ -356,7 +372,7 @@ impl SandboxBackend {
             }
         };
         let slirp = match launch.network {
-            Network::Private => match super::netns::start_slirp(client.pid().await).await {
+            Network::Private | Network::Allowlist => match start_network(&client, &launch).await {
                 Ok(child) => Some(child),
                 Err(e) => {
                     drop(client);
@@ -390,6 +406,24 @@ impl SandboxBackend {
             torn_down: false,
         })
     }
+}
+
+/// slirp4netns for a sandbox with network, and an allowlist's routes once it is up.
+async fn start_network(
+    client: &ServerClient,
+    launch: &Launch,
+) -> Result<tokio::process::Child, EnvError> {
+    let pid = client.pid().await;
+    let slirp = super::netns::start_slirp(pid).await?;
+    if launch.network == Network::Allowlist {
+        let addrs: Vec<_> = launch.allowed.iter().map(|pin| pin.addr).collect();
+        let pid = pid.ok_or_else(|| EnvError::Lost("the sandbox server has no pid".into()))?;
+        super::netns::allow_only(pid, &addrs).map_err(|message| EnvError::SetupFailed {
+            step: "network".into(),
+            message,
+        })?;
+    }
+    Ok(slirp)
 }
 
 #[async_trait]
@@ -702,7 +736,7 @@ impl Sandbox for SandboxHandle {
     }
 
     async fn network_attempts(&self) -> u64 {
-        if self.launch.network != Network::None {
+        if !matches!(self.launch.network, Network::None | Network::Allowlist) {
             return 0;
         }
         match self.client.call(Op::UnroutedPackets).await {

@@ -20,8 +20,8 @@ use super::exec::{self, ExecEvent};
 use super::fsops;
 use super::init;
 use super::protocol::{
-    ErrorKind, FAREWELL_ID, Op, ReadyInfo, Reply, ReplyError, Request, Response, SERVER_SCHEMA,
-    ServerSpec,
+    ErrorKind, FAREWELL_ID, Network, Op, ReadyInfo, Reply, ReplyError, Request, Response,
+    SERVER_SCHEMA, ServerSpec,
 };
 use super::setup;
 use super::views::Views;
@@ -222,7 +222,8 @@ fn serve(server: &Arc<Server>) {
         // The sandbox has pivoted (requests come after `ready`) and no thread exists yet; a
         // sandbox that only ever shuts down needs no views.
         if !matches!(request.op, Op::Shutdown) {
-            server.views.get_or_init(Views::prepare);
+            let raw_sockets = server.spec.network != Network::Allowlist;
+            server.views.get_or_init(|| Views::prepare(raw_sockets));
         }
         match request.op {
             Op::Cancel { target } => {

@@ -60,10 +60,14 @@ struct Confinement {
 }
 
 impl Confinement {
-    fn new() -> Result<Self, String> {
+    /// `raw_sockets`: keep CAP_NET_RAW, as docker does; not where the network is an
+    /// allowlist, which raw frames would bypass.
+    fn new(raw_sockets: bool) -> Result<Self, String> {
         let drop_caps = caps::all()
             .into_iter()
-            .filter(|cap| !KEEP_CAPS.contains(cap))
+            .filter(|cap| {
+                !KEEP_CAPS.contains(cap) || (!raw_sockets && *cap == caps::Capability::CAP_NET_RAW)
+            })
             .map(|cap| libc::c_ulong::from(cap.index()))
             .collect();
         Ok(Confinement {
@@ -131,8 +135,8 @@ impl Views {
     /// Make the tool view. Must run while the process is single-threaded (a process whose
     /// children go to another pid namespace may not create threads), after the sandbox's
     /// `pivot_root` (the new mount namespace copies the current one).
-    pub(crate) fn prepare() -> Result<Views, String> {
-        let confinement = Arc::new(Confinement::new()?);
+    pub(crate) fn prepare(raw_sockets: bool) -> Result<Views, String> {
+        let confinement = Arc::new(Confinement::new(raw_sockets)?);
         let own_pid_ns = open_ns("/proc/self/ns/pid")?;
         let (ctl_r, ctl_w) = pipe()?;
         let (reply_r, reply_w) = pipe()?;
@@ -423,9 +427,12 @@ mod tests {
 
     #[test]
     fn commands_keep_exactly_docker_s_set_without_mknod() {
-        let c = Confinement::new().unwrap();
+        let c = Confinement::new(true).unwrap();
         let kept = caps::all().len() - c.drop_caps.len();
         assert_eq!(kept, KEEP_CAPS.len());
+        let raw = libc::c_ulong::from(caps::Capability::CAP_NET_RAW.index());
+        assert!(!c.drop_caps.contains(&raw));
+        assert!(Confinement::new(false).unwrap().drop_caps.contains(&raw));
         assert!(c.drop_caps.contains(&libc::c_ulong::from(
             caps::Capability::CAP_SYS_ADMIN.index()
         )));

@@ -160,7 +160,7 @@ pub fn environment_spec(
     EnvironmentSpec {
         task_name: task.id.clone(),
         environment_dir: task.environment_dir(),
-        network: task.config.network_allowed(),
+        network: task.config.network_policy(),
         cpus: environment.cpus,
         memory_mb: environment.memory_mb,
         storage_mb: environment.storage_mb,
@@ -474,7 +474,7 @@ async fn verify(
             .network_attempts
             .saturating_add(u32::try_from(attempts).unwrap_or(u32::MAX));
         rec.integrity.push(format!(
-            "network_attempt: {attempts} packet(s) towards hosts outside a sandbox without network"
+            "network_attempt: {attempts} packet(s) towards hosts the trial may not reach (no network, or not on its allowlist)"
         ));
     }
     let verifier_dir = plan.trial_dir.join("verifier");

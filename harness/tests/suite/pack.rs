@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use geode_harness::env::NetworkPolicy;
 use geode_harness::pack::{Task, TaskPack};
 use geode_harness::tb1::import_tb1;
 
@@ -55,18 +56,28 @@ mystery = "x"
     );
     task(dir.path(), "bad-type", "[agent]\ntimeout_sec = \"soon\"\n");
     task(dir.path(), "future", "schema_version = \"2.0\"\n");
+    task(
+        dir.path(),
+        "no-hosts",
+        "[environment]\nnetwork_mode = \"allowlist\"\n",
+    );
+    task(
+        dir.path(),
+        "url-host",
+        "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\", \"https://x.org/a\"]\n",
+    );
     let pack = TaskPack::load(dir.path()).unwrap();
     assert_eq!(pack.tasks.len(), 1);
     let t = &pack.tasks[0];
     assert_eq!(t.id, "org/good");
     assert_eq!(t.config.agent_timeout().as_secs(), 120);
     assert_eq!(t.config.verifier_timeout().as_secs(), 30);
-    assert!(!t.config.network_allowed());
+    assert_eq!(t.config.network_policy(), NetworkPolicy::Off);
     assert_eq!(
         (t.config.category(), t.config.difficulty()),
         ("git", "hard")
     );
-    assert_eq!(pack.broken.len(), 2);
+    assert_eq!(pack.broken.len(), 4);
     let msgs: Vec<String> = pack.broken.iter().map(|e| e.to_string()).collect();
     let bad = msgs.iter().find(|m| m.contains("bad-type")).unwrap();
     assert!(
@@ -75,6 +86,16 @@ mystery = "x"
     );
     let fut = msgs.iter().find(|m| m.contains("future")).unwrap();
     assert!(fut.contains("task.toml") && fut.contains("2.0"), "{fut}");
+    let empty = msgs.iter().find(|m| m.contains("no-hosts")).unwrap();
+    assert!(
+        empty.contains("environment.allowed_hosts is empty"),
+        "{empty}"
+    );
+    let url = msgs.iter().find(|m| m.contains("url-host")).unwrap();
+    assert!(
+        url.contains("allowed_hosts[1]") && url.contains("https://x.org/a"),
+        "{url}"
+    );
 }
 
 #[test]

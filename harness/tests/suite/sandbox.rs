@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use geode_harness::env::{
-    Backend, EnvError, EnvironmentSpec, ImageRoot, PreparedImage, Sandbox, SandboxBackend,
-    SandboxConfig, SandboxHandle,
+    Backend, EnvError, EnvironmentSpec, ImageRoot, NetworkPolicy, PreparedImage, Sandbox,
+    SandboxBackend, SandboxConfig, SandboxHandle,
 };
 use geode_runtime::tools::workspace::{ExecOutput, ExecRequest, Workspace, WorkspaceError};
 use tempfile::TempDir;
@@ -52,7 +52,7 @@ fn spec(env_dir: &Path) -> EnvironmentSpec {
     EnvironmentSpec {
         task_name: "test/sandbox".into(),
         environment_dir: env_dir.to_path_buf(),
-        network: false,
+        network: NetworkPolicy::Off,
         cpus: None,
         memory_mb: None,
         pids_max: None,
@@ -265,7 +265,7 @@ async fn no_trial_reaches_the_host_and_network_on_goes_out_through_its_own_names
     Box::new(off).teardown().await.unwrap();
 
     let mut with_net = spec(f.trials.path());
-    with_net.network = true;
+    with_net.network = NetworkPolicy::Public;
     let on = f.start_with(&with_net, "net-on").await;
     for host in ["127.0.0.1", "10.0.2.2"] {
         let out = sh(&on, &connect(host)).await;
@@ -290,6 +290,84 @@ async fn no_trial_reaches_the_host_and_network_on_goes_out_through_its_own_names
         "the trial shares the host's network namespace"
     );
     Box::new(on).teardown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_allowlist_reaches_its_hosts_by_name_and_nothing_else() {
+    if !privileged() {
+        return;
+    }
+    // A server on the host's own outward address, which slirp carries a public trial to: what
+    // an allowlist without it must stop.
+    let host_ip = {
+        let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        probe.connect("192.0.2.1:9").unwrap();
+        probe.local_addr().unwrap().ip()
+    };
+    let listener = std::net::TcpListener::bind((host_ip, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            drop(conn);
+        }
+    });
+    let to_host = format!(
+        "python3 -c 'import socket; socket.create_connection((\"{host_ip}\", {port}), timeout=5); print(\"connected\")'"
+    );
+    let f = fixture();
+    let mut public = spec(f.trials.path());
+    public.network = NetworkPolicy::Public;
+    let open = f.start_with(&public, "allow-public").await;
+    let out = sh(&open, &to_host).await;
+    assert_eq!(out.stdout.trim(), "connected", "{out:?}");
+    Box::new(open).teardown().await.unwrap();
+
+    let mut listed = spec(f.trials.path());
+    listed.network = NetworkPolicy::Allowlist(vec!["deb.debian.org".into(), "192.0.2.77".into()]);
+    let sb = f.start_with(&listed, "allow-listed").await;
+    assert_eq!(sb.network_attempts().await, 0);
+    // The listed name, pinned in /etc/hosts, with no resolver to ask.
+    let out = sh(
+        &sb,
+        "python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://deb.debian.org/debian/dists/bookworm/Release\", timeout=20).status)'",
+    )
+    .await;
+    assert_eq!(out.stdout.trim(), "200", "{out:?} notes: {:?}", sb.notes());
+    let started = Instant::now();
+    let out = sh(&sb, &to_host).await;
+    assert!(
+        out.exit_code != Some(0) && out.stderr.contains("Network is unreachable"),
+        "reached an address outside the allowlist: {out:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "refused, not timed out"
+    );
+    // No name leaves through slirp's resolver, and no raw socket can hand slirp a frame.
+    let out = sh(
+        &sb,
+        "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"x\", (\"10.0.2.3\", 53))'; \
+         getent hosts example.org || echo unresolved; \
+         python3 -c 'import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW)' 2>&1 | tail -1",
+    )
+    .await;
+    assert!(out.stderr.contains("Network is unreachable"), "{out:?}");
+    assert!(out.stdout.contains("unresolved"), "{out:?}");
+    assert!(out.stdout.contains("PermissionError"), "{out:?}");
+    // Routes: the listed addresses only, no default.
+    let routes = sh(&sb, "tail -n +2 /proc/net/route").await.stdout;
+    assert!(
+        routes
+            .lines()
+            .all(|l| l.split_whitespace().nth(1) != Some("00000000")),
+        "{routes}"
+    );
+    assert!(
+        routes.contains("4D0200C0"),
+        "192.0.2.77 has no route: {routes}"
+    );
+    assert!(sb.network_attempts().await >= 2);
+    Box::new(sb).teardown().await.unwrap();
 }
 
 #[tokio::test]
