@@ -141,6 +141,16 @@ echo \"$ok passed, $((1 - ok)) failed\"
         "python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 443), timeout=2)' \
          2> /logs/artifacts/net.txt; echo rc=$? >> /logs/artifacts/net.txt",
     );
+    // Out of an allowlist: an address off the list, the resolver (a DNS tunnel), a raw frame.
+    task(
+        &pack,
+        "off-allowlist",
+        "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"192.0.2.10\"]\n",
+        "{ python3 -c 'import socket; socket.create_connection((\"1.1.1.1\", 443), timeout=2)'; echo rc=$?
+         python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"x\", (\"10.0.2.3\", 53))'; echo rc=$?
+         python3 -c 'import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW)'; echo rc=$?
+         } > /logs/artifacts/net.txt 2>&1",
+    );
     // The host's disk used to take whatever the agent wrote; the default disk is 10 GiB.
     task(
         &pack,
@@ -218,6 +228,7 @@ echo \"$ok passed, $((1 - ok)) failed\"
         "atk-reward-service__0",
         "atk-fill-disk__0",
         "atk-phone-home__0",
+        "atk-off-allowlist__0",
     ] {
         let r = trial_result(&run_dir, trial);
         assert_eq!(r["outcome"], "failed", "{trial}: {r}");
@@ -238,6 +249,18 @@ echo \"$ok passed, $((1 - ok)) failed\"
         phoned.to_string().contains("network_attempt: 1 packet"),
         "{phoned}"
     );
+    let off =
+        std::fs::read_to_string(run_dir.join("atk-off-allowlist__0/artifacts/net.txt")).unwrap();
+    assert_eq!(off.matches("Network is unreachable").count(), 2, "{off}");
+    assert!(
+        off.contains("PermissionError") && !off.contains("rc=0"),
+        "{off}"
+    );
+    let off = trial_result(&run_dir, "atk-off-allowlist__0");
+    assert!(
+        off.to_string().contains("network_attempt: 2 packet"),
+        "{off}"
+    );
     let service = trial_result(&run_dir, "atk-service__0");
     assert_eq!(service["outcome"], "passed", "{service}");
     let planted = trial_result(&run_dir, "atk-planted-links__0");
@@ -254,7 +277,7 @@ echo \"$ok passed, $((1 - ok)) failed\"
             .unwrap()
             .is_file()
     );
-    assert_eq!(summary["summary"]["outcomes"]["failed"], 8, "{summary}");
+    assert_eq!(summary["summary"]["outcomes"]["failed"], 9, "{summary}");
     // The service task, and the two wrappers whose forged rewards carry their flags below.
     assert_eq!(summary["summary"]["outcomes"]["passed"], 3, "{summary}");
     let syscalls =
