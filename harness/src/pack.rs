@@ -82,6 +82,61 @@ pub struct TaskConfig {
     pub verifier: VerifierSection,
     pub solution: SolutionSection,
     pub environment: EnvironmentSection,
+    /// Paths copied out of the agent's sandbox when it finishes (Harbor's `artifacts`): into
+    /// the trial's `artifacts/`, and into a separate verifier's environment at the same path.
+    pub artifacts: Vec<ArtifactEntry>,
+}
+
+/// One `artifacts` entry, as Harbor takes it: a path, or a table.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum ArtifactEntry {
+    Path(String),
+    Table {
+        source: String,
+        /// Where under the trial's `artifacts/` (relative); the source's own path by default.
+        #[serde(default)]
+        destination: Option<String>,
+        /// Names (globs) left out of a folder.
+        #[serde(default)]
+        exclude: Vec<String>,
+    },
+}
+
+impl ArtifactEntry {
+    pub fn source(&self) -> &str {
+        match self {
+            ArtifactEntry::Path(source) | ArtifactEntry::Table { source, .. } => source,
+        }
+    }
+
+    /// Relative to the trial's `artifacts/`: the destination, or the source without its `/`.
+    pub fn destination(&self) -> &str {
+        match self {
+            ArtifactEntry::Table {
+                destination: Some(d),
+                ..
+            } if !d.is_empty() => d.trim_end_matches('/'),
+            _ => self.source().trim_start_matches('/').trim_end_matches('/'),
+        }
+    }
+
+    pub fn excludes(&self, name: &str) -> bool {
+        match self {
+            ArtifactEntry::Table { exclude, .. } => exclude.iter().any(|g| glob_match(g, name)),
+            ArtifactEntry::Path(_) => false,
+        }
+    }
+}
+
+/// Where the verifier runs (`[verifier] environment_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerifierMode {
+    /// In the agent's sandbox, with its services still running (Harbor's default).
+    Shared,
+    /// In a fresh sandbox from the task's image (or `[verifier.environment]`), with the
+    /// declared artifacts copied in at their paths.
+    Separate,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -111,6 +166,8 @@ pub struct VerifierSection {
     pub user: Option<String>,
     /// `shared` (default) or `separate` (a fresh environment for the verifier).
     pub environment_mode: Option<String>,
+    /// The separate verifier's environment (implies `separate`); the task's own by default.
+    pub environment: Option<EnvironmentSection>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -136,6 +193,20 @@ pub struct EnvironmentSection {
     pub workdir: Option<String>,
     /// Values for the Dockerfile's ARGs (`docker build --build-arg NAME=VALUE`).
     pub build_args: BTreeMap<String, String>,
+}
+
+impl EnvironmentSection {
+    /// What a sandbox of this section may reach, `mode` being the effective `network_mode`.
+    pub fn network_policy(&self, mode: Option<&str>) -> NetworkPolicy {
+        if self.allow_internet == Some(false) {
+            return NetworkPolicy::Off;
+        }
+        match mode {
+            Some("no-network") | Some("none") => NetworkPolicy::Off,
+            Some("allowlist") => NetworkPolicy::Allowlist(self.allowed_hosts.clone()),
+            _ => NetworkPolicy::Public,
+        }
+    }
 }
 
 /// Defaults when task.toml says nothing (Harbor's).
@@ -201,9 +272,16 @@ impl TaskConfig {
                 ));
             }
         }
+        let none = None;
+        let verifier_mode = self
+            .verifier
+            .environment
+            .as_ref()
+            .map_or(&none, |e| &e.network_mode);
         for (field, value) in [
             ("environment.network_mode", &self.environment.network_mode),
             ("agent.network_mode", &self.agent.network_mode),
+            ("verifier.environment.network_mode", verifier_mode),
         ] {
             if let Some(mode) = value
                 && !NETWORK_MODES.contains(&mode.as_str())
@@ -214,6 +292,46 @@ impl TaskConfig {
                         "{field} = {mode:?}: expected one of {}",
                         NETWORK_MODES.join(", ")
                     ),
+                ));
+            }
+        }
+        match self.verifier.environment_mode.as_deref() {
+            None | Some("separate") => {}
+            Some("shared") if self.verifier.environment.is_some() => {
+                return Err(invalid(
+                    file,
+                    "verifier.environment_mode = \"shared\" with a [verifier.environment]: \
+                     either drop the environment or make the mode \"separate\"",
+                ));
+            }
+            Some("shared") => {}
+            Some(other) => {
+                return Err(invalid(
+                    file,
+                    format!(
+                        "verifier.environment_mode = {other:?}: expected \"shared\" or \"separate\""
+                    ),
+                ));
+            }
+        }
+        for (i, artifact) in self.artifacts.iter().enumerate() {
+            let source = artifact.source();
+            let dest = artifact.destination();
+            let problem = if !source.starts_with('/') {
+                Some("the source must be an absolute path")
+            } else if source.split('/').any(|c| c == "..") || dest.split('/').any(|c| c == "..") {
+                Some("no `..` in a source or destination")
+            } else if dest.is_empty() || dest.starts_with('/') {
+                Some("the destination must be a relative path under artifacts/")
+            } else if dest == "manifest.json" {
+                Some("artifacts/manifest.json is reserved")
+            } else {
+                None
+            };
+            if let Some(problem) = problem {
+                return Err(invalid(
+                    file,
+                    format!("artifacts[{i}] (source {source:?}): {problem}"),
                 ));
             }
         }
@@ -257,13 +375,15 @@ impl TaskConfig {
     /// What the trial may reach: off for `no-network` or `allow_internet = false`, only
     /// `allowed_hosts` for `allowlist`, else the public network. Checked by `validate`.
     pub fn network_policy(&self) -> NetworkPolicy {
-        if self.environment.allow_internet == Some(false) {
-            return NetworkPolicy::Off;
-        }
-        match self.network_mode() {
-            Some("no-network") | Some("none") => NetworkPolicy::Off,
-            Some("allowlist") => NetworkPolicy::Allowlist(self.environment.allowed_hosts.clone()),
-            _ => NetworkPolicy::Public,
+        self.environment.network_policy(self.network_mode())
+    }
+
+    /// Harbor's rule: the mode when given, else `separate` when a verifier environment is.
+    pub fn verifier_mode(&self) -> VerifierMode {
+        match self.verifier.environment_mode.as_deref() {
+            Some("separate") => VerifierMode::Separate,
+            None if self.verifier.environment.is_some() => VerifierMode::Separate,
+            _ => VerifierMode::Shared,
         }
     }
 

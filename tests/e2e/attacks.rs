@@ -190,6 +190,38 @@ echo \"$ok passed, $((1 - ok)) failed\"
          if [ \"$answer\" = 42 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
     );
 
+    // A separate verifier (Harbor's environment_mode = "separate") sees a fresh sandbox with
+    // only the declared artifacts: not the agent's other files, its wrapper python3, or its
+    // service; and the link it left in /logs/artifacts leads the host nowhere.
+    let separate_toml = "artifacts = [\"/app/answer.txt\"]\n[task]\nname = \"atk/SEP\"\n\
+                         [verifier]\nenvironment_mode = \"separate\"\n";
+    let separate_test = "#!/bin/bash\n\
+        { test -e /app/other.txt && echo agent-files || echo fresh\n\
+          command -v python3\n\
+          pgrep -f forge-loop >/dev/null && echo service-alive || echo no-service; } > /logs/verifier/seen.txt\n\
+        python3 -c 'import sys; open(\"/logs/verifier/reward.txt\", \"w\").write(sys.argv[1])' \
+        $([ \"$(cat /app/answer.txt 2>/dev/null)\" = 42 ] && echo 1 || echo 0)\n";
+    let separate_solve = "echo 42 > /app/answer.txt; echo x > /app/other.txt\n\
+         printf '#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n' > /usr/local/bin/python3; chmod +x /usr/local/bin/python3\n\
+         setsid nohup bash -c 'exec -a forge-loop bash -c \"while :; do echo 1 > /logs/verifier/reward.txt; sleep 0.05; done\"' > /dev/null 2>&1 < /dev/null &\n\
+         ln -s /etc /logs/artifacts/app";
+    for (name, answer_at) in [
+        ("separate", "/app/answer.txt"),
+        ("separate-undeclared", "/tmp/answer.txt"),
+    ] {
+        task(
+            &pack,
+            name,
+            "",
+            &separate_solve.replace("/app/answer.txt", answer_at),
+        );
+        write(
+            &pack.join(name).join("task.toml"),
+            &separate_toml.replace("SEP", name),
+        );
+        write(&pack.join(name).join("tests/test.sh"), separate_test);
+    }
+
     let free_before = free_bytes(dir.path());
     let (summary, run_dir) = run(dir.path(), &pack);
     let disk =
@@ -277,9 +309,30 @@ echo \"$ok passed, $((1 - ok)) failed\"
             .unwrap()
             .is_file()
     );
-    assert_eq!(summary["summary"]["outcomes"]["failed"], 9, "{summary}");
-    // The service task, and the two wrappers whose forged rewards carry their flags below.
-    assert_eq!(summary["summary"]["outcomes"]["passed"], 3, "{summary}");
+    assert_eq!(summary["summary"]["outcomes"]["failed"], 10, "{summary}");
+    // The service task, the separate verifier's honest answer, and the two wrappers whose
+    // forged rewards carry their flags below.
+    assert_eq!(summary["summary"]["outcomes"]["passed"], 4, "{summary}");
+    let separate = trial_result(&run_dir, "atk-separate__0");
+    assert_eq!(separate["outcome"], "passed", "{separate}");
+    let seen = std::fs::read_to_string(run_dir.join("atk-separate__0/verifier/seen.txt")).unwrap();
+    assert_eq!(seen, "fresh\n/usr/bin/python3\nno-service\n", "{separate}");
+    let kept = run_dir.join("atk-separate__0/artifacts/app");
+    assert!(!std::fs::symlink_metadata(&kept).unwrap().is_symlink());
+    assert_eq!(
+        std::fs::read_to_string(kept.join("answer.txt")).unwrap(),
+        "42\n"
+    );
+    assert!(
+        !Path::new("/etc/answer.txt").exists(),
+        "the host wrote through the agent's link"
+    );
+    let undeclared = trial_result(&run_dir, "atk-separate-undeclared__0");
+    assert_eq!(undeclared["outcome"], "failed", "{undeclared}");
+    assert_eq!(
+        undeclared["verifier_result"]["rewards"]["reward"], 0.0,
+        "{undeclared}"
+    );
     let syscalls =
         std::fs::read_to_string(run_dir.join("atk-syscalls__0/artifacts/syscalls.txt")).unwrap();
     for line in [

@@ -78,6 +78,14 @@ fn scoped(path: &str, scope: Option<&str>) -> Result<PathBuf, ReplyError> {
 
 pub(crate) fn read_file(path: &str, scope: Option<&str>) -> Result<Reply, ReplyError> {
     let path = scoped(path, scope)?;
+    // A fifo would block the server with no writer, a device has no end.
+    let meta = std::fs::metadata(&path).map_err(|e| io_fail("stat", &path, &e))?;
+    if !meta.is_file() && !meta.is_dir() {
+        return Err(ReplyError {
+            kind: ErrorKind::InvalidInput,
+            message: format!("{} is not a regular file", path.display()),
+        });
+    }
     let bytes = std::fs::read(&path).map_err(|e| io_fail("read", &path, &e))?;
     Ok(Reply::File {
         data_b64: protocol::encode(&bytes),
@@ -121,6 +129,7 @@ pub(crate) fn list_dir(path: &str, scope: Option<&str>) -> Result<Reply, ReplyEr
             name: entry.file_name().to_string_lossy().into_owned(),
             is_dir: meta.is_dir(),
             is_symlink,
+            is_file: meta.is_file(),
             len: meta.len(),
         });
     }

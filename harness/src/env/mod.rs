@@ -143,6 +143,22 @@ pub trait Sandbox: Send + Sync {
     /// Copy a host file or directory into the sandbox at an absolute path (replacing it).
     async fn copy_in(&self, host_src: &Path, sandbox_dst: &str) -> Result<(), EnvError>;
 
+    /// Copy `sandbox_src` (an absolute path, a file or a folder) out to `host_dst`, which
+    /// must not exist, leaving out names `skip` matches. Links and special files inside are
+    /// left out, never followed; what was left out is returned. Call it with no agent process
+    /// running: nothing may change the tree while it is read.
+    async fn copy_out(
+        &self,
+        sandbox_src: &str,
+        host_dst: &Path,
+        skip: &(dyn for<'n> Fn(&'n str) -> bool + Sync),
+    ) -> Result<Vec<String>, EnvError> {
+        let _ = (sandbox_src, host_dst, skip);
+        Err(EnvError::Unsupported(
+            "this backend cannot copy files out of its sandboxes".into(),
+        ))
+    }
+
     /// Run the verifier with `tests` (a host folder) at [`TESTS_DIR`] and the trial's own
     /// `/logs/verifier`, while the agent's background services keep running. A backend with
     /// views gives it a mount view of its own, out of the services' reach.

@@ -262,6 +262,9 @@ pub struct DirEntry {
     pub name: String,
     pub is_dir: bool,
     pub is_symlink: bool,
+    /// A regular file (what a link points at, for a link); not a fifo, socket or device.
+    #[serde(default)]
+    pub is_file: bool,
     pub len: u64,
 }
 

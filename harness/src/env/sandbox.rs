@@ -136,6 +136,17 @@ pub struct SandboxBackend {
     pub(crate) build_locks: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
+/// The most one `copy_out` brings to the host.
+const MAX_COPY_OUT_BYTES: u64 = 1 << 30;
+
+/// A server's refusal to read `path`, as an I/O error naming it.
+fn reply_io(path: &str, e: protocol::ReplyError) -> EnvError {
+    EnvError::Io {
+        context: format!("copy {path} out of the sandbox"),
+        source: std::io::Error::other(e.message),
+    }
+}
+
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EnvError {
     let context = context.into();
     move |source| EnvError::Io { context, source }
@@ -523,6 +534,52 @@ impl SandboxHandle {
         Ok((item, staged))
     }
 
+    /// A folder's entries, or `None` for what is not a folder.
+    async fn list(&self, path: &str) -> Result<Option<Vec<protocol::DirEntry>>, EnvError> {
+        let op = Op::ListDir {
+            path: path.to_string(),
+            scope: None,
+        };
+        match self.client.call(op).await? {
+            Reply::Dir { entries } => Ok(Some(entries)),
+            Reply::Error(e) if e.kind == protocol::ErrorKind::NotADirectory => Ok(None),
+            Reply::Error(e) => Err(reply_io(path, e)),
+            other => Err(EnvError::Lost(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// One regular file out to `host` (created anew, never through a link), within `budget`.
+    async fn copy_file_out(
+        &self,
+        path: &str,
+        host: &Path,
+        budget: &mut u64,
+        left_out: &mut Vec<String>,
+    ) -> Result<(), EnvError> {
+        let op = Op::ReadFile {
+            path: path.to_string(),
+            scope: None,
+        };
+        let bytes = match self.client.call(op).await? {
+            Reply::File { data_b64 } => protocol::decode(&data_b64).map_err(EnvError::Lost)?,
+            Reply::Error(e) if e.kind == protocol::ErrorKind::InvalidInput => {
+                left_out.push(format!("{path}: {}", e.message));
+                return Ok(());
+            }
+            Reply::Error(e) => return Err(reply_io(path, e)),
+            other => return Err(EnvError::Lost(format!("unexpected reply {other:?}"))),
+        };
+        let Some(rest) = budget.checked_sub(bytes.len() as u64) else {
+            left_out.push(format!(
+                "{path}: over the {} MiB copied out of one sandbox",
+                MAX_COPY_OUT_BYTES >> 20
+            ));
+            return Ok(());
+        };
+        *budget = rest;
+        geode_graders::safe_fs::write(host, &bytes).map_err(io(format!("write {}", host.display())))
+    }
+
     /// Stage `host_src` in the inbox and have the server copy it to `dst` inside.
     pub(crate) async fn install(
         &self,
@@ -706,6 +763,46 @@ impl Sandbox for SandboxHandle {
 
     async fn copy_in(&self, host_src: &Path, sandbox_dst: &str) -> Result<(), EnvError> {
         self.install(host_src, sandbox_dst, false).await
+    }
+
+    async fn copy_out(
+        &self,
+        sandbox_src: &str,
+        host_dst: &Path,
+        skip: &(dyn for<'n> Fn(&'n str) -> bool + Sync),
+    ) -> Result<Vec<String>, EnvError> {
+        let mut left_out = Vec::new();
+        let mut budget = MAX_COPY_OUT_BYTES;
+        // The source itself may be a folder or a file (a link to either is followed: it is
+        // what the task names).
+        let mut pending = match self.list(sandbox_src).await? {
+            Some(entries) => vec![(sandbox_src.to_string(), host_dst.to_path_buf(), entries)],
+            None => {
+                self.copy_file_out(sandbox_src, host_dst, &mut budget, &mut left_out)
+                    .await?;
+                return Ok(left_out);
+            }
+        };
+        while let Some((inside, host, entries)) = pending.pop() {
+            std::fs::create_dir(&host).map_err(io(format!("create {}", host.display())))?;
+            for entry in entries {
+                let from = format!("{}/{}", inside.trim_end_matches('/'), entry.name);
+                let to = host.join(&entry.name);
+                if skip(&entry.name) {
+                    continue;
+                }
+                if entry.is_symlink || !(entry.is_dir || entry.is_file) {
+                    left_out.push(format!("{from}: a link or special file"));
+                } else if entry.is_dir {
+                    let listed = self.list(&from).await?.unwrap_or_default();
+                    pending.push((from, to, listed));
+                } else {
+                    self.copy_file_out(&from, &to, &mut budget, &mut left_out)
+                        .await?;
+                }
+            }
+        }
+        Ok(left_out)
     }
 
     async fn run_verifier(&self, tests: &Path, req: ExecRequest) -> Result<ExecOutput, EnvError> {

@@ -5,6 +5,8 @@
 //! verifier still runs. The agent's background services keep running through verification
 //! (as in Harbor), but the verifier runs in a view of its own (`Sandbox::run_verifier`): the
 //! tests arrive only then, and its `/logs/verifier` is one the agent's processes never saw.
+//! With `environment_mode = "separate"` the verifier runs in a fresh sandbox instead, which
+//! receives only the task's declared artifacts.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,8 +30,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::images::ImageCache;
 use crate::atif;
-use crate::env::{Backend, EnvError, EnvironmentSpec, Sandbox, TESTS_DIR};
-use crate::pack::Task;
+use crate::env::{Backend, EnvError, EnvironmentSpec, NetworkPolicy, Sandbox, TESTS_DIR};
+use crate::pack::{EnvironmentSection, Task, TaskHash, VerifierMode};
 use crate::store::{TrialRow, TrialUsage};
 
 /// Where the oracle finds the reference solution inside the sandbox.
@@ -156,11 +158,58 @@ pub fn environment_spec(
     timeout_multiplier: f64,
     build_log: Option<PathBuf>,
 ) -> EnvironmentSpec {
-    let environment = &task.config.environment;
+    section_spec(
+        task,
+        &task.config.environment,
+        task.config.network_policy(),
+        task.environment_dir(),
+        timeout_multiplier,
+        build_log,
+    )
+}
+
+/// A separate verifier's environment, as Harbor resolves it, and the key its image is cached
+/// under: `[verifier.environment]`'s image when it names one; else `tests/Dockerfile` when
+/// there is one; else the task's own environment (the same image as the agent's).
+fn verifier_environment_spec(
+    task: &Task,
+    timeout_multiplier: f64,
+    build_log: Option<PathBuf>,
+) -> (EnvironmentSpec, TaskHash) {
+    let own = task.config.verifier.environment.as_ref();
+    let section = own.unwrap_or(&task.config.environment);
+    let policy = match own {
+        Some(section) => section.network_policy(section.network_mode.as_deref()),
+        None => task.config.network_policy(),
+    };
+    let tests_build = task.tests_dir().join("Dockerfile").is_file();
+    let dir = if tests_build && section.docker_image.is_none() {
+        task.tests_dir()
+    } else {
+        task.environment_dir()
+    };
+    let mut spec = section_spec(task, section, policy, dir, timeout_multiplier, build_log);
+    if own.is_some() && spec.docker_image.is_none() && !tests_build {
+        spec.docker_image = task.config.environment.docker_image.clone();
+    }
+    if own.is_none() && !tests_build {
+        return (spec, task.hash.clone());
+    }
+    (spec, TaskHash(format!("{}+verifier", task.hash)))
+}
+
+fn section_spec(
+    task: &Task,
+    environment: &EnvironmentSection,
+    network: NetworkPolicy,
+    environment_dir: PathBuf,
+    timeout_multiplier: f64,
+    build_log: Option<PathBuf>,
+) -> EnvironmentSpec {
     EnvironmentSpec {
         task_name: task.id.clone(),
-        environment_dir: task.environment_dir(),
-        network: task.config.network_policy(),
+        environment_dir,
+        network,
         cpus: environment.cpus,
         memory_mb: environment.memory_mb,
         storage_mb: environment.storage_mb,
@@ -219,7 +268,8 @@ async fn run_phases(
         "build_seconds": image.build_duration.as_secs_f64(),
     }));
 
-    let ending = agent_then_verify(plan, sandbox.as_ref(), observer, cancel, rec).await;
+    let fresh = Fresh { backend, images };
+    let ending = agent_then_verify(plan, sandbox.as_ref(), &fresh, observer, cancel, rec).await;
 
     observer.phase(&plan.trial_name, "teardown");
     let t = Instant::now();
@@ -253,9 +303,16 @@ fn broke_its_sandbox(rec: &mut Record, why: &str) -> Ending {
     }
 }
 
+/// Where a separate verifier's sandbox comes from.
+struct Fresh<'a> {
+    backend: &'a dyn Backend,
+    images: &'a ImageCache,
+}
+
 async fn agent_then_verify(
     plan: &TrialPlan,
     sandbox: &dyn Sandbox,
+    fresh: &Fresh<'_>,
     observer: &dyn PhaseObserver,
     cancel: &CancellationToken,
     rec: &mut Record,
@@ -281,7 +338,7 @@ async fn agent_then_verify(
 
     observer.phase(&plan.trial_name, "verifier");
     let t = Instant::now();
-    let verified = match verify(plan, sandbox, rec).await {
+    let verified = match verify(plan, sandbox, fresh, rec).await {
         Err(ending)
             if ending
                 .exception
@@ -463,6 +520,7 @@ fn session_tool_definitions(session: &geode_runtime::agent::AgenticLoop) -> Vec<
 async fn verify(
     plan: &TrialPlan,
     sandbox: &dyn Sandbox,
+    fresh: &Fresh<'_>,
     rec: &mut Record,
 ) -> Result<(f64, BTreeMap<String, f64>), Ending> {
     let infra = |o, class: &str, e: String| Ending::infra(o, class, e);
@@ -506,6 +564,143 @@ async fn verify(
             ),
         ));
     }
+    match plan.task.config.verifier_mode() {
+        VerifierMode::Shared => {
+            let result = run_tests(plan, sandbox, true, rec).await;
+            // Declared artifacts are kept for the record once the services are done with.
+            if !plan.task.config.artifacts.is_empty() && sandbox.kill_all_processes().await.is_ok()
+            {
+                collect_artifacts(plan, sandbox, rec).await;
+            }
+            result
+        }
+        VerifierMode::Separate => {
+            let verifier = separate_verifier(plan, sandbox, fresh, rec).await?;
+            let result = run_tests(plan, verifier.as_ref(), false, rec).await;
+            if let Err(e) = verifier.teardown().await {
+                rec.notes
+                    .push(format!("the verifier's sandbox teardown failed: {e}"));
+            }
+            result
+        }
+    }
+}
+
+/// A fresh sandbox for a separate verifier (Harbor's `environment_mode = "separate"`): the
+/// agent's processes end, its declared artifacts are copied out to the trial's `artifacts/`
+/// and into the new sandbox at their own paths; `/logs/artifacts` is the trial's, as before.
+async fn separate_verifier(
+    plan: &TrialPlan,
+    sandbox: &dyn Sandbox,
+    fresh: &Fresh<'_>,
+    rec: &mut Record,
+) -> Result<Box<dyn Sandbox>, Ending> {
+    let setup =
+        |e: EnvError| Ending::infra(env_outcome(&e), "VerifierEnvironmentError", e.to_string());
+    // Nothing of the agent's may run on, or change the artifacts while they are read.
+    sandbox
+        .kill_all_processes()
+        .await
+        .map_err(|e| Ending::infra(TrialOutcome::SandboxLost, "SandboxError", e.to_string()))?;
+    let collected = collect_artifacts(plan, sandbox, rec).await;
+    let (spec, key) = verifier_environment_spec(
+        &plan.task,
+        plan.timeout_multiplier,
+        Some(plan.trial_dir.join("build.log")),
+    );
+    let image = fresh
+        .images
+        .prepare(fresh.backend, &key, &spec)
+        .await
+        .map_err(setup)?;
+    let verifier = fresh
+        .backend
+        .start(&spec, &image, &plan.trial_dir)
+        .await
+        .map_err(setup)?;
+    for (host, source) in collected {
+        if let Err(e) = verifier.copy_in(&host, &source).await {
+            rec.notes.push(format!(
+                "artifact {source}: not copied to the verifier: {e}"
+            ));
+        }
+    }
+    Ok(verifier)
+}
+
+/// Copy the task's declared artifacts out of `sandbox` (no agent process running) into the
+/// trial's `artifacts/`; what was collected, by host path and source. Best effort, as in
+/// Harbor: a missing source is a note.
+async fn collect_artifacts(
+    plan: &TrialPlan,
+    sandbox: &dyn Sandbox,
+    rec: &mut Record,
+) -> Vec<(PathBuf, String)> {
+    let base = plan.trial_dir.join("artifacts");
+    let mut collected = Vec::new();
+    for artifact in &plan.task.config.artifacts {
+        let source = artifact.source();
+        let dest = match clear_destination(&base, artifact.destination()) {
+            Ok(dest) => dest,
+            Err(e) => {
+                rec.notes.push(format!(
+                    "artifact {source}: no place for it under artifacts/: {e}"
+                ));
+                continue;
+            }
+        };
+        match sandbox
+            .copy_out(source, &dest, &|name| artifact.excludes(name))
+            .await
+        {
+            Ok(left_out) => {
+                rec.notes.extend(
+                    left_out
+                        .into_iter()
+                        .map(|l| format!("artifact {source}: left out {l}")),
+                );
+                collected.push((dest, source.to_string()));
+            }
+            Err(e) => rec
+                .notes
+                .push(format!("artifact {source}: not collected: {e}")),
+        }
+    }
+    collected
+}
+
+/// `base/rel` made ready for a fresh copy: its parent folders real folders (a link the agent
+/// left under `/logs/artifacts` is removed, never followed), nothing at the path itself.
+fn clear_destination(base: &Path, rel: &str) -> std::io::Result<PathBuf> {
+    let mut path = base.to_path_buf();
+    let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
+    for (i, part) in parts.iter().enumerate() {
+        path.push(part);
+        let last = i + 1 == parts.len();
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() && !last => continue,
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&path)?,
+            Ok(_) => std::fs::remove_file(&path)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        if !last {
+            std::fs::create_dir(&path)?;
+        }
+    }
+    Ok(path)
+}
+
+/// Run `tests/test.sh` in `sandbox` and grade what it left. `agent_layer`: the sandbox is
+/// the agent's, whose writable layer is read for changes to what the verifier runs.
+async fn run_tests(
+    plan: &TrialPlan,
+    sandbox: &dyn Sandbox,
+    agent_layer: bool,
+    rec: &mut Record,
+) -> Result<(f64, BTreeMap<String, f64>), Ending> {
+    let infra = |o, class: &str, e: String| Ending::infra(o, class, e);
+    let verifier_dir = plan.trial_dir.join("verifier");
     let tests = plan.task.tests_dir();
     let timeout = scaled(plan.task.config.verifier_timeout(), plan.timeout_multiplier);
     // The agent's background services keep running (Harbor's semantics); the verifier's view
@@ -553,7 +748,11 @@ async fn verify(
     }
     // After the verifier: what the agent's services changed while it ran counts too.
     let workdir = sandbox.workspace().root().to_string_lossy().into_owned();
-    let changed = sandbox.changed_verifier_inputs(&workdir).await;
+    let changed = if agent_layer {
+        sandbox.changed_verifier_inputs(&workdir).await
+    } else {
+        Vec::new()
+    };
     if !changed.is_empty() {
         rec.signals.reward_tampering += 1;
         rec.integrity

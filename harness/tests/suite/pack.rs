@@ -66,6 +66,21 @@ mystery = "x"
         "url-host",
         "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\", \"https://x.org/a\"]\n",
     );
+    task(
+        dir.path(),
+        "odd-mode",
+        "[verifier]\nenvironment_mode = \"isolated\"\n",
+    );
+    task(
+        dir.path(),
+        "shared-env",
+        "[verifier]\nenvironment_mode = \"shared\"\n[verifier.environment]\ndocker_image = \"x\"\n",
+    );
+    task(
+        dir.path(),
+        "climb",
+        "artifacts = [\"/app/out\", { source = \"/app/../etc/shadow\" }]\n",
+    );
     let pack = TaskPack::load(dir.path()).unwrap();
     assert_eq!(pack.tasks.len(), 1);
     let t = &pack.tasks[0];
@@ -77,7 +92,7 @@ mystery = "x"
         (t.config.category(), t.config.difficulty()),
         ("git", "hard")
     );
-    assert_eq!(pack.broken.len(), 4);
+    assert_eq!(pack.broken.len(), 7);
     let msgs: Vec<String> = pack.broken.iter().map(|e| e.to_string()).collect();
     let bad = msgs.iter().find(|m| m.contains("bad-type")).unwrap();
     assert!(
