@@ -30,6 +30,16 @@ pub struct OpenedPack {
     plain: PathBuf,
 }
 
+impl OpenedPack {
+    /// Where the sealed data lies on the host (the state, the sealed blob, the opened copy):
+    /// an agent's tool call naming one is a `sealed_data_access` signal.
+    pub fn sealed_paths(&self) -> Vec<String> {
+        let state = self.state_path.to_string_lossy().into_owned();
+        let blob = state.replace(".seal-state.json", ".sealed");
+        vec![state, blob, self.plain.to_string_lossy().into_owned()]
+    }
+}
+
 fn invalid(what: &str, e: impl std::fmt::Display) -> CrucibleRunError {
     CrucibleRunError::Invalid(format!("{what}: {e}"))
 }

@@ -64,6 +64,9 @@ pub struct Campaign<'a> {
     /// `Some(k)`: replication k, with its own run seed.
     pub replication: Option<u32>,
     pub attestation: Option<Attestation>,
+    /// Host paths of sealed data that no trial's tool call may name
+    /// ([`crate::crucible_ops::OpenedPack::sealed_paths`]).
+    pub sealed_paths: Vec<String>,
 }
 
 struct Meter {
@@ -127,6 +130,7 @@ pub async fn run_campaign(
                         model_route: spec.model_route.clone(),
                         scaffold: scaffold.clone(),
                         timeout_multiplier: c.timeout_multiplier,
+                        sealed_paths: c.sealed_paths.clone(),
                     },
                 ));
             }

@@ -727,3 +727,76 @@ fn geode_calls_geode_over_streamable_http() {
     let text = stdout(&wrong);
     assert!(!text.contains("inner  connected"), "{text}");
 }
+
+/// A stdio server's processes die with geode, even when geode is killed with SIGKILL and
+/// the server left something running that never reads stdin (it is in a process group of
+/// its own, which the tool-process reaper kills).
+#[test]
+fn a_stdio_server_s_processes_die_with_geode() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    let launcher = format!(
+        "sleep 300 & echo $! > {}; exec {}",
+        d.join("child.pid").display(),
+        fixture_server().display()
+    );
+    std::fs::write(
+        d.join("home").join("config.toml"),
+        format!("[mcp.servers.fixture]\ncommand = \"bash\"\nargs = [\"-c\", {launcher:?}]\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.toml"),
+        "[[turns]]\ntext = \"Waiting.\"\n[[turns.tool_calls]]\nid = \"b1\"\nname = \"bash\"\n\
+         input = { command = \"touch started; sleep 30\" }\n[[turns]]\ntext = \"Done.\"\n",
+    )
+    .unwrap();
+    let mut geode_process = geode(d)
+        .args([
+            "exec",
+            "--model",
+            "scripted:script.toml",
+            "--allow",
+            "dangerous",
+            "wait",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !(d.join("started").exists() && d.join("child.pid").exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the session never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let child: i32 = std::fs::read_to_string(d.join("child.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    geode_process.kill().unwrap();
+    geode_process.wait().unwrap();
+    // Gone, or a zombie waiting for init to reap it.
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|s| {
+            s.rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next())
+                != Some("Z")
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while alive() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let left = alive();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(!left, "the MCP server's child outlived geode");
+}

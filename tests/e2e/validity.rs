@@ -245,13 +245,14 @@ fn a_planted_reward_does_not_count_and_is_flagged() {
         &std::fs::read_to_string(run_dir.join("faults-honest__0/result.json")).unwrap(),
     )
     .unwrap();
-    assert!(
-        result["integrity"][0]
-            .as_str()
-            .unwrap()
-            .contains("verifier_dir_written_by_agent"),
-        "{result}"
-    );
+    // Found twice over: the file under /logs/verifier, and the commands that wrote it.
+    let flags = result["integrity"].as_array().unwrap();
+    for kind in ["verifier_dir_written_by_agent", "verifier_dir_write: bash"] {
+        assert!(
+            flags.iter().any(|f| f.as_str().unwrap().starts_with(kind)),
+            "{result}"
+        );
+    }
 }
 
 #[test]

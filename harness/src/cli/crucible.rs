@@ -424,6 +424,7 @@ async fn run_contract(a: RunArgs) -> anyhow::Result<ExitCode> {
                 &campaign_dir,
                 &a,
                 None,
+                Vec::new(),
                 cancel,
             )
             .await?;
@@ -450,6 +451,7 @@ async fn run_contract(a: RunArgs) -> anyhow::Result<ExitCode> {
                 &campaign_dir,
                 &a,
                 Some(opened.attestation.clone()),
+                opened.sealed_paths(),
                 cancel,
             )
             .await;
@@ -475,6 +477,7 @@ async fn campaign(
     dir: &Path,
     a: &RunArgs,
     attestation: Option<geode_crucible::Attestation>,
+    sealed_paths: Vec<String>,
     cancel: CancellationToken,
 ) -> anyhow::Result<DecisionRecord> {
     let backend = super::backends::make("sandbox", false, &a.jobs_dir)?;
@@ -488,6 +491,7 @@ async fn campaign(
         timeout_multiplier: a.timeout_multiplier,
         replication: None,
         attestation,
+        sealed_paths,
     };
     let evidence = run_campaign(&c, backend, Arc::new(Progress::new()), cancel).await?;
     write_atomic(
@@ -527,6 +531,7 @@ async fn replicate(a: ReplicateArgs) -> anyhow::Result<ExitCode> {
         timeout_multiplier: 1.0,
         replication: Some(a.index),
         attestation: None,
+        sealed_paths: Vec::new(),
     };
     let evidence = run_campaign(
         &c,

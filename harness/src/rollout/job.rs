@@ -333,6 +333,7 @@ async fn execute(
                 model_route: config.model.clone(),
                 scaffold: scaffold.clone(),
                 timeout_multiplier: config.timeout_multiplier,
+                sealed_paths: Vec::new(),
             });
         }
     }

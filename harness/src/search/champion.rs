@@ -524,6 +524,7 @@ async fn evaluate(
         timeout_multiplier: env.timeout_multiplier,
         replication: None,
         attestation: None,
+        sealed_paths: Vec::new(),
     };
     let evidence = run_campaign(
         &campaign,

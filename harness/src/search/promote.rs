@@ -127,6 +127,10 @@ pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
         timeout_multiplier: env.timeout_multiplier,
         replication: None,
         attestation: opened.as_ref().map(|o| o.attestation.clone()),
+        sealed_paths: opened
+            .as_ref()
+            .map(|o| o.sealed_paths())
+            .unwrap_or_default(),
     };
     let result = run_campaign(
         &campaign,

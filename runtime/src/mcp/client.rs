@@ -30,6 +30,7 @@ use crate::policy::PersonalDataClass;
 use crate::tools::plan::{
     BoundTool, ResourceKeyRule, ToolContext, ToolHandler, ToolOutput, ToolSpec,
 };
+use crate::tools::workspace::GroupGuard;
 
 /// How long a server gets to start and answer `initialize` and `tools/list`.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -62,6 +63,9 @@ pub struct ServerEntry {
     bound: Vec<BoundTool>,
     /// Kept so the connection (and the child process) lives as long as the manager.
     _connection: Option<RunningService<RoleClient, ()>>,
+    /// A stdio server's process group, killed after the connection closes (fields drop in
+    /// order) and by the reaper if geode dies without closing it.
+    _group: Option<GroupGuard>,
 }
 
 /// The connections to every configured server, shared by the sessions of one process.
@@ -160,6 +164,7 @@ impl McpManager {
                         tools: Vec::new(),
                         bound: Vec::new(),
                         _connection: None,
+                        _group: None,
                     },
                     None => connect_entry(c).await,
                 }
@@ -212,7 +217,7 @@ impl McpManager {
 async fn connect_entry(config: McpServerConfig) -> ServerEntry {
     let name = config.name.clone();
     let result = tokio::time::timeout(CONNECT_TIMEOUT, connect(&config)).await;
-    let (state, connection, listed) = match result {
+    let (state, connection, listed, group) = match result {
         Err(_) => (
             ServerState::Failed(format!(
                 "no answer to initialize/tools/list within {}s",
@@ -220,9 +225,10 @@ async fn connect_entry(config: McpServerConfig) -> ServerEntry {
             )),
             None,
             Vec::new(),
+            None,
         ),
-        Ok(Err(why)) => (ServerState::Failed(why), None, Vec::new()),
-        Ok(Ok((service, tools))) => (ServerState::Connected, Some(service), tools),
+        Ok(Err(why)) => (ServerState::Failed(why), None, Vec::new(), None),
+        Ok(Ok((service, tools, group))) => (ServerState::Connected, Some(service), tools, group),
     };
     if let ServerState::Failed(why) = &state {
         tracing::warn!("MCP server {name}: {why}");
@@ -242,20 +248,32 @@ async fn connect_entry(config: McpServerConfig) -> ServerEntry {
         tools,
         bound,
         _connection: connection,
+        _group: group,
     }
 }
 
-async fn connect(
-    config: &McpServerConfig,
-) -> Result<(RunningService<RoleClient, ()>, Vec<rmcp::model::Tool>), String> {
+type Connected = (
+    RunningService<RoleClient, ()>,
+    Vec<rmcp::model::Tool>,
+    Option<GroupGuard>,
+);
+
+async fn connect(config: &McpServerConfig) -> Result<Connected, String> {
+    let mut group = None;
     let service = match &config.transport {
         McpTransport::Stdio { command, args, env } => {
             let mut cmd = tokio::process::Command::new(command);
-            cmd.args(args).envs(env).kill_on_drop(true);
+            // A group of its own, so what the server starts dies with it.
+            cmd.args(args).envs(env).kill_on_drop(true).process_group(0);
             let (transport, stderr) = TokioChildProcess::builder(cmd)
                 .stderr(Stdio::piped())
                 .spawn()
                 .map_err(|e| format!("cannot start {command}: {e}"))?;
+            // Dropped with this future on a failed or timed-out start: the group dies then.
+            group = transport
+                .id()
+                .and_then(|pid| i32::try_from(pid).ok())
+                .map(|pid| GroupGuard::new(Some(nix::unistd::Pid::from_raw(pid))));
             if let Some(stderr) = stderr {
                 forward_stderr(config.name.clone(), stderr);
             }
@@ -281,7 +299,7 @@ async fn connect(
         .list_all_tools()
         .await
         .map_err(|e| format!("tools/list failed: {e}"))?;
-    Ok((service, tools))
+    Ok((service, tools, group))
 }
 
 /// A server's stderr goes to our log (at debug), never to our stdout.

@@ -310,14 +310,13 @@ impl OutputCapture {
     }
 }
 
-/// Kills the command's process group when dropped, so even an abandoned `exec` future leaves
-/// nothing running.
-/// A command's process group: killed when the call ends, and by the [`Reaper`] if this
+/// A process group of ours (a command's, an MCP server's): killed when the guard drops, so
+/// even an abandoned `exec` future leaves nothing running, and by the [`Reaper`] if this
 /// process dies first.
-struct GroupGuard(Option<nix::unistd::Pid>);
+pub(crate) struct GroupGuard(Option<nix::unistd::Pid>);
 
 impl GroupGuard {
-    fn new(pgid: Option<nix::unistd::Pid>) -> Self {
+    pub(crate) fn new(pgid: Option<nix::unistd::Pid>) -> Self {
         if let Some(pgid) = pgid {
             Reaper::get().send('+', pgid);
         }
