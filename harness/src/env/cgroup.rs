@@ -184,6 +184,42 @@ impl Cgroups {
         groups
     }
 
+    /// Remove sandbox groups that no scratch folder accounts for (a run killed after its
+    /// folder went, or one whose folder was deleted by hand): every `geode/<name>` group
+    /// with no process that is older than `min_age`. A live sandbox's group always holds its
+    /// server, and a group too young may be one another run has just made and not joined
+    /// yet. Returns the groups removed.
+    pub(crate) fn sweep_orphans(min_age: Duration) -> Vec<PathBuf> {
+        Self::sweep_orphans_under(Path::new(CGROUP_ROOT), min_age)
+    }
+
+    fn sweep_orphans_under(root: &Path, min_age: Duration) -> Vec<PathBuf> {
+        let mut parents = vec![root.join("geode")];
+        if let Ok(controllers) = std::fs::read_dir(root) {
+            parents.extend(controllers.flatten().map(|c| c.path().join("geode")));
+        }
+        let mut removed = Vec::new();
+        for parent in parents {
+            let Ok(groups) = std::fs::read_dir(&parent) else {
+                continue;
+            };
+            for group in groups.flatten().map(|g| g.path()) {
+                let empty = std::fs::read_to_string(group.join("cgroup.procs"))
+                    .is_ok_and(|procs| procs.trim().is_empty());
+                let old = std::fs::metadata(&group)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age >= min_age);
+                // rmdir refuses a group that gained a process meanwhile (EBUSY).
+                if empty && old && std::fs::remove_dir(&group).is_ok() {
+                    removed.push(group);
+                }
+            }
+        }
+        removed
+    }
+
     /// Remove the groups. A group is removable only once its last process is gone and
     /// released, which can trail the kill by a moment: retry for up to `patience`.
     pub(crate) fn remove(&mut self, patience: Duration) -> Vec<String> {
@@ -241,6 +277,47 @@ mod tests {
         let g = Cgroups::create_under(dir.path(), "t", limits);
         assert_eq!(g.rlimit_as, Some(64 << 20));
         assert_eq!(g.notes.len(), 1);
+    }
+
+    /// On the host's real cgroup file system (root only): an empty group goes, one with a
+    /// process stays.
+    #[test]
+    fn orphan_groups_are_swept_and_live_ones_kept() {
+        let root = Path::new(CGROUP_ROOT);
+        let Some(controller) = ["pids", "memory", ""]
+            .iter()
+            .map(|c| root.join(c))
+            .find(|c| c.join("cgroup.procs").exists())
+        else {
+            return;
+        };
+        let parent = controller.join("geode");
+        if !nix::unistd::geteuid().is_root() || std::fs::create_dir_all(&parent).is_err() {
+            return;
+        }
+        let orphan = parent.join(format!("test-orphan-{}", std::process::id()));
+        let live = parent.join(format!("test-live-{}", std::process::id()));
+        std::fs::create_dir(&orphan).unwrap();
+        std::fs::create_dir(&live).unwrap();
+        let mut sleeper = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        std::fs::write(live.join("cgroup.procs"), sleeper.id().to_string()).unwrap();
+        // Too young to be an orphan yet.
+        let none = Cgroups::sweep_orphans_under(root, Duration::from_secs(3600));
+        assert!(!none.contains(&orphan), "{none:?}");
+        let removed = Cgroups::sweep_orphans_under(root, Duration::ZERO);
+        assert!(removed.contains(&orphan), "{removed:?}");
+        assert!(!orphan.exists());
+        assert!(live.exists(), "a group with a process was removed");
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
+        let mut held = Cgroups {
+            dirs: vec![live.clone()],
+            ..Cgroups::default()
+        };
+        assert!(held.remove(Duration::from_secs(2)).is_empty());
     }
 
     #[test]

@@ -705,6 +705,8 @@ fn remove_stale_sandboxes(scratch: &Path) {
         let _ = Cgroups::leftovers(&name).remove(Duration::from_millis(200));
         let _ = remove_any(&dir);
     }
+    // Groups whose folder is gone: a minute leaves alone what another run is still setting up.
+    Cgroups::sweep_orphans(Duration::from_secs(60));
 }
 
 /// The uuid's tail: unique enough for a hostname and cgroup name, and free of dots.
