@@ -159,18 +159,9 @@ impl GradeRewards {
 
 impl From<crate::reward::Rewards> for GradeRewards {
     fn from(r: crate::reward::Rewards) -> Self {
-        let key = if r.all.contains_key("reward") {
-            "reward".to_string()
-        } else {
-            r.all
-                .keys()
-                .next()
-                .cloned()
-                .unwrap_or_else(|| "reward".into())
-        };
         GradeRewards {
             primary: r.primary,
-            primary_key: key,
+            primary_key: r.primary_key,
             all: r.all,
         }
     }
@@ -316,6 +307,8 @@ pub struct GradeInput {
     /// The outcome `result.json` recorded, if any: an infrastructure class from before the
     /// verifier (environment, sandbox, cancel) is carried into every re-grade.
     pub recorded_outcome: Option<TrialOutcome>,
+    /// The reward key the task declares as its headline (`[metadata] reward_key`).
+    pub reward_key: Option<String>,
 }
 
 impl GradeInput {
@@ -333,12 +326,23 @@ impl GradeInput {
             .ok()
             .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
             .and_then(|doc| doc.get("outcome")?.as_str().and_then(TrialOutcome::parse));
+        // A task.toml that does not parse leaves no declaration: the pack loader reports it.
+        let reward_key = task_dir
+            .and_then(|d| std::fs::read_to_string(d.join("task.toml")).ok())
+            .and_then(|t| toml::from_str::<toml::Table>(&t).ok())
+            .and_then(|t| {
+                t.get("metadata")?
+                    .get("reward_key")?
+                    .as_str()
+                    .map(str::to_string)
+            });
         GradeInput {
             trial_dir: trial_dir.to_path_buf(),
             task_dir: task_dir.map(Path::to_path_buf),
             instruction,
             final_answer,
             recorded_outcome,
+            reward_key,
         }
     }
 
@@ -505,6 +509,10 @@ pub fn render_grade(grade: &Grade) -> String {
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
             out.push_str(&format!("reward: {}", r.primary));
+            // Say where a headline comes from when it is not the `reward` key itself.
+            if r.primary_key != "reward" {
+                out.push_str(&format!(" [{}]", r.primary_key));
+            }
             if !others.is_empty() {
                 out.push_str(&format!(" ({})", others.join(", ")));
             }

@@ -1,10 +1,16 @@
 //! Reading the reward a verifier wrote, with Harbor's semantics: the test script's exit code is
 //! ignored, only the reward file counts.
 //!
-//! Precedence (documented, fixed): `reward.json` first, a flat object of finite numbers whose
-//! primary value is the `reward` key (or the only key); otherwise `reward.txt`, one finite
-//! number. Neither present: `RewardError::Missing`. Present but unreadable: `Malformed`, naming
-//! the file and what is wrong.
+//! Precedence (documented, fixed): `reward.json` first, a flat object of finite numbers, every
+//! key kept; otherwise `reward.txt`, one finite number. Neither present:
+//! `RewardError::Missing`. Present but unreadable: `Malformed`, naming the file and what is
+//! wrong.
+//!
+//! The headline (what scores and pass/fail use) of a `reward.json`, in order: its `reward`
+//! key; the key the task declares (`[metadata] reward_key` in task.toml), which must then be
+//! there; its only key; with several keys and no declaration, the lowest of them, so a trial
+//! passes only when every one of its rewards does (Harbor's multi-reward tasks write
+//! `{"correctness": 1, "performance": 1}`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,6 +21,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rewards {
     pub primary: f64,
+    /// Where `primary` comes from: a key of `all`, or `min(a, b, ...)` for the lowest.
+    pub primary_key: String,
     pub all: BTreeMap<String, f64>,
     /// `reward.json` or `reward.txt`.
     pub source: String,
@@ -35,11 +43,11 @@ fn malformed(file: &Path, why: impl Into<String>) -> RewardError {
     }
 }
 
-/// Read the rewards from a verifier log folder.
-pub fn read_rewards(verifier_dir: &Path) -> Result<Rewards, RewardError> {
+/// Read the rewards from a verifier log folder; `declared` is the task's `reward_key`.
+pub fn read_rewards(verifier_dir: &Path, declared: Option<&str>) -> Result<Rewards, RewardError> {
     let json_path = verifier_dir.join("reward.json");
     if crate::safe_fs::is_file(&json_path) {
-        return read_json(&json_path);
+        return read_json(&json_path, declared);
     }
     let txt_path = verifier_dir.join("reward.txt");
     if crate::safe_fs::is_file(&txt_path) {
@@ -56,6 +64,7 @@ pub fn read_rewards(verifier_dir: &Path) -> Result<Rewards, RewardError> {
         }
         return Ok(Rewards {
             primary: value,
+            primary_key: "reward".into(),
             all: BTreeMap::from([("reward".to_string(), value)]),
             source: "reward.txt".into(),
         });
@@ -69,7 +78,7 @@ fn truncate(s: &str) -> String {
     s.chars().take(40).collect()
 }
 
-fn read_json(path: &Path) -> Result<Rewards, RewardError> {
+fn read_json(path: &Path, declared: Option<&str>) -> Result<Rewards, RewardError> {
     let text = crate::safe_fs::read_to_string(path).map_err(|e| malformed(path, e.to_string()))?;
     let value: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| malformed(path, format!("not JSON: {e}")))?;
@@ -84,14 +93,33 @@ fn read_json(path: &Path) -> Result<Rewards, RewardError> {
             .ok_or_else(|| malformed(path, format!("field {k:?} is not a finite number")))?;
         all.insert(k.clone(), n);
     }
-    let primary = match (all.get("reward"), all.len()) {
-        (Some(r), _) => *r,
-        (None, 1) => *all.values().next().unwrap_or(&0.0),
-        (None, 0) => return Err(malformed(path, "the object is empty")),
-        (None, _) => return Err(malformed(path, "several values and no \"reward\" key")),
+    let keyed = |key: &str| all.get(key).map(|v| (*v, key.to_string()));
+    let (primary, primary_key) = if let Some(found) = keyed("reward") {
+        found
+    } else if let Some(key) = declared {
+        keyed(key).ok_or_else(|| {
+            malformed(
+                path,
+                format!("no {key:?} key, which task.toml's metadata.reward_key names"),
+            )
+        })?
+    } else if all.is_empty() {
+        return Err(malformed(path, "the object is empty"));
+    } else if all.len() == 1 {
+        let (key, value) = all
+            .iter()
+            .next()
+            .map(|(k, v)| (k.clone(), *v))
+            .unwrap_or_default();
+        (value, key)
+    } else {
+        let lowest = all.values().copied().fold(f64::INFINITY, f64::min);
+        let keys: Vec<&str> = all.keys().map(String::as_str).collect();
+        (lowest, format!("min({})", keys.join(", ")))
     };
     Ok(Rewards {
         primary,
+        primary_key,
         all,
         source: "reward.json".into(),
     })
@@ -104,6 +132,7 @@ mod tests {
     #[test]
     fn precedence_and_errors() {
         let d = tempfile::tempdir().unwrap();
+        let read_rewards = |dir: &Path| super::read_rewards(dir, None);
         assert!(matches!(
             read_rewards(d.path()),
             Err(RewardError::Missing { .. })
@@ -120,12 +149,30 @@ mod tests {
             (r.primary, r.source.as_str(), r.all.len()),
             (1.0, "reward.json", 2)
         );
-        std::fs::write(d.path().join("reward.json"), r#"{"a": 1, "b": 2}"#).unwrap();
-        let e = read_rewards(d.path()).unwrap_err().to_string();
+        // Harbor's multi-reward shape: every key kept; the lowest is the headline unless the
+        // task names one.
+        std::fs::write(
+            d.path().join("reward.json"),
+            r#"{"correctness": 1, "performance": 0.25}"#,
+        )
+        .unwrap();
+        let r = read_rewards(d.path()).unwrap();
+        assert_eq!(
+            (r.primary, r.primary_key.as_str(), r.all.len()),
+            (0.25, "min(correctness, performance)", 2)
+        );
+        let r = super::read_rewards(d.path(), Some("correctness")).unwrap();
+        assert_eq!((r.primary, r.primary_key.as_str()), (1.0, "correctness"));
+        let e = super::read_rewards(d.path(), Some("speed"))
+            .unwrap_err()
+            .to_string();
         assert!(
-            e.contains("reward.json") && e.contains("no \"reward\" key"),
+            e.contains("reward.json") && e.contains("\"speed\"") && e.contains("reward_key"),
             "{e}"
         );
+        std::fs::write(d.path().join("reward.json"), r#"{"score": 0.5}"#).unwrap();
+        let r = read_rewards(d.path()).unwrap();
+        assert_eq!((r.primary, r.primary_key.as_str()), (0.5, "score"));
         std::fs::remove_file(d.path().join("reward.json")).unwrap();
         std::fs::write(d.path().join("reward.txt"), "yes").unwrap();
         let e = read_rewards(d.path()).unwrap_err().to_string();

@@ -35,7 +35,7 @@ impl TestScriptGrader {
         }
         let dir = input.verifier_dir();
         let stdout = dir.join("test-stdout.txt");
-        let mut grade = match read_rewards(&dir) {
+        let mut grade = match read_rewards(&dir, input.reward_key.as_deref()) {
             Ok(r) => Grade::valid(Self::SPEC, r.clone().into()).with_evidence(Evidence::File {
                 label: "reward".into(),
                 path: dir.join(&r.source),

@@ -280,3 +280,66 @@ fn the_built_in_pack_is_valid() {
     );
     assert!(text.contains("28/28 tasks ok"), "{text}");
 }
+
+/// Harbor's multi-reward shape (`{"correctness": 1, "performance": 1}`, as its cookbook task
+/// writes) is a score, never an infrastructure error: every key is kept, the headline is the
+/// lowest key unless task.toml's `[metadata] reward_key` names one.
+#[test]
+fn multi_key_rewards_are_kept_and_scored_by_the_documented_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = dir.path().join("pack");
+    let writes = |performance: u8| {
+        format!(
+            "c=$([ -f /app/done ] && echo 1 || echo 0)\n\
+             echo \"{{\\\"correctness\\\": $c, \\\"performance\\\": {performance}}}\" > /logs/verifier/reward.json\n"
+        )
+    };
+    task(&pack, "both", Some(&writes(1)), 30);
+    task(&pack, "slow", Some(&writes(0)), 30);
+    task(&pack, "declared", Some(&writes(0)), 30);
+    let toml = pack.join("declared/task.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    std::fs::write(
+        &toml,
+        format!("{text}[metadata]\nreward_key = \"correctness\"\n"),
+    )
+    .unwrap();
+    let out = geode(
+        dir.path(),
+        &["run", "pack", "--model", "oracle", "--jobs-dir", "jobs"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut got = outcomes(&dir.path().join("jobs"));
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    let short: Vec<_> = got
+        .iter()
+        .map(|(t, o, r, _)| (t.as_str(), *o, *r))
+        .collect();
+    assert_eq!(
+        short,
+        [
+            ("faults/both", TrialOutcome::Passed, Some(1.0)),
+            ("faults/declared", TrialOutcome::Passed, Some(1.0)),
+            ("faults/slow", TrialOutcome::Failed, Some(0.0)),
+        ]
+    );
+    let run_dir: PathBuf = std::fs::read_dir(dir.path().join("jobs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("20"))
+        .unwrap();
+    let result: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(run_dir.join("faults-slow__0/result.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        result["verifier_result"]["rewards"],
+        serde_json::json!({"correctness": 1.0, "performance": 0.0}),
+        "{result}"
+    );
+}
