@@ -46,7 +46,8 @@ pub fn trajectory(
                     .tool_calls()
                     .into_iter()
                     .map(|c| {
-                        json!({"tool_call_id": c.id, "function_name": c.name, "arguments": c.input})
+                        json!({"tool_call_id": c.id, "function_name": c.name,
+                               "arguments": arguments_object(&c.input)})
                     })
                     .collect();
                 let mut step = json!({
@@ -114,4 +115,31 @@ fn attach_observations(step: &mut Value, message: &Message) -> bool {
     }
     step["observation"] = json!({ "results": results });
     true
+}
+
+/// ATIF's `arguments` is an object. A model may send anything (a string it failed to encode,
+/// an array): that is kept whole under `raw`, and no arguments at all are `{}`.
+fn arguments_object(input: &Value) -> Value {
+    match input {
+        Value::Object(_) => input.clone(),
+        Value::Null => json!({}),
+        other => json!({ "raw": other }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_always_an_object() {
+        let object = json!({"command": "ls"});
+        assert_eq!(arguments_object(&object), object);
+        assert_eq!(arguments_object(&Value::Null), json!({}));
+        assert_eq!(
+            arguments_object(&json!("{\"command\": \"ls\"")),
+            json!({"raw": "{\"command\": \"ls\""})
+        );
+        assert_eq!(arguments_object(&json!([1, 2])), json!({"raw": [1, 2]}));
+    }
 }
