@@ -76,9 +76,19 @@ else
 fi
 "#;
 
+/// What an import did: the task folders made, and each task it could not convert, with why.
+#[derive(Debug, Default)]
+pub struct Imported {
+    pub tasks: Vec<PathBuf>,
+    pub skipped: Vec<ImportError>,
+}
+
 /// Convert every TB1 task under `src` (a task folder, or a folder of them) into `dest`.
-/// Returns the imported task folders.
-pub fn import_tb1(src: &Path, dest: &Path) -> Result<Vec<PathBuf>, ImportError> {
+/// A task that cannot be converted is reported and the others still are; each task is
+/// written to a hidden folder beside its destination and renamed into place only when
+/// complete, so no half-written task is ever left (nor blocks a rerun). `Err` only when
+/// `src` holds no TB1 task at all.
+pub fn import_tb1(src: &Path, dest: &Path) -> Result<Imported, ImportError> {
     let mut tasks = Vec::new();
     if src.join("task.yaml").is_file() {
         tasks.push(src.to_path_buf());
@@ -97,9 +107,13 @@ pub fn import_tb1(src: &Path, dest: &Path) -> Result<Vec<PathBuf>, ImportError> 
             message: "no task.yaml found (not a Terminal-Bench 1 task or folder of tasks)".into(),
         });
     }
-    let mut out = Vec::new();
+    std::fs::create_dir_all(dest).map_err(io(dest))?;
+    let mut out = Imported::default();
     for task in tasks {
-        out.push(import_one(&task, dest)?);
+        match import_one(&task, dest) {
+            Ok(dir) => out.tasks.push(dir),
+            Err(e) => out.skipped.push(e),
+        }
     }
     Ok(out)
 }
@@ -130,21 +144,42 @@ fn import_one(src: &Path, dest_root: &Path) -> Result<PathBuf, ImportError> {
             path: yaml_path.display().to_string(),
             message: "no `instruction` (or `descriptions`) field".into(),
         })?;
-    if !src.join("Dockerfile").is_file() {
-        return Err(ImportError::Invalid {
-            path: src.join("Dockerfile").display().to_string(),
-            message: "missing: a TB1 task needs a Dockerfile".into(),
-        });
+    for needed in ["Dockerfile", "run-tests.sh"] {
+        if !src.join(needed).is_file() {
+            return Err(ImportError::Invalid {
+                path: src.join(needed).display().to_string(),
+                message: format!("missing: a TB1 task needs {needed}"),
+            });
+        }
     }
-    let dest = dest_root.join(&name);
-    if dest.exists() {
+    let final_dest = dest_root.join(&name);
+    if final_dest.exists() {
         return Err(ImportError::Invalid {
-            path: dest.display().to_string(),
+            path: final_dest.display().to_string(),
             message: "already exists; refusing to overwrite".into(),
         });
     }
+    let staging = dest_root.join(format!(".{name}.importing-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    let written = write_task(src, &staging, &name, &y, &instruction)
+        .and_then(|()| std::fs::rename(&staging, &final_dest).map_err(io(&final_dest)));
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(e);
+    }
+    Ok(final_dest)
+}
+
+/// Every file of the converted task, into `dest` (a fresh folder).
+fn write_task(
+    src: &Path,
+    dest: &Path,
+    name: &str,
+    y: &TaskYaml,
+    instruction: &str,
+) -> Result<(), ImportError> {
     for sub in ["environment", "tests", "solution"] {
-        std::fs::create_dir_all(dest.join(sub)).map_err(io(&dest))?;
+        std::fs::create_dir_all(dest.join(sub)).map_err(io(dest))?;
     }
     for entry in std::fs::read_dir(src).map_err(io(src))? {
         let p = entry.map_err(io(src))?.path();
@@ -160,21 +195,13 @@ fn import_one(src: &Path, dest_root: &Path) -> Result<PathBuf, ImportError> {
     if src.join("tests").is_dir() {
         copy_tree(&src.join("tests"), &dest.join("tests"))?;
     }
-    let run_tests = src.join("run-tests.sh");
-    if !run_tests.is_file() {
-        return Err(ImportError::Invalid {
-            path: run_tests.display().to_string(),
-            message: "missing: a TB1 task needs run-tests.sh".into(),
-        });
-    }
-    copy_tree(&run_tests, &dest.join("tests/run-tests.sh"))?;
+    copy_tree(&src.join("run-tests.sh"), &dest.join("tests/run-tests.sh"))?;
     write(&dest.join("tests/test.sh"), TEST_SH)?;
     if src.join("solution.sh").is_file() {
         copy_tree(&src.join("solution.sh"), &dest.join("solution/solve.sh"))?;
     }
-    write(&dest.join("instruction.md"), &instruction)?;
-    write(&dest.join("task.toml"), &task_toml(&name, &y))?;
-    Ok(dest)
+    write(&dest.join("instruction.md"), instruction)?;
+    write(&dest.join("task.toml"), &task_toml(name, y))
 }
 
 fn task_toml(name: &str, y: &TaskYaml) -> String {
@@ -183,14 +210,19 @@ fn task_toml(name: &str, y: &TaskYaml) -> String {
     let mut task = toml::Table::new();
     task.insert("name".into(), format!("tb1/{name}").into());
     task.insert("version".into(), "1.0.0".into());
-    let author = match (&y.author_name, &y.author_email) {
-        (Some(n), Some(e)) => Some(format!("{n} <{e}>")),
-        (Some(n), None) => Some(n.clone()),
-        (None, Some(e)) => Some(e.clone()),
-        (None, None) => None,
-    };
-    if let Some(a) = author {
-        task.insert("authors".into(), toml::Value::Array(vec![a.into()]));
+    // Harbor's shape: a list of `{ name, email }` tables.
+    let mut author = toml::Table::new();
+    if let Some(n) = &y.author_name {
+        author.insert("name".into(), n.clone().into());
+    }
+    if let Some(e) = &y.author_email {
+        author.insert("email".into(), e.clone().into());
+        if y.author_name.is_none() {
+            author.insert("name".into(), e.clone().into());
+        }
+    }
+    if !author.is_empty() {
+        task.insert("authors".into(), toml::Value::Array(vec![author.into()]));
     }
     task.insert(
         "keywords".into(),

@@ -77,10 +77,24 @@ pub async fn run(cmd: TasksCommand) -> anyhow::Result<ExitCode> {
             jobs_dir,
         } => validate(&pack, trials, concurrency, &jobs_dir).await,
         TasksCommand::ImportTb1 { src, dest } => {
-            for dir in import_tb1(&src, &dest)? {
+            let imported = import_tb1(&src, &dest)?;
+            for dir in &imported.tasks {
                 println!("{}", dir.display());
             }
-            Ok(ExitCode::SUCCESS)
+            for why in &imported.skipped {
+                eprintln!("not imported: {why}");
+            }
+            eprintln!(
+                "{} imported, {} not imported",
+                imported.tasks.len(),
+                imported.skipped.len()
+            );
+            // Some tasks converted and some not is still a partial failure the caller should see.
+            Ok(if imported.skipped.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
     }
 }

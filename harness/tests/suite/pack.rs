@@ -168,6 +168,8 @@ fn terminal_bench_1_tasks_import_to_harbor_layout() {
     );
     let dest = tempfile::tempdir().unwrap();
     let out = import_tb1(src.path(), dest.path()).unwrap();
+    assert!(out.skipped.is_empty(), "{:?}", out.skipped);
+    let out = out.tasks;
     assert_eq!(out.len(), 1);
     let loaded = Task::load(&out[0]).unwrap();
     assert_eq!(loaded.id, "tb1/hello-world");
@@ -194,17 +196,42 @@ fn terminal_bench_1_tasks_import_to_harbor_layout() {
     ] {
         assert!(out[0].join(f).is_file(), "{f}");
     }
-    // A second import refuses to overwrite.
-    let err = import_tb1(src.path(), dest.path()).unwrap_err().to_string();
-    assert!(err.contains("already exists"), "{err}");
-    // A task.yaml without an instruction names the file and the field.
+    // Harbor's author shape.
+    let toml_text = std::fs::read_to_string(out[0].join("task.toml")).unwrap();
+    let doc: toml::Table = toml::from_str(&toml_text).unwrap();
+    assert_eq!(
+        doc["task"]["authors"][0]["email"].as_str(),
+        Some("a@example.com"),
+        "{toml_text}"
+    );
+    // Beside it: a task.yaml without an instruction, and a task without run-tests.sh. A second
+    // import reports all three (one exists already), converts nothing, and leaves nothing.
     write(&src.path().join("broken/task.yaml"), "difficulty: easy\n");
     write(&src.path().join("broken/Dockerfile"), "FROM x\n");
-    let err = import_tb1(&src.path().join("broken"), dest.path())
-        .unwrap_err()
-        .to_string();
-    assert!(
-        err.contains("task.yaml") && err.contains("instruction"),
-        "{err}"
+    write(
+        &src.path().join("untested/task.yaml"),
+        "instruction: Do it.\n",
     );
+    write(&src.path().join("untested/Dockerfile"), "FROM x\n");
+    let again = import_tb1(src.path(), dest.path()).unwrap();
+    assert!(again.tasks.is_empty(), "{:?}", again.tasks);
+    let why: Vec<String> = again.skipped.iter().map(|e| e.to_string()).collect();
+    assert_eq!(why.len(), 3, "{why:?}");
+    assert!(
+        why.iter()
+            .any(|w| w.contains("broken/task.yaml") && w.contains("instruction")),
+        "{why:?}"
+    );
+    assert!(why.iter().any(|w| w.contains("run-tests.sh")), "{why:?}");
+    assert!(why.iter().any(|w| w.contains("already exists")), "{why:?}");
+    let left: Vec<_> = std::fs::read_dir(dest.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["hello-world"], "a partial task was left behind");
+    // The one that failed imports once fixed, beside the others.
+    write(&src.path().join("untested/run-tests.sh"), "true\n");
+    let fixed = import_tb1(src.path(), dest.path()).unwrap();
+    assert_eq!(fixed.tasks.len(), 1, "{:?}", fixed.skipped);
+    assert!(Task::load(&fixed.tasks[0]).is_ok());
 }
