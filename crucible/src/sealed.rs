@@ -282,6 +282,16 @@ impl SealState {
         ))
     }
 
+    /// Whether `key` opens `blob` as this pack, checked before the opening is burned: a wrong
+    /// key, or a blob that is not this pack, then costs nothing. The plaintext is dropped.
+    pub fn check_key(&self, blob: &[u8], key: &SealKey) -> Result<(), SealError> {
+        let pack_hash = verify_commitment(blob, &self.commitment)?;
+        if pack_hash != self.pack_hash {
+            return Err(SealError::Mismatch("blob claims another pack hash".into()));
+        }
+        decrypt(blob, key).map(drop)
+    }
+
     /// Decrypts the blob with the permit of this state's opening (consumed).
     pub fn open(
         &self,

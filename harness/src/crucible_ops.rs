@@ -55,11 +55,6 @@ pub fn open_sealed(
 ) -> Result<OpenedPack, CrucibleRunError> {
     let key = sealing::read_key(key_path)?;
     let mut state = sealing::load_state(state_path)?;
-    let opened_at = chrono::Utc::now().to_rfc3339();
-    let (attestation, permit) = state
-        .begin_opening(contract, &opened_at)
-        .map_err(|e| invalid(&state_path.display().to_string(), e))?;
-    sealing::save_state(state_path, &state)?;
     let blob_path = state_path
         .to_string_lossy()
         .replace(".seal-state.json", ".sealed");
@@ -67,6 +62,15 @@ pub fn open_sealed(
         path: blob_path.clone(),
         message: e.to_string(),
     })?;
+    // Nothing is burned for a key that cannot open the pack.
+    state
+        .check_key(&blob, &key)
+        .map_err(|e| invalid(&format!("{blob_path} with {}", key_path.display()), e))?;
+    let opened_at = chrono::Utc::now().to_rfc3339();
+    let (attestation, permit) = state
+        .begin_opening(contract, &opened_at)
+        .map_err(|e| invalid(&state_path.display().to_string(), e))?;
+    sealing::save_state(state_path, &state)?;
     let entries = state
         .open(permit, &blob, &key)
         .map_err(|e| invalid(&blob_path, e))?;

@@ -35,8 +35,21 @@ fn files(path: &Path, e: impl std::fmt::Display) -> CrucibleRunError {
     }
 }
 
-/// Read a 32-byte key (64 hex characters) from a key file.
+/// Read a 32-byte key (64 hex characters) from a key file, which only its owner may read.
 pub fn read_key(path: &Path) -> Result<SealKey, CrucibleRunError> {
+    let mode = std::fs::metadata(path)
+        .map_err(|e| files(path, e))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(files(
+            path,
+            format!(
+                "the key file is open to others (mode {:04o}); `chmod 600` it first",
+                mode & 0o7777
+            ),
+        ));
+    }
     let text = std::fs::read_to_string(path).map_err(|e| files(path, e))?;
     SealKey::from_hex(text.trim()).map_err(|e| files(path, e))
 }

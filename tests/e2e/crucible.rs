@@ -1,6 +1,7 @@
 //! The crucible end to end: a truly better scaffold is kept, a better-scoring candidate that
 //! raises integrity signals is vetoed, and a sealed test pack opens once.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Output;
 
@@ -181,6 +182,30 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
         );
     };
     freeze("test.json", "sealed/holdout.seal-state.json", "0.02");
+    // An honest mistake costs nothing: a key file open to others is refused, and so is a
+    // well-formed wrong key, both before the one opening is burned.
+    let open_to_others = s.path("shared.key");
+    std::fs::copy(&keyfile, &open_to_others).unwrap();
+    std::fs::set_permissions(&open_to_others, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let wrong = s.path("wrong.key");
+    std::fs::write(&wrong, format!("{}\n", "ab".repeat(32))).unwrap();
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for (key, says) in [("shared.key", "chmod 600"), ("wrong.key", "authenticat")] {
+        let (code, _, err) = s.run(
+            "test.json",
+            &["--sealed", "sealed/holdout.seal-state.json", "--key", key],
+        );
+        assert_eq!(code, 1, "{err}");
+        assert!(err.to_lowercase().contains(says), "{key}: {err}");
+        let state: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(s.path("sealed/holdout.seal-state.json")).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            state["opening"].is_null(),
+            "{key} burned the opening: {state}"
+        );
+    }
     let (code, out, err) = s.run(
         "test.json",
         &[
