@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use geode_crucible::{Attestation, DecisionRecord, EvaluatorIdentity, FrozenContract, SealState};
 
 use crate::crucible_run::CrucibleRunError;
+use crate::env::vault::Vault;
 use crate::pack::TaskPack;
 use crate::sealing;
 
@@ -28,6 +29,8 @@ pub struct OpenedPack {
     state: SealState,
     state_path: PathBuf,
     plain: PathBuf,
+    /// Holds `plain`: its tmpfs goes with it, or with this process however it ends.
+    _vault: Vault,
 }
 
 impl OpenedPack {
@@ -66,6 +69,17 @@ pub fn open_sealed(
     state
         .check_key(&blob, &key)
         .map_err(|e| invalid(&format!("{blob_path} with {}", key_path.display()), e))?;
+    // Plaintext left on disk by an older version's crash: nothing may keep it.
+    if let Ok(old) = std::fs::read_dir(jobs_dir.join(".sandbox")) {
+        for dir in old.flatten() {
+            if dir.file_name().to_string_lossy().starts_with("opened-") {
+                let _ = std::fs::remove_dir_all(dir.path());
+            }
+        }
+    }
+    let exe = std::env::current_exe().map_err(|e| invalid("the geode binary", e))?;
+    // Where the plaintext will live, made before the opening is burned.
+    let vault = Vault::open(&exe).map_err(|e| invalid("opened pack", e))?;
     let opened_at = chrono::Utc::now().to_rfc3339();
     let (attestation, permit) = state
         .begin_opening(contract, &opened_at)
@@ -74,8 +88,8 @@ pub fn open_sealed(
     let entries = state
         .open(permit, &blob, &key)
         .map_err(|e| invalid(&blob_path, e))?;
-    let plain = jobs_dir
-        .join(".sandbox")
+    let plain = vault
+        .path()
         .join(format!("opened-{}", &contract.hash().to_string()[..16]));
     sealing::unpack(&entries, &plain)?;
     match TaskPack::load(&plain) {
@@ -85,6 +99,7 @@ pub fn open_sealed(
             state,
             state_path: state_path.to_path_buf(),
             plain,
+            _vault: vault,
         }),
         Err(e) => {
             let _ = std::fs::remove_dir_all(&plain);

@@ -267,3 +267,131 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
         "{err}"
     );
 }
+
+/// The decrypted holdout lives in a tmpfs that only a child of geode holds: `kill -9` of
+/// geode mid-campaign leaves no plaintext anywhere, and the opening stays recorded.
+#[test]
+fn a_killed_test_stage_run_leaves_no_plaintext() {
+    let s = Study::new();
+    let o = s.geode(&[
+        "crucible",
+        "seal",
+        "test",
+        "--key",
+        "seal.key",
+        "--new-key",
+        "--name",
+        "holdout",
+        "-k",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    s.freeze(
+        "test.json",
+        &[
+            "--stage",
+            "test",
+            "--test-sealed",
+            "sealed/holdout.seal-state.json",
+            "-k",
+            "1",
+            "--min-tasks",
+            "5",
+        ],
+    );
+    let mut run = super::common::geode_bin()
+        .args([
+            "crucible",
+            "run",
+            "test.json",
+            "--baseline-scaffold",
+            "base.toml",
+            "--candidate-scaffold",
+            "cand.toml",
+            "-n",
+            "1",
+            "--jobs-dir",
+            "jobs",
+            "--sealed",
+            "sealed/holdout.seal-state.json",
+            "--key",
+            "seal.key",
+        ])
+        .current_dir(s.dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The vault: geode's child running `__vault`, whose folder holds the opened pack.
+    let geode_pid = run.id().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (vault, opened) = loop {
+        let found = std::fs::read_dir("/proc").unwrap().flatten().find_map(|p| {
+            let pid = p.file_name().to_string_lossy().into_owned();
+            let stat = std::fs::read_to_string(p.path().join("stat")).ok()?;
+            let ppid = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .to_string();
+            let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
+            let vault = ppid == geode_pid && cmdline.windows(7).any(|w| w == b"__vault");
+            let opened = std::fs::read_dir(p.path().join("root/tmp"))
+                .ok()?
+                .flatten()
+                .find(|e| e.file_name().to_string_lossy().starts_with("opened-"))?;
+            vault.then(|| (pid, opened.path()))
+        });
+        if let Some(found) = found {
+            break found;
+        }
+        assert!(std::time::Instant::now() < deadline, "no vault appeared");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert!(
+        opened.join("cron-next/instruction.md").is_file(),
+        "the opened pack is not in the vault: {}",
+        opened.display()
+    );
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::path::Path::new(&format!("/proc/{vault}")).exists()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        !std::path::Path::new(&format!("/proc/{vault}/root/tmp")).exists(),
+        "the vault outlived geode"
+    );
+    // Nothing of the plaintext on disk: no task folder of the test pack under the study.
+    let instruction = std::fs::read(s.path("test/cron-next/instruction.md")).unwrap();
+    let leaked = walk(&s.path("jobs"))
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "instruction.md"))
+        .any(|p| std::fs::read(&p).is_ok_and(|b| b == instruction));
+    assert!(!leaked, "the decrypted instruction is on disk under jobs/");
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(s.path("sealed/holdout.seal-state.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        !state["opening"].is_null(),
+        "the started campaign is recorded: {state}"
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -236,6 +236,7 @@ mod seccomp;
 mod server;
 mod setup;
 mod steps;
+pub mod vault;
 mod views;
 pub mod workspace;
 
@@ -274,6 +275,7 @@ pub fn sandbox_entry(args: &[String]) -> Option<std::process::ExitCode> {
             None => std::process::ExitCode::from(2),
         }),
         Some(INIT_ARG) => Some(init::init_main()),
+        Some(vault::VAULT_ARG) => Some(vault::vault_main()),
         _ => None,
     }
 }
