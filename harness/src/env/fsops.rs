@@ -7,8 +7,41 @@
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::protocol::{self, DirEntry, ErrorKind, INBOX, Reply, ReplyError};
+
+/// Set once by a server whose sandbox has a user namespace: what it creates belongs to
+/// container root ([`super::ids`]), not to host root, which would show as `nobody` inside.
+static GIVE_TO_ROOT: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn give_created_entries_to_root() {
+    GIVE_TO_ROOT.store(true, Ordering::Relaxed);
+}
+
+/// Hand a path this server just created to container root (a no-op without a user
+/// namespace).
+pub(crate) fn created(path: &Path) -> io::Result<()> {
+    if GIVE_TO_ROOT.load(Ordering::Relaxed) {
+        super::ids::give_to_root(path)?;
+    }
+    Ok(())
+}
+
+/// `create_dir_all`, each folder it makes handed to container root.
+pub(crate) fn create_dirs(dir: &Path) -> io::Result<()> {
+    if std::fs::symlink_metadata(dir).is_ok() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dirs(parent)?;
+    }
+    match std::fs::create_dir(dir) {
+        Ok(()) => created(dir),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
 
 fn io_fail(op: &str, path: &Path, e: &io::Error) -> ReplyError {
     ReplyError {
@@ -103,9 +136,13 @@ pub(crate) fn write_file(
         message,
     })?;
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| io_fail("create directory", parent, &e))?;
+        create_dirs(parent).map_err(|e| io_fail("create directory", parent, &e))?;
     }
+    let existed = std::fs::symlink_metadata(&path).is_ok();
     std::fs::write(&path, bytes).map_err(|e| io_fail("write", &path, &e))?;
+    if !existed {
+        created(&path).map_err(|e| io_fail("hand to root", &path, &e))?;
+    }
     Ok(Reply::Done)
 }
 
@@ -158,9 +195,21 @@ pub(crate) fn install(from: &str, to: &str, merge: bool) -> Result<Reply, ReplyE
         remove_any(dst).map_err(|e| io_fail("replace", dst, &e))?;
     }
     if let Some(parent) = dst.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| io_fail("create directory", parent, &e))?;
+        create_dirs(parent).map_err(|e| io_fail("create directory", parent, &e))?;
     }
     copy_tree(&src, dst).map_err(|e| io_fail("copy into", dst, &e))?;
+    // What was copied (a merge leaves the rest of the folder's owners alone).
+    if GIVE_TO_ROOT.load(Ordering::Relaxed) {
+        for entry in walkdir::WalkDir::new(&src).follow_links(false) {
+            let entry = entry.map_err(|e| io_fail("walk", &src, &io::Error::other(e)))?;
+            // `dst.join("")` would end in `/`, which follows a link.
+            let at = match entry.path().strip_prefix(&src) {
+                Ok(rel) if !rel.as_os_str().is_empty() => dst.join(rel),
+                _ => dst.to_path_buf(),
+            };
+            created(&at).map_err(|e| io_fail("hand to root", &at, &e))?;
+        }
+    }
     Ok(Reply::Done)
 }
 

@@ -227,6 +227,7 @@ pub mod evidence;
 mod exec;
 mod fsops;
 pub mod host;
+pub mod ids;
 pub mod image;
 mod init;
 mod netns;

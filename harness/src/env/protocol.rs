@@ -49,6 +49,10 @@ pub struct ServerSpec {
     pub env: Vec<(String, String)>,
     /// Default user of every process (`name`, `uid` or `uid:gid`); root when `None`.
     pub user: Option<String>,
+    /// Every process runs in a user namespace (container root = host uid
+    /// [`super::ids::HOST_BASE`]); the layers' owners are host ids already.
+    #[serde(default)]
+    pub userns: bool,
 }
 
 /// A sandbox's network.

@@ -352,6 +352,34 @@ impl SandboxBackend {
             }
             None => None,
         };
+        // An image sandbox runs in a user namespace: its layers' owners and the host folders
+        // it writes to must be host ids of its users (see `ids`).
+        let userns = matches!(launch.root, ImageRoot::Layers(_));
+        if userns {
+            let lower = match &launch.root {
+                ImageRoot::Layers(lower) => lower.clone(),
+                ImageRoot::Host { .. } => Vec::new(),
+            };
+            let writable: Vec<PathBuf> = binds
+                .iter()
+                .filter(|b| !b.read_only)
+                .map(|b| b.host.clone())
+                .chain(launch.verifier_logs.clone())
+                .collect();
+            tokio::task::spawn_blocking(move || {
+                for layer in &lower {
+                    super::ids::shift_layer(layer)
+                        .map_err(io(format!("shift the owners of {}", layer.display())))?;
+                }
+                for host in &writable {
+                    super::ids::give_to_root(host)
+                        .map_err(io(format!("give {} to the sandbox's root", host.display())))?;
+                }
+                Ok::<_, EnvError>(())
+            })
+            .await
+            .map_err(|e| EnvError::Lost(format!("ownership task: {e}")))??;
+        }
         let mut cgroups = Cgroups::create(&name, launch.limits);
         let spec = ServerSpec {
             schema: protocol::SERVER_SCHEMA.into(),
@@ -371,6 +399,7 @@ impl SandboxBackend {
             workdir: launch.workdir.clone(),
             env: launch.env.clone(),
             user: launch.user.clone(),
+            userns,
         };
         let client = match ServerClient::start(&self.config.geode_exe, &spec).await {
             Ok(client) => client,
@@ -522,15 +551,27 @@ impl SandboxHandle {
     }
 
     /// Copy `host_src` into the inbox under a fresh name; the name and the host path.
-    async fn stage(&self, host_src: &Path) -> Result<(String, PathBuf), EnvError> {
+    /// Copy `host_src` into the inbox. `mounted`: the copy is shown inside as it is (the
+    /// verifier's `/tests`), so in a user namespace it is a real copy given to container root
+    /// (hard links would hand the task's own files over); else the server copies it into place.
+    async fn stage(&self, host_src: &Path, mounted: bool) -> Result<(String, PathBuf), EnvError> {
         let item = format!("item-{}", self.staged.fetch_add(1, Ordering::Relaxed));
         let staged = self.inbox.join(&item);
         let src = host_src.to_path_buf();
         let stage_to = staged.clone();
-        tokio::task::spawn_blocking(move || super::fsops::copy_tree_with(&src, &stage_to, true))
-            .await
-            .map_err(|e| EnvError::Lost(format!("staging task: {e}")))?
-            .map_err(io(format!("stage {} for the sandbox", host_src.display())))?;
+        let own = mounted && matches!(self.launch.root, ImageRoot::Layers(_));
+        tokio::task::spawn_blocking(move || {
+            super::fsops::copy_tree_with(&src, &stage_to, !own)?;
+            if own {
+                for entry in walkdir::WalkDir::new(&stage_to).follow_links(false) {
+                    super::ids::give_to_root(entry.map_err(std::io::Error::other)?.path())?;
+                }
+            }
+            Ok::<_, std::io::Error>(())
+        })
+        .await
+        .map_err(|e| EnvError::Lost(format!("staging task: {e}")))?
+        .map_err(io(format!("stage {} for the sandbox", host_src.display())))?;
         Ok((item, staged))
     }
 
@@ -596,7 +637,7 @@ impl SandboxHandle {
                 ),
             });
         }
-        let (item, staged) = self.stage(host_src).await?;
+        let (item, staged) = self.stage(host_src, false).await?;
         let reply = self
             .client
             .call(Op::Install {
@@ -808,7 +849,7 @@ impl Sandbox for SandboxHandle {
     }
 
     async fn run_verifier(&self, tests: &Path, req: ExecRequest) -> Result<ExecOutput, EnvError> {
-        let (item, staged) = self.stage(tests).await?;
+        let (item, staged) = self.stage(tests, true).await?;
         let spec = exec_spec(req, None, None, View::Verifier { tests: Some(item) });
         let out = self.client.exec(spec, CancellationToken::new()).await;
         let _ = tokio::task::spawn_blocking(move || remove_any(&staged)).await;

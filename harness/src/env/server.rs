@@ -186,6 +186,9 @@ pub(crate) fn agent_main(spec_json: &str) -> ExitCode {
             return ExitCode::from(3);
         }
     };
+    if spec.userns {
+        fsops::give_created_entries_to_root();
+    }
     let server = Arc::new(Server {
         spec,
         out: Mutex::new(std::io::stdout()),
@@ -223,7 +226,10 @@ fn serve(server: &Arc<Server>) {
         // sandbox that only ever shuts down needs no views.
         if !matches!(request.op, Op::Shutdown) {
             let raw_sockets = server.spec.network != Network::Allowlist;
-            server.views.get_or_init(|| Views::prepare(raw_sockets));
+            let userns = server.spec.userns;
+            server
+                .views
+                .get_or_init(|| Views::prepare(raw_sockets, userns));
         }
         match request.op {
             Op::Cancel { target } => {

@@ -41,6 +41,9 @@ fn ctx<T, E: std::fmt::Display>(r: Result<T, E>, what: impl FnOnce() -> String) 
 /// workdir; every process it starts from now on is inside.
 pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
     let mut notes = Vec::new();
+    if spec.userns {
+        super::fsops::give_created_entries_to_root();
+    }
     let mut flags = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWUTS
@@ -156,6 +159,13 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
             opts.len()
         ));
     }
+    if spec.userns {
+        // The merged root takes the upper folder's owner: container root's.
+        let top = scratch.join(&upper);
+        ctx(super::ids::give_to_root(&top), || {
+            format!("give {} to the sandbox's root", top.display())
+        })?;
+    }
     let cwd = ctx(std::env::current_dir(), || {
         "read the working directory".into()
     })?;
@@ -188,7 +198,7 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
             format!("create {dir}")
         })?;
     }
-    mount_dev(root, &mut notes)?;
+    mount_dev(root, spec.userns, &mut notes)?;
     let sys = inside(root, "/sys");
     if let Err(e) = mount(
         Some("sysfs"),
@@ -254,6 +264,18 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
     {
         notes.push(format!("loopback interface left down: {e}"));
     }
+    // Container root has no capability over the network namespace (the host's user
+    // namespace owns it): let it bind low ports and ping, as docker's root may.
+    if spec.userns && spec.network != Network::Host {
+        for (knob, value) in [
+            ("ipv4/ip_unprivileged_port_start", "0"),
+            ("ipv4/ping_group_range", "0 2147483647"),
+        ] {
+            if let Err(e) = std::fs::write(format!("/proc/sys/net/{knob}"), value) {
+                notes.push(format!("net.{knob} not set: {e}"));
+            }
+        }
+    }
 
     let (mut init, init_in) = start_init(spec)?;
     let pid_namespace = ctx(
@@ -284,7 +306,7 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
         "detach the host root".into()
     })?;
     ctx(nix::unistd::chdir("/"), || "chdir /".into())?;
-    ctx(std::fs::create_dir_all(&spec.workdir), || {
+    ctx(super::fsops::create_dirs(Path::new(&spec.workdir)), || {
         format!("create workdir {}", spec.workdir)
     })?;
     ctx(nix::unistd::chdir(spec.workdir.as_str()), || {
@@ -419,16 +441,22 @@ fn fresh_dir(root: &Path, dir: &str) -> SetupResult<()> {
 
 /// A private `/dev`: a tmpfs with the harmless host devices bound in, its own `pts` and `shm`.
 /// Binding the host's whole `/dev` would hand the sandbox the host's disks.
-fn mount_dev(root: &Path, notes: &mut Vec<String>) -> SetupResult<()> {
+fn mount_dev(root: &Path, userns: bool, notes: &mut Vec<String>) -> SetupResult<()> {
     let dev = inside(root, "/dev");
     ctx(std::fs::create_dir_all(&dev), || "create /dev".into())?;
+    // Container root's, as docker's /dev is.
+    let owner = if userns {
+        format!(",uid={0},gid={0}", super::ids::HOST_BASE)
+    } else {
+        String::new()
+    };
     ctx(
         mount(
             Some("tmpfs"),
             &dev,
             Some("tmpfs"),
             MsFlags::MS_NOSUID,
-            Some("mode=755,size=65536k"),
+            Some(format!("mode=755,size=65536k{owner}").as_str()),
         ),
         || "mount /dev".into(),
     )?;

@@ -129,14 +129,22 @@ pub(crate) struct Views {
     /// Lines to the tool view's init (`kill`), and its answers.
     tool_ctl: Mutex<(std::fs::File, BufReader<std::fs::File>)>,
     confinement: Arc<Confinement>,
+    /// The user namespace every command enters last (container root = an unprivileged host
+    /// uid); `None` for a sandbox on the host's own root.
+    userns: Option<Arc<OwnedFd>>,
 }
 
 impl Views {
     /// Make the tool view. Must run while the process is single-threaded (a process whose
     /// children go to another pid namespace may not create threads), after the sandbox's
     /// `pivot_root` (the new mount namespace copies the current one).
-    pub(crate) fn prepare(raw_sockets: bool) -> Result<Views, String> {
+    pub(crate) fn prepare(raw_sockets: bool, userns: bool) -> Result<Views, String> {
         let confinement = Arc::new(Confinement::new(raw_sockets)?);
+        let userns = if userns {
+            Some(Arc::new(create_userns()?))
+        } else {
+            None
+        };
         let own_pid_ns = open_ns("/proc/self/ns/pid")?;
         let (ctl_r, ctl_w) = pipe()?;
         let (reply_r, reply_w) = pipe()?;
@@ -178,6 +186,7 @@ impl Views {
             own_pid_ns,
             tool_ctl: Mutex::new((std::fs::File::from(ctl_w), reply)),
             confinement,
+            userns,
         })
     }
 
@@ -207,6 +216,7 @@ impl Views {
         let cwd = cstr(cwd)?;
         let user = user.map(|u| (u.uid, u.gid));
         let confinement = Arc::clone(&self.confinement);
+        let userns = self.userns.clone();
         match view {
             View::Tool => {
                 let mnt = self.tool_mnt_ns.as_raw_fd();
@@ -215,6 +225,7 @@ impl Views {
                     cmd.pre_exec(move || {
                         check(libc::setns(mnt, libc::CLONE_NEWNS))?;
                         check(libc::chdir(cwd.as_ptr()))?;
+                        enter_userns(userns.as_deref())?;
                         confinement.apply(user)
                     });
                 }
@@ -278,6 +289,7 @@ impl Views {
                         // Absent in image builds.
                         let _ = libc::umount2(layer.as_ptr(), libc::MNT_DETACH);
                         check(libc::chdir(cwd.as_ptr()))?;
+                        enter_userns(userns.as_deref())?;
                         confinement.apply(user)
                     });
                 }
@@ -285,6 +297,68 @@ impl Views {
             }
         }
     }
+}
+
+/// In the child, after its mounts: join the sandbox's user namespace as its root (the user
+/// `Confinement::apply` then switches to is an id inside). Only system calls.
+fn enter_userns(userns: Option<&OwnedFd>) -> std::io::Result<()> {
+    let Some(ns) = userns else {
+        return Ok(());
+    };
+    // SAFETY: setns on an open namespace descriptor, then plain id calls.
+    unsafe {
+        check(libc::setns(ns.as_raw_fd(), libc::CLONE_NEWUSER))?;
+        check(libc::setresgid(0, 0, 0))?;
+        check(libc::setresuid(0, 0, 0))?;
+    }
+    Ok(())
+}
+
+/// A user namespace mapping container ids 0..RANGE to host ids from HOST_BASE: a forked
+/// child unshares it, we write its maps (as host root, so `setgroups` stays allowed inside)
+/// and keep a descriptor, and the child exits. Runs while the process is single-threaded.
+fn create_userns() -> Result<OwnedFd, String> {
+    let (ready_r, ready_w) = pipe()?;
+    let (hold_r, hold_w) = pipe()?;
+    // SAFETY: the process is single-threaded here (prepare's contract), so the child may run
+    // ordinary code.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        drop(ready_r);
+        drop(hold_w);
+        // SAFETY: unshare with a flag.
+        let made = unsafe { libc::unshare(libc::CLONE_NEWUSER) } == 0;
+        let _ = std::fs::File::from(ready_w).write_all(if made { b"1" } else { b"0" });
+        let mut byte = [0u8; 1];
+        let _ = std::io::Read::read(&mut std::fs::File::from(hold_r), &mut byte);
+        // SAFETY: _exit leaves without the parent's atexit handlers or destructors.
+        unsafe { libc::_exit(0) };
+    }
+    if pid < 0 {
+        return Err(format!(
+            "fork for the user namespace: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    drop(ready_w);
+    drop(hold_r);
+    let mut byte = [0u8; 1];
+    let answered = std::io::Read::read(&mut std::fs::File::from(ready_r), &mut byte);
+    let made = (|| {
+        if !matches!(answered, Ok(1)) || byte[0] != b'1' {
+            return Err("unshare a user namespace: refused".to_string());
+        }
+        let map = super::ids::map_line();
+        for file in ["uid_map", "gid_map"] {
+            std::fs::write(format!("/proc/{pid}/{file}"), &map)
+                .map_err(|e| format!("write the user namespace's {file}: {e}"))?;
+        }
+        open_ns(&format!("/proc/{pid}/ns/user"))
+    })();
+    drop(hold_w);
+    // SAFETY: waitpid on our own child.
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    made
 }
 
 /// Attach a writable copy of the mount at `from` on the folder `at` (an `O_PATH` descriptor

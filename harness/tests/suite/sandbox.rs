@@ -371,6 +371,49 @@ async fn an_allowlist_reaches_its_hosts_by_name_and_nothing_else() {
 }
 
 #[tokio::test]
+async fn container_root_is_an_unprivileged_host_uid() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let sb = f.start("userns").await;
+    let out = sh(
+        &sb,
+        "id -u; cat /proc/self/uid_map | tr -s ' ' | sed 's/^ //'; \
+         mkdir -p /srv/made && stat -c '%u %U' /srv/made /etc/passwd /app; \
+         python3 -m http.server 80 --bind 127.0.0.1 > /dev/null 2>&1 & \
+         for i in $(seq 50); do python3 -c 'import urllib.request as u; \
+           print(u.urlopen(\"http://127.0.0.1:80/\").status)' 2> /dev/null && break; sleep 0.1; done; \
+         setsid sleep 30 > /dev/null 2>&1 < /dev/null & sleep 0.3; echo started",
+    )
+    .await;
+    assert_eq!(
+        out.stdout,
+        "0\n0 100000 65536\n0 root\n0 root\n0 root\n200\nstarted\n",
+        "{out:?} notes: {:?}",
+        sb.notes()
+    );
+    // On the host, the agent's processes belong to an unprivileged uid.
+    let uids: Vec<String> = processes_of(&sb)
+        .iter()
+        .filter_map(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let name = status.lines().next()?.to_string();
+            let uid = status.lines().find(|l| l.starts_with("Uid:"))?.to_string();
+            Some(format!("{name} {uid}"))
+        })
+        .collect();
+    let sleeper = uids.iter().find(|l| l.contains("sleep")).cloned();
+    assert!(
+        sleeper
+            .as_deref()
+            .is_some_and(|l| l.split_whitespace().nth(3) == Some("100000")),
+        "{uids:?}"
+    );
+    Box::new(sb).teardown().await.unwrap();
+}
+
+#[tokio::test]
 async fn writes_outside_the_workdir_never_reach_the_host() {
     if !privileged() {
         return;

@@ -42,7 +42,7 @@ pub fn layer_tar(dir: &Path, out: impl Write) -> Result<String, ImageError> {
             append_marker(&mut tar, &wh).map_err(|e| io(&path, "write a whiteout", e))?;
             continue;
         }
-        tar.append_path_with_name(&path, rel)
+        append_entry(&mut tar, &path, rel, &meta)
             .map_err(|e| io(&path, "add to the layer tar", e))?;
         if meta.is_dir()
             && xattr::get(&path, "trusted.overlay.opaque")
@@ -58,6 +58,30 @@ pub fn layer_tar(dir: &Path, out: impl Write) -> Result<String, ImageError> {
         .into_inner()
         .map_err(|e| io(dir, "finish the layer tar", e))?;
     Ok(format!("sha256:{}", hex::encode(hashing.hash.finalize())))
+}
+
+/// One entry with the owners an image has: a layer a sandbox used holds host ids
+/// ([`crate::env::ids`]), which the tar turns back into the image's own.
+fn append_entry<W: Write>(
+    tar: &mut tar::Builder<W>,
+    path: &Path,
+    rel: &Path,
+    meta: &std::fs::Metadata,
+) -> std::io::Result<()> {
+    use crate::env::ids::to_container;
+    let mut header = tar::Header::new_gnu();
+    header.set_metadata_in_mode(meta, tar::HeaderMode::Complete);
+    header.set_uid(u64::from(to_container(meta.uid())));
+    header.set_gid(u64::from(to_container(meta.gid())));
+    if meta.file_type().is_symlink() {
+        header.set_size(0);
+        tar.append_link(&mut header, rel, std::fs::read_link(path)?)
+    } else if meta.is_file() {
+        tar.append_data(&mut header, rel, std::fs::File::open(path)?)
+    } else {
+        header.set_size(0);
+        tar.append_data(&mut header, rel, std::io::empty())
+    }
 }
 
 fn append_marker<W: Write>(tar: &mut tar::Builder<W>, name: &Path) -> std::io::Result<()> {
