@@ -50,6 +50,8 @@ fn marker(layer: &Path) -> PathBuf {
 /// Idempotent entry by entry (only ids below `RANGE` move), so two sandboxes starting on
 /// the same new layer at once do no harm. `chown` clears set-id bits: they are put back.
 pub fn shift_layer(layer: &Path) -> std::io::Result<()> {
+    // The store hands out short links to its layers: walk, and mark, the folder itself.
+    let layer = &std::fs::canonicalize(layer)?;
     if marker(layer).exists() {
         return Ok(());
     }
@@ -100,7 +102,12 @@ mod tests {
         let outside = dir.path().join("outside");
         std::fs::write(&outside, b"y").unwrap();
         std::os::unix::fs::symlink(&outside, layer.join("link")).unwrap();
-        shift_layer(&layer).unwrap();
+        // Through a link, as the store names its layers.
+        let short = dir.path().join("short");
+        std::os::unix::fs::symlink(&layer, &short).unwrap();
+        shift_layer(&short).unwrap();
+        assert_eq!(std::fs::metadata(&layer).unwrap().uid(), HOST_BASE);
+        assert!(marker(&layer).exists() && !marker(&short).exists());
         let meta = std::fs::metadata(&tool).unwrap();
         assert_eq!((meta.uid(), meta.gid()), (HOST_BASE + 1000, HOST_BASE + 50));
         assert_eq!(meta.permissions().mode() & 0o7777, 0o4755);
