@@ -356,10 +356,14 @@ impl SandboxBackend {
         // it writes to must be host ids of its users (see `ids`).
         let userns = matches!(launch.root, ImageRoot::Layers(_));
         if userns {
-            let lower = match &launch.root {
+            let mut lower = match &launch.root {
                 ImageRoot::Layers(lower) => lower.clone(),
                 ImageRoot::Host { .. } => Vec::new(),
             };
+            // A writable layer on the host may come filled: a Debian bootstrap's new root.
+            if launch.disk_mb.is_none() {
+                lower.push(sub("upper"));
+            }
             let writable: Vec<PathBuf> = binds
                 .iter()
                 .filter(|b| !b.read_only)
