@@ -13,9 +13,10 @@
 //!
 //! The control process (the sandbox's agent) keeps full capabilities and no filter, since it
 //! must enter these namespaces; it is not dumpable, so nothing below it can open it. Every
-//! command it starts drops to docker's capability set, `no_new_privs` and the seccomp filter
-//! between `fork` and `exec`, where only system calls are allowed (no allocation): everything
-//! the child needs is prepared before the fork.
+//! command it starts enters the sandbox's user namespace (container root is host uid 100000,
+//! see `ids`), then drops to docker's capability set, `no_new_privs` and the seccomp filter,
+//! all between `fork` and `exec`, where only system calls are allowed (no allocation):
+//! everything the child needs is prepared before the fork.
 //!
 //! That is why this module alone may use `unsafe`: `pre_exec` and `fork` are unsafe by
 //! nature, and what runs after them has to be raw system calls. Each block says why it holds.
