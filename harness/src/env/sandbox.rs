@@ -250,15 +250,17 @@ impl SandboxBackend {
         if host_layer.is_some() {
             dirs.extend([sub("image"), sub("image-work")]);
         }
-        for d in &dirs {
-            std::fs::create_dir_all(d).map_err(io(format!("create {}", d.display())))?;
-        }
-        let name = cgroup_name(dir);
+        // The lock first: a killed run leaves folders the next start can tell are stale.
+        std::fs::create_dir_all(dir).map_err(io(format!("create {}", dir.display())))?;
         let held = if launch.remove_dir {
             Some(hold_lock(dir)?)
         } else {
             None
         };
+        for d in &dirs {
+            std::fs::create_dir_all(d).map_err(io(format!("create {}", d.display())))?;
+        }
+        let name = cgroup_name(dir);
         let hostname = format!("geode-{name}");
         let mut binds = launch.binds.clone();
         if launch.verifier_logs.is_some() {
@@ -739,8 +741,18 @@ fn remove_stale_sandboxes(scratch: &Path) {
         if !dir.is_dir() {
             continue;
         }
-        // A folder without a lock file is one being made right now, or an old layout's.
+        // A folder without a lock file is one being made right now (its lock comes a moment
+        // after it), or one whose run was killed in that moment: stale once a minute old.
         if !dir.join("lock").exists() {
+            let young = std::fs::metadata(&dir)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_none_or(|age| age < Duration::from_secs(60));
+            if young {
+                continue;
+            }
+            let _ = remove_any(&dir);
             continue;
         }
         let Ok(_held) = hold_lock(&dir) else {
