@@ -203,7 +203,8 @@ impl Cgroups {
             let Ok(groups) = std::fs::read_dir(&parent) else {
                 continue;
             };
-            for group in groups.flatten().map(|g| g.path()) {
+            // Groups are the folders; the control files beside them are not.
+            for group in groups.flatten().map(|g| g.path()).filter(|g| g.is_dir()) {
                 let empty = std::fs::read_to_string(group.join("cgroup.procs"))
                     .is_ok_and(|procs| procs.trim().is_empty());
                 let old = std::fs::metadata(&group)

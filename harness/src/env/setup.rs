@@ -37,6 +37,18 @@ fn ctx<T, E: std::fmt::Display>(r: Result<T, E>, what: impl FnOnce() -> String) 
     r.map_err(|e| format!("{}: {e}", what()))
 }
 
+/// Make every mount of this (new) mount namespace private: nothing mounted here propagates
+/// back to the namespace it was copied from.
+pub(crate) fn make_private() -> nix::Result<()> {
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+}
+
 /// Enter the sandbox. On success the process's root is the sandbox root and its cwd the
 /// workdir; every process it starts from now on is inside.
 pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
@@ -53,16 +65,7 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
     }
     ctx(nix::sched::unshare(flags), || "unshare namespaces".into())?;
     // Nothing we mount may propagate back to the host's mount table.
-    ctx(
-        mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None::<&str>,
-        ),
-        || "make / private".into(),
-    )?;
+    ctx(make_private(), || "make / private".into())?;
     if let Some(bytes) = spec.rlimit_as {
         use nix::sys::resource::{Resource, setrlimit};
         ctx(setrlimit(Resource::RLIMIT_AS, bytes, bytes), || {

@@ -109,14 +109,7 @@ fn private_tmpfs() -> Result<(), String> {
         write("setgroups", "deny".into())?;
         write("gid_map", format!("{gid} {gid} 1"))?;
     }
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-        None::<&str>,
-    )
-    .map_err(|e| format!("make the namespace private: {e}"))?;
+    super::setup::make_private().map_err(|e| format!("make the namespace private: {e}"))?;
     mount(
         Some("tmpfs"),
         MOUNT_POINT,

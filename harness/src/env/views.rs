@@ -467,14 +467,7 @@ fn tool_init_main(ctl: OwnedFd, reply: OwnedFd) -> c_int {
     let made = (|| -> Result<(), String> {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
             .map_err(|e| format!("unshare the tool mount namespace: {e}"))?;
-        mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None::<&str>,
-        )
-        .map_err(|e| format!("make the tool view private: {e}"))?;
+        super::setup::make_private().map_err(|e| format!("make the tool view private: {e}"))?;
         // Absent in sandboxes without a verifier folder (image builds).
         for hidden in [VERIFIER_MOUNT, UPPER_MOUNT] {
             let _ = umount2(hidden, MntFlags::MNT_DETACH);
