@@ -5,7 +5,7 @@
 //! rule that will actually run.
 //!
 //! KEEP iff all of: tasks >= min_tasks; families >= min_families; candidate mean >= floor;
-//! estimate >= materiality; the contract's lower bound (BCa by default) > 0; and the safety,
+//! estimate >= materiality; the contract's lower bound > [`BOUND_TOLERANCE`]; and the safety,
 //! budget and coverage vetoes hold. Otherwise REJECT with every failing reason, in the order of
 //! [`ReasonCode::ALL`]. A degenerate input (no task, one task, all deltas equal) has no lower
 //! bound; its `degenerate:*` code takes the place of `lower_bound_not_positive`.
@@ -20,6 +20,21 @@ use crate::verdict::{ReasonCode, Verdict, verdict_for};
 use crate::veto::{
     BudgetReport, CoverageReport, SafetyReport, budget_veto, coverage_veto, safety_veto,
 };
+
+/// A lower bound must exceed this to count as positive.
+///
+/// Bounds are quantiles of floating-point sums: a bound that is exactly zero in exact arithmetic
+/// (a bootstrap mean of deltas 1/3, -1/3, ...) comes out as +-1e-17, and a `> 0.0` test would
+/// KEEP on rounding (about 0.4 points of false KEEP under the null with 2 or more trials). The
+/// rounding error of a mean of at most a few thousand deltas in [-1, 1] is below 1e-12, and no
+/// improvement below 1e-9 reward units is material, so the tolerance can neither admit rounding
+/// nor refuse a real gain.
+pub const BOUND_TOLERANCE: f64 = 1e-9;
+
+/// Whether `bound` counts as positive (see [`BOUND_TOLERANCE`]).
+pub fn bound_is_positive(bound: f64) -> bool {
+    bound > BOUND_TOLERANCE
+}
 
 /// What the gate looks at.
 #[derive(Debug, Clone, Copy)]
@@ -69,7 +84,7 @@ pub fn judge(input: GateInput<'_>) -> Judgment {
     }
     match (stats.degenerate, stats.lower_bound) {
         (Some(d), _) => reasons.push(d.into()),
-        (None, Some(lb)) if lb > 0.0 => {}
+        (None, Some(lb)) if bound_is_positive(lb) => {}
         (None, _) => reasons.push(ReasonCode::LowerBoundNotPositive),
     }
     if safety.vetoed {

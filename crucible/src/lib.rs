@@ -25,6 +25,7 @@ pub mod contract;
 pub mod decide;
 pub mod error;
 pub mod evidence;
+pub mod feasibility;
 pub mod gate;
 pub mod ids;
 pub mod pairing;
@@ -51,6 +52,7 @@ pub use evidence::{
     Arm, EVIDENCE_SCHEMA, Evidence, IntegritySignals, ObservedIdentity, TaskRef, TrialOutcome,
     Usage, evidence_hash,
 };
+pub use feasibility::{Design, Obstacle, obstacles};
 pub use gate::{GateInput, Judgment, judge};
 pub use ids::{
     Commitment, ContractHash, EvidenceHash, FamilyId, GraderHash, PackHash, ScaffoldHash, TaskId,

@@ -27,7 +27,8 @@ pub struct RunSummary {
     pub trials: usize,
     /// Mean over tasks of the per-task mean reward, infrastructure trials excluded.
     pub accuracy: f64,
-    /// sqrt(sum_t p_t (1 - p_t) / (n_t - 1)) / T: trial noise only (Terminal-Bench).
+    /// sqrt(sum_t p_t (1 - p_t) / (n_t - 1)) / T: trial noise only (Terminal-Bench); NaN when
+    /// any task has a single trial.
     pub tb_stderr: f64,
     /// 95% t-interval over the per-task means (tasks are the clusters).
     pub ci95: Option<(f64, f64)>,
@@ -88,14 +89,14 @@ pub fn summarize(trials: &[TrialRow]) -> RunSummary {
     let means: Vec<f64> = per_task.iter().map(|t| t.mean_reward).collect();
     let t_count = per_task.len();
     let accuracy = mean(&means);
-    let tb_var: f64 = per_task
-        .iter()
-        .filter(|t| t.trials > 1)
-        .map(|t| t.mean_reward * (1.0 - t.mean_reward) / (t.trials as f64 - 1.0))
-        .sum();
-    // Undefined without a task of two or more trials (n_t - 1 = 0): NaN, shown as n/a.
-    let tb_stderr = if per_task.iter().any(|t| t.trials > 1) {
-        tb_var.max(0.0).sqrt() / t_count as f64
+    // Terminal-Bench's stderr needs n_t - 1 > 0 in every task: one task of a single trial makes
+    // it undefined (NaN, shown as n/a), rather than counted in T and dropped from the sum.
+    let tb_stderr = if !per_task.is_empty() && per_task.iter().all(|t| t.trials > 1) {
+        let var: f64 = per_task
+            .iter()
+            .map(|t| t.mean_reward * (1.0 - t.mean_reward) / (t.trials as f64 - 1.0))
+            .sum();
+        var.max(0.0).sqrt() / t_count as f64
     } else {
         f64::NAN
     };

@@ -1,8 +1,8 @@
 //! The score statistics of a set of tasks, exactly as the harness's end-of-run summary
 //! (harness/src/summary.rs) defines them, so `geode run` and `geode report` print the same
 //! numbers: accuracy is the mean over tasks of per-task mean rewards; the Terminal-Bench standard
-//! error is sqrt(sum_t p_t (1 - p_t) / (n_t - 1)) / T (trial noise only, tasks with one trial
-//! adding nothing); the 95 % interval is the Student-t interval over per-task means (tasks are
+//! error is sqrt(sum_t p_t (1 - p_t) / (n_t - 1)) / T (trial noise only; undefined, as in
+//! Terminal-Bench, when any task has a single trial); the 95 % interval is the Student-t interval over per-task means (tasks are
 //! the clusters), taken from the crucible so it is the promotion gate's formula; pass@k is the
 //! crucible's unbiased estimator 1 - C(n - c, k) / C(n, k) (the harness's too) averaged over
 //! tasks, for k up to the fewest trials any task has.
@@ -40,10 +40,10 @@ pub fn scores(points: &[TaskPoint]) -> Scores {
     let means: Vec<f64> = points.iter().map(|p| p.mean).collect();
     let accuracy = mean(&means);
     let t = points.len();
-    let tb_stderr = (t > 0).then(|| {
+    // Undefined (as in Terminal-Bench) unless every task has two or more trials.
+    let tb_stderr = (t > 0 && points.iter().all(|p| p.trials > 1)).then(|| {
         let var: f64 = points
             .iter()
-            .filter(|p| p.trials > 1)
             .map(|p| p.mean * (1.0 - p.mean) / (p.trials as f64 - 1.0))
             .sum();
         var.sqrt() / t as f64
@@ -106,9 +106,12 @@ mod tests {
         };
         let s = scores(&[p(1.0, 5), p(0.5, 5), p(0.0, 1)]);
         assert_eq!(s.accuracy, Some(0.5));
-        // Only the 0.5 task has trial noise: sqrt(0.25 / 4) / 3.
-        assert!((s.tb_stderr.unwrap_or(0.0) - 0.25f64 / 3.0).abs() < 1e-12);
+        // A task of one trial: Terminal-Bench's stderr does not exist.
+        assert_eq!(s.tb_stderr, None);
         assert!(s.ci95.is_some());
+        // Only the 0.5 task has trial noise: sqrt(0.25 / 4) / 3.
+        let s = scores(&[p(1.0, 5), p(0.5, 5), p(0.0, 2)]);
+        assert!((s.tb_stderr.unwrap_or(0.0) - 0.25f64 / 3.0).abs() < 1e-12);
         assert_eq!(scores(&[p(0.3, 2), p(0.3, 2)]).ci95, Some((0.3, 0.3)));
         assert_eq!(scores(&[p(0.3, 2)]).ci95, None);
         assert_eq!(scores(&[]).accuracy, None);

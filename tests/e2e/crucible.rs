@@ -125,6 +125,68 @@ fn a_larger_repair_budget_is_kept_and_a_tampering_candidate_is_vetoed() {
     assert!(err.contains("first result stands"), "{err}");
 }
 
+/// A design that cannot KEEP is named before it runs: `freeze` warns, and `power --contract`
+/// simulates that contract's rule, says P(KEEP) is 0 by the safety rule and prints no MDE.
+#[test]
+fn a_campaign_that_cannot_keep_is_named_before_it_runs() {
+    let s = Study::new();
+    let args = [
+        "crucible",
+        "freeze",
+        "--train",
+        "train",
+        "--test",
+        "test",
+        "--stage",
+        "train",
+        "--model",
+        "oracle",
+        "-k",
+        "1",
+        "--out",
+        "small.json",
+    ];
+    let o = s.geode(&args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("warning: this campaign cannot KEEP: safety veto: with 20 trials per arm"),
+        "{err}"
+    );
+    let o = s.geode(&[
+        "crucible",
+        "power",
+        "--contract",
+        "small.json",
+        "--baseline-rate",
+        "0.5",
+        "--effect",
+        "0.3",
+        "--tasks",
+        "20",
+        "--simulations",
+        "50",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("P(KEEP) 0.000"), "{out}");
+    assert!(
+        out.contains("rule: t_and_bca, confidence 0.95, B = 10000"),
+        "{out}"
+    );
+    assert!(out.contains("P(KEEP) is 0 by rule: safety veto"), "{out}");
+    assert!(out.contains("run at least 52 trials per arm"), "{out}");
+    assert!(!out.contains("minimum detectable effect at"), "{out}");
+
+    // Enough trials: no warning.
+    let mut big = args;
+    big[11] = "3";
+    big[13] = "big.json";
+    let o = s.geode(&big);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && !err.contains("cannot KEEP"), "{err}");
+}
+
 #[test]
 fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
     let s = Study::new();

@@ -22,6 +22,7 @@ use sha2::{Digest, Sha256};
 
 use crate::contract::{DecisionRule, Vetoes};
 use crate::error::PowerError;
+use crate::feasibility::{Design, Obstacle, obstacles};
 use crate::gate::{GateInput, judge};
 use crate::ids::{FamilyId, TaskId};
 use crate::pairing::{Pair, PairedTable, PairedTask, SignalTally};
@@ -134,8 +135,12 @@ pub struct PowerReport {
     pub p_keep_interval: Interval,
     /// Mean task-clustered standard error over the simulated campaigns.
     pub mean_std_error: Option<f64>,
-    /// (z_c + z_0.8) * mean standard error: the effect the design detects with 80 % power.
+    /// (z_c + z_0.8) * mean standard error: the effect the design detects with 80 % power;
+    /// `None` when an obstacle makes every campaign of the design fail.
     pub minimum_detectable_effect: Option<f64>,
+    /// Rules no campaign of this design can pass (P(KEEP) is then 0 by rule, whatever the
+    /// effect), each with what would lift it.
+    pub obstacles: Vec<Obstacle>,
     /// Reasons of the non-KEEP campaigns (a campaign can have several).
     pub reasons: Vec<ReasonCount>,
 }
@@ -219,6 +224,15 @@ pub fn power(spec: &PowerSpec) -> Result<PowerReport, PowerError> {
     }
     let n = f64::from(spec.simulations);
     let mean_std_error = (se_n > 0).then(|| se_sum / f64::from(se_n));
+    let obstacles = obstacles(
+        &spec.rule,
+        &spec.vetoes,
+        Design {
+            tasks: spec.tasks,
+            trials: spec.trials,
+            families: spec.families,
+        },
+    );
     Ok(PowerReport {
         schema: POWER_SCHEMA.to_owned(),
         spec: spec.clone(),
@@ -227,7 +241,9 @@ pub fn power(spec: &PowerSpec) -> Result<PowerReport, PowerError> {
         p_keep_interval: wilson(f64::from(keeps), n, normal_quantile(0.975)),
         mean_std_error,
         minimum_detectable_effect: mean_std_error
+            .filter(|_| obstacles.is_empty())
             .map(|se| minimum_detectable_effect(se, spec.rule.confidence)),
+        obstacles,
         reasons: ReasonCode::ALL
             .iter()
             .zip(counts)

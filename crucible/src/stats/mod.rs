@@ -102,10 +102,13 @@ pub fn compute(table: &PairedTable, rule: &DecisionRule, seeds: StatSeeds) -> St
     } else {
         (None, None)
     };
-    let lower_bound = bootstrap.as_ref().map(|b| match rule.lower_bound {
-        LowerBoundMethod::Percentile => b.percentile_lower,
-        LowerBoundMethod::Bca => b.bca_lower,
-    });
+    let lower_bound = match (rule.lower_bound, &t, &bootstrap) {
+        (LowerBoundMethod::Percentile, _, Some(b)) => Some(b.percentile_lower),
+        (LowerBoundMethod::Bca, _, Some(b)) => Some(b.bca_lower),
+        (LowerBoundMethod::T, Some(t), _) => Some(t.lower_bound),
+        (LowerBoundMethod::TAndBca, Some(t), Some(b)) => Some(t.lower_bound.min(b.bca_lower)),
+        _ => None,
+    };
     let minimum_detectable_effect = match degenerate {
         None => std_error.map(|se| minimum_detectable_effect(se, rule.confidence)),
         Some(_) => None,

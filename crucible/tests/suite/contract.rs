@@ -157,7 +157,7 @@ fn unknown_fields_and_bad_digests_are_refused() {
 }
 
 #[test]
-fn lower_bound_defaults_to_bca() {
+fn a_contract_without_lower_bound_still_means_bca() {
     let f = frozen(Stage::Train, 3, 1);
     let mut v: serde_json::Value = serde_json::from_str(f.canonical_json()).unwrap();
     v["decision_rule"]

@@ -50,6 +50,10 @@ fn campaign(
 }
 
 fn sim_rule(b: u32) -> DecisionRule {
+    rule_with(b, LowerBoundMethod::Bca)
+}
+
+fn rule_with(b: u32, lower_bound: LowerBoundMethod) -> DecisionRule {
     DecisionRule {
         confidence: 0.95,
         bootstrap_resamples: b,
@@ -58,7 +62,7 @@ fn sim_rule(b: u32) -> DecisionRule {
         min_tasks: 2,
         min_families: 1,
         candidate_floor: 0.0,
-        lower_bound: LowerBoundMethod::Bca,
+        lower_bound,
     }
 }
 
@@ -233,4 +237,203 @@ fn power_at_the_mde_is_near_eighty_percent() {
     let at_mde = power(&spec).unwrap();
     println!("MDE {mde:.4}: P(KEEP) {:.4}", at_mde.p_keep);
     assert!((0.65..=0.92).contains(&at_mde.p_keep), "{}", at_mde.p_keep);
+}
+
+/// How a cell draws a task's baseline success rate.
+#[derive(Clone, Copy)]
+enum Rates {
+    Uniform,
+    /// Beta(0.5, 4.5): mean 0.1, most tasks near 0 (the skewed cell).
+    Skewed,
+}
+
+impl Rates {
+    fn draw(self, rng: &mut CrucibleRng) -> f64 {
+        match self {
+            Rates::Uniform => unit_f64(rng),
+            Rates::Skewed => beta(rng, 0.5, 4.5),
+        }
+    }
+
+    fn mean(self) -> f64 {
+        match self {
+            Rates::Uniform => 0.5,
+            Rates::Skewed => 0.1,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Rates::Uniform => "U(0,1)",
+            Rates::Skewed => "Beta(0.5,4.5)",
+        }
+    }
+}
+
+/// The four bounds a contract may choose, read from one computation.
+const METHODS: [LowerBoundMethod; 4] = [
+    LowerBoundMethod::Percentile,
+    LowerBoundMethod::Bca,
+    LowerBoundMethod::T,
+    LowerBoundMethod::TAndBca,
+];
+
+fn bound_of(s: &geode_crucible::stats::Statistics, method: LowerBoundMethod) -> Option<f64> {
+    let t = s.t.map(|t| t.lower_bound);
+    let b = s.bootstrap.as_ref();
+    match method {
+        LowerBoundMethod::Percentile => b.map(|b| b.percentile_lower),
+        LowerBoundMethod::Bca => b.map(|b| b.bca_lower),
+        LowerBoundMethod::T => t,
+        LowerBoundMethod::TAndBca => Some(t?.min(b?.bca_lower)),
+    }
+}
+
+/// The gate's bound holds its level where BCa alone does not (issue 17, items 1 and 2).
+///
+/// Cells: 10 tasks x 5 trials, 30 x 3, 89 x 1 with U(0, 1) task rates, and 30 x 3 and 10 x 5
+/// with skewed Beta(0.5, 4.5) rates; 2000 campaigns per cell under the null (candidate rate =
+/// baseline rate) for false KEEP, and 2000 under an effect (candidate rate p + 0.2 (1 - p), so
+/// the population mean task delta is 0.2 (1 - E p)) for one-sided coverage (bound <= truth; a
+/// campaign with no bound, all deltas equal, claims nothing and counts as covering). The table
+/// prints every method; the assertions are on the contract default `t_and_bca` through the full
+/// gate: false KEEP <= 0.05 + 3 MC se, coverage >= 0.95 - 3 MC se.
+#[test]
+fn gate_bound_holds_one_sided_coverage() {
+    const N: u32 = 2000;
+    const EFFECT: f64 = 0.2;
+    let default_rule = DecisionRule::default();
+    assert_eq!(default_rule.lower_bound, LowerBoundMethod::TAndBca);
+    let rule = rule_with(1000, default_rule.lower_bound);
+    // No trial has an integrity signal; a lenient tolerance keeps the safety veto (which at
+    // 0.05 needs about 52 trials per arm) out of the bound's measurement.
+    let vetoes = Vetoes {
+        safety_tolerance: 0.5,
+        infra_allowance: 0.0,
+    };
+    let alpha = 1.0 - rule.confidence;
+    let mc = 3.0 * (alpha * (1.0 - alpha) / f64::from(N)).sqrt();
+    let mut rng = rng_from_seed(17_2026);
+    println!(
+        "cell                              | false KEEP: bca>0 (old gate) pct    bca    t      t_and_bca (gate) | one-sided coverage: pct    bca    t      t_and_bca"
+    );
+    let mut failures = Vec::new();
+    for (tasks, k, rates) in [
+        (10usize, 5u32, Rates::Uniform),
+        (30, 3, Rates::Uniform),
+        (89, 1, Rates::Uniform),
+        (30, 3, Rates::Skewed),
+        (10, 5, Rates::Skewed),
+    ] {
+        let mut positive = [0u32; 4];
+        let (mut gate_keeps, mut old_gate) = (0u32, 0u32);
+        for _ in 0..N {
+            let table = campaign(&mut rng, tasks, k, |r| {
+                let p = rates.draw(r);
+                (p, p)
+            });
+            let j = judge(GateInput {
+                rule: &rule,
+                vetoes: &vetoes,
+                budget: None,
+                table: &table,
+                seeds: seeds(&mut rng),
+            });
+            gate_keeps += u32::from(j.verdict == Verdict::Keep);
+            // The gate before issue 17: BCa, compared with 0.0 exactly.
+            old_gate += u32::from(
+                j.statistics.degenerate.is_none()
+                    && bound_of(&j.statistics, LowerBoundMethod::Bca).is_some_and(|lb| lb > 0.0),
+            );
+            for (i, m) in METHODS.iter().enumerate() {
+                let lb = bound_of(&j.statistics, *m).filter(|_| j.statistics.degenerate.is_none());
+                positive[i] += u32::from(lb.is_some_and(geode_crucible::gate::bound_is_positive));
+            }
+        }
+        let truth = EFFECT * (1.0 - rates.mean());
+        let mut covered = [0u32; 4];
+        for _ in 0..N {
+            let table = campaign(&mut rng, tasks, k, |r| {
+                let p = rates.draw(r);
+                (p, p + EFFECT * (1.0 - p))
+            });
+            let s = compute(&table, &rule, seeds(&mut rng));
+            for (i, m) in METHODS.iter().enumerate() {
+                let lb = bound_of(&s, *m).filter(|_| s.degenerate.is_none());
+                covered[i] += u32::from(lb.is_none_or(|lb| lb <= truth));
+            }
+        }
+        let rate = |c: u32| f64::from(c) / f64::from(N);
+        println!(
+            "{tasks:>2} tasks x {k} trials {:<13} | {:.4}                   {:.4} {:.4} {:.4} {:.4}           | {:.4} {:.4} {:.4} {:.4}",
+            rates.name(),
+            rate(old_gate),
+            rate(positive[0]),
+            rate(positive[1]),
+            rate(positive[2]),
+            rate(gate_keeps),
+            rate(covered[0]),
+            rate(covered[1]),
+            rate(covered[2]),
+            rate(covered[3]),
+        );
+        let cell = format!("{tasks}x{k} {}", rates.name());
+        if rate(gate_keeps) > alpha + mc {
+            failures.push(format!("{cell}: false KEEP {}", rate(gate_keeps)));
+        }
+        if rate(covered[3]) < rule.confidence - mc {
+            failures.push(format!("{cell}: one-sided coverage {}", rate(covered[3])));
+        }
+    }
+    println!(
+        "limits: false KEEP <= {:.4}, coverage >= {:.4}",
+        alpha + mc,
+        rule.confidence - mc
+    );
+    assert!(failures.is_empty(), "{failures:?}");
+}
+
+/// A bound that is zero in exact arithmetic never KEEPs (issue 17, item 1): with three trials
+/// per task the deltas are thirds, whose sums round; among null campaigns some bound comes out
+/// as a positive sliver below 1e-12, and the gate must still say lower_bound_not_positive.
+#[test]
+fn a_rounding_sliver_is_not_a_positive_bound() {
+    let rule = rule_with(1000, LowerBoundMethod::Bca);
+    let vetoes = Vetoes {
+        safety_tolerance: 0.05,
+        infra_allowance: 0.0,
+    };
+    let mut rng = rng_from_seed(7e17 as u64);
+    let mut slivers = 0;
+    for _ in 0..4000 {
+        let table = campaign(&mut rng, 20, 3, |r| {
+            let p = unit_f64(r);
+            (p, p)
+        });
+        let j = judge(GateInput {
+            rule: &rule,
+            vetoes: &vetoes,
+            budget: None,
+            table: &table,
+            seeds: seeds(&mut rng),
+        });
+        let Some(lb) = j.statistics.lower_bound else {
+            continue;
+        };
+        if lb > 0.0 && lb < 1e-12 {
+            slivers += 1;
+            assert_ne!(j.verdict, Verdict::Keep, "bound {lb:e} kept");
+            assert!(
+                j.reasons
+                    .contains(&geode_crucible::ReasonCode::LowerBoundNotPositive),
+                "{:?}",
+                j.reasons
+            );
+        }
+    }
+    println!("rounding slivers among 4000 null campaigns: {slivers}");
+    assert!(
+        slivers > 0,
+        "no sliver drawn: the test would not see the bug"
+    );
 }

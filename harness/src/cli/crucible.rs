@@ -79,7 +79,9 @@ pub struct FreezeArgs {
     min_families: u32,
     #[arg(long, default_value_t = 0.0)]
     candidate_floor: f64,
-    #[arg(long, default_value = "bca")]
+    /// The bound the gate compares with zero: t_and_bca (the smaller of the two), t, bca or
+    /// percentile.
+    #[arg(long, default_value = "t_and_bca")]
     lower_bound: String,
     #[arg(long, default_value_t = 7200.0)]
     budget_wall: f64,
@@ -134,8 +136,17 @@ pub struct PowerArgs {
     effect: f64,
     #[arg(long)]
     tasks: u32,
+    /// Trials per task per arm (a contract's own with --contract).
+    #[arg(
+        long,
+        required_unless_present = "contract",
+        conflicts_with = "contract"
+    )]
+    trials: Option<u32>,
+    /// Simulate this frozen contract's exact rule, vetoes and trials per task instead of the
+    /// default rule.
     #[arg(long)]
-    trials: u32,
+    contract: Option<PathBuf>,
     #[arg(long)]
     families: Option<u32>,
     #[arg(long, default_value_t = 1000)]
@@ -274,7 +285,17 @@ pub async fn run(cmd: CrucibleCommand) -> anyhow::Result<ExitCode> {
             Ok(exit(&record))
         }
         CrucibleCommand::Power(a) => {
-            let mut spec = PowerSpec::new(a.baseline_rate, a.effect, a.tasks, a.trials);
+            let contract = a.contract.as_deref().map(load_contract).transpose()?;
+            let trials = match (&contract, a.trials) {
+                (Some(c), _) => c.contract().trials_per_task,
+                (None, Some(k)) => k,
+                (None, None) => bail!("--trials or --contract"),
+            };
+            let mut spec = PowerSpec::new(a.baseline_rate, a.effect, a.tasks, trials);
+            if let Some(c) = &contract {
+                spec.rule = c.contract().decision_rule.clone();
+                spec.vetoes = c.contract().vetoes.clone();
+            }
             spec.simulations = a.simulations;
             spec.seed = a.seed;
             if let Some(f) = a.families {
@@ -291,8 +312,27 @@ pub async fn run(cmd: CrucibleCommand) -> anyhow::Result<ExitCode> {
                     report.p_keep_interval.upper,
                     spec.simulations
                 );
+                println!(
+                    "rule: {}, confidence {}, B = {}, min_tasks {}, materiality {}; {} tasks x {} \
+                     trials per arm",
+                    spec.rule.lower_bound.name(),
+                    spec.rule.confidence,
+                    spec.rule.bootstrap_resamples,
+                    spec.rule.min_tasks,
+                    spec.rule.materiality,
+                    spec.tasks,
+                    spec.trials
+                );
+                for obstacle in &report.obstacles {
+                    println!("P(KEEP) is 0 by rule: {obstacle}");
+                }
                 match report.minimum_detectable_effect {
                     Some(m) => println!("minimum detectable effect at 80% power: {m:.4}"),
+                    None if !report.obstacles.is_empty() => {
+                        println!(
+                            "minimum detectable effect: none (no campaign of this design can KEEP)"
+                        )
+                    }
                     None => println!("minimum detectable effect: n/a"),
                 }
             }
@@ -330,10 +370,11 @@ fn freeze(a: FreezeArgs) -> anyhow::Result<ExitCode> {
         (None, Some(p)) => pack_hash(&TaskPack::load(p)?, a.trials)?,
         (None, None) => bail!("name the test pack: --test-sealed STATE or --test PACK"),
     };
-    let lower_bound = match a.lower_bound.as_str() {
-        "bca" => LowerBoundMethod::Bca,
-        "percentile" => LowerBoundMethod::Percentile,
-        other => bail!("--lower-bound {other:?}: use bca or percentile"),
+    let Some(lower_bound) = LowerBoundMethod::parse(&a.lower_bound) else {
+        bail!(
+            "--lower-bound {:?}: use t_and_bca, t, bca or percentile",
+            a.lower_bound
+        );
     };
     let contract = Contract {
         schema: CONTRACT_SCHEMA.into(),
@@ -347,7 +388,7 @@ fn freeze(a: FreezeArgs) -> anyhow::Result<ExitCode> {
         },
         candidate: ArmSpec {
             scaffold_hash: scaffold_hash(&load_scaffold(&a.candidate_scaffold)?)?,
-            model_route: a.candidate_model.clone().unwrap_or(a.model),
+            model_route: a.candidate_model.clone().unwrap_or(a.model.clone()),
         },
         packs: StagePacks {
             train: pack_hash(&train, a.trials)?,
@@ -379,9 +420,47 @@ fn freeze(a: FreezeArgs) -> anyhow::Result<ExitCode> {
         },
     };
     let frozen = contract.freeze()?;
+    warn_if_infeasible(&frozen, &a, &train)?;
     write_atomic(&a.out, frozen.canonical_json())?;
     println!("{}  {}", frozen.hash(), a.out.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Warns on stderr about every rule the contract's campaign cannot pass on its stage's pack
+/// (it is frozen anyway: the user may mean to grow the pack before running).
+fn warn_if_infeasible(
+    frozen: &FrozenContract,
+    a: &FreezeArgs,
+    train: &TaskPack,
+) -> anyhow::Result<()> {
+    let c = frozen.contract();
+    let loaded;
+    let pack = match (c.stage, &a.test) {
+        (Stage::Train, _) => train,
+        (Stage::Test, Some(p)) if a.test_sealed.is_none() => {
+            loaded = TaskPack::load(p)?;
+            &loaded
+        }
+        (Stage::Test, _) => {
+            eprintln!(
+                "note: the sealed test pack's size is hidden; check the design with \
+                 `geode crucible power --contract {} --tasks N`",
+                a.out.display()
+            );
+            return Ok(());
+        }
+    };
+    let families: std::collections::BTreeSet<&str> =
+        pack.tasks.iter().map(|t| t.config.category()).collect();
+    let design = geode_crucible::Design {
+        tasks: pack.tasks.len() as u32,
+        trials: c.trials_per_task,
+        families: families.len() as u32,
+    };
+    for obstacle in geode_crucible::obstacles(&c.decision_rule, &c.vetoes, design) {
+        eprintln!("warning: this campaign cannot KEEP: {obstacle}");
+    }
+    Ok(())
 }
 
 async fn run_contract(a: RunArgs) -> anyhow::Result<ExitCode> {

@@ -65,7 +65,7 @@ pub fn contract_for(
             min_tasks: rule.min_tasks,
             min_families: rule.min_families,
             candidate_floor: rule.candidate_floor,
-            lower_bound: LowerBoundMethod::Bca,
+            lower_bound: LowerBoundMethod::TAndBca,
         },
         budgets: Budgets {
             wall_seconds: rule.campaign_wall_seconds,
