@@ -14,6 +14,7 @@ use rand_chacha::rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::evidence::Arm;
 use crate::ids::{ContractHash, TaskId};
 
 /// The crucible's random generator: ChaCha8, always explicitly seeded.
@@ -57,6 +58,21 @@ impl TrialSeed {
     pub fn rng(self) -> CrucibleRng {
         rng_from_seed(self.0)
     }
+
+    /// The seed of `arm`'s simulated model in this pair: SHA-256(`"geode.arm_model_seed.v1"`
+    /// || trial seed || arm tag (0 baseline, 1 candidate)).
+    ///
+    /// The environment's randomness is shared by the pair, a model's sampling is not: a
+    /// sampled model draws afresh in each arm. A simulation model (`flaky-oracle`) seeded with
+    /// the shared seed would give two arms with a neutral difference identical rewards, every
+    /// delta zero, and a test of "neutral knobs promote nothing" that cannot fail.
+    pub fn arm_model_seed(self, arm: Arm) -> u64 {
+        let mut h = Sha256::new();
+        h.update(b"geode.arm_model_seed.v1");
+        h.update(self.0.to_le_bytes());
+        h.update([u8::from(arm == Arm::Candidate)]);
+        first_u64(&h.finalize())
+    }
 }
 
 fn from_contract(hash: &ContractHash, tag: &[u8], extra: &[u8]) -> u64 {
@@ -89,6 +105,20 @@ pub fn replication_run_seed(contract: &ContractHash, index: u32) -> u64 {
 mod tests {
     use super::*;
     use rand::RngCore;
+
+    #[test]
+    fn arm_model_seeds_differ_by_arm_and_are_stable() {
+        let t = TrialSeed(42);
+        assert_ne!(
+            t.arm_model_seed(Arm::Baseline),
+            t.arm_model_seed(Arm::Candidate)
+        );
+        assert_ne!(t.arm_model_seed(Arm::Baseline), 42);
+        assert_eq!(
+            t.arm_model_seed(Arm::Candidate),
+            TrialSeed(42).arm_model_seed(Arm::Candidate)
+        );
+    }
 
     #[test]
     fn trial_seeds_differ_by_task_and_trial_and_are_stable() {

@@ -106,7 +106,8 @@ pub async fn run_campaign(
     for task in c.pack.tasks.iter().map(|t| Arc::new(t.clone())) {
         let id = TaskId::new(task.id.clone());
         for trial in 0..k {
-            let seed = TrialSeed::derive(run_seed, &id, trial).0;
+            let pair_seed = TrialSeed::derive(run_seed, &id, trial);
+            let seed = pair_seed.0;
             let arms = if (plans.len() / 2) % 2 == 0 {
                 [Arm::Baseline, Arm::Candidate]
             } else {
@@ -127,6 +128,7 @@ pub async fn run_campaign(
                         task: task.clone(),
                         attempt: trial,
                         seed,
+                        model_seed: pair_seed.arm_model_seed(arm),
                         model_route: spec.model_route.clone(),
                         scaffold: scaffold.clone(),
                         timeout_multiplier: c.timeout_multiplier,

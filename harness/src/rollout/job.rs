@@ -323,11 +323,13 @@ async fn execute(
             if finished.contains(&name) {
                 continue;
             }
+            let seed = trial_seed(config.seed, &task.id, attempt);
             plans.push(TrialPlan {
                 run_id: run_id.clone(),
                 trial_dir: run_dir.join(&name),
                 trial_name: name,
-                seed: trial_seed(config.seed, &task.id, attempt),
+                seed,
+                model_seed: seed,
                 task: task.clone(),
                 attempt,
                 model_route: config.model.clone(),

@@ -47,6 +47,9 @@ pub struct TrialPlan {
     pub task: Arc<Task>,
     pub attempt: u32,
     pub seed: u64,
+    /// Seed of an embedded simulation model (`flaky-oracle`): the trial seed in a plain run,
+    /// the arm's own in a paired campaign (see `TrialSeed::arm_model_seed`).
+    pub model_seed: u64,
     pub model_route: String,
     pub scaffold: Arc<Scaffold>,
     pub trial_dir: PathBuf,
@@ -488,7 +491,7 @@ async fn trial_model(plan: &TrialPlan, sandbox: &dyn Sandbox) -> Result<Arc<dyn 
         None => Arc::new(OracleModel::new(solve)),
         Some(arg) => {
             let (p, tamper) = FlakyOracle::parse_arg(arg).map_err(unsupported)?;
-            Arc::new(FlakyOracle::new(solve, p, tamper, plan.seed))
+            Arc::new(FlakyOracle::new(solve, p, tamper, plan.model_seed))
         }
     })
 }
