@@ -93,6 +93,54 @@ fn a_larger_repair_budget_is_kept_and_a_tampering_candidate_is_vetoed() {
     assert_eq!(code, 0, "expected KEEP:\n{out}\n{err}");
     assert!(out.contains("verdict Keep"), "{out}");
 
+    // A replication on fresh seeds: recorded, its exit code the agreement; its index is not
+    // run again.
+    let campaign = std::fs::read_dir(s.path("jobs/crucible"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let campaign = campaign.to_str().unwrap();
+    let replicate = |extra: &[&str]| {
+        let mut args = vec![
+            "crucible",
+            "replicate",
+            campaign,
+            "--pack",
+            "train",
+            "--baseline-scaffold",
+            "base.toml",
+            "--candidate-scaffold",
+            "cand.toml",
+            "-n",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        s.geode(&args)
+    };
+    let o = replicate(&[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let agreed = report["verdict_replicated"].as_bool().unwrap();
+    assert_eq!(o.status.code(), Some(if agreed { 0 } else { 1 }), "{err}");
+    assert!(err.contains("replication 1: the verdict"), "{err}");
+    let log = std::fs::read_to_string(format!("{campaign}/replications.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(lines[0]["report"].is_null() && lines[0]["index"] == 1);
+    assert_eq!(lines[1]["report"]["verdict_replicated"], agreed);
+    let o = replicate(&["--index", "1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("already recorded"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
     s.freeze(
         "tamper.json",
         &[

@@ -161,8 +161,10 @@ pub struct PowerArgs {
 pub struct ReplicateArgs {
     /// A decided campaign folder (holding contract.json and decision.json).
     campaign: PathBuf,
-    #[arg(long, default_value_t = 1)]
-    index: u32,
+    /// Which replication (its run seed derives from the contract and this index); default:
+    /// the next one not yet recorded. A recorded index is never run again.
+    #[arg(long)]
+    index: Option<u32>,
     #[arg(long)]
     pack: PathBuf,
     #[arg(long)]
@@ -596,8 +598,30 @@ async fn replicate(a: ReplicateArgs) -> anyhow::Result<ExitCode> {
         .and_then(Path::parent)
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("jobs"));
-    let dir = a.campaign.join(format!("replication-{}", a.index));
+    let log = a.campaign.join(REPLICATIONS_LOG);
+    let recorded = read_replications(&log)?;
+    let index = match a.index {
+        Some(0) => bail!("--index 0: replications count from 1 (0 is the original run)"),
+        Some(k) if recorded.iter().any(|r| r.index == k) => bail!(
+            "replication {k} of {} is already recorded in {}: every replication counts, none is \
+             run again",
+            a.campaign.display(),
+            log.display()
+        ),
+        Some(k) => k,
+        None => recorded.iter().map(|r| r.index).max().unwrap_or(0) + 1,
+    };
+    let dir = a.campaign.join(format!("replication-{index}"));
     std::fs::create_dir_all(&dir)?;
+    // Recorded before the first trial: a replication that never finishes still counts.
+    append_replication(
+        &log,
+        &ReplicationEntry {
+            index,
+            at: chrono::Utc::now().to_rfc3339(),
+            report: None,
+        },
+    )?;
     let pack = TaskPack::load(&a.pack)?;
     let backend = super::backends::make("sandbox", false, &jobs_dir)?;
     let c = Campaign {
@@ -608,7 +632,7 @@ async fn replicate(a: ReplicateArgs) -> anyhow::Result<ExitCode> {
         dir: dir.clone(),
         concurrency: a.concurrency,
         timeout_multiplier: 1.0,
-        replication: Some(a.index),
+        replication: Some(index),
         attestation: None,
         sealed_paths: Vec::new(),
     };
@@ -627,5 +651,77 @@ async fn replicate(a: ReplicateArgs) -> anyhow::Result<ExitCode> {
     write_atomic(&dir.join("decision.json"), &replica.to_json()?)?;
     let report = compare_decisions(&original, &replica)?;
     println!("{}", serde_json::to_string_pretty(&report)?);
-    Ok(exit(&replica))
+    let agreed = report.verdict_replicated;
+    append_replication(
+        &log,
+        &ReplicationEntry {
+            index,
+            at: chrono::Utc::now().to_rfc3339(),
+            report: Some(report),
+        },
+    )?;
+    let all = read_replications(&log)?;
+    let finished: Vec<_> = all.iter().filter_map(|r| r.report.as_ref()).collect();
+    let agreeing = finished.iter().filter(|r| r.verdict_replicated).count();
+    let started = all
+        .iter()
+        .map(|r| r.index)
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    eprintln!(
+        "replication {index}: the verdict {}; of {started} replications started, {} finished \
+         and {agreeing} agree with the original {:?}",
+        if agreed {
+            "replicated"
+        } else {
+            "did NOT replicate"
+        },
+        finished.len(),
+        original.verdict
+    );
+    // The exit code says whether this replication agrees, not what it decided: a replica that
+    // KEEPs where the original REJECTed is a failure to replicate.
+    Ok(if agreed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Every replication of a campaign, one JSON line when it starts and one when it is compared.
+const REPLICATIONS_LOG: &str = "replications.jsonl";
+
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct ReplicationEntry {
+    index: u32,
+    at: String,
+    /// `None` on the line written when the replication starts.
+    report: Option<geode_crucible::ReplicationReport>,
+}
+
+fn read_replications(path: &Path) -> anyhow::Result<Vec<ReplicationEntry>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).with_context(|| format!("{} line {}", path.display(), i + 1))
+        })
+        .collect()
+}
+
+fn append_replication(path: &Path, entry: &ReplicationEntry) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    writeln!(f, "{}", serde_json::to_string(entry)?)
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("writing {}", path.display()))
 }
