@@ -77,6 +77,9 @@ pub fn open_sealed(
             }
         }
     }
+    // A sealed copy of a content another contract has used is not opened (nothing burned).
+    crate::holdouts::HoldoutLedger::for_this_machine()
+        .check_opening(state.pack_hash.as_str(), &contract.hash().to_string())?;
     let exe = std::env::current_exe().map_err(|e| invalid("the geode binary", e))?;
     // Where the plaintext will live, made before the opening is burned.
     let vault = Vault::open(&exe).map_err(|e| invalid("opened pack", e))?;

@@ -97,6 +97,18 @@ pub async fn run_campaign(
     cancel: CancellationToken,
 ) -> Result<Evidence, CrucibleRunError> {
     let contract = c.contract.contract();
+    if contract.stage == geode_crucible::Stage::Test {
+        // Recorded before the first trial: a campaign that never finishes still used the
+        // holdout, and no other contract gets a first result from the same tasks.
+        crate::holdouts::HoldoutLedger::for_this_machine().begin_campaign(
+            c.pack,
+            crate::holdouts::UsedBy {
+                contract_hash: c.contract.hash().to_string(),
+                candidate_scaffold: contract.candidate.scaffold_hash.to_string(),
+                started_at: chrono::Utc::now().to_rfc3339(),
+            },
+        )?;
+    }
     let run_seed = match c.replication {
         Some(k) => geode_crucible::replication_run_seed(c.contract.hash(), k),
         None => contract.run_seed,

@@ -7,6 +7,8 @@ pub mod crucible_run;
 pub mod curate;
 pub mod datasets;
 pub mod env;
+pub mod holdouts;
+pub mod home;
 pub mod pack;
 pub mod rollout;
 pub mod sealing;

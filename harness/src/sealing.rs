@@ -133,6 +133,16 @@ pub fn seal_pack(
             ));
         }
     }
+    // A content a test-stage campaign has used is not sealed again, under any name.
+    crate::holdouts::HoldoutLedger::for_this_machine().record_sealed(
+        &pack,
+        crate::holdouts::SealedCopy {
+            name: name.to_string(),
+            pack_hash: hash.to_string(),
+            state: state.display().to_string(),
+            sealed_at: chrono::Utc::now().to_rfc3339(),
+        },
+    )?;
     std::fs::write(&blob, &sealed.blob).map_err(|e| files(&blob, e))?;
     let st = SealState::new(&sealed);
     write_atomic(

@@ -24,12 +24,16 @@ impl Study {
         self.dir.path().join(rel)
     }
 
+    /// `geode` in the study folder, with a `GEODE_HOME` (and so a holdout ledger) of its own.
+    fn command(&self) -> std::process::Command {
+        let mut c = super::common::geode_bin();
+        c.current_dir(self.dir.path())
+            .env("GEODE_HOME", self.dir.path().join("home"));
+        c
+    }
+
     fn geode(&self, args: &[&str]) -> Output {
-        super::common::geode_bin()
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap()
+        self.command().args(args).output().unwrap()
     }
 
     fn freeze(&self, out: &str, extra: &[&str]) {
@@ -346,7 +350,8 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
         "decrypted files were left behind"
     );
 
-    // Burn-once: a second opening, even for another contract, is refused.
+    // Burn-once: a second opening, even for another contract, is refused (by the holdout
+    // ledger, before the seal state's own refusal of a second opening).
     freeze("test2.json", "sealed/holdout.seal-state.json", "0.03");
     let (code, _, err) = s.run(
         "test2.json",
@@ -358,7 +363,18 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
         ],
     );
     assert_eq!(code, 1);
-    assert!(err.to_lowercase().contains("opened"), "{err}");
+    assert!(err.contains("is burned"), "{err}");
+
+    // The burned content is not sealed again, under another name or trial count.
+    for (name, k) in [("holdout2", "1"), ("holdout3", "3")] {
+        let o = s.geode(&[
+            "crucible", "seal", "test", "--key", "seal.key", "--name", name, "-k", k,
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "re-sealed as {name}");
+        assert!(err.contains("is burned"), "{err}");
+        assert!(!s.path(&format!("sealed/{name}.sealed")).exists());
+    }
 
     freeze("test3.json", "sealed/tampered.seal-state.json", "0.04");
     let (code, _, err) = s.run(
@@ -409,7 +425,8 @@ fn a_killed_test_stage_run_leaves_no_plaintext() {
             "5",
         ],
     );
-    let mut run = super::common::geode_bin()
+    let mut run = s
+        .command()
         .args([
             "crucible",
             "run",

@@ -97,12 +97,16 @@ candidates = {candidates}
         self.dir.path().join(rel)
     }
 
+    /// `geode` in the study folder, with a `GEODE_HOME` (and so a holdout ledger) of its own.
+    fn command(&self) -> std::process::Command {
+        let mut c = super::common::geode_bin();
+        c.current_dir(self.dir.path())
+            .env("GEODE_HOME", self.dir.path().join("home"));
+        c
+    }
+
     fn geode(&self, args: &[&str]) -> Output {
-        super::common::geode_bin()
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .unwrap()
+        self.command().args(args).output().unwrap()
     }
 
     fn lineage(&self) -> Vec<serde_json::Value> {
@@ -138,9 +142,9 @@ fn search_finds_the_repair_budget_gain_survives_a_kill_and_promotes_on_the_holdo
     let s = Study::new(REAL_SPACE, 3, 2);
 
     // Kill the search with SIGKILL in the middle of the first candidate's campaign.
-    let mut child = super::common::geode_bin()
+    let mut child = s
+        .command()
         .args(["search", "run", "search.toml"])
-        .current_dir(s.path(""))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

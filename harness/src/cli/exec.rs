@@ -131,13 +131,7 @@ pub(super) fn parse_level(s: &str) -> Result<SafetyLevel, String> {
     })
 }
 
-pub(super) fn geode_home() -> PathBuf {
-    if let Some(h) = std::env::var_os("GEODE_HOME") {
-        return PathBuf::from(h);
-    }
-    let home = std::env::var_os("HOME").map_or_else(|| PathBuf::from("."), PathBuf::from);
-    home.join(".geode")
-}
+pub(super) use geode_harness::home::geode_home;
 
 /// Where session checkpoints live.
 pub(super) fn checkpoint_root(dir: Option<&PathBuf>) -> PathBuf {

@@ -1,0 +1,256 @@
+//! The holdout ledger: which test-pack contents have given a first result, on this machine.
+//!
+//! A seal state burns one opening of one sealed file, but the file is not the holdout: the
+//! same tasks sealed again under a new name, or frozen into a contract with another seed, would
+//! give a fresh "first result". The ledger keys burn-once on the pack's content (the pack hash
+//! of its tasks alone, whatever the trials per task or the name it was sealed under):
+//! - `seal` refuses a content that a test-stage campaign has used;
+//! - a test-stage campaign is recorded before its first trial, finished or not, and any later
+//!   test-stage campaign on the same content under another contract is refused (the same
+//!   contract may resume, or be replicated);
+//! - an opening is refused before its seal state is burned when the ledger already knows the
+//!   sealed file's content as used.
+//!
+//! Layout: `$GEODE_HOME/holdouts/<content>.json` (`geode.holdout.v1`), one per content,
+//! rewritten atomically under an exclusive lock on `<content>.lock`.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::crucible_run::{CrucibleRunError, write_atomic};
+use crate::pack::TaskPack;
+
+const SCHEMA: &str = "geode.holdout.v1";
+
+/// The content key of a pack: its hash with the trials per task left out.
+pub fn content_key(pack: &TaskPack) -> String {
+    pack.hash(0).0
+}
+
+/// A sealed file of the content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SealedCopy {
+    pub name: String,
+    /// The sealed file's pack hash (content and trials per task).
+    pub pack_hash: String,
+    pub state: String,
+    pub sealed_at: String,
+}
+
+/// A test-stage campaign on the content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsedBy {
+    pub contract_hash: String,
+    pub candidate_scaffold: String,
+    pub started_at: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Entry {
+    schema: String,
+    content: String,
+    #[serde(default)]
+    sealed: Vec<SealedCopy>,
+    #[serde(default)]
+    campaigns: Vec<UsedBy>,
+}
+
+/// The ledger under one folder.
+#[derive(Debug, Clone)]
+pub struct HoldoutLedger {
+    dir: PathBuf,
+}
+
+fn files(path: &Path, e: impl std::fmt::Display) -> CrucibleRunError {
+    CrucibleRunError::Files {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn burned(content: &str, first: &UsedBy) -> CrucibleRunError {
+    CrucibleRunError::Invalid(format!(
+        "this test pack's content ({}) is burned: contract {} (candidate {}) used it first on \
+         {}; a holdout gives one first result, whatever it is sealed or frozen as",
+        &content[..16.min(content.len())],
+        first.contract_hash,
+        first.candidate_scaffold,
+        first.started_at
+    ))
+}
+
+impl HoldoutLedger {
+    /// The machine's ledger, `$GEODE_HOME/holdouts`.
+    pub fn for_this_machine() -> HoldoutLedger {
+        HoldoutLedger::at(crate::home::geode_home().join("holdouts"))
+    }
+
+    pub fn at(dir: impl Into<PathBuf>) -> HoldoutLedger {
+        HoldoutLedger { dir: dir.into() }
+    }
+
+    fn path(&self, content: &str) -> PathBuf {
+        self.dir.join(format!("{content}.json"))
+    }
+
+    fn read(&self, content: &str) -> Result<Entry, CrucibleRunError> {
+        let path = self.path(content);
+        match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| files(&path, e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Entry {
+                schema: SCHEMA.into(),
+                content: content.into(),
+                sealed: Vec::new(),
+                campaigns: Vec::new(),
+            }),
+            Err(e) => Err(files(&path, e)),
+        }
+    }
+
+    /// Runs `change` on the content's entry under its lock and writes the result.
+    fn update<T>(
+        &self,
+        content: &str,
+        change: impl FnOnce(&mut Entry) -> Result<T, CrucibleRunError>,
+    ) -> Result<T, CrucibleRunError> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| files(&self.dir, e))?;
+        let lock_path = self.dir.join(format!("{content}.lock"));
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| files(&lock_path, e))?;
+        let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| files(&lock_path, e))?;
+        let mut entry = self.read(content)?;
+        let out = change(&mut entry)?;
+        let path = self.path(content);
+        let text = serde_json::to_string_pretty(&entry).map_err(|e| files(&path, e))?;
+        write_atomic(&path, &text)?;
+        Ok(out)
+    }
+
+    /// Records a new sealed file of `pack`, refused when the content is burned.
+    pub fn record_sealed(&self, pack: &TaskPack, copy: SealedCopy) -> Result<(), CrucibleRunError> {
+        let content = content_key(pack);
+        self.update(&content, |entry| {
+            if let Some(first) = entry.campaigns.first() {
+                return Err(burned(&content, first));
+            }
+            entry.sealed.push(copy);
+            Ok(())
+        })
+    }
+
+    /// Refuses to open a sealed file whose content the ledger knows as used by another
+    /// contract (checked before the seal state is burned).
+    pub fn check_opening(
+        &self,
+        sealed_pack_hash: &str,
+        contract_hash: &str,
+    ) -> Result<(), CrucibleRunError> {
+        let Ok(dir) = std::fs::read_dir(&self.dir) else {
+            return Ok(());
+        };
+        for file in dir.flatten() {
+            let path = file.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).map_err(|e| files(&path, e))?;
+            let entry: Entry = serde_json::from_str(&text).map_err(|e| files(&path, e))?;
+            if !entry.sealed.iter().any(|s| s.pack_hash == sealed_pack_hash) {
+                continue;
+            }
+            if let Some(first) = entry
+                .campaigns
+                .iter()
+                .find(|c| c.contract_hash != contract_hash)
+            {
+                return Err(burned(&entry.content, first));
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a test-stage campaign on `pack` before its first trial; refused when another
+    /// contract used the content first.
+    pub fn begin_campaign(&self, pack: &TaskPack, used: UsedBy) -> Result<(), CrucibleRunError> {
+        let content = content_key(pack);
+        self.update(&content, |entry| {
+            if let Some(first) = entry.campaigns.first() {
+                if first.contract_hash == used.contract_hash {
+                    return Ok(());
+                }
+                return Err(burned(&content, first));
+            }
+            entry.campaigns.push(used);
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-task pack whose content differs by `name`.
+    fn pack(dir: &Path, name: &str) -> TaskPack {
+        let task = dir.join(name);
+        std::fs::create_dir_all(task.join("tests")).unwrap();
+        std::fs::create_dir_all(task.join("environment")).unwrap();
+        std::fs::write(task.join("instruction.md"), format!("Say {name}.\n")).unwrap();
+        std::fs::write(
+            task.join("task.toml"),
+            "[task]\nname = \"t/hi\"\n[environment]\n",
+        )
+        .unwrap();
+        std::fs::write(task.join("tests/test.sh"), "exit 0\n").unwrap();
+        std::fs::write(
+            task.join("environment/Dockerfile"),
+            "FROM debian:bookworm-slim\n",
+        )
+        .unwrap();
+        let pack = TaskPack::load(dir).unwrap();
+        assert_eq!(pack.tasks.len(), 1, "{:?}", pack.broken);
+        pack
+    }
+
+    fn used(contract: &str) -> UsedBy {
+        UsedBy {
+            contract_hash: contract.into(),
+            candidate_scaffold: "cand".into(),
+            started_at: "now".into(),
+        }
+    }
+
+    #[test]
+    fn a_content_gives_one_first_result() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = pack(&tmp.path().join("pack"), "hi");
+        let ledger = HoldoutLedger::at(tmp.path().join("ledger"));
+        let copy = |name: &str| SealedCopy {
+            name: name.into(),
+            pack_hash: p.hash(5).0,
+            state: format!("{name}.seal-state.json"),
+            sealed_at: "now".into(),
+        };
+        ledger.record_sealed(&p, copy("a")).unwrap();
+        ledger.record_sealed(&p, copy("b")).unwrap();
+        ledger.check_opening(&p.hash(5).0, "c1").unwrap();
+        ledger.begin_campaign(&p, used("c1")).unwrap();
+        // The same contract may resume; another may not, nor may the content be sealed again
+        // or its other sealed copy be opened.
+        ledger.begin_campaign(&p, used("c1")).unwrap();
+        let err = ledger.begin_campaign(&p, used("c2")).unwrap_err();
+        assert!(err.to_string().contains("burned"), "{err}");
+        assert!(ledger.record_sealed(&p, copy("c")).is_err());
+        assert!(ledger.check_opening(&p.hash(5).0, "c2").is_err());
+        ledger.check_opening(&p.hash(5).0, "c1").unwrap();
+        // Another content is free.
+        let other = pack(&tmp.path().join("other"), "bye");
+        ledger.begin_campaign(&other, used("c2")).unwrap();
+    }
+}
