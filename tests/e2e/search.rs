@@ -193,10 +193,27 @@ fn search_finds_the_repair_budget_gain_survives_a_kill_and_promotes_on_the_holdo
         o.status.success() && out.contains("c0001") && out.contains("KEEP"),
         "{out}"
     );
+    // Two candidates share the search's alpha of 0.05.
+    assert!(
+        out.contains("family-wise error of the train KEEPs <= 0.0500 (2 of 2 tests spent")
+            && out.contains("each candidate at confidence 0.9750"),
+        "{out}"
+    );
 
     let o = s.geode(&["search", "promote", "out"]);
     assert_eq!(o.status.code(), Some(0), "promote: {}", text(&o));
     assert!(text(&o).contains("promotion verdict KEEP"), "{}", text(&o));
+    // The champion was confirmed on train on fresh seeds before the holdout opened.
+    let promotion: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(s.path("out/promotion.json")).unwrap())
+            .unwrap();
+    let confirmation = &promotion["confirmation"];
+    assert_eq!(confirmation["verdict"], "KEEP", "{promotion}");
+    assert!(
+        confirmation["estimate"].as_f64().unwrap() > 0.0,
+        "{promotion}"
+    );
+    assert_ne!(confirmation["contract_hash"], first["contract_hash"]);
     let state = std::fs::read_to_string(s.path("sealed/holdout.seal-state.json")).unwrap();
     assert!(
         state.contains("KEEP"),

@@ -81,6 +81,14 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
                 lineage.evaluated().filter(|e| e.is_keep()).count(),
                 lineage.champion().map(|e| e.id.as_str()).unwrap_or("-"),
             );
+            let alpha = 1.0 - r.config.rule.confidence;
+            let budget = r.config.budgets.candidates.max(1);
+            println!(
+                "family-wise error of the train KEEPs <= {:.4} ({evaluated} of {budget} tests spent, \
+                 at most {alpha} over the budget): Bonferroni, each candidate at confidence {:.4}",
+                alpha * f64::from(evaluated as u32) / f64::from(budget),
+                r.config.rule.per_candidate(budget).confidence
+            );
             println!(
                 "spent: {:.0} s wall, {} tokens, ${:.4}",
                 spent.wall_seconds, spent.tokens, spent.cost_usd
@@ -99,9 +107,17 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
             let env = env(&a.out, a.timeout_multiplier)?;
             let p = promote(&a.out, &env).await?;
             println!("{}", serde_json::to_string_pretty(&p)?);
-            match p.verdict.as_deref() {
-                Some(v) => println!("promotion verdict {v}"),
-                None => println!("nothing to promote: the champion is the baseline"),
+            match (p.verdict.as_deref(), &p.confirmation) {
+                (Some(v), _) => println!("promotion verdict {v}"),
+                (None, Some(c)) => println!(
+                    "not promoted: the champion's confirmation on fresh train seeds is {} \
+                     (estimate {}, {} when selected); the holdout stays sealed",
+                    c.verdict,
+                    c.estimate.map_or("n/a".into(), |e| format!("{e:.4}")),
+                    c.selected_estimate
+                        .map_or("n/a".into(), |e| format!("{e:.4}"))
+                ),
+                (None, None) => println!("nothing to promote: the champion is the baseline"),
             }
             Ok(ExitCode::from(p.exit_code()))
         }

@@ -507,7 +507,7 @@ async fn evaluate(
         &r.test_pack_hash,
         c.trials,
         derive_seed(c.seed, 2, index),
-        &c.rule,
+        &c.rule.per_candidate(c.budgets.candidates),
     )?;
     write_atomic(&dir.join("contract.json"), contract.canonical_json())?;
     log(&format!(

@@ -18,7 +18,7 @@
 //! key = "seal.key"
 //! trials = 5
 //! [rule]                        # the decision rule of every train contract
-//! min_tasks = 10
+//! min_tasks = 10                # (confidence: family-wise over the candidate budget)
 //! [test_rule]                   # the promotion contract's rule (defaults to [rule])
 //! min_tasks = 8
 //! [budgets]
@@ -85,6 +85,24 @@ impl Default for Rule {
             campaign_tokens: 1_000_000_000,
             campaign_cost_usd: 100.0,
             campaign_model_calls: 1_000_000,
+        }
+    }
+}
+
+impl Rule {
+    /// The rule of one train candidate's contract when `self.confidence` is the search's
+    /// family-wise confidence over a budget of `candidates` tests.
+    ///
+    /// Bonferroni alpha spending: each candidate is judged at 1 - (1 - confidence) /
+    /// candidates, so the chance that any of the search's train KEEPs is false is at most
+    /// 1 - confidence, whatever the order of the candidates and however their tests depend on
+    /// one another (a search compares each candidate with the champion of the moment, on the
+    /// same tasks). Holm's step-down would spend the same alpha less conservatively, but it
+    /// needs every p-value before any decision, and a search decides as it goes.
+    pub fn per_candidate(&self, candidates: u32) -> Rule {
+        Rule {
+            confidence: 1.0 - (1.0 - self.confidence) / f64::from(candidates.max(1)),
+            ..self.clone()
         }
     }
 }

@@ -3,7 +3,14 @@
 //! opening is recorded before any trial, and a second opening is refused), so the final
 //! decision is made on data nobody tuned to.
 //!
-//! Writes `<out>/promotion/{contract,evidence,decision}.json` and `<out>/promotion.json`
+//! Before the holdout is touched, the champion is confirmed on the train pack on fresh seeds
+//! against the original baseline: the train estimate that made it champion is the largest of
+//! several noisy ones and biased upward by that selection (the winner's curse), a fresh one is
+//! not. A champion that does not KEEP again is not promoted and the holdout stays sealed for a
+//! later search.
+//!
+//! Writes `<out>/promotion/confirmation/{contract,evidence,decision}.json`,
+//! `<out>/promotion/{contract,evidence,decision}.json` and `<out>/promotion.json`
 //! (`geode.search.promotion.v1`).
 
 use std::path::Path;
@@ -37,7 +44,21 @@ pub struct Promotion {
     pub estimate: Option<f64>,
     pub baseline_mean: Option<f64>,
     pub candidate_mean: Option<f64>,
+    /// The champion against the baseline on the train pack, on fresh seeds.
+    #[serde(default)]
+    pub confirmation: Option<Confirmation>,
     pub decided_at: String,
+}
+
+/// The champion's train re-estimate on fresh seeds (see the module documentation).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Confirmation {
+    pub contract_hash: String,
+    pub verdict: String,
+    /// The fresh train estimate (unbiased by the search's selection).
+    pub estimate: Option<f64>,
+    /// The estimate that made the champion, from its search campaign.
+    pub selected_estimate: Option<f64>,
 }
 
 impl Promotion {
@@ -83,11 +104,20 @@ pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
         estimate: None,
         baseline_mean: None,
         candidate_mean: None,
+        confirmation: None,
         decided_at: chrono::Utc::now().to_rfc3339(),
     };
     if champion.scaffold_hash == baseline.scaffold_hash {
         // No train KEEP: there is no candidate, and the holdout stays sealed for later use.
         p.reasons.push("no_train_keep".into());
+        write_summary(&summary_path, &p)?;
+        return Ok(p);
+    }
+    let confirmation = confirm(out, &r, &baseline.scaffold, champion, env).await?;
+    let confirmed = confirmation.verdict == "KEEP";
+    p.confirmation = Some(confirmation);
+    if !confirmed {
+        p.reasons.push("champion_not_confirmed".into());
         write_summary(&summary_path, &p)?;
         return Ok(p);
     }
@@ -175,6 +205,78 @@ pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
     }
     write_summary(&summary_path, &p)?;
     Ok(p)
+}
+
+/// Runs (or, after an interruption, reads back) the champion's confirmation on train.
+async fn confirm(
+    out: &Path,
+    r: &super::champion::Resolved,
+    baseline: &geode_runtime::scaffold::Scaffold,
+    champion: &super::lineage::Entry,
+    env: &Env,
+) -> Result<Confirmation, SearchError> {
+    let c = &r.config;
+    let dir = out.join("promotion").join("confirmation");
+    // One test of one hypothesis: the rule's own confidence, no share of the search's alpha.
+    let contract = contract_for(
+        Stage::Train,
+        baseline,
+        &champion.scaffold,
+        &c.model,
+        &r.train_pack_hash,
+        &r.test_pack_hash,
+        c.trials,
+        derive_seed(c.seed, 4, 0),
+        &c.rule,
+    )?;
+    let decision_path = dir.join("decision.json");
+    let record = match std::fs::read_to_string(&decision_path) {
+        Ok(text) => geode_crucible::DecisionRecord::from_json(&text)
+            .map_err(|e| SearchError::file(&decision_path, e))?,
+        Err(_) => {
+            // An interrupted confirmation is no evidence: its trials are replaced.
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir).map_err(|e| SearchError::file(&dir, e))?;
+            }
+            std::fs::create_dir_all(&dir).map_err(|e| SearchError::file(&dir, e))?;
+            write_atomic(&dir.join("contract.json"), contract.canonical_json())?;
+            let train = TaskPack::load(&c.train).map_err(|e| SearchError::Pack(e.to_string()))?;
+            let campaign = Campaign {
+                contract: &contract,
+                pack: &train,
+                baseline: Arc::new(baseline.clone()),
+                candidate: Arc::new(champion.scaffold.clone()),
+                dir: dir.join("campaign"),
+                concurrency: c.concurrency,
+                timeout_multiplier: env.timeout_multiplier,
+                replication: None,
+                attestation: None,
+                sealed_paths: Vec::new(),
+            };
+            let evidence = run_campaign(
+                &campaign,
+                env.backend.clone(),
+                env.observer.clone(),
+                env.cancel.clone(),
+            )
+            .await?;
+            let text =
+                serde_json::to_string_pretty(&evidence).map_err(|e| SearchError::file(&dir, e))?;
+            write_atomic(&dir.join("evidence.json"), &text)?;
+            let record = decide(&contract, &evidence);
+            let json = record
+                .to_json()
+                .map_err(|e| SearchError::Contract(e.to_string()))?;
+            write_atomic(&decision_path, &json)?;
+            record
+        }
+    };
+    Ok(Confirmation {
+        contract_hash: contract.hash().to_string(),
+        verdict: record.verdict.to_string(),
+        estimate: record.statistics.as_ref().and_then(|s| s.estimate),
+        selected_estimate: champion.estimate,
+    })
 }
 
 fn write_summary(path: &Path, p: &Promotion) -> Result<(), SearchError> {
