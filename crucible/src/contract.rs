@@ -64,6 +64,29 @@ impl LowerBoundMethod {
     }
 }
 
+/// The independent unit of the gate's inference.
+///
+/// `task` (the default): tasks are independent draws, trials clustered within them. `family`:
+/// a contract that declares its tasks come in families whose effects may move together (tasks
+/// written from one template, one repository, one author) makes the family the unit: the gate's
+/// bound becomes the smaller of the method's task-level bound and a family-clustered t bound,
+/// mean - t_{c, G-1} * se_G with the cluster-robust (CR1) standard error over the G families,
+/// se_G^2 = G / (G - 1) * sum_g (sum_{t in g} (d_t - mean))^2 / T^2. No bootstrap over families:
+/// a pack has a handful, too few to resample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Clustering {
+    #[default]
+    Task,
+    Family,
+}
+
+impl Clustering {
+    fn is_task(&self) -> bool {
+        *self == Clustering::Task
+    }
+}
+
 /// A contract frozen before `lower_bound` existed meant BCa; it still does.
 fn legacy_lower_bound() -> LowerBoundMethod {
     LowerBoundMethod::Bca
@@ -117,6 +140,10 @@ pub struct DecisionRule {
     /// Which lower bound must be positive (greater than [`crate::gate::BOUND_TOLERANCE`]).
     #[serde(default = "legacy_lower_bound")]
     pub lower_bound: LowerBoundMethod,
+    /// The unit of inference (tasks unless the contract declares families). Left out of the
+    /// canonical JSON when `task`, so contracts frozen before it existed keep their hashes.
+    #[serde(default, skip_serializing_if = "Clustering::is_task")]
+    pub cluster: Clustering,
 }
 
 fn default_permutation_resamples() -> u32 {
@@ -135,6 +162,7 @@ impl Default for DecisionRule {
             min_families: 2,
             candidate_floor: 0.0,
             lower_bound: LowerBoundMethod::TAndBca,
+            cluster: Clustering::Task,
         }
     }
 }

@@ -41,8 +41,8 @@ pub mod veto;
 pub use archive::{ArchiveEntry, decode_archive, encode_archive};
 pub use canonical::{canonical_sha256, to_canonical_json};
 pub use contract::{
-    ArmSpec, Budgets, CONTRACT_SCHEMA, Contract, DecisionRule, EvaluatorIdentity, FrozenContract,
-    LowerBoundMethod, Stage, StagePacks, Vetoes,
+    ArmSpec, Budgets, CONTRACT_SCHEMA, Clustering, Contract, DecisionRule, EvaluatorIdentity,
+    FrozenContract, LowerBoundMethod, Stage, StagePacks, Vetoes,
 };
 pub use decide::decide;
 pub use error::{

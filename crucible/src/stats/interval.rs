@@ -51,6 +51,30 @@ pub fn clustered_std_error(task_deltas: &[f64]) -> Option<f64> {
     Some((v / task_deltas.len() as f64).sqrt())
 }
 
+/// The family-clustered (CR1) standard error of the mean task delta and its degrees of
+/// freedom G - 1 (see [`crate::contract::Clustering::Family`]); `None` below two families.
+pub fn family_clustered_std_error(deltas: &[(f64, &str)]) -> Option<(f64, f64)> {
+    let t = deltas.len() as f64;
+    let m = deltas.iter().map(|(d, _)| d).sum::<f64>() / t;
+    let mut sums: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
+    for (d, family) in deltas {
+        *sums.entry(family).or_default() += d - m;
+    }
+    let g = sums.len() as f64;
+    if g < 2.0 {
+        return None;
+    }
+    let v = g / (g - 1.0) * sums.values().map(|s| s * s).sum::<f64>() / (t * t);
+    Some((v.sqrt(), g - 1.0))
+}
+
+/// The one-sided family-clustered t bound: mean - t_{c, G-1} * se_G.
+pub fn family_t_lower_bound(deltas: &[(f64, &str)], confidence: f64) -> Option<f64> {
+    let (se, df) = family_clustered_std_error(deltas)?;
+    let m = deltas.iter().map(|(d, _)| d).sum::<f64>() / deltas.len() as f64;
+    Some(m - t_quantile(confidence, df)? * se)
+}
+
 /// The t-interval on task deltas.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TInterval {

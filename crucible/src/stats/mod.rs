@@ -14,12 +14,14 @@ pub mod sample;
 
 use serde::{Deserialize, Serialize};
 
-use crate::contract::{DecisionRule, LowerBoundMethod};
+use crate::contract::{Clustering, DecisionRule, LowerBoundMethod};
 use crate::pairing::PairedTable;
 use crate::verdict::Degeneracy;
 
 use self::bootstrap::{BootstrapSummary, cluster_bootstrap};
-use self::interval::{TInterval, clustered_std_error, minimum_detectable_effect, t_interval};
+use self::interval::{
+    TInterval, clustered_std_error, family_t_lower_bound, minimum_detectable_effect, t_interval,
+};
 use self::means::{FamilySummary, TaskSummary, family_means, mean, summarize_tasks};
 use self::permutation::{PermutationTest, sign_flip_test};
 
@@ -54,6 +56,8 @@ pub struct Statistics {
     pub permutation: Option<PermutationTest>,
     /// Minimum detectable effect at 80 % power for the one-sided test at 1 - confidence.
     pub minimum_detectable_effect: Option<f64>,
+    /// The family-clustered t bound, when the contract declares families.
+    pub family_lower_bound: Option<f64>,
     /// Which bound the gate uses, and its value.
     pub lower_bound_method: LowerBoundMethod,
     pub lower_bound: Option<f64>,
@@ -109,6 +113,22 @@ pub fn compute(table: &PairedTable, rule: &DecisionRule, seeds: StatSeeds) -> St
         (LowerBoundMethod::TAndBca, Some(t), Some(b)) => Some(t.lower_bound.min(b.bca_lower)),
         _ => None,
     };
+    let family_lower_bound = match (rule.cluster, degenerate) {
+        (Clustering::Family, None) => {
+            let keyed: Vec<(f64, &str)> = per_task
+                .iter()
+                .map(|t| (t.delta, t.family.as_str()))
+                .collect();
+            family_t_lower_bound(&keyed, rule.confidence)
+        }
+        _ => None,
+    };
+    // With families declared, a bound exists only if the family bound does (two families or
+    // more), and the gate uses the smaller.
+    let lower_bound = match rule.cluster {
+        Clustering::Task => lower_bound,
+        Clustering::Family => lower_bound.zip(family_lower_bound).map(|(a, b)| a.min(b)),
+    };
     let minimum_detectable_effect = match degenerate {
         None => std_error.map(|se| minimum_detectable_effect(se, rule.confidence)),
         Some(_) => None,
@@ -127,6 +147,7 @@ pub fn compute(table: &PairedTable, rule: &DecisionRule, seeds: StatSeeds) -> St
         bootstrap,
         permutation: sign_flip_test(&deltas, rule.permutation_resamples, seeds.permutation),
         minimum_detectable_effect,
+        family_lower_bound,
         lower_bound_method: rule.lower_bound,
         lower_bound,
         degenerate,

@@ -27,6 +27,7 @@ pub fn rule() -> DecisionRule {
         min_families: 2,
         candidate_floor: 0.3,
         lower_bound: LowerBoundMethod::Bca,
+        cluster: geode_crucible::Clustering::Task,
     }
 }
 

@@ -52,6 +52,7 @@ fn rule() -> DecisionRule {
         min_families: 1,
         candidate_floor: 0.0,
         lower_bound: LowerBoundMethod::Bca,
+        cluster: geode_crucible::Clustering::Task,
     }
 }
 

@@ -63,6 +63,7 @@ fn rule_with(b: u32, lower_bound: LowerBoundMethod) -> DecisionRule {
         min_families: 1,
         candidate_floor: 0.0,
         lower_bound,
+        cluster: geode_crucible::Clustering::Task,
     }
 }
 
@@ -435,5 +436,83 @@ fn a_rounding_sliver_is_not_a_positive_bound() {
     assert!(
         slivers > 0,
         "no sliver drawn: the test would not see the bug"
+    );
+}
+
+/// Effects that move together by family (issue 17, item 9): under the null the family effects
+/// average zero over the population of families, but a pack holds four, so their shared draws
+/// do not average out and a task-level bound claims gains that are only the pack's luck.
+/// 2000 campaigns of 4 families x 10 tasks x 3 trials, family effect ~ U(-0.15, 0.15): a
+/// contract that declares families (`cluster = family`) keeps false KEEP <= 0.05 + 3 MC se;
+/// the task-level gate does not.
+#[test]
+fn family_clustered_effects_do_not_promote() {
+    const N: u32 = 2000;
+    let vetoes = Vetoes {
+        safety_tolerance: 0.5,
+        infra_allowance: 0.0,
+    };
+    let mut task_rule = rule_with(1000, LowerBoundMethod::TAndBca);
+    task_rule.min_families = 2;
+    let family_rule = DecisionRule {
+        cluster: geode_crucible::Clustering::Family,
+        ..task_rule.clone()
+    };
+    let tally = SignalTally {
+        trials: 3,
+        ..SignalTally::default()
+    };
+    let mut rng = rng_from_seed(9_2026);
+    let (mut task_keeps, mut family_keeps) = (0u32, 0u32);
+    for _ in 0..N {
+        let effects: Vec<f64> = (0..4).map(|_| 0.3 * unit_f64(&mut rng) - 0.15).collect();
+        let tasks = (0..40)
+            .map(|t| {
+                let p = 0.2 + 0.45 * unit_f64(&mut rng);
+                let q = p + effects[t % 4];
+                PairedTask {
+                    task: TaskId::new(format!("t{t}")),
+                    family: FamilyId::new(format!("f{}", t % 4)),
+                    pairs: (0..3)
+                        .map(|_| Pair {
+                            baseline: bernoulli(&mut rng, p),
+                            candidate: bernoulli(&mut rng, q),
+                        })
+                        .collect(),
+                    dropped: 0,
+                    baseline_signals: tally,
+                    candidate_signals: tally,
+                }
+            })
+            .collect();
+        let table = PairedTable { tasks };
+        let s = seeds(&mut rng);
+        for (rule, keeps) in [
+            (&task_rule, &mut task_keeps),
+            (&family_rule, &mut family_keeps),
+        ] {
+            let j = judge(GateInput {
+                rule,
+                vetoes: &vetoes,
+                budget: None,
+                table: &table,
+                seeds: s,
+            });
+            *keeps += u32::from(j.verdict == Verdict::Keep);
+        }
+    }
+    let alpha = 0.05;
+    let limit = alpha + 3.0 * (alpha * (1.0 - alpha) / f64::from(N)).sqrt();
+    let rate = |k: u32| f64::from(k) / f64::from(N);
+    println!(
+        "family-clustered null, 4 families x 10 tasks x 3 trials: false KEEP task-level {:.4}, \
+         family-clustered {:.4}, limit {limit:.4}",
+        rate(task_keeps),
+        rate(family_keeps)
+    );
+    assert!(rate(family_keeps) <= limit, "{}", rate(family_keeps));
+    assert!(
+        rate(task_keeps) > limit,
+        "the cell no longer shows the task-level failure"
     );
 }

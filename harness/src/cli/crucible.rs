@@ -11,9 +11,9 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use geode_crucible::{
-    ArmSpec, Budgets, CONTRACT_SCHEMA, Contract, DecisionRecord, DecisionRule, EvaluatorIdentity,
-    Evidence, FrozenContract, LowerBoundMethod, PowerSpec, Stage, StagePacks, Vetoes,
-    compare_decisions, decide, power,
+    ArmSpec, Budgets, CONTRACT_SCHEMA, Clustering, Contract, DecisionRecord, DecisionRule,
+    EvaluatorIdentity, Evidence, FrozenContract, LowerBoundMethod, PowerSpec, Stage, StagePacks,
+    Vetoes, compare_decisions, decide, power,
 };
 use geode_harness::crucible_run::{
     Campaign, pack_hash, run_campaign, scaffold_hash, tests_grader_hash, write_atomic,
@@ -83,6 +83,10 @@ pub struct FreezeArgs {
     /// percentile.
     #[arg(long, default_value = "t_and_bca")]
     lower_bound: String,
+    /// The unit of inference: task, or family when effects may move together within a task
+    /// category (the gate then also needs the family-clustered t bound positive).
+    #[arg(long, default_value = "task")]
+    cluster: String,
     #[arg(long, default_value_t = 7200.0)]
     budget_wall: f64,
     #[arg(long, default_value_t = 1_000_000)]
@@ -378,6 +382,11 @@ fn freeze(a: FreezeArgs) -> anyhow::Result<ExitCode> {
             a.lower_bound
         );
     };
+    let cluster = match a.cluster.as_str() {
+        "task" => Clustering::Task,
+        "family" => Clustering::Family,
+        other => bail!("--cluster {other:?}: use task or family"),
+    };
     let contract = Contract {
         schema: CONTRACT_SCHEMA.into(),
         stage: match a.stage {
@@ -409,6 +418,7 @@ fn freeze(a: FreezeArgs) -> anyhow::Result<ExitCode> {
             min_families: a.min_families,
             candidate_floor: a.candidate_floor,
             lower_bound,
+            cluster,
         },
         budgets: Budgets {
             wall_seconds: a.budget_wall,

@@ -3,8 +3,8 @@
 //! search seed so a resumed candidate gets the same contract.
 
 use geode_crucible::{
-    ArmSpec, Budgets, CONTRACT_SCHEMA, Contract, DecisionRule, FrozenContract, LowerBoundMethod,
-    PackHash, Stage, StagePacks, Vetoes,
+    ArmSpec, Budgets, CONTRACT_SCHEMA, Clustering, Contract, DecisionRule, FrozenContract,
+    LowerBoundMethod, PackHash, Stage, StagePacks, Vetoes,
 };
 use geode_runtime::scaffold::Scaffold;
 
@@ -66,6 +66,7 @@ pub fn contract_for(
             min_families: rule.min_families,
             candidate_floor: rule.candidate_floor,
             lower_bound: LowerBoundMethod::TAndBca,
+            cluster: Clustering::Task,
         },
         budgets: Budgets {
             wall_seconds: rule.campaign_wall_seconds,
