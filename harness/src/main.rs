@@ -11,6 +11,7 @@ fn main() -> ExitCode {
     if let Some(code) = geode_harness::env::sandbox_entry(&args) {
         return code;
     }
+    quiet_on_closed_stdout();
     let args = cli::Cli::parse();
     cli::init_logging(args.verbose);
     match cli::run(args) {
@@ -20,4 +21,27 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `geode ... | head` ends quietly when the reader goes, as a shell tool does, with the status
+/// a SIGPIPE death would give (128 + 13).
+///
+/// Not by restoring SIGPIPE's default action: geode writes to pipes of its own children (the
+/// sandbox server, MCP servers), and a child that dies must be an `EPIPE` it handles, not the
+/// harness killed. So SIGPIPE stays ignored, and the one failure `println!` turns into a panic,
+/// a write to a closed standard output, exits here instead of printing a panic.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
 }

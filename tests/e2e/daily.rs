@@ -444,3 +444,44 @@ fn model_and_effort_switch_mid_session_and_survive_a_restart() {
     c.send(json!({"type": "prompt", "text": "three"}));
     assert!(last_text(&mut c, "result").starts_with("bravo:"));
 }
+
+/// `geode ... | head` does not panic: with its standard output closed before it writes, each
+/// subcommand ends with the SIGPIPE status 141 and no panic message.
+#[test]
+fn a_closed_pipe_ends_a_subcommand_quietly() {
+    let d = tempfile::tempdir().unwrap();
+    let pack = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tasks/geode-core");
+    let pack = pack.to_str().unwrap();
+    for args in [
+        vec!["scaffold", "show"],
+        vec!["tasks", "list", pack],
+        vec![
+            "crucible",
+            "power",
+            "--baseline-rate",
+            "0.5",
+            "--effect",
+            "0.1",
+            "--tasks",
+            "20",
+            "--trials",
+            "3",
+            "--simulations",
+            "5",
+        ],
+        vec!["config", "explain"],
+    ] {
+        let mut child = geode(d.path())
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader is gone before the first line.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {err}");
+    }
+}
