@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use geode_crucible::stats::interval::clip_to_range;
 use geode_crucible::stats::proportion::pass_at_k;
 use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, StudentsT};
@@ -108,7 +109,7 @@ pub fn summarize(trials: &[TrialRow]) -> RunSummary {
         let q = StudentsT::new(0.0, 1.0, t_count as f64 - 1.0)
             .map(|d| d.inverse_cdf(0.975))
             .unwrap_or(1.96);
-        (accuracy - q * se, accuracy + q * se)
+        clip_to_range((accuracy - q * se, accuracy + q * se), &means, 0.0, 1.0)
     });
     let k_max = per_task.iter().map(|t| t.trials).min().unwrap_or(0);
     let pass_at_k = (1..=k_max)

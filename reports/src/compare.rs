@@ -11,7 +11,7 @@
 use std::cmp::Ordering;
 
 use geode_crucible::pairing::{Pair, PairedTable, PairedTask, SignalTally};
-use geode_crucible::stats::interval::t_interval;
+use geode_crucible::stats::interval::{clip_to_range, t_interval};
 use geode_crucible::stats::permutation::sign_flip_test;
 use geode_crucible::{
     ContractHash, DecisionRule, FamilyId, StatSeeds, Statistics, TaskId, bootstrap_seed,
@@ -238,7 +238,8 @@ pub fn compare(trials: &DataFrame, baseline: &str, candidate: &str) -> PolarsRes
             baseline_mean: mean_of(|p| p.baseline),
             candidate_mean: mean_of(|p| p.candidate),
             delta: mean_of(|p| p.candidate - p.baseline),
-            interval: t_interval(&diffs, CONFIDENCE).map(|t| (t.interval.lower, t.interval.upper)),
+            interval: t_interval(&diffs, CONFIDENCE)
+                .map(|t| clip_to_range((t.interval.lower, t.interval.upper), &diffs, -1.0, 1.0)),
         });
         table.tasks.push(PairedTask {
             task: TaskId::new(shared.task),

@@ -7,7 +7,7 @@
 //! crucible's unbiased estimator 1 - C(n - c, k) / C(n, k) (the harness's too) averaged over
 //! tasks, for k up to the fewest trials any task has.
 
-use geode_crucible::stats::interval::{clustered_std_error, t_interval};
+use geode_crucible::stats::interval::{clip_to_range, clustered_std_error, t_interval};
 pub use geode_crucible::stats::means::mean;
 use geode_crucible::stats::proportion::pass_at_k;
 
@@ -51,7 +51,8 @@ pub fn scores(points: &[TaskPoint]) -> Scores {
     let ci95 = accuracy.and_then(|acc| match clustered_std_error(&means) {
         // All tasks equal: the interval collapses to the point (the harness prints it so).
         Some(se) if se <= 0.0 => Some((acc, acc)),
-        Some(_) => t_interval(&means, CONFIDENCE).map(|t| (t.interval.lower, t.interval.upper)),
+        Some(_) => t_interval(&means, CONFIDENCE)
+            .map(|t| clip_to_range((t.interval.lower, t.interval.upper), &means, 0.0, 1.0)),
         None => None,
     });
     Scores {
@@ -114,6 +115,8 @@ mod tests {
         assert!((s.tb_stderr.unwrap_or(0.0) - 0.25f64 / 3.0).abs() < 1e-12);
         assert_eq!(scores(&[p(0.3, 2), p(0.3, 2)]).ci95, Some((0.3, 0.3)));
         assert_eq!(scores(&[p(0.3, 2)]).ci95, None);
+        // Two tasks: the t-interval reaches past [0, 1] and is clipped to it.
+        assert_eq!(scores(&[p(0.0, 2), p(1.0, 2)]).ci95, Some((0.0, 1.0)));
         assert_eq!(scores(&[]).accuracy, None);
     }
 

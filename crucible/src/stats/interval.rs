@@ -106,6 +106,17 @@ pub fn t_interval(task_deltas: &[f64], confidence: f64) -> Option<TInterval> {
     })
 }
 
+/// `(lower, upper)` clipped to `[lo, hi]` when every value lies in that range: a mean of values
+/// in a range lies in it too, and a t-interval of few tasks reaches far past it (two tasks give
+/// +-12.7 standard errors). Unchanged when some value is outside (no known range).
+pub fn clip_to_range(interval: (f64, f64), values: &[f64], lo: f64, hi: f64) -> (f64, f64) {
+    if values.iter().all(|v| (lo..=hi).contains(v)) {
+        (interval.0.clamp(lo, hi), interval.1.clamp(lo, hi))
+    } else {
+        interval
+    }
+}
+
 /// Power at which the minimum detectable effect is stated.
 pub const MDE_POWER: f64 = 0.8;
 
@@ -125,6 +136,18 @@ mod tests {
         assert!((normal_quantile(0.975) - 1.959_964).abs() < 1e-5);
         assert!((t_quantile(0.975, 9.0).unwrap() - 2.262_157).abs() < 1e-5);
         assert!((minimum_detectable_effect(1.0, 0.95) - 2.486_475).abs() < 1e-5);
+    }
+
+    #[test]
+    fn intervals_clip_to_a_known_range() {
+        assert_eq!(
+            clip_to_range((-5.8, 6.8), &[0.0, 1.0], 0.0, 1.0),
+            (0.0, 1.0)
+        );
+        assert_eq!(
+            clip_to_range((-5.8, 6.8), &[0.0, 2.0], 0.0, 1.0),
+            (-5.8, 6.8)
+        );
     }
 
     #[test]
