@@ -112,9 +112,9 @@ fn scores_table(report: &Report) -> Table {
     )
     .note(
         "accuracy: mean over tasks of the per-task mean reward, infrastructure trials excluded; \
-         TB stderr: sqrt(sum p(1-p)/(n-1))/T (Terminal-Bench, trial noise only; n/a if a task has one trial); 95% CI: \
-         Student-t over per-task means (tasks are the clusters); acc. infra=0: infrastructure \
-         failures counted as reward 0.",
+         TB stderr: sqrt(sum p(1-p)/(n-1))/T (Terminal-Bench, trial noise only; n/a if a task \
+         has one trial); 95% CI: Student-t over per-task means (tasks are the clusters), clipped \
+         to [0, 1]; acc. infra=0: infrastructure failures counted as reward 0.",
     )
     .rows(report.run_scores.iter().map(|r| {
         let s = &r.scores;
