@@ -44,7 +44,12 @@ impl Study {
         let dir = tempfile::tempdir().unwrap();
         super::common::split_core_pack(dir.path());
         let s = Study { dir };
-        std::fs::write(s.path("base.toml"), "repair_budget = 0\n").unwrap();
+        // The convergence window lets every repair budget of the space run (3 needs > 3).
+        std::fs::write(
+            s.path("base.toml"),
+            "repair_budget = 0\n[guards]\nconvergence_window = 10\n",
+        )
+        .unwrap();
         std::fs::write(s.path("space.toml"), space).unwrap();
         // Test contracts use a safety tolerance of 0.5: the veto's upper bound needs ~52
         // trials per arm at 0.05, and the holdout has 40 (flaky-oracle raises no signal).

@@ -134,7 +134,14 @@ pub fn prepare(config: &SearchConfig) -> Result<Resolved, SearchError> {
         &evaluator().binary_version,
     )?;
     // Fail early on an unreadable baseline rather than after the packs are hashed twice.
-    config.baseline_scaffold()?;
+    let baseline = config.baseline_scaffold()?;
+    space
+        .check_interactions(&baseline)
+        .map_err(|(field, message)| SearchError::Field {
+            path: config.space.display().to_string(),
+            field,
+            message,
+        })?;
     let resolved = Resolved {
         schema: RESOLVED_SCHEMA.into(),
         config: config.clone(),

@@ -234,6 +234,47 @@ impl SearchSpace {
         Ok(())
     }
 
+    /// Knobs validated together with the scaffold they start from: a value that no setting of
+    /// the other knobs and frozen fields lets take effect is refused, with the reason.
+    ///
+    /// The one interaction known today: the convergence guard ends a turn at the w-th identical
+    /// failure in a row (`guards.convergence_window = w`, 0 = off), so a repair budget b >= w
+    /// never runs its last repairs when each attempt fails alike, which is how a model that
+    /// cannot solve a task fails (and how `flaky-oracle` does): budgets 2 and 3 measure the same
+    /// under the default window of 3.
+    pub fn check_interactions(&self, baseline: &Scaffold) -> Result<(), (String, String)> {
+        const REPAIRS: &str = "repair_budget";
+        const WINDOW: &str = "guards.convergence_window";
+        let Some((i, repairs)) = self
+            .knobs
+            .iter()
+            .enumerate()
+            .find(|(_, k)| k.path == REPAIRS)
+        else {
+            return Ok(());
+        };
+        let windows: Vec<u64> = match self.knob(WINDOW) {
+            Some(k) => k.domain().iter().filter_map(Value::as_u64).collect(),
+            None => vec![baseline.guards.convergence_window as u64],
+        };
+        let frozen = self.knob(WINDOW).is_none();
+        for b in repairs.domain().iter().filter_map(Value::as_u64) {
+            if windows.iter().all(|&w| w > 0 && b >= w) {
+                let widest = windows.iter().copied().max().unwrap_or(0);
+                return Err((
+                    format!("knob[{i}].values"),
+                    format!(
+                        "{REPAIRS} = {b} cannot take effect: {WINDOW} = {widest}{} ends a turn at \
+                         its {widest}th identical failure, before repair {b} runs; raise the \
+                         window above {b} (or to 0, off) or drop the value",
+                        if frozen { " (frozen)" } else { " at most" }
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub fn knob(&self, path: &str) -> Option<&Knob> {
         self.knobs.iter().find(|k| k.path == path)
     }

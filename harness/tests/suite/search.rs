@@ -80,6 +80,31 @@ fn space_validation_names_the_field_at_fault() {
     assert!(e.contains("space.toml") && e.contains("schema"), "{e}");
 }
 
+/// Knobs are validated together with the baseline: a repair budget the convergence guard
+/// always cuts short is refused at load, with the reason, and allowed once the window lets it
+/// run (as a frozen field or as a knob of its own).
+#[test]
+fn a_repair_budget_the_convergence_guard_cuts_short_is_refused() {
+    let sp = space();
+    let (field, msg) = sp.check_interactions(&Scaffold::default()).unwrap_err();
+    assert_eq!(field, "knob[0].values");
+    assert!(
+        msg.contains("repair_budget = 3 cannot take effect")
+            && msg.contains("guards.convergence_window = 3 (frozen)"),
+        "{msg}"
+    );
+    let mut wide = Scaffold::default();
+    wide.guards.convergence_window = 10;
+    sp.check_interactions(&wide).unwrap();
+    wide.guards.convergence_window = 0;
+    sp.check_interactions(&wide).unwrap();
+    let with_window =
+        format!("{SPACE}[[knob]]\npath = \"guards.convergence_window\"\nvalues = [3, 5]\n");
+    let sp: SearchSpace = toml::from_str(&with_window).unwrap();
+    sp.validate().unwrap();
+    sp.check_interactions(&Scaffold::default()).unwrap();
+}
+
 #[test]
 fn grid_walks_the_neighbours_in_order_and_skips_seen_fingerprints() {
     let sp = space();
@@ -201,7 +226,12 @@ async fn model_proposals_that_are_duplicates_or_outside_the_space_spend_no_trial
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(d.join("space.toml"), SPACE).unwrap();
-    std::fs::write(d.join("base.toml"), "repair_budget = 0\n").unwrap();
+    // A window the space's largest repair budget (3) can run under.
+    std::fs::write(
+        d.join("base.toml"),
+        "repair_budget = 0\n[guards]\nconvergence_window = 10\n",
+    )
+    .unwrap();
     let turn = |path: &str, value: serde_json::Value| json!({"text": json!({"path": path, "value": value, "hypothesis": "h"}).to_string()});
     let script = json!({"turns": [
         turn("repair_budget", json!(0)),
