@@ -96,6 +96,51 @@ fn id_of(index: usize) -> String {
     format!("c{index:04}")
 }
 
+/// Runs `contract` on the train pack (`baseline` against `candidate`) with its trials under
+/// `dir/campaign`, and writes `dir/evidence.json` and `dir/decision.json`. `None` when the
+/// search was cancelled: an interrupted campaign is no evidence, so nothing is decided.
+pub(super) async fn run_train_campaign(
+    contract: &geode_crucible::FrozenContract,
+    train: &TaskPack,
+    baseline: &Scaffold,
+    candidate: &Scaffold,
+    dir: &Path,
+    c: &SearchConfig,
+    env: &Env,
+) -> Result<Option<(geode_crucible::Evidence, DecisionRecord)>, SearchError> {
+    let campaign = Campaign {
+        contract,
+        pack: train,
+        baseline: Arc::new(baseline.clone()),
+        candidate: Arc::new(candidate.clone()),
+        dir: dir.join("campaign"),
+        concurrency: c.concurrency,
+        timeout_multiplier: env.timeout_multiplier,
+        replication: None,
+        attestation: None,
+        sealed_paths: Vec::new(),
+    };
+    let evidence = run_campaign(
+        &campaign,
+        env.backend.clone(),
+        env.observer.clone(),
+        env.cancel.clone(),
+    )
+    .await?;
+    if env.cancel.is_cancelled() {
+        return Ok(None);
+    }
+    json_file(&dir.join("evidence.json"), &evidence)?;
+    let record = decide(contract, &evidence);
+    write_atomic(
+        &dir.join("decision.json"),
+        &record
+            .to_json()
+            .map_err(|e| SearchError::Contract(e.to_string()))?,
+    )?;
+    Ok(Some((evidence, record)))
+}
+
 fn json_file<T: Serialize>(path: &Path, v: &T) -> Result<(), SearchError> {
     let text = serde_json::to_string_pretty(v).map_err(|e| SearchError::file(path, e))?;
     write_atomic(path, &text)?;
@@ -521,36 +566,19 @@ async fn evaluate(
         "{} {} (parent {}, against {}): {}",
         p.id, p.mutation, p.parent, p.against, p.hypothesis
     ));
-    let campaign = Campaign {
-        contract: &contract,
-        pack: train,
-        baseline: Arc::new(champion.scaffold.clone()),
-        candidate: Arc::new(p.scaffold.clone()),
-        dir: campaign_dir,
-        concurrency: c.concurrency,
-        timeout_multiplier: env.timeout_multiplier,
-        replication: None,
-        attestation: None,
-        sealed_paths: Vec::new(),
-    };
-    let evidence = run_campaign(
-        &campaign,
-        env.backend.clone(),
-        env.observer.clone(),
-        env.cancel.clone(),
+    let Some((evidence, record)) = run_train_campaign(
+        &contract,
+        train,
+        &champion.scaffold,
+        &p.scaffold,
+        dir,
+        c,
+        env,
     )
-    .await?;
-    if env.cancel.is_cancelled() {
+    .await?
+    else {
         return Ok(None);
-    }
-    json_file(&dir.join("evidence.json"), &evidence)?;
-    let record = decide(&contract, &evidence);
-    write_atomic(
-        &dir.join("decision.json"),
-        &record
-            .to_json()
-            .map_err(|e| SearchError::Contract(e.to_string()))?,
-    )?;
+    };
     let verdict = record.verdict.to_string();
     let keep = verdict == "KEEP";
     let mut e = base_entry(

@@ -20,7 +20,7 @@ use geode_crucible::{Stage, decide};
 use serde::{Deserialize, Serialize};
 
 use super::SearchError;
-use super::champion::{Env, contract_for, derive_seed, load_resolved};
+use super::champion::{Env, contract_for, derive_seed, load_resolved, run_train_campaign};
 use super::lineage::Lineage;
 use crate::crucible_ops::open_sealed;
 use crate::crucible_run::{Campaign, run_campaign, write_atomic};
@@ -241,33 +241,21 @@ async fn confirm(
             std::fs::create_dir_all(&dir).map_err(|e| SearchError::file(&dir, e))?;
             write_atomic(&dir.join("contract.json"), contract.canonical_json())?;
             let train = TaskPack::load(&c.train).map_err(|e| SearchError::Pack(e.to_string()))?;
-            let campaign = Campaign {
-                contract: &contract,
-                pack: &train,
-                baseline: Arc::new(baseline.clone()),
-                candidate: Arc::new(champion.scaffold.clone()),
-                dir: dir.join("campaign"),
-                concurrency: c.concurrency,
-                timeout_multiplier: env.timeout_multiplier,
-                replication: None,
-                attestation: None,
-                sealed_paths: Vec::new(),
-            };
-            let evidence = run_campaign(
-                &campaign,
-                env.backend.clone(),
-                env.observer.clone(),
-                env.cancel.clone(),
+            let ran = run_train_campaign(
+                &contract,
+                &train,
+                baseline,
+                &champion.scaffold,
+                &dir,
+                c,
+                env,
             )
             .await?;
-            let text =
-                serde_json::to_string_pretty(&evidence).map_err(|e| SearchError::file(&dir, e))?;
-            write_atomic(&dir.join("evidence.json"), &text)?;
-            let record = decide(&contract, &evidence);
-            let json = record
-                .to_json()
-                .map_err(|e| SearchError::Contract(e.to_string()))?;
-            write_atomic(&decision_path, &json)?;
+            let Some((_, record)) = ran else {
+                return Err(SearchError::Refused(
+                    "the champion's confirmation was interrupted; promote again to rerun it".into(),
+                ));
+            };
             record
         }
     };
