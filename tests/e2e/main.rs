@@ -7,6 +7,7 @@ mod common;
 mod crash;
 mod crucible;
 mod daily;
+mod datasets;
 mod exec;
 mod images;
 mod mcp;

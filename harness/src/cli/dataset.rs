@@ -8,7 +8,9 @@ use geode_harness::datasets::allowlist::Allowlist;
 use geode_harness::datasets::minhash::MinHashParams;
 use geode_harness::datasets::privacy::{Disposition, Scanner, Waivers, review};
 use geode_harness::datasets::release::{ReleaseRequest, release, verify};
-use geode_harness::datasets::split::{Ratios, check_splits, load_splits, split_pack};
+use geode_harness::datasets::split::{
+    Ratios, check_against_pack, load_splits, resolve_pack, split_pack, write_split_packs,
+};
 use geode_harness::datasets::write_new_json;
 use geode_harness::pack::TaskPack;
 
@@ -17,7 +19,8 @@ pub enum DatasetCommand {
     /// Privacy review of a pack (and trajectories): list findings; exit 1 on any open one.
     Scan {
         pack: PathBuf,
-        /// Waiver file (geode.waivers.v1); default datasets/waivers/PACKNAME.toml if present.
+        /// Waiver file (geode.waivers.v1); default datasets/waivers/PACKNAME.toml in the nearest
+        /// folder at or above the pack that has one.
         #[arg(long)]
         waivers: Option<PathBuf>,
         /// Folders of trajectories to scan as well.
@@ -39,8 +42,8 @@ pub enum DatasetCommand {
         /// The pack's origin (default: builtin:NAME for tasks/NAME, else path:DIR).
         #[arg(long)]
         origin: Option<String>,
-        /// Allowlist (geode.allowlist.v1); default datasets/allowlist.toml if present, else
-        /// builtin:* only.
+        /// Allowlist (geode.allowlist.v1); default datasets/allowlist.toml in the nearest folder
+        /// at or above the pack that has one, else builtin:* only.
         #[arg(long)]
         allowlist: Option<PathBuf>,
         #[arg(long)]
@@ -73,9 +76,27 @@ pub enum DatasetCommand {
         /// Write the splits file here (never replaced); default: stdout.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Also write one pack folder per split below this folder (never replaced).
+        #[arg(long)]
+        packs: Option<PathBuf>,
     },
-    /// Check a splits file; exit 1 listing every leak across splits.
-    CheckSplits { splits: PathBuf },
+    /// Check a splits file against its pack (hashes and signatures re-derived from the tasks);
+    /// exit 1 listing every disagreement and every leak across splits.
+    CheckSplits {
+        splits: PathBuf,
+        /// The pack to check against (default: the one the file names).
+        #[arg(long)]
+        pack: Option<PathBuf>,
+    },
+}
+
+/// `rel` in the nearest folder at or above the pack that has it: a project keeps `datasets/`
+/// beside `tasks/`, and the answer must not depend on the folder the command runs from.
+fn beside_pack(pack: &Path, rel: &str) -> Option<PathBuf> {
+    let pack = std::fs::canonicalize(pack).ok()?;
+    pack.ancestors()
+        .map(|dir| dir.join(rel))
+        .find(|candidate| candidate.is_file())
 }
 
 fn default_waivers(pack: &Path, explicit: Option<PathBuf>) -> anyhow::Result<Waivers> {
@@ -83,10 +104,10 @@ fn default_waivers(pack: &Path, explicit: Option<PathBuf>) -> anyhow::Result<Wai
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let path = explicit.or_else(|| {
-        let p = PathBuf::from(format!("datasets/waivers/{name}.toml"));
-        p.is_file().then_some(p)
-    });
+    let path = explicit.or_else(|| beside_pack(pack, &format!("datasets/waivers/{name}.toml")));
+    if let Some(p) = &path {
+        eprintln!("waivers: {}", p.display());
+    }
     Ok(match path {
         Some(p) => Waivers::load(&p)?,
         None => Waivers::default(),
@@ -126,10 +147,14 @@ pub fn run(cmd: DatasetCommand) -> anyhow::Result<ExitCode> {
             for w in &r.unused_waivers {
                 eprintln!("warning: waiver {w} matches no finding (stale)");
             }
+            for f in &r.skipped {
+                eprintln!("not scanned (binary): {f}");
+            }
             let open = r.open().len();
             println!(
-                "{} files scanned, {} findings, {} open",
+                "{} files scanned, {} binary not scanned, {} findings, {} open",
                 r.files_scanned,
+                r.skipped.len(),
                 r.findings.len(),
                 open
             );
@@ -152,10 +177,8 @@ pub fn run(cmd: DatasetCommand) -> anyhow::Result<ExitCode> {
             parents,
             transformations,
         } => {
-            let allowlist_path = allowlist.or_else(|| {
-                let p = PathBuf::from("datasets/allowlist.toml");
-                p.is_file().then_some(p)
-            });
+            let allowlist_path =
+                allowlist.or_else(|| beside_pack(&pack, "datasets/allowlist.toml"));
             let allowlist = match allowlist_path {
                 Some(p) => Allowlist::load(&p)?,
                 None => Allowlist::default(),
@@ -212,6 +235,7 @@ pub fn run(cmd: DatasetCommand) -> anyhow::Result<ExitCode> {
             seed,
             threshold,
             out,
+            packs,
         } => {
             let params = MinHashParams {
                 threshold,
@@ -230,19 +254,31 @@ pub fn run(cmd: DatasetCommand) -> anyhow::Result<ExitCode> {
                 Some(path) => write_new_json(&path, &file)?,
                 None => println!("{}", serde_json::to_string_pretty(&file)?),
             }
+            if let Some(dir) = packs {
+                for written in write_split_packs(&file, &pack, &dir)? {
+                    eprintln!("wrote {}", written.display());
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
-        DatasetCommand::CheckSplits { splits } => {
+        DatasetCommand::CheckSplits { splits, pack } => {
             let file = load_splits(&splits)?;
-            let leaks = check_splits(&file);
-            if leaks.is_empty() {
-                let n: usize = file.splits.values().map(Vec::len).sum();
-                println!("ok: {n} tasks, no leak across splits");
+            let pack = pack.unwrap_or_else(|| resolve_pack(&splits, &file));
+            let check = check_against_pack(&splits, &file, &pack)?;
+            for m in &check.mismatches {
+                println!("MISMATCH {m}");
+            }
+            for l in &check.leaks {
+                println!("LEAK {l}");
+            }
+            if check.is_clean() {
+                println!(
+                    "ok: {} tasks of {} re-derived, no leak across splits",
+                    check.tasks,
+                    pack.display()
+                );
                 Ok(ExitCode::SUCCESS)
             } else {
-                for l in &leaks {
-                    println!("LEAK {l}");
-                }
                 Ok(ExitCode::FAILURE)
             }
         }

@@ -115,6 +115,43 @@ pub fn files_below(dir: &Path) -> Result<Vec<PathBuf>, DatasetError> {
     Ok(out)
 }
 
+/// Files and symbolic links below `dir` (relative), in path order.
+pub(crate) fn entries_below(dir: &Path) -> Result<Vec<PathBuf>, DatasetError> {
+    let mut out = Vec::new();
+    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
+        let entry = entry.map_err(|e| invalid(dir, format!("cannot walk: {e}")))?;
+        if !entry.file_type().is_dir() {
+            out.push(
+                entry
+                    .path()
+                    .strip_prefix(dir)
+                    .unwrap_or(entry.path())
+                    .to_path_buf(),
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// Copy a folder's files and symbolic links (modes kept) into `to`.
+pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<(), DatasetError> {
+    for rel in entries_below(from)? {
+        let (src, dst) = (from.join(&rel), to.join(&rel));
+        if let Some(parent) = dst.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
+        }
+        let meta = std::fs::symlink_metadata(&src).map_err(|e| io_err(&src, e))?;
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&src).map_err(|e| io_err(&src, e))?;
+            std::os::unix::fs::symlink(&target, &dst).map_err(|e| io_err(&dst, e))?;
+        } else {
+            // fs::copy keeps the permission bits, which the task hash covers.
+            std::fs::copy(&src, &dst).map_err(|e| io_err(&dst, e))?;
+        }
+    }
+    Ok(())
+}
+
 /// The text that defines what a task asks and checks: the instruction, then every file of
 /// `tests/` and `solution/`. Near-duplicate detection compares tasks on this text, so two tasks
 /// with the same instruction and checks but a different Dockerfile still count as duplicates.

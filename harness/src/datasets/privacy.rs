@@ -1,7 +1,8 @@
 //! Privacy review: a scanner for secrets and personal data in task files and trajectories, and
 //! the waiver file that records, per finding, why it may ship.
 //!
-//! Rules (`RULES_VERSION`): AWS access key ids (`AKIA`/`ASIA` + 16), OpenAI/Anthropic style keys
+//! Rules (`RULES_VERSION`): AWS access key ids (`AKIA`/`ASIA` + 16), AWS secret access keys (40
+//! base64 characters assigned to a name like `aws_secret_access_key`), OpenAI/Anthropic style keys
 //! (`sk-` + 20 or more), GitHub tokens (`ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_`), Slack tokens
 //! (`xoxa-`, `xoxb-`, ...), bearer tokens (`Bearer` + 20 or more token characters), PEM private
 //! key headers, e-mail addresses, home paths (`/home/<user>`, `/Users/<user>`) and IPv4 addresses.
@@ -16,6 +17,11 @@
 //!   own network).
 //!
 //! Secrets are never waived by policy: a planted fake key in a task needs a waiver with a reason.
+//!
+//! What is read: every regular file, up to `MAX_SCAN_BYTES`. A gzip stream is decompressed first,
+//! and a tar archive (plain or gzipped) is read member by member (findings name the member as
+//! `ARCHIVE!MEMBER`). What is still binary after that is not scanned, and the review lists it
+//! under `skipped` so nothing is passed over silently.
 //!
 //! Waiver file (`geode.waivers.v1`, TOML):
 //! ```toml
@@ -37,7 +43,7 @@ use sha2::{Digest, Sha256};
 
 use super::{DatasetError, check_schema, files_below, invalid, io_err};
 
-pub const RULES_VERSION: &str = "geode.privacy-rules.v1";
+pub const RULES_VERSION: &str = "geode.privacy-rules.v2";
 pub const WAIVERS_SCHEMA: &str = "geode.waivers.v1";
 pub const REVIEW_SCHEMA: &str = "geode.privacy.v1";
 
@@ -87,6 +93,9 @@ pub struct PrivacyReview {
     pub findings: Vec<ReviewedFinding>,
     /// Waivers that matched nothing (stale: the finding was fixed or the file changed).
     pub unused_waivers: Vec<String>,
+    /// Files (or archive members) not scanned because they are binary, as `scope:file`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 impl PrivacyReview {
@@ -148,6 +157,10 @@ impl Scanner {
         Ok(Scanner {
             rules: vec![
                 rule("aws_access_key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")?,
+                rule(
+                    "aws_secret_key",
+                    r#"(?i)\b(?:aws_?)?secret_?access_?key["']?\s*[:=]\s*["']?[A-Za-z0-9/+]{40}(?:[^A-Za-z0-9/+=]|$)"#,
+                )?,
                 rule("api_key_sk", r"\bsk-[A-Za-z0-9_-]{20,}")?,
                 rule("github_token", r"\bgh[pousr]_[A-Za-z0-9]{30,}")?,
                 rule("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}")?,
@@ -178,40 +191,85 @@ impl Scanner {
         out.sort_by(|a, b| (a.2, a.0).cmp(&(b.2, b.0)));
         out
     }
+}
 
-    /// Scan one text. `scope` and `file` only label the findings.
-    pub fn scan_text(&self, scope: &str, file: &str, text: &str) -> Vec<Finding> {
-        self.matches(text)
-            .into_iter()
-            .map(|(rule, matched, line)| Finding {
-                rule: rule.to_string(),
-                scope: scope.to_string(),
-                file: file.to_string(),
-                line,
-                excerpt: mask(&matched),
-                fingerprint: fingerprint(rule, scope, file, &matched),
-            })
-            .collect()
-    }
+/// What a scan reads below a folder: the texts by file label, and the labels of what is binary.
+struct Texts {
+    texts: Vec<(String, String)>,
+    skipped: Vec<String>,
+}
 
-    /// Scan every file below `dir`; returns the findings and the number of files scanned.
-    /// Binary files (a NUL byte in the scanned part) are skipped.
-    pub fn scan_dir(&self, scope: &str, dir: &Path) -> Result<(Vec<Finding>, usize), DatasetError> {
-        let mut findings = Vec::new();
-        let mut scanned = 0;
-        for rel in files_below(dir)? {
-            let path = dir.join(&rel);
-            let bytes = std::fs::read(&path).map_err(|e| io_err(&path, e))?;
-            let head = &bytes[..bytes.len().min(MAX_SCAN_BYTES)];
-            if head.contains(&0) {
-                continue;
-            }
-            scanned += 1;
-            let text = String::from_utf8_lossy(head);
-            findings.extend(self.scan_text(scope, &rel.to_string_lossy(), &text));
+/// Read every file below `dir` as text, opening gzip and tar archives (see the module doc).
+fn texts_below(dir: &Path) -> Result<Texts, DatasetError> {
+    let mut out = Texts {
+        texts: Vec::new(),
+        skipped: Vec::new(),
+    };
+    for rel in files_below(dir)? {
+        let path = dir.join(&rel);
+        let bytes = std::fs::read(&path).map_err(|e| io_err(&path, e))?;
+        let label = rel.to_string_lossy().into_owned();
+        // By content, not name: a task may ship a text file called `backup.tar.gz`. A corrupt
+        // gzip stream is scanned as it is (binary, so it lands in `skipped`).
+        let bytes = match bytes.starts_with(&[0x1f, 0x8b]) {
+            true => gunzip(&bytes).unwrap_or(bytes),
+            false => bytes,
+        };
+        if is_tar(&bytes) {
+            read_tar(&path, &label, &bytes, &mut out)?;
+        } else {
+            out.push(label, &bytes);
         }
-        Ok((findings, scanned))
     }
+    Ok(out)
+}
+
+impl Texts {
+    fn push(&mut self, label: String, bytes: &[u8]) {
+        let head = &bytes[..bytes.len().min(MAX_SCAN_BYTES)];
+        if head.contains(&0) {
+            self.skipped.push(label);
+        } else {
+            self.texts
+                .push((label, String::from_utf8_lossy(head).into_owned()));
+        }
+    }
+}
+
+/// Decompress at most `MAX_SCAN_BYTES` more than a scan reads (a member of a tar needs its
+/// header too), so a gzip bomb costs bounded memory.
+fn gunzip(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .take(4 * MAX_SCAN_BYTES as u64)
+        .read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// A POSIX tar header carries `ustar` at offset 257.
+fn is_tar(bytes: &[u8]) -> bool {
+    bytes.len() >= 512 && bytes.get(257..262) == Some(b"ustar".as_slice())
+}
+
+fn read_tar(path: &Path, label: &str, bytes: &[u8], out: &mut Texts) -> Result<(), DatasetError> {
+    use std::io::Read;
+    let bad = |e: std::io::Error| invalid(path, format!("not a readable tar archive: {e}"));
+    let mut archive = tar::Archive::new(bytes);
+    for entry in archive.entries().map_err(bad)? {
+        let mut entry = entry.map_err(bad)?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let member = entry.path().map_err(bad)?.to_string_lossy().into_owned();
+        let mut data = Vec::new();
+        (&mut entry)
+            .take(MAX_SCAN_BYTES as u64)
+            .read_to_end(&mut data)
+            .map_err(bad)?;
+        out.push(format!("{label}!{member}"), &data);
+    }
+    Ok(())
 }
 
 fn valid_ipv4(s: &str) -> bool {
@@ -290,19 +348,14 @@ pub fn review(
     let mut used = std::collections::BTreeSet::new();
     let mut findings = Vec::new();
     let mut files_scanned = 0;
+    let mut skipped = Vec::new();
     for (scope, dir) in scopes {
         let mut raw = Vec::new();
-        // Scan here rather than through `scan_dir`: the policy needs the unmasked match.
-        for rel in files_below(dir)? {
-            let path = dir.join(&rel);
-            let bytes = std::fs::read(&path).map_err(|e| io_err(&path, e))?;
-            let head = &bytes[..bytes.len().min(MAX_SCAN_BYTES)];
-            if head.contains(&0) {
-                continue;
-            }
+        let read = texts_below(dir)?;
+        skipped.extend(read.skipped.iter().map(|f| format!("{scope}:{f}")));
+        for (file, text) in read.texts {
             files_scanned += 1;
-            let file = rel.to_string_lossy().into_owned();
-            for (rule, matched, line) in scanner.matches(&String::from_utf8_lossy(head)) {
+            for (rule, matched, line) in scanner.matches(&text) {
                 raw.push((rule.to_string(), matched, line, file.clone()));
             }
         }
@@ -341,6 +394,7 @@ pub fn review(
         files_scanned,
         findings,
         unused_waivers,
+        skipped,
     })
 }
 

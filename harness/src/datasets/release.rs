@@ -29,7 +29,8 @@ use sha2::{Digest, Sha256};
 use super::allowlist::{Allowlist, OriginCheck, pack_origin};
 use super::privacy::{PrivacyReview, Scanner, Waivers, review};
 use super::{
-    DatasetError, canonical_hash, check_schema, invalid, io_err, read_json, write_new_json,
+    DatasetError, canonical_hash, check_schema, copy_tree, entries_below, invalid, io_err,
+    read_json, write_new_json,
 };
 use crate::pack::{TaskHash, TaskPack, hash_task_dir, pack_hash};
 
@@ -140,42 +141,6 @@ fn file_digest(path: &Path) -> Result<String, DatasetError> {
         std::fs::read(path).map_err(|e| io_err(path, e))?
     };
     Ok(hex::encode(Sha256::digest(&bytes)))
-}
-
-/// Files and symbolic links below `dir` (relative), in path order.
-fn entries_below(dir: &Path) -> Result<Vec<PathBuf>, DatasetError> {
-    let mut out = Vec::new();
-    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
-        let entry = entry.map_err(|e| invalid(dir, format!("cannot walk: {e}")))?;
-        if !entry.file_type().is_dir() {
-            out.push(
-                entry
-                    .path()
-                    .strip_prefix(dir)
-                    .unwrap_or(entry.path())
-                    .to_path_buf(),
-            );
-        }
-    }
-    Ok(out)
-}
-
-fn copy_tree(from: &Path, to: &Path) -> Result<(), DatasetError> {
-    for rel in entries_below(from)? {
-        let (src, dst) = (from.join(&rel), to.join(&rel));
-        if let Some(parent) = dst.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| io_err(parent, e))?;
-        }
-        let meta = std::fs::symlink_metadata(&src).map_err(|e| io_err(&src, e))?;
-        if meta.file_type().is_symlink() {
-            let target = std::fs::read_link(&src).map_err(|e| io_err(&src, e))?;
-            std::os::unix::fs::symlink(&target, &dst).map_err(|e| io_err(&dst, e))?;
-        } else {
-            // fs::copy keeps the permission bits, which the task hash covers.
-            std::fs::copy(&src, &dst).map_err(|e| io_err(&dst, e))?;
-        }
-    }
-    Ok(())
 }
 
 pub fn release_dir(out: &Path, name: &str, version: &str) -> PathBuf {

@@ -4,7 +4,10 @@
 //! Tasks that share an id, a content hash, or a MinHash similarity at or above the threshold are
 //! joined into one cluster (union-find); clusters are shuffled with ChaCha8 from the split seed
 //! and each goes, whole, to the split furthest below its target count. A split file records the
-//! signatures, so `check_splits` needs only the file.
+//! signatures so a reader can see why tasks were grouped, but the file is not trusted:
+//! `check_against_pack` re-reads the pack, recomputes every hash and signature with the file's
+//! MinHash parameters, reports where the file disagrees, and looks for leaks on what it derived.
+//! `write_split_packs` turns a split into pack folders (one per split, tasks copied whole).
 //!
 //! Format (`geode.splits.v1`, JSON):
 //! ```json
@@ -15,8 +18,8 @@
 //!             "holdout": […], "test": […]}}
 //! ```
 
-use std::collections::BTreeMap;
-use std::path::Path;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -24,7 +27,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::minhash::{MinHashParams, MinHasher, candidate_pairs, cluster, estimate};
-use super::{DatasetError, check_schema, invalid, read_json, task_text};
+use super::{DatasetError, check_schema, copy_tree, invalid, io_err, read_json, task_text};
 use crate::pack::{TaskHash, TaskPack};
 
 pub const SPLITS_SCHEMA: &str = "geode.splits.v1";
@@ -169,9 +172,11 @@ pub fn split_pack(
             })
         })
         .collect::<Result<Vec<_>, DatasetError>>()?;
+    // The absolute path, so the file can be checked from any folder.
+    let pack_path = std::fs::canonicalize(pack_dir).unwrap_or_else(|_| pack_dir.to_path_buf());
     Ok(SplitsFile {
         schema: SPLITS_SCHEMA.to_string(),
-        pack: pack_dir.display().to_string(),
+        pack: pack_path.display().to_string(),
         pack_hash: pack.hash(1).0,
         seed,
         ratios,
@@ -261,4 +266,206 @@ pub fn check_splits(file: &SplitsFile) -> Vec<Leak> {
         }
     }
     leaks
+}
+
+/// Where a splits file disagrees with the pack it names.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Mismatch {
+    /// `pack_hash`, `missing`, `hash`, `signature` or `unassigned`.
+    pub kind: &'static str,
+    /// `split/id`, or the pack for `pack_hash`.
+    pub subject: String,
+    pub detail: String,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}: {}", self.kind, self.subject, self.detail)
+    }
+}
+
+/// The result of checking a splits file against its pack.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SplitCheck {
+    pub mismatches: Vec<Mismatch>,
+    /// Leaks found on the hashes and signatures derived from the pack, not the file's.
+    pub leaks: Vec<Leak>,
+    pub tasks: usize,
+}
+
+impl SplitCheck {
+    pub fn is_clean(&self) -> bool {
+        self.mismatches.is_empty() && self.leaks.is_empty()
+    }
+}
+
+/// The pack a splits file names: absolute as written, else relative to the splits file's folder
+/// (a file moved with its pack), else relative to the current folder.
+pub fn resolve_pack(splits_path: &Path, file: &SplitsFile) -> PathBuf {
+    let named = Path::new(&file.pack);
+    if named.is_absolute() {
+        return named.to_path_buf();
+    }
+    let beside = splits_path
+        .parent()
+        .map(|d| d.join(named))
+        .filter(|p| p.is_dir());
+    beside.unwrap_or_else(|| named.to_path_buf())
+}
+
+fn check_params(path: &Path, p: &MinHashParams) -> Result<(), DatasetError> {
+    let why = if p.num_perm == 0 || p.bands == 0 || !p.num_perm.is_multiple_of(p.bands) {
+        Some(format!(
+            "minhash: num_perm ({}) must be a positive multiple of bands ({})",
+            p.num_perm, p.bands
+        ))
+    } else if p.shingle == 0 {
+        Some("minhash.shingle must be at least 1".to_string())
+    } else if !(p.threshold > 0.0 && p.threshold <= 1.0) {
+        Some(format!(
+            "minhash.threshold must be in (0, 1], got {}",
+            p.threshold
+        ))
+    } else {
+        None
+    };
+    why.map_or(Ok(()), |m| Err(invalid(path, m)))
+}
+
+/// Check a splits file against the pack: every entry's task must exist with the recorded hash
+/// and signature, every task of the pack must be in a split, and no leak may cross splits
+/// (judged on what the pack gives, so an edited file cannot hide one).
+pub fn check_against_pack(
+    splits_path: &Path,
+    file: &SplitsFile,
+    pack_dir: &Path,
+) -> Result<SplitCheck, DatasetError> {
+    check_params(splits_path, &file.minhash)?;
+    let pack = TaskPack::load(pack_dir)?;
+    let hasher = MinHasher::new(file.minhash);
+    let by_id: BTreeMap<&str, &crate::pack::Task> =
+        pack.tasks.iter().map(|t| (t.id.as_str(), t)).collect();
+    let mut check = SplitCheck::default();
+    let pack_hash = pack.hash(1).0;
+    if pack_hash != file.pack_hash {
+        check.mismatches.push(Mismatch {
+            kind: "pack_hash",
+            subject: pack_dir.display().to_string(),
+            detail: format!("file records {}, pack is {pack_hash}", file.pack_hash),
+        });
+    }
+    let mut derived = file.clone();
+    let mut assigned = BTreeSet::new();
+    for (name, list) in derived.splits.iter_mut() {
+        let mut kept = Vec::new();
+        for entry in list.drain(..) {
+            let subject = format!("{name}/{}", entry.id);
+            let Some(task) = by_id.get(entry.id.as_str()) else {
+                check.mismatches.push(Mismatch {
+                    kind: "missing",
+                    subject,
+                    detail: "no task with this id in the pack".into(),
+                });
+                continue;
+            };
+            assigned.insert(entry.id.clone());
+            if task.hash != entry.hash {
+                check.mismatches.push(Mismatch {
+                    kind: "hash",
+                    subject: subject.clone(),
+                    detail: format!("file records {}, pack has {}", entry.hash.0, task.hash.0),
+                });
+            }
+            let signature = hasher.signature(&task_text(task)?);
+            if signature != entry.signature {
+                check.mismatches.push(Mismatch {
+                    kind: "signature",
+                    subject,
+                    detail: "the recorded MinHash signature is not the task's".into(),
+                });
+            }
+            kept.push(SplitEntry {
+                id: entry.id,
+                hash: task.hash.clone(),
+                cluster: entry.cluster,
+                signature,
+            });
+        }
+        *list = kept;
+    }
+    for task in &pack.tasks {
+        if !assigned.contains(&task.id) {
+            check.mismatches.push(Mismatch {
+                kind: "unassigned",
+                subject: task.id.clone(),
+                detail: "the pack's task is in no split".into(),
+            });
+        }
+    }
+    check.tasks = derived.splits.values().map(Vec::len).sum();
+    check.leaks = check_splits(&derived);
+    Ok(check)
+}
+
+/// Write one pack folder per split below `out` (`out/train/<task>`, ...), copying each task
+/// folder whole; refuses an existing `out`. The folders are built in a staging folder beside
+/// `out` and renamed at the end, so a failure leaves no half-written split. Returns the folders.
+pub fn write_split_packs(
+    file: &SplitsFile,
+    pack_dir: &Path,
+    out: &Path,
+) -> Result<Vec<PathBuf>, DatasetError> {
+    if out.exists() {
+        return Err(invalid(
+            out,
+            "already exists; split packs are never replaced",
+        ));
+    }
+    let staging = out.with_file_name(format!(
+        ".{}.staging-{}",
+        out.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging).map_err(|e| io_err(&staging, e))?;
+    }
+    let result = copy_splits(file, pack_dir, &staging);
+    if result.is_err() {
+        let _ = std::fs::remove_dir_all(&staging);
+    }
+    result?;
+    std::fs::rename(&staging, out).map_err(|e| io_err(out, e))?;
+    Ok(file.splits.keys().map(|name| out.join(name)).collect())
+}
+
+fn copy_splits(file: &SplitsFile, pack_dir: &Path, out: &Path) -> Result<(), DatasetError> {
+    let pack = TaskPack::load(pack_dir)?;
+    let by_id: BTreeMap<&str, &crate::pack::Task> =
+        pack.tasks.iter().map(|t| (t.id.as_str(), t)).collect();
+    for (name, list) in &file.splits {
+        let dir = out.join(name);
+        std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+        for entry in list {
+            let task = by_id.get(entry.id.as_str()).ok_or_else(|| {
+                invalid(pack_dir, format!("{name}/{}: not in the pack", entry.id))
+            })?;
+            if task.hash != entry.hash {
+                return Err(invalid(
+                    &task.dir,
+                    format!(
+                        "{name}/{}: changed since the split (hash {}, split records {})",
+                        entry.id, task.hash.0, entry.hash.0
+                    ),
+                ));
+            }
+            let folder = task
+                .dir
+                .file_name()
+                .ok_or_else(|| invalid(&task.dir, "a task folder needs a name"))?;
+            copy_tree(&task.dir, &dir.join(folder))?;
+        }
+    }
+    Ok(())
 }

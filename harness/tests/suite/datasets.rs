@@ -1,5 +1,6 @@
 //! Data governance: privacy review, near-duplicates, split isolation, allowlist, releases.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use geode_harness::datasets::allowlist::Allowlist;
@@ -9,7 +10,8 @@ use geode_harness::datasets::minhash::{
 use geode_harness::datasets::privacy::{Disposition, Scanner, Waiver, Waivers, review};
 use geode_harness::datasets::release::{ReleaseError, ReleaseRequest, release, verify};
 use geode_harness::datasets::split::{
-    Ratios, SplitItem, SplitsFile, assign, check_splits, load_splits, split_pack,
+    Ratios, SplitItem, SplitsFile, assign, check_against_pack, check_splits, load_splits,
+    split_pack, write_split_packs,
 };
 use geode_harness::datasets::write_new_json;
 use geode_harness::pack::TaskHash;
@@ -46,6 +48,7 @@ fn write_task(root: &Path, name: &str, instruction: &str, test: &str) -> PathBuf
 
 const PLANTED: &str = "\
 aws = AKIAIOSFODNN7EXAMPLQ
+aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY
 openai = sk-proj-abcdefghijklmnopqrstuvwx
 github = ghp_abcdefghijklmnopqrstuvwxyz0123456789
 slack = xoxb-123456789012-abcdefghijkl
@@ -69,6 +72,7 @@ fn privacy_scanner_catches_planted_secrets() {
     let open: Vec<&str> = r.open().iter().map(|f| f.finding.rule.as_str()).collect();
     for rule in [
         "aws_access_key",
+        "aws_secret_key",
         "api_key_sk",
         "github_token",
         "slack_token",
@@ -96,6 +100,86 @@ fn privacy_scanner_catches_planted_secrets() {
         r.findings
             .iter()
             .all(|f| !f.finding.excerpt.contains("abcdefghijklmnop"))
+    );
+}
+
+#[test]
+fn privacy_scan_opens_archives_and_names_what_it_cannot_read() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = write_task(tmp.path(), "archives", "Do the thing.\n", "exit 0\n");
+    let secret = "SecretAccessKey: \"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\"\n";
+    let gzip = |bytes: &[u8]| {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(bytes).unwrap();
+        enc.finish().unwrap()
+    };
+    std::fs::write(
+        dir.join("environment/creds.txt.gz"),
+        gzip(secret.as_bytes()),
+    )
+    .unwrap();
+    let mut tar = tar::Builder::new(Vec::new());
+    let body = b"token = ghp_abcdefghijklmnopqrstuvwxyz0123456789\n";
+    let mut header = tar::Header::new_gnu();
+    header.set_size(body.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    tar.append_data(&mut header, "inner/config.ini", &body[..])
+        .unwrap();
+    let tarball = tar.into_inner().unwrap();
+    std::fs::write(dir.join("environment/data.tar.gz"), gzip(&tarball)).unwrap();
+    std::fs::write(
+        dir.join("environment/blob.bin"),
+        b"\x7fELF\0\0AKIAIOSFODNN7EXAMPLQ",
+    )
+    .unwrap();
+
+    let r = review(
+        &Scanner::new().unwrap(),
+        &[("archives".into(), dir.as_path())],
+        &Waivers::default(),
+    )
+    .unwrap();
+    let open: Vec<(String, String)> = r
+        .open()
+        .iter()
+        .map(|f| (f.finding.rule.clone(), f.finding.file.clone()))
+        .collect();
+    assert!(
+        open.contains(&("aws_secret_key".into(), "environment/creds.txt.gz".into())),
+        "{open:?}"
+    );
+    assert!(
+        open.contains(&(
+            "github_token".into(),
+            "environment/data.tar.gz!inner/config.ini".into()
+        )),
+        "{open:?}"
+    );
+    assert_eq!(r.skipped, ["archives:environment/blob.bin"]);
+
+    // A corrupt gzip stream is named, not passed over; a text file called .gz is read as text.
+    let mut broken = gzip(secret.as_bytes());
+    broken.truncate(12);
+    std::fs::write(dir.join("environment/broken.gz"), broken).unwrap();
+    std::fs::write(dir.join("environment/notes.tar.gz"), secret).unwrap();
+    let r = review(
+        &Scanner::new().unwrap(),
+        &[("archives".into(), dir.as_path())],
+        &Waivers::default(),
+    )
+    .unwrap();
+    assert!(
+        r.skipped
+            .contains(&"archives:environment/broken.gz".to_string())
+    );
+    assert!(
+        r.open()
+            .iter()
+            .any(|f| f.finding.file == "environment/notes.tar.gz"),
+        "{:?}",
+        r.open()
     );
 }
 
@@ -422,4 +506,153 @@ fn builtin_pack_splits_without_leaks() {
     let n: usize = file.splits.values().map(Vec::len).sum();
     assert_eq!(n, 28);
     assert!(check_splits(&file).is_empty());
+}
+
+/// A pack of six distinct tasks plus a near-duplicate of the first.
+fn pack_with_near_duplicate(root: &Path) -> PathBuf {
+    let pack = root.join("pack");
+    let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"];
+    for (i, w) in words.iter().enumerate() {
+        let text = format!(
+            "Task {w}: read the file {w}.csv, compute the {w} checksum of column {i}, and write \
+             the result to /app/{w}.out with a trailing newline; leave every other file alone."
+        );
+        write_task(
+            &pack,
+            w,
+            &text,
+            &format!("test -f /app/{w}.out # {w} {i}\n"),
+        );
+    }
+    let dup = "Task alpha: read the file alpha.csv, compute the alpha checksum of column 0, and \
+               write the result to /app/alpha.out with a trailing newline; leave every other \
+               file alone, please.";
+    write_task(
+        &pack,
+        "alpha-again",
+        dup,
+        "test -f /app/alpha.out # alpha 0\n",
+    );
+    pack
+}
+
+#[test]
+fn check_splits_rederives_from_the_pack_and_catches_an_edited_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pack = pack_with_near_duplicate(tmp.path());
+    let ratios = Ratios {
+        train: 0.5,
+        holdout: 0.25,
+        test: 0.25,
+    };
+    let file = split_pack(&pack, ratios, 3, MinHashParams::default()).unwrap();
+    let path = tmp.path().join("splits.json");
+    let clean = check_against_pack(&path, &file, &pack).unwrap();
+    assert!(clean.is_clean(), "{clean:?}");
+    assert_eq!(clean.tasks, 7);
+
+    // The near-duplicates went to one split; move one across and blank every signature, so the
+    // file alone shows nothing.
+    let home = |f: &SplitsFile, id: &str| {
+        f.splits
+            .iter()
+            .find(|(_, l)| l.iter().any(|e| e.id == id))
+            .map(|(n, _)| n.clone())
+            .unwrap()
+    };
+    assert_eq!(home(&file, "alpha"), home(&file, "alpha-again"));
+    let mut edited = file.clone();
+    let from = home(&file, "alpha-again");
+    let to = if from == "train" { "test" } else { "train" };
+    let list = edited.splits.get_mut(&from).unwrap();
+    let pos = list.iter().position(|e| e.id == "alpha-again").unwrap();
+    let moved = list.remove(pos);
+    edited.splits.get_mut(to).unwrap().push(moved);
+    for e in edited.splits.values_mut().flatten() {
+        e.signature.clear();
+    }
+    edited.pack_hash = "0".repeat(64);
+    assert!(check_splits(&edited).is_empty(), "the file alone hides it");
+    let check = check_against_pack(&path, &edited, &pack).unwrap();
+    let leaks: Vec<&str> = check.leaks.iter().map(|l| l.kind).collect();
+    assert_eq!(leaks, ["near_duplicate"], "{check:?}");
+    let kinds: BTreeSet<&str> = check.mismatches.iter().map(|m| m.kind).collect();
+    assert_eq!(
+        kinds,
+        BTreeSet::from(["pack_hash", "signature"]),
+        "{:?}",
+        check.mismatches
+    );
+
+    // A task changed after the split, one dropped from the file, a parameter that disables the
+    // comparison.
+    let mut stale = file.clone();
+    let dropped = stale.splits.get_mut("train").unwrap().remove(0);
+    let changed = stale.splits["test"][0].id.clone();
+    std::fs::write(pack.join(&changed).join("tests/test.sh"), "exit 0\n").unwrap();
+    let check = check_against_pack(&path, &stale, &pack).unwrap();
+    let found: Vec<(String, String)> = check
+        .mismatches
+        .iter()
+        .map(|m| (m.kind.to_string(), m.subject.clone()))
+        .collect();
+    assert!(
+        found.contains(&("unassigned".into(), dropped.id.clone())),
+        "{found:?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|(k, s)| k == "hash" && *s == format!("test/{changed}")),
+        "{found:?}"
+    );
+    stale.minhash.num_perm = 0;
+    let err = check_against_pack(&path, &stale, &pack).unwrap_err();
+    assert!(err.to_string().contains("num_perm"), "{err}");
+}
+
+#[test]
+fn a_split_becomes_pack_folders() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pack = pack_with_near_duplicate(tmp.path());
+    let ratios = Ratios {
+        train: 0.5,
+        holdout: 0.25,
+        test: 0.25,
+    };
+    let file = split_pack(&pack, ratios, 3, MinHashParams::default()).unwrap();
+    let out = tmp.path().join("split");
+    let written = write_split_packs(&file, &pack, &out).unwrap();
+    assert_eq!(written.len(), 3);
+    let source = geode_harness::pack::TaskPack::load(&pack).unwrap();
+    let mut seen = BTreeSet::new();
+    for (name, list) in &file.splits {
+        let part = geode_harness::pack::TaskPack::load(&out.join(name)).unwrap();
+        let ids: Vec<&str> = part.tasks.iter().map(|t| t.id.as_str()).collect();
+        let want: Vec<&str> = list.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, want, "{name}");
+        for t in &part.tasks {
+            let original = source.tasks.iter().find(|s| s.id == t.id).unwrap();
+            assert_eq!(t.hash, original.hash, "{} copied whole", t.id);
+            seen.insert(t.id.clone());
+        }
+    }
+    assert_eq!(seen.len(), source.tasks.len());
+    assert!(
+        write_split_packs(&file, &pack, &out).is_err(),
+        "never replaced"
+    );
+
+    // A task changed since the split: nothing is written.
+    std::fs::write(pack.join("delta/instruction.md"), "changed\n").unwrap();
+    let again = tmp.path().join("split2");
+    let err = write_split_packs(&file, &pack, &again).unwrap_err();
+    assert!(err.to_string().contains("delta"), "{err}");
+    assert!(!again.exists());
+    let leftovers: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("staging"))
+        .collect();
+    assert!(leftovers.is_empty());
 }
