@@ -216,6 +216,7 @@ pub fn decide(contract: &FrozenContract, evidence: &Evidence) -> DecisionRecord 
         safety: None,
         budget: None,
         coverage: None,
+        ledger_entry: None,
     };
     if !record.reasons.is_empty() {
         return record;

@@ -65,6 +65,10 @@ pub struct DecisionRecord {
     pub safety: Option<SafetyReport>,
     pub budget: Option<BudgetReport>,
     pub coverage: Option<CoverageReport>,
+    /// For a decision on a sealed pack: the hash of the openings-ledger entry of the opening it
+    /// was made under (absent otherwise, so older records keep their form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger_entry: Option<String>,
 }
 
 impl DecisionRecord {

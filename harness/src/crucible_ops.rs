@@ -7,6 +7,7 @@ use geode_crucible::{Attestation, DecisionRecord, EvaluatorIdentity, FrozenContr
 
 use crate::crucible_run::CrucibleRunError;
 use crate::env::vault::Vault;
+use crate::openings::{Event, OpeningsLedger};
 use crate::pack::TaskPack;
 use crate::sealing;
 
@@ -28,6 +29,9 @@ pub struct OpenedPack {
     pub attestation: Attestation,
     state: SealState,
     state_path: PathBuf,
+    ledger: OpeningsLedger,
+    /// The hash of this opening's ledger entry; decisions name it.
+    ledger_entry: String,
     plain: PathBuf,
     /// Holds `plain`: its tmpfs goes with it, or with this process however it ends.
     _vault: Vault,
@@ -41,23 +45,58 @@ impl OpenedPack {
         let blob = state.replace(".seal-state.json", ".sealed");
         vec![state, blob, self.plain.to_string_lossy().into_owned()]
     }
+
+    /// The hash of this opening's entry in the openings ledger.
+    pub fn ledger_entry(&self) -> &str {
+        &self.ledger_entry
+    }
 }
 
 fn invalid(what: &str, e: impl std::fmt::Display) -> CrucibleRunError {
     CrucibleRunError::Invalid(format!("{what}: {e}"))
 }
 
-/// Burns the opening (the attestation is saved before anything is decrypted, so a crash
-/// still counts as the one opening), decrypts the pack into `<jobs_dir>/.sandbox/opened-*`
-/// (hidden from trials) and loads it.
+/// The sealed pack's name: its state file is `<name>.seal-state.json`.
+fn sealed_name(state_path: &Path) -> Result<String, CrucibleRunError> {
+    state_path
+        .file_name()
+        .and_then(|f| f.to_str())
+        .and_then(|f| f.strip_suffix(".seal-state.json"))
+        .map(str::to_string)
+        .ok_or_else(|| {
+            invalid(
+                &state_path.display().to_string(),
+                "not a NAME.seal-state.json file",
+            )
+        })
+}
+
+/// Burns the opening (recorded in the openings ledger beside the commitment and in the seal
+/// state before anything is decrypted, so a crash still counts as the one opening), decrypts
+/// the pack into a vault (hidden from trials) and loads it.
 pub fn open_sealed(
     contract: &FrozenContract,
     state_path: &Path,
     key_path: &Path,
+    commitments: &Path,
     jobs_dir: &Path,
 ) -> Result<OpenedPack, CrucibleRunError> {
     let key = sealing::read_key(key_path)?;
     let mut state = sealing::load_state(state_path)?;
+    let ledger = OpeningsLedger::beside(commitments, &sealed_name(state_path)?)?;
+    if ledger.commitment.commitment != state.commitment.to_string() {
+        return Err(invalid(
+            &state_path.display().to_string(),
+            format!(
+                "its commitment {} is not the published one {} ({})",
+                state.commitment,
+                ledger.commitment.commitment,
+                commitments.display()
+            ),
+        ));
+    }
+    // A reset seal state does not make an opened pack new: the ledger remembers.
+    ledger.check_unopened()?;
     let blob_path = state_path
         .to_string_lossy()
         .replace(".seal-state.json", ".sealed");
@@ -87,6 +126,14 @@ pub fn open_sealed(
     let (attestation, permit) = state
         .begin_opening(contract, &opened_at)
         .map_err(|e| invalid(&state_path.display().to_string(), e))?;
+    let entry = ledger.append(
+        Event::Opening {
+            commitment: attestation.commitment.to_string(),
+            contract_hash: attestation.contract_hash.to_string(),
+            candidate_scaffold_hash: attestation.candidate_scaffold_hash.to_string(),
+        },
+        &opened_at,
+    )?;
     sealing::save_state(state_path, &state)?;
     let entries = state
         .open(permit, &blob, &key)
@@ -101,6 +148,8 @@ pub fn open_sealed(
             attestation,
             state,
             state_path: state_path.to_path_buf(),
+            ledger,
+            ledger_entry: entry.hash,
             plain,
             _vault: vault,
         }),
@@ -112,11 +161,21 @@ pub fn open_sealed(
 }
 
 impl OpenedPack {
-    /// Removes the decrypted files and, given the campaign's record, writes it into the seal
-    /// state (the state keeps the first decision only).
+    /// Removes the decrypted files and, given the campaign's record, appends it to the
+    /// openings ledger and writes it into the seal state (the state keeps the first decision
+    /// only).
     pub fn close(mut self, record: Option<&DecisionRecord>) -> Result<(), CrucibleRunError> {
         let _ = std::fs::remove_dir_all(&self.plain);
         if let Some(r) = record {
+            self.ledger.append(
+                Event::Decision {
+                    opening: self.ledger_entry.clone(),
+                    contract_hash: r.contract_hash.to_string(),
+                    verdict: r.verdict.to_string(),
+                    evidence_hash: r.evidence_hash.as_ref().map(|h| h.to_string()),
+                },
+                &chrono::Utc::now().to_rfc3339(),
+            )?;
             self.state
                 .record_decision(r)
                 .map_err(|e| invalid(&self.state_path.display().to_string(), e))?;

@@ -9,6 +9,7 @@ pub mod datasets;
 pub mod env;
 pub mod holdouts;
 pub mod home;
+pub mod openings;
 pub mod pack;
 pub mod rollout;
 pub mod sealing;

@@ -350,8 +350,8 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
         "decrypted files were left behind"
     );
 
-    // Burn-once: a second opening, even for another contract, is refused (by the holdout
-    // ledger, before the seal state's own refusal of a second opening).
+    // Burn-once: a second opening, even for another contract, is refused (by the openings
+    // ledger, before the holdout ledger's and the seal state's own refusals).
     freeze("test2.json", "sealed/holdout.seal-state.json", "0.03");
     let (code, _, err) = s.run(
         "test2.json",
@@ -363,7 +363,66 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
         ],
     );
     assert_eq!(code, 1);
-    assert!(err.contains("is burned"), "{err}");
+    assert!(err.contains("opens once"), "{err}");
+
+    // The opening and its decision are in the ledger beside the commitment, the decision
+    // record names the entry, and the audit finds all of it consistent.
+    let ledger = std::fs::read_to_string(s.path("datasets/commitments/holdout.openings.jsonl"))
+        .expect("the openings ledger");
+    assert_eq!(ledger.lines().count(), 2, "{ledger}");
+    let audit = |what: &str| {
+        let o = s.geode(&["crucible", "audit"]);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        eprintln!("audit {what}:\n{out}");
+        (o.status.code(), out)
+    };
+    let (code, out) = audit("after the campaign");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("1 openings") && out.contains("consistent"),
+        "{out}"
+    );
+
+    // The reset of issue 23: the seal state's opening and decision set to null, the campaign
+    // folder gone, and a machine whose holdout ledger never saw the pack. The openings ledger
+    // still refuses the second opening, and the audit names the reset.
+    let state_path = s.path("sealed/holdout.seal-state.json");
+    let mut state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    state["opening"] = serde_json::Value::Null;
+    state["decision"] = serde_json::Value::Null;
+    std::fs::write(&state_path, state.to_string()).unwrap();
+    std::fs::rename(s.path("home/holdouts"), s.path("home/holdouts.away")).unwrap();
+    let (code, _, err) = s.run(
+        "test2.json",
+        &[
+            "--sealed",
+            "sealed/holdout.seal-state.json",
+            "--key",
+            "seal.key",
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("openings ledger records an opening"), "{err}");
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    assert!(state["opening"].is_null(), "refused before anything burned");
+    std::fs::remove_dir_all(s.path("home/holdouts")).ok();
+    std::fs::rename(s.path("home/holdouts.away"), s.path("home/holdouts")).unwrap();
+    let (code, out) = audit("after the reset");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("the state was reset"), "{out}");
+    // The ledger's lines removed as well: the decision record still names the entry.
+    std::fs::write(s.path("datasets/commitments/holdout.openings.jsonl"), "").unwrap();
+    let (code, out) = audit("after emptying the ledger");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("entries were removed"), "{out}");
+    assert!(out.contains("that no ledger holds"), "{out}");
+    std::fs::write(
+        s.path("datasets/commitments/holdout.openings.jsonl"),
+        &ledger,
+    )
+    .unwrap();
 
     // The burned content is not sealed again, under another name or trial count.
     for (name, k) in [("holdout2", "1"), ("holdout3", "3")] {

@@ -39,6 +39,23 @@ pub enum CrucibleCommand {
     Replicate(ReplicateArgs),
     /// Encrypt a holdout pack at rest and publish its commitment.
     Seal(SealArgs),
+    /// Check that commitments, openings ledgers, seal states and decision records agree; exit 1
+    /// naming each removed, rewritten or reset record.
+    Audit(AuditArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[arg(long, default_value = "datasets/commitments")]
+    commitments: PathBuf,
+    /// The folder of the seal states (`<name>.seal-state.json`).
+    #[arg(long, default_value = "sealed")]
+    sealed: PathBuf,
+    /// Folders searched for decision.json records (repeatable; default jobs/crucible).
+    #[arg(long = "decisions")]
+    decisions: Vec<PathBuf>,
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -120,6 +137,9 @@ pub struct RunArgs {
     sealed: Option<PathBuf>,
     #[arg(long)]
     key: Option<PathBuf>,
+    /// The folder of the sealed pack's public commitment, where its opening is recorded.
+    #[arg(long, default_value = "datasets/commitments")]
+    commitments: PathBuf,
     #[arg(long)]
     baseline_scaffold: Option<PathBuf>,
     #[arg(long)]
@@ -366,6 +386,41 @@ pub async fn run(cmd: CrucibleCommand) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        CrucibleCommand::Audit(a) => {
+            let decisions = if a.decisions.is_empty() {
+                vec![PathBuf::from("jobs/crucible")]
+            } else {
+                a.decisions
+            };
+            let decisions: Vec<PathBuf> = decisions.into_iter().filter(|d| d.is_dir()).collect();
+            let report = geode_harness::openings::audit(&a.commitments, &a.sealed, &decisions)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                for p in &report.problems {
+                    println!("PROBLEM {p}");
+                }
+                for n in &report.notes {
+                    println!("note {n}");
+                }
+                println!(
+                    "{} sealed packs, {} openings, {} decision records: {}",
+                    report.packs,
+                    report.openings,
+                    report.decisions,
+                    if report.problems.is_empty() {
+                        "consistent".to_string()
+                    } else {
+                        format!("{} problems", report.problems.len())
+                    }
+                );
+            }
+            Ok(if report.problems.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
     }
 }
 
@@ -515,7 +570,6 @@ async fn run_contract(a: RunArgs) -> anyhow::Result<ExitCode> {
                 &campaign_dir,
                 &a,
                 None,
-                Vec::new(),
                 cancel,
             )
             .await?;
@@ -532,6 +586,7 @@ async fn run_contract(a: RunArgs) -> anyhow::Result<ExitCode> {
                 &contract,
                 state_path,
                 key_path,
+                &a.commitments,
                 &a.jobs_dir,
             )?;
             let result = campaign(
@@ -541,8 +596,7 @@ async fn run_contract(a: RunArgs) -> anyhow::Result<ExitCode> {
                 candidate,
                 &campaign_dir,
                 &a,
-                Some(opened.attestation.clone()),
-                opened.sealed_paths(),
+                Some(&opened),
                 cancel,
             )
             .await;
@@ -567,8 +621,7 @@ async fn campaign(
     candidate: Arc<Scaffold>,
     dir: &Path,
     a: &RunArgs,
-    attestation: Option<geode_crucible::Attestation>,
-    sealed_paths: Vec<String>,
+    opened: Option<&geode_harness::crucible_ops::OpenedPack>,
     cancel: CancellationToken,
 ) -> anyhow::Result<DecisionRecord> {
     let backend = super::backends::make("sandbox", false, &a.jobs_dir)?;
@@ -581,15 +634,16 @@ async fn campaign(
         concurrency: a.concurrency,
         timeout_multiplier: a.timeout_multiplier,
         replication: None,
-        attestation,
-        sealed_paths,
+        attestation: opened.map(|o| o.attestation.clone()),
+        sealed_paths: opened.map(|o| o.sealed_paths()).unwrap_or_default(),
     };
     let evidence = run_campaign(&c, backend, Arc::new(Progress::new()), cancel).await?;
     write_atomic(
         &dir.join("evidence.json"),
         &serde_json::to_string_pretty(&evidence)?,
     )?;
-    let record = decide(contract, &evidence);
+    let mut record = decide(contract, &evidence);
+    record.ledger_entry = opened.map(|o| o.ledger_entry().to_string());
     write_atomic(&dir.join("decision.json"), &record.to_json()?)?;
     print_record(&record);
     Ok(record)

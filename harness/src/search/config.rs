@@ -16,6 +16,7 @@
 //! [test]
 //! sealed = "sealed/holdout.seal-state.json"   # or: pack = "test"
 //! key = "seal.key"
+//! commitments = "datasets/commitments"       # default; where the openings ledger is kept
 //! trials = 5
 //! [rule]                        # the decision rule of every train contract
 //! min_tasks = 10                # (confidence: family-wise over the candidate budget)
@@ -44,6 +45,10 @@ pub struct TestPack {
     pub sealed: Option<PathBuf>,
     #[serde(default)]
     pub key: Option<PathBuf>,
+    /// The folder of the sealed pack's public commitment, where its openings are recorded
+    /// (default `datasets/commitments` beside this file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commitments: Option<PathBuf>,
     /// A plain (unsealed) test pack; promotion then runs it as is.
     #[serde(default)]
     pub pack: Option<PathBuf>,
@@ -216,12 +221,16 @@ impl SearchConfig {
             &mut c.baseline,
             &mut c.test.sealed,
             &mut c.test.key,
+            &mut c.test.commitments,
             &mut c.test.pack,
         ]
         .into_iter()
         .flatten()
         {
             abs(p);
+        }
+        if c.test.sealed.is_some() && c.test.commitments.is_none() {
+            c.test.commitments = Some(dir.join("datasets/commitments"));
         }
         if let Some(route) = &mut c.proposer
             && let Some(file) = route.strip_prefix("scripted:")

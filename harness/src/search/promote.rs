@@ -13,7 +13,7 @@
 //! `<out>/promotion/{contract,evidence,decision}.json` and `<out>/promotion.json`
 //! (`geode.search.promotion.v1`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use geode_crucible::{Stage, decide};
@@ -138,7 +138,14 @@ pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
     let mut opened = None;
     let mut plain_pack = None;
     match (&c.test.sealed, &c.test.key, &c.test.pack) {
-        (Some(state), Some(key), _) => opened = Some(open_sealed(&contract, state, key, out)?),
+        (Some(state), Some(key), _) => {
+            let commitments = c
+                .test
+                .commitments
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("datasets/commitments"));
+            opened = Some(open_sealed(&contract, state, key, &commitments, out)?)
+        }
         (_, _, Some(plain)) => {
             plain_pack = Some(TaskPack::load(plain).map_err(|e| SearchError::Pack(e.to_string()))?)
         }
@@ -180,7 +187,8 @@ pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
     };
     let text = serde_json::to_string_pretty(&evidence).map_err(|e| SearchError::file(&dir, e))?;
     write_atomic(&dir.join("evidence.json"), &text)?;
-    let record = decide(&contract, &evidence);
+    let mut record = decide(&contract, &evidence);
+    record.ledger_entry = opened.as_ref().map(|o| o.ledger_entry().to_string());
     let json = record
         .to_json()
         .map_err(|e| SearchError::Contract(e.to_string()))?;

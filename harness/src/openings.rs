@@ -1,0 +1,612 @@
+//! The openings ledger: every opening of a sealed pack, and the decision made under it, appended
+//! to a hash-chained log kept beside the pack's public commitment.
+//!
+//! The seal state burns an opening, but it is a writable file: set `opening` and `decision` to
+//! null and it says "never opened". The ledger is the record that does not forget. It lives in
+//! the commitments folder (`<commitments>/<name>.openings.jsonl`, meant for version control
+//! beside `<name>.json`), so a reset shows as a removed line in the history; and each line
+//! carries the hash of the one before it, so a line removed or rewritten in the middle breaks
+//! the chain where it happened.
+//!
+//! Format (`geode.openings.v1`, one JSON object per line):
+//! ```json
+//! {"schema": "geode.openings.v1", "seq": 0, "prev": "<anchor>", "at": "2026-…",
+//!  "event": {"kind": "opening", "commitment": "…", "contract_hash": "…",
+//!            "candidate_scaffold_hash": "…"},
+//!  "hash": "…"}
+//! {"schema": "geode.openings.v1", "seq": 1, "prev": "<hash of line 0>", "at": "…",
+//!  "event": {"kind": "decision", "opening": "<hash of line 0>", "contract_hash": "…",
+//!            "verdict": "KEEP", "evidence_hash": "…"},
+//!  "hash": "…"}
+//! ```
+//! `hash` is the SHA-256 of the line's canonical JSON without `hash`; the first line's `prev`
+//! is the anchor, the SHA-256 of the published commitment's canonical JSON (so the chain is
+//! bound to one commitment, and a rewritten commitment breaks it too).
+//!
+//! Rules: an opening is appended before anything is decrypted (after the seal state is burned,
+//! before the plaintext exists); a pack whose ledger holds an opening is never opened again,
+//! whatever its seal state says; a pack whose ledger is broken is not opened at all.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::crucible_run::CrucibleRunError;
+use crate::sealing::PublishedCommitment;
+
+pub const SCHEMA: &str = "geode.openings.v1";
+
+/// What a ledger line records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Event {
+    Opening {
+        commitment: String,
+        contract_hash: String,
+        candidate_scaffold_hash: String,
+    },
+    Decision {
+        /// The hash of the opening line this decision was made under.
+        opening: String,
+        contract_hash: String,
+        verdict: String,
+        evidence_hash: Option<String>,
+    },
+}
+
+/// One line of the ledger.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub schema: String,
+    pub seq: u64,
+    pub prev: String,
+    pub at: String,
+    pub event: Event,
+    pub hash: String,
+}
+
+/// The content a line's hash covers: the line without its hash.
+#[derive(Serialize)]
+struct Unhashed<'a> {
+    schema: &'a str,
+    seq: u64,
+    prev: &'a str,
+    at: &'a str,
+    event: &'a Event,
+}
+
+impl Entry {
+    fn content_hash(&self) -> Result<String, CrucibleRunError> {
+        let body = Unhashed {
+            schema: &self.schema,
+            seq: self.seq,
+            prev: &self.prev,
+            at: &self.at,
+            event: &self.event,
+        };
+        geode_crucible::canonical_sha256(&body)
+            .map(hex::encode)
+            .map_err(|e| CrucibleRunError::Invalid(format!("ledger entry {}: {e}", self.seq)))
+    }
+}
+
+/// A place where the ledger and what it should be disagree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Break {
+    /// The 1-based line of the file, 0 for the file as a whole.
+    pub line: usize,
+    pub problem: String,
+}
+
+impl std::fmt::Display for Break {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {}: {}", self.line, self.problem)
+    }
+}
+
+/// The ledger of one sealed pack.
+#[derive(Debug, Clone)]
+pub struct OpeningsLedger {
+    path: PathBuf,
+    anchor: String,
+    pub commitment: PublishedCommitment,
+}
+
+fn files(path: &Path, e: impl std::fmt::Display) -> CrucibleRunError {
+    CrucibleRunError::Files {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// What `read` found: the parsed lines and where the chain breaks.
+pub struct Reading {
+    pub entries: Vec<Entry>,
+    pub breaks: Vec<Break>,
+}
+
+impl Reading {
+    /// The opening lines, in order.
+    pub fn openings(&self) -> impl Iterator<Item = &Entry> {
+        self.entries
+            .iter()
+            .filter(|e| matches!(e.event, Event::Opening { .. }))
+    }
+}
+
+impl OpeningsLedger {
+    /// The ledger beside `<commitments>/<name>.json`, which must exist: a sealed pack opens
+    /// only where its openings are recorded.
+    pub fn beside(commitments: &Path, name: &str) -> Result<OpeningsLedger, CrucibleRunError> {
+        let published_path = commitments.join(format!("{name}.json"));
+        let text = std::fs::read_to_string(&published_path).map_err(|e| {
+            files(
+                &published_path,
+                format!(
+                    "{e}: the public commitment of sealed pack {name:?} is needed to record its \
+                     opening (pass --commitments, or keep it at datasets/commitments)"
+                ),
+            )
+        })?;
+        let commitment: PublishedCommitment =
+            serde_json::from_str(&text).map_err(|e| files(&published_path, e))?;
+        let anchor = geode_crucible::canonical_sha256(&commitment)
+            .map(hex::encode)
+            .map_err(|e| files(&published_path, e))?;
+        Ok(OpeningsLedger {
+            path: commitments.join(format!("{name}.openings.jsonl")),
+            anchor,
+            commitment,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Every line, checked: schema, sequence, link to the line before, own hash. A missing
+    /// file is an empty ledger.
+    pub fn read(&self) -> Result<Reading, CrucibleRunError> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(files(&self.path, e)),
+        };
+        let mut reading = Reading {
+            entries: Vec::new(),
+            breaks: Vec::new(),
+        };
+        let mut prev = self.anchor.clone();
+        for (i, line) in text.lines().enumerate() {
+            let line_no = i + 1;
+            let mut broke = |problem: String| {
+                reading.breaks.push(Break {
+                    line: line_no,
+                    problem,
+                })
+            };
+            let entry: Entry = match serde_json::from_str(line) {
+                Ok(e) => e,
+                Err(e) => {
+                    broke(format!("not a ledger entry: {e}"));
+                    continue;
+                }
+            };
+            let expected_seq = reading.entries.len() as u64;
+            if entry.schema != SCHEMA {
+                broke(format!("schema {:?}, expected {SCHEMA:?}", entry.schema));
+            }
+            if entry.seq != expected_seq {
+                broke(format!(
+                    "seq {} where {expected_seq} was due: an entry was removed or inserted",
+                    entry.seq
+                ));
+            }
+            if entry.prev != prev {
+                broke(if expected_seq == 0 {
+                    "the first entry is not anchored to this commitment (the commitment or the \
+                     entry was rewritten)"
+                        .to_string()
+                } else {
+                    "does not link to the entry before it: an entry was removed or rewritten"
+                        .to_string()
+                });
+            }
+            let actual = entry.content_hash()?;
+            if actual != entry.hash {
+                broke("its hash does not match its content: the entry was rewritten".into());
+            }
+            if let Event::Opening { commitment, .. } = &entry.event
+                && *commitment != self.commitment.commitment
+            {
+                broke(format!(
+                    "records an opening of commitment {commitment}, not this pack's"
+                ));
+            }
+            prev = entry.hash.clone();
+            reading.entries.push(entry);
+        }
+        if text.is_empty() && self.path.exists() {
+            reading.breaks.push(Break {
+                line: 0,
+                problem: "the ledger file is empty: its entries were removed".into(),
+            });
+        }
+        Ok(reading)
+    }
+
+    /// Appends `event` under an exclusive lock, refusing when the chain is broken.
+    pub fn append(&self, event: Event, at: &str) -> Result<Entry, CrucibleRunError> {
+        let lock_path = self.path.with_extension("lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| files(&lock_path, e))?;
+        let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| files(&lock_path, e))?;
+        let reading = self.read()?;
+        if let Some(b) = reading.breaks.first() {
+            return Err(self.broken(b));
+        }
+        let mut entry = Entry {
+            schema: SCHEMA.into(),
+            seq: reading.entries.len() as u64,
+            prev: reading
+                .entries
+                .last()
+                .map_or_else(|| self.anchor.clone(), |e| e.hash.clone()),
+            at: at.into(),
+            event,
+            hash: String::new(),
+        };
+        entry.hash = entry.content_hash()?;
+        let line = serde_json::to_string(&entry).map_err(|e| files(&self.path, e))?;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(|e| files(&self.path, e))?;
+        file.write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|e| files(&self.path, e))?;
+        Ok(entry)
+    }
+
+    fn broken(&self, b: &Break) -> CrucibleRunError {
+        CrucibleRunError::Invalid(format!(
+            "{}: the openings ledger is broken at {b}; nothing is opened until `geode crucible \
+             audit` is clean",
+            self.path.display()
+        ))
+    }
+
+    /// Refuses an opening when the ledger already holds one (whatever the seal state says) or
+    /// is broken.
+    pub fn check_unopened(&self) -> Result<(), CrucibleRunError> {
+        let reading = self.read()?;
+        if let Some(b) = reading.breaks.first() {
+            return Err(self.broken(b));
+        }
+        if let Some(first) = reading.openings().next() {
+            let contract = match &first.event {
+                Event::Opening { contract_hash, .. } => contract_hash.as_str(),
+                Event::Decision { .. } => "",
+            };
+            return Err(CrucibleRunError::Invalid(format!(
+                "{}: the openings ledger records an opening of this sealed pack at {} for \
+                 contract {contract} (entry {}); a sealed pack opens once, whatever its seal \
+                 state says",
+                self.path.display(),
+                first.at,
+                first.seq
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The sealed pack names whose commitments are in `dir` (`<name>.json`), sorted.
+pub fn committed_names(dir: &Path) -> Result<Vec<String>, CrucibleRunError> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| files(dir, e))? {
+        let path = entry.map_err(|e| files(dir, e))?.path();
+        let Some(file) = path.file_name().map(|f| f.to_string_lossy().into_owned()) else {
+            continue;
+        };
+        if let Some(name) = file.strip_suffix(".json") {
+            names.push(name.to_string());
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// What `geode crucible audit` found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Audit {
+    /// Sealed packs with a commitment.
+    pub packs: usize,
+    pub openings: usize,
+    /// Decision records read from the decision folders.
+    pub decisions: usize,
+    /// Disagreements: each one means a record was removed, rewritten or reset.
+    pub problems: Vec<String>,
+    /// Facts worth knowing that prove nothing wrong (a test decision on an unsealed pack).
+    pub notes: Vec<String>,
+}
+
+/// Verify that commitments, openings ledgers, seal states (`<sealed>/<name>.seal-state.json`,
+/// where present) and the decision records below `decisions` agree.
+pub fn audit(
+    commitments: &Path,
+    sealed: &Path,
+    decisions: &[PathBuf],
+) -> Result<Audit, CrucibleRunError> {
+    use geode_crucible::{DecisionRecord, Stage};
+    let mut out = Audit::default();
+    // Opening entry hash -> (pack, contract); decision entries by the opening they name.
+    let mut opened: std::collections::BTreeMap<String, (String, String)> = Default::default();
+    let mut decided: std::collections::BTreeMap<String, (String, Option<String>)> =
+        Default::default();
+    for name in committed_names(commitments)? {
+        out.packs += 1;
+        let ledger = OpeningsLedger::beside(commitments, &name)?;
+        let reading = ledger.read()?;
+        for b in &reading.breaks {
+            out.problems
+                .push(format!("{name}: {}: {b}", ledger.path().display()));
+        }
+        let openings: Vec<&Entry> = reading.openings().collect();
+        out.openings += openings.len();
+        if openings.len() > 1 {
+            out.problems.push(format!(
+                "{name}: opened {} times (entries {}); a sealed pack opens once",
+                openings.len(),
+                openings
+                    .iter()
+                    .map(|e| e.seq.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        for e in &reading.entries {
+            match &e.event {
+                Event::Opening { contract_hash, .. } => {
+                    opened.insert(e.hash.clone(), (name.clone(), contract_hash.clone()));
+                }
+                Event::Decision {
+                    opening,
+                    verdict,
+                    evidence_hash,
+                    ..
+                } => {
+                    if !openings.iter().any(|o| o.hash == *opening) {
+                        out.problems.push(format!(
+                            "{name}: entry {} records a decision under an opening the ledger \
+                             does not hold",
+                            e.seq
+                        ));
+                    }
+                    decided.insert(opening.clone(), (verdict.clone(), evidence_hash.clone()));
+                }
+            }
+        }
+        let state_path = sealed.join(format!("{name}.seal-state.json"));
+        if !state_path.is_file() {
+            out.notes.push(format!(
+                "{name}: no seal state at {} to compare with",
+                state_path.display()
+            ));
+            continue;
+        }
+        let state = crate::sealing::load_state(&state_path)?;
+        if state.commitment.to_string() != ledger.commitment.commitment {
+            out.problems.push(format!(
+                "{name}: the seal state's commitment {} is not the published {}",
+                state.commitment, ledger.commitment.commitment
+            ));
+        }
+        match (&state.opening, openings.first()) {
+            (None, Some(first)) => out.problems.push(format!(
+                "{name}: the seal state says unopened, but ledger entry {} records an opening \
+                 at {}: the state was reset",
+                first.seq, first.at
+            )),
+            (Some(a), None) => out.problems.push(format!(
+                "{name}: the seal state records an opening at {} that the ledger does not: its \
+                 entry was removed",
+                a.opened_at
+            )),
+            (Some(a), Some(first)) => {
+                let same = matches!(&first.event, Event::Opening { contract_hash, .. }
+                    if *contract_hash == a.contract_hash.to_string());
+                if !same {
+                    out.problems.push(format!(
+                        "{name}: the seal state's opening (contract {}) is not the ledger's first",
+                        a.contract_hash
+                    ));
+                }
+            }
+            (None, None) => {}
+        }
+        let ledger_verdict = openings
+            .first()
+            .and_then(|o| decided.get(&o.hash))
+            .map(|(v, _)| v.clone());
+        let state_verdict = state.decision.as_ref().map(|d| d.verdict.to_string());
+        if state_verdict.is_some() && ledger_verdict != state_verdict {
+            out.problems.push(format!(
+                "{name}: the seal state's decision {} is not the ledger's {}",
+                state_verdict.as_deref().unwrap_or("-"),
+                ledger_verdict.as_deref().unwrap_or("(none)")
+            ));
+        }
+    }
+    for dir in decisions {
+        for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
+            let entry = entry.map_err(|e| files(dir, e))?;
+            if entry.file_name() != "decision.json" {
+                continue;
+            }
+            let path = entry.path();
+            let text = std::fs::read_to_string(path).map_err(|e| files(path, e))?;
+            let record = DecisionRecord::from_json(&text).map_err(|e| files(path, e))?;
+            out.decisions += 1;
+            if record.stage != Stage::Test {
+                continue;
+            }
+            let Some(h) = &record.ledger_entry else {
+                out.notes.push(format!(
+                    "{}: a test-stage decision that names no openings-ledger entry (an unsealed \
+                     test pack, or a record older than the ledger)",
+                    path.display()
+                ));
+                continue;
+            };
+            match opened.get(h) {
+                None => out.problems.push(format!(
+                    "{}: names ledger entry {} that no ledger holds (removed or rewritten)",
+                    path.display(),
+                    &h[..16.min(h.len())]
+                )),
+                Some((name, contract)) if *contract != record.contract_hash.to_string() => {
+                    out.problems.push(format!(
+                        "{}: decided contract {} under {name}'s opening for contract {contract}",
+                        path.display(),
+                        record.contract_hash
+                    ))
+                }
+                Some((name, _)) => {
+                    let evidence = record.evidence_hash.as_ref().map(|e| e.to_string());
+                    match decided.get(h) {
+                        Some((v, e)) if *v == record.verdict.to_string() && *e == evidence => {}
+                        Some((v, _)) => out.problems.push(format!(
+                            "{}: verdict {} with its evidence, but {name}'s ledger records {v} \
+                             for this opening",
+                            path.display(),
+                            record.verdict
+                        )),
+                        None => out.problems.push(format!(
+                            "{}: {name}'s ledger records no decision for this opening",
+                            path.display()
+                        )),
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ledger(dir: &Path) -> OpeningsLedger {
+        let published = PublishedCommitment {
+            schema: "geode.commitment.v1".into(),
+            name: "h".into(),
+            commitment: "c0ffee".into(),
+            pack_hash: "p".into(),
+            trials_per_task: 1,
+            tasks: 3,
+        };
+        std::fs::write(
+            dir.join("h.json"),
+            serde_json::to_string(&published).unwrap(),
+        )
+        .unwrap();
+        OpeningsLedger::beside(dir, "h").unwrap()
+    }
+
+    fn opening() -> Event {
+        Event::Opening {
+            commitment: "c0ffee".into(),
+            contract_hash: "k1".into(),
+            candidate_scaffold_hash: "s".into(),
+        }
+    }
+
+    #[test]
+    fn removed_and_rewritten_entries_break_the_chain() {
+        let tmp = tempfile::tempdir().unwrap();
+        let l = ledger(tmp.path());
+        l.check_unopened().unwrap();
+        let first = l.append(opening(), "t0").unwrap();
+        let decision = Event::Decision {
+            opening: first.hash.clone(),
+            contract_hash: "k1".into(),
+            verdict: "REJECT".into(),
+            evidence_hash: None,
+        };
+        l.append(decision, "t1").unwrap();
+        l.append(opening(), "t2").unwrap();
+        let r = l.read().unwrap();
+        assert!(r.breaks.is_empty(), "{:?}", r.breaks);
+        assert_eq!(r.entries.len(), 3);
+        assert!(l.check_unopened().is_err(), "an opening is on record");
+
+        let text = std::fs::read_to_string(l.path()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        // The middle line removed.
+        std::fs::write(l.path(), format!("{}\n{}\n", lines[0], lines[2])).unwrap();
+        let breaks = l.read().unwrap().breaks;
+        assert!(breaks.iter().any(|b| b.line == 2), "{breaks:?}");
+        // A verdict rewritten in place.
+        std::fs::write(l.path(), text.replace("REJECT", "KEEP")).unwrap();
+        let breaks = l.read().unwrap().breaks;
+        assert_eq!(breaks.len(), 1, "{breaks:?}");
+        assert!(
+            breaks[0].line == 2 && breaks[0].problem.contains("rewritten"),
+            "{breaks:?}"
+        );
+        // Rewritten with its hash recomputed: the next line no longer links to it.
+        let mut forged: Entry = serde_json::from_str(lines[1]).unwrap();
+        if let Event::Decision { verdict, .. } = &mut forged.event {
+            *verdict = "KEEP".into();
+        }
+        forged.hash = forged.content_hash().unwrap();
+        let forged = serde_json::to_string(&forged).unwrap();
+        std::fs::write(l.path(), format!("{}\n{forged}\n{}\n", lines[0], lines[2])).unwrap();
+        let breaks = l.read().unwrap().breaks;
+        assert_eq!(breaks.len(), 1, "{breaks:?}");
+        assert!(
+            breaks[0].line == 3 && breaks[0].problem.contains("link"),
+            "{breaks:?}"
+        );
+        assert!(
+            l.append(opening(), "t3").is_err(),
+            "a broken chain takes no entry"
+        );
+        // Emptied.
+        std::fs::write(l.path(), "").unwrap();
+        assert_eq!(l.read().unwrap().breaks[0].line, 0);
+        // The commitment rewritten under the same name: the chain no longer starts from it.
+        std::fs::write(l.path(), &text).unwrap();
+        let mut other: PublishedCommitment =
+            serde_json::from_str(&std::fs::read_to_string(tmp.path().join("h.json")).unwrap())
+                .unwrap();
+        other.tasks = 4;
+        std::fs::write(
+            tmp.path().join("h.json"),
+            serde_json::to_string(&other).unwrap(),
+        )
+        .unwrap();
+        let l = OpeningsLedger::beside(tmp.path(), "h").unwrap();
+        let breaks = l.read().unwrap().breaks;
+        assert!(
+            breaks[0].line == 1 && breaks[0].problem.contains("anchored"),
+            "{breaks:?}"
+        );
+    }
+
+    #[test]
+    fn no_commitment_no_opening() {
+        let tmp = tempfile::tempdir().unwrap();
+        let err = OpeningsLedger::beside(tmp.path(), "absent").unwrap_err();
+        assert!(err.to_string().contains("--commitments"), "{err}");
+    }
+}
