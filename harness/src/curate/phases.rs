@@ -7,12 +7,12 @@ use serde_json::{Value, json};
 
 use super::CurateError;
 use super::pipeline::{
-    Candidate, CurateConfig, ModelFactory, POOL_SCHEMA, Phase, PhaseReport, PhaseStatus,
-    PilotRunner, STATE_SCHEMA, State, load_config,
+    Candidate, CurateConfig, ModelFactory, OnPositionBias, POOL_SCHEMA, Phase, PhaseReport,
+    PhaseStatus, PilotRunner, STATE_SCHEMA, State, load_config,
 };
 use super::review::{MetaReview, Rated, Selected, meta_review, select};
 use super::synth;
-use super::tournament::{self, Outcome, Ratings, TournamentConfig};
+use super::tournament::{self, Outcome, Ratings, TournamentConfig, Vote};
 use crate::datasets::allowlist::pack_origin;
 use crate::datasets::minhash::{MinHashParams, MinHasher, cluster};
 use crate::datasets::{canonical_hash, task_text, write_new_json};
@@ -164,12 +164,17 @@ async fn run_phase(
         Phase::Tournament => tourney(ctx, candidates(&last, "pilot")?).await,
         Phase::MetaReview => {
             let items: Vec<Rated> = from_value(&last["rated"], "tournament")?;
-            let r: MetaReview = meta_review(
+            let mut r: MetaReview = meta_review(
                 &items,
                 &ctx.config.synthesis.topics,
                 &ctx.config.meta.difficulties,
                 ctx.config.meta.min_per_category,
             );
+            let judges = match &last["position_bias"] {
+                Value::Null => Vec::new(),
+                v => from_value(v, "tournament")?,
+            };
+            r.judge_review(judges, last["agreement"].as_f64());
             let summary = format!("{} categories, {} gap(s)", r.coverage.len(), r.gaps.len());
             Ok((
                 json!({"review": to_value(&r)?, "rated": last["rated"].clone(),
@@ -399,19 +404,19 @@ async fn tourney(ctx: &Ctx<'_>, mut cands: Vec<Candidate>) -> Result<(Value, Str
             c.category, c.difficulty, t.instruction
         ));
     }
-    let mut outcomes: Vec<Outcome> = Vec::new();
+    let schedule = tournament::schedule(cands.len(), &tcfg, ctx.config.seed);
+    let mut votes: Vec<Vote> = Vec::new();
     let mut votes_log = Vec::new();
-    for m in tournament::schedule(cands.len(), &tcfg, ctx.config.seed) {
-        let mut first_wins = Vec::new();
+    for (pair, m) in schedule.iter().enumerate() {
         for (v, b_first) in m.b_first.iter().enumerate() {
             let (x, y) = if *b_first { (m.b, m.a) } else { (m.a, m.b) };
             let prompt = format!(
                 "Task A:\n{}\n\nTask B:\n{}\n\nWhich is the better task? A or B.",
                 texts[x], texts[y]
             );
-            let judge = &judges[v % judges.len()];
-            let route = &sec.judges[v % judges.len()];
-            let reply = judge
+            let judge = v % judges.len();
+            let route = &sec.judges[judge];
+            let reply = judges[judge]
                 .ask(JUDGE_SYSTEM, &prompt)
                 .await
                 .map_err(|m| CurateError::Model {
@@ -423,11 +428,51 @@ async fn tourney(ctx: &Ctx<'_>, mut cands: Vec<Candidate>) -> Result<(Value, Str
                 message: format!("the judge answered neither A nor B: {reply:?}"),
             })?;
             votes_log.push(json!({"a": cands[m.a].id, "b": cands[m.b].id, "voter": v,
-                                  "shown_first": cands[x].id, "first_wins": vote}));
-            first_wins.push(vote);
+                                  "judge": route, "shown_first": cands[x].id,
+                                  "first_wins": vote}));
+            votes.push(Vote {
+                judge,
+                pair,
+                b_first: *b_first,
+                first_wins: vote,
+            });
         }
-        outcomes.push(tournament::tally(&m, &first_wins));
     }
+    let labels: Vec<String> = sec
+        .judges
+        .iter()
+        .enumerate()
+        .map(|(i, r)| format!("judges[{i}] {r}"))
+        .collect();
+    let bias = tournament::position_bias(&votes, &labels, sec.max_position_bias);
+    let flagged: Vec<usize> = (0..bias.len()).filter(|j| bias[*j].flagged).collect();
+    let describe = |j: &usize| {
+        let b = &bias[*j];
+        format!(
+            "{}: the task shown first won {} of {} votes ({:.2}, p = {:.1e})",
+            b.judge, b.first_wins, b.votes, b.first_rate, b.p_value
+        )
+    };
+    if !flagged.is_empty()
+        && (sec.on_position_bias == OnPositionBias::Fail || flagged.len() == judges.len())
+    {
+        return Err(CurateError::Config {
+            path: "tournament.judges".into(),
+            message: format!(
+                "position bias beyond {} (the judges rank by presentation order, not \
+                 content):\n{}",
+                sec.max_position_bias,
+                flagged.iter().map(describe).collect::<Vec<_>>().join("\n")
+            ),
+        });
+    }
+    let outcomes: Vec<Outcome> = tournament::outcomes_without(&schedule, &votes, &flagged);
+    let kept: Vec<Vote> = votes
+        .iter()
+        .filter(|v| !flagged.contains(&v.judge))
+        .copied()
+        .collect();
+    let agreement = tournament::agreement(&kept);
     let ratings: Ratings = tournament::ratings(cands.len(), &outcomes, &tcfg, ctx.config.seed);
     let rated: Vec<Rated> = cands
         .iter()
@@ -440,15 +485,22 @@ async fn tourney(ctx: &Ctx<'_>, mut cands: Vec<Candidate>) -> Result<(Value, Str
             rating: ratings.bt[i],
         })
         .collect();
-    let summary = format!(
-        "{} pairs, {} votes over {} tasks",
+    let mut summary = format!(
+        "{} pairs, {} votes over {} tasks, voter agreement (Fleiss kappa) {}",
         outcomes.len(),
         votes_log.len(),
-        cands.len()
+        cands.len(),
+        agreement.map_or("n/a".to_string(), |k| format!("{k:.2}"))
     );
+    for j in &flagged {
+        summary.push_str(&format!("; votes discounted, {}", describe(j)));
+    }
+    let discounted: Vec<&str> = flagged.iter().map(|j| sec.judges[*j].as_str()).collect();
     Ok((
         json!({"ids": cands.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
                "outcomes": to_value(&outcomes)?, "votes": votes_log,
+               "position_bias": to_value(&bias)?, "agreement": agreement,
+               "discounted": discounted,
                "ratings": to_value(&ratings)?, "rated": to_value(&rated)?,
                "candidates": to_value(&cands)?}),
         summary,

@@ -18,6 +18,9 @@
 //! [tournament]
 //! judges = ["scripted:judge.json"] # voter v asks judges[v % len]
 //! voters = 3
+//! max_position_bias = 0.2          # a judge whose first-shown rate is further from 0.5 (and
+//! on_position_bias = "discount"    #   significant, p < 0.01) is flagged: "discount" drops
+//!                                  #   its votes, "fail" stops the phase
 //! [meta]
 //! min_per_category = 1
 //! [selection]
@@ -111,6 +114,18 @@ pub struct TournamentSection {
     pub voters: usize,
     pub pairs: Option<usize>,
     pub bootstrap: usize,
+    /// How far from 0.5 a judge's first-position rate may be before it is flagged.
+    pub max_position_bias: f64,
+    pub on_position_bias: OnPositionBias,
+}
+
+/// What a flagged judge's votes do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnPositionBias {
+    /// Rate from the other judges' votes (the phase fails when none is left).
+    Discount,
+    Fail,
 }
 
 impl Default for TournamentSection {
@@ -120,6 +135,8 @@ impl Default for TournamentSection {
             voters: 3,
             pairs: None,
             bootstrap: 200,
+            max_position_bias: 0.2,
+            on_position_bias: OnPositionBias::Discount,
         }
     }
 }

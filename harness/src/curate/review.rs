@@ -5,6 +5,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::tournament::PositionBias;
+
+/// Fleiss' kappa below which the voters' ratings are called mostly noise (Landis and Koch's
+/// "slight" agreement).
+pub const LOW_AGREEMENT: f64 = 0.2;
+
 /// What review and selection need to know of a candidate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rated {
@@ -21,6 +27,36 @@ pub struct MetaReview {
     /// category -> difficulty -> count.
     pub coverage: BTreeMap<String, BTreeMap<String, usize>>,
     pub gaps: Vec<String>,
+    /// Each judge's first-position rate in the tournament.
+    #[serde(default)]
+    pub judges: Vec<PositionBias>,
+    /// Fleiss' kappa of the counted votes.
+    #[serde(default)]
+    pub voter_agreement: Option<f64>,
+}
+
+impl MetaReview {
+    /// Adds the tournament's judge statistics, and a gap for each flagged judge and for
+    /// agreement too low to rank by.
+    pub fn judge_review(&mut self, judges: Vec<PositionBias>, agreement: Option<f64>) {
+        for j in judges.iter().filter(|j| j.flagged) {
+            self.gaps.push(format!(
+                "{} prefers the task shown first at rate {:.2} (p = {:.1e}); its votes were \
+                 discounted",
+                j.judge, j.first_rate, j.p_value
+            ));
+        }
+        if let Some(k) = agreement
+            && k < LOW_AGREEMENT
+        {
+            self.gaps.push(format!(
+                "voters barely agree (Fleiss kappa {k:.2} < {LOW_AGREEMENT}): the ratings are \
+                 mostly noise"
+            ));
+        }
+        self.judges = judges;
+        self.voter_agreement = agreement;
+    }
 }
 
 pub fn meta_review(
@@ -57,7 +93,12 @@ pub fn meta_review(
             gaps.push(format!("seed topic {t:?} has no surviving task"));
         }
     }
-    MetaReview { coverage, gaps }
+    MetaReview {
+        coverage,
+        gaps,
+        judges: Vec::new(),
+        voter_agreement: None,
+    }
 }
 
 /// Difficulty as a number: easy 1, medium 2, hard 3, anything else 0.

@@ -1,7 +1,14 @@
 //! Pairwise judge tournament: Elo ratings (start 1000, K = 32, expected score
 //! 1/(1+10^((Rb-Ra)/400))) over about N log2 N distinct pairs, several voters per pair with a
-//! majority, presentation order drawn per vote; and a Bradley-Terry fit (Hunter's MM algorithm)
-//! with seeded bootstrap intervals, the order-independent alternative to Elo.
+//! majority; and a Bradley-Terry fit (Hunter's MM algorithm) with seeded bootstrap intervals,
+//! the order-independent alternative to Elo.
+//!
+//! Presentation order is balanced per pair: a seeded coin picks which task the first voter
+//! sees first, and the voters alternate from there, so each task of a pair is shown first to
+//! half the voters (one more for one of them when the count is odd). A judge that prefers a
+//! position then cannot decide a pair by itself, and its preference shows: `position_bias`
+//! measures each judge's first-position rate with an exact two-sided binomial test against
+//! 0.5, and `agreement` is Fleiss' kappa of the voters over the pairs.
 //!
 //! The schedule is a pure function of (N, config, seed): first the edges of a random
 //! Hamiltonian path (so every item plays and the comparison graph is connected, which the
@@ -97,10 +104,13 @@ pub fn schedule(n: usize, config: &TournamentConfig, seed: u64) -> Vec<Matchup> 
     let voters = config.voters.max(1);
     chosen
         .into_iter()
-        .map(|(a, b)| Matchup {
-            a,
-            b,
-            b_first: (0..voters).map(|_| rng.random_bool(0.5)).collect(),
+        .map(|(a, b)| {
+            let start = rng.random_bool(0.5);
+            Matchup {
+                a,
+                b,
+                b_first: (0..voters).map(|v| start ^ (v % 2 == 1)).collect(),
+            }
         })
         .collect()
 }
@@ -233,6 +243,149 @@ pub fn run(
     (outcomes, r)
 }
 
+/// One vote as cast: which judge, which pair, and whether the task shown first won.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Vote {
+    pub judge: usize,
+    /// Index of the matchup in the schedule.
+    pub pair: usize,
+    pub b_first: bool,
+    pub first_wins: bool,
+}
+
+impl Vote {
+    pub fn a_wins(&self) -> bool {
+        self.first_wins != self.b_first
+    }
+}
+
+/// A judge's preference for the position of a task rather than its content.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PositionBias {
+    pub judge: String,
+    pub votes: usize,
+    /// Votes that went to the task shown first.
+    pub first_wins: usize,
+    pub first_rate: f64,
+    /// Exact two-sided binomial test of `first_rate == 0.5`.
+    pub p_value: f64,
+    /// `|first_rate - 0.5|` above the limit and `p_value` below `BIAS_ALPHA`.
+    pub flagged: bool,
+}
+
+/// Significance a judge's position preference must reach to be flagged (with balanced
+/// presentation, an unbiased judge's first-position count is Binomial(n, 1/2)).
+pub const BIAS_ALPHA: f64 = 0.01;
+
+/// Two-sided exact binomial p-value of `k` successes in `n` trials at probability 1/2.
+pub fn binomial_two_sided(k: usize, n: usize) -> f64 {
+    if n == 0 {
+        return 1.0;
+    }
+    let extreme = k.max(n - k);
+    // P(X >= extreme) summed in log space: ln C(n, i) - n ln 2.
+    let ln_half = -(n as f64) * std::f64::consts::LN_2;
+    let mut ln_c = 0.0; // ln C(n, 0)
+    let mut tail = 0.0;
+    for i in 0..=n {
+        if i > 0 {
+            ln_c += ((n - i + 1) as f64).ln() - (i as f64).ln();
+        }
+        if i >= extreme {
+            tail += (ln_c + ln_half).exp();
+        }
+    }
+    (2.0 * tail).min(1.0)
+}
+
+/// Each judge's first-position rate; flagged when it is further than `max_bias` from 0.5 and
+/// significant at `BIAS_ALPHA`.
+pub fn position_bias(votes: &[Vote], judges: &[String], max_bias: f64) -> Vec<PositionBias> {
+    judges
+        .iter()
+        .enumerate()
+        .map(|(j, name)| {
+            let mine: Vec<&Vote> = votes.iter().filter(|v| v.judge == j).collect();
+            let first = mine.iter().filter(|v| v.first_wins).count();
+            let n = mine.len();
+            let rate = if n == 0 { 0.5 } else { first as f64 / n as f64 };
+            let p = binomial_two_sided(first, n);
+            PositionBias {
+                judge: name.clone(),
+                votes: n,
+                first_wins: first,
+                first_rate: rate,
+                p_value: p,
+                flagged: (rate - 0.5).abs() > max_bias && p < BIAS_ALPHA,
+            }
+        })
+        .collect()
+}
+
+/// Fleiss' kappa of the voters over the pairs (categories: a wins, b wins), for pairs with at
+/// least two votes; `None` when no pair has two, or every vote went one way.
+pub fn agreement(votes: &[Vote]) -> Option<f64> {
+    let mut per_pair: std::collections::BTreeMap<usize, (f64, f64)> = Default::default();
+    for v in votes {
+        let e = per_pair.entry(v.pair).or_default();
+        if v.a_wins() {
+            e.0 += 1.0;
+        } else {
+            e.1 += 1.0;
+        }
+    }
+    let (mut p_sum, mut items, mut total_a, mut total) = (0.0, 0.0, 0.0, 0.0);
+    for (a, b) in per_pair.values() {
+        let n = a + b;
+        if n < 2.0 {
+            continue;
+        }
+        p_sum += (a * a + b * b - n) / (n * (n - 1.0));
+        items += 1.0;
+        total_a += a;
+        total += n;
+    }
+    if items == 0.0 {
+        return None;
+    }
+    let p_bar = p_sum / items;
+    let pa = total_a / total;
+    let p_e = pa * pa + (1.0 - pa) * (1.0 - pa);
+    (p_e < 1.0).then(|| (p_bar - p_e) / (1.0 - p_e))
+}
+
+/// The outcomes of the schedule from the votes of the judges not in `discounted`; a pair left
+/// without votes is dropped.
+pub fn outcomes_without(
+    schedule: &[Matchup],
+    votes: &[Vote],
+    discounted: &[usize],
+) -> Vec<Outcome> {
+    schedule
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            let mut o = Outcome {
+                a: m.a,
+                b: m.b,
+                votes_a: 0,
+                votes_b: 0,
+            };
+            for v in votes
+                .iter()
+                .filter(|v| v.pair == i && !discounted.contains(&v.judge))
+            {
+                if v.a_wins() {
+                    o.votes_a += 1;
+                } else {
+                    o.votes_b += 1;
+                }
+            }
+            (o.votes_a + o.votes_b > 0).then_some(o)
+        })
+        .collect()
+}
+
 /// Kendall's tau-a between two score vectors (1: same order, -1: reversed).
 pub fn kendall_tau(x: &[f64], y: &[f64]) -> f64 {
     let n = x.len().min(y.len());
@@ -272,5 +425,54 @@ mod tests {
         assert_eq!(pairs.len(), 64);
         assert_eq!(s, schedule(16, &c, 3));
         assert!(s.iter().all(|m| m.b_first.len() == 3));
+        // Balanced per pair: each task is shown first to one or two of the three voters, and
+        // over the schedule both tasks lead about equally often.
+        assert!(s.iter().all(|m| {
+            let b = m.b_first.iter().filter(|x| **x).count();
+            b == 1 || b == 2
+        }));
+        let b_shown_first: usize = s
+            .iter()
+            .map(|m| m.b_first.iter().filter(|x| **x).count())
+            .sum();
+        assert!(
+            (64..=128).contains(&b_shown_first),
+            "{b_shown_first} of 192"
+        );
+    }
+
+    #[test]
+    fn binomial_p_values() {
+        assert!((binomial_two_sided(5, 10) - 1.0).abs() < 1e-12);
+        // P(X >= 9 | n = 10) = 11/1024, two-sided 22/1024.
+        assert!((binomial_two_sided(9, 10) - 22.0 / 1024.0).abs() < 1e-12);
+        assert!((binomial_two_sided(1, 10) - 22.0 / 1024.0).abs() < 1e-12);
+        assert!(binomial_two_sided(444, 444) < 1e-100);
+    }
+
+    #[test]
+    fn kappa_is_one_for_unanimous_voters_and_low_for_coin_flips() {
+        let unanimous: Vec<Vote> = (0..20)
+            .flat_map(|pair| {
+                (0..3).map(move |judge| Vote {
+                    judge,
+                    pair,
+                    b_first: judge == 1,
+                    first_wins: (pair % 2 == 0) != (judge == 1),
+                })
+            })
+            .collect();
+        assert!((agreement(&unanimous).unwrap() - 1.0).abs() < 1e-12);
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let coins: Vec<Vote> = (0..400)
+            .flat_map(|pair| (0..3).map(move |judge| (pair, judge)))
+            .map(|(pair, judge)| Vote {
+                judge,
+                pair,
+                b_first: false,
+                first_wins: rng.random_bool(0.5),
+            })
+            .collect();
+        assert!(agreement(&coins).unwrap().abs() < 0.1);
     }
 }

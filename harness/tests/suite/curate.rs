@@ -393,3 +393,80 @@ fn judge_votes_parse_the_first_standalone_letter() {
     assert_eq!(parse_vote("Answer: B."), Some(false));
     assert_eq!(parse_vote("Both are fine"), None);
 }
+
+/// Issue 23's judges: one that always answers "A" and one that always answers "B" used to give
+/// exactly reversed rankings, because the presentation order decided every pair. With balanced
+/// presentation their preference is measured and flagged: alone, either one fails the phase;
+/// beside a judge without that preference, its votes are discounted and the meta-review says so.
+#[tokio::test]
+async fn a_judge_that_prefers_a_position_is_flagged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let models = RouteFactory {
+        base: dir.to_path_buf(),
+    };
+    write_setup(dir, 2);
+    for (name, letter) in [("always-a.json", "A"), ("always-b.json", "B")] {
+        std::fs::write(dir.join(name), script(&[json!(letter)], true).to_string()).unwrap();
+    }
+    let base = std::fs::read_to_string(dir.join("curate.toml")).unwrap();
+    let with_judges = |judges: &str, voters: usize, out: &str| {
+        let text = base
+            .replace(
+                r#"judges = ["scripted:judge.json"]"#,
+                &format!("judges = [{judges}]"),
+            )
+            .replace("voters = 3", &format!("voters = {voters}"))
+            .replace(r#"out = "out""#, &format!("out = \"{out}\""));
+        let path = dir.join(format!("{out}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    for judge in ["always-a.json", "always-b.json"] {
+        let out = format!("out-{}", judge.trim_end_matches(".json"));
+        let config = with_judges(&format!("\"scripted:{judge}\""), 3, &out);
+        let err = run(&config, None, None, &models).await.unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("position bias"), "{msg}");
+        assert!(msg.contains("of 9 votes"), "{msg}");
+    }
+
+    // Five voters: judge 0 (always "A") casts voters 0, 2 and 4, judge 1 (alternating) 1 and 3.
+    let config = with_judges(
+        r#""scripted:always-a.json", "scripted:judge.json""#,
+        5,
+        "mixed",
+    );
+    run(&config, None, None, &models).await.unwrap();
+    let state = |n: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("mixed/state").join(n)).unwrap())
+            .unwrap()
+    };
+    let tour = state("04-tournament.json");
+    let bias = tour["output"]["position_bias"].as_array().unwrap();
+    assert_eq!(bias[0]["first_rate"], 1.0);
+    assert_eq!(bias[0]["flagged"], true);
+    assert_eq!(bias[1]["flagged"], false);
+    assert_eq!(
+        tour["output"]["discounted"],
+        json!(["scripted:always-a.json"])
+    );
+    // The counted votes are judge 1's: two per pair.
+    let counted: u64 = tour["output"]["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["votes_a"].as_u64().unwrap() + o["votes_b"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, 6);
+    let review = state("05-meta-review.json");
+    let gaps = review["output"]["review"]["gaps"].to_string();
+    assert!(gaps.contains("prefers the task shown first"), "{gaps}");
+    assert!(
+        review["output"]["review"]["judges"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 2
+    );
+}
