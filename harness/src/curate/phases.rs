@@ -25,6 +25,55 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CurateError + '_ {
     }
 }
 
+/// Work finished inside a phase (one pilot task, one vote), appended as it is done, so a phase
+/// killed midway resumes where it stopped: `NN-PHASE.partial.jsonl` beside the checkpoint,
+/// lines `{"key", "item", "value"}`. Only lines of the phase's current key count (a changed
+/// config or input starts the phase over); the file goes once the checkpoint is written.
+struct Journal {
+    path: PathBuf,
+    key: String,
+    done: std::collections::BTreeMap<String, Value>,
+}
+
+impl Journal {
+    fn open(path: PathBuf, key: &str) -> Journal {
+        let done = std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .lines()
+            // A line cut short by a crash does not parse and is simply not done.
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|v| v["key"] == key)
+            .filter_map(|v| Some((v["item"].as_str()?.to_string(), v["value"].clone())))
+            .collect();
+        Journal {
+            path,
+            key: key.to_string(),
+            done,
+        }
+    }
+
+    fn get(&self, item: &str) -> Option<&Value> {
+        self.done.get(item)
+    }
+
+    fn record(&mut self, item: &str, value: Value) -> Result<(), CurateError> {
+        use std::io::Write;
+        let line = json!({"key": self.key, "item": item, "value": value});
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(io(&self.path))?;
+        writeln!(f, "{line}").map_err(io(&self.path))?;
+        self.done.insert(item.to_string(), value);
+        Ok(())
+    }
+
+    fn finish(self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 fn to_value<T: Serialize>(v: &T) -> Result<Value, CurateError> {
     serde_json::to_value(v).map_err(|e| CurateError::Generator(format!("serialize: {e}")))
 }
@@ -45,6 +94,20 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// Why a checkpoint's candidates can no longer be trusted: a folder gone or changed since
+    /// (an older version recorded seed-pack folders relative to the wrong place).
+    fn stale(&self, output: &Value) -> Option<String> {
+        let cands: Vec<Candidate> = serde_json::from_value(output["candidates"].clone()).ok()?;
+        cands.iter().find_map(|c| {
+            let dir = self.task_dir(c);
+            match hash_task_dir(&dir) {
+                Ok(h) if h == c.hash => None,
+                Ok(_) => Some(format!("{} changed since", dir.display())),
+                Err(e) => Some(format!("{}: {e}", dir.display())),
+            }
+        })
+    }
+
     fn task_dir(&self, c: &Candidate) -> PathBuf {
         let p = Path::new(&c.dir);
         if p.is_absolute() {
@@ -86,10 +149,18 @@ pub async fn run(
     models: &dyn ModelFactory,
 ) -> Result<Vec<PhaseReport>, CurateError> {
     let config = load_config(config_path)?;
+    // Absolute, so every folder recorded in a checkpoint names the same place from anywhere.
     let base = config_path
         .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .unwrap_or(Path::new("."));
+    let base = std::fs::canonicalize(base).map_err(io(base))?;
     let out = base.join(&config.out);
     std::fs::create_dir_all(out.join("state")).map_err(io(&out))?;
     let ctx = Ctx {
@@ -111,12 +182,20 @@ pub async fn run(
         let saved: Option<State> = std::fs::read_to_string(&path)
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
+        let stale = match &saved {
+            Some(s) if s.key == key && s.schema == STATE_SCHEMA => ctx.stale(&s.output),
+            _ => None,
+        };
         let (state, status, summary) = match saved {
-            Some(s) if s.key == key && s.schema == STATE_SCHEMA => {
+            Some(s) if s.key == key && s.schema == STATE_SCHEMA && stale.is_none() => {
                 (s, PhaseStatus::Resumed, "checkpoint reused".to_string())
             }
             _ => {
-                let (output, summary) = run_phase(&ctx, phase, &outputs).await?;
+                let mut journal = Journal::open(path.with_extension("partial.jsonl"), &key);
+                let (output, mut summary) = run_phase(&ctx, phase, &outputs, &mut journal).await?;
+                if let Some(why) = stale {
+                    summary = format!("{summary} (checkpoint not reused: {why})");
+                }
                 let output_hash = canonical_hash(&output)?;
                 let state = State {
                     schema: STATE_SCHEMA.into(),
@@ -130,6 +209,7 @@ pub async fn run(
                 let _ = std::fs::remove_file(&tmp);
                 write_new_json(&tmp, &state)?;
                 std::fs::rename(&tmp, &path).map_err(io(&path))?;
+                journal.finish();
                 (state, PhaseStatus::Ran, summary)
             }
         };
@@ -155,13 +235,14 @@ async fn run_phase(
     ctx: &Ctx<'_>,
     phase: Phase,
     prev: &[Value],
+    journal: &mut Journal,
 ) -> Result<(Value, String), CurateError> {
     let last = prev.last().cloned().unwrap_or(Value::Null);
     match phase {
         Phase::Synthesis => synthesis(ctx).await,
         Phase::Dedup => dedup(ctx, candidates(&last, "synthesis")?),
-        Phase::Pilot => pilot(ctx, candidates(&last, "dedup")?).await,
-        Phase::Tournament => tourney(ctx, candidates(&last, "pilot")?).await,
+        Phase::Pilot => pilot(ctx, candidates(&last, "dedup")?, journal).await,
+        Phase::Tournament => tourney(ctx, candidates(&last, "pilot")?, journal).await,
         Phase::MetaReview => {
             let items: Vec<Rated> = from_value(&last["rated"], "tournament")?;
             let mut r: MetaReview = meta_review(
@@ -205,6 +286,7 @@ async fn synthesis(ctx: &Ctx<'_>) -> Result<(Value, String), CurateError> {
     let mut out = Vec::new();
     for pack_dir in &ctx.config.seed_packs {
         let dir = ctx.base.join(pack_dir);
+        let dir = std::fs::canonicalize(&dir).map_err(io(&dir))?;
         let pack = TaskPack::load(&dir)?;
         let origin = pack_origin(&dir);
         for t in &pack.tasks {
@@ -316,7 +398,11 @@ fn dedup(ctx: &Ctx<'_>, cands: Vec<Candidate>) -> Result<(Value, String), Curate
     ))
 }
 
-async fn pilot(ctx: &Ctx<'_>, cands: Vec<Candidate>) -> Result<(Value, String), CurateError> {
+async fn pilot(
+    ctx: &Ctx<'_>,
+    cands: Vec<Candidate>,
+    journal: &mut Journal,
+) -> Result<(Value, String), CurateError> {
     let cfg = &ctx.config.pilot;
     if !cfg.enabled {
         let n = cands.len();
@@ -330,25 +416,35 @@ async fn pilot(ctx: &Ctx<'_>, cands: Vec<Candidate>) -> Result<(Value, String), 
         .ok_or_else(|| CurateError::Pilot("pilot.enabled but no pilot runner".into()))?;
     let (mut kept, mut results) = (Vec::new(), Vec::new());
     for (i, c) in cands.iter().enumerate() {
-        let seed = ctx.config.seed.wrapping_add(i as u64);
-        let dir = ctx.task_dir(c);
-        let oracle = runner
-            .run(&dir, "oracle", cfg.trials, seed)
-            .await
-            .map_err(CurateError::Pilot)?;
-        let nop = runner
-            .run(&dir, "nop", cfg.trials, seed)
-            .await
-            .map_err(CurateError::Pilot)?;
-        let flaky = oracle.iter().any(|p| *p) && !oracle.iter().all(|p| *p);
-        let valid = !oracle.is_empty() && oracle.iter().all(|p| *p) && !nop.iter().any(|p| *p);
-        results.push(
-            json!({"id": c.id, "oracle": oracle, "nop": nop, "flaky": flaky,
-                            "valid": valid}),
-        );
-        if valid {
+        // One journal item per task, keyed by content: a task finished before a crash is not
+        // piloted again.
+        let item = format!("{}@{}", c.id, c.hash.0);
+        let result = match journal.get(&item) {
+            Some(done) => done.clone(),
+            None => {
+                let seed = ctx.config.seed.wrapping_add(i as u64);
+                let dir = ctx.task_dir(c);
+                let oracle = runner
+                    .run(&dir, "oracle", cfg.trials, seed)
+                    .await
+                    .map_err(CurateError::Pilot)?;
+                let nop = runner
+                    .run(&dir, "nop", cfg.trials, seed)
+                    .await
+                    .map_err(CurateError::Pilot)?;
+                let flaky = oracle.iter().any(|p| *p) && !oracle.iter().all(|p| *p);
+                let valid =
+                    !oracle.is_empty() && oracle.iter().all(|p| *p) && !nop.iter().any(|p| *p);
+                let result = json!({"id": c.id, "oracle": oracle, "nop": nop, "flaky": flaky,
+                                    "valid": valid});
+                journal.record(&item, result.clone())?;
+                result
+            }
+        };
+        if result["valid"] == true {
             kept.push(c.clone());
         }
+        results.push(result);
     }
     let summary = format!("{} of {} valid", kept.len(), cands.len());
     Ok((
@@ -371,7 +467,11 @@ pub fn parse_vote(reply: &str) -> Option<bool> {
 const JUDGE_SYSTEM: &str = "You compare two benchmark tasks for terminal agents. The better task \
 is clear, realistic, verifiable by its tests and not trivial. Answer with one letter: A or B.";
 
-async fn tourney(ctx: &Ctx<'_>, mut cands: Vec<Candidate>) -> Result<(Value, String), CurateError> {
+async fn tourney(
+    ctx: &Ctx<'_>,
+    mut cands: Vec<Candidate>,
+    journal: &mut Journal,
+) -> Result<(Value, String), CurateError> {
     cands.sort_by(|a, b| a.id.cmp(&b.id));
     let sec = &ctx.config.tournament;
     if sec.judges.is_empty() && cands.len() > 1 {
@@ -416,17 +516,26 @@ async fn tourney(ctx: &Ctx<'_>, mut cands: Vec<Candidate>) -> Result<(Value, Str
             );
             let judge = v % judges.len();
             let route = &sec.judges[judge];
-            let reply = judges[judge]
-                .ask(JUDGE_SYSTEM, &prompt)
-                .await
-                .map_err(|m| CurateError::Model {
-                    route: route.clone(),
-                    message: m,
-                })?;
-            let vote = parse_vote(&reply).ok_or_else(|| CurateError::Model {
-                route: route.clone(),
-                message: format!("the judge answered neither A nor B: {reply:?}"),
-            })?;
+            // The schedule is a function of the key's inputs, so (pair, voter) names one vote.
+            let item = format!("{pair}/{v}");
+            let vote = match journal.get(&item).and_then(Value::as_bool) {
+                Some(done) => done,
+                None => {
+                    let reply = judges[judge]
+                        .ask(JUDGE_SYSTEM, &prompt)
+                        .await
+                        .map_err(|m| CurateError::Model {
+                            route: route.clone(),
+                            message: m,
+                        })?;
+                    let vote = parse_vote(&reply).ok_or_else(|| CurateError::Model {
+                        route: route.clone(),
+                        message: format!("the judge answered neither A nor B: {reply:?}"),
+                    })?;
+                    journal.record(&item, json!(vote))?;
+                    vote
+                }
+            };
             votes_log.push(json!({"a": cands[m.a].id, "b": cands[m.b].id, "voter": v,
                                   "judge": route, "shown_first": cands[x].id,
                                   "first_wins": vote}));

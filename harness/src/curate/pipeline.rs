@@ -31,7 +31,11 @@
 //! Checkpoints: `OUT/state/NN-PHASE.json` (`geode.curate.state.v1`: phase, key, output,
 //! output_hash). The key hashes the phase's config section, the seed and the previous output
 //! hash; a checkpoint with the same key is reused, so changing one section re-runs that phase
-//! and everything after it. The frozen pool: `OUT/pool/pool.json` (`geode.pool.v1`) and
+//! and everything after it. A checkpoint whose candidate folders are gone or changed is not
+//! reused. Inside the pilot and the tournament, each finished task and each vote is appended to
+//! `OUT/state/NN-PHASE.partial.jsonl`, so a phase killed midway redoes only what it had not
+//! finished. Every path is taken relative to the config file's folder, from wherever `geode
+//! curate` runs. The frozen pool: `OUT/pool/pool.json` (`geode.pool.v1`) and
 //! `OUT/pool/tasks/ID/`, never overwritten.
 
 use std::path::{Path, PathBuf};

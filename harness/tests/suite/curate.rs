@@ -470,3 +470,121 @@ async fn a_judge_that_prefers_a_position_is_flagged() {
             == 2
     );
 }
+
+/// A pilot runner that passes oracle, fails nop, and breaks (as a killed run would) once it
+/// has been asked `fail_at` times.
+struct CountingPilot {
+    calls: std::sync::Mutex<Vec<String>>,
+    fail_at: Option<usize>,
+}
+
+#[async_trait::async_trait]
+impl geode_harness::curate::pipeline::PilotRunner for CountingPilot {
+    async fn run(
+        &self,
+        task_dir: &Path,
+        agent: &str,
+        trials: u32,
+        _seed: u64,
+    ) -> Result<Vec<bool>, String> {
+        let mut calls = self.calls.lock().unwrap();
+        if self.fail_at == Some(calls.len()) {
+            return Err("interrupted".into());
+        }
+        calls.push(format!(
+            "{}:{agent}",
+            task_dir.file_name().unwrap().to_string_lossy()
+        ));
+        Ok(vec![agent == "oracle"; trials as usize])
+    }
+}
+
+/// Issue 23: a seed pack named relative to the config (`../seed`) loads from the config's
+/// folder, a checkpoint whose folders are gone is not reused, and a pilot interrupted midway
+/// resumes without redoing its finished tasks.
+#[tokio::test]
+async fn curation_resolves_paths_and_resumes_inside_a_phase() {
+    let tmp = tempfile::tempdir().unwrap();
+    let seed = tmp.path().join("seed");
+    for name in ["one", "two", "three"] {
+        pilot_task(&seed, name, "echo 1 > /logs/verifier/reward.txt");
+    }
+    let project = tmp.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("curate.toml"),
+        "schema = \"geode.curate.v1\"\nout = \"out\"\nseed = 3\nseed_packs = [\"../seed\"]\n\
+         [dedup]\nthreshold = 0.95\n[pilot]\nenabled = true\ntrials = 1\n",
+    )
+    .unwrap();
+    // The config named relative to a working folder other than its own.
+    let up: std::path::PathBuf = std::env::current_dir()
+        .unwrap()
+        .components()
+        .skip(1)
+        .map(|_| "..")
+        .collect();
+    let config = up
+        .join(tmp.path().strip_prefix("/").unwrap())
+        .join("project/curate.toml");
+    assert!(
+        config.is_relative() && config.is_file(),
+        "{}",
+        config.display()
+    );
+    let models = RouteFactory {
+        base: project.clone(),
+    };
+
+    // Interrupted at the fourth pilot call: task one is done (2 calls), task two half done.
+    let broken = CountingPilot {
+        calls: Default::default(),
+        fail_at: Some(3),
+    };
+    let err = run(&config, Some(Phase::Pilot), Some(&broken), &models)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("interrupted"), "{err}");
+    assert!(project.join("out/state/03-pilot.partial.jsonl").is_file());
+    let whole = CountingPilot {
+        calls: Default::default(),
+        fail_at: None,
+    };
+    let reports = run(&config, Some(Phase::Pilot), Some(&whole), &models)
+        .await
+        .unwrap();
+    assert_eq!(reports[2].status, PhaseStatus::Ran);
+    let calls = whole.calls.lock().unwrap().clone();
+    assert!(
+        !calls.iter().any(|c| c.starts_with("one:")),
+        "a finished task was piloted again: {calls:?}"
+    );
+    assert_eq!(calls.len(), 4, "{calls:?}");
+    assert!(!project.join("out/state/03-pilot.partial.jsonl").exists());
+    let state: Value = serde_json::from_str(
+        &std::fs::read_to_string(project.join("out/state/03-pilot.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(state["output"]["candidates"].as_array().unwrap().len(), 3);
+
+    // A synthesis checkpoint whose folder is gone (as the relative-path bug left them) is
+    // run again rather than reused.
+    let path = project.join("out/state/01-synthesis.json");
+    let mut synth: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    synth["output"]["candidates"][0]["dir"] = json!("../nowhere/one");
+    std::fs::write(&path, synth.to_string()).unwrap();
+    let reports = run(&config, Some(Phase::Dedup), None, &models)
+        .await
+        .unwrap();
+    assert_eq!(reports[0].status, PhaseStatus::Ran, "{:?}", reports[0]);
+    assert!(
+        reports[0].summary.contains("not reused"),
+        "{:?}",
+        reports[0]
+    );
+    assert_eq!(
+        reports[1].status,
+        PhaseStatus::Resumed,
+        "same output, same key"
+    );
+}
