@@ -5,6 +5,17 @@
 //! which arm goes first from one pair to the next so drift of the machine cancels. Usage is
 //! metered from what the trials report (tokens, cost, model calls) and the wall clock; crossing
 //! a budget cancels the campaign, and the gate's budget veto then says so.
+//!
+//! Resumable: each finished trial is appended to `<dir>/trials.jsonl` with the campaign's
+//! elapsed time. A campaign started again on the same folder, contract and replication keeps
+//! those trials (same task hash, same seed: a trial is a function of its seed) and their usage,
+//! and its wall clock starts from the recorded elapsed time, so the budget counts the time the
+//! interrupted run spent. Only unfinished and cancelled trials run again.
+//!
+//! Reportable: at its end a campaign writes `<dir>/geode.db`, a run store with one run per arm
+//! (`baseline`, `candidate`) whose folders are `<dir>/<arm>`, Harbor's layout; so `geode report
+//! <dir>/baseline <dir>/candidate` and `geode compare` read a campaign like any two runs. The
+//! store is derived (rebuilt from the trials each time); the evidence stays the record.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -23,7 +34,7 @@ use crate::pack::TaskPack;
 use crate::rollout::images::ImageCache;
 use crate::rollout::job::trial_name;
 use crate::rollout::trial::{PhaseObserver, TrialPlan, run_trial};
-use crate::store::TrialRow;
+use crate::store::{RunRow, RunStore, TrialRow};
 
 /// The grader every campaign uses today: the task's own test script and reward file. Its hash
 /// is what contracts pin as `grader_config_hash`.
@@ -71,7 +82,47 @@ pub struct Campaign<'a> {
 
 struct Meter {
     started: Instant,
+    /// Wall seconds an earlier, interrupted run of the campaign spent.
+    earlier: f64,
     usage: Mutex<Usage>,
+}
+
+impl Meter {
+    fn elapsed(&self) -> f64 {
+        self.earlier + self.started.elapsed().as_secs_f64()
+    }
+}
+
+/// The file of a campaign's finished trials.
+pub const TRIALS_JOURNAL: &str = "trials.jsonl";
+
+/// One line of [`TRIALS_JOURNAL`].
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Finished {
+    contract_hash: String,
+    replication: Option<u32>,
+    arm: Arm,
+    /// The campaign's wall seconds when the trial ended.
+    elapsed: f64,
+    row: TrialRow,
+}
+
+/// The trials an earlier run of this campaign finished, by (arm, trial name), with the wall
+/// seconds it had spent. Lines of another contract or replication, or cut short, are ignored.
+fn finished_before(c: &Campaign<'_>) -> (std::collections::HashMap<(Arm, String), TrialRow>, f64) {
+    let text = std::fs::read_to_string(c.dir.join(TRIALS_JOURNAL)).unwrap_or_default();
+    let contract = c.contract.hash().to_string();
+    let mut done = std::collections::HashMap::new();
+    let mut earlier: f64 = 0.0;
+    for f in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Finished>(l).ok())
+        .filter(|f| f.contract_hash == contract && f.replication == c.replication)
+    {
+        earlier = earlier.max(f.elapsed);
+        done.insert((f.arm, f.row.trial_name.clone()), f.row);
+    }
+    (done, earlier)
 }
 
 fn over_budget(u: &Usage, contract: &FrozenContract) -> Option<&'static str> {
@@ -86,6 +137,25 @@ fn over_budget(u: &Usage, contract: &FrozenContract) -> Option<&'static str> {
         Some("cost")
     } else {
         None
+    }
+}
+
+fn add_usage(u: &mut Usage, row: &TrialRow) {
+    u.model_calls += row.usage.model_calls;
+    u.tokens += row.usage.input_tokens + row.usage.output_tokens;
+    u.cost_usd += row.usage.cost_usd;
+}
+
+/// Appends one finished trial to the journal. A failed write only costs a re-run of that trial
+/// on resume, so it is logged, not fatal.
+fn record_finished(journal: &Mutex<std::fs::File>, line: &Finished) {
+    use std::io::Write;
+    let Ok(text) = serde_json::to_string(line) else {
+        return;
+    };
+    let mut f = journal.lock().unwrap_or_else(|p| p.into_inner());
+    if let Err(e) = writeln!(f, "{text}") {
+        tracing::warn!("campaign journal: {e}");
     }
 }
 
@@ -151,13 +221,51 @@ pub async fn run_campaign(
         }
     }
 
+    let (mut done, earlier) = finished_before(c);
+    let mut usage = Usage::default();
+    let mut kept = Vec::new();
+    plans.retain(|(arm, plan)| {
+        let Some(row) = done.remove(&(*arm, plan.trial_name.clone())) else {
+            return true;
+        };
+        // Kept only if it is the trial this plan would run: same task content, same seed.
+        if row.seed != plan.seed || row.task_hash != plan.task.hash.0 {
+            return true;
+        }
+        add_usage(&mut usage, &row);
+        kept.push((*arm, row));
+        false
+    });
+    if !kept.is_empty() {
+        tracing::info!(
+            "campaign resumed: {} trials kept from an earlier run",
+            kept.len()
+        );
+    }
+    usage.wall_seconds = earlier;
     let meter = Arc::new(Meter {
         started: Instant::now(),
-        usage: Mutex::new(Usage::default()),
+        earlier,
+        usage: Mutex::new(usage),
     });
+    std::fs::create_dir_all(&c.dir).map_err(|e| CrucibleRunError::Files {
+        path: c.dir.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let journal_path = c.dir.join(TRIALS_JOURNAL);
+    let journal = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&journal_path)
+        .map_err(|e| CrucibleRunError::Files {
+            path: journal_path.display().to_string(),
+            message: e.to_string(),
+        })?;
+    let journal = Arc::new(Mutex::new(journal));
+    let contract_hash = c.contract.hash().to_string();
     let images = Arc::new(ImageCache::new());
     let permits = Arc::new(Semaphore::new(c.concurrency.max(1)));
-    let results: Arc<Mutex<Vec<(Arm, TrialRow)>>> = Arc::new(Mutex::new(Vec::new()));
+    let results: Arc<Mutex<Vec<(Arm, TrialRow)>>> = Arc::new(Mutex::new(kept));
     let mut running = tokio::task::JoinSet::new();
     for (arm, plan) in plans {
         let permit = tokio::select! {
@@ -177,14 +285,24 @@ pub async fn run_campaign(
             cancel.clone(),
             c.contract.clone(),
         );
+        let (journal, contract_hash, replication) =
+            (journal.clone(), contract_hash.clone(), c.replication);
         running.spawn(async move {
             let row = run_trial(&plan, backend.as_ref(), &images, observer.as_ref(), &cancel).await;
             drop(permit);
             let mut u = meter.usage.lock().unwrap_or_else(|p| p.into_inner());
-            u.model_calls += row.usage.model_calls;
-            u.tokens += row.usage.input_tokens + row.usage.output_tokens;
-            u.cost_usd += row.usage.cost_usd;
-            u.wall_seconds = meter.started.elapsed().as_secs_f64();
+            add_usage(&mut u, &row);
+            u.wall_seconds = meter.elapsed();
+            if row.outcome != geode_graders::TrialOutcome::Cancelled {
+                let line = Finished {
+                    contract_hash,
+                    replication,
+                    arm,
+                    elapsed: u.wall_seconds,
+                    row: row.clone(),
+                };
+                record_finished(&journal, &line);
+            }
             if let Some(what) = over_budget(&u, &frozen) {
                 tracing::warn!("campaign budget crossed ({what}): cancelling");
                 eprintln!("geode: the campaign crossed its {what} budget; cancelling");
@@ -204,8 +322,9 @@ pub async fn run_campaign(
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
-    usage.wall_seconds = meter.started.elapsed().as_secs_f64();
+    usage.wall_seconds = meter.elapsed();
     let rows = std::mem::take(&mut *results.lock().unwrap_or_else(|p| p.into_inner()));
+    write_store(c, &rows, run_seed, cancel.is_cancelled())?;
     let family = |task: &str| -> FamilyId {
         let category = c
             .pack
@@ -256,6 +375,70 @@ pub async fn run_campaign(
         usage,
         attestation: c.attestation.clone(),
     })
+}
+
+/// The campaign's run store (see the module doc), rebuilt from `rows`.
+fn write_store(
+    c: &Campaign<'_>,
+    rows: &[(Arm, TrialRow)],
+    run_seed: u64,
+    cancelled: bool,
+) -> Result<(), CrucibleRunError> {
+    let path = c.dir.join(crate::store::STORE_FILE);
+    let files = |e: &dyn std::fmt::Display| CrucibleRunError::Files {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    for stale in [
+        path.clone(),
+        path.with_extension("db-wal"),
+        path.with_extension("db-shm"),
+    ] {
+        if stale.exists() {
+            std::fs::remove_file(&stale).map_err(|e| files(&e))?;
+        }
+    }
+    let store = RunStore::open(&path).map_err(|e| files(&e))?;
+    let contract = c.contract.contract();
+    let created = chrono::Utc::now().to_rfc3339();
+    for (arm, spec, scaffold) in [
+        (Arm::Baseline, &contract.baseline, &c.baseline),
+        (Arm::Candidate, &contract.candidate, &c.candidate),
+    ] {
+        let label = arm_label(arm);
+        let run = RunRow {
+            run_id: label.to_string(),
+            created: created.clone(),
+            pack_path: String::new(),
+            pack_hash: pack_hash(c.pack, contract.trials_per_task)?.to_string(),
+            model_route: spec.model_route.clone(),
+            scaffold_hash: scaffold.hash(),
+            seed: run_seed,
+            attempts: contract.trials_per_task,
+            lock_hash: c.contract.hash().to_string(),
+            status: if cancelled { "cancelled" } else { "finished" }.into(),
+        };
+        let config = serde_json::json!({"contract_hash": c.contract.hash().to_string(),
+                                        "arm": label, "replication": c.replication});
+        store
+            .insert_run(&run, &config.to_string())
+            .map_err(|e| files(&e))?;
+        for (_, row) in rows.iter().filter(|(a, _)| *a == arm) {
+            let row = TrialRow {
+                run_id: label.to_string(),
+                ..row.clone()
+            };
+            store.finish_trial(&row).map_err(|e| files(&e))?;
+        }
+    }
+    Ok(())
+}
+
+fn arm_label(arm: Arm) -> &'static str {
+    match arm {
+        Arm::Baseline => "baseline",
+        Arm::Candidate => "candidate",
+    }
 }
 
 /// Write `text` to `path` through a temporary file and a rename, so a crash leaves either the

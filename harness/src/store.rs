@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 
 pub const SCHEMA: &str = "geode.runstore.v1";
 
+/// The run store's file name inside a jobs folder (Harbor's layout: one folder per run beside it).
+pub const STORE_FILE: &str = "geode.db";
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{path}: {source}")]

@@ -95,7 +95,7 @@ fn a_larger_repair_budget_is_kept_and_a_tampering_candidate_is_vetoed() {
     );
     let (code, out, err) = s.run("keep.json", &["--pack", "train"]);
     assert_eq!(code, 0, "expected KEEP:\n{out}\n{err}");
-    assert!(out.contains("verdict Keep"), "{out}");
+    assert!(out.contains("verdict KEEP"), "{out}");
 
     // A replication on fresh seeds: recorded, its exit code the agreement; its index is not
     // run again.
@@ -105,6 +105,23 @@ fn a_larger_repair_budget_is_kept_and_a_tampering_candidate_is_vetoed() {
         .unwrap()
         .unwrap()
         .path();
+    // The campaign is a run store with one run per arm, Harbor's layout, for `geode report`.
+    let store = geode_harness::store::RunStore::open(&campaign.join("geode.db")).unwrap();
+    for arm in ["baseline", "candidate"] {
+        let run = store.run(arm).unwrap().expect("a run per arm");
+        assert_eq!(run.attempts, 3);
+        assert_eq!(run.status, "finished");
+        assert_eq!(store.trials(arm).unwrap().len(), 20 * 3, "{arm}");
+        assert!(campaign.join(arm).is_dir());
+    }
+    assert_eq!(
+        std::fs::read_to_string(campaign.join("trials.jsonl"))
+            .unwrap()
+            .lines()
+            .count(),
+        2 * 20 * 3,
+        "every finished trial is journaled"
+    );
     let campaign = campaign.to_str().unwrap();
     let replicate = |extra: &[&str]| {
         let mut args = vec![

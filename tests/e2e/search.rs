@@ -170,18 +170,52 @@ fn search_finds_the_repair_budget_gain_survives_a_kill_and_promotes_on_the_holdo
     let before = s.lineage();
     assert_eq!(before.len(), 1, "only the baseline is decided: {before:?}");
     assert!(s.path("out/candidates/c0001/proposal.json").is_file());
+    // The trials finished before the kill, each with the time the campaign had spent.
+    let journal = std::fs::read_to_string(s.path("out/candidates/c0001/campaign/trials.jsonl"))
+        .expect("the campaign journal");
+    let finished: Vec<serde_json::Value> = journal
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(finished.len() >= 20, "{} trials journaled", finished.len());
+    let kept = &finished[0];
+    let arm = kept["arm"].as_str().unwrap();
+    let name = kept["row"]["trial_name"].as_str().unwrap();
+    let kept_result = s.path(&format!(
+        "out/candidates/c0001/campaign/{arm}/{}/result.json",
+        name.trim_end_matches(&format!("__{arm}"))
+    ));
+    let kept_before = std::fs::read_to_string(&kept_result).unwrap();
+    let spent_before = finished
+        .iter()
+        .map(|f| f["elapsed"].as_f64().unwrap())
+        .fold(0.0, f64::max);
 
     let o = s.geode(&["search", "run", "search.toml"]);
     assert!(o.status.success(), "resume: {}", text(&o));
     let lineage = s.lineage();
     let ids: Vec<&str> = lineage.iter().map(|e| e["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["c0000", "c0001", "c0002"], "{}", text(&o));
-    // The interrupted campaign was re-run from scratch: exactly one trial per pair and arm.
+    // The interrupted campaign resumed: its finished trials were kept (not run again), and
+    // there is exactly one trial per pair and arm.
     let evidence: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(s.path("out/candidates/c0001/evidence.json")).unwrap(),
     )
     .unwrap();
     assert_eq!(evidence["trials"].as_array().unwrap().len(), 20 * 3 * 2);
+    assert_eq!(
+        std::fs::read_to_string(&kept_result).unwrap(),
+        kept_before,
+        "a finished trial was run again"
+    );
+    // And the time the killed run spent counts against the budgets.
+    let spent = lineage[1]["spent"]["wall_seconds"].as_f64().unwrap();
+    assert!(spent > spent_before, "{spent} <= {spent_before}");
+    assert!(
+        !text(&o).contains("Some("),
+        "logs print values, not Options: {}",
+        text(&o)
+    );
     let first = &lineage[1];
     assert_eq!(first["mutation"]["path"], "repair_budget");
     assert_eq!(first["mutation"]["value"], 2);

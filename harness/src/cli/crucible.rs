@@ -246,7 +246,7 @@ fn print_record(record: &DecisionRecord) {
         .as_ref()
         .and_then(|s| serde_json::to_value(s).ok())
         .unwrap_or_default();
-    println!("verdict {:?}", record.verdict);
+    println!("verdict {}", record.verdict);
     if !record.reasons.is_empty() {
         let reasons: Vec<String> = record
             .reasons
@@ -734,7 +734,7 @@ async fn replicate(a: ReplicateArgs) -> anyhow::Result<ExitCode> {
         .len();
     eprintln!(
         "replication {index}: the verdict {}; of {started} replications started, {} finished \
-         and {agreeing} agree with the original {:?}",
+         and {agreeing} agree with the original {}",
         if agreed {
             "replicated"
         } else {

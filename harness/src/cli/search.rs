@@ -73,8 +73,8 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
             let evaluated = lineage.evaluated().count();
             let spent = lineage.spent();
             println!(
-                "policy {:?}, model {}, {} of {} candidates evaluated, {} kept, champion {}",
-                r.config.policy,
+                "policy {}, model {}, {} of {} candidates evaluated, {} kept, champion {}",
+                geode_harness::search::champion::policy_name(r.config.policy),
                 r.config.model,
                 evaluated,
                 r.config.budgets.candidates,

@@ -127,7 +127,7 @@ async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Res
             CancellationToken::new(),
         )
         .await?;
-        let store = RunStore::open(&jobs_dir.join("geode.db"))?;
+        let store = RunStore::open(&jobs_dir.join(geode_harness::store::STORE_FILE))?;
         for t in store.trials(&outcome.run_id)? {
             let entry = per_task
                 .entry(t.task_id.clone())

@@ -204,7 +204,7 @@ pub async fn start_run(
 ) -> Result<RunOutcome, RunError> {
     let pack = load_pack(&config)?;
     std::fs::create_dir_all(jobs_dir).map_err(|e| files_err(jobs_dir, e))?;
-    let store = RunStore::open(&jobs_dir.join("geode.db"))?;
+    let store = RunStore::open(&jobs_dir.join(crate::store::STORE_FILE))?;
     let run_id = new_run_id(jobs_dir);
     let run_dir = jobs_dir.join(&run_id);
     std::fs::create_dir_all(&run_dir).map_err(|e| files_err(&run_dir, e))?;
@@ -268,13 +268,13 @@ pub async fn resume_run(
             ),
         });
     }
-    let store = RunStore::open(&jobs_dir.join("geode.db"))?;
+    let store = RunStore::open(&jobs_dir.join(crate::store::STORE_FILE))?;
     if store.run(run_id)?.is_none() {
         return Err(RunError::Resume {
             run: run_id.to_string(),
             message: format!(
                 "not in the run store {}",
-                jobs_dir.join("geode.db").display()
+                jobs_dir.join(crate::store::STORE_FILE).display()
             ),
         });
     }

@@ -9,10 +9,11 @@
 //!   `decision.json` and the trial folders under `campaign/`.
 //!
 //! A kill leaves at most one candidate without a lineage line; on restart its proposal is read
-//! back, its campaign folder replaced and the campaign run again from scratch.
+//! back and its campaign resumed: the trials it finished are kept with their cost and wall
+//! time (the campaign's `trials.jsonl`), the rest run.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use geode_crucible::{DecisionRecord, Stage, decide};
@@ -313,7 +314,8 @@ fn base_entry(
     }
 }
 
-fn policy_name(p: PolicyKind) -> String {
+/// The policy's name as the config spells it (`grid`, `random`, ...).
+pub fn policy_name(p: PolicyKind) -> String {
     serde_json::to_value(p)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
@@ -518,8 +520,14 @@ pub async fn run_search(
         keeps: lineage.evaluated().filter(|e| e.is_keep()).count(),
     };
     log(&format!(
-        "stopped ({:?}): {} evaluated, {} kept, champion {}",
-        summary.stop, summary.evaluated, summary.keeps, summary.champion
+        "stopped ({}): {} evaluated, {} kept, champion {}",
+        serde_json::to_value(&summary.stop)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        summary.evaluated,
+        summary.keeps,
+        summary.champion
     ));
     Ok(summary)
 }
@@ -539,13 +547,8 @@ async fn evaluate(
     json_file(&dir.join("proposal.json"), p)?;
     let toml_text = toml::to_string(&p.scaffold).map_err(|e| SearchError::file(dir, e))?;
     write_atomic(&dir.join("scaffold.toml"), &toml_text)?;
-    // An interrupted campaign is no evidence: its trials are replaced, never mixed in.
-    let campaign_dir: PathBuf = dir.join("campaign");
-    for stale in [campaign_dir.clone()] {
-        if stale.exists() {
-            std::fs::remove_dir_all(&stale).map_err(|e| SearchError::file(&stale, e))?;
-        }
-    }
+    // An interrupted campaign's finished trials are kept (its journal, `crucible_run`): the
+    // contract below is the same one, so they are the trials it would run again.
     for f in ["evidence.json", "decision.json"] {
         let _ = std::fs::remove_file(dir.join(f));
     }
@@ -604,9 +607,14 @@ async fn evaluate(
         tokens: evidence.usage.tokens,
         cost_usd: evidence.usage.cost_usd,
     };
+    let show = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.3}"));
     log(&format!(
-        "{} verdict {} (champion {:?} candidate {:?} estimate {:?})",
-        p.id, verdict, e.baseline_mean, e.candidate_mean, e.estimate
+        "{} verdict {} (champion {} candidate {} estimate {})",
+        p.id,
+        verdict,
+        show(e.baseline_mean),
+        show(e.candidate_mean),
+        show(e.estimate)
     ));
     Ok(Some(e))
 }

@@ -309,3 +309,45 @@ max_consecutive_rejected = 3
     let e = run_search(&c2, &env, &mut |_| {}).await.unwrap_err();
     assert!(e.to_string().contains("another search"), "{e}");
 }
+
+/// The configuration format the README documents is the one `search run` reads: both examples
+/// load as written (unknown fields are refused, so a renamed field fails here).
+#[test]
+fn the_readme_documents_the_search_formats_that_load() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .unwrap();
+    let block_after = |marker: &str| -> String {
+        let at = readme
+            .find(marker)
+            .unwrap_or_else(|| panic!("{marker} not in README"));
+        let rest = &readme[at..];
+        let start = rest.find("```toml\n").unwrap() + "```toml\n".len();
+        let len = rest[start..].find("```").unwrap();
+        rest[start..start + len].to_string()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("search.toml"),
+        block_after("`search.toml` (`geode.search.v1`)"),
+    )
+    .unwrap();
+    std::fs::write(
+        tmp.path().join("space.toml"),
+        block_after("`space.toml` (`geode.search-space.v1`)"),
+    )
+    .unwrap();
+    let config = SearchConfig::load(&tmp.path().join("search.toml")).unwrap();
+    assert_eq!(config.policy, PolicyKind::Grid);
+    assert_eq!(
+        config.space,
+        tmp.path().join("space.toml"),
+        "resolved beside the file"
+    );
+    assert_eq!(
+        config.test.commitments.as_deref(),
+        Some(tmp.path().join("datasets/commitments").as_path())
+    );
+    let space = SearchSpace::load(&tmp.path().join("space.toml")).unwrap();
+    assert_eq!(space.knobs.len(), 1);
+}
