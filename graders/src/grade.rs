@@ -182,6 +182,10 @@ pub struct Grade {
     schema: String,
     /// The grader spec that produced it (`tests`, `rubric:FILE`, `judge:ROUTE:3`).
     grader: String,
+    /// SHA-256 of what the grader is (`spec::grader_hash`): its kind and content, not the name
+    /// it was typed under. Absent in grades written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    grader_hash: Option<String>,
     validity: Validity,
     rewards: Option<GradeRewards>,
     checks: Vec<Check>,
@@ -196,6 +200,7 @@ impl Grade {
         Grade {
             schema: GRADE_SCHEMA.into(),
             grader: grader.into(),
+            grader_hash: None,
             validity: Validity::Valid,
             rewards: Some(rewards),
             checks: Vec::new(),
@@ -208,6 +213,7 @@ impl Grade {
         Grade {
             schema: GRADE_SCHEMA.into(),
             grader: grader.into(),
+            grader_hash: None,
             validity: Validity::Invalid(cause),
             rewards: None,
             checks: Vec::new(),
@@ -248,6 +254,16 @@ impl Grade {
 
     pub fn grader(&self) -> &str {
         &self.grader
+    }
+
+    /// Names the grader by content (see the field).
+    pub fn with_grader_hash(mut self, hash: impl Into<String>) -> Self {
+        self.grader_hash = Some(hash.into());
+        self
+    }
+
+    pub fn grader_hash(&self) -> Option<&str> {
+        self.grader_hash.as_deref()
     }
 
     pub fn validity(&self) -> &Validity {
@@ -437,12 +453,21 @@ pub enum GradeFileError {
     Io { file: String, why: String },
 }
 
-/// Where the grade of `spec` lives: `grade.json` for `tests` (the run's own), else
-/// `grades/<spec with / : @ replaced by _>.json`, so another grader never overwrites the run's
-/// own grade (re-grading with `tests` recomputes it from the same files).
-pub fn grade_path(trial_dir: &Path, spec: &str) -> PathBuf {
+/// Where a grade lives: `grade.json` for `tests` (the run's own), else
+/// `grades/<kind>-<first 16 of the grader hash>.json` when the grade names its grader by
+/// content, so two rubrics typed as the same `rubric.toml` never share a file and an edited
+/// rubric never overwrites the old one's results; older grades without a hash keep
+/// `grades/<spec with / : @ replaced by _>.json`. Another grader never overwrites the run's own
+/// grade (re-grading with `tests` recomputes it from the same files).
+pub fn grade_path(trial_dir: &Path, spec: &str, grader_hash: Option<&str>) -> PathBuf {
     if spec == "tests" {
         return trial_dir.join(GRADE_FILE);
+    }
+    if let Some(hash) = grader_hash {
+        let kind = spec.split(':').next().unwrap_or("grader");
+        return trial_dir
+            .join("grades")
+            .join(format!("{kind}-{}.json", &hash[..16.min(hash.len())]));
     }
     let safe: String = spec
         .chars()
@@ -459,7 +484,7 @@ pub fn grade_path(trial_dir: &Path, spec: &str) -> PathBuf {
 
 /// Write `grade` to `grade_path(trial_dir, grade.grader())` and return that path.
 pub fn write_grade(trial_dir: &Path, grade: &Grade) -> Result<PathBuf, GradeFileError> {
-    let path = grade_path(trial_dir, grade.grader());
+    let path = grade_path(trial_dir, grade.grader(), grade.grader_hash());
     let io = |why: String| GradeFileError::Io {
         file: path.display().to_string(),
         why,

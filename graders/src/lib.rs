@@ -33,7 +33,7 @@ pub use outcome::TrialOutcome;
 pub use parsers::{ParseError, ParsedChecks, ReportFormat, detect_checks, render_checks};
 pub use reward::{RewardError, Rewards, read_rewards};
 pub use rubric::{CommandOutput, CommandRunner, Rubric, RubricError, RubricGrader};
-pub use spec::{GraderSpec, SpecError, build_grader};
+pub use spec::{GraderSpec, SpecError, build_grader, grader_hash};
 pub use summary::{ScoreSummary, summarize};
 pub use tests_grader::TestScriptGrader;
 pub use validity::{TaskFlag, TaskTrials, TaskValidity, ValidityReport};

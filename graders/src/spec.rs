@@ -42,6 +42,8 @@ pub enum SpecError {
     Judge(#[from] JudgeError),
     #[error("{file}: cannot read the judge template: {why}")]
     Template { file: String, why: String },
+    #[error("{file}: cannot read the grader's file: {why}")]
+    Read { file: String, why: String },
 }
 
 impl FromStr for GraderSpec {
@@ -109,6 +111,43 @@ impl std::fmt::Display for GraderSpec {
 }
 
 /// Build the grader a spec names. `opts` resolves judge routes (keys, base URLs, cassettes).
+/// What a grader is, hashed: its kind and the content that decides its grades (the rubric
+/// file's bytes; the judge's route, votes and template), never the path it was named by.
+pub fn grader_hash(spec: &GraderSpec) -> Result<String, SpecError> {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut part = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|e| SpecError::Read {
+            file: path.display().to_string(),
+            why: e.to_string(),
+        })
+    };
+    match spec {
+        GraderSpec::Tests => part(b"geode.grader.tests.v1"),
+        GraderSpec::Rubric { path } => {
+            part(b"geode.grader.rubric.v1");
+            part(&read(path)?);
+        }
+        GraderSpec::Judge {
+            route,
+            votes,
+            template,
+        } => {
+            part(b"geode.grader.judge.v1");
+            part(route.as_bytes());
+            part(&votes.to_le_bytes());
+            if let Some(t) = template {
+                part(&read(t)?);
+            }
+        }
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
 pub fn build_grader(spec: &GraderSpec, opts: &RouteOptions) -> Result<Box<dyn Grader>, SpecError> {
     Ok(match spec {
         GraderSpec::Tests => Box::new(TestScriptGrader),

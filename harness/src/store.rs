@@ -46,6 +46,22 @@ pub struct RunRow {
     pub status: String,
 }
 
+/// A re-grade of one trial (`geode grade`), keyed by the grader's content hash: re-grading with
+/// the same grader replaces its row, another grader (or an edited rubric) adds one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GradeRow {
+    pub run_id: String,
+    pub trial_name: String,
+    /// The spec as typed (`rubric:FILE`, `judge:ROUTE:3`), for the reader.
+    pub grader: String,
+    pub grader_hash: String,
+    /// The primary reward; `None` when the grade is invalid.
+    pub reward: Option<f64>,
+    /// `valid`, or the infrastructure class that made it invalid.
+    pub validity: String,
+    pub graded_at: String,
+}
+
 /// Token and cost totals of one trial's agent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrialUsage {
@@ -140,7 +156,12 @@ impl RunStore {
                 input_tokens INTEGER, cached_tokens INTEGER, output_tokens INTEGER,
                 cost_usd REAL, model_route TEXT, scaffold_hash TEXT, infra_retries INTEGER,
                 model_calls INTEGER, integrity TEXT,
-                PRIMARY KEY (run_id, trial_name));",
+                PRIMARY KEY (run_id, trial_name));
+             CREATE TABLE IF NOT EXISTS grades (
+                run_id TEXT NOT NULL, trial_name TEXT NOT NULL, grader TEXT NOT NULL,
+                grader_hash TEXT NOT NULL, reward REAL, validity TEXT NOT NULL,
+                graded_at TEXT NOT NULL,
+                PRIMARY KEY (run_id, trial_name, grader_hash));",
         )
         .map_err(err)?;
         add_missing_trial_columns(&conn).map_err(err)?;
@@ -296,6 +317,48 @@ impl RunStore {
             )
             .map(|_| ())
             .map_err(|e| self.err(e))
+    }
+
+    pub fn record_grade(&self, g: &GradeRow) -> Result<(), StoreError> {
+        self.conn()
+            .execute(
+                "INSERT OR REPLACE INTO grades VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    g.run_id,
+                    g.trial_name,
+                    g.grader,
+                    g.grader_hash,
+                    g.reward,
+                    g.validity,
+                    g.graded_at
+                ],
+            )
+            .map(|_| ())
+            .map_err(|e| self.err(e))
+    }
+
+    /// The re-grades of a run, by grader hash then trial.
+    pub fn grades(&self, run_id: &str) -> Result<Vec<GradeRow>, StoreError> {
+        let conn = self.conn();
+        let mut st = conn
+            .prepare(
+                "SELECT run_id, trial_name, grader, grader_hash, reward, validity, graded_at
+                 FROM grades WHERE run_id = ?1 ORDER BY grader_hash, trial_name",
+            )
+            .map_err(|e| self.err(e))?;
+        st.query_map(params![run_id], |r| {
+            Ok(GradeRow {
+                run_id: r.get(0)?,
+                trial_name: r.get(1)?,
+                grader: r.get(2)?,
+                grader_hash: r.get(3)?,
+                reward: r.get(4)?,
+                validity: r.get(5)?,
+                graded_at: r.get(6)?,
+            })
+        })
+        .and_then(|rows| rows.collect())
+        .map_err(|e| self.err(e))
     }
 
     /// Names of the trials of a run that finished.

@@ -357,6 +357,42 @@ impl Store {
         })
     }
 
+    /// The re-grades of `run_id` (`geode grade`), one row per grader content hash; none when
+    /// the store predates the `grades` table.
+    pub fn regrades(&self, run_id: &str) -> Result<Vec<Regrade>, ReportError> {
+        let has_table: bool = self
+            .conn
+            .query_row(
+                "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'grades'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(self.sqlite())?;
+        if !has_table {
+            return Ok(Vec::new());
+        }
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT grader, grader_hash, COUNT(*), SUM(validity = 'valid'), AVG(reward)
+                 FROM grades WHERE run_id = ?1 GROUP BY grader_hash ORDER BY MIN(graded_at)",
+            )
+            .map_err(self.sqlite())?;
+        st.query_map([run_id], |r| {
+            Ok(Regrade {
+                run_id: run_id.to_owned(),
+                grader: r.get(0)?,
+                grader_hash: r.get(1)?,
+                trials: r.get(2)?,
+                valid: r.get(3)?,
+                mean_reward: r.get(4)?,
+            })
+        })
+        .map_err(self.sqlite())?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(self.sqlite())
+    }
+
     /// The `runs` row of `run_id` as a one-row DataFrame.
     pub fn run_frame(&self, run_id: &str) -> Result<DataFrame, ReportError> {
         self.frame(&RUN_QUERY, run_id, TrialColumns::Export)
@@ -484,6 +520,19 @@ fn sql_of(s: &Spec) -> String {
 }
 
 /// The loaded data of one report: trials and runs, each from every store named.
+/// What one grader's re-grade of one run gave (the store's `grades` table, by content hash).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Regrade {
+    pub run_id: String,
+    /// The spec as it was typed.
+    pub grader: String,
+    pub grader_hash: String,
+    pub trials: i64,
+    pub valid: i64,
+    /// Mean primary reward over the valid grades.
+    pub mean_reward: Option<f64>,
+}
+
 pub struct Loaded {
     /// The runs in the order they were named.
     pub run_ids: Vec<String>,
@@ -493,6 +542,8 @@ pub struct Loaded {
     pub trials: DataFrame,
     /// Every store read (for messages).
     pub stores: Vec<PathBuf>,
+    /// Re-grades of the runs, in run order.
+    pub regrades: Vec<Regrade>,
 }
 
 /// Loads `runs` (resolved with [`resolve_run`]).
@@ -528,14 +579,17 @@ pub fn load(runs: &[RunRef], columns: TrialColumns) -> Result<Loaded, ReportErro
         Ok((
             store.run_frame(&r.run_id)?,
             store.trial_frame(&r.run_id, columns)?,
+            store.regrades(&r.run_id)?,
         ))
     });
     let mut run_frames = Vec::with_capacity(runs.len());
     let mut trial_frames = Vec::with_capacity(runs.len());
+    let mut regrades = Vec::new();
     for f in frames {
-        let (run, trials) = f?;
+        let (run, trials, grades) = f?;
         run_frames.push(run);
         trial_frames.push(trials);
+        regrades.extend(grades);
     }
     let ctx = paths
         .iter()
@@ -547,6 +601,7 @@ pub fn load(runs: &[RunRef], columns: TrialColumns) -> Result<Loaded, ReportErro
         runs: stack(run_frames, &ctx)?,
         trials: stack(trial_frames, &ctx)?,
         stores: paths,
+        regrades,
     })
 }
 

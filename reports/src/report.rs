@@ -170,6 +170,8 @@ pub struct Report {
     pub durations: Histogram,
     /// The paired comparison, when exactly two runs are reported.
     pub comparison: Option<Comparison>,
+    /// Re-grades found in the stores (`geode grade`), per run and grader.
+    pub regrades: Vec<crate::load::Regrade>,
 }
 
 /// Builds the report of `loaded` (runs in the order named).
@@ -251,6 +253,7 @@ pub fn build(loaded: &Loaded) -> Result<Report, ReportError> {
         errors,
         durations,
         comparison,
+        regrades: loaded.regrades.clone(),
     })
 }
 

@@ -376,3 +376,92 @@ fn resume_refuses_a_changed_pack() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("pack hash"), "{err}");
 }
+
+/// Re-grades are named by what the grader is: two rubrics both typed `rubric.toml` (from two
+/// folders) keep separate results, re-grading with the same one replaces its own, and all of it
+/// reaches the run store, where reports read it.
+#[test]
+fn regrades_are_keyed_by_the_graders_content_and_stored() {
+    let d = tempfile::tempdir().unwrap();
+    let jobs = d.path().join("jobs");
+    let pack = repo().join("tasks/geode-core");
+    let (summary, run_dir) = super::common::run_oracle_with(
+        geode(&[]),
+        &pack,
+        &jobs,
+        &["--tasks", "geode/cron-next", "-k", "2"],
+    );
+    let run_id = summary["run_id"].as_str().unwrap().to_string();
+    for (folder, pattern) in [("strict", "(?i)never-said"), ("lenient", ".")] {
+        let dir = d.path().join(folder);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("rubric.toml"),
+            format!(
+                "[[criterion]]\nname = \"answers\"\nkind = \"regex_trajectory\"\npattern = \
+                 \"{pattern}\"\n"
+            ),
+        )
+        .unwrap();
+    }
+    let grade = |folder: &str| {
+        let out = super::common::geode_bin()
+            .current_dir(d.path().join(folder))
+            .args([
+                "grade",
+                &run_id,
+                "--grader",
+                "rubric:rubric.toml",
+                "--jobs-dir",
+            ])
+            .arg(&jobs)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let strict = grade("strict");
+    let lenient = grade("lenient");
+    assert!(strict.contains("mean 0.000"), "{strict}");
+    assert!(lenient.contains("mean 1.000"), "{lenient}");
+    grade("strict");
+
+    let trial = std::fs::read_dir(&run_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("result.json").is_file())
+        .unwrap();
+    let files: Vec<String> = std::fs::read_dir(trial.join("grades"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(files.len(), 2, "one file per rubric content: {files:?}");
+    assert!(files.iter().all(|f| f.starts_with("rubric-")), "{files:?}");
+
+    let store = RunStore::open(&jobs.join("geode.db")).unwrap();
+    let rows = store.grades(&run_id).unwrap();
+    assert_eq!(
+        rows.len(),
+        2 * 2,
+        "2 trials x 2 graders, the repeat replaced: {rows:?}"
+    );
+    let hashes: std::collections::BTreeSet<&str> =
+        rows.iter().map(|r| r.grader_hash.as_str()).collect();
+    assert_eq!(hashes.len(), 2);
+    let rewards: std::collections::BTreeSet<String> =
+        rows.iter().map(|r| format!("{:?}", r.reward)).collect();
+    assert_eq!(
+        rewards,
+        ["Some(0.0)", "Some(1.0)"]
+            .into_iter()
+            .map(String::from)
+            .collect()
+    );
+}

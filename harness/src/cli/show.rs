@@ -1,5 +1,7 @@
 //! `geode show RUN/TRIAL` and `geode grade RUN --grader SPEC`: what a trial's verifier said,
-//! and re-grading stored trials without running an agent again.
+//! and re-grading stored trials without running an agent again. A re-grade is named by the
+//! grader's content hash, in the trial folder (`grades/<kind>-<hash>.json`) and in the run
+//! store's `grades` table, where `geode report` finds it.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -7,11 +9,12 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use clap::Args;
 use geode_graders::{
-    GradeInput, GraderSpec, build_grader, detect_checks, read_grade, render_checks, render_grade,
-    write_grade,
+    GradeInput, GraderSpec, Validity, build_grader, detect_checks, grader_hash, read_grade,
+    render_checks, render_grade, write_grade,
 };
 use geode_harness::pack::TaskPack;
 use geode_harness::rollout::job::RunConfig;
+use geode_harness::store::{GradeRow, RunStore};
 use geode_runtime::model::http::RouteOptions;
 
 #[derive(Debug, Args)]
@@ -82,6 +85,20 @@ pub async fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
     let pack = TaskPack::load(&config.pack).ok();
     let spec: GraderSpec = a.grader.parse()?;
     let grader = build_grader(&spec, &RouteOptions::from_env())?;
+    let hash = grader_hash(&spec)?;
+    let store_path = a.jobs_dir.join(geode_harness::store::STORE_FILE);
+    let store = match RunStore::open(&store_path) {
+        Ok(s) if s.run(&a.run)?.is_some() => Some(s),
+        _ => {
+            eprintln!(
+                "warning: run {} is not in {}: grades are written to the trial folders only",
+                a.run,
+                store_path.display()
+            );
+            None
+        }
+    };
+    println!("grader {} ({})", a.grader, &hash[..16]);
     let mut trials: Vec<PathBuf> = std::fs::read_dir(&run_dir)?
         .flatten()
         .map(|e| e.path())
@@ -99,12 +116,29 @@ pub async fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
             .and_then(|p| p.tasks.iter().find(|x| x.id == task))
             .map(|x| x.dir.clone());
         let input = GradeInput::from_trial_dir(t, task_dir.as_deref());
-        let g = grader.grade(&input, None).await;
+        let g = grader.grade(&input, None).await.with_grader_hash(&hash);
         write_grade(t, &g)?;
         let name = t
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        if let Some(store) = &store {
+            store.record_grade(&GradeRow {
+                run_id: a.run.clone(),
+                trial_name: result["trial_name"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| name.clone()),
+                grader: a.grader.clone(),
+                grader_hash: hash.clone(),
+                reward: g.primary(),
+                validity: match g.validity() {
+                    Validity::Valid => "valid".into(),
+                    Validity::Invalid(cause) => cause.class().as_str().to_string(),
+                },
+                graded_at: chrono::Utc::now().to_rfc3339(),
+            })?;
+        }
         match g.primary() {
             Some(r) => {
                 sum += r;

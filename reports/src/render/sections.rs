@@ -29,6 +29,9 @@ pub fn report_tables(report: &Report) -> Vec<Table> {
     if let Some(c) = &report.comparison {
         out.push(comparison_summary(c));
     }
+    if !report.regrades.is_empty() {
+        out.push(fit(regrades_table(report)));
+    }
     out.push(fit(pass_at_k_table(report)));
     out.push(fit(group_table(
         "By category",
@@ -239,6 +242,34 @@ fn outcomes_table(report: &Report) -> Table {
             .map(|o| o.is_infrastructure())
             .unwrap_or(true);
         vec![run.clone(), outcome.clone(), class(infra), int(*n)]
+    }))
+}
+
+fn regrades_table(report: &Report) -> Table {
+    Table::new(
+        "Re-grades",
+        &[
+            ("run", L),
+            ("grader", L),
+            ("grader hash", L),
+            ("trials", R),
+            ("valid", R),
+            ("mean reward", R),
+        ],
+    )
+    .note(
+        "`geode grade` results from the run store, one row per grader content (an edited \
+         rubric is a new row); mean over the valid grades.",
+    )
+    .rows(report.regrades.iter().map(|g| {
+        vec![
+            g.run_id.clone(),
+            g.grader.clone(),
+            short_hash(&g.grader_hash),
+            int(g.trials),
+            int(g.valid),
+            num(g.mean_reward, 3),
+        ]
     }))
 }
 

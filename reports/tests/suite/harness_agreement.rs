@@ -77,3 +77,45 @@ fn run_scores_agree_with_the_harness_summary() {
         assert!((u.cost_usd - h.cost_usd).abs() < 1e-9);
     }
 }
+
+/// Re-grades written by the harness (`geode grade` through `RunStore::record_grade`) show in
+/// the report, one row per grader content, with the mean of the valid grades; a store without
+/// them renders no such table.
+#[test]
+fn regrades_in_the_store_reach_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = fixture::write(dir.path());
+    let refs = [resolve_run(RUN_A, &jobs)];
+    let plain = geode_reports::render::report(
+        &build(&load(&refs, TrialColumns::Report).unwrap()).unwrap(),
+        geode_reports::TextFormat::Markdown,
+    );
+    assert!(!plain.contains("Re-grades"));
+    let store = RunStore::open(&jobs.join("geode.db")).unwrap();
+    let trials = store.trials(RUN_A).unwrap();
+    for (i, t) in trials.iter().enumerate() {
+        for (hash, reward) in [("aa".repeat(32), 1.0), ("bb".repeat(32), 0.25)] {
+            store
+                .record_grade(&geode_harness::store::GradeRow {
+                    run_id: RUN_A.into(),
+                    trial_name: t.trial_name.clone(),
+                    grader: "rubric:rubric.toml".into(),
+                    grader_hash: hash,
+                    reward: (i > 0).then_some(reward),
+                    validity: if i > 0 { "valid" } else { "verifier_crashed" }.into(),
+                    graded_at: format!("2026-01-0{}T00:00:00Z", 1 + usize::from(reward < 1.0)),
+                })
+                .unwrap();
+        }
+    }
+    let report = build(&load(&refs, TrialColumns::Report).unwrap()).unwrap();
+    assert_eq!(report.regrades.len(), 2);
+    let first = &report.regrades[0];
+    assert_eq!(first.trials, trials.len() as i64);
+    assert_eq!(first.valid, trials.len() as i64 - 1);
+    assert!(close(first.mean_reward.unwrap(), 1.0));
+    assert!(close(report.regrades[1].mean_reward.unwrap(), 0.25));
+    let md = geode_reports::render::report(&report, geode_reports::TextFormat::Markdown);
+    assert!(md.contains("Re-grades"), "{md}");
+    assert!(md.contains("| rubric:rubric.toml | aaaaaaaaaaaa |"), "{md}");
+}
