@@ -470,6 +470,9 @@ fn a_closed_pipe_ends_a_subcommand_quietly() {
             "5",
         ],
         vec!["config", "explain"],
+        vec!["dataset", "scan", pack],
+        vec!["dataset", "split", pack, "--seed", "1"],
+        vec!["crucible", "audit", "--commitments", "."],
     ] {
         let mut child = geode(d.path())
             .args(&args)
