@@ -441,6 +441,24 @@ fn arm_label(arm: Arm) -> &'static str {
     }
 }
 
+/// Holds an exclusive `flock` on `path` (created if missing) until dropped: the ledgers
+/// (`holdouts`, `openings`) read, check and write under it.
+pub(crate) fn exclusive_lock(
+    path: &Path,
+) -> Result<nix::fcntl::Flock<std::fs::File>, CrucibleRunError> {
+    let files = |e: &dyn std::fmt::Display| CrucibleRunError::Files {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| files(&e))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| files(&e))
+}
+
 /// Write `text` to `path` through a temporary file and a rename, so a crash leaves either the
 /// old file or the new one.
 pub fn write_atomic(path: &Path, text: &str) -> Result<(), CrucibleRunError> {

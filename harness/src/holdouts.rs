@@ -115,15 +115,7 @@ impl HoldoutLedger {
         change: impl FnOnce(&mut Entry) -> Result<T, CrucibleRunError>,
     ) -> Result<T, CrucibleRunError> {
         std::fs::create_dir_all(&self.dir).map_err(|e| files(&self.dir, e))?;
-        let lock_path = self.dir.join(format!("{content}.lock"));
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| files(&lock_path, e))?;
-        let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| files(&lock_path, e))?;
+        let _held = crate::crucible_run::exclusive_lock(&self.dir.join(format!("{content}.lock")))?;
         let mut entry = self.read(content)?;
         let out = change(&mut entry)?;
         let path = self.path(content);

@@ -238,15 +238,7 @@ impl OpeningsLedger {
 
     /// Appends `event` under an exclusive lock, refusing when the chain is broken.
     pub fn append(&self, event: Event, at: &str) -> Result<Entry, CrucibleRunError> {
-        let lock_path = self.path.with_extension("lock");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| files(&lock_path, e))?;
-        let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
-            .map_err(|(_, e)| files(&lock_path, e))?;
+        let _held = crate::crucible_run::exclusive_lock(&self.path.with_extension("lock"))?;
         let reading = self.read()?;
         if let Some(b) = reading.breaks.first() {
             return Err(self.broken(b));

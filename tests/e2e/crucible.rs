@@ -337,15 +337,18 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
             "{key} burned the opening: {state}"
         );
     }
-    let (code, out, err) = s.run(
-        "test.json",
-        &[
-            "--sealed",
-            "sealed/holdout.seal-state.json",
-            "--key",
-            "seal.key",
-        ],
-    );
+    let open_holdout = |contract: &str| {
+        s.run(
+            contract,
+            &[
+                "--sealed",
+                "sealed/holdout.seal-state.json",
+                "--key",
+                "seal.key",
+            ],
+        )
+    };
+    let (code, out, err) = open_holdout("test.json");
     assert!(
         matches!(code, 0 | 1),
         "a decision, not INVALID or an error:\n{out}\n{err}"
@@ -370,15 +373,7 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
     // Burn-once: a second opening, even for another contract, is refused (by the openings
     // ledger, before the holdout ledger's and the seal state's own refusals).
     freeze("test2.json", "sealed/holdout.seal-state.json", "0.03");
-    let (code, _, err) = s.run(
-        "test2.json",
-        &[
-            "--sealed",
-            "sealed/holdout.seal-state.json",
-            "--key",
-            "seal.key",
-        ],
-    );
+    let (code, _, err) = open_holdout("test2.json");
     assert_eq!(code, 1);
     assert!(err.contains("opens once"), "{err}");
 
@@ -400,8 +395,8 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
         "{out}"
     );
 
-    // The reset of issue 23: the seal state's opening and decision set to null, the campaign
-    // folder gone, and a machine whose holdout ledger never saw the pack. The openings ledger
+    // The reset of issue 23: the seal state's opening and decision set to null, on a machine
+    // whose holdout ledger never saw the pack. The openings ledger
     // still refuses the second opening, and the audit names the reset.
     let state_path = s.path("sealed/holdout.seal-state.json");
     let mut state: serde_json::Value =
@@ -410,15 +405,7 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
     state["decision"] = serde_json::Value::Null;
     std::fs::write(&state_path, state.to_string()).unwrap();
     std::fs::rename(s.path("home/holdouts"), s.path("home/holdouts.away")).unwrap();
-    let (code, _, err) = s.run(
-        "test2.json",
-        &[
-            "--sealed",
-            "sealed/holdout.seal-state.json",
-            "--key",
-            "seal.key",
-        ],
-    );
+    let (code, _, err) = open_holdout("test2.json");
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("openings ledger records an opening"), "{err}");
     let state: serde_json::Value =

@@ -536,16 +536,22 @@ fn pack_with_near_duplicate(root: &Path) -> PathBuf {
     pack
 }
 
-#[test]
-fn check_splits_rederives_from_the_pack_and_catches_an_edited_file() {
-    let tmp = tempfile::tempdir().unwrap();
-    let pack = pack_with_near_duplicate(tmp.path());
+/// That pack and its split (seed 3, half / quarter / quarter).
+fn split_near_duplicate_pack(root: &Path) -> (PathBuf, SplitsFile) {
+    let pack = pack_with_near_duplicate(root);
     let ratios = Ratios {
         train: 0.5,
         holdout: 0.25,
         test: 0.25,
     };
     let file = split_pack(&pack, ratios, 3, MinHashParams::default()).unwrap();
+    (pack, file)
+}
+
+#[test]
+fn check_splits_rederives_from_the_pack_and_catches_an_edited_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (pack, file) = split_near_duplicate_pack(tmp.path());
     let path = tmp.path().join("splits.json");
     let clean = check_against_pack(&path, &file, &pack).unwrap();
     assert!(clean.is_clean(), "{clean:?}");
@@ -614,13 +620,7 @@ fn check_splits_rederives_from_the_pack_and_catches_an_edited_file() {
 #[test]
 fn a_split_becomes_pack_folders() {
     let tmp = tempfile::tempdir().unwrap();
-    let pack = pack_with_near_duplicate(tmp.path());
-    let ratios = Ratios {
-        train: 0.5,
-        holdout: 0.25,
-        test: 0.25,
-    };
-    let file = split_pack(&pack, ratios, 3, MinHashParams::default()).unwrap();
+    let (pack, file) = split_near_duplicate_pack(tmp.path());
     let out = tmp.path().join("split");
     let written = write_split_packs(&file, &pack, &out).unwrap();
     assert_eq!(written.len(), 3);
