@@ -215,6 +215,7 @@ pub async fn run_campaign(
                         scaffold: scaffold.clone(),
                         timeout_multiplier: c.timeout_multiplier,
                         sealed_paths: c.sealed_paths.clone(),
+                        keep_workspace: false,
                     },
                 ));
             }

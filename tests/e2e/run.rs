@@ -465,3 +465,70 @@ fn regrades_are_keyed_by_the_graders_content_and_stored() {
             .collect()
     );
 }
+
+/// A rubric's command criteria run again on re-grade when the run kept its workspaces: each
+/// trial's final `/app` is copied into a fresh sandbox of the task's image. Without a kept
+/// workspace they are skipped (and a rubric of commands only then measures nothing).
+#[test]
+fn command_criteria_rerun_against_the_kept_workspace() {
+    let d = tempfile::tempdir().unwrap();
+    let jobs = d.path().join("jobs");
+    let pack = repo().join("tasks/geode-core");
+    std::fs::write(
+        d.path().join("rubric.toml"),
+        "[[criterion]]\nname = \"script written\"\nkind = \"command\"\n\
+         command = \"test -s /app/cronnext.py\"\n\
+         [[criterion]]\nname = \"no stray file\"\nkind = \"command\"\n\
+         command = \"test -e /app/never-written\"\n",
+    )
+    .unwrap();
+    let grade = |run_id: &str| {
+        let out = super::common::geode_bin()
+            .current_dir(d.path())
+            .args([
+                "grade",
+                run_id,
+                "--grader",
+                "rubric:rubric.toml",
+                "--jobs-dir",
+            ])
+            .arg(&jobs)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let (kept, kept_dir) = super::common::run_oracle_with(
+        geode(&[]),
+        &pack,
+        &jobs,
+        &["--tasks", "geode/cron-next", "-k", "2", "--keep-workspace"],
+    );
+    let trial = kept_dir.join("geode-cron-next__0");
+    assert!(
+        trial.join("workspace/cronnext.py").is_file(),
+        "the final workspace is kept"
+    );
+    let out = grade(kept["run_id"].as_str().unwrap());
+    assert!(out.contains("mean 0.500 over 2 graded"), "{out}");
+    assert!(
+        !trial.join(".regrade").exists(),
+        "the scratch folder is removed"
+    );
+
+    let (plain, _) = super::common::run_oracle_with(
+        geode(&[]),
+        &pack,
+        &jobs,
+        &["--tasks", "geode/cron-next", "-k", "1"],
+    );
+    let out = grade(plain["run_id"].as_str().unwrap());
+    assert!(
+        out.contains("invalid"),
+        "nothing measured without a workspace: {out}"
+    );
+}

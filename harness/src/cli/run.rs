@@ -54,6 +54,10 @@ pub struct RunArgs {
     /// Retries of a trial that ended in a retryable infrastructure outcome.
     #[arg(long, default_value_t = 2)]
     max_infra_retries: u32,
+    /// Keep each trial's final workspace (`<trial>/workspace/`), so `geode grade` can run a
+    /// rubric's command criteria again.
+    #[arg(long)]
+    keep_workspace: bool,
     /// Resume this run: finished trials are kept, the rest run again.
     #[arg(long, value_name = "RUN")]
     resume: Option<String>,
@@ -142,6 +146,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 base: args.base.clone(),
                 max_infra_retries: args.max_infra_retries,
                 scaffold,
+                keep_workspace: args.keep_workspace,
             };
             let backend = backend(&args.env, args.allow_host, &args.jobs_dir, &args.base)?;
             start_run(config, &args.jobs_dir, backend, progress, cancel.clone()).await?

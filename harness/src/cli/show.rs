@@ -5,17 +5,23 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use geode_graders::rubric::{CommandOutput, CommandRunner, CriterionKind, Rubric};
 use geode_graders::{
     GradeInput, GraderSpec, Validity, build_grader, detect_checks, grader_hash, read_grade,
     render_checks, render_grade, write_grade,
 };
-use geode_harness::pack::TaskPack;
+use geode_harness::env::{Backend, Sandbox};
+use geode_harness::pack::{Task, TaskPack};
 use geode_harness::rollout::job::RunConfig;
+use geode_harness::rollout::trial::{WORKSPACE_DIR, environment_spec};
 use geode_harness::store::{GradeRow, RunStore};
 use geode_runtime::model::http::RouteOptions;
+use geode_runtime::tools::workspace::ExecRequest;
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
@@ -74,6 +80,96 @@ pub fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn has_command_criteria(path: &Path) -> bool {
+    Rubric::load(path).is_ok_and(|r| {
+        r.criteria
+            .iter()
+            .any(|c| matches!(c.kind, CriterionKind::Command { .. }))
+    })
+}
+
+/// Runs a rubric's commands in a sandbox started from the task's image with the kept workspace
+/// copied into its WORKDIR.
+struct SandboxCommands<'a>(&'a dyn Sandbox);
+
+#[async_trait::async_trait]
+impl CommandRunner for SandboxCommands<'_> {
+    async fn run(&self, command: &str, timeout: Duration) -> Result<CommandOutput, String> {
+        let out = self
+            .0
+            .exec(
+                ExecRequest {
+                    command: command.to_string(),
+                    cwd: None,
+                    timeout,
+                    output_cap: 64 * 1024,
+                    env: Vec::new(),
+                },
+                CancellationToken::new(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(CommandOutput {
+            exit_code: out.exit_code,
+            stdout: out.stdout,
+            stderr: out.stderr,
+            timed_out: out.timed_out,
+        })
+    }
+}
+
+/// Grades one trial with its command criteria run against its kept workspace. The sandbox's
+/// logs go to a scratch folder beside the trial, removed after; a sandbox that cannot start
+/// makes the grade's command criteria infrastructure failures (the grader's `Err` path).
+async fn grade_in_sandbox(
+    grader: &dyn geode_graders::Grader,
+    input: &GradeInput,
+    backend: &dyn Backend,
+    task: &Task,
+    kept: &Path,
+    trial: &Path,
+) -> geode_graders::Grade {
+    let scratch = trial.join(".regrade");
+    let _ = std::fs::remove_dir_all(&scratch);
+    let started = async {
+        for sub in ["agent", "verifier", "artifacts"] {
+            std::fs::create_dir_all(scratch.join(sub))
+                .map_err(|e| format!("{}: {e}", scratch.display()))?;
+        }
+        let spec = environment_spec(task, 1.0, None);
+        let image = backend.prepare(&spec).await.map_err(|e| e.to_string())?;
+        let sandbox = backend
+            .start(&spec, &image, &scratch)
+            .await
+            .map_err(|e| e.to_string())?;
+        let root = sandbox.workspace().root().to_string_lossy().into_owned();
+        if let Err(e) = sandbox.copy_in(kept, &root).await {
+            let _ = sandbox.teardown().await;
+            return Err(e.to_string());
+        }
+        Ok(sandbox)
+    }
+    .await;
+    let grade = match started {
+        Ok(sandbox) => {
+            let g = grader
+                .grade(input, Some(&SandboxCommands(sandbox.as_ref())))
+                .await;
+            let _ = sandbox.teardown().await;
+            g
+        }
+        Err(e) => {
+            eprintln!(
+                "{}: no sandbox for the command criteria: {e}",
+                trial.display()
+            );
+            grader.grade(input, None).await
+        }
+    };
+    let _ = std::fs::remove_dir_all(&scratch);
+    grade
+}
+
 pub async fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
     let run_dir = a.jobs_dir.join(&a.run);
     let cfg_path = run_dir.join("config.json");
@@ -99,6 +195,14 @@ pub async fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
         }
     };
     println!("grader {} ({})", a.grader, &hash[..16]);
+    // A rubric with command criteria runs them in a sandbox rebuilt from each trial's kept
+    // workspace (`geode run --keep-workspace`); without one they are skipped, as before.
+    let commands = match &spec {
+        GraderSpec::Rubric { path } if has_command_criteria(path) => {
+            Some(super::backends::make("sandbox", false, &a.jobs_dir)?)
+        }
+        _ => None,
+    };
     let mut trials: Vec<PathBuf> = std::fs::read_dir(&run_dir)?
         .flatten()
         .map(|e| e.path())
@@ -116,7 +220,17 @@ pub async fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
             .and_then(|p| p.tasks.iter().find(|x| x.id == task))
             .map(|x| x.dir.clone());
         let input = GradeInput::from_trial_dir(t, task_dir.as_deref());
-        let g = grader.grade(&input, None).await.with_grader_hash(&hash);
+        let kept = t.join(WORKSPACE_DIR);
+        let task = pack
+            .as_ref()
+            .and_then(|p| p.tasks.iter().find(|x| x.id == task));
+        let g = match (&commands, task) {
+            (Some(backend), Some(task)) if kept.is_dir() => {
+                grade_in_sandbox(grader.as_ref(), &input, backend.as_ref(), task, &kept, t).await
+            }
+            _ => grader.grade(&input, None).await,
+        }
+        .with_grader_hash(&hash);
         write_grade(t, &g)?;
         let name = t
             .file_name()

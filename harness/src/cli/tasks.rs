@@ -118,6 +118,7 @@ async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Res
             base: "image".into(),
             max_infra_retries: 1,
             scaffold: Scaffold::default(),
+            keep_workspace: false,
         };
         let outcome = start_run(
             config,

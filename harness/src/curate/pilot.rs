@@ -64,6 +64,7 @@ impl PilotRunner for RunPilot {
             base: "image".into(),
             max_infra_retries: 2,
             scaffold: Scaffold::default(),
+            keep_workspace: false,
         };
         let observer = Arc::new(Collect::default());
         start_run(

@@ -39,6 +39,11 @@ pub struct RunConfig {
     pub base: String,
     pub max_infra_retries: u32,
     pub scaffold: Scaffold,
+    /// Keep each trial's final workspace in `<trial>/workspace/` (so `geode grade` can run a
+    /// rubric's command criteria against it). Left out of the config when false, so older runs
+    /// keep their lock hash.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_workspace: bool,
 }
 
 fn default_base() -> String {
@@ -336,6 +341,7 @@ async fn execute(
                 scaffold: scaffold.clone(),
                 timeout_multiplier: config.timeout_multiplier,
                 sealed_paths: Vec::new(),
+                keep_workspace: config.keep_workspace,
             });
         }
     }

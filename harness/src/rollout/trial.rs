@@ -57,6 +57,8 @@ pub struct TrialPlan {
     /// Host paths of sealed data (a crucible's opened holdout): a tool call naming one is a
     /// `sealed_data_access` signal.
     pub sealed_paths: Vec<String>,
+    /// Copy the final workspace out to `<trial_dir>/workspace/` after the verifier.
+    pub keep_workspace: bool,
 }
 
 /// Observer of a trial's phases (progress bars, log lines).
@@ -607,9 +609,14 @@ async fn verify(
         VerifierMode::Shared => {
             let result = run_tests(plan, sandbox, true, rec).await;
             // Declared artifacts are kept for the record once the services are done with.
-            if !plan.task.config.artifacts.is_empty() && sandbox.kill_all_processes().await.is_ok()
-            {
-                collect_artifacts(plan, sandbox, rec).await;
+            let wanted = !plan.task.config.artifacts.is_empty() || plan.keep_workspace;
+            if wanted && sandbox.kill_all_processes().await.is_ok() {
+                if !plan.task.config.artifacts.is_empty() {
+                    collect_artifacts(plan, sandbox, rec).await;
+                }
+                if plan.keep_workspace {
+                    keep_workspace(plan, sandbox, rec).await;
+                }
             }
             result
         }
@@ -622,6 +629,24 @@ async fn verify(
             }
             result
         }
+    }
+}
+
+/// Where a kept workspace goes inside the trial folder.
+pub const WORKSPACE_DIR: &str = "workspace";
+
+/// Copies the final workspace (the image's WORKDIR) to `<trial>/workspace/`; links and special
+/// files are left out, and a failure is a note, never the trial's outcome.
+async fn keep_workspace(plan: &TrialPlan, sandbox: &dyn Sandbox, rec: &mut Record) {
+    let root = sandbox.workspace().root().to_string_lossy().into_owned();
+    let dest = plan.trial_dir.join(WORKSPACE_DIR);
+    match sandbox.copy_out(&root, &dest, &|_| false).await {
+        Ok(left_out) if !left_out.is_empty() => rec.notes.push(format!(
+            "workspace kept without {} link(s) or special file(s)",
+            left_out.len()
+        )),
+        Ok(_) => {}
+        Err(e) => rec.notes.push(format!("workspace not kept: {e}")),
     }
 }
 
