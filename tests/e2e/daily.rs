@@ -455,6 +455,7 @@ fn a_closed_pipe_ends_a_subcommand_quietly() {
     for args in [
         vec!["scaffold", "show"],
         vec!["tasks", "list", pack],
+        vec!["tasks", "hash", pack],
         vec![
             "crucible",
             "power",
