@@ -9,6 +9,7 @@ mod crucible;
 mod daily;
 mod datasets;
 mod exec;
+mod harbor;
 mod images;
 mod mcp;
 mod providers;
