@@ -377,6 +377,29 @@ fn resume_refuses_a_changed_pack() {
     assert!(err.contains("pack hash"), "{err}");
 }
 
+/// `geode grade RUN --grader rubric:rubric.toml` run in `dir`; its standard output.
+fn grade_with_rubric(dir: &Path, run_id: &str, jobs: &Path) -> String {
+    let out = super::common::geode_bin()
+        .current_dir(dir)
+        .args([
+            "grade",
+            run_id,
+            "--grader",
+            "rubric:rubric.toml",
+            "--jobs-dir",
+        ])
+        .arg(jobs)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// Re-grades are named by what the grader is: two rubrics both typed `rubric.toml` (from two
 /// folders) keep separate results, re-grading with the same one replaces its own, and all of it
 /// reaches the run store, where reports read it.
@@ -404,27 +427,7 @@ fn regrades_are_keyed_by_the_graders_content_and_stored() {
         )
         .unwrap();
     }
-    let grade = |folder: &str| {
-        let out = super::common::geode_bin()
-            .current_dir(d.path().join(folder))
-            .args([
-                "grade",
-                &run_id,
-                "--grader",
-                "rubric:rubric.toml",
-                "--jobs-dir",
-            ])
-            .arg(&jobs)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(
-            out.status.success(),
-            "{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        text
-    };
+    let grade = |folder: &str| grade_with_rubric(&d.path().join(folder), &run_id, &jobs);
     let strict = grade("strict");
     let lenient = grade("lenient");
     assert!(strict.contains("mean 0.000"), "{strict}");
@@ -482,26 +485,7 @@ fn command_criteria_rerun_against_the_kept_workspace() {
          command = \"test -e /app/never-written\"\n",
     )
     .unwrap();
-    let grade = |run_id: &str| {
-        let out = super::common::geode_bin()
-            .current_dir(d.path())
-            .args([
-                "grade",
-                run_id,
-                "--grader",
-                "rubric:rubric.toml",
-                "--jobs-dir",
-            ])
-            .arg(&jobs)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let grade = |run_id: &str| grade_with_rubric(d.path(), run_id, &jobs);
     let (kept, kept_dir) = super::common::run_oracle_with(
         geode(&[]),
         &pack,
