@@ -100,10 +100,8 @@ pub fn open_sealed(
     let blob_path = state_path
         .to_string_lossy()
         .replace(".seal-state.json", ".sealed");
-    let blob = std::fs::read(&blob_path).map_err(|e| CrucibleRunError::Files {
-        path: blob_path.clone(),
-        message: e.to_string(),
-    })?;
+    let blob =
+        std::fs::read(&blob_path).map_err(|e| CrucibleRunError::files(Path::new(&blob_path), e))?;
     // Nothing is burned for a key that cannot open the pack.
     state
         .check_key(&blob, &key)

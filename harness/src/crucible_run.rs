@@ -62,6 +62,16 @@ pub enum CrucibleRunError {
     Files { path: String, message: String },
 }
 
+impl CrucibleRunError {
+    /// A file or folder that could not be read, written or parsed, with why.
+    pub fn files(path: &Path, why: impl std::fmt::Display) -> CrucibleRunError {
+        CrucibleRunError::Files {
+            path: path.display().to_string(),
+            message: why.to_string(),
+        }
+    }
+}
+
 /// What one campaign runs.
 pub struct Campaign<'a> {
     pub contract: &'a FrozenContract,
@@ -78,6 +88,17 @@ pub struct Campaign<'a> {
     /// Host paths of sealed data that no trial's tool call may name
     /// ([`crate::crucible_ops::OpenedPack::sealed_paths`]).
     pub sealed_paths: Vec<String>,
+}
+
+impl Campaign<'_> {
+    /// An arm's frozen spec, scaffold and label (the name of its trial folder and store run).
+    fn arm(&self, arm: Arm) -> (&geode_crucible::ArmSpec, &Arc<Scaffold>, &'static str) {
+        let contract = self.contract.contract();
+        match arm {
+            Arm::Baseline => (&contract.baseline, &self.baseline, "baseline"),
+            Arm::Candidate => (&contract.candidate, &self.candidate, "candidate"),
+        }
+    }
 }
 
 struct Meter {
@@ -196,10 +217,7 @@ pub async fn run_campaign(
                 [Arm::Candidate, Arm::Baseline]
             };
             for arm in arms {
-                let (spec, scaffold, label) = match arm {
-                    Arm::Baseline => (&contract.baseline, &c.baseline, "baseline"),
-                    Arm::Candidate => (&contract.candidate, &c.candidate, "candidate"),
-                };
+                let (spec, scaffold, label) = c.arm(arm);
                 let name = trial_name(&task.id, trial);
                 plans.push((
                     arm,
@@ -249,19 +267,13 @@ pub async fn run_campaign(
         earlier,
         usage: Mutex::new(usage),
     });
-    std::fs::create_dir_all(&c.dir).map_err(|e| CrucibleRunError::Files {
-        path: c.dir.display().to_string(),
-        message: e.to_string(),
-    })?;
+    std::fs::create_dir_all(&c.dir).map_err(|e| CrucibleRunError::files(&c.dir, e))?;
     let journal_path = c.dir.join(TRIALS_JOURNAL);
     let journal = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&journal_path)
-        .map_err(|e| CrucibleRunError::Files {
-            path: journal_path.display().to_string(),
-            message: e.to_string(),
-        })?;
+        .map_err(|e| CrucibleRunError::files(&journal_path, e))?;
     let journal = Arc::new(Mutex::new(journal));
     let contract_hash = c.contract.hash().to_string();
     let images = Arc::new(ImageCache::new());
@@ -386,10 +398,7 @@ fn write_store(
     cancelled: bool,
 ) -> Result<(), CrucibleRunError> {
     let path = c.dir.join(crate::store::STORE_FILE);
-    let files = |e: &dyn std::fmt::Display| CrucibleRunError::Files {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    };
+    let files = |e: &dyn std::fmt::Display| CrucibleRunError::files(&path, e);
     for stale in [
         path.clone(),
         path.with_extension("db-wal"),
@@ -402,11 +411,8 @@ fn write_store(
     let store = RunStore::open(&path).map_err(|e| files(&e))?;
     let contract = c.contract.contract();
     let created = chrono::Utc::now().to_rfc3339();
-    for (arm, spec, scaffold) in [
-        (Arm::Baseline, &contract.baseline, &c.baseline),
-        (Arm::Candidate, &contract.candidate, &c.candidate),
-    ] {
-        let label = arm_label(arm);
+    for arm in [Arm::Baseline, Arm::Candidate] {
+        let (spec, scaffold, label) = c.arm(arm);
         let run = RunRow {
             run_id: label.to_string(),
             created: created.clone(),
@@ -435,22 +441,12 @@ fn write_store(
     Ok(())
 }
 
-fn arm_label(arm: Arm) -> &'static str {
-    match arm {
-        Arm::Baseline => "baseline",
-        Arm::Candidate => "candidate",
-    }
-}
-
 /// Holds an exclusive `flock` on `path` (created if missing) until dropped: the ledgers
 /// (`holdouts`, `openings`) read, check and write under it.
 pub(crate) fn exclusive_lock(
     path: &Path,
 ) -> Result<nix::fcntl::Flock<std::fs::File>, CrucibleRunError> {
-    let files = |e: &dyn std::fmt::Display| CrucibleRunError::Files {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    };
+    let files = |e: &dyn std::fmt::Display| CrucibleRunError::files(path, e);
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -463,10 +459,7 @@ pub(crate) fn exclusive_lock(
 /// Write `text` to `path` through a temporary file and a rename, so a crash leaves either the
 /// old file or the new one.
 pub fn write_atomic(path: &Path, text: &str) -> Result<(), CrucibleRunError> {
-    let err = |e: std::io::Error| CrucibleRunError::Files {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    };
+    let err = |e: std::io::Error| CrucibleRunError::files(path, e);
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).map_err(err)?;
     std::fs::File::open(&tmp)

@@ -14,7 +14,7 @@
 //! Layout: `$GEODE_HOME/holdouts/<content>.json` (`geode.holdout.v1`), one per content,
 //! rewritten atomically under an exclusive lock on `<content>.lock`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -62,13 +62,6 @@ pub struct HoldoutLedger {
     dir: PathBuf,
 }
 
-fn files(path: &Path, e: impl std::fmt::Display) -> CrucibleRunError {
-    CrucibleRunError::Files {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    }
-}
-
 fn burned(content: &str, first: &UsedBy) -> CrucibleRunError {
     CrucibleRunError::Invalid(format!(
         "this test pack's content ({}) is burned: contract {} (candidate {}) used it first on \
@@ -97,14 +90,14 @@ impl HoldoutLedger {
     fn read(&self, content: &str) -> Result<Entry, CrucibleRunError> {
         let path = self.path(content);
         match std::fs::read_to_string(&path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| files(&path, e)),
+            Ok(text) => serde_json::from_str(&text).map_err(|e| CrucibleRunError::files(&path, e)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Entry {
                 schema: SCHEMA.into(),
                 content: content.into(),
                 sealed: Vec::new(),
                 campaigns: Vec::new(),
             }),
-            Err(e) => Err(files(&path, e)),
+            Err(e) => Err(CrucibleRunError::files(&path, e)),
         }
     }
 
@@ -114,12 +107,13 @@ impl HoldoutLedger {
         content: &str,
         change: impl FnOnce(&mut Entry) -> Result<T, CrucibleRunError>,
     ) -> Result<T, CrucibleRunError> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| files(&self.dir, e))?;
+        std::fs::create_dir_all(&self.dir).map_err(|e| CrucibleRunError::files(&self.dir, e))?;
         let _held = crate::crucible_run::exclusive_lock(&self.dir.join(format!("{content}.lock")))?;
         let mut entry = self.read(content)?;
         let out = change(&mut entry)?;
         let path = self.path(content);
-        let text = serde_json::to_string_pretty(&entry).map_err(|e| files(&path, e))?;
+        let text =
+            serde_json::to_string_pretty(&entry).map_err(|e| CrucibleRunError::files(&path, e))?;
         write_atomic(&path, &text)?;
         Ok(out)
     }
@@ -151,8 +145,10 @@ impl HoldoutLedger {
             if path.extension().is_none_or(|e| e != "json") {
                 continue;
             }
-            let text = std::fs::read_to_string(&path).map_err(|e| files(&path, e))?;
-            let entry: Entry = serde_json::from_str(&text).map_err(|e| files(&path, e))?;
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| CrucibleRunError::files(&path, e))?;
+            let entry: Entry =
+                serde_json::from_str(&text).map_err(|e| CrucibleRunError::files(&path, e))?;
             if !entry.sealed.iter().any(|s| s.pack_hash == sealed_pack_hash) {
                 continue;
             }
@@ -186,6 +182,8 @@ impl HoldoutLedger {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     /// A one-task pack whose content differs by `name`.

@@ -27,6 +27,7 @@
 //! before the plaintext exists); a pack whose ledger holds an opening is never opened again,
 //! whatever its seal state says; a pack whose ledger is broken is not opened at all.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -77,6 +78,14 @@ struct Unhashed<'a> {
 }
 
 impl Entry {
+    /// The contract of an opening line; `None` for a decision.
+    pub fn opened_for(&self) -> Option<&str> {
+        match &self.event {
+            Event::Opening { contract_hash, .. } => Some(contract_hash),
+            Event::Decision { .. } => None,
+        }
+    }
+
     fn content_hash(&self) -> Result<String, CrucibleRunError> {
         let body = Unhashed {
             schema: &self.schema,
@@ -113,13 +122,6 @@ pub struct OpeningsLedger {
     pub commitment: PublishedCommitment,
 }
 
-fn files(path: &Path, e: impl std::fmt::Display) -> CrucibleRunError {
-    CrucibleRunError::Files {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    }
-}
-
 /// What `read` found: the parsed lines and where the chain breaks.
 pub struct Reading {
     pub entries: Vec<Entry>,
@@ -129,9 +131,7 @@ pub struct Reading {
 impl Reading {
     /// The opening lines, in order.
     pub fn openings(&self) -> impl Iterator<Item = &Entry> {
-        self.entries
-            .iter()
-            .filter(|e| matches!(e.event, Event::Opening { .. }))
+        self.entries.iter().filter(|e| e.opened_for().is_some())
     }
 }
 
@@ -141,7 +141,7 @@ impl OpeningsLedger {
     pub fn beside(commitments: &Path, name: &str) -> Result<OpeningsLedger, CrucibleRunError> {
         let published_path = commitments.join(format!("{name}.json"));
         let text = std::fs::read_to_string(&published_path).map_err(|e| {
-            files(
+            CrucibleRunError::files(
                 &published_path,
                 format!(
                     "{e}: the public commitment of sealed pack {name:?} is needed to record its \
@@ -150,10 +150,10 @@ impl OpeningsLedger {
             )
         })?;
         let commitment: PublishedCommitment =
-            serde_json::from_str(&text).map_err(|e| files(&published_path, e))?;
+            serde_json::from_str(&text).map_err(|e| CrucibleRunError::files(&published_path, e))?;
         let anchor = geode_crucible::canonical_sha256(&commitment)
             .map(hex::encode)
-            .map_err(|e| files(&published_path, e))?;
+            .map_err(|e| CrucibleRunError::files(&published_path, e))?;
         Ok(OpeningsLedger {
             path: commitments.join(format!("{name}.openings.jsonl")),
             anchor,
@@ -171,7 +171,7 @@ impl OpeningsLedger {
         let text = match std::fs::read_to_string(&self.path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Err(files(&self.path, e)),
+            Err(e) => return Err(CrucibleRunError::files(&self.path, e)),
         };
         let mut reading = Reading {
             entries: Vec::new(),
@@ -236,12 +236,14 @@ impl OpeningsLedger {
         Ok(reading)
     }
 
-    /// Appends `event` under an exclusive lock, refusing when the chain is broken.
+    /// Appends `event` under an exclusive lock, refusing when the chain is broken and, for an
+    /// opening, when one is already recorded (so two processes cannot both open the pack).
     pub fn append(&self, event: Event, at: &str) -> Result<Entry, CrucibleRunError> {
         let _held = crate::crucible_run::exclusive_lock(&self.path.with_extension("lock"))?;
         let reading = self.read()?;
-        if let Some(b) = reading.breaks.first() {
-            return Err(self.broken(b));
+        match event {
+            Event::Opening { .. } => self.refuse_reopening(&reading)?,
+            Event::Decision { .. } => self.refuse_broken(&reading)?,
         }
         let mut entry = Entry {
             schema: SCHEMA.into(),
@@ -255,38 +257,34 @@ impl OpeningsLedger {
             hash: String::new(),
         };
         entry.hash = entry.content_hash()?;
-        let line = serde_json::to_string(&entry).map_err(|e| files(&self.path, e))?;
+        let line =
+            serde_json::to_string(&entry).map_err(|e| CrucibleRunError::files(&self.path, e))?;
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.path)
-            .map_err(|e| files(&self.path, e))?;
+            .map_err(|e| CrucibleRunError::files(&self.path, e))?;
         file.write_all(format!("{line}\n").as_bytes())
             .and_then(|()| file.sync_all())
-            .map_err(|e| files(&self.path, e))?;
+            .map_err(|e| CrucibleRunError::files(&self.path, e))?;
         Ok(entry)
     }
 
-    fn broken(&self, b: &Break) -> CrucibleRunError {
-        CrucibleRunError::Invalid(format!(
-            "{}: the openings ledger is broken at {b}; nothing is opened until `geode crucible \
-             audit` is clean",
-            self.path.display()
-        ))
+    fn refuse_broken(&self, reading: &Reading) -> Result<(), CrucibleRunError> {
+        match reading.breaks.first() {
+            Some(b) => Err(CrucibleRunError::Invalid(format!(
+                "{}: the openings ledger is broken at {b}; nothing is opened until `geode \
+                 crucible audit` is clean",
+                self.path.display()
+            ))),
+            None => Ok(()),
+        }
     }
 
-    /// Refuses an opening when the ledger already holds one (whatever the seal state says) or
-    /// is broken.
-    pub fn check_unopened(&self) -> Result<(), CrucibleRunError> {
-        let reading = self.read()?;
-        if let Some(b) = reading.breaks.first() {
-            return Err(self.broken(b));
-        }
+    fn refuse_reopening(&self, reading: &Reading) -> Result<(), CrucibleRunError> {
+        self.refuse_broken(reading)?;
         if let Some(first) = reading.openings().next() {
-            let contract = match &first.event {
-                Event::Opening { contract_hash, .. } => contract_hash.as_str(),
-                Event::Decision { .. } => "",
-            };
+            let contract = first.opened_for().unwrap_or_default();
             return Err(CrucibleRunError::Invalid(format!(
                 "{}: the openings ledger records an opening of this sealed pack at {} for \
                  contract {contract} (entry {}); a sealed pack opens once, whatever its seal \
@@ -298,13 +296,20 @@ impl OpeningsLedger {
         }
         Ok(())
     }
+
+    /// Refuses an opening when the ledger already holds one (whatever the seal state says) or
+    /// is broken; checked before anything is burned ([`Self::append`] checks again under its
+    /// lock).
+    pub fn check_unopened(&self) -> Result<(), CrucibleRunError> {
+        self.refuse_reopening(&self.read()?)
+    }
 }
 
 /// The sealed pack names whose commitments are in `dir` (`<name>.json`), sorted.
 pub fn committed_names(dir: &Path) -> Result<Vec<String>, CrucibleRunError> {
     let mut names = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| files(dir, e))? {
-        let path = entry.map_err(|e| files(dir, e))?.path();
+    for entry in std::fs::read_dir(dir).map_err(|e| CrucibleRunError::files(dir, e))? {
+        let path = entry.map_err(|e| CrucibleRunError::files(dir, e))?.path();
         let Some(file) = path.file_name().map(|f| f.to_string_lossy().into_owned()) else {
             continue;
         };
@@ -330,6 +335,14 @@ pub struct Audit {
     pub notes: Vec<String>,
 }
 
+/// What the ledgers say, across packs: opening entry hash -> (pack, contract), and the
+/// decision recorded under each opening.
+#[derive(Default)]
+struct Known {
+    opened: BTreeMap<String, (String, String)>,
+    decided: BTreeMap<String, (String, Option<String>)>,
+}
+
 /// Verify that commitments, openings ledgers, seal states (`<sealed>/<name>.seal-state.json`,
 /// where present) and the decision records below `decisions` agree.
 pub fn audit(
@@ -337,160 +350,166 @@ pub fn audit(
     sealed: &Path,
     decisions: &[PathBuf],
 ) -> Result<Audit, CrucibleRunError> {
-    use geode_crucible::{DecisionRecord, Stage};
     let mut out = Audit::default();
-    // Opening entry hash -> (pack, contract); decision entries by the opening they name.
-    let mut opened: std::collections::BTreeMap<String, (String, String)> = Default::default();
-    let mut decided: std::collections::BTreeMap<String, (String, Option<String>)> =
-        Default::default();
+    let mut known = Known::default();
     for name in committed_names(commitments)? {
-        out.packs += 1;
-        let ledger = OpeningsLedger::beside(commitments, &name)?;
-        let reading = ledger.read()?;
-        for b in &reading.breaks {
-            out.problems
-                .push(format!("{name}: {}: {b}", ledger.path().display()));
-        }
-        let openings: Vec<&Entry> = reading.openings().collect();
-        out.openings += openings.len();
-        if openings.len() > 1 {
-            out.problems.push(format!(
-                "{name}: opened {} times (entries {}); a sealed pack opens once",
-                openings.len(),
-                openings
-                    .iter()
-                    .map(|e| e.seq.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        for e in &reading.entries {
-            match &e.event {
-                Event::Opening { contract_hash, .. } => {
-                    opened.insert(e.hash.clone(), (name.clone(), contract_hash.clone()));
-                }
-                Event::Decision {
-                    opening,
-                    verdict,
-                    evidence_hash,
-                    ..
-                } => {
-                    if !openings.iter().any(|o| o.hash == *opening) {
-                        out.problems.push(format!(
-                            "{name}: entry {} records a decision under an opening the ledger \
-                             does not hold",
-                            e.seq
-                        ));
-                    }
-                    decided.insert(opening.clone(), (verdict.clone(), evidence_hash.clone()));
-                }
-            }
-        }
-        let state_path = sealed.join(format!("{name}.seal-state.json"));
-        if !state_path.is_file() {
-            out.notes.push(format!(
-                "{name}: no seal state at {} to compare with",
-                state_path.display()
-            ));
-            continue;
-        }
-        let state = crate::sealing::load_state(&state_path)?;
-        if state.commitment.to_string() != ledger.commitment.commitment {
-            out.problems.push(format!(
-                "{name}: the seal state's commitment {} is not the published {}",
-                state.commitment, ledger.commitment.commitment
-            ));
-        }
-        match (&state.opening, openings.first()) {
-            (None, Some(first)) => out.problems.push(format!(
-                "{name}: the seal state says unopened, but ledger entry {} records an opening \
-                 at {}: the state was reset",
-                first.seq, first.at
-            )),
-            (Some(a), None) => out.problems.push(format!(
-                "{name}: the seal state records an opening at {} that the ledger does not: its \
-                 entry was removed",
-                a.opened_at
-            )),
-            (Some(a), Some(first)) => {
-                let same = matches!(&first.event, Event::Opening { contract_hash, .. }
-                    if *contract_hash == a.contract_hash.to_string());
-                if !same {
-                    out.problems.push(format!(
-                        "{name}: the seal state's opening (contract {}) is not the ledger's first",
-                        a.contract_hash
-                    ));
-                }
-            }
-            (None, None) => {}
-        }
-        let ledger_verdict = openings
-            .first()
-            .and_then(|o| decided.get(&o.hash))
-            .map(|(v, _)| v.clone());
-        let state_verdict = state.decision.as_ref().map(|d| d.verdict.to_string());
-        if state_verdict.is_some() && ledger_verdict != state_verdict {
-            out.problems.push(format!(
-                "{name}: the seal state's decision {} is not the ledger's {}",
-                state_verdict.as_deref().unwrap_or("-"),
-                ledger_verdict.as_deref().unwrap_or("(none)")
-            ));
-        }
+        audit_pack(&name, commitments, sealed, &mut known, &mut out)?;
     }
     for dir in decisions {
         for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
-            let entry = entry.map_err(|e| files(dir, e))?;
-            if entry.file_name() != "decision.json" {
-                continue;
-            }
-            let path = entry.path();
-            let text = std::fs::read_to_string(path).map_err(|e| files(path, e))?;
-            let record = DecisionRecord::from_json(&text).map_err(|e| files(path, e))?;
-            out.decisions += 1;
-            if record.stage != Stage::Test {
-                continue;
-            }
-            let Some(h) = &record.ledger_entry else {
-                out.notes.push(format!(
-                    "{}: a test-stage decision that names no openings-ledger entry (an unsealed \
-                     test pack, or a record older than the ledger)",
-                    path.display()
-                ));
-                continue;
-            };
-            match opened.get(h) {
-                None => out.problems.push(format!(
-                    "{}: names ledger entry {} that no ledger holds (removed or rewritten)",
-                    path.display(),
-                    &h[..16.min(h.len())]
-                )),
-                Some((name, contract)) if *contract != record.contract_hash.to_string() => {
-                    out.problems.push(format!(
-                        "{}: decided contract {} under {name}'s opening for contract {contract}",
-                        path.display(),
-                        record.contract_hash
-                    ))
-                }
-                Some((name, _)) => {
-                    let evidence = record.evidence_hash.as_ref().map(|e| e.to_string());
-                    match decided.get(h) {
-                        Some((v, e)) if *v == record.verdict.to_string() && *e == evidence => {}
-                        Some((v, _)) => out.problems.push(format!(
-                            "{}: verdict {} with its evidence, but {name}'s ledger records {v} \
-                             for this opening",
-                            path.display(),
-                            record.verdict
-                        )),
-                        None => out.problems.push(format!(
-                            "{}: {name}'s ledger records no decision for this opening",
-                            path.display()
-                        )),
-                    }
-                }
+            let entry = entry.map_err(|e| CrucibleRunError::files(dir, e))?;
+            if entry.file_name() == "decision.json" {
+                audit_decision(entry.path(), &known, &mut out)?;
             }
         }
     }
     Ok(out)
+}
+
+/// One pack: its chain, its openings, and its seal state against its ledger.
+fn audit_pack(
+    name: &str,
+    commitments: &Path,
+    sealed: &Path,
+    known: &mut Known,
+    out: &mut Audit,
+) -> Result<(), CrucibleRunError> {
+    out.packs += 1;
+    let ledger = OpeningsLedger::beside(commitments, name)?;
+    let reading = ledger.read()?;
+    for b in &reading.breaks {
+        out.problems
+            .push(format!("{name}: {}: {b}", ledger.path().display()));
+    }
+    let openings: Vec<&Entry> = reading.openings().collect();
+    out.openings += openings.len();
+    if openings.len() > 1 {
+        let seqs: Vec<String> = openings.iter().map(|e| e.seq.to_string()).collect();
+        out.problems.push(format!(
+            "{name}: opened {} times (entries {}); a sealed pack opens once",
+            openings.len(),
+            seqs.join(", ")
+        ));
+    }
+    for e in &reading.entries {
+        match &e.event {
+            Event::Opening { contract_hash, .. } => {
+                known
+                    .opened
+                    .insert(e.hash.clone(), (name.to_string(), contract_hash.clone()));
+            }
+            Event::Decision {
+                opening,
+                verdict,
+                evidence_hash,
+                ..
+            } => {
+                if !openings.iter().any(|o| o.hash == *opening) {
+                    out.problems.push(format!(
+                        "{name}: entry {} records a decision under an opening the ledger does \
+                         not hold",
+                        e.seq
+                    ));
+                }
+                known
+                    .decided
+                    .insert(opening.clone(), (verdict.clone(), evidence_hash.clone()));
+            }
+        }
+    }
+    let state_path = sealed.join(format!("{name}.seal-state.json"));
+    if !state_path.is_file() {
+        out.notes.push(format!(
+            "{name}: no seal state at {} to compare with",
+            state_path.display()
+        ));
+        return Ok(());
+    }
+    let state = crate::sealing::load_state(&state_path)?;
+    if state.commitment.to_string() != ledger.commitment.commitment {
+        out.problems.push(format!(
+            "{name}: the seal state's commitment {} is not the published {}",
+            state.commitment, ledger.commitment.commitment
+        ));
+    }
+    let first = openings.first();
+    match (&state.opening, first) {
+        (None, Some(first)) => out.problems.push(format!(
+            "{name}: the seal state says unopened, but ledger entry {} records an opening at \
+             {}: the state was reset",
+            first.seq, first.at
+        )),
+        (Some(a), None) => out.problems.push(format!(
+            "{name}: the seal state records an opening at {} that the ledger does not: its \
+             entry was removed",
+            a.opened_at
+        )),
+        (Some(a), Some(first)) if first.opened_for() != Some(&a.contract_hash.to_string()) => {
+            out.problems.push(format!(
+                "{name}: the seal state's opening (contract {}) is not the ledger's first",
+                a.contract_hash
+            ))
+        }
+        _ => {}
+    }
+    let ledger_verdict = first
+        .and_then(|o| known.decided.get(&o.hash))
+        .map(|(v, _)| v.clone());
+    let state_verdict = state.decision.as_ref().map(|d| d.verdict.to_string());
+    if state_verdict.is_some() && ledger_verdict != state_verdict {
+        out.problems.push(format!(
+            "{name}: the seal state's decision {} is not the ledger's {}",
+            state_verdict.as_deref().unwrap_or("-"),
+            ledger_verdict.as_deref().unwrap_or("(none)")
+        ));
+    }
+    Ok(())
+}
+
+/// One decision record against the ledgers: a test-stage decision must name an opening some
+/// ledger holds, for its contract, with the verdict and evidence the ledger recorded.
+fn audit_decision(path: &Path, known: &Known, out: &mut Audit) -> Result<(), CrucibleRunError> {
+    use geode_crucible::{DecisionRecord, Stage};
+    let text = std::fs::read_to_string(path).map_err(|e| CrucibleRunError::files(path, e))?;
+    let record = DecisionRecord::from_json(&text).map_err(|e| CrucibleRunError::files(path, e))?;
+    out.decisions += 1;
+    if record.stage != Stage::Test {
+        return Ok(());
+    }
+    let shown = path.display();
+    let Some(h) = &record.ledger_entry else {
+        out.notes.push(format!(
+            "{shown}: a test-stage decision that names no openings-ledger entry (an unsealed \
+             test pack, or a record older than the ledger)"
+        ));
+        return Ok(());
+    };
+    let problem = match known.opened.get(h) {
+        None => Some(format!(
+            "{shown}: names ledger entry {} that no ledger holds (removed or rewritten)",
+            &h[..16.min(h.len())]
+        )),
+        Some((name, contract)) if *contract != record.contract_hash.to_string() => Some(format!(
+            "{shown}: decided contract {} under {name}'s opening for contract {contract}",
+            record.contract_hash
+        )),
+        Some((name, _)) => {
+            let evidence = record.evidence_hash.as_ref().map(|e| e.to_string());
+            match known.decided.get(h) {
+                Some((v, e)) if *v == record.verdict.to_string() && *e == evidence => None,
+                Some((v, _)) => Some(format!(
+                    "{shown}: verdict {} with its evidence, but {name}'s ledger records {v} for \
+                     this opening",
+                    record.verdict
+                )),
+                None => Some(format!(
+                    "{shown}: {name}'s ledger records no decision for this opening"
+                )),
+            }
+        }
+    };
+    out.problems.extend(problem);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -535,7 +554,16 @@ mod tests {
             evidence_hash: None,
         };
         l.append(decision, "t1").unwrap();
-        l.append(opening(), "t2").unwrap();
+        // A second opening is refused under the lock, not only by `check_unopened`.
+        let again = l.append(opening(), "t2").unwrap_err();
+        assert!(again.to_string().contains("opens once"), "{again}");
+        let later = Event::Decision {
+            opening: first.hash.clone(),
+            contract_hash: "k1".into(),
+            verdict: "KEEP".into(),
+            evidence_hash: None,
+        };
+        l.append(later, "t2").unwrap();
         let r = l.read().unwrap();
         assert!(r.breaks.is_empty(), "{:?}", r.breaks);
         assert_eq!(r.entries.len(), 3);

@@ -28,21 +28,14 @@ pub struct PublishedCommitment {
     pub tasks: usize,
 }
 
-fn files(path: &Path, e: impl std::fmt::Display) -> CrucibleRunError {
-    CrucibleRunError::Files {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    }
-}
-
 /// Read a 32-byte key (64 hex characters) from a key file, which only its owner may read.
 pub fn read_key(path: &Path) -> Result<SealKey, CrucibleRunError> {
     let mode = std::fs::metadata(path)
-        .map_err(|e| files(path, e))?
+        .map_err(|e| CrucibleRunError::files(path, e))?
         .permissions()
         .mode();
     if mode & 0o077 != 0 {
-        return Err(files(
+        return Err(CrucibleRunError::files(
             path,
             format!(
                 "the key file is open to others (mode {:04o}); `chmod 600` it first",
@@ -50,8 +43,8 @@ pub fn read_key(path: &Path) -> Result<SealKey, CrucibleRunError> {
             ),
         ));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| files(path, e))?;
-    SealKey::from_hex(text.trim()).map_err(|e| files(path, e))
+    let text = std::fs::read_to_string(path).map_err(|e| CrucibleRunError::files(path, e))?;
+    SealKey::from_hex(text.trim()).map_err(|e| CrucibleRunError::files(path, e))
 }
 
 /// Create a fresh key file (mode 0600 from creation; refuses to overwrite). Keys are the one
@@ -64,9 +57,9 @@ pub fn new_key(path: &Path) -> Result<SealKey, CrucibleRunError> {
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| files(path, e))?;
+        .map_err(|e| CrucibleRunError::files(path, e))?;
     std::io::Write::write_all(&mut f, format!("{}\n", key.to_hex()).as_bytes())
-        .map_err(|e| files(path, e))?;
+        .map_err(|e| CrucibleRunError::files(path, e))?;
     Ok(key)
 }
 
@@ -77,17 +70,21 @@ pub fn archive_entries(root: &Path) -> Result<Vec<ArchiveEntry>, CrucibleRunErro
         .follow_links(false)
         .sort_by_file_name()
     {
-        let entry = entry.map_err(|e| files(root, e))?;
+        let entry = entry.map_err(|e| CrucibleRunError::files(root, e))?;
         if !entry.file_type().is_file() {
             continue;
         }
         let path = entry.path();
-        let rel = path.strip_prefix(root).map_err(|e| files(path, e))?;
-        let meta = entry.metadata().map_err(|e| files(path, e))?;
+        let rel = path
+            .strip_prefix(root)
+            .map_err(|e| CrucibleRunError::files(path, e))?;
+        let meta = entry
+            .metadata()
+            .map_err(|e| CrucibleRunError::files(path, e))?;
         out.push(ArchiveEntry {
             path: rel.to_string_lossy().into_owned(),
             mode: meta.permissions().mode(),
-            bytes: std::fs::read(path).map_err(|e| files(path, e))?,
+            bytes: std::fs::read(path).map_err(|e| CrucibleRunError::files(path, e))?,
         });
     }
     Ok(out)
@@ -109,9 +106,9 @@ pub fn seal_pack(
     out_dir: &Path,
     commitments_dir: &Path,
 ) -> Result<SealedFiles, CrucibleRunError> {
-    let pack = TaskPack::load(pack_dir).map_err(|e| files(pack_dir, e))?;
+    let pack = TaskPack::load(pack_dir).map_err(|e| CrucibleRunError::files(pack_dir, e))?;
     if !pack.broken.is_empty() || pack.tasks.is_empty() {
-        return Err(files(
+        return Err(CrucibleRunError::files(
             pack_dir,
             "the pack has broken tasks or none; fix it before sealing",
         ));
@@ -119,15 +116,17 @@ pub fn seal_pack(
     let hash = pack_hash(&pack, trials_per_task)?;
     let entries = archive_entries(pack_dir)?;
     let mut rng = ChaCha20Rng::from_os_rng();
-    let sealed = seal(&entries, &hash, key, &mut rng).map_err(|e| files(pack_dir, e))?;
-    std::fs::create_dir_all(out_dir).map_err(|e| files(out_dir, e))?;
-    std::fs::create_dir_all(commitments_dir).map_err(|e| files(commitments_dir, e))?;
+    let sealed =
+        seal(&entries, &hash, key, &mut rng).map_err(|e| CrucibleRunError::files(pack_dir, e))?;
+    std::fs::create_dir_all(out_dir).map_err(|e| CrucibleRunError::files(out_dir, e))?;
+    std::fs::create_dir_all(commitments_dir)
+        .map_err(|e| CrucibleRunError::files(commitments_dir, e))?;
     let blob = out_dir.join(format!("{name}.sealed"));
     let state = out_dir.join(format!("{name}.seal-state.json"));
     let commitment = commitments_dir.join(format!("{name}.json"));
     for p in [&blob, &state, &commitment] {
         if p.exists() {
-            return Err(files(
+            return Err(CrucibleRunError::files(
                 p,
                 "already exists; a sealed pack is never overwritten",
             ));
@@ -143,11 +142,11 @@ pub fn seal_pack(
             sealed_at: chrono::Utc::now().to_rfc3339(),
         },
     )?;
-    std::fs::write(&blob, &sealed.blob).map_err(|e| files(&blob, e))?;
+    std::fs::write(&blob, &sealed.blob).map_err(|e| CrucibleRunError::files(&blob, e))?;
     let st = SealState::new(&sealed);
     write_atomic(
         &state,
-        &serde_json::to_string_pretty(&st).map_err(|e| files(&state, e))?,
+        &serde_json::to_string_pretty(&st).map_err(|e| CrucibleRunError::files(&state, e))?,
     )?;
     let published = PublishedCommitment {
         schema: "geode.commitment.v1".into(),
@@ -159,7 +158,8 @@ pub fn seal_pack(
     };
     write_atomic(
         &commitment,
-        &serde_json::to_string_pretty(&published).map_err(|e| files(&commitment, e))?,
+        &serde_json::to_string_pretty(&published)
+            .map_err(|e| CrucibleRunError::files(&commitment, e))?,
     )?;
     Ok(SealedFiles {
         blob,
@@ -170,14 +170,14 @@ pub fn seal_pack(
 }
 
 pub fn load_state(path: &Path) -> Result<SealState, CrucibleRunError> {
-    let text = std::fs::read_to_string(path).map_err(|e| files(path, e))?;
-    serde_json::from_str(&text).map_err(|e| files(path, e))
+    let text = std::fs::read_to_string(path).map_err(|e| CrucibleRunError::files(path, e))?;
+    serde_json::from_str(&text).map_err(|e| CrucibleRunError::files(path, e))
 }
 
 pub fn save_state(path: &Path, state: &SealState) -> Result<(), CrucibleRunError> {
     write_atomic(
         path,
-        &serde_json::to_string_pretty(state).map_err(|e| files(path, e))?,
+        &serde_json::to_string_pretty(state).map_err(|e| CrucibleRunError::files(path, e))?,
     )
 }
 
@@ -190,15 +190,18 @@ pub fn unpack(entries: &[ArchiveEntry], dir: &Path) -> Result<(), CrucibleRunErr
                 .components()
                 .any(|c| matches!(c, std::path::Component::ParentDir))
         {
-            return Err(files(rel, "archive entry escapes the pack folder"));
+            return Err(CrucibleRunError::files(
+                rel,
+                "archive entry escapes the pack folder",
+            ));
         }
         let path = dir.join(rel);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|err| files(parent, err))?;
+            std::fs::create_dir_all(parent).map_err(|err| CrucibleRunError::files(parent, err))?;
         }
-        std::fs::write(&path, &e.bytes).map_err(|err| files(&path, err))?;
+        std::fs::write(&path, &e.bytes).map_err(|err| CrucibleRunError::files(&path, err))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(e.mode & 0o7777))
-            .map_err(|err| files(&path, err))?;
+            .map_err(|err| CrucibleRunError::files(&path, err))?;
     }
     Ok(())
 }
