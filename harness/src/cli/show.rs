@@ -16,6 +16,7 @@ use geode_graders::{
 };
 use geode_harness::env::{Backend, Sandbox};
 use geode_harness::pack::{Task, TaskPack};
+use geode_harness::rollout::images::ImageCache;
 use geode_harness::rollout::job::RunConfig;
 use geode_harness::rollout::trial::{WORKSPACE_DIR, environment_spec};
 use geode_harness::store::{GradeRow, RunStore};
@@ -119,12 +120,13 @@ impl CommandRunner for SandboxCommands<'_> {
 }
 
 /// Grades one trial with its command criteria run against its kept workspace. The sandbox's
-/// logs go to a scratch folder beside the trial, removed after; a sandbox that cannot start
-/// makes the grade's command criteria infrastructure failures (the grader's `Err` path).
+/// logs go to a scratch folder beside the trial, removed after; when no sandbox can be made
+/// the trial is graded without one (its command criteria skipped) and the reason printed.
 async fn grade_in_sandbox(
     grader: &dyn geode_graders::Grader,
     input: &GradeInput,
     backend: &dyn Backend,
+    images: &ImageCache,
     task: &Task,
     kept: &Path,
     trial: &Path,
@@ -137,7 +139,10 @@ async fn grade_in_sandbox(
                 .map_err(|e| format!("{}: {e}", scratch.display()))?;
         }
         let spec = environment_spec(task, 1.0, None);
-        let image = backend.prepare(&spec).await.map_err(|e| e.to_string())?;
+        let image = images
+            .prepare(backend, &task.hash, &spec)
+            .await
+            .map_err(|e| e.to_string())?;
         let sandbox = backend
             .start(&spec, &image, &scratch)
             .await
@@ -203,6 +208,7 @@ pub async fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
         }
         _ => None,
     };
+    let images = ImageCache::new();
     let mut trials: Vec<PathBuf> = std::fs::read_dir(&run_dir)?
         .flatten()
         .map(|e| e.path())
@@ -215,18 +221,15 @@ pub async fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
         let result: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(t.join("result.json"))?)?;
         let task = result["task_name"].as_str().unwrap_or_default();
-        let task_dir = pack
-            .as_ref()
-            .and_then(|p| p.tasks.iter().find(|x| x.id == task))
-            .map(|x| x.dir.clone());
-        let input = GradeInput::from_trial_dir(t, task_dir.as_deref());
-        let kept = t.join(WORKSPACE_DIR);
         let task = pack
             .as_ref()
             .and_then(|p| p.tasks.iter().find(|x| x.id == task));
+        let input = GradeInput::from_trial_dir(t, task.map(|x| x.dir.as_path()));
+        let kept = t.join(WORKSPACE_DIR);
         let g = match (&commands, task) {
             (Some(backend), Some(task)) if kept.is_dir() => {
-                grade_in_sandbox(grader.as_ref(), &input, backend.as_ref(), task, &kept, t).await
+                let backend = backend.as_ref();
+                grade_in_sandbox(grader.as_ref(), &input, backend, &images, task, &kept, t).await
             }
             _ => grader.grade(&input, None).await,
         }

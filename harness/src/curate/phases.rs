@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use super::CurateError;
 use super::pipeline::{
     Candidate, CurateConfig, ModelFactory, OnPositionBias, POOL_SCHEMA, Phase, PhaseReport,
-    PhaseStatus, PilotRunner, STATE_SCHEMA, State, load_config,
+    PhaseStatus, PilotRunner, STATE_SCHEMA, State, TextModel, load_config,
 };
 use super::review::{MetaReview, Rated, Selected, meta_review, select};
 use super::synth;
@@ -398,6 +398,27 @@ fn dedup(ctx: &Ctx<'_>, cands: Vec<Candidate>) -> Result<(Value, String), Curate
     ))
 }
 
+/// Oracle must pass every trial and nop fail every one.
+async fn pilot_task(
+    runner: &dyn PilotRunner,
+    dir: &Path,
+    id: &str,
+    trials: u32,
+    seed: u64,
+) -> Result<Value, CurateError> {
+    let oracle = runner
+        .run(dir, "oracle", trials, seed)
+        .await
+        .map_err(CurateError::Pilot)?;
+    let nop = runner
+        .run(dir, "nop", trials, seed)
+        .await
+        .map_err(CurateError::Pilot)?;
+    let flaky = oracle.iter().any(|p| *p) && !oracle.iter().all(|p| *p);
+    let valid = !oracle.is_empty() && oracle.iter().all(|p| *p) && !nop.iter().any(|p| *p);
+    Ok(json!({"id": id, "oracle": oracle, "nop": nop, "flaky": flaky, "valid": valid}))
+}
+
 async fn pilot(
     ctx: &Ctx<'_>,
     cands: Vec<Candidate>,
@@ -423,20 +444,7 @@ async fn pilot(
             Some(done) => done.clone(),
             None => {
                 let seed = ctx.config.seed.wrapping_add(i as u64);
-                let dir = ctx.task_dir(c);
-                let oracle = runner
-                    .run(&dir, "oracle", cfg.trials, seed)
-                    .await
-                    .map_err(CurateError::Pilot)?;
-                let nop = runner
-                    .run(&dir, "nop", cfg.trials, seed)
-                    .await
-                    .map_err(CurateError::Pilot)?;
-                let flaky = oracle.iter().any(|p| *p) && !oracle.iter().all(|p| *p);
-                let valid =
-                    !oracle.is_empty() && oracle.iter().all(|p| *p) && !nop.iter().any(|p| *p);
-                let result = json!({"id": c.id, "oracle": oracle, "nop": nop, "flaky": flaky,
-                                    "valid": valid});
+                let result = pilot_task(runner, &ctx.task_dir(c), &c.id, cfg.trials, seed).await?;
                 journal.record(&item, result.clone())?;
                 result
             }
@@ -466,6 +474,24 @@ pub fn parse_vote(reply: &str) -> Option<bool> {
 
 const JUDGE_SYSTEM: &str = "You compare two benchmark tasks for terminal agents. The better task \
 is clear, realistic, verifiable by its tests and not trivial. Answer with one letter: A or B.";
+
+/// One judge's vote on two tasks as shown: true when the first (`A`) wins.
+async fn ask_vote(
+    judge: &dyn TextModel,
+    route: &str,
+    first: &str,
+    second: &str,
+) -> Result<bool, CurateError> {
+    let prompt =
+        format!("Task A:\n{first}\n\nTask B:\n{second}\n\nWhich is the better task? A or B.");
+    let model = |message: String| CurateError::Model {
+        route: route.to_string(),
+        message,
+    };
+    let reply = judge.ask(JUDGE_SYSTEM, &prompt).await.map_err(model)?;
+    parse_vote(&reply)
+        .ok_or_else(|| model(format!("the judge answered neither A nor B: {reply:?}")))
+}
 
 async fn tourney(
     ctx: &Ctx<'_>,
@@ -510,10 +536,6 @@ async fn tourney(
     for (pair, m) in schedule.iter().enumerate() {
         for (v, b_first) in m.b_first.iter().enumerate() {
             let (x, y) = if *b_first { (m.b, m.a) } else { (m.a, m.b) };
-            let prompt = format!(
-                "Task A:\n{}\n\nTask B:\n{}\n\nWhich is the better task? A or B.",
-                texts[x], texts[y]
-            );
             let judge = v % judges.len();
             let route = &sec.judges[judge];
             // The schedule is a function of the key's inputs, so (pair, voter) names one vote.
@@ -521,17 +543,8 @@ async fn tourney(
             let vote = match journal.get(&item).and_then(Value::as_bool) {
                 Some(done) => done,
                 None => {
-                    let reply = judges[judge]
-                        .ask(JUDGE_SYSTEM, &prompt)
-                        .await
-                        .map_err(|m| CurateError::Model {
-                            route: route.clone(),
-                            message: m,
-                        })?;
-                    let vote = parse_vote(&reply).ok_or_else(|| CurateError::Model {
-                        route: route.clone(),
-                        message: format!("the judge answered neither A nor B: {reply:?}"),
-                    })?;
+                    let vote =
+                        ask_vote(judges[judge].as_ref(), route, &texts[x], &texts[y]).await?;
                     journal.record(&item, json!(vote))?;
                     vote
                 }

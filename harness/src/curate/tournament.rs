@@ -189,25 +189,6 @@ pub fn bt_intervals(n: usize, outcomes: &[Outcome], samples: usize, seed: u64) -
         .collect()
 }
 
-/// Tally the votes of one matchup: `first_wins[v]` is voter v's answer in its presentation.
-pub fn tally(m: &Matchup, first_wins: &[bool]) -> Outcome {
-    let mut o = Outcome {
-        a: m.a,
-        b: m.b,
-        votes_a: 0,
-        votes_b: 0,
-    };
-    for (b_first, first) in m.b_first.iter().zip(first_wins) {
-        // The winner is the first shown when `first` holds; map that back to a or b.
-        if *first != *b_first {
-            o.votes_a += 1;
-        } else {
-            o.votes_b += 1;
-        }
-    }
-    o
-}
-
 pub fn ratings(n: usize, outcomes: &[Outcome], config: &TournamentConfig, seed: u64) -> Ratings {
     Ratings {
         elo: elo(n, outcomes, config.k, config.start),
@@ -224,21 +205,20 @@ pub fn run(
     seed: u64,
     mut judge: impl FnMut(usize, usize, usize) -> bool,
 ) -> (Vec<Outcome>, Ratings) {
-    let outcomes: Vec<Outcome> = schedule(n, config, seed)
-        .iter()
-        .map(|m| {
-            let votes: Vec<bool> = m
-                .b_first
-                .iter()
-                .enumerate()
-                .map(|(v, b_first)| {
-                    let (first, second) = if *b_first { (m.b, m.a) } else { (m.a, m.b) };
-                    judge(first, second, v)
-                })
-                .collect();
-            tally(m, &votes)
-        })
-        .collect();
+    let schedule = schedule(n, config, seed);
+    let mut votes = Vec::new();
+    for (pair, m) in schedule.iter().enumerate() {
+        for (voter, b_first) in m.b_first.iter().enumerate() {
+            let (first, second) = if *b_first { (m.b, m.a) } else { (m.a, m.b) };
+            votes.push(Vote {
+                judge: voter,
+                pair,
+                b_first: *b_first,
+                first_wins: judge(first, second, voter),
+            });
+        }
+    }
+    let outcomes = outcomes_without(&schedule, &votes, &[]);
     let r = ratings(n, &outcomes, config, seed);
     (outcomes, r)
 }
@@ -254,6 +234,7 @@ pub struct Vote {
 }
 
 impl Vote {
+    /// The first shown won when `first_wins`; mapped back to the pair's `a` or `b`.
     pub fn a_wins(&self) -> bool {
         self.first_wins != self.b_first
     }
@@ -361,29 +342,26 @@ pub fn outcomes_without(
     votes: &[Vote],
     discounted: &[usize],
 ) -> Vec<Outcome> {
-    schedule
+    let mut outcomes: Vec<Outcome> = schedule
         .iter()
-        .enumerate()
-        .filter_map(|(i, m)| {
-            let mut o = Outcome {
-                a: m.a,
-                b: m.b,
-                votes_a: 0,
-                votes_b: 0,
-            };
-            for v in votes
-                .iter()
-                .filter(|v| v.pair == i && !discounted.contains(&v.judge))
-            {
-                if v.a_wins() {
-                    o.votes_a += 1;
-                } else {
-                    o.votes_b += 1;
-                }
-            }
-            (o.votes_a + o.votes_b > 0).then_some(o)
+        .map(|m| Outcome {
+            a: m.a,
+            b: m.b,
+            votes_a: 0,
+            votes_b: 0,
         })
-        .collect()
+        .collect();
+    for v in votes.iter().filter(|v| !discounted.contains(&v.judge)) {
+        if let Some(o) = outcomes.get_mut(v.pair) {
+            if v.a_wins() {
+                o.votes_a += 1;
+            } else {
+                o.votes_b += 1;
+            }
+        }
+    }
+    outcomes.retain(|o| o.votes_a + o.votes_b > 0);
+    outcomes
 }
 
 /// Kendall's tau-a between two score vectors (1: same order, -1: reversed).

@@ -608,10 +608,11 @@ async fn verify(
     match plan.task.config.verifier_mode() {
         VerifierMode::Shared => {
             let result = run_tests(plan, sandbox, true, rec).await;
-            // Declared artifacts are kept for the record once the services are done with.
-            let wanted = !plan.task.config.artifacts.is_empty() || plan.keep_workspace;
-            if wanted && sandbox.kill_all_processes().await.is_ok() {
-                if !plan.task.config.artifacts.is_empty() {
+            // Declared artifacts (and the workspace, if asked) are kept once the services are
+            // done with.
+            let artifacts = !plan.task.config.artifacts.is_empty();
+            if (artifacts || plan.keep_workspace) && sandbox.kill_all_processes().await.is_ok() {
+                if artifacts {
                     collect_artifacts(plan, sandbox, rec).await;
                 }
                 if plan.keep_workspace {
@@ -621,7 +622,11 @@ async fn verify(
             result
         }
         VerifierMode::Separate => {
+            // The agent's processes are gone once the verifier's sandbox exists.
             let verifier = separate_verifier(plan, sandbox, fresh, rec).await?;
+            if plan.keep_workspace {
+                keep_workspace(plan, sandbox, rec).await;
+            }
             let result = run_tests(plan, verifier.as_ref(), false, rec).await;
             if let Err(e) = verifier.teardown().await {
                 rec.notes
