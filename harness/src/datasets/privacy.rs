@@ -216,7 +216,7 @@ fn texts_below(dir: &Path) -> Result<Texts, DatasetError> {
             false => bytes,
         };
         if is_tar(&bytes) {
-            read_tar(&path, &label, &bytes, &mut out)?;
+            read_tar(&label, &bytes, &mut out);
         } else {
             out.push(label, &bytes);
         }
@@ -252,24 +252,36 @@ fn is_tar(bytes: &[u8]) -> bool {
     bytes.len() >= 512 && bytes.get(257..262) == Some(b"ustar".as_slice())
 }
 
-fn read_tar(path: &Path, label: &str, bytes: &[u8], out: &mut Texts) -> Result<(), DatasetError> {
+/// The members of a tar archive, each scanned as a file. An archive that stops short (cut at
+/// the decompression bound, or damaged) is read up to there, and the rest is listed as skipped.
+fn read_tar(label: &str, bytes: &[u8], out: &mut Texts) {
     use std::io::Read;
-    let bad = |e: std::io::Error| invalid(path, format!("not a readable tar archive: {e}"));
     let mut archive = tar::Archive::new(bytes);
-    for entry in archive.entries().map_err(bad)? {
-        let mut entry = entry.map_err(bad)?;
-        if !entry.header().entry_type().is_file() {
-            continue;
+    let Ok(entries) = archive.entries() else {
+        out.skipped.push(label.to_string());
+        return;
+    };
+    for entry in entries {
+        let read = entry.and_then(|mut entry| {
+            let member = entry.path()?.to_string_lossy().into_owned();
+            let mut data = Vec::new();
+            if entry.header().entry_type().is_file() {
+                (&mut entry)
+                    .take(MAX_SCAN_BYTES as u64)
+                    .read_to_end(&mut data)?;
+            }
+            Ok((member, entry.header().entry_type().is_file(), data))
+        });
+        match read {
+            Ok((member, true, data)) => out.push(format!("{label}!{member}"), &data),
+            Ok(_) => {}
+            Err(_) => {
+                out.skipped
+                    .push(format!("{label}!(the rest of the archive)"));
+                return;
+            }
         }
-        let member = entry.path().map_err(bad)?.to_string_lossy().into_owned();
-        let mut data = Vec::new();
-        (&mut entry)
-            .take(MAX_SCAN_BYTES as u64)
-            .read_to_end(&mut data)
-            .map_err(bad)?;
-        out.push(format!("{label}!{member}"), &data);
     }
-    Ok(())
 }
 
 fn valid_ipv4(s: &str) -> bool {

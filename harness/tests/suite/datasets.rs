@@ -159,10 +159,23 @@ fn privacy_scan_opens_archives_and_names_what_it_cannot_read() {
     );
     assert_eq!(r.skipped, ["archives:environment/blob.bin"]);
 
-    // A corrupt gzip stream is named, not passed over; a text file called .gz is read as text.
+    // A corrupt gzip stream is named, not passed over; a text file called .gz is read as text;
+    // a tar cut short (as one past the decompression bound is) is read up to the cut, and the
+    // rest is named.
     let mut broken = gzip(secret.as_bytes());
     broken.truncate(12);
     std::fs::write(dir.join("environment/broken.gz"), broken).unwrap();
+    let mut two = tar::Builder::new(Vec::new());
+    for name in ["first.ini", "second.ini"] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(body.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        two.append_data(&mut header, name, &body[..]).unwrap();
+    }
+    let mut cut = two.into_inner().unwrap();
+    cut.truncate(1024 + 300);
+    std::fs::write(dir.join("environment/cut.tar"), cut).unwrap();
     std::fs::write(dir.join("environment/notes.tar.gz"), secret).unwrap();
     let r = review(
         &Scanner::new().unwrap(),
@@ -180,6 +193,19 @@ fn privacy_scan_opens_archives_and_names_what_it_cannot_read() {
             .any(|f| f.finding.file == "environment/notes.tar.gz"),
         "{:?}",
         r.open()
+    );
+    assert!(
+        r.open()
+            .iter()
+            .any(|f| f.finding.file == "environment/cut.tar!first.ini"),
+        "{:?}",
+        r.open()
+    );
+    assert!(
+        r.skipped
+            .contains(&"archives:environment/cut.tar!(the rest of the archive)".to_string()),
+        "{:?}",
+        r.skipped
     );
 }
 
