@@ -91,6 +91,9 @@ struct Ctx<'a> {
     out: PathBuf,
     pilot: Option<&'a dyn PilotRunner>,
     models: &'a dyn ModelFactory,
+    /// Candidate folders already found unchanged in this run: each phase's candidates are a
+    /// subset of the one before, so each folder is hashed once, not once per phase.
+    unchanged: std::sync::Mutex<std::collections::HashSet<(PathBuf, crate::pack::TaskHash)>>,
 }
 
 impl Ctx<'_> {
@@ -98,10 +101,18 @@ impl Ctx<'_> {
     /// (an older version recorded seed-pack folders relative to the wrong place).
     fn stale(&self, output: &Value) -> Option<String> {
         let cands: Vec<Candidate> = serde_json::from_value(output["candidates"].clone()).ok()?;
+        let mut unchanged = self.unchanged.lock().unwrap_or_else(|p| p.into_inner());
         cands.iter().find_map(|c| {
             let dir = self.task_dir(c);
+            let key = (dir.clone(), c.hash.clone());
+            if unchanged.contains(&key) {
+                return None;
+            }
             match hash_task_dir(&dir) {
-                Ok(h) if h == c.hash => None,
+                Ok(h) if h == c.hash => {
+                    unchanged.insert(key);
+                    None
+                }
                 Ok(_) => Some(format!("{} changed since", dir.display())),
                 Err(e) => Some(format!("{}: {e}", dir.display())),
             }
@@ -169,6 +180,7 @@ pub async fn run(
         out,
         pilot,
         models,
+        unchanged: Default::default(),
     };
     let mut reports = Vec::new();
     let mut prev_hash = String::new();

@@ -314,12 +314,17 @@ fn base_entry(
     }
 }
 
-/// The policy's name as the config spells it (`grid`, `random`, ...).
-pub fn policy_name(p: PolicyKind) -> String {
-    serde_json::to_value(p)
+/// A unit enum's name as files spell it (`grid`, `candidate_budget`, ...).
+fn serde_name<T: Serialize>(value: &T) -> String {
+    serde_json::to_value(value)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
+}
+
+/// The policy's name as the config spells it (`grid`, `random`, ...).
+pub fn policy_name(p: PolicyKind) -> String {
+    serde_name(&p)
 }
 
 /// The next proposal: read back if an interrupted one is on disk, else asked of the policy.
@@ -521,10 +526,7 @@ pub async fn run_search(
     };
     log(&format!(
         "stopped ({}): {} evaluated, {} kept, champion {}",
-        serde_json::to_value(&summary.stop)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default(),
+        serde_name(&summary.stop),
         summary.evaluated,
         summary.keeps,
         summary.champion
