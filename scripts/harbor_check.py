@@ -4,11 +4,13 @@
 Usage: harbor_check.py PACK_DIR [JOBS_DIR]
 
 - every `task.toml` below PACK_DIR with `harbor.models.task.config.TaskConfig`;
-- every `agent/trajectory.json` below JOBS_DIR (if given) with
-  `harbor.models.trajectories.trajectory.Trajectory`.
+- below JOBS_DIR (if given), each run folder's `config.json` with `JobConfig`, `lock.json` with
+  `JobLock` and `result.json` with `JobResult`; each trial's `result.json` with `TrialResult`;
+  every `agent/trajectory.json` with `Trajectory`.
 
-Harbor's result models (`TrialResult`, `JobResult`) need Python 3.12+ and are not checked here
-(see issue 16). Prints what it validated; exits 1 naming each file Harbor rejects.
+Harbor's job and trial models need Python 3.12+; on an older Python they are reported as not
+checked, and only `TaskConfig` and `Trajectory` are. Prints what it validated; exits 1 naming
+each file Harbor rejects.
 """
 
 import json
@@ -19,36 +21,58 @@ import tomllib
 from harbor.models.task.config import TaskConfig
 from harbor.models.trajectories.trajectory import Trajectory
 
+try:
+    from harbor.models.job.config import JobConfig
+    from harbor.models.job.lock import JobLock
+    from harbor.models.job.result import JobResult
+    from harbor.models.trial.result import TrialResult
+except Exception as e:  # typing.override and friends: Python 3.12+
+    JOB_MODELS = f"not checked ({type(e).__name__}: {e})"
+else:
+    JOB_MODELS = None
 
-def check(paths, load, model):
-    bad = []
+
+def read_json(path):
+    return json.loads(path.read_text())
+
+
+def check(label, paths, load, model, bad):
+    rejected = 0
     for path in paths:
         try:
             model.model_validate(load(path))
         except Exception as e:  # pydantic's ValidationError, or a parse error
-            bad.append(f"{path}: {str(e).splitlines()[0:3]}")
-    return bad
+            rejected += 1
+            bad.append(f"{path}: {str(e).splitlines()[0:4]}")
+    print(f"harbor {label}: {len(paths) - rejected} of {len(paths)} valid")
 
 
 def main():
     if len(sys.argv) not in (2, 3):
         sys.exit(__doc__)
+    bad = []
     pack = pathlib.Path(sys.argv[1])
     tasks = sorted(pack.glob("*/task.toml"))
     if not tasks:
         sys.exit(f"{pack}: no task.toml found")
-    bad = check(tasks, lambda p: tomllib.loads(p.read_text()), TaskConfig)
-    print(f"harbor TaskConfig: {len(tasks) - len(bad)} of {len(tasks)} task.toml valid")
+    check("TaskConfig", tasks, lambda p: tomllib.loads(p.read_text()), TaskConfig, bad)
     if len(sys.argv) == 3:
-        trajectories = sorted(pathlib.Path(sys.argv[2]).glob("**/agent/trajectory.json"))
+        jobs = pathlib.Path(sys.argv[2])
+        trajectories = sorted(jobs.glob("**/agent/trajectory.json"))
         if not trajectories:
-            sys.exit(f"{sys.argv[2]}: no agent/trajectory.json found")
-        more = check(trajectories, lambda p: json.loads(p.read_text()), Trajectory)
-        print(
-            f"harbor Trajectory: {len(trajectories) - len(more)} of {len(trajectories)} "
-            "trajectory.json valid"
-        )
-        bad += more
+            sys.exit(f"{jobs}: no agent/trajectory.json found")
+        check("Trajectory", trajectories, read_json, Trajectory, bad)
+        runs = sorted(p.parent for p in jobs.glob("*/lock.json"))
+        if not runs:
+            sys.exit(f"{jobs}: no run folder (with lock.json) found")
+        if JOB_MODELS:
+            print(f"harbor JobConfig, JobLock, JobResult, TrialResult: {JOB_MODELS}")
+        else:
+            check("JobConfig", [r / "config.json" for r in runs], read_json, JobConfig, bad)
+            check("JobLock", [r / "lock.json" for r in runs], read_json, JobLock, bad)
+            check("JobResult", [r / "result.json" for r in runs], read_json, JobResult, bad)
+            trials = sorted(t for r in runs for t in r.glob("*/result.json"))
+            check("TrialResult", trials, read_json, TrialResult, bad)
     for line in bad:
         print(f"REJECTED {line}")
     sys.exit(1 if bad else 0)

@@ -91,6 +91,19 @@ pub fn run_oracle_with(
     (summary, run_dir)
 }
 
+/// Copies the folder `src` to `dst`, recursively.
+pub fn copy_tree(src: &Path, dst: &Path) {
+    for entry in walkdir::WalkDir::new(src) {
+        let entry = entry.unwrap();
+        let to = dst.join(entry.path().strip_prefix(src).unwrap());
+        if entry.file_type().is_dir() {
+            std::fs::create_dir_all(&to).unwrap();
+        } else {
+            std::fs::copy(entry.path(), &to).unwrap();
+        }
+    }
+}
+
 /// A trial's `result.json`.
 pub fn trial_result(run_dir: &Path, trial: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(run_dir.join(trial).join("result.json")).unwrap();

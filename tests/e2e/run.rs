@@ -177,7 +177,7 @@ fn a_harbor_style_task_builds_with_real_installs_and_reuses_its_layer() {
     // layers of this fixture may be there from an earlier run: a last step of this run's own
     // makes the first build really build, and the earlier steps come from the cache.
     let copy = jobs.path().join("harbor-python-task");
-    copy_tree(&repo().join("tests/e2e/fixtures/harbor-python-task"), &copy);
+    super::common::copy_tree(&repo().join("tests/e2e/fixtures/harbor-python-task"), &copy);
     let dockerfile = copy.join("environment/Dockerfile");
     let mut text = std::fs::read_to_string(&dockerfile).unwrap();
     text.push_str(&format!("RUN echo {} > /.nonce\n", uuid::Uuid::new_v4()));
@@ -222,18 +222,6 @@ fn a_harbor_style_task_builds_with_real_installs_and_reuses_its_layer() {
     let ctrf: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(ctrf).unwrap()).unwrap();
     assert_eq!(ctrf["results"]["summary"]["passed"], 4);
-}
-
-fn copy_tree(src: &Path, dst: &Path) {
-    for entry in walkdir::WalkDir::new(src) {
-        let entry = entry.unwrap();
-        let to = dst.join(entry.path().strip_prefix(src).unwrap());
-        if entry.file_type().is_dir() {
-            std::fs::create_dir_all(&to).unwrap();
-        } else {
-            std::fs::copy(entry.path(), &to).unwrap();
-        }
-    }
 }
 
 fn trial_results(jobs: &Path, run_id: &str) -> Vec<(String, String, Option<f64>, u64)> {

@@ -12,6 +12,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use super::harbor;
 use super::images::ImageCache;
 use super::trial::{PhaseObserver, TrialPlan, run_trial};
 use crate::env::Backend;
@@ -214,12 +215,19 @@ pub async fn start_run(
     let run_dir = jobs_dir.join(&run_id);
     std::fs::create_dir_all(&run_dir).map_err(|e| files_err(&run_dir, e))?;
     let lock = lock_for(&config, &pack);
-    write_json(&run_dir.join("config.json"), &config)?;
-    write_json(&run_dir.join("lock.json"), &lock)?;
+    let created = chrono::Utc::now().to_rfc3339();
+    write_json(
+        &run_dir.join("config.json"),
+        &harbor::job_config(&config, &run_id, jobs_dir),
+    )?;
+    write_json(
+        &run_dir.join("lock.json"),
+        &harbor::job_lock(&lock, &config, &pack, &created),
+    )?;
     store.insert_run(
         &RunRow {
             run_id: run_id.clone(),
-            created: chrono::Utc::now().to_rfc3339(),
+            created,
             pack_path: config.pack.display().to_string(),
             pack_hash: lock.pack_hash.clone(),
             model_route: config.model.clone(),
@@ -320,6 +328,7 @@ async fn execute(
 ) -> Result<RunOutcome, RunError> {
     let finished: std::collections::HashSet<String> =
         store.finished_trials(&run_id)?.into_iter().collect();
+    let n_total_trials = pack.tasks.len() * config.attempts as usize;
     let scaffold = Arc::new(config.scaffold.clone());
     let mut plans = Vec::new();
     for task in pack.tasks.into_iter().map(Arc::new) {
@@ -396,10 +405,21 @@ async fn execute(
     shared
         .store
         .set_run_status(&run_id, if cancelled { "cancelled" } else { "finished" })?;
+    let started = shared.store.run(&run_id)?.map(|r| r.created);
+    let finished_at = chrono::Utc::now().to_rfc3339();
     write_json(
         &run_dir.join("result.json"),
-        &serde_json::json!({"schema": "geode.run-result.v1", "run_id": run_id,
-                            "cancelled": cancelled, "summary": summary}),
+        &harbor::job_result(&harbor::JobEnd {
+            run_id: &run_id,
+            pack: &shared.config.pack,
+            model_route: &shared.config.model,
+            started: started.as_deref().unwrap_or(&finished_at),
+            finished: &finished_at,
+            n_total_trials,
+            rows: &rows,
+            summary: &summary,
+            cancelled,
+        }),
     )?;
     observer.finished(&summary);
     Ok(RunOutcome {

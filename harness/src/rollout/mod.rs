@@ -1,6 +1,7 @@
 //! Seeded rollouts: trials (one task, one attempt, one sandbox) and jobs (a pack times K
 //! attempts, N at a time, resumable).
 
+pub mod harbor;
 pub mod images;
 pub mod job;
 pub mod trial;

@@ -103,6 +103,8 @@ fn env_outcome(e: &EnvError) -> TrialOutcome {
 #[derive(Default)]
 struct Record {
     phases: BTreeMap<String, f64>,
+    /// Each phase's `[started, finished]` timestamps (Harbor's `TimingInfo`).
+    phase_times: BTreeMap<String, [String; 2]>,
     usage: TrialUsage,
     /// What the integrity signals were, in words, for result.json.
     integrity: Vec<String>,
@@ -111,6 +113,29 @@ struct Record {
     agent: Option<AgentEnd>,
     /// The image the trial started from (base, cache hit, build time).
     image: Option<serde_json::Value>,
+}
+
+/// When a phase began, on the wall clock (for the record) and the monotonic one (for its length).
+struct PhaseClock {
+    at: String,
+    t: Instant,
+}
+
+impl PhaseClock {
+    fn start() -> Self {
+        PhaseClock {
+            at: now(),
+            t: Instant::now(),
+        }
+    }
+}
+
+impl Record {
+    fn close_phase(&mut self, phase: &str, clock: PhaseClock) {
+        self.phases
+            .insert(phase.into(), clock.t.elapsed().as_secs_f64());
+        self.phase_times.insert(phase.into(), [clock.at, now()]);
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -253,15 +278,14 @@ async fn run_phases(
     );
 
     observer.phase(&plan.trial_name, "environment");
-    let t = Instant::now();
+    let t = PhaseClock::start();
     let started = async {
         let image = images.prepare(backend, &task.hash, &spec).await?;
         let sandbox = backend.start(&spec, &image, &plan.trial_dir).await?;
         Ok::<_, EnvError>((image, sandbox))
     }
     .await;
-    rec.phases
-        .insert("environment_setup".into(), t.elapsed().as_secs_f64());
+    rec.close_phase("environment_setup", t);
     let (image, sandbox) = match started {
         Ok(s) => s,
         Err(e) => return Ending::infra(env_outcome(&e), "EnvironmentError", e.to_string()),
@@ -280,10 +304,9 @@ async fn run_phases(
     let ending = agent_then_verify(plan, sandbox.as_ref(), &fresh, observer, cancel, rec).await;
 
     observer.phase(&plan.trial_name, "teardown");
-    let t = Instant::now();
+    let t = PhaseClock::start();
     let torn = sandbox.teardown().await;
-    rec.phases
-        .insert("teardown".into(), t.elapsed().as_secs_f64());
+    rec.close_phase("teardown", t);
     match (torn, ending) {
         (Err(e), end) if !end.outcome.is_infrastructure() => {
             rec.notes.push(format!("teardown failed: {e}"));
@@ -326,10 +349,9 @@ async fn agent_then_verify(
     rec: &mut Record,
 ) -> Ending {
     observer.phase(&plan.trial_name, "agent");
-    let t = Instant::now();
+    let t = PhaseClock::start();
     let agent = run_agent(plan, sandbox, cancel, rec).await;
-    rec.phases
-        .insert("agent_execution".into(), t.elapsed().as_secs_f64());
+    rec.close_phase("agent_execution", t);
     let agent = match agent {
         Ok(end) => end,
         Err(e @ EnvError::BrokenFromInside(_)) => return broke_its_sandbox(rec, &e.to_string()),
@@ -345,7 +367,7 @@ async fn agent_then_verify(
     }
 
     observer.phase(&plan.trial_name, "verifier");
-    let t = Instant::now();
+    let t = PhaseClock::start();
     let verified = match verify(plan, sandbox, fresh, rec).await {
         Err(ending)
             if ending
@@ -358,8 +380,7 @@ async fn agent_then_verify(
         }
         other => other,
     };
-    rec.phases
-        .insert("verifier".into(), t.elapsed().as_secs_f64());
+    rec.close_phase("verifier", t);
     let (reward, rewards) = match verified {
         Ok(r) => r,
         Err(ending) => return ending,
@@ -862,7 +883,7 @@ async fn run_tests(
         (Validity::Valid, Some(r)) => Ok((r.primary(), r.all().clone())),
         (Validity::Invalid(cause), _) => Err(infra(
             cause.class(),
-            "VerifierResultError",
+            verifier_exception_class(cause.class()),
             cause.reason().to_string(),
         )),
         (Validity::Valid, None) => Err(infra(
@@ -870,6 +891,17 @@ async fn run_tests(
             "RewardFileNotFoundError",
             "the grade has no reward".to_string(),
         )),
+    }
+}
+
+/// The exception class Harbor gives a verifier that left no usable reward, so `harbor jobs
+/// resume -f CLASS` and `geode resume --rerun CLASS` name the same trials.
+fn verifier_exception_class(outcome: TrialOutcome) -> &'static str {
+    match outcome {
+        TrialOutcome::RewardMissing => "RewardFileNotFoundError",
+        TrialOutcome::RewardMalformed => "VerifierOutputParseError",
+        TrialOutcome::VerifierTimeout => "VerifierTimeoutError",
+        _ => "VerifierResultError",
     }
 }
 
@@ -885,10 +917,10 @@ fn clear_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Harbor's per-trial `result.json`.
+/// The trial's `result.json`: GEODE's record, with Harbor's `TrialResult` keys beside it.
 fn write_result_json(plan: &TrialPlan, row: &TrialRow, rec: &Record) {
     let phases: serde_json::Value = serde_json::from_str(&row.phases_json).unwrap_or_default();
-    let doc = json!({
+    let geode = json!({
         "schema": "geode.trial.v1",
         "trial_name": row.trial_name,
         "task_name": row.task_id,
@@ -896,22 +928,15 @@ fn write_result_json(plan: &TrialPlan, row: &TrialRow, rec: &Record) {
         "run_id": row.run_id,
         "attempt": row.attempt,
         "seed": row.seed,
-        "agent_info": {"name": "geode", "version": env!("CARGO_PKG_VERSION"),
-                       "model_info": {"name": row.model_route}},
         "scaffold_hash": row.scaffold_hash,
         "outcome": row.outcome,
-        "verifier_result": {"rewards": serde_json::from_str::<serde_json::Value>(&row.rewards_json).unwrap_or_default()},
-        "exception_info": row.exception_class.as_ref().map(|c| json!({
-            "exception_type": c, "exception_message": row.exception_message})),
-        "started_at": row.started,
-        "finished_at": row.finished,
         "phase_seconds": phases,
-        "agent_result": {"n_input_tokens": row.usage.input_tokens, "n_cache_tokens": row.usage.cached_tokens,
-                          "n_output_tokens": row.usage.output_tokens, "cost_usd": row.usage.cost_usd},
         "image": rec.image,
         "integrity": rec.integrity,
         "notes": rec.notes,
     });
+    let times = serde_json::to_value(&rec.phase_times).unwrap_or_default();
+    let doc = super::harbor::trial_result(geode, row, &plan.task, &plan.trial_dir, &times);
     if let Ok(text) = serde_json::to_string_pretty(&doc) {
         let _ = std::fs::write(plan.trial_dir.join("result.json"), text);
     }

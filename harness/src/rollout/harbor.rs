@@ -1,0 +1,350 @@
+//! Harbor's view of a jobs folder. Harbor's tooling reads a job through its pydantic models
+//! (harbor 0.25: `JobConfig`, `JobLock`, `JobResult`, `TrialResult`); this module adds the keys
+//! those models require to GEODE's own `config.json`, `lock.json` and `result.json`, beside
+//! GEODE's keys, which stay where they were (Harbor ignores keys it does not know, and GEODE
+//! reads its own back). Where both name the same thing (`timeout_multiplier`, `trial_name`,
+//! `task_name`) the value is the same.
+//!
+//! Identities Harbor wants as UUIDs are derived from GEODE's names, so a file rewritten on
+//! resume keeps its id.
+
+use std::path::Path;
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use super::job::{RunConfig, RunLock};
+use crate::pack::{Task, TaskPack, VerifierMode};
+use crate::store::TrialRow;
+use crate::summary::RunSummary;
+
+/// The agent name Harbor sees: GEODE's own loop, whatever model drives it.
+const AGENT_NAME: &str = "geode";
+
+/// A name-based UUID (RFC 9562 version 8: the first 16 bytes of SHA-256 over a kind and a
+/// name), the same for the same name on every machine.
+pub fn uuid_for(kind: &str, name: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(b"geode.uuid.v1\0");
+    h.update(kind.as_bytes());
+    h.update(b"\0");
+    h.update(name.as_bytes());
+    let d = h.finalize();
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&d[..16]);
+    b[6] = (b[6] & 0x0f) | 0x80;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let x = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &x[..8],
+        &x[8..12],
+        &x[12..16],
+        &x[16..20],
+        &x[20..]
+    )
+}
+
+pub fn job_uuid(run_id: &str) -> String {
+    uuid_for("job", run_id)
+}
+
+/// `geode` keys first, then Harbor's keys that `geode` does not already hold.
+fn beside(geode: Value, harbor: Value) -> Value {
+    let (Value::Object(mut out), Value::Object(extra)) = (geode, harbor) else {
+        return Value::Null;
+    };
+    for (k, v) in extra {
+        out.entry(k).or_insert(v);
+    }
+    Value::Object(out)
+}
+
+/// The pack's name as Harbor's `source` (its dataset): the pack folder's name.
+fn source(pack: &Path) -> String {
+    pack.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| pack.display().to_string())
+}
+
+fn agent(model_route: &str) -> Value {
+    json!({"name": AGENT_NAME, "model_name": model_route})
+}
+
+/// Harbor's `RetryConfig`. GEODE decides by outcome, not exception class (it retries a lost
+/// sandbox, an unavailable provider or a crashed verifier, never the agent), so only the bound
+/// is said; Harbor's default exclusions (timeouts, a missing reward) are GEODE's too.
+fn retry(config: &RunConfig) -> Value {
+    json!({"max_retries": config.max_infra_retries})
+}
+
+/// Harbor's `EnvironmentConfig.type` names only engines it drives; GEODE's sandbox is none of
+/// them, so only the docker backend is named.
+fn environment(backend: &str) -> Value {
+    match backend {
+        "docker" => json!({"type": "docker"}),
+        _ => json!({"kwargs": {"geode_backend": backend}}),
+    }
+}
+
+/// `config.json`: the run's configuration with Harbor's `JobConfig` keys beside it.
+pub fn job_config(config: &RunConfig, run_id: &str, jobs_dir: &Path) -> Value {
+    let geode = serde_json::to_value(config).unwrap_or_default();
+    let mut dataset = Map::new();
+    dataset.insert("path".into(), json!(config.pack));
+    if let Some(glob) = &config.tasks_glob {
+        dataset.insert("task_names".into(), json!([glob]));
+    }
+    beside(
+        geode,
+        json!({
+            "job_name": run_id,
+            "jobs_dir": jobs_dir,
+            "n_attempts": config.attempts,
+            "n_concurrent_trials": config.concurrency.max(1),
+            "timeout_multiplier": config.timeout_multiplier,
+            "retry": retry(config),
+            "environment": environment(&config.backend),
+            "agents": [agent(&config.model)],
+            "datasets": [dataset],
+        }),
+    )
+}
+
+/// `lock.json`: GEODE's lock with Harbor's `JobLock` keys beside it, one `TrialLock` per trial.
+pub fn job_lock(lock: &RunLock, config: &RunConfig, pack: &TaskPack, created: &str) -> Value {
+    let geode = serde_json::to_value(lock).unwrap_or_default();
+    let mut trials = Vec::new();
+    for task in &pack.tasks {
+        for _ in 0..config.attempts {
+            trials.push(json!({
+                "task": {
+                    "name": task.id,
+                    "type": "local",
+                    "digest": format!("sha256:{}", task.hash.0),
+                    "source": source(&config.pack),
+                    "path": task.dir,
+                },
+                "timeout_multiplier": config.timeout_multiplier,
+                "agent": agent(&config.model),
+                "environment": environment(&config.backend),
+                "verifier": {"environment_mode": verifier_mode(task)},
+            }));
+        }
+    }
+    beside(
+        geode,
+        json!({
+            "schema_version": 3,
+            "created_at": created,
+            "harbor": {"version": null},
+            "n_concurrent_trials": config.concurrency.max(1),
+            "retry": retry(config),
+            "trials": trials,
+        }),
+    )
+}
+
+/// Whether the task's verifier runs in the agent's sandbox or its own (Harbor's
+/// `VerifierEnvironmentMode`).
+fn verifier_mode(task: &Task) -> &'static str {
+    match task.config.verifier_mode() {
+        VerifierMode::Separate => "separate",
+        VerifierMode::Shared => "shared",
+    }
+}
+
+fn timing(phase_times: &Value, phase: &str) -> Value {
+    match phase_times.get(phase) {
+        Some(Value::Array(ends)) if ends.len() == 2 => {
+            json!({"started_at": ends[0], "finished_at": ends[1]})
+        }
+        _ => Value::Null,
+    }
+}
+
+/// A trial's `result.json`: GEODE's record (`geode`) with Harbor's `TrialResult` keys beside it.
+/// `phase_times` maps a phase to its `[started, finished]` timestamps.
+pub fn trial_result(
+    geode: Value,
+    row: &TrialRow,
+    task: &Task,
+    trial_dir: &Path,
+    phase_times: &Value,
+) -> Value {
+    let trial_dir = std::path::absolute(trial_dir).unwrap_or_else(|_| trial_dir.to_path_buf());
+    let trials_dir = trial_dir.parent().unwrap_or(&trial_dir);
+    let pack_dir = task.dir.parent().unwrap_or(&task.dir);
+    let rewards: Value = serde_json::from_str(&row.rewards_json).unwrap_or(Value::Null);
+    let rewards = match rewards {
+        Value::Object(m) if !m.is_empty() => Value::Object(m),
+        _ => Value::Null,
+    };
+    let exception = row.exception_class.as_ref().map(|class| {
+        let message = row.exception_message.clone().unwrap_or_default();
+        json!({
+            "exception_type": class,
+            "exception_message": message,
+            // GEODE's failures are outcomes, not Python exceptions: there is no stack.
+            "exception_traceback": "",
+            "occurred_at": row.finished,
+        })
+    });
+    let u = &row.usage;
+    beside(
+        geode,
+        json!({
+            "id": uuid_for("trial", &format!("{}/{}", row.run_id, row.trial_name)),
+            "trial_uri": format!("file://{}", trial_dir.display()),
+            "task_id": {"path": task.dir},
+            "source": source(pack_dir),
+            "config": {
+                "task": {"path": task.dir, "source": source(pack_dir)},
+                "trial_name": row.trial_name,
+                "trials_dir": trials_dir,
+                "agent": agent(&row.model_route),
+                "job_id": job_uuid(&row.run_id),
+            },
+            "agent_info": {"name": AGENT_NAME, "version": env!("CARGO_PKG_VERSION"),
+                           "model_info": {"name": row.model_route}},
+            "agent_result": {"n_input_tokens": u.input_tokens, "n_cache_tokens": u.cached_tokens,
+                             "n_output_tokens": u.output_tokens, "cost_usd": u.cost_usd},
+            "verifier_result": {"rewards": rewards},
+            "verifier_environment_mode": verifier_mode(task),
+            "exception_info": exception,
+            "started_at": row.started,
+            "finished_at": row.finished,
+            "environment_setup": timing(phase_times, "environment_setup"),
+            "agent_execution": timing(phase_times, "agent_execution"),
+            "verifier": timing(phase_times, "verifier"),
+        }),
+    )
+}
+
+/// The job's `result.json`: GEODE's summary with Harbor's `JobResult` keys beside it.
+pub struct JobEnd<'a> {
+    pub run_id: &'a str,
+    pub pack: &'a Path,
+    pub model_route: &'a str,
+    pub started: &'a str,
+    pub finished: &'a str,
+    pub n_total_trials: usize,
+    pub rows: &'a [TrialRow],
+    pub summary: &'a RunSummary,
+    pub cancelled: bool,
+}
+
+pub fn job_result(end: &JobEnd) -> Value {
+    let mut reward_stats: Map<String, Value> = Map::new();
+    let mut exception_stats: Map<String, Value> = Map::new();
+    let mut rewarded = 0usize;
+    let mut errored = 0usize;
+    let (mut n_in, mut n_cache, mut n_out, mut cost) = (0u64, 0u64, 0u64, 0f64);
+    for row in end.rows {
+        if let Ok(Value::Object(rewards)) = serde_json::from_str::<Value>(&row.rewards_json)
+            && !rewards.is_empty()
+        {
+            rewarded += 1;
+            for (key, value) in rewards {
+                let by_value = reward_stats
+                    .entry(key)
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Value::Object(by_value) = by_value {
+                    let names = by_value
+                        .entry(value.to_string())
+                        .or_insert_with(|| json!([]));
+                    if let Value::Array(names) = names {
+                        names.push(json!(row.trial_name));
+                    }
+                }
+            }
+        }
+        if let Some(class) = &row.exception_class {
+            errored += 1;
+            let names = exception_stats
+                .entry(class.clone())
+                .or_insert_with(|| json!([]));
+            if let Value::Array(names) = names {
+                names.push(json!(row.trial_name));
+            }
+        }
+        n_in += row.usage.input_tokens;
+        n_cache += row.usage.cached_tokens;
+        n_out += row.usage.output_tokens;
+        cost += row.usage.cost_usd;
+    }
+    let pass_at_k: Map<String, Value> = end
+        .summary
+        .pass_at_k
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    let evals_key = format!("{AGENT_NAME}__{}__{}", end.model_route, source(end.pack));
+    let completed = end.rows.len();
+    let geode = json!({"schema": "geode.run-result.v1", "run_id": end.run_id,
+                       "cancelled": end.cancelled, "summary": end.summary});
+    beside(
+        geode,
+        json!({
+            "id": job_uuid(end.run_id),
+            "started_at": end.started,
+            "updated_at": end.finished,
+            "finished_at": end.finished,
+            "n_total_trials": end.n_total_trials,
+            "stats": {
+                "n_completed_trials": completed,
+                "n_errored_trials": errored,
+                "n_running_trials": 0,
+                "n_pending_trials": end.n_total_trials.saturating_sub(completed),
+                "n_cancelled_trials": 0,
+                "n_retries": end.rows.iter().map(|r| u64::from(r.infra_retries)).sum::<u64>(),
+                "evals": {evals_key: {
+                    "n_trials": rewarded,
+                    "n_errors": errored,
+                    "metrics": [{"mean": end.summary.accuracy_infra_as_zero}],
+                    "pass_at_k": pass_at_k,
+                    "reward_stats": reward_stats,
+                    "exception_stats": exception_stats,
+                }},
+                "n_input_tokens": n_in,
+                "n_cache_tokens": n_cache,
+                "n_output_tokens": n_out,
+                "cost_usd": cost,
+            },
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_are_well_formed_stable_and_distinct() {
+        let a = uuid_for("job", "2026-12-02__00-48-24");
+        assert_eq!(a, uuid_for("job", "2026-12-02__00-48-24"));
+        assert_ne!(a, uuid_for("trial", "2026-12-02__00-48-24"));
+        assert_eq!(a.len(), 36);
+        let parts: Vec<&str> = a.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(parts[2].starts_with('8'), "{a}: version 8");
+        assert!(
+            matches!(&parts[3][..1], "8" | "9" | "a" | "b"),
+            "{a}: variant"
+        );
+    }
+
+    #[test]
+    fn harbor_keys_never_replace_geode_keys() {
+        let merged = beside(
+            json!({"timeout_multiplier": 2.0, "pack": "p"}),
+            json!({"timeout_multiplier": 1.0, "n_attempts": 3}),
+        );
+        assert_eq!(merged["timeout_multiplier"], 2.0);
+        assert_eq!(merged["n_attempts"], 3);
+        assert_eq!(merged["pack"], "p");
+    }
+}
