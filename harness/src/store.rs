@@ -361,18 +361,6 @@ impl RunStore {
         .map_err(|e| self.err(e))
     }
 
-    /// Names of the trials of a run that finished.
-    pub fn finished_trials(&self, run_id: &str) -> Result<Vec<String>, StoreError> {
-        let conn = self.conn();
-        let mut st = conn
-            .prepare("SELECT trial_name FROM trials WHERE run_id = ?1 AND status = 'finished'")
-            .map_err(|e| self.err(e))?;
-        st.query_map(params![run_id], |r| r.get::<_, String>(0))
-            .map_err(|e| self.err(e))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| self.err(e))
-    }
-
     /// Every finished trial of a run, ordered by trial name.
     pub fn trials(&self, run_id: &str) -> Result<Vec<TrialRow>, StoreError> {
         let conn = self.conn();

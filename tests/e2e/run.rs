@@ -281,14 +281,7 @@ fn a_run_killed_midway_resumes_to_the_same_results() {
         else {
             continue;
         };
-        if db.exists()
-            && RunStore::open(&db)
-                .unwrap()
-                .finished_trials(&run)
-                .unwrap()
-                .len()
-                >= 3
-        {
+        if db.exists() && RunStore::open(&db).unwrap().trials(&run).unwrap().len() >= 3 {
             break run;
         }
     };
@@ -363,6 +356,86 @@ fn resume_refuses_a_changed_pack() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("pack hash"), "{err}");
+}
+
+#[test]
+fn resume_reruns_only_the_trials_that_ended_in_a_named_exception_class() {
+    let pack = tempfile::tempdir().unwrap();
+    for task in ["cron-next", "largest-files"] {
+        super::common::copy_tree(
+            &repo().join("tasks/geode-core").join(task),
+            &pack.path().join(task),
+        );
+    }
+    // cron-next's verifier writes no reward: an infrastructure trial, RewardFileNotFoundError.
+    std::fs::write(
+        pack.path().join("cron-next/tests/test.sh"),
+        "#!/bin/sh\nexit 0\n",
+    )
+    .unwrap();
+    let jobs = tempfile::tempdir().unwrap();
+    let jobs_dir = jobs.path().to_str().unwrap();
+    let first = run_json(&[
+        "run",
+        pack.path().to_str().unwrap(),
+        "--model",
+        "oracle",
+        "--jobs-dir",
+        jobs_dir,
+    ]);
+    let run_id = first["run_id"].as_str().unwrap();
+    let run_dir = jobs.path().join(run_id);
+    let started = |trial: &str| {
+        super::common::trial_result(&run_dir, trial)["started_at"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let broken = started("geode-cron-next__0");
+    let good = started("geode-largest-files__0");
+    let class = super::common::trial_result(&run_dir, "geode-cron-next__0")["exception_info"]
+        ["exception_type"]
+        .clone();
+    assert_eq!(class, "RewardFileNotFoundError");
+
+    // A plain resume has nothing to do; naming another class reruns nothing either.
+    for rerun in [&[][..], &["--rerun", "SandboxError"][..]] {
+        let mut args = vec!["run", "--resume", run_id, "--jobs-dir", jobs_dir];
+        args.extend_from_slice(rerun);
+        run_json(&args);
+        assert_eq!(started("geode-cron-next__0"), broken, "{rerun:?}");
+    }
+    let again = run_json(&[
+        "run",
+        "--resume",
+        run_id,
+        "--jobs-dir",
+        jobs_dir,
+        "--rerun",
+        "RewardFileNotFoundError",
+    ]);
+    assert_ne!(
+        started("geode-cron-next__0"),
+        broken,
+        "the named class ran again"
+    );
+    assert_eq!(
+        started("geode-largest-files__0"),
+        good,
+        "the passed trial was kept"
+    );
+    assert_eq!(again["summary"]["trials"], 2, "the rerun replaced its row");
+    assert_eq!(trial_results(jobs.path(), run_id).len(), 2);
+
+    let out = geode(&["run", "--rerun", "X", "--jobs-dir", jobs_dir])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--resume"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `geode grade RUN --grader rubric:rubric.toml` run in `dir`; its standard output.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::Args;
 use geode_harness::env::{Backend, BaseMode};
-use geode_harness::rollout::job::{CONFIG_SCHEMA, RunConfig, resume_run, start_run};
+use geode_harness::rollout::job::{CONFIG_SCHEMA, ResumeOptions, RunConfig, resume_run, start_run};
 use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
 
@@ -61,6 +61,10 @@ pub struct RunArgs {
     /// Resume this run: finished trials are kept, the rest run again.
     #[arg(long, value_name = "RUN")]
     resume: Option<String>,
+    /// With --resume: also run again the finished trials that ended with this exception class
+    /// (`result.json`'s `exception_info.exception_type`, e.g. SandboxError); repeatable.
+    #[arg(long = "rerun", value_name = "CLASS", requires = "resume")]
+    rerun_exceptions: Vec<String>,
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     json: bool,
@@ -108,8 +112,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 &args.jobs_dir,
                 &config.base,
             )?;
-            let n = (args.concurrency != 1).then_some(args.concurrency);
-            resume_run(run_id, &args.jobs_dir, n, backend, progress, cancel.clone()).await?
+            let options = ResumeOptions {
+                concurrency: (args.concurrency != 1).then_some(args.concurrency),
+                rerun_exceptions: args.rerun_exceptions.clone(),
+            };
+            resume_run(
+                run_id,
+                &args.jobs_dir,
+                options,
+                backend,
+                progress,
+                cancel.clone(),
+            )
+            .await?
         }
         None => {
             let Some(pack) = args.pack.clone() else {

@@ -240,23 +240,40 @@ pub async fn start_run(
         &serde_json::to_string(&config).unwrap_or_default(),
     )?;
     execute(
-        config, pack, store, run_id, run_dir, backend, observer, cancel,
+        config,
+        pack,
+        store,
+        run_id,
+        run_dir,
+        &[],
+        backend,
+        observer,
+        cancel,
     )
     .await
+}
+
+/// What a resume may change: how many trials run at once, and which finished trials run again.
+#[derive(Debug, Clone, Default)]
+pub struct ResumeOptions {
+    pub concurrency: Option<usize>,
+    /// Finished trials that ended with one of these exception classes run again (Harbor's
+    /// `jobs resume --filter-error-type`), their earlier results replaced.
+    pub rerun_exceptions: Vec<String>,
 }
 
 /// Resume a run: the same config (concurrency may differ), a pack with the same lock hash.
 pub async fn resume_run(
     run_id: &str,
     jobs_dir: &Path,
-    concurrency: Option<usize>,
+    options: ResumeOptions,
     backend: Arc<dyn Backend>,
     observer: Arc<dyn RunObserver>,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
     let run_dir = jobs_dir.join(run_id);
     let mut config: RunConfig = read_json(&run_dir.join("config.json"))?;
-    if let Some(n) = concurrency {
+    if let Some(n) = options.concurrency {
         config.concurrency = n;
     }
     let stored: RunLock = read_json(&run_dir.join("lock.json"))?;
@@ -298,6 +315,7 @@ pub async fn resume_run(
         store,
         run_id.to_string(),
         run_dir,
+        &options.rerun_exceptions,
         backend,
         observer,
         cancel,
@@ -322,12 +340,21 @@ async fn execute(
     store: RunStore,
     run_id: String,
     run_dir: PathBuf,
+    rerun_exceptions: &[String],
     backend: Arc<dyn Backend>,
     observer: Arc<dyn RunObserver>,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
-    let finished: std::collections::HashSet<String> =
-        store.finished_trials(&run_id)?.into_iter().collect();
+    let finished: std::collections::HashSet<String> = store
+        .trials(&run_id)?
+        .into_iter()
+        .filter(|row| {
+            row.exception_class
+                .as_ref()
+                .is_none_or(|class| !rerun_exceptions.contains(class))
+        })
+        .map(|row| row.trial_name)
+        .collect();
     let n_total_trials = pack.tasks.len() * config.attempts as usize;
     let scaffold = Arc::new(config.scaffold.clone());
     let mut plans = Vec::new();
