@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Validate GEODE files with Harbor's own pydantic models (harbor 0.25 from PyPI).
 
-Usage: harbor_check.py PACK_DIR [JOBS_DIR]
+Usage: harbor_check.py PACK_DIR [JOBS_DIR [--view]]
 
 - every `task.toml` below PACK_DIR with `harbor.models.task.config.TaskConfig`;
 - below JOBS_DIR (if given), each run folder's `config.json` with `JobConfig`, `lock.json` with
   `JobLock` and `result.json` with `JobResult`; each trial's `result.json` with `TrialResult`;
   every `agent/trajectory.json` with `Trajectory`.
+
+With --view, `harbor view JOBS_DIR` is started on a free loopback port and its API is asked for
+every run, its trials with their rewards, and each trial's trajectory; each must match the files.
 
 Harbor's job and trial models need Python 3.12+; on an older Python they are reported as not
 checked, and only `TaskConfig` and `Trajectory` are. Prints what it validated; exits 1 naming
@@ -15,8 +18,12 @@ each file Harbor rejects.
 
 import json
 import pathlib
+import socket
+import subprocess
 import sys
+import time
 import tomllib
+import urllib.request
 
 from harbor.models.task.config import TaskConfig
 from harbor.models.trajectories.trajectory import Trajectory
@@ -47,8 +54,72 @@ def check(label, paths, load, model, bad):
     print(f"harbor {label}: {len(paths) - rejected} of {len(paths)} valid")
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_view(jobs, runs, bad):
+    """What `harbor view` shows of each run: its trials, their rewards, their trajectories."""
+    harbor = pathlib.Path(sys.executable).parent / "harbor"
+    port = free_port()
+    server = subprocess.Popen(
+        [harbor, "view", jobs, "--port", str(port), "--no-build", "--jobs"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}/api"
+
+    def get(path):
+        with urllib.request.urlopen(base + path, timeout=10) as r:
+            return json.load(r)
+
+    try:
+        for _ in range(300):
+            try:
+                get("/health")
+                break
+            except OSError:
+                time.sleep(0.1)
+        listed = {j["name"]: j for j in get("/jobs?page_size=100")["items"]}
+        shown = trajectories = 0
+        for run in runs:
+            job = listed.get(run.name)
+            trials = sorted(run.glob("*/result.json"))
+            if job is None or job["n_completed_trials"] != len(trials):
+                bad.append(f"harbor view: run {run.name}: {job}")
+                continue
+            items = get(f"/jobs/{run.name}/trials?page_size=100")["items"]
+            by_name = {t["name"]: t for t in items}
+            for trial in trials:
+                name = trial.parent.name
+                want = (json.loads(trial.read_text())["verifier_result"]["rewards"] or {}).get(
+                    "reward"
+                )
+                got = by_name.get(name, {}).get("reward", "missing")
+                if got != want:
+                    bad.append(f"harbor view: {run.name}/{name}: reward {got}, file {want}")
+                shown += 1
+                if (trial.parent / "agent/trajectory.json").is_file():
+                    steps = get(f"/jobs/{run.name}/trials/{name}/trajectory").get("steps")
+                    if not steps:
+                        bad.append(f"harbor view: {run.name}/{name}: no trajectory steps")
+                    trajectories += 1
+        print(
+            f"harbor view: {len(runs)} runs, {shown} trials with their rewards, "
+            f"{trajectories} trajectories shown"
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
 def main():
-    if len(sys.argv) not in (2, 3):
+    view = "--view" in sys.argv[1:]
+    args = [a for a in sys.argv[1:] if a != "--view"]
+    sys.argv[1:] = args
+    if len(args) not in (1, 2) or (view and len(args) != 2):
         sys.exit(__doc__)
     bad = []
     pack = pathlib.Path(sys.argv[1])
@@ -73,6 +144,8 @@ def main():
             check("JobResult", [r / "result.json" for r in runs], read_json, JobResult, bad)
             trials = sorted(t for r in runs for t in r.glob("*/result.json"))
             check("TrialResult", trials, read_json, TrialResult, bad)
+            if view:
+                check_view(jobs, runs, bad)
     for line in bad:
         print(f"REJECTED {line}")
     sys.exit(1 if bad else 0)

@@ -2,7 +2,8 @@
 //! (`scripts/harbor_check.py`): every `task.toml` of the built-in pack loads with `TaskConfig`;
 //! every run folder's `config.json`, `lock.json` and `result.json` with `JobConfig`, `JobLock`
 //! and `JobResult`; every trial's `result.json` with `TrialResult`; every
-//! `agent/trajectory.json` with `Trajectory`. Harbor's job models need Python 3.12+ (`typing.
+//! `agent/trajectory.json` with `Trajectory`; and `harbor view` serves the folder's runs, their
+//! trials with the rewards GEODE recorded, and each trajectory. Harbor's job models need Python 3.12+ (`typing.
 //! override`), so the models are installed, once per machine, into a virtual environment made
 //! with the newest Python 3.12+ found, beside the test image store; PyPI must be reachable the
 //! first time.
@@ -92,12 +93,13 @@ fn harbor_python() -> PathBuf {
     python
 }
 
-fn harbor_check(python: &Path, pack: &Path, jobs: &Path) -> (bool, String) {
+fn harbor_check(python: &Path, pack: &Path, jobs: &Path, more: &[&str]) -> (bool, String) {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let out = Command::new(python)
         .arg(repo.join("scripts/harbor_check.py"))
         .arg(pack)
         .arg(jobs)
+        .args(more)
         .output()
         .unwrap();
     let text = format!(
@@ -151,9 +153,13 @@ fn harbor_models_accept_the_built_in_pack_our_jobs_trials_and_trajectories() {
         "{trial}"
     );
 
-    let (ok, report) = harbor_check(&python, &pack, &jobs);
+    let (ok, report) = harbor_check(&python, &pack, &jobs, &["--view"]);
     println!("{report}");
     assert!(ok, "{report}");
+    assert!(
+        report.contains("harbor view: 2 runs, 6 trials with their rewards, 6 trajectories shown"),
+        "{report}"
+    );
     assert_eq!(counted(&report, "TaskConfig"), (28, 28));
     assert_eq!(counted(&report, "JobConfig"), (2, 2));
     assert_eq!(counted(&report, "JobLock"), (2, 2));
@@ -197,7 +203,7 @@ fn harbor_models_accept_the_built_in_pack_our_jobs_trials_and_trajectories() {
         cut.to_string(),
     )
     .unwrap();
-    let (ok, report) = harbor_check(&python, &pack, &jobs);
+    let (ok, report) = harbor_check(&python, &pack, &jobs, &[]);
     assert!(!ok, "{report}");
     assert_eq!(counted(&report, "TrialResult"), (5, 6));
     assert!(
