@@ -168,6 +168,61 @@ pub struct VerifierSection {
     pub environment_mode: Option<String>,
     /// The separate verifier's environment (implies `separate`); the task's own by default.
     pub environment: Option<EnvironmentSection>,
+    /// Commands run after the agent phase, before artifacts are collected (Harbor's
+    /// `[[verifier.collect]]`), to snapshot state into files.
+    pub collect: Vec<CollectHook>,
+}
+
+/// One `[[verifier.collect]]` block.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct CollectHook {
+    pub command: String,
+    /// The compose service it runs in; only `main` exists without compose.
+    #[serde(default = "main_service")]
+    pub service: String,
+    #[serde(default = "collect_timeout")]
+    pub timeout_sec: f64,
+    /// Harbor's field; GEODE's sandbox runs every command as the image's user.
+    #[serde(default)]
+    pub user: Option<toml::Value>,
+}
+
+fn main_service() -> String {
+    "main".into()
+}
+
+fn collect_timeout() -> f64 {
+    60.0
+}
+
+/// `[environment.healthcheck]`, with Docker's HEALTHCHECK meaning and Harbor's defaults: after
+/// the environment starts, `command` runs until it exits 0; failures during `start_period_sec`
+/// do not count, and `retries` consecutive failures after it fail the trial's setup.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Healthcheck {
+    pub command: String,
+    #[serde(default = "five")]
+    pub interval_sec: f64,
+    #[serde(default = "thirty")]
+    pub timeout_sec: f64,
+    #[serde(default)]
+    pub start_period_sec: f64,
+    #[serde(default = "five")]
+    pub start_interval_sec: f64,
+    #[serde(default = "three")]
+    pub retries: u32,
+}
+
+fn five() -> f64 {
+    5.0
+}
+
+fn thirty() -> f64 {
+    30.0
+}
+
+fn three() -> u32 {
+    3
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -184,7 +239,20 @@ pub struct EnvironmentSection {
     pub cpus: Option<f64>,
     pub memory_mb: Option<u64>,
     pub storage_mb: Option<u64>,
+    /// Harbor's deprecated sizes (`"2G"`, `"512M"`), read into `memory_mb`/`storage_mb` at load.
+    pub memory: Option<String>,
+    pub storage: Option<String>,
+    /// `linux` (the default) or `windows`; only Linux runs here.
+    pub os: Option<String>,
     pub gpus: Option<u64>,
+    pub gpu_types: Option<Vec<String>>,
+    pub tpu: Option<toml::Value>,
+    /// Skills inside the environment for the agent (Harbor copies them to the agent's skills
+    /// folder).
+    pub skills_dir: Option<String>,
+    pub healthcheck: Option<Healthcheck>,
+    /// MCP servers the task offers its agent (Harbor's `[[environment.mcp_servers]]`).
+    pub mcp_servers: Vec<toml::Table>,
     /// `public`, `no-network` or `allowlist`.
     pub network_mode: Option<String>,
     pub allowed_hosts: Vec<String>,
@@ -195,7 +263,76 @@ pub struct EnvironmentSection {
     pub build_args: BTreeMap<String, String>,
 }
 
+/// Harbor's size strings: a number and `G`, `M` or `K` (case-insensitive), in MiB.
+fn size_to_mb(text: &str) -> Option<u64> {
+    let t = text.trim().to_ascii_uppercase();
+    let (number, per_mb) = match t.chars().last()? {
+        'G' => (&t[..t.len() - 1], 1024.0),
+        'M' => (&t[..t.len() - 1], 1.0),
+        'K' => (&t[..t.len() - 1], 1.0 / 1024.0),
+        _ => return None,
+    };
+    let n: f64 = number.trim().parse().ok()?;
+    (n.is_finite() && n >= 0.0).then_some((n * per_mb) as u64)
+}
+
 impl EnvironmentSection {
+    /// Reads the deprecated `memory`/`storage` strings into `memory_mb`/`storage_mb`, as
+    /// Harbor does; a value that disagrees with the `_mb` field is an error.
+    fn resolve_sizes(&mut self, section: &str, file: &Path) -> Result<(), PackError> {
+        for (name, text, mb) in [
+            ("memory", &self.memory, &mut self.memory_mb),
+            ("storage", &self.storage, &mut self.storage_mb),
+        ] {
+            let Some(text) = text else { continue };
+            let Some(parsed) = size_to_mb(text) else {
+                return Err(invalid(
+                    file,
+                    format!("{section}.{name} = {text:?}: expected a size like \"2G\" or \"512M\""),
+                ));
+            };
+            match mb {
+                Some(given) if *given != parsed => {
+                    return Err(invalid(
+                        file,
+                        format!(
+                            "{section}.{name} = {text:?} ({parsed} MB) conflicts with \
+                             {section}.{name}_mb = {given}"
+                        ),
+                    ));
+                }
+                _ => *mb = Some(parsed),
+            }
+        }
+        Ok(())
+    }
+
+    /// Why no trial of this section can run on this machine: another OS, or an accelerator
+    /// GEODE's sandbox does not give a trial.
+    pub fn unsupported(&self) -> Option<String> {
+        if let Some(os) = &self.os
+            && !os.eq_ignore_ascii_case("linux")
+        {
+            return Some(format!(
+                "environment.os = {os:?}: this machine runs only Linux trials"
+            ));
+        }
+        if let Some(n) = self.gpus.filter(|n| *n > 0) {
+            let types = self
+                .gpu_types
+                .as_ref()
+                .map(|t| format!(" ({})", t.join(", ")))
+                .unwrap_or_default();
+            return Some(format!(
+                "environment.gpus = {n}{types}: GEODE's sandbox gives a trial no GPU"
+            ));
+        }
+        if self.tpu.is_some() {
+            return Some("environment.tpu: GEODE's sandbox gives a trial no TPU".into());
+        }
+        None
+    }
+
     /// What a sandbox of this section may reach, `mode` being the effective `network_mode`.
     pub fn network_policy(&self, mode: Option<&str>) -> NetworkPolicy {
         if self.allow_internet == Some(false) {
@@ -268,6 +405,32 @@ impl TaskConfig {
                     format!(
                         "{field} = {v:?}: must be a number of seconds above 0 and at most \
                          {MAX_TIMEOUT_SEC} (a week)"
+                    ),
+                ));
+            }
+        }
+        let mut waits: Vec<(String, f64)> = Vec::new();
+        if let Some(h) = &self.environment.healthcheck {
+            for (name, v) in [
+                ("interval_sec", h.interval_sec),
+                ("timeout_sec", h.timeout_sec),
+                ("start_interval_sec", h.start_interval_sec),
+            ] {
+                waits.push((format!("environment.healthcheck.{name}"), v));
+            }
+        }
+        for (i, hook) in self.verifier.collect.iter().enumerate() {
+            waits.push((
+                format!("verifier.collect[{i}].timeout_sec"),
+                hook.timeout_sec,
+            ));
+        }
+        for (field, v) in waits {
+            if !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_SEC) {
+                return Err(invalid(
+                    file,
+                    format!(
+                        "{field} = {v:?}: must be a number of seconds above 0 and at most a week"
                     ),
                 ));
             }
@@ -423,7 +586,7 @@ impl Task {
     pub fn load(dir: &Path) -> Result<Task, PackError> {
         let toml_path = dir.join("task.toml");
         let text = std::fs::read_to_string(&toml_path).map_err(|e| io_err(&toml_path, e))?;
-        let config: TaskConfig =
+        let mut config: TaskConfig =
             toml::from_str(&text).map_err(|e| invalid(&toml_path, e.to_string().trim_end()))?;
         if let Some(v) = config
             .schema_version
@@ -443,6 +606,12 @@ impl Task {
             return Err(invalid(&instruction_path, "the instruction is empty"));
         }
         config.validate(&toml_path)?;
+        config
+            .environment
+            .resolve_sizes("environment", &toml_path)?;
+        if let Some(verifier) = config.verifier.environment.as_mut() {
+            verifier.resolve_sizes("verifier.environment", &toml_path)?;
+        }
         let dockerfile = dir.join("environment").join("Dockerfile");
         if !dockerfile.is_file()
             && !dir.join("environment/docker-compose.yaml").is_file()

@@ -211,3 +211,111 @@ fn harbor_models_accept_the_built_in_pack_our_jobs_trials_and_trajectories() {
         "{report}"
     );
 }
+
+/// A task folder under `pack` from debian:bookworm-slim whose oracle writes /app/out.txt.
+fn small_task(pack: &Path, name: &str, toml: &str, test_sh: &str) {
+    let dir = pack.join(name);
+    for sub in ["environment", "tests", "solution"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
+    std::fs::write(dir.join("task.toml"), toml).unwrap();
+    std::fs::write(dir.join("instruction.md"), "Write hi to /app/out.txt.\n").unwrap();
+    std::fs::write(
+        dir.join("environment/Dockerfile"),
+        "FROM debian:bookworm-slim\nWORKDIR /app\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("solution/solve.sh"),
+        "#!/bin/sh\necho hi > /app/out.txt\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("tests/test.sh"), test_sh).unwrap();
+}
+
+#[test]
+fn schema_1_4_healthchecks_collect_hooks_and_accelerators_behave_as_harbor_defines_them() {
+    let d = tempfile::tempdir().unwrap();
+    let pack = d.path().join("pack");
+    // The verifier passes only if the collect hook ran after the agent and before it.
+    let needs_snapshot = "#!/bin/sh\nif [ \"$(cat /tmp/snapshot.txt)\" = hi ]; then echo 1; \
+                          else echo 0; fi > /logs/verifier/reward.txt\n";
+    small_task(
+        &pack,
+        "healthy",
+        "[environment.healthcheck]\ncommand = \"test -d /app\"\n\
+         [[verifier.collect]]\ncommand = \"cp /app/out.txt /tmp/snapshot.txt\"\n\
+         [[verifier.collect]]\ncommand = \"true\"\nservice = \"db\"\n",
+        needs_snapshot,
+    );
+    small_task(
+        &pack,
+        "no-hook",
+        "[environment.healthcheck]\ncommand = \"true\"\n",
+        needs_snapshot,
+    );
+    small_task(
+        &pack,
+        "never-healthy",
+        "[environment.healthcheck]\ncommand = \"test -f /ready\"\ninterval_sec = 0.2\n\
+         start_period_sec = 0.5\nstart_interval_sec = 0.1\nretries = 2\n",
+        "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n",
+    );
+    small_task(
+        &pack,
+        "gpu",
+        "[environment]\ngpus = 1\ngpu_types = [\"H100\"]\n",
+        "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n",
+    );
+    small_task(
+        &pack,
+        "windows",
+        "[environment]\nos = \"windows\"\n",
+        "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n",
+    );
+    let (_, run) = super::common::run_oracle_with(
+        super::common::geode_in(d.path()),
+        &pack,
+        &d.path().join("jobs"),
+        &["-k", "1"],
+    );
+    let result = |name: &str| super::common::trial_result(&run, &format!("{name}__0"));
+    let healthy = result("healthy");
+    assert_eq!(healthy["outcome"], "passed", "{healthy}");
+    assert!(
+        healthy["notes"].as_array().unwrap().iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .contains("verifier.collect[1]: service \"db\" not run")),
+        "{healthy}"
+    );
+    assert_eq!(
+        result("no-hook")["outcome"],
+        "failed",
+        "no hook, no snapshot"
+    );
+    let sick = result("never-healthy");
+    assert_eq!(sick["outcome"], "environment_setup_failed", "{sick}");
+    assert_eq!(sick["exception_info"]["exception_type"], "HealthcheckError");
+    let message = sick["exception_info"]["exception_message"]
+        .as_str()
+        .unwrap();
+    assert!(message.contains("failed 2 time(s) in a row"), "{message}");
+    for (name, says) in [
+        (
+            "gpu",
+            "environment.gpus = 1 (H100): GEODE's sandbox gives a trial no GPU",
+        ),
+        ("windows", "environment.os = \"windows\""),
+    ] {
+        let r = result(name);
+        assert_eq!(r["outcome"], "environment_unsupported", "{r}");
+        assert!(
+            r["exception_info"]["exception_message"]
+                .as_str()
+                .unwrap()
+                .contains(says),
+            "{r}"
+        );
+    }
+}

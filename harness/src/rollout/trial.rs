@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::images::ImageCache;
 use crate::atif;
 use crate::env::{Backend, EnvError, EnvironmentSpec, NetworkPolicy, Sandbox, TESTS_DIR};
-use crate::pack::{EnvironmentSection, Task, TaskHash, VerifierMode};
+use crate::pack::{EnvironmentSection, Healthcheck, Task, TaskHash, VerifierMode};
 use crate::store::{TrialRow, TrialUsage};
 
 /// Where the oracle finds the reference solution inside the sandbox.
@@ -271,6 +271,25 @@ async fn run_phases(
     if let Err(e) = fresh_trial_dir(&plan.trial_dir) {
         return Ending::infra(TrialOutcome::SandboxLost, "TrialDirError", e.to_string());
     }
+    let env = &task.config.environment;
+    if let Some(dir) = &env.skills_dir {
+        rec.notes.push(format!(
+            "environment.skills_dir = {dir:?}: GEODE's trial agent does not load skills yet"
+        ));
+    }
+    if !env.mcp_servers.is_empty() {
+        rec.notes.push(format!(
+            "environment.mcp_servers: {} server(s) not connected to GEODE's trial agent yet",
+            env.mcp_servers.len()
+        ));
+    }
+    if let Some(why) = env.unsupported() {
+        return Ending::infra(
+            TrialOutcome::EnvironmentUnsupported,
+            "EnvironmentUnsupportedError",
+            why,
+        );
+    }
     let spec = environment_spec(
         task,
         plan.timeout_multiplier,
@@ -285,11 +304,18 @@ async fn run_phases(
         Ok::<_, EnvError>((image, sandbox))
     }
     .await;
-    rec.close_phase("environment_setup", t);
     let (image, sandbox) = match started {
         Ok(s) => s,
-        Err(e) => return Ending::infra(env_outcome(&e), "EnvironmentError", e.to_string()),
+        Err(e) => {
+            rec.close_phase("environment_setup", t);
+            return Ending::infra(env_outcome(&e), "EnvironmentError", e.to_string());
+        }
     };
+    let healthy = match &task.config.environment.healthcheck {
+        Some(check) => wait_healthy(sandbox.as_ref(), check, plan.timeout_multiplier, cancel).await,
+        None => Ok(()),
+    };
+    rec.close_phase("environment_setup", t);
     rec.notes.extend(image.notes.iter().cloned());
     rec.image = Some(json!({
         "from": image.from,
@@ -301,7 +327,14 @@ async fn run_phases(
     }));
 
     let fresh = Fresh { backend, images };
-    let ending = agent_then_verify(plan, sandbox.as_ref(), &fresh, observer, cancel, rec).await;
+    let ending = match healthy {
+        Ok(()) => agent_then_verify(plan, sandbox.as_ref(), &fresh, observer, cancel, rec).await,
+        Err(why) => Ending::infra(
+            TrialOutcome::EnvironmentSetupFailed,
+            "HealthcheckError",
+            why,
+        ),
+    };
 
     observer.phase(&plan.trial_name, "teardown");
     let t = PhaseClock::start();
@@ -313,6 +346,97 @@ async fn run_phases(
             end
         }
         (_, end) => end,
+    }
+}
+
+/// Runs the task's healthcheck until it passes, as Docker's HEALTHCHECK counts: failures in
+/// the start period do not count; `retries` failures in a row after it are the error.
+async fn wait_healthy(
+    sandbox: &dyn Sandbox,
+    check: &Healthcheck,
+    timeout_multiplier: f64,
+    cancel: &CancellationToken,
+) -> Result<(), String> {
+    let began = Instant::now();
+    let start_period = Duration::from_secs_f64(check.start_period_sec.max(0.0));
+    let mut failures = 0u32;
+    loop {
+        let starting = began.elapsed() < start_period;
+        let req = ExecRequest {
+            command: check.command.clone(),
+            cwd: None,
+            timeout: scaled(
+                Duration::from_secs_f64(check.timeout_sec),
+                timeout_multiplier,
+            ),
+            output_cap: 4096,
+            env: Vec::new(),
+        };
+        let last = match sandbox.exec(req, cancel.clone()).await {
+            Ok(out) if out.exit_code == Some(0) => return Ok(()),
+            Ok(out) if out.timed_out => format!("timed out after {}s", check.timeout_sec),
+            Ok(out) => format!(
+                "exit {}: {}",
+                out.exit_code.map_or("by signal".into(), |c| c.to_string()),
+                out.stderr.trim().chars().take(300).collect::<String>()
+            ),
+            Err(e) => e.to_string(),
+        };
+        if cancel.is_cancelled() {
+            return Err("cancelled during the healthcheck".into());
+        }
+        if !starting {
+            failures += 1;
+            if failures >= check.retries.max(1) {
+                return Err(format!(
+                    "environment.healthcheck {:?} failed {failures} time(s) in a row (last: {last})",
+                    check.command
+                ));
+            }
+        }
+        let pause = if starting {
+            check.start_interval_sec
+        } else {
+            check.interval_sec
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs_f64(pause)) => {}
+            _ = cancel.cancelled() => {}
+        }
+    }
+}
+
+/// Runs the task's `[[verifier.collect]]` hooks in the agent's sandbox once the agent is done,
+/// before artifacts are collected. A failing hook is a note: the verifier decides what its
+/// missing snapshot means.
+async fn run_collect_hooks(plan: &TrialPlan, sandbox: &dyn Sandbox, rec: &mut Record) {
+    for (i, hook) in plan.task.config.verifier.collect.iter().enumerate() {
+        if hook.service != "main" {
+            rec.notes.push(format!(
+                "verifier.collect[{i}]: service {:?} not run (the trial has only `main`)",
+                hook.service
+            ));
+            continue;
+        }
+        let req = ExecRequest {
+            command: hook.command.clone(),
+            cwd: None,
+            timeout: scaled(
+                Duration::from_secs_f64(hook.timeout_sec),
+                plan.timeout_multiplier,
+            ),
+            output_cap: 4096,
+            env: Vec::new(),
+        };
+        match sandbox.exec(req, CancellationToken::new()).await {
+            Ok(out) if out.exit_code == Some(0) => {}
+            Ok(out) => rec.notes.push(format!(
+                "verifier.collect[{i}] exited {:?}{}",
+                out.exit_code,
+                if out.timed_out { " (timed out)" } else { "" }
+            )),
+            Err(e) => rec.notes.push(format!("verifier.collect[{i}]: {e}")),
+        }
     }
 }
 
@@ -597,6 +721,7 @@ async fn verify(
             "network_attempt: {attempts} packet(s) towards hosts the trial may not reach (no network, or not on its allowlist)"
         ));
     }
+    run_collect_hooks(plan, sandbox, rec).await;
     let verifier_dir = plan.trial_dir.join("verifier");
     // What the agent saw as /logs/verifier: a decoy where the sandbox has views.
     let planted = std::fs::read_dir(sandbox.verifier_decoy().unwrap_or(verifier_dir.clone()))

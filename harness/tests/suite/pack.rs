@@ -114,6 +114,107 @@ mystery = "x"
 }
 
 #[test]
+fn schema_1_4_fields_load_as_harbor_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    task(
+        dir.path(),
+        "full",
+        r#"
+schema_version = "1.4"
+[environment]
+os = "LINUX"
+memory = "2G"
+storage = "512M"
+skills_dir = "/skills"
+[environment.healthcheck]
+command = "test -f /tmp/ready"
+retries = 5
+[[environment.mcp_servers]]
+name = "db"
+transport = "stdio"
+command = "db-mcp"
+[[verifier.collect]]
+command = "pg_dump > /tmp/dump.sql"
+[[verifier.collect]]
+command = "redis-cli save"
+service = "cache"
+timeout_sec = 5
+"#,
+    );
+    task(
+        dir.path(),
+        "gpu",
+        "[environment]\ngpus = 2\ngpu_types = [\"H100\", \"A100\"]\n",
+    );
+    task(dir.path(), "windows", "[environment]\nos = \"windows\"\n");
+    task(
+        dir.path(),
+        "conflict",
+        "[environment]\nmemory = \"1G\"\nmemory_mb = 512\n",
+    );
+    task(
+        dir.path(),
+        "bad-size",
+        "[environment]\nstorage = \"lots\"\n",
+    );
+    task(
+        dir.path(),
+        "bad-hook",
+        "[[verifier.collect]]\ncommand = \"true\"\ntimeout_sec = -1\n",
+    );
+    let pack = TaskPack::load(dir.path()).unwrap();
+    let by = |name: &str| pack.tasks.iter().find(|t| t.id == name).unwrap();
+    let full = &by("full").config;
+    assert_eq!(full.environment.memory_mb, Some(2048));
+    assert_eq!(full.environment.storage_mb, Some(512));
+    assert_eq!(full.environment.skills_dir.as_deref(), Some("/skills"));
+    let check = full.environment.healthcheck.as_ref().unwrap();
+    assert_eq!(
+        (
+            check.command.as_str(),
+            check.retries,
+            check.interval_sec,
+            check.timeout_sec
+        ),
+        ("test -f /tmp/ready", 5, 5.0, 30.0)
+    );
+    assert_eq!(full.environment.mcp_servers.len(), 1);
+    let hooks = &full.verifier.collect;
+    assert_eq!(
+        hooks
+            .iter()
+            .map(|h| (h.service.as_str(), h.timeout_sec))
+            .collect::<Vec<_>>(),
+        [("main", 60.0), ("cache", 5.0)]
+    );
+    assert_eq!(full.environment.unsupported(), None);
+    let gpu = by("gpu").config.environment.unsupported().unwrap();
+    assert!(gpu.contains("gpus = 2 (H100, A100)"), "{gpu}");
+    let windows = by("windows").config.environment.unsupported().unwrap();
+    assert!(windows.contains("os = \"windows\""), "{windows}");
+    let broken: Vec<String> = pack.broken.iter().map(|b| b.to_string()).collect();
+    assert_eq!(broken.len(), 3, "{broken:?}");
+    for (folder, says) in [
+        (
+            "conflict",
+            "environment.memory = \"1G\" (1024 MB) conflicts with environment.memory_mb = 512",
+        ),
+        (
+            "bad-size",
+            "environment.storage = \"lots\": expected a size",
+        ),
+        ("bad-hook", "verifier.collect[0].timeout_sec = -1.0"),
+    ] {
+        assert!(
+            broken
+                .iter()
+                .any(|b| b.contains(&format!("{folder}/task.toml")) && b.contains(says)),
+            "{folder}: {broken:?}"
+        );
+    }
+}
+
+#[test]
 fn the_task_hash_ignores_the_folder_name_and_sees_content_and_mode() {
     let dir = tempfile::tempdir().unwrap();
     task(dir.path(), "a", "[task]\nname = \"org/a\"\n");
