@@ -267,6 +267,11 @@ pub struct Contract {
     pub decision_rule: DecisionRule,
     pub budgets: Budgets,
     pub vetoes: Vetoes,
+    /// The `reward.json` key the evidence scores (Harbor's multi-reward tasks); `None` is each
+    /// task's headline reward. Left out of the canonical JSON when `None`, so contracts frozen
+    /// before it keep their hashes; the grader hash must cover it too (the harness checks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reward_key: Option<String>,
 }
 
 fn unit_interval(field: &'static str, x: f64) -> Result<(), ContractError> {
@@ -298,6 +303,9 @@ impl Contract {
             ));
         }
         non_empty("baseline.model_route", &self.baseline.model_route)?;
+        if let Some(key) = &self.reward_key {
+            non_empty("reward_key", key)?;
+        }
         non_empty("candidate.model_route", &self.candidate.model_route)?;
         if self.packs.train == self.packs.test {
             return Err(ContractError::field(

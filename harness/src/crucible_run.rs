@@ -40,8 +40,28 @@ use crate::store::{RunRow, RunStore, TrialRow};
 /// is what contracts pin as `grader_config_hash`.
 pub const TESTS_GRADER: &str = "geode.grader.tests.v1";
 
-pub fn tests_grader_hash() -> GraderHash {
-    GraderHash::of_bytes(TESTS_GRADER.as_bytes())
+/// With a reward key, the grader scores that key of `reward.json` rather than each task's
+/// headline reward: another grader, so another hash. Without one the hash is the one every
+/// contract before reward keys pinned.
+pub fn tests_grader_hash(reward_key: Option<&str>) -> GraderHash {
+    match reward_key {
+        None => GraderHash::of_bytes(TESTS_GRADER.as_bytes()),
+        Some(key) => GraderHash::of_bytes(format!("{TESTS_GRADER}\0reward_key={key}").as_bytes()),
+    }
+}
+
+/// The reward a campaign scores for `row`: the contract's reward key when it has one (`None`
+/// when the trial's `reward.json` lacks it: the verifier did not say what was asked, so the
+/// trial is no evidence), else the headline reward.
+fn scored_reward(row: &TrialRow, reward_key: Option<&str>) -> Option<f64> {
+    match reward_key {
+        None => Some(row.reward.unwrap_or(0.0)),
+        Some(key) => {
+            serde_json::from_str::<std::collections::BTreeMap<String, f64>>(&row.rewards_json)
+                .ok()
+                .and_then(|all| all.get(key).copied())
+        }
+    }
 }
 
 pub fn scaffold_hash(s: &Scaffold) -> Result<ScaffoldHash, CrucibleRunError> {
@@ -188,6 +208,19 @@ pub async fn run_campaign(
     cancel: CancellationToken,
 ) -> Result<Evidence, CrucibleRunError> {
     let contract = c.contract.contract();
+    let grader = tests_grader_hash(contract.reward_key.as_deref());
+    if contract.grader_config_hash != grader {
+        return Err(CrucibleRunError::Invalid(format!(
+            "the contract pins grader {} but GEODE's tests grader{} is {grader}: the contract was \
+             frozen for another grader",
+            contract.grader_config_hash,
+            contract
+                .reward_key
+                .as_ref()
+                .map(|k| format!(" scoring reward key {k:?}"))
+                .unwrap_or_default(),
+        )));
+    }
     if contract.stage == geode_crucible::Stage::Test {
         // Recorded before the first trial: a campaign that never finishes still used the
         // holdout, and no other contract gets a first result from the same tasks.
@@ -348,19 +381,23 @@ pub async fn run_campaign(
             .unwrap_or_default();
         FamilyId::new(category)
     };
+    let reward_key = contract.reward_key.as_deref();
     let trials = rows
         .into_iter()
         // A cancelled trial is no evidence: the pair is missing, and coverage says so.
         .filter(|(_, r)| r.outcome != geode_graders::TrialOutcome::Cancelled)
-        .map(|(arm, r)| TrialOutcome {
-            task: TaskId::new(r.task_id.clone()),
-            family: family(&r.task_id),
-            arm,
-            trial: r.attempt,
-            seed: TrialSeed(r.seed),
-            reward: r.reward.unwrap_or(0.0).clamp(0.0, 1.0),
-            infra_invalid: r.outcome.is_infrastructure(),
-            integrity: r.integrity,
+        .map(|(arm, r)| {
+            let scored = scored_reward(&r, reward_key);
+            TrialOutcome {
+                task: TaskId::new(r.task_id.clone()),
+                family: family(&r.task_id),
+                arm,
+                trial: r.attempt,
+                seed: TrialSeed(r.seed),
+                reward: scored.unwrap_or(0.0).clamp(0.0, 1.0),
+                infra_invalid: r.outcome.is_infrastructure() || scored.is_none(),
+                integrity: r.integrity,
+            }
         })
         .collect();
     Ok(Evidence {
@@ -371,7 +408,7 @@ pub async fn run_campaign(
             pack_hash: pack_hash(c.pack, k)?,
             baseline_scaffold_hash: scaffold_hash(&c.baseline)?,
             candidate_scaffold_hash: scaffold_hash(&c.candidate)?,
-            grader_config_hash: tests_grader_hash(),
+            grader_config_hash: tests_grader_hash(reward_key),
         },
         run_seed,
         replication: c.replication,
@@ -466,4 +503,57 @@ pub fn write_atomic(path: &Path, text: &str) -> Result<(), CrucibleRunError> {
         .and_then(|f| f.sync_all())
         .map_err(err)?;
     std::fs::rename(&tmp, path).map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(reward: Option<f64>, rewards: &str) -> TrialRow {
+        TrialRow {
+            run_id: "r".into(),
+            trial_name: "t__0".into(),
+            task_id: "t".into(),
+            task_hash: "h".into(),
+            category: "c".into(),
+            difficulty: "d".into(),
+            attempt: 0,
+            seed: 1,
+            outcome: geode_graders::TrialOutcome::Passed,
+            reward,
+            rewards_json: rewards.into(),
+            exception_class: None,
+            exception_message: None,
+            started: String::new(),
+            finished: String::new(),
+            phases_json: "{}".into(),
+            usage: Default::default(),
+            model_route: "oracle".into(),
+            scaffold_hash: String::new(),
+            infra_retries: 0,
+            integrity: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_reward_key_picks_its_reward_and_a_missing_key_is_no_evidence() {
+        let r = row(Some(0.0), r#"{"correctness": 1.0, "performance": 0.0}"#);
+        assert_eq!(scored_reward(&r, None), Some(0.0));
+        assert_eq!(scored_reward(&r, Some("correctness")), Some(1.0));
+        assert_eq!(scored_reward(&r, Some("performance")), Some(0.0));
+        assert_eq!(scored_reward(&r, Some("style")), None);
+        assert_eq!(scored_reward(&row(None, "{}"), None), Some(0.0));
+    }
+
+    #[test]
+    fn the_grader_hash_covers_the_reward_key_and_keeps_the_old_one_without() {
+        assert_eq!(
+            tests_grader_hash(None),
+            GraderHash::of_bytes(b"geode.grader.tests.v1")
+        );
+        let a = tests_grader_hash(Some("correctness"));
+        assert_ne!(a, tests_grader_hash(None));
+        assert_ne!(a, tests_grader_hash(Some("performance")));
+        assert_eq!(a, tests_grader_hash(Some("correctness")));
+    }
 }

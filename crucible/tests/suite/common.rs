@@ -65,6 +65,7 @@ pub fn contract(stage: Stage, trials_per_task: u32, run_seed: u64) -> Contract {
             safety_tolerance: 0.12,
             infra_allowance: 0.05,
         },
+        reward_key: None,
     }
 }
 

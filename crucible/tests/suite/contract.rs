@@ -25,6 +25,31 @@ fn freeze_hash_ignores_formatting_and_key_order() {
 }
 
 #[test]
+fn a_reward_key_is_part_of_the_contract_and_absent_keeps_old_hashes() {
+    let plain = frozen(Stage::Train, 3, 42);
+    assert!(!plain.canonical_json().contains("reward_key"));
+    let mut keyed = contract(Stage::Train, 3, 42);
+    keyed.reward_key = Some("correctness".into());
+    let keyed = keyed.freeze().unwrap();
+    assert!(
+        keyed
+            .canonical_json()
+            .contains("\"reward_key\":\"correctness\""),
+        "{}",
+        keyed.canonical_json()
+    );
+    assert_ne!(keyed.hash(), plain.hash());
+    let back = FrozenContract::from_json(keyed.canonical_json()).unwrap();
+    assert_eq!(back.contract().reward_key.as_deref(), Some("correctness"));
+    let mut empty = contract(Stage::Train, 3, 42);
+    empty.reward_key = Some(" ".into());
+    match empty.freeze() {
+        Err(e) => assert!(e.to_string().contains("reward_key"), "{e}"),
+        Ok(_) => panic!("an empty reward key froze"),
+    }
+}
+
+#[test]
 fn verify_detects_an_edited_contract() {
     let f = frozen(Stage::Train, 3, 42);
     let edited = f

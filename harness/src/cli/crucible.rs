@@ -116,6 +116,10 @@ pub struct FreezeArgs {
     safety_tolerance: f64,
     #[arg(long, default_value_t = 0.02)]
     infra_allowance: f64,
+    /// Score this key of each trial's `reward.json` (a multi-reward task's `correctness`, say)
+    /// instead of its headline reward; a trial without the key counts as infrastructure.
+    #[arg(long, value_name = "KEY")]
+    reward_key: Option<String>,
     #[arg(long)]
     out: PathBuf,
 }
@@ -462,7 +466,7 @@ fn freeze(a: FreezeArgs) -> anyhow::Result<ExitCode> {
         },
         trials_per_task: a.trials,
         run_seed: a.seed,
-        grader_config_hash: tests_grader_hash(),
+        grader_config_hash: tests_grader_hash(a.reward_key.as_deref()),
         evaluator: evaluator(),
         decision_rule: DecisionRule {
             confidence: a.confidence,
@@ -485,6 +489,7 @@ fn freeze(a: FreezeArgs) -> anyhow::Result<ExitCode> {
             safety_tolerance: a.safety_tolerance,
             infra_allowance: a.infra_allowance,
         },
+        reward_key: a.reward_key.clone(),
     };
     let frozen = contract.freeze()?;
     warn_if_infeasible(&frozen, &a, &train)?;

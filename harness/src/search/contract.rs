@@ -55,7 +55,7 @@ pub fn contract_for(
         },
         trials_per_task: trials,
         run_seed,
-        grader_config_hash: tests_grader_hash(),
+        grader_config_hash: tests_grader_hash(None),
         evaluator: evaluator(),
         decision_rule: DecisionRule {
             confidence: rule.confidence,
@@ -78,6 +78,7 @@ pub fn contract_for(
             safety_tolerance: rule.safety_tolerance,
             infra_allowance: rule.infra_allowance,
         },
+        reward_key: None,
     };
     contract
         .freeze()
