@@ -41,6 +41,9 @@ pub enum ReportError {
         known: Vec<String>,
     },
 
+    #[error("--reward-key {0:?}: a reward.json key is letters, digits, `_`, `-` and `.`")]
+    BadRewardKey(String),
+
     #[error("{path}: run {run} has no finished trials", path = .path.display())]
     EmptyRun { path: PathBuf, run: String },
 

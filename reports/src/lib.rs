@@ -19,6 +19,6 @@ pub mod stats;
 pub mod synth;
 
 pub use error::ReportError;
-pub use load::{Loaded, RunRef, Store, TrialColumns, load, resolve_run};
+pub use load::{Loaded, RewardKey, RunRef, Store, TrialColumns, load, load_scoring, resolve_run};
 pub use render::TextFormat;
 pub use report::{Report, build};

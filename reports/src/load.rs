@@ -68,6 +68,35 @@ pub enum TrialColumns {
     Export,
 }
 
+/// A `reward.json` key scored instead of each trial's headline reward (Harbor's multi-reward
+/// tasks). Invariant: non-empty ASCII letters, digits, `_`, `-` and `.`, so it sits in a JSON
+/// path literal as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RewardKey(String);
+
+impl RewardKey {
+    pub fn parse(key: &str) -> Result<RewardKey, ReportError> {
+        let ok = !key.is_empty()
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+        if ok {
+            Ok(RewardKey(key.to_owned()))
+        } else {
+            Err(ReportError::BadRewardKey(key.to_owned()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The key's value in the trial's `rewards` JSON (NULL when the trial has no such key).
+    fn sql(&self) -> String {
+        format!("json_extract(rewards, '$.\"{}\"')", self.0)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Str,
@@ -395,16 +424,20 @@ impl Store {
 
     /// The `runs` row of `run_id` as a one-row DataFrame.
     pub fn run_frame(&self, run_id: &str) -> Result<DataFrame, ReportError> {
-        self.frame(&RUN_QUERY, run_id, TrialColumns::Export)
+        self.frame(&RUN_QUERY, run_id, TrialColumns::Export, None)
     }
 
     /// The finished trials of `run_id`, ordered by trial name (at least one, or an error).
+    ///
+    /// With a reward key, `reward` is that key's value, and a trial without the key counts as
+    /// infrastructure (its verifier did not say what was asked), as the crucible counts it.
     pub fn trial_frame(
         &self,
         run_id: &str,
         columns: TrialColumns,
+        reward_key: Option<&RewardKey>,
     ) -> Result<DataFrame, ReportError> {
-        let mut df = self.frame(&TRIAL_QUERY, run_id, columns)?;
+        let mut df = self.frame(&TRIAL_QUERY, run_id, columns, reward_key)?;
         if df.height() == 0 {
             return Err(ReportError::EmptyRun {
                 path: self.path.clone(),
@@ -459,6 +492,7 @@ impl Store {
         q: &Query,
         run_id: &str,
         columns: TrialColumns,
+        reward_key: Option<&RewardKey>,
     ) -> Result<DataFrame, ReportError> {
         let specs: Vec<&Spec> = q
             .specs
@@ -470,10 +504,13 @@ impl Store {
             .map(|s| {
                 let missing =
                     LATER_COLUMNS.contains(&s.sql) && !self.columns.iter().any(|c| c == s.sql);
-                if missing {
-                    "NULL".to_owned()
-                } else {
-                    sql_of(s)
+                match (missing, reward_key, s.name) {
+                    (true, _, _) => "NULL".to_owned(),
+                    (false, Some(key), "reward") => key.sql(),
+                    (false, Some(key), "infra") => {
+                        format!("({}) OR {} IS NULL", sql_of(s), key.sql())
+                    }
+                    (false, _, _) => sql_of(s),
                 }
             })
             .collect();
@@ -551,6 +588,15 @@ pub struct Loaded {
 /// Runs are read in parallel, one read-only connection per worker (a SQLite connection is not
 /// shared between threads), one worker per core at most.
 pub fn load(runs: &[RunRef], columns: TrialColumns) -> Result<Loaded, ReportError> {
+    load_scoring(runs, columns, None)
+}
+
+/// [`load`], scoring `reward_key` of each trial's `reward.json` when given.
+pub fn load_scoring(
+    runs: &[RunRef],
+    columns: TrialColumns,
+    reward_key: Option<&RewardKey>,
+) -> Result<Loaded, ReportError> {
     let mut seen: BTreeMap<&str, &Path> = BTreeMap::new();
     for r in runs {
         if let Some(first) = seen.insert(&r.run_id, &r.store) {
@@ -578,7 +624,7 @@ pub fn load(runs: &[RunRef], columns: TrialColumns) -> Result<Loaded, ReportErro
         let store = Store::open(&r.store)?;
         Ok((
             store.run_frame(&r.run_id)?,
-            store.trial_frame(&r.run_id, columns)?,
+            store.trial_frame(&r.run_id, columns, reward_key)?,
             store.regrades(&r.run_id)?,
         ))
     });

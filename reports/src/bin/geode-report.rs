@@ -10,7 +10,9 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use geode_reports::synth::{SynthSpec, synthetic_store};
-use geode_reports::{TextFormat, TrialColumns, build, export, load, render, resolve_run};
+use geode_reports::{
+    RewardKey, TextFormat, TrialColumns, build, export, load, load_scoring, render, resolve_run,
+};
 
 #[derive(Parser)]
 #[command(
@@ -38,6 +40,10 @@ enum Command {
         /// Where runs are kept (the run store geode.db and one folder per run).
         #[arg(long, default_value = "jobs")]
         jobs_dir: PathBuf,
+        /// Score this key of each trial's reward.json (Harbor's multi-reward tasks) instead of
+        /// its headline reward; a trial without the key counts as infrastructure.
+        #[arg(long, value_name = "KEY")]
+        reward_key: Option<String>,
     },
     /// Paired comparison of RUN_B (candidate) against RUN_A (baseline) on their shared tasks.
     Compare {
@@ -52,6 +58,10 @@ enum Command {
         out: Option<PathBuf>,
         #[arg(long, default_value = "jobs")]
         jobs_dir: PathBuf,
+        /// Score this key of each trial's reward.json (Harbor's multi-reward tasks) instead of
+        /// its headline reward; a trial without the key counts as infrastructure.
+        #[arg(long, value_name = "KEY")]
+        reward_key: Option<String>,
     },
     /// Benchmark: time `report` on a synthetic store (created if missing) and print the median
     /// and the peak memory.
@@ -112,17 +122,23 @@ fn emit(text: &str, out: Option<&Path>) -> Result<()> {
 }
 
 /// Runs `report` once; returns the number of trials read.
-fn report(runs: &[String], format: ReportFormat, out: Option<&Path>, jobs: &Path) -> Result<usize> {
+fn report(
+    runs: &[String],
+    format: ReportFormat,
+    out: Option<&Path>,
+    jobs: &Path,
+    reward_key: Option<&RewardKey>,
+) -> Result<usize> {
     let refs: Vec<_> = runs.iter().map(|r| resolve_run(r, jobs)).collect();
     match text_format(format) {
         Some(tf) => {
-            let loaded = load(&refs, TrialColumns::Report)?;
+            let loaded = load_scoring(&refs, TrialColumns::Report, reward_key)?;
             let r = build(&loaded)?;
             emit(&render::report(&r, tf), out)?;
             Ok(loaded.trials.height())
         }
         None => {
-            let mut loaded = load(&refs, TrialColumns::Export)?;
+            let mut loaded = load_scoring(&refs, TrialColumns::Export, reward_key)?;
             let n = loaded.trials.height();
             if let ReportFormat::Parquet = format {
                 let path = out
@@ -179,7 +195,7 @@ fn bench(spec: SynthSpec, jobs: &Path, iterations: usize, format: ReportFormat) 
     let mut trials = 0;
     for _ in 0..iterations {
         let t = Instant::now();
-        trials = report(&runs, format, Some(&sink), jobs)?;
+        trials = report(&runs, format, Some(&sink), jobs, None)?;
         times.push(t.elapsed().as_secs_f64());
     }
     let _ = std::fs::remove_file(&sink);
@@ -214,6 +230,18 @@ fn bench(spec: SynthSpec, jobs: &Path, iterations: usize, format: ReportFormat) 
     Ok(())
 }
 
+/// The reward key to score, said on stderr so a report read later is not mistaken for one of
+/// the headline reward.
+fn scored_key(key: Option<&str>) -> Result<Option<RewardKey>> {
+    let Some(key) = key else { return Ok(None) };
+    let key = RewardKey::parse(key)?;
+    eprintln!(
+        "scoring reward key {:?} of each trial's reward.json",
+        key.as_str()
+    );
+    Ok(Some(key))
+}
+
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Report {
@@ -221,19 +249,25 @@ fn run(cli: Cli) -> Result<()> {
             format,
             out,
             jobs_dir,
-        } => report(&runs, format, out.as_deref(), &jobs_dir).map(|_| ()),
+            reward_key,
+        } => {
+            let key = scored_key(reward_key.as_deref())?;
+            report(&runs, format, out.as_deref(), &jobs_dir, key.as_ref()).map(|_| ())
+        }
         Command::Compare {
             baseline,
             candidate,
             format,
             out,
             jobs_dir,
+            reward_key,
         } => {
+            let key = scored_key(reward_key.as_deref())?;
             let refs = [
                 resolve_run(&baseline, &jobs_dir),
                 resolve_run(&candidate, &jobs_dir),
             ];
-            let loaded = load(&refs, TrialColumns::Report)?;
+            let loaded = load_scoring(&refs, TrialColumns::Report, key.as_ref())?;
             let c =
                 geode_reports::compare::compare(&loaded.trials, &refs[0].run_id, &refs[1].run_id)
                     .context("comparing runs")?;

@@ -1,6 +1,9 @@
 //! Snapshots of the Markdown and terminal reports on the fixture store, and run resolution.
 
-use geode_reports::{ReportError, TextFormat, TrialColumns, build, load, render, resolve_run};
+use geode_reports::{
+    ReportError, RewardKey, TextFormat, TrialColumns, build, load, load_scoring, render,
+    resolve_run,
+};
 
 use super::fixture::{self, RUN_A, RUN_B};
 
@@ -110,4 +113,75 @@ fn a_store_from_before_model_calls_and_integrity_still_loads() {
     );
     let report = build(&loaded).unwrap();
     assert_eq!(report.usage[0].model_calls, 0);
+}
+
+#[test]
+fn a_reward_key_scores_that_key_and_a_trial_without_it_is_infrastructure() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = fixture::write(dir.path());
+    let conn = rusqlite::Connection::open(jobs.join("geode.db")).unwrap();
+    // Every finished trial of run A gets two keys; one of them lacks `performance`.
+    conn.execute(
+        "UPDATE trials SET rewards = json_object('correctness', 1.0, 'performance', 0.25)
+         WHERE run_id = ?1",
+        [RUN_A],
+    )
+    .unwrap();
+    let lacking: String = conn
+        .query_row(
+            "SELECT trial_name FROM trials WHERE run_id = ?1 AND status = 'finished'
+             AND outcome IN ('passed', 'failed') ORDER BY trial_name LIMIT 1",
+            [RUN_A],
+            |r| r.get(0),
+        )
+        .unwrap();
+    conn.execute(
+        "UPDATE trials SET rewards = json_object('correctness', 0.0) WHERE trial_name = ?1",
+        [&lacking],
+    )
+    .unwrap();
+    let refs = [resolve_run(RUN_A, &jobs)];
+    let plain = load(&refs, TrialColumns::Report).unwrap();
+    let key = RewardKey::parse("performance").unwrap();
+    let keyed = load_scoring(&refs, TrialColumns::Report, Some(&key)).unwrap();
+    let infra = |l: &geode_reports::Loaded| {
+        l.trials
+            .column("infra")
+            .unwrap()
+            .bool()
+            .unwrap()
+            .iter()
+            .filter(|v| *v == Some(true))
+            .count()
+    };
+    assert_eq!(
+        infra(&keyed),
+        infra(&plain) + 1,
+        "the trial without the key"
+    );
+    let rewards: Vec<Option<f64>> = keyed
+        .trials
+        .column("reward")
+        .unwrap()
+        .f64()
+        .unwrap()
+        .iter()
+        .collect();
+    assert_eq!(rewards.iter().filter(|r| r.is_none()).count(), 1);
+    assert!(rewards.iter().flatten().all(|r| *r == 0.25), "{rewards:?}");
+    let correctness = RewardKey::parse("correctness").unwrap();
+    let by_correctness = load_scoring(&refs, TrialColumns::Report, Some(&correctness)).unwrap();
+    assert_eq!(infra(&by_correctness), infra(&plain));
+    assert_ne!(
+        build(&keyed).unwrap().run_scores[0].scores.accuracy,
+        build(&by_correctness).unwrap().run_scores[0]
+            .scores
+            .accuracy
+    );
+    for bad in ["", "a\"b", "x y", "k'); DROP TABLE trials; --"] {
+        assert!(
+            matches!(RewardKey::parse(bad), Err(ReportError::BadRewardKey(_))),
+            "{bad:?}"
+        );
+    }
 }
