@@ -311,7 +311,7 @@ async fn run_phases(
             return Ending::infra(env_outcome(&e), "EnvironmentError", e.to_string());
         }
     };
-    let healthy = match &task.config.environment.healthcheck {
+    let healthy = match &env.healthcheck {
         Some(check) => wait_healthy(sandbox.as_ref(), check, plan.timeout_multiplier, cancel).await,
         None => Ok(()),
     };
