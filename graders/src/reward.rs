@@ -78,6 +78,33 @@ fn truncate(s: &str) -> String {
     s.chars().take(40).collect()
 }
 
+/// The headline of named rewards and where it comes from (the module's rule): `reward`, else
+/// the declared key (which must be there), else the only key, else the lowest, as
+/// `min(a, b, ...)`. `Err` says why there is none.
+pub fn headline(
+    all: &BTreeMap<String, f64>,
+    declared: Option<&str>,
+) -> Result<(f64, String), String> {
+    let keyed = |key: &str| all.get(key).map(|v| (*v, key.to_string()));
+    if let Some(found) = keyed("reward") {
+        return Ok(found);
+    }
+    if let Some(key) = declared {
+        return keyed(key)
+            .ok_or_else(|| format!("no {key:?} key, which task.toml's metadata.reward_key names"));
+    }
+    let mut values = all.iter();
+    match (values.next(), values.next()) {
+        (None, _) => Err("the object is empty".into()),
+        (Some((key, value)), None) => Ok((*value, key.clone())),
+        _ => {
+            let lowest = all.values().copied().fold(f64::INFINITY, f64::min);
+            let keys: Vec<&str> = all.keys().map(String::as_str).collect();
+            Ok((lowest, format!("min({})", keys.join(", "))))
+        }
+    }
+}
+
 fn read_json(path: &Path, declared: Option<&str>) -> Result<Rewards, RewardError> {
     let text = crate::safe_fs::read_to_string(path).map_err(|e| malformed(path, e.to_string()))?;
     let value: serde_json::Value =
@@ -93,30 +120,7 @@ fn read_json(path: &Path, declared: Option<&str>) -> Result<Rewards, RewardError
             .ok_or_else(|| malformed(path, format!("field {k:?} is not a finite number")))?;
         all.insert(k.clone(), n);
     }
-    let keyed = |key: &str| all.get(key).map(|v| (*v, key.to_string()));
-    let (primary, primary_key) = if let Some(found) = keyed("reward") {
-        found
-    } else if let Some(key) = declared {
-        keyed(key).ok_or_else(|| {
-            malformed(
-                path,
-                format!("no {key:?} key, which task.toml's metadata.reward_key names"),
-            )
-        })?
-    } else if all.is_empty() {
-        return Err(malformed(path, "the object is empty"));
-    } else if all.len() == 1 {
-        let (key, value) = all
-            .iter()
-            .next()
-            .map(|(k, v)| (k.clone(), *v))
-            .unwrap_or_default();
-        (value, key)
-    } else {
-        let lowest = all.values().copied().fold(f64::INFINITY, f64::min);
-        let keys: Vec<&str> = all.keys().map(String::as_str).collect();
-        (lowest, format!("min({})", keys.join(", ")))
-    };
+    let (primary, primary_key) = headline(&all, declared).map_err(|why| malformed(path, why))?;
     Ok(Rewards {
         primary,
         primary_key,

@@ -85,6 +85,64 @@ pub struct TaskConfig {
     /// Paths copied out of the agent's sandbox when it finishes (Harbor's `artifacts`): into
     /// the trial's `artifacts/`, and into a separate verifier's environment at the same path.
     pub artifacts: Vec<ArtifactEntry>,
+    /// Harbor's multi-step tasks: steps run in order in one environment, each with its own
+    /// instruction and tests (`steps/<name>/`).
+    pub steps: Option<Vec<StepSection>>,
+    /// `mean` (the default: per-key means over the steps that were verified) or `final` (the
+    /// last step's rewards).
+    pub multi_step_reward_strategy: Option<String>,
+}
+
+/// One `[[steps]]` entry.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct StepSection {
+    /// The folder under `steps/`: letters, digits, `.`, `_` and `-`.
+    pub name: String,
+    #[serde(default)]
+    pub agent: AgentSection,
+    #[serde(default)]
+    pub verifier: VerifierSection,
+    /// Stop the remaining steps when this step's rewards fall short: a number gates the
+    /// `reward` key, a table each key it names (a missing key counts as below).
+    #[serde(default)]
+    pub min_reward: Option<MinReward>,
+    /// Run after the step's setup, before its agent (beside the task's own).
+    #[serde(default)]
+    pub healthcheck: Option<Healthcheck>,
+    #[serde(default)]
+    pub artifacts: Vec<ArtifactEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum MinReward {
+    Reward(f64),
+    Keys(BTreeMap<String, f64>),
+}
+
+impl MinReward {
+    /// The first key below its threshold (or missing), with its value; `None` when all pass.
+    pub fn shortfall(&self, rewards: &BTreeMap<String, f64>) -> Option<(String, Option<f64>)> {
+        let gates: Vec<(&str, f64)> = match self {
+            MinReward::Reward(min) => vec![("reward", *min)],
+            MinReward::Keys(keys) => keys.iter().map(|(k, v)| (k.as_str(), *v)).collect(),
+        };
+        gates
+            .into_iter()
+            .find_map(|(key, min)| match rewards.get(key) {
+                Some(v) if *v >= min => None,
+                got => Some((key.to_string(), got.copied())),
+            })
+    }
+}
+
+/// How a multi-step trial's rewards come from its steps' (`multi_step_reward_strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepRewards {
+    /// Per-key means over the steps that have rewards; a key a step lacks counts 0 there.
+    Mean,
+    /// The last step's rewards as they are.
+    Final,
 }
 
 /// One `artifacts` entry, as Harbor takes it: a path, or a table.
@@ -509,6 +567,7 @@ impl TaskConfig {
                  one host (\"no-network\" is the mode for none)",
             ));
         }
+        self.validate_steps(file)?;
         for (i, host) in hosts.iter().enumerate() {
             if !is_host(host) {
                 return Err(invalid(
@@ -521,6 +580,79 @@ impl TaskConfig {
             }
         }
         Ok(())
+    }
+
+    fn validate_steps(&self, file: &Path) -> Result<(), PackError> {
+        match self.multi_step_reward_strategy.as_deref() {
+            None | Some("mean") | Some("final") => {}
+            Some(other) => {
+                return Err(invalid(
+                    file,
+                    format!(
+                        "multi_step_reward_strategy = {other:?}: expected \"mean\" or \"final\""
+                    ),
+                ));
+            }
+        }
+        let Some(steps) = &self.steps else {
+            return Ok(());
+        };
+        if steps.is_empty() {
+            return Err(invalid(
+                file,
+                "steps = []: a multi-step task needs at least one step",
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, step) in steps.iter().enumerate() {
+            let name = &step.name;
+            let portable = !name.is_empty()
+                && name != "."
+                && name != ".."
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+            if !portable {
+                return Err(invalid(
+                    file,
+                    format!(
+                        "steps[{i}].name = {name:?}: a folder name of letters, digits, `.`, `_` and `-`"
+                    ),
+                ));
+            }
+            if !seen.insert(name.to_ascii_lowercase()) {
+                return Err(invalid(
+                    file,
+                    format!(
+                        "steps[{i}].name = {name:?}: step names must be unique (ignoring case)"
+                    ),
+                ));
+            }
+            for (field, v) in [
+                ("agent.timeout_sec", step.agent.timeout_sec),
+                ("verifier.timeout_sec", step.verifier.timeout_sec),
+            ] {
+                if let Some(v) = v
+                    && !(v.is_finite() && v > 0.0 && v <= MAX_TIMEOUT_SEC)
+                {
+                    return Err(invalid(
+                        file,
+                        format!(
+                            "steps[{i}].{field} = {v:?}: must be a number of seconds above 0 and at most a week"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The reward strategy of a multi-step task (`mean` unless it says `final`).
+    pub fn step_rewards(&self) -> StepRewards {
+        match self.multi_step_reward_strategy.as_deref() {
+            Some("final") => StepRewards::Final,
+            _ => StepRewards::Mean,
+        }
     }
 
     pub fn agent_timeout(&self) -> Duration {
@@ -570,6 +702,36 @@ impl TaskConfig {
     }
 }
 
+/// A multi-step task's steps: each needs `steps/<name>/instruction.md` (not empty) and a test
+/// script, its own `steps/<name>/tests/test.sh` or the task's `tests/test.sh`.
+fn load_steps(dir: &Path, config: &TaskConfig) -> Result<Vec<Step>, PackError> {
+    let mut steps = Vec::new();
+    for section in config.steps.iter().flatten() {
+        let step_dir = dir.join("steps").join(&section.name);
+        let path = step_dir.join("instruction.md");
+        let instruction = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
+        if instruction.trim().is_empty() {
+            return Err(invalid(&path, "the step's instruction is empty"));
+        }
+        let own = step_dir.join("tests/test.sh");
+        if !own.is_file() && !dir.join("tests/test.sh").is_file() {
+            return Err(invalid(
+                &own,
+                format!(
+                    "missing: step {:?} needs steps/{0}/tests/test.sh or the task's tests/test.sh",
+                    section.name
+                ),
+            ));
+        }
+        steps.push(Step {
+            config: section.clone(),
+            dir: step_dir,
+            instruction,
+        });
+    }
+    Ok(steps)
+}
+
 /// One loaded task.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Task {
@@ -577,8 +739,35 @@ pub struct Task {
     pub id: String,
     pub dir: PathBuf,
     pub config: TaskConfig,
+    /// The task's instruction; empty for a multi-step task without a top-level one.
     pub instruction: String,
     pub hash: TaskHash,
+    /// A multi-step task's steps, in order (empty for a single-step task).
+    pub steps: Vec<Step>,
+}
+
+/// One step of a multi-step task, loaded: its `[[steps]]` entry and `steps/<name>/`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub config: StepSection,
+    pub dir: PathBuf,
+    pub instruction: String,
+}
+
+impl Step {
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// `steps/<name>/solution/solve.sh`, when the step has its own.
+    pub fn solution(&self) -> Option<PathBuf> {
+        let p = self.dir.join("solution").join("solve.sh");
+        p.is_file().then_some(p)
+    }
+
+    pub fn tests_dir(&self) -> PathBuf {
+        self.dir.join("tests")
+    }
 }
 
 impl Task {
@@ -599,13 +788,19 @@ impl Task {
                 format!("schema_version {v:?} is not a 1.x task format"),
             ));
         }
-        let instruction_path = dir.join("instruction.md");
-        let instruction =
-            std::fs::read_to_string(&instruction_path).map_err(|e| io_err(&instruction_path, e))?;
-        if instruction.trim().is_empty() {
-            return Err(invalid(&instruction_path, "the instruction is empty"));
-        }
         config.validate(&toml_path)?;
+        let steps = load_steps(dir, &config)?;
+        let instruction_path = dir.join("instruction.md");
+        let instruction = match std::fs::read_to_string(&instruction_path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !steps.is_empty() => {
+                String::new()
+            }
+            Err(e) => return Err(io_err(&instruction_path, e)),
+            Ok(text) if text.trim().is_empty() && steps.is_empty() => {
+                return Err(invalid(&instruction_path, "the instruction is empty"));
+            }
+            Ok(text) => text,
+        };
         config
             .environment
             .resolve_sizes("environment", &toml_path)?;
@@ -633,6 +828,7 @@ impl Task {
             hash: hash_task_dir(dir)?,
             config,
             instruction,
+            steps,
         })
     }
 

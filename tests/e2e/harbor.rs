@@ -319,3 +319,164 @@ fn schema_1_4_healthchecks_collect_hooks_and_accelerators_behave_as_harbor_defin
         );
     }
 }
+
+/// Writes `files` (path, text) under `dir`.
+fn write_files(dir: &Path, files: &[(&str, &str)]) {
+    for (path, text) in files {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+}
+
+/// A test script that writes reward 1 when `cond` (a shell test) holds, else 0.
+fn reward_if(cond: &str) -> String {
+    format!("#!/bin/sh\nif {cond}; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
+}
+
+/// Harbor's multi-step shape, written from its documentation: `[[steps]]` in task.toml, and per
+/// step `steps/<name>/instruction.md`, `solution/solve.sh` and (or the task's) `tests/test.sh`.
+fn multi_step_task(pack: &Path, name: &str, toml: &str, step_two_passes: bool) {
+    let dir = pack.join(name);
+    let second = if step_two_passes { "two" } else { "three" };
+    write_files(
+        &dir,
+        &[
+            ("task.toml", toml),
+            (
+                "environment/Dockerfile",
+                "FROM debian:bookworm-slim\nWORKDIR /app\n",
+            ),
+            ("steps/write/instruction.md", "Write one to /app/a.txt.\n"),
+            (
+                "steps/write/solution/solve.sh",
+                "#!/bin/sh\necho one > /app/a.txt\n",
+            ),
+            (
+                "steps/write/tests/test.sh",
+                &reward_if("[ \"$(cat /app/a.txt)\" = one ]"),
+            ),
+            ("steps/append/instruction.md", "Append two to /app/a.txt.\n"),
+            (
+                "steps/append/solution/solve.sh",
+                &format!("#!/bin/sh\necho {second} >> /app/a.txt\n"),
+            ),
+            // The second step has no tests of its own: the task's run, and they see what the
+            // first step left in the same environment.
+            (
+                "tests/test.sh",
+                &reward_if("[ \"$(cat /app/a.txt | tr '\\n' ' ')\" = 'one two ' ]"),
+            ),
+        ],
+    );
+}
+
+#[test]
+fn multi_step_tasks_run_their_steps_in_one_environment_and_harbor_reads_the_result() {
+    let python = harbor_python();
+    let d = tempfile::tempdir().unwrap();
+    let pack = d.path().join("pack");
+    let steps = "[[steps]]\nname = \"write\"\nmin_reward = 1.0\n\n[[steps]]\nname = \"append\"\n";
+    multi_step_task(&pack, "both", steps, true);
+    multi_step_task(&pack, "second-fails", steps, false);
+    multi_step_task(
+        &pack,
+        "final-only",
+        &format!("multi_step_reward_strategy = \"final\"\n{steps}"),
+        false,
+    );
+    // The first step's verifier fails and min_reward stops the rest.
+    multi_step_task(&pack, "gated", steps, true);
+    std::fs::write(
+        pack.join("gated/steps/write/tests/test.sh"),
+        "#!/bin/sh\necho 0 > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    let jobs = d.path().join("jobs");
+    let (_, run) = super::common::run_oracle_with(
+        super::common::geode_in(d.path()),
+        &pack,
+        &jobs,
+        &["-k", "1"],
+    );
+    let result = |name: &str| super::common::trial_result(&run, &format!("{name}__0"));
+    let step_rewards = |r: &serde_json::Value| -> Vec<(String, Option<f64>)> {
+        r["step_results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["step_name"].as_str().unwrap().to_string(),
+                    s["verifier_result"]["rewards"]["reward"].as_f64(),
+                )
+            })
+            .collect()
+    };
+    let both = result("both");
+    assert_eq!(both["outcome"], "passed", "{both}");
+    assert_eq!(
+        step_rewards(&both),
+        [("write".into(), Some(1.0)), ("append".into(), Some(1.0))]
+    );
+    for step in ["write", "append"] {
+        let dir = run.join("both__0/steps").join(step);
+        assert!(dir.join("agent/trajectory.json").is_file(), "{step}");
+        assert!(dir.join("verifier/reward.txt").is_file(), "{step}");
+    }
+    assert!(!run.join("both__0/.step-tests").exists());
+    // Mean over the steps: 1 and 0.
+    let second = result("second-fails");
+    assert_eq!(second["verifier_result"]["rewards"]["reward"], 0.5);
+    assert_eq!(second["outcome"], "failed");
+    // The final step's rewards only.
+    let last = result("final-only");
+    assert_eq!(last["verifier_result"]["rewards"]["reward"], 0.0);
+    let gated = result("gated");
+    assert_eq!(step_rewards(&gated), [("write".into(), Some(0.0))]);
+    assert_eq!(gated["outcome"], "failed");
+    assert!(
+        gated["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("below its min_reward")),
+        "{gated}"
+    );
+
+    // geode show: one line per step, then the step's checks.
+    let out = super::common::geode_in(d.path())
+        .args(["show"])
+        .arg(run.join("second-fails__0"))
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("step write: passed (reward 1.0)"), "{shown}");
+    assert!(
+        shown.contains("step append: failed (reward 0.0)"),
+        "{shown}"
+    );
+
+    // Harbor's own models read the task.toml files and the trial results with step_results.
+    let (ok, report) = harbor_check(&python, &pack, &jobs, &[]);
+    println!("{report}");
+    assert!(ok, "{report}");
+    assert_eq!(counted(&report, "TaskConfig"), (4, 4));
+    assert_eq!(counted(&report, "TrialResult"), (4, 4));
+    let read = Command::new(&python)
+        .args([
+            "-c",
+            "import json, sys\n\
+             from harbor.models.trial.result import TrialResult\n\
+             t = TrialResult.model_validate(json.load(open(sys.argv[1])))\n\
+             print([(s.step_name, s.verifier_result.rewards) for s in t.step_results])",
+        ])
+        .arg(run.join("second-fails__0/result.json"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&read.stdout).trim(),
+        "[('write', {'reward': 1.0}), ('append', {'reward': 0.0})]"
+    );
+}

@@ -70,6 +70,38 @@ pub fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         result["task_name"].as_str().unwrap_or("?"),
         result["outcome"].as_str().unwrap_or("?")
     );
+    let steps = result["step_results"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if steps.is_empty() {
+        print_checks(&dir)?;
+    }
+    // A multi-step trial: each step, its rewards, and its own checks.
+    for step in &steps {
+        let name = step["step_name"].as_str().unwrap_or("?");
+        let rewards = match step["verifier_result"]["rewards"].as_object() {
+            Some(r) => r
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            None => step["exception_info"]["exception_type"]
+                .as_str()
+                .unwrap_or("no reward")
+                .to_string(),
+        };
+        println!(
+            "step {name}: {} ({rewards})",
+            step["outcome"].as_str().unwrap_or("?")
+        );
+        print_checks(&dir.join("steps").join(name))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The checks a verifier left in `dir` (a trial, or one step of it), one per line.
+fn print_checks(dir: &Path) -> anyhow::Result<()> {
     let grade_file = dir.join(geode_graders::GRADE_FILE);
     if grade_file.is_file() {
         print!("{}", render_grade(&read_grade(&grade_file)?));
@@ -78,7 +110,7 @@ pub fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
     } else {
         println!("no checks recorded");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 fn has_command_criteria(path: &Path) -> bool {

@@ -225,7 +225,7 @@ pub mod disk;
 pub mod dockerfile;
 pub mod evidence;
 mod exec;
-mod fsops;
+pub(crate) mod fsops;
 pub mod host;
 pub mod ids;
 pub mod image;

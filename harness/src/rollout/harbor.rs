@@ -154,6 +154,17 @@ fn verifier_mode(task: &Task) -> &'static str {
     }
 }
 
+/// Harbor's `ExceptionInfo` for a GEODE failure class.
+pub fn exception_info(class: &str, message: &str, at: &str) -> Value {
+    json!({
+        "exception_type": class,
+        "exception_message": message,
+        // GEODE's failures are outcomes, not Python exceptions: there is no stack.
+        "exception_traceback": "",
+        "occurred_at": at,
+    })
+}
+
 fn timing(phase_times: &Value, phase: &str) -> Value {
     match phase_times.get(phase) {
         Some(Value::Array(ends)) if ends.len() == 2 => {
@@ -164,13 +175,15 @@ fn timing(phase_times: &Value, phase: &str) -> Value {
 }
 
 /// A trial's `result.json`: GEODE's record (`geode`) with Harbor's `TrialResult` keys beside it.
-/// `phase_times` maps a phase to its `[started, finished]` timestamps.
+/// `phase_times` maps a phase to its `[started, finished]` timestamps; `steps` are a
+/// multi-step trial's `StepResult`s (empty otherwise).
 pub fn trial_result(
     geode: Value,
     row: &TrialRow,
     task: &Task,
     trial_dir: &Path,
     phase_times: &Value,
+    steps: &[Value],
 ) -> Value {
     let trial_dir = std::path::absolute(trial_dir).unwrap_or_else(|_| trial_dir.to_path_buf());
     let trials_dir = trial_dir.parent().unwrap_or(&trial_dir);
@@ -181,14 +194,11 @@ pub fn trial_result(
         _ => Value::Null,
     };
     let exception = row.exception_class.as_ref().map(|class| {
-        let message = row.exception_message.clone().unwrap_or_default();
-        json!({
-            "exception_type": class,
-            "exception_message": message,
-            // GEODE's failures are outcomes, not Python exceptions: there is no stack.
-            "exception_traceback": "",
-            "occurred_at": row.finished,
-        })
+        exception_info(
+            class,
+            row.exception_message.as_deref().unwrap_or_default(),
+            &row.finished,
+        )
     });
     let u = &row.usage;
     beside(
@@ -210,7 +220,9 @@ pub fn trial_result(
             "agent_result": {"n_input_tokens": u.input_tokens, "n_cache_tokens": u.cached_tokens,
                              "n_output_tokens": u.output_tokens, "cost_usd": u.cost_usd},
             "verifier_result": {"rewards": rewards},
-            "verifier_environment_mode": verifier_mode(task),
+            // Harbor resolves the mode per step and records none for a multi-step trial.
+            "verifier_environment_mode": steps.is_empty().then(|| verifier_mode(task)),
+            "step_results": (!steps.is_empty()).then_some(steps),
             "exception_info": exception,
             "started_at": row.started,
             "finished_at": row.finished,

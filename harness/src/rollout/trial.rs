@@ -31,7 +31,9 @@ use tokio_util::sync::CancellationToken;
 use super::images::ImageCache;
 use crate::atif;
 use crate::env::{Backend, EnvError, EnvironmentSpec, NetworkPolicy, Sandbox, TESTS_DIR};
-use crate::pack::{EnvironmentSection, Healthcheck, Task, TaskHash, VerifierMode};
+use crate::pack::{
+    EnvironmentSection, Healthcheck, Step, StepRewards, Task, TaskHash, VerifierMode,
+};
 use crate::store::{TrialRow, TrialUsage};
 
 /// Where the oracle finds the reference solution inside the sandbox.
@@ -103,8 +105,13 @@ fn env_outcome(e: &EnvError) -> TrialOutcome {
 #[derive(Default)]
 struct Record {
     phases: BTreeMap<String, f64>,
-    /// Each phase's `[started, finished]` timestamps (Harbor's `TimingInfo`).
+    /// Each phase's `[started, finished]` timestamps (Harbor's `TimingInfo`); over a
+    /// multi-step trial, the first start and the last finish (`phases` sums the seconds).
     phase_times: BTreeMap<String, [String; 2]>,
+    /// The latest pass of each phase, for a step's own timing.
+    last_times: BTreeMap<String, [String; 2]>,
+    /// A multi-step trial's steps as Harbor's `StepResult`s, with GEODE's `outcome`.
+    steps: Vec<serde_json::Value>,
     usage: TrialUsage,
     /// What the integrity signals were, in words, for result.json.
     integrity: Vec<String>,
@@ -132,9 +139,64 @@ impl PhaseClock {
 
 impl Record {
     fn close_phase(&mut self, phase: &str, clock: PhaseClock) {
-        self.phases
-            .insert(phase.into(), clock.t.elapsed().as_secs_f64());
-        self.phase_times.insert(phase.into(), [clock.at, now()]);
+        *self.phases.entry(phase.into()).or_default() += clock.t.elapsed().as_secs_f64();
+        let ends = [clock.at, now()];
+        self.phase_times
+            .entry(phase.into())
+            .and_modify(|t| t[1] = ends[1].clone())
+            .or_insert_with(|| ends.clone());
+        self.last_times.insert(phase.into(), ends);
+    }
+}
+
+/// One agent-then-verifier pass: the whole of a single-step task, or one step of a multi-step
+/// one (its instruction, solution, tests and timeouts).
+struct Stage<'a> {
+    instruction: &'a str,
+    solution: Option<PathBuf>,
+    agent_timeout: Duration,
+    /// The host folder the verifier sees as `/tests`.
+    tests: PathBuf,
+    verifier_timeout: Duration,
+    verifier_env: Vec<(String, String)>,
+    /// The last pass: collect hooks, artifacts and the kept workspace belong to it.
+    last: bool,
+}
+
+impl<'a> Stage<'a> {
+    fn whole(task: &'a Task) -> Self {
+        Stage {
+            instruction: &task.instruction,
+            solution: task.solution(),
+            agent_timeout: task.config.agent_timeout(),
+            tests: task.tests_dir(),
+            verifier_timeout: task.config.verifier_timeout(),
+            verifier_env: task.config.verifier.env.clone().into_iter().collect(),
+            last: true,
+        }
+    }
+
+    /// A step: its own solution, else the task's; its timeouts, else the task's; the task's
+    /// verifier environment with the step's on top; `tests` is the merged folder.
+    fn step(task: &'a Task, step: &'a Step, tests: PathBuf, last: bool) -> Self {
+        let mut env = task.config.verifier.env.clone();
+        env.extend(step.config.verifier.env.clone());
+        let own = |v: Option<f64>, default: Duration| {
+            v.filter(|v| v.is_finite() && *v > 0.0)
+                .map_or(default, Duration::from_secs_f64)
+        };
+        Stage {
+            instruction: &step.instruction,
+            solution: step.solution().or_else(|| task.solution()),
+            agent_timeout: own(step.config.agent.timeout_sec, task.config.agent_timeout()),
+            tests,
+            verifier_timeout: own(
+                step.config.verifier.timeout_sec,
+                task.config.verifier_timeout(),
+            ),
+            verifier_env: env.into_iter().collect(),
+            last,
+        }
     }
 }
 
@@ -328,7 +390,20 @@ async fn run_phases(
 
     let fresh = Fresh { backend, images };
     let ending = match healthy {
-        Ok(()) => agent_then_verify(plan, sandbox.as_ref(), &fresh, observer, cancel, rec).await,
+        Ok(()) if task.steps.is_empty() => {
+            let stage = Stage::whole(task);
+            agent_then_verify(
+                plan,
+                &stage,
+                sandbox.as_ref(),
+                &fresh,
+                observer,
+                cancel,
+                rec,
+            )
+            .await
+        }
+        Ok(()) => run_steps(plan, sandbox.as_ref(), &fresh, observer, cancel, rec).await,
         Err(why) => Ending::infra(
             TrialOutcome::EnvironmentSetupFailed,
             "HealthcheckError",
@@ -440,7 +515,251 @@ async fn run_collect_hooks(plan: &TrialPlan, sandbox: &dyn Sandbox, rec: &mut Re
     }
 }
 
-/// The exception class of a sandbox that a process inside it took down.
+/// A multi-step task (Harbor's `[[steps]]`): each step's agent then verifier in the same
+/// sandbox, in order; a step's `agent/`, `verifier/` and grade move to `steps/<name>/`. The
+/// steps stop at one that ends without a reward, or whose rewards fall below its
+/// `min_reward`; the trial's rewards come from the steps' by the task's strategy.
+async fn run_steps(
+    plan: &TrialPlan,
+    sandbox: &dyn Sandbox,
+    fresh: &Fresh<'_>,
+    observer: &dyn PhaseObserver,
+    cancel: &CancellationToken,
+    rec: &mut Record,
+) -> Ending {
+    let task = &plan.task;
+    if task.config.verifier_mode() == VerifierMode::Separate {
+        return Ending::infra(
+            TrialOutcome::EnvironmentUnsupported,
+            "EnvironmentUnsupportedError",
+            "a multi-step task with a separate verifier: GEODE runs a step's verifier only in \
+             the agent's sandbox",
+        );
+    }
+    let mut endings: Vec<Ending> = Vec::new();
+    for (i, step) in task.steps.iter().enumerate() {
+        let name = step.name().to_string();
+        observer.phase(&plan.trial_name, &format!("step {name}"));
+        let tests = match merged_tests(task, step, &plan.trial_dir) {
+            Ok(dir) => dir,
+            Err(e) => {
+                return Ending::infra(
+                    TrialOutcome::VerifierCrashed,
+                    "VerifierError",
+                    format!("step {name}: cannot stage its tests: {e}"),
+                );
+            }
+        };
+        let stage = Stage::step(task, step, tests.clone(), i + 1 == task.steps.len());
+        rec.last_times.clear();
+        let healthy = match &step.config.healthcheck {
+            Some(check) => wait_healthy(sandbox, check, plan.timeout_multiplier, cancel).await,
+            None => Ok(()),
+        };
+        let ending = match healthy {
+            Ok(()) => agent_then_verify(plan, &stage, sandbox, fresh, observer, cancel, rec).await,
+            Err(why) => Ending::infra(
+                TrialOutcome::EnvironmentSetupFailed,
+                "HealthcheckError",
+                format!("step {name}: {why}"),
+            ),
+        };
+        let _ = std::fs::remove_dir_all(&tests);
+        if let Err(e) = archive_step(&plan.trial_dir, &name) {
+            rec.notes
+                .push(format!("step {name}: its outputs were not all moved: {e}"));
+        }
+        let shortfall = step
+            .config
+            .min_reward
+            .as_ref()
+            .filter(|_| ending.reward.is_some())
+            .and_then(|m| m.shortfall(&ending.rewards));
+        rec.steps.push(step_result(&name, &ending, &rec.last_times));
+        let unrewarded = ending.reward.is_none()
+            || ending
+                .exception
+                .as_ref()
+                .is_some_and(|(class, _)| class == BROKEN_CLASS);
+        endings.push(ending);
+        if unrewarded {
+            rec.notes.push(format!(
+                "step {name} ended without a reward: the remaining steps did not run"
+            ));
+            break;
+        }
+        if let Some((key, got)) = shortfall {
+            rec.notes.push(format!(
+                "step {name}: {key} = {} is below its min_reward: the remaining steps did not run",
+                got.map_or("missing".to_string(), |v| v.to_string())
+            ));
+            break;
+        }
+    }
+    combine_steps(task, endings)
+}
+
+/// Where a step's tests are staged: in the trial folder, which the sandbox does not mount
+/// (only its `agent/`, `verifier/` and `artifacts/`), and removed after the step.
+const STEP_TESTS_DIR: &str = ".step-tests";
+
+/// The tests a step's verifier sees: the task's `tests/`, with the step's own `tests/` over
+/// it (its `test.sh` wins).
+fn merged_tests(task: &Task, step: &Step, trial_dir: &Path) -> std::io::Result<PathBuf> {
+    let dir = trial_dir.join(STEP_TESTS_DIR);
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)?;
+    }
+    std::fs::create_dir_all(&dir)?;
+    for source in [task.tests_dir(), step.tests_dir()] {
+        if source.is_dir() {
+            crate::env::fsops::copy_tree(&source, &dir)?;
+        }
+    }
+    Ok(dir)
+}
+
+/// Moves what a step left in the trial folder (`agent/`, `verifier/`, its grade) to
+/// `steps/<name>/`; the folders themselves stay, as the sandbox has them mounted.
+fn archive_step(trial_dir: &Path, name: &str) -> std::io::Result<()> {
+    let to = trial_dir.join("steps").join(name);
+    for sub in ["agent", "verifier"] {
+        let dest = to.join(sub);
+        std::fs::create_dir_all(&dest)?;
+        for entry in std::fs::read_dir(trial_dir.join(sub))? {
+            let entry = entry?;
+            std::fs::rename(entry.path(), dest.join(entry.file_name()))?;
+        }
+    }
+    // The grade names its evidence by path: where the files now are.
+    let grade = trial_dir.join(geode_graders::GRADE_FILE);
+    if grade.is_file() {
+        let mut doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&grade)?)
+            .map_err(std::io::Error::other)?;
+        let from = trial_dir.join("verifier").display().to_string();
+        let into = to.join("verifier").display().to_string();
+        rebase_paths(&mut doc, &from, &into);
+        std::fs::write(
+            to.join(geode_graders::GRADE_FILE),
+            serde_json::to_string_pretty(&doc).map_err(std::io::Error::other)?,
+        )?;
+        std::fs::remove_file(&grade)?;
+    }
+    Ok(())
+}
+
+/// Every string of `doc` that starts with the path `from` starts with `into` instead.
+fn rebase_paths(doc: &mut serde_json::Value, from: &str, into: &str) {
+    match doc {
+        serde_json::Value::String(s) => {
+            if let Some(rest) = s.strip_prefix(from)
+                && (rest.is_empty() || rest.starts_with('/'))
+            {
+                *s = format!("{into}{rest}");
+            }
+        }
+        serde_json::Value::Array(items) => {
+            items.iter_mut().for_each(|v| rebase_paths(v, from, into))
+        }
+        serde_json::Value::Object(map) => {
+            map.values_mut().for_each(|v| rebase_paths(v, from, into))
+        }
+        _ => {}
+    }
+}
+
+/// A step as Harbor's `StepResult`, with GEODE's `outcome` beside it.
+fn step_result(
+    name: &str,
+    ending: &Ending,
+    times: &BTreeMap<String, [String; 2]>,
+) -> serde_json::Value {
+    let timing = |phase: &str| {
+        times
+            .get(phase)
+            .map(|[a, b]| json!({"started_at": a, "finished_at": b}))
+    };
+    json!({
+        "step_name": name,
+        "outcome": ending.outcome,
+        "verifier_result": ending.reward.map(|_| json!({"rewards": ending.rewards})),
+        "exception_info": ending.exception.as_ref().map(|(class, message)| {
+            super::harbor::exception_info(class, message, &now())
+        }),
+        "agent_execution": timing("agent_execution"),
+        "verifier": timing("verifier"),
+    })
+}
+
+/// The trial's ending from its steps' (`endings` is never empty: a task has a step).
+fn combine_steps(task: &Task, mut endings: Vec<Ending>) -> Ending {
+    let rewarded: Vec<&Ending> = endings.iter().filter(|e| e.reward.is_some()).collect();
+    let rewards: BTreeMap<String, f64> = match task.config.step_rewards() {
+        StepRewards::Final => match endings.last() {
+            Some(last) if last.reward.is_some() => last.rewards.clone(),
+            _ => BTreeMap::new(),
+        },
+        StepRewards::Mean => {
+            let keys: std::collections::BTreeSet<&String> =
+                rewarded.iter().flat_map(|e| e.rewards.keys()).collect();
+            keys.into_iter()
+                .map(|k| {
+                    let sum: f64 = rewarded
+                        .iter()
+                        .map(|e| e.rewards.get(k).copied().unwrap_or(0.0))
+                        .sum();
+                    (k.clone(), sum / rewarded.len() as f64)
+                })
+                .collect()
+        }
+    };
+    let first_exception = endings.iter().find_map(|e| e.exception.clone());
+    let cancelled = endings.iter().any(|e| e.outcome == TrialOutcome::Cancelled);
+    if rewards.is_empty() || cancelled {
+        // No step said anything (or the run stopped): the last step's ending is the trial's.
+        return endings.pop().unwrap_or_else(|| {
+            Ending::infra(
+                TrialOutcome::VerifierCrashed,
+                "VerifierError",
+                "no step ran",
+            )
+        });
+    }
+    let declared = task
+        .config
+        .metadata
+        .get("reward_key")
+        .and_then(toml::Value::as_str);
+    let reward = match geode_graders::reward::headline(&rewards, declared) {
+        Ok((primary, _)) => primary,
+        Err(why) => {
+            return Ending::infra(
+                TrialOutcome::RewardMalformed,
+                "VerifierOutputParseError",
+                format!("the steps' rewards: {why}"),
+            );
+        }
+    };
+    let agent_end = endings.iter().find(|e| {
+        matches!(
+            e.outcome,
+            TrialOutcome::AgentTimeout | TrialOutcome::AgentError
+        )
+    });
+    let outcome = match agent_end {
+        Some(e) => e.outcome,
+        None if reward >= geode_graders::PASS_THRESHOLD => TrialOutcome::Passed,
+        None => TrialOutcome::Failed,
+    };
+    Ending {
+        outcome,
+        reward: Some(reward),
+        rewards,
+        exception: first_exception,
+    }
+}
+
+/// The exception class of a sandbox that a process inside it took down./// The exception class of a sandbox that a process inside it took down.
 const BROKEN_CLASS: &str = "SandboxBrokenByAgent";
 
 /// A process inside the sandbox took it down (its agent killed, the disk filled so the
@@ -466,6 +785,7 @@ struct Fresh<'a> {
 
 async fn agent_then_verify(
     plan: &TrialPlan,
+    stage: &Stage<'_>,
     sandbox: &dyn Sandbox,
     fresh: &Fresh<'_>,
     observer: &dyn PhaseObserver,
@@ -474,7 +794,7 @@ async fn agent_then_verify(
 ) -> Ending {
     observer.phase(&plan.trial_name, "agent");
     let t = PhaseClock::start();
-    let agent = run_agent(plan, sandbox, cancel, rec).await;
+    let agent = run_agent(plan, stage, sandbox, cancel, rec).await;
     rec.close_phase("agent_execution", t);
     let agent = match agent {
         Ok(end) => end,
@@ -492,7 +812,7 @@ async fn agent_then_verify(
 
     observer.phase(&plan.trial_name, "verifier");
     let t = PhaseClock::start();
-    let verified = match verify(plan, sandbox, fresh, rec).await {
+    let verified = match verify(plan, stage, sandbox, fresh, rec).await {
         Err(ending)
             if ending
                 .exception
@@ -540,11 +860,12 @@ fn fresh_trial_dir(dir: &Path) -> std::io::Result<()> {
 /// The agent phase: the GEODE runtime on the task's instruction, inside the sandbox.
 async fn run_agent(
     plan: &TrialPlan,
+    stage: &Stage<'_>,
     sandbox: &dyn Sandbox,
     cancel: &CancellationToken,
     rec: &mut Record,
 ) -> Result<AgentEnd, EnvError> {
-    let model = trial_model(plan, sandbox).await?;
+    let model = trial_model(plan, stage, sandbox).await?;
     let timeline_path = plan.trial_dir.join("agent").join("timeline.db");
     let timeline = Arc::new(
         SessionTimeline::open(&timeline_path).map_err(|e| EnvError::Io {
@@ -562,9 +883,9 @@ async fn run_agent(
     let mut session = create_session(cfg).map_err(|e| EnvError::Unsupported(e.to_string()))?;
 
     let turn_cancel = cancel.child_token();
-    let budget = scaled(plan.task.config.agent_timeout(), plan.timeout_multiplier);
+    let budget = scaled(stage.agent_timeout, plan.timeout_multiplier);
     let (outcome, timed_out) = {
-        let turn = session.run_turn(&plan.task.instruction, &turn_cancel);
+        let turn = session.run_turn(stage.instruction, &turn_cancel);
         tokio::pin!(turn);
         tokio::select! {
             out = &mut turn => (out, false),
@@ -617,7 +938,11 @@ async fn run_agent(
 
 /// The trial's agent model. The oracle and the flaky oracle get the task's reference solution
 /// copied to `/solution` (only they ever see it); the flaky oracle draws from the trial's seed.
-async fn trial_model(plan: &TrialPlan, sandbox: &dyn Sandbox) -> Result<Arc<dyn Model>, EnvError> {
+async fn trial_model(
+    plan: &TrialPlan,
+    stage: &Stage<'_>,
+    sandbox: &dyn Sandbox,
+) -> Result<Arc<dyn Model>, EnvError> {
     let unsupported = |e: geode_runtime::model::ModelError| EnvError::Unsupported(e.to_string());
     let route = plan.model_route.as_str();
     let flaky = route.strip_prefix("flaky-oracle:");
@@ -625,7 +950,7 @@ async fn trial_model(plan: &TrialPlan, sandbox: &dyn Sandbox) -> Result<Arc<dyn 
         let opts = geode_runtime::model::http::RouteOptions::from_env();
         return geode_runtime::model::model_from_route(route, &opts).map_err(unsupported);
     }
-    let Some(solution) = plan.task.solution() else {
+    let Some(solution) = stage.solution.clone() else {
         return Err(EnvError::Unsupported(format!(
             "task {} has no solution/solve.sh for the {route} agent",
             plan.task.id
@@ -705,6 +1030,7 @@ fn session_tool_definitions(session: &geode_runtime::agent::AgenticLoop) -> Vec<
 /// The verifier phase. `Err` is an infrastructure ending.
 async fn verify(
     plan: &TrialPlan,
+    stage: &Stage<'_>,
     sandbox: &dyn Sandbox,
     fresh: &Fresh<'_>,
     rec: &mut Record,
@@ -721,7 +1047,9 @@ async fn verify(
             "network_attempt: {attempts} packet(s) towards hosts the trial may not reach (no network, or not on its allowlist)"
         ));
     }
-    run_collect_hooks(plan, sandbox, rec).await;
+    if stage.last {
+        run_collect_hooks(plan, sandbox, rec).await;
+    }
     let verifier_dir = plan.trial_dir.join("verifier");
     // What the agent saw as /logs/verifier: a decoy where the sandbox has views.
     let planted = std::fs::read_dir(sandbox.verifier_decoy().unwrap_or(verifier_dir.clone()))
@@ -741,23 +1069,23 @@ async fn verify(
             e.to_string(),
         ));
     }
-    if !plan.task.has_test_script() {
+    if !stage.tests.join("test.sh").is_file() {
         return Err(infra(
             TrialOutcome::VerifierCrashed,
             "VerifierError",
-            format!(
-                "{} is missing",
-                plan.task.tests_dir().join("test.sh").display()
-            ),
+            format!("{} is missing", stage.tests.join("test.sh").display()),
         ));
     }
     match plan.task.config.verifier_mode() {
         VerifierMode::Shared => {
-            let result = run_tests(plan, sandbox, true, rec).await;
+            let result = run_tests(plan, stage, sandbox, true, rec).await;
             // Declared artifacts (and the workspace, if asked) are kept once the services are
-            // done with.
+            // done with: after the last step of a multi-step task.
             let artifacts = !plan.task.config.artifacts.is_empty();
-            if (artifacts || plan.keep_workspace) && sandbox.kill_all_processes().await.is_ok() {
+            if stage.last
+                && (artifacts || plan.keep_workspace)
+                && sandbox.kill_all_processes().await.is_ok()
+            {
                 if artifacts {
                     collect_artifacts(plan, sandbox, rec).await;
                 }
@@ -773,7 +1101,7 @@ async fn verify(
             if plan.keep_workspace {
                 keep_workspace(plan, sandbox, rec).await;
             }
-            let result = run_tests(plan, verifier.as_ref(), false, rec).await;
+            let result = run_tests(plan, stage, verifier.as_ref(), false, rec).await;
             if let Err(e) = verifier.teardown().await {
                 rec.notes
                     .push(format!("the verifier's sandbox teardown failed: {e}"));
@@ -910,25 +1238,26 @@ fn clear_destination(base: &Path, rel: &str) -> std::io::Result<PathBuf> {
 /// the agent's, whose writable layer is read for changes to what the verifier runs.
 async fn run_tests(
     plan: &TrialPlan,
+    stage: &Stage<'_>,
     sandbox: &dyn Sandbox,
     agent_layer: bool,
     rec: &mut Record,
 ) -> Result<(f64, BTreeMap<String, f64>), Ending> {
     let infra = |o, class: &str, e: String| Ending::infra(o, class, e);
     let verifier_dir = plan.trial_dir.join("verifier");
-    let tests = plan.task.tests_dir();
-    let timeout = scaled(plan.task.config.verifier_timeout(), plan.timeout_multiplier);
+    let tests = &stage.tests;
+    let timeout = scaled(stage.verifier_timeout, plan.timeout_multiplier);
     // The agent's background services keep running (Harbor's semantics); the verifier's view
     // keeps them away from its reward.
     let out = sandbox
         .run_verifier(
-            &tests,
+            tests,
             ExecRequest {
                 command: format!("bash {TESTS_DIR}/test.sh"),
                 cwd: None,
                 timeout,
                 output_cap: VERIFIER_OUTPUT_CAP,
-                env: plan.task.config.verifier.env.clone().into_iter().collect(),
+                env: stage.verifier_env.clone(),
             },
         )
         .await
@@ -1061,7 +1390,8 @@ fn write_result_json(plan: &TrialPlan, row: &TrialRow, rec: &Record) {
         "notes": rec.notes,
     });
     let times = serde_json::to_value(&rec.phase_times).unwrap_or_default();
-    let doc = super::harbor::trial_result(geode, row, &plan.task, &plan.trial_dir, &times);
+    let doc =
+        super::harbor::trial_result(geode, row, &plan.task, &plan.trial_dir, &times, &rec.steps);
     if let Ok(text) = serde_json::to_string_pretty(&doc) {
         let _ = std::fs::write(plan.trial_dir.join("result.json"), text);
     }

@@ -215,6 +215,92 @@ timeout_sec = 5
 }
 
 #[test]
+fn multi_step_tasks_load_and_their_mistakes_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let two = "[[steps]]\nname = \"one\"\nmin_reward = { reward = 1.0, speed = 0.5 }\n\
+               [steps.agent]\ntimeout_sec = 30\n[[steps]]\nname = \"two\"\n";
+    for folder in [
+        "good",
+        "no-step-instruction",
+        "no-tests",
+        "dup",
+        "bad-name",
+        "bad-strategy",
+        "empty",
+    ] {
+        let toml = match folder {
+            "dup" => "[[steps]]\nname = \"one\"\n[[steps]]\nname = \"ONE\"\n".to_string(),
+            "bad-name" => "[[steps]]\nname = \"../up\"\n".to_string(),
+            "bad-strategy" => format!("multi_step_reward_strategy = \"best\"\n{two}"),
+            "empty" => "steps = []\n".to_string(),
+            _ => two.to_string(),
+        };
+        task(dir.path(), folder, &toml);
+        let d = dir.path().join(folder);
+        // Multi-step tasks need no top-level instruction.
+        std::fs::remove_file(d.join("instruction.md")).unwrap();
+        for step in ["one", "two"] {
+            if !(folder == "no-step-instruction" && step == "two") {
+                write(&d.join(format!("steps/{step}/instruction.md")), "Do it.\n");
+            }
+        }
+        write(
+            &d.join("steps/one/tests/test.sh"),
+            "echo 1 > /logs/verifier/reward.txt\n",
+        );
+        if folder == "no-tests" {
+            std::fs::remove_file(d.join("tests/test.sh")).unwrap();
+        }
+    }
+    let pack = TaskPack::load(dir.path()).unwrap();
+    assert_eq!(
+        pack.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["good"]
+    );
+    let good = &pack.tasks[0];
+    assert_eq!(
+        good.steps.iter().map(|s| s.name()).collect::<Vec<_>>(),
+        ["one", "two"]
+    );
+    assert_eq!(good.steps[0].instruction, "Do it.\n");
+    assert_eq!(good.steps[0].config.agent.timeout_sec, Some(30.0));
+    let gate = good.steps[0].config.min_reward.as_ref().unwrap();
+    let rewards = |pairs: &[(&str, f64)]| {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    assert_eq!(
+        gate.shortfall(&rewards(&[("reward", 1.0), ("speed", 0.5)])),
+        None
+    );
+    assert_eq!(
+        gate.shortfall(&rewards(&[("reward", 1.0)])),
+        Some(("speed".to_string(), None))
+    );
+    let broken: Vec<String> = pack.broken.iter().map(|b| b.to_string()).collect();
+    for (folder, says) in [
+        ("no-step-instruction", "steps/two/instruction.md"),
+        (
+            "no-tests",
+            "step \"two\" needs steps/two/tests/test.sh or the task's tests/test.sh",
+        ),
+        ("dup", "steps[1].name = \"ONE\": step names must be unique"),
+        ("bad-name", "steps[0].name = \"../up\""),
+        ("bad-strategy", "multi_step_reward_strategy = \"best\""),
+        ("empty", "steps = []"),
+    ] {
+        assert!(
+            broken
+                .iter()
+                .any(|b| b.contains(&format!("/{folder}/")) && b.contains(says)),
+            "{folder}: {broken:?}"
+        );
+    }
+}
+
+#[test]
 fn the_task_hash_ignores_the_folder_name_and_sees_content_and_mode() {
     let dir = tempfile::tempdir().unwrap();
     task(dir.path(), "a", "[task]\nname = \"org/a\"\n");
