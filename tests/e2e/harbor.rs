@@ -357,6 +357,9 @@ fn multi_step_task(pack: &Path, name: &str, toml: &str, step_two_passes: bool) {
                 &reward_if("[ \"$(cat /app/a.txt)\" = one ]"),
             ),
             ("steps/append/instruction.md", "Append two to /app/a.txt.\n"),
+            // Staged into the work directory before the step's agent, then run there.
+            ("steps/append/workdir/extra.txt", "x\n"),
+            ("steps/append/workdir/setup.sh", "touch /app/setup-ran\n"),
             (
                 "steps/append/solution/solve.sh",
                 &format!("#!/bin/sh\necho {second} >> /app/a.txt\n"),
@@ -365,7 +368,10 @@ fn multi_step_task(pack: &Path, name: &str, toml: &str, step_two_passes: bool) {
             // first step left in the same environment.
             (
                 "tests/test.sh",
-                &reward_if("[ \"$(cat /app/a.txt | tr '\\n' ' ')\" = 'one two ' ]"),
+                &reward_if(
+                    "[ \"$(cat /app/a.txt | tr '\\n' ' ')\" = 'one two ' ] \
+                     && [ -f /app/setup-ran ] && [ -f /app/extra.txt ]",
+                ),
             ),
         ],
     );
@@ -392,6 +398,13 @@ fn multi_step_tasks_run_their_steps_in_one_environment_and_harbor_reads_the_resu
         "#!/bin/sh\necho 0 > /logs/verifier/reward.txt\n",
     )
     .unwrap();
+    // The second step cannot start: the trial is infrastructure, not a pass on step one alone.
+    multi_step_task(&pack, "setup-fails", steps, true);
+    std::fs::write(
+        pack.join("setup-fails/steps/append/workdir/setup.sh"),
+        "echo no >&2; exit 3\n",
+    )
+    .unwrap();
     let jobs = d.path().join("jobs");
     let (_, run) = super::common::run_oracle_with(
         super::common::geode_in(d.path()),
@@ -400,6 +413,16 @@ fn multi_step_tasks_run_their_steps_in_one_environment_and_harbor_reads_the_resu
         &["-k", "1"],
     );
     let result = |name: &str| super::common::trial_result(&run, &format!("{name}__0"));
+    let broken = result("setup-fails");
+    assert_eq!(broken["outcome"], "environment_setup_failed", "{broken}");
+    assert_eq!(broken["exception_info"]["exception_type"], "StepSetupError");
+    assert!(
+        broken["exception_info"]["exception_message"]
+            .as_str()
+            .unwrap()
+            .contains("step append: setup.sh exited Some(3): no"),
+        "{broken}"
+    );
     let step_rewards = |r: &serde_json::Value| -> Vec<(String, Option<f64>)> {
         r["step_results"]
             .as_array()
@@ -462,8 +485,8 @@ fn multi_step_tasks_run_their_steps_in_one_environment_and_harbor_reads_the_resu
     let (ok, report) = harbor_check(&python, &pack, &jobs, &[]);
     println!("{report}");
     assert!(ok, "{report}");
-    assert_eq!(counted(&report, "TaskConfig"), (4, 4));
-    assert_eq!(counted(&report, "TrialResult"), (4, 4));
+    assert_eq!(counted(&report, "TaskConfig"), (5, 5));
+    assert_eq!(counted(&report, "TrialResult"), (5, 5));
     let read = Command::new(&python)
         .args([
             "-c",

@@ -552,17 +552,34 @@ async fn run_steps(
         };
         let stage = Stage::step(task, step, tests.clone(), i + 1 == task.steps.len());
         rec.last_times.clear();
-        let healthy = match &step.config.healthcheck {
-            Some(check) => wait_healthy(sandbox, check, plan.timeout_multiplier, cancel).await,
-            None => Ok(()),
-        };
-        let ending = match healthy {
-            Ok(()) => agent_then_verify(plan, &stage, sandbox, fresh, observer, cancel, rec).await,
-            Err(why) => Ending::infra(
+        if !step.config.artifacts.is_empty() {
+            rec.notes.push(format!(
+                "step {name}: its own artifacts are not collected (the task's are, after the last step)"
+            ));
+        }
+        let setup_failed = |class: &str, why: String| {
+            Ending::infra(
                 TrialOutcome::EnvironmentSetupFailed,
-                "HealthcheckError",
+                class,
                 format!("step {name}: {why}"),
-            ),
+            )
+        };
+        let ending = match prepare_step(step, sandbox, plan.timeout_multiplier).await {
+            Err(why) => setup_failed("StepSetupError", why),
+            Ok(()) => {
+                let healthy = match &step.config.healthcheck {
+                    Some(check) => {
+                        wait_healthy(sandbox, check, plan.timeout_multiplier, cancel).await
+                    }
+                    None => Ok(()),
+                };
+                match healthy {
+                    Err(why) => setup_failed("HealthcheckError", why),
+                    Ok(()) => {
+                        agent_then_verify(plan, &stage, sandbox, fresh, observer, cancel, rec).await
+                    }
+                }
+            }
         };
         let _ = std::fs::remove_dir_all(&tests);
         if let Err(e) = archive_step(&plan.trial_dir, &name) {
@@ -597,6 +614,53 @@ async fn run_steps(
         }
     }
     combine_steps(task, endings)
+}
+
+/// Before a step's agent, as Harbor does: the files of `steps/<name>/workdir/` are copied into
+/// the sandbox's work directory (each replacing what has its name), then its `setup.sh`, if
+/// any, runs there. `Err` says why the step cannot start.
+async fn prepare_step(
+    step: &Step,
+    sandbox: &dyn Sandbox,
+    timeout_multiplier: f64,
+) -> Result<(), String> {
+    let staged = step.dir.join("workdir");
+    if !staged.is_dir() {
+        return Ok(());
+    }
+    let root = sandbox.workspace().root().to_string_lossy().into_owned();
+    let entries = std::fs::read_dir(&staged).map_err(|e| format!("{}: {e}", staged.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("{}: {e}", staged.display()))?;
+        let inside = format!(
+            "{}/{}",
+            root.trim_end_matches('/'),
+            entry.file_name().to_string_lossy()
+        );
+        sandbox
+            .copy_in(&entry.path(), &inside)
+            .await
+            .map_err(|e| format!("copying {} in: {e}", entry.path().display()))?;
+    }
+    if !staged.join("setup.sh").is_file() {
+        return Ok(());
+    }
+    let req = ExecRequest {
+        command: "bash ./setup.sh".into(),
+        cwd: None,
+        timeout: scaled(Duration::from_secs(600), timeout_multiplier),
+        output_cap: 4096,
+        env: Vec::new(),
+    };
+    match sandbox.exec(req, CancellationToken::new()).await {
+        Ok(out) if out.exit_code == Some(0) => Ok(()),
+        Ok(out) => Err(format!(
+            "setup.sh exited {:?}: {}",
+            out.exit_code,
+            out.stderr.trim().chars().take(300).collect::<String>()
+        )),
+        Err(e) => Err(format!("setup.sh: {e}")),
+    }
 }
 
 /// Where a step's tests are staged: in the trial folder, which the sandbox does not mount
@@ -691,32 +755,11 @@ fn step_result(
     })
 }
 
-/// The trial's ending from its steps' (`endings` is never empty: a task has a step).
+/// The trial's ending from its steps'. A step that ended without a reward (infrastructure, a
+/// cancelled run) is the trial's ending: averaging the steps that were verified, as Harbor
+/// does, would score a task whose later steps never ran.
 fn combine_steps(task: &Task, mut endings: Vec<Ending>) -> Ending {
-    let rewarded: Vec<&Ending> = endings.iter().filter(|e| e.reward.is_some()).collect();
-    let rewards: BTreeMap<String, f64> = match task.config.step_rewards() {
-        StepRewards::Final => match endings.last() {
-            Some(last) if last.reward.is_some() => last.rewards.clone(),
-            _ => BTreeMap::new(),
-        },
-        StepRewards::Mean => {
-            let keys: std::collections::BTreeSet<&String> =
-                rewarded.iter().flat_map(|e| e.rewards.keys()).collect();
-            keys.into_iter()
-                .map(|k| {
-                    let sum: f64 = rewarded
-                        .iter()
-                        .map(|e| e.rewards.get(k).copied().unwrap_or(0.0))
-                        .sum();
-                    (k.clone(), sum / rewarded.len() as f64)
-                })
-                .collect()
-        }
-    };
-    let first_exception = endings.iter().find_map(|e| e.exception.clone());
-    let cancelled = endings.iter().any(|e| e.outcome == TrialOutcome::Cancelled);
-    if rewards.is_empty() || cancelled {
-        // No step said anything (or the run stopped): the last step's ending is the trial's.
+    if endings.last().is_none_or(|e| e.reward.is_none()) {
         return endings.pop().unwrap_or_else(|| {
             Ending::infra(
                 TrialOutcome::VerifierCrashed,
@@ -725,6 +768,26 @@ fn combine_steps(task: &Task, mut endings: Vec<Ending>) -> Ending {
             )
         });
     }
+    let rewards: BTreeMap<String, f64> = match task.config.step_rewards() {
+        StepRewards::Final => endings
+            .last()
+            .map(|e| e.rewards.clone())
+            .unwrap_or_default(),
+        StepRewards::Mean => {
+            let keys: std::collections::BTreeSet<&String> =
+                endings.iter().flat_map(|e| e.rewards.keys()).collect();
+            keys.into_iter()
+                .map(|k| {
+                    let sum: f64 = endings
+                        .iter()
+                        .map(|e| e.rewards.get(k).copied().unwrap_or(0.0))
+                        .sum();
+                    (k.clone(), sum / endings.len() as f64)
+                })
+                .collect()
+        }
+    };
+    let first_exception = endings.iter().find_map(|e| e.exception.clone());
     let declared = task
         .config
         .metadata
