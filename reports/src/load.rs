@@ -581,6 +581,8 @@ pub struct Loaded {
     pub stores: Vec<PathBuf>,
     /// Re-grades of the runs, in run order.
     pub regrades: Vec<Regrade>,
+    /// The `reward.json` key scored instead of each trial's headline reward.
+    pub reward_key: Option<RewardKey>,
 }
 
 /// Loads `runs` (resolved with [`resolve_run`]).
@@ -648,6 +650,7 @@ pub fn load_scoring(
         trials: stack(trial_frames, &ctx)?,
         stores: paths,
         regrades,
+        reward_key: reward_key.cloned(),
     })
 }
 

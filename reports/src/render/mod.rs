@@ -20,7 +20,12 @@ pub enum TextFormat {
 /// The title of `report` in every format.
 fn report_title(report: &Report) -> String {
     let runs: Vec<&str> = report.runs.iter().map(|r| r.run_id.as_str()).collect();
-    format!("GEODE report: {}", runs.join(", "))
+    let scored = report
+        .reward_key
+        .as_ref()
+        .map(|k| format!(" (scoring reward key {k})"))
+        .unwrap_or_default();
+    format!("GEODE report: {}{scored}", runs.join(", "))
 }
 
 /// The title of comparison `c` in every format.

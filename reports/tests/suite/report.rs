@@ -169,6 +169,14 @@ fn a_reward_key_scores_that_key_and_a_trial_without_it_is_infrastructure() {
         .collect();
     assert_eq!(rewards.iter().filter(|r| r.is_none()).count(), 1);
     assert!(rewards.iter().flatten().all(|r| *r == 0.25), "{rewards:?}");
+    let title = render::report(&build(&keyed).unwrap(), TextFormat::Markdown);
+    assert!(
+        title.starts_with(&format!(
+            "# GEODE report: {RUN_A} (scoring reward key performance)"
+        )),
+        "{}",
+        &title[..80]
+    );
     let correctness = RewardKey::parse("correctness").unwrap();
     let by_correctness = load_scoring(&refs, TrialColumns::Report, Some(&correctness)).unwrap();
     assert_eq!(infra(&by_correctness), infra(&plain));
