@@ -424,6 +424,18 @@ async fn run_phases(
     }
 }
 
+/// A command a task.toml names (a healthcheck, a collect hook, a step's setup), run in the
+/// work directory; a little of its output is kept, for the message when it fails.
+fn task_command(command: impl Into<String>, timeout: Duration) -> ExecRequest {
+    ExecRequest {
+        command: command.into(),
+        cwd: None,
+        timeout,
+        output_cap: 4096,
+        env: Vec::new(),
+    }
+}
+
 /// Runs the task's healthcheck until it passes, as Docker's HEALTHCHECK counts: failures in
 /// the start period do not count; `retries` failures in a row after it are the error.
 async fn wait_healthy(
@@ -437,16 +449,13 @@ async fn wait_healthy(
     let mut failures = 0u32;
     loop {
         let starting = began.elapsed() < start_period;
-        let req = ExecRequest {
-            command: check.command.clone(),
-            cwd: None,
-            timeout: scaled(
+        let req = task_command(
+            check.command.clone(),
+            scaled(
                 Duration::from_secs_f64(check.timeout_sec),
                 timeout_multiplier,
             ),
-            output_cap: 4096,
-            env: Vec::new(),
-        };
+        );
         let last = match sandbox.exec(req, cancel.clone()).await {
             Ok(out) if out.exit_code == Some(0) => return Ok(()),
             Ok(out) if out.timed_out => format!("timed out after {}s", check.timeout_sec),
@@ -493,16 +502,13 @@ async fn run_collect_hooks(plan: &TrialPlan, sandbox: &dyn Sandbox, rec: &mut Re
             ));
             continue;
         }
-        let req = ExecRequest {
-            command: hook.command.clone(),
-            cwd: None,
-            timeout: scaled(
+        let req = task_command(
+            hook.command.clone(),
+            scaled(
                 Duration::from_secs_f64(hook.timeout_sec),
                 plan.timeout_multiplier,
             ),
-            output_cap: 4096,
-            env: Vec::new(),
-        };
+        );
         match sandbox.exec(req, CancellationToken::new()).await {
             Ok(out) if out.exit_code == Some(0) => {}
             Ok(out) => rec.notes.push(format!(
@@ -645,13 +651,10 @@ async fn prepare_step(
     if !staged.join("setup.sh").is_file() {
         return Ok(());
     }
-    let req = ExecRequest {
-        command: "bash ./setup.sh".into(),
-        cwd: None,
-        timeout: scaled(Duration::from_secs(600), timeout_multiplier),
-        output_cap: 4096,
-        env: Vec::new(),
-    };
+    let req = task_command(
+        "bash ./setup.sh",
+        scaled(Duration::from_secs(600), timeout_multiplier),
+    );
     match sandbox.exec(req, CancellationToken::new()).await {
         Ok(out) if out.exit_code == Some(0) => Ok(()),
         Ok(out) => Err(format!(
