@@ -153,18 +153,52 @@ fn harbor_models_accept_the_built_in_pack_our_jobs_trials_and_trajectories() {
         "{trial}"
     );
 
+    // A third run whose model calls a tool with arguments that are not a JSON object (a bare
+    // string): ATIF wants an object, so the trajectory keeps it under `raw`.
+    let script = d.path().join("script.toml");
+    std::fs::write(
+        &script,
+        "[[turns]]\ntext = \"Listing.\"\n[[turns.tool_calls]]\nname = \"bash\"\n\
+         input = \"ls -la\"\n[[turns]]\ntext = \"Done.\"\n",
+    )
+    .unwrap();
+    let out = super::common::geode_in(d.path())
+        .arg("run")
+        .arg(&broken)
+        .args([
+            "--model",
+            &format!("scripted:{}", script.display()),
+            "--json",
+            "--jobs-dir",
+        ])
+        .arg(&jobs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let scripted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let trajectory = std::fs::read_to_string(
+        Path::new(scripted["run_dir"].as_str().unwrap())
+            .join("geode-cron-next__0/agent/trajectory.json"),
+    )
+    .unwrap();
+    assert!(trajectory.contains("\"raw\": \"ls -la\""), "{trajectory}");
+
     let (ok, report) = harbor_check(&python, &pack, &jobs, &["--view"]);
     println!("{report}");
     assert!(ok, "{report}");
     assert!(
-        report.contains("harbor view: 2 runs, 6 trials with their rewards, 6 trajectories shown"),
+        report.contains("harbor view: 3 runs, 7 trials with their rewards, 7 trajectories shown"),
         "{report}"
     );
     assert_eq!(counted(&report, "TaskConfig"), (28, 28));
-    assert_eq!(counted(&report, "JobConfig"), (2, 2));
-    assert_eq!(counted(&report, "JobLock"), (2, 2));
-    assert_eq!(counted(&report, "JobResult"), (2, 2));
-    assert_eq!(counted(&report, "TrialResult"), (6, 6));
+    assert_eq!(counted(&report, "JobConfig"), (3, 3));
+    assert_eq!(counted(&report, "JobLock"), (3, 3));
+    assert_eq!(counted(&report, "JobResult"), (3, 3));
+    assert_eq!(counted(&report, "TrialResult"), (7, 7));
     let (valid, all) = counted(&report, "Trajectory");
     assert!(all >= 5 && valid == all, "{report}");
 
@@ -205,7 +239,7 @@ fn harbor_models_accept_the_built_in_pack_our_jobs_trials_and_trajectories() {
     .unwrap();
     let (ok, report) = harbor_check(&python, &pack, &jobs, &[]);
     assert!(!ok, "{report}");
-    assert_eq!(counted(&report, "TrialResult"), (5, 6));
+    assert_eq!(counted(&report, "TrialResult"), (6, 7));
     assert!(
         report.contains("REJECTED") && report.contains("geode-cron-next__0/result.json"),
         "{report}"
