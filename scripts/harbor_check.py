@@ -118,17 +118,16 @@ def check_view(jobs, runs, bad):
 def main():
     view = "--view" in sys.argv[1:]
     args = [a for a in sys.argv[1:] if a != "--view"]
-    sys.argv[1:] = args
     if len(args) not in (1, 2) or (view and len(args) != 2):
         sys.exit(__doc__)
     bad = []
-    pack = pathlib.Path(sys.argv[1])
+    pack = pathlib.Path(args[0])
     tasks = sorted(pack.glob("*/task.toml"))
     if not tasks:
         sys.exit(f"{pack}: no task.toml found")
     check("TaskConfig", tasks, lambda p: tomllib.loads(p.read_text()), TaskConfig, bad)
-    if len(sys.argv) == 3:
-        jobs = pathlib.Path(sys.argv[2])
+    if len(args) == 2:
+        jobs = pathlib.Path(args[1])
         trajectories = sorted(jobs.glob("**/agent/trajectory.json"))
         if not trajectories:
             sys.exit(f"{jobs}: no agent/trajectory.json found")

@@ -768,6 +768,25 @@ impl Step {
     pub fn tests_dir(&self) -> PathBuf {
         self.dir.join("tests")
     }
+
+    /// The step's agent timeout, else the task's, else Harbor's default.
+    pub fn agent_timeout(&self, task: &TaskConfig) -> Duration {
+        seconds(
+            self.config.agent.timeout_sec.or(task.agent.timeout_sec),
+            DEFAULT_AGENT_TIMEOUT,
+        )
+    }
+
+    /// The step's verifier timeout, else the task's, else Harbor's default.
+    pub fn verifier_timeout(&self, task: &TaskConfig) -> Duration {
+        seconds(
+            self.config
+                .verifier
+                .timeout_sec
+                .or(task.verifier.timeout_sec),
+            DEFAULT_VERIFIER_TIMEOUT,
+        )
+    }
 }
 
 impl Task {

@@ -67,15 +67,26 @@ pub fn split_core_pack(dir: &Path) {
 /// `cmd` (a `geode` command) running PACK with the oracle into `jobs`, as JSON: the summary
 /// and the run's folder. Fails the test when the run fails.
 pub fn run_oracle_with(
+    cmd: Command,
+    pack: &Path,
+    jobs: &Path,
+    extra: &[&str],
+) -> (serde_json::Value, std::path::PathBuf) {
+    run_model_with(cmd, pack, jobs, "oracle", extra)
+}
+
+/// [`run_oracle_with`] with another model route.
+pub fn run_model_with(
     mut cmd: Command,
     pack: &Path,
     jobs: &Path,
+    model: &str,
     extra: &[&str],
 ) -> (serde_json::Value, std::path::PathBuf) {
     let out = cmd
         .arg("run")
         .arg(pack)
-        .args(["--model", "oracle", "--json", "--jobs-dir"])
+        .args(["--model", model, "--json", "--jobs-dir"])
         .arg(jobs)
         .args(extra)
         .output()

@@ -162,29 +162,16 @@ fn harbor_models_accept_the_built_in_pack_our_jobs_trials_and_trajectories() {
          input = \"ls -la\"\n[[turns]]\ntext = \"Done.\"\n",
     )
     .unwrap();
-    let out = super::common::geode_in(d.path())
-        .arg("run")
-        .arg(&broken)
-        .args([
-            "--model",
-            &format!("scripted:{}", script.display()),
-            "--json",
-            "--jobs-dir",
-        ])
-        .arg(&jobs)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (_, scripted_run) = super::common::run_model_with(
+        super::common::geode_in(d.path()),
+        &broken,
+        &jobs,
+        &format!("scripted:{}", script.display()),
+        &["-k", "1"],
     );
-    let scripted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let trajectory = std::fs::read_to_string(
-        Path::new(scripted["run_dir"].as_str().unwrap())
-            .join("geode-cron-next__0/agent/trajectory.json"),
-    )
-    .unwrap();
+    let trajectory =
+        std::fs::read_to_string(scripted_run.join("geode-cron-next__0/agent/trajectory.json"))
+            .unwrap();
     assert!(trajectory.contains("\"raw\": \"ls -la\""), "{trajectory}");
 
     let (ok, report) = harbor_check(&python, &pack, &jobs, &["--view"]);
@@ -248,23 +235,19 @@ fn harbor_models_accept_the_built_in_pack_our_jobs_trials_and_trajectories() {
 
 /// A task folder under `pack` from debian:bookworm-slim whose oracle writes /app/out.txt.
 fn small_task(pack: &Path, name: &str, toml: &str, test_sh: &str) {
-    let dir = pack.join(name);
-    for sub in ["environment", "tests", "solution"] {
-        std::fs::create_dir_all(dir.join(sub)).unwrap();
-    }
-    std::fs::write(dir.join("task.toml"), toml).unwrap();
-    std::fs::write(dir.join("instruction.md"), "Write hi to /app/out.txt.\n").unwrap();
-    std::fs::write(
-        dir.join("environment/Dockerfile"),
-        "FROM debian:bookworm-slim\nWORKDIR /app\n",
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("solution/solve.sh"),
-        "#!/bin/sh\necho hi > /app/out.txt\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("tests/test.sh"), test_sh).unwrap();
+    write_files(
+        &pack.join(name),
+        &[
+            ("task.toml", toml),
+            ("instruction.md", "Write hi to /app/out.txt.\n"),
+            (
+                "environment/Dockerfile",
+                "FROM debian:bookworm-slim\nWORKDIR /app\n",
+            ),
+            ("solution/solve.sh", "#!/bin/sh\necho hi > /app/out.txt\n"),
+            ("tests/test.sh", test_sh),
+        ],
+    );
 }
 
 #[test]

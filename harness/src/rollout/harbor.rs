@@ -251,7 +251,6 @@ pub fn job_result(end: &JobEnd) -> Value {
     let mut exception_stats: Map<String, Value> = Map::new();
     let mut rewarded = 0usize;
     let mut errored = 0usize;
-    let (mut n_in, mut n_cache, mut n_out, mut cost) = (0u64, 0u64, 0u64, 0f64);
     for row in end.rows {
         if let Ok(Value::Object(rewards)) = serde_json::from_str::<Value>(&row.rewards_json)
             && !rewards.is_empty()
@@ -280,10 +279,6 @@ pub fn job_result(end: &JobEnd) -> Value {
                 names.push(json!(row.trial_name));
             }
         }
-        n_in += row.usage.input_tokens;
-        n_cache += row.usage.cached_tokens;
-        n_out += row.usage.output_tokens;
-        cost += row.usage.cost_usd;
     }
     let pass_at_k: Map<String, Value> = end
         .summary
@@ -318,10 +313,10 @@ pub fn job_result(end: &JobEnd) -> Value {
                     "reward_stats": reward_stats,
                     "exception_stats": exception_stats,
                 }},
-                "n_input_tokens": n_in,
-                "n_cache_tokens": n_cache,
-                "n_output_tokens": n_out,
-                "cost_usd": cost,
+                "n_input_tokens": end.summary.input_tokens,
+                "n_cache_tokens": end.rows.iter().map(|r| r.usage.cached_tokens).sum::<u64>(),
+                "n_output_tokens": end.summary.output_tokens,
+                "cost_usd": end.summary.cost_usd,
             },
         }),
     )

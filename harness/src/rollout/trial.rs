@@ -181,19 +181,12 @@ impl<'a> Stage<'a> {
     fn step(task: &'a Task, step: &'a Step, tests: PathBuf, last: bool) -> Self {
         let mut env = task.config.verifier.env.clone();
         env.extend(step.config.verifier.env.clone());
-        let own = |v: Option<f64>, default: Duration| {
-            v.filter(|v| v.is_finite() && *v > 0.0)
-                .map_or(default, Duration::from_secs_f64)
-        };
         Stage {
             instruction: &step.instruction,
             solution: step.solution().or_else(|| task.solution()),
-            agent_timeout: own(step.config.agent.timeout_sec, task.config.agent_timeout()),
+            agent_timeout: step.agent_timeout(&task.config),
             tests,
-            verifier_timeout: own(
-                step.config.verifier.timeout_sec,
-                task.config.verifier_timeout(),
-            ),
+            verifier_timeout: step.verifier_timeout(&task.config),
             verifier_env: env.into_iter().collect(),
             last,
         }
