@@ -475,15 +475,16 @@ fn a_closed_pipe_ends_a_subcommand_quietly() {
         vec!["dataset", "split", pack, "--seed", "1"],
         vec!["crucible", "audit", "--commitments", "."],
     ] {
-        let mut child = geode(d.path())
+        // The reader is gone before the child starts: closing it after the spawn raced with a
+        // fast command (`config explain`) that could write and exit 0 first.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = geode(d.path())
             .args(&args)
-            .stdout(Stdio::piped())
+            .stdout(writer)
             .stderr(Stdio::piped())
-            .spawn()
+            .output()
             .unwrap();
-        // The reader is gone before the first line.
-        drop(child.stdout.take());
-        let out = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!err.contains("panicked"), "{args:?}: {err}");
         assert_eq!(out.status.code(), Some(141), "{args:?}: {err}");
