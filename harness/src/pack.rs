@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::env::NetworkPolicy;
+use crate::env::compose::{self, Compose, ComposeError};
 
 /// SHA-256 (hex) of a task folder's content.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -744,6 +745,8 @@ pub struct Task {
     pub hash: TaskHash,
     /// A multi-step task's steps, in order (empty for a single-step task).
     pub steps: Vec<Step>,
+    /// `environment/docker-compose.yaml`, when the task has one.
+    pub compose: Option<Compose>,
 }
 
 /// One step of a multi-step task, loaded: its `[[steps]]` entry and `steps/<name>/`.
@@ -826,15 +829,29 @@ impl Task {
         if let Some(verifier) = config.verifier.environment.as_mut() {
             verifier.resolve_sizes("verifier.environment", &toml_path)?;
         }
+        let compose = compose::load(&dir.join("environment")).map_err(|e| match e {
+            ComposeError::Io { path, source } => PackError::Io { path, source },
+            ComposeError::Invalid {
+                path,
+                field,
+                message,
+            } => PackError::Invalid {
+                path,
+                message: format!("{field}: {message}"),
+            },
+        })?;
         let dockerfile = dir.join("environment").join("Dockerfile");
         if !dockerfile.is_file()
-            && !dir.join("environment/docker-compose.yaml").is_file()
             && config.environment.docker_image.is_none()
+            && compose
+                .as_ref()
+                .and_then(|c| c.main.image.as_ref())
+                .is_none()
         {
             return Err(invalid(
                 &dockerfile,
-                "missing: environment/ needs a Dockerfile (or docker-compose.yaml), or task.toml \
-                 an [environment] docker_image",
+                "missing: environment/ needs a Dockerfile, or task.toml an [environment] \
+                 docker_image, or docker-compose.yaml an image for `main`",
             ));
         }
         let folder = dir
@@ -848,6 +865,7 @@ impl Task {
             config,
             instruction,
             steps,
+            compose,
         })
     }
 

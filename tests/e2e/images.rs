@@ -35,6 +35,7 @@ async fn python_base() -> StoredImage {
         docker_image: Some("python:3.11-slim".into()),
         build_args: Vec::new(),
         build_log: None,
+        group: Default::default(),
     };
     backend.prepare(&spec).await.unwrap();
     ImageStore::open(shared_store())

@@ -18,4 +18,5 @@ mod registry;
 mod repl;
 mod run;
 mod search;
+mod services;
 mod validity;

@@ -192,6 +192,7 @@ async fn bench_image(
         docker_image: Some(raw.to_string()),
         build_args: Vec::new(),
         build_log: None,
+        group: Default::default(),
     };
     let prepared = backend.prepare(&spec).await?;
     let mut runs = Vec::new();

@@ -20,7 +20,7 @@ use super::dockerfile;
 use super::image::{ImageConfig, ImageSource, ImageStore, PullOptions, Reference, StoredImage};
 use super::protocol::Network;
 use super::sandbox::{Launch, SandboxBackend};
-use super::{EnvError, EnvironmentSpec, ImageRoot, NetworkPolicy};
+use super::{EnvError, EnvironmentSpec, GroupNetwork, ImageRoot, NetworkPolicy};
 
 /// How long the finishing run of a Debian bootstrap (dpkg configuring ~100 packages) may take.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(1200);
@@ -193,6 +193,7 @@ impl<'a> Bases<'a> {
                     verifier_logs: None,
                     disk_mb: None,
                     remove_dir: false,
+                    group: GroupNetwork::default(),
                 })
                 .await?;
             let req = geode_runtime::tools::workspace::ExecRequest {
@@ -277,6 +278,7 @@ impl<'a> Bases<'a> {
             docker_image: None,
             build_args: Vec::new(),
             build_log: None,
+            group: Default::default(),
         };
         let deadline = std::time::Instant::now() + FINISH_TIMEOUT;
         let built = build::build_steps(

@@ -25,11 +25,11 @@ use sha2::{Digest, Sha256};
 use super::base::Bases;
 use super::cgroup::Limits;
 use super::dockerfile::{self, Instruction, Step};
-use super::image::{ImageStore, StoredImage};
+use super::image::{ImageConfig, ImageStore, StoredImage};
 use super::protocol::{Bind, Network};
 use super::sandbox::{BaseMode, Launch, SandboxBackend};
 use super::steps::{Builder, StageState, step_name};
-use super::{EnvError, EnvironmentSpec, ImageRoot, PreparedImage};
+use super::{EnvError, EnvironmentSpec, GroupNetwork, ImageRoot, PreparedImage};
 
 /// What results say of a host-root stand-in.
 pub(crate) const HOST_SOURCE: &str = "host root (--base host)";
@@ -98,12 +98,7 @@ impl Built {
         Built {
             layers: image.layers.clone(),
             key: chain(STEP_VERSION, &[image.digest.as_bytes()]),
-            state: StageState::from_image(
-                &c.env,
-                c.working_dir.as_deref(),
-                c.user.as_deref(),
-                c.shell.as_deref(),
-            ),
+            state: StageState::from_image(c),
             from: named.to_string(),
             source: super::base::describe(&image.source),
             digest: Some(image.digest.clone()),
@@ -170,7 +165,7 @@ async fn prepare_image(
             None if from == "scratch" => Built {
                 layers: Vec::new(),
                 key: chain(STEP_VERSION, &[b"scratch"]),
-                state: StageState::from_image(&[], None, None, None),
+                state: StageState::from_image(&ImageConfig::default()),
                 from: from.clone(),
                 source: "scratch (empty)".into(),
                 digest: None,
@@ -223,6 +218,8 @@ fn prepared(built: Built, spec: &EnvironmentSpec, started: Instant) -> PreparedI
         root: ImageRoot::Layers(built.layers),
         workdir: built.state.workdir,
         env,
+        entrypoint: built.state.entrypoint,
+        cmd: built.state.cmd,
         user: built.state.user,
         from: built.from,
         source: built.source,
@@ -525,6 +522,7 @@ async fn run_step(
                 verifier_logs: None,
                 disk_mb: None,
                 remove_dir: false,
+                group: GroupNetwork::default(),
             })
             .await?;
         let outcome = builder.execute(&handle, step, exported.as_deref()).await;
@@ -582,6 +580,7 @@ async fn export(
             verifier_logs: None,
             disk_mb: None,
             remove_dir: true,
+            group: GroupNetwork::default(),
         })
         .await?;
     // Patterns stay unquoted so the shell expands them, as docker matches them.
@@ -694,6 +693,8 @@ async fn prepare_on_host(
             workdir: "/".into(),
             env: spec.env.clone(),
             user: None,
+            entrypoint: Vec::new(),
+            cmd: Vec::new(),
             from: String::new(),
             source: HOST_SOURCE.into(),
             digest: None,
@@ -737,6 +738,8 @@ async fn prepare_on_host(
         workdir: meta.workdir,
         env,
         user: meta.user,
+        entrypoint: Vec::new(),
+        cmd: Vec::new(),
         from: meta.from,
         source: HOST_SOURCE.into(),
         digest: None,
@@ -787,10 +790,11 @@ async fn build_on_host(
             verifier_logs: None,
             disk_mb: None,
             remove_dir: false,
+            group: GroupNetwork::default(),
         })
         .await?;
     let deadline = started + spec.build_timeout;
-    let mut state = StageState::from_image(&[], None, None, None);
+    let mut state = StageState::from_image(&ImageConfig::default());
     let mut from = String::new();
     let mut outcome = Ok(());
     let mut builder = Builder::new(

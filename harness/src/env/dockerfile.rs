@@ -1,9 +1,9 @@
 //! A Dockerfile parser for the instructions benchmark tasks use.
 //!
 //! Handled: FROM (`AS NAME`, so multi-stage builds), RUN (shell and exec form, heredocs), COPY/ADD (`--chown`, `--chmod`,
-//! `--from`, heredocs), WORKDIR, ENV (`a=b c=d` and `a b`), ARG (defaults), USER, SHELL, line
-//! continuations and comments. Ignored but recorded: LABEL, EXPOSE, CMD, ENTRYPOINT,
-//! HEALTHCHECK, VOLUME, STOPSIGNAL, MAINTAINER. Anything else is [`EnvError::Unsupported`].
+//! `--from`, heredocs), WORKDIR, ENV (`a=b c=d` and `a b`), ARG (defaults), USER, SHELL, CMD and
+//! ENTRYPOINT (what a compose sidecar runs), line continuations and comments. Ignored but
+//! recorded: LABEL, EXPOSE, HEALTHCHECK, VOLUME, STOPSIGNAL, MAINTAINER. Anything else is [`EnvError::Unsupported`].
 //! Variables are expanded later, while the build runs ([`expand`]), because their values
 //! depend on the instructions before them.
 
@@ -36,7 +36,10 @@ pub enum Instruction {
     },
     User(String),
     Shell(Vec<String>),
-    /// Metadata the sandbox has no use for (CMD, EXPOSE ...): keyword and arguments.
+    /// What a container of the image runs: a compose sidecar's process.
+    Cmd(Command),
+    Entrypoint(Command),
+    /// Metadata the sandbox has no use for (EXPOSE, LABEL ...): keyword and arguments.
     Ignored(String, String),
 }
 
@@ -63,8 +66,6 @@ pub struct Copy {
 const IGNORED: &[&str] = &[
     "LABEL",
     "EXPOSE",
-    "CMD",
-    "ENTRYPOINT",
     "HEALTHCHECK",
     "VOLUME",
     "STOPSIGNAL",
@@ -261,6 +262,17 @@ fn instruction(
         "SHELL" => Instruction::Shell(
             exec_form(rest).ok_or_else(|| bad(line, "SHELL needs a JSON array"))?,
         ),
+        "CMD" | "ENTRYPOINT" => {
+            let command = match exec_form(rest) {
+                Some(argv) => Command::Exec(argv),
+                None => Command::Shell(rest.trim().to_string()),
+            };
+            if keyword == "CMD" {
+                Instruction::Cmd(command)
+            } else {
+                Instruction::Entrypoint(command)
+            }
+        }
         k if IGNORED.contains(&k) => Instruction::Ignored(k.to_string(), rest.to_string()),
         "ONBUILD" => Instruction::Ignored("ONBUILD".into(), rest.to_string()),
         other => {
@@ -293,7 +305,7 @@ fn exec_form(rest: &str) -> Option<Vec<String>> {
 }
 
 /// Whitespace-separated words; quotes group and are removed, backslash escapes one character.
-fn split_words(text: &str) -> Vec<String> {
+pub(crate) fn split_words(text: &str) -> Vec<String> {
     let mut words = Vec::new();
     let mut word = String::new();
     let mut in_word = false;
@@ -454,7 +466,10 @@ mod tests {
             kinds[7],
             Instruction::Run(Command::Exec(vec!["echo".into(), "x".into()]))
         );
-        assert!(matches!(kinds[8], Instruction::Ignored(ref k, _) if k == "CMD"));
+        assert_eq!(
+            kinds[8],
+            Instruction::Cmd(Command::Exec(vec!["bash".into()]))
+        );
     }
 
     #[test]

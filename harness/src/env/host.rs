@@ -49,6 +49,8 @@ impl Backend for HostBackend {
             workdir: ".".into(),
             env: spec.env.clone(),
             user: None,
+            entrypoint: Vec::new(),
+            cmd: Vec::new(),
             from: String::new(),
             source: "the host itself (host backend, no isolation)".into(),
             digest: None,

@@ -39,6 +39,19 @@ pub struct EnvironmentSpec {
     pub build_args: Vec<(String, String)>,
     /// Where the build's steps and their output are appended (the trial's `build.log`).
     pub build_log: Option<PathBuf>,
+    /// The compose group this sandbox belongs to; the default is a trial of its own.
+    pub group: GroupNetwork,
+}
+
+/// How the sandboxes of one compose group share a network, as a pod's containers do: one
+/// network namespace (the main sandbox's, which the others join), where every service's name
+/// is the group's loopback. Ports are therefore shared between the services of a group.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupNetwork {
+    /// The network namespace to join (`/proc/PID/ns/net`); `None` makes a new one.
+    pub join: Option<PathBuf>,
+    /// Names `/etc/hosts` maps to `127.0.0.1` (the group's service names).
+    pub names: Vec<String>,
 }
 
 /// What a trial may reach on the network (task.toml `network_mode`, `allowed_hosts`).
@@ -79,6 +92,10 @@ pub struct PreparedImage {
     pub env: Vec<(String, String)>,
     /// The image's USER, if any.
     pub user: Option<String>,
+    /// What a container of the image runs: its ENTRYPOINT and CMD (exec form; empty when
+    /// unset). A trial's main sandbox never runs them; a compose sidecar does.
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
     /// The base image as the Dockerfile's final `FROM` (or `docker_image`) names it.
     pub from: String,
     /// Where the base came from: `pulled from URL`, `loaded from FILE`, `bootstrapped from the
@@ -195,6 +212,18 @@ pub trait Sandbox: Send + Sync {
     async fn network_attempts(&self) -> u64 {
         0
     }
+
+    /// The sandbox's network namespace (`/proc/PID/ns/net`), for the sidecars of a compose
+    /// group to join; `None` where the backend has none to share.
+    fn network_namespace(&self) -> Option<PathBuf> {
+        None
+    }
+
+    /// The sandbox of a compose sidecar service started beside this one, by its name.
+    fn sidecar(&self, name: &str) -> Option<&dyn Sandbox> {
+        let _ = name;
+        None
+    }
 }
 
 /// Where trial environments come from.
@@ -221,6 +250,7 @@ pub mod bootstrap;
 mod build;
 pub mod cgroup;
 mod client;
+pub mod compose;
 pub mod disk;
 pub mod dockerfile;
 pub mod evidence;

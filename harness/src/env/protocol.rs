@@ -39,6 +39,10 @@ pub struct ServerSpec {
     pub disk: Option<PathBuf>,
     pub hostname: String,
     pub network: Network,
+    /// A network namespace to join (a compose group's, `/proc/PID/ns/net` of its main
+    /// sandbox's server) instead of making one; `network` still says what it may reach.
+    #[serde(default)]
+    pub join_network: Option<PathBuf>,
     /// `cgroup.procs` files the server joins before it starts any process.
     pub cgroup_procs: Vec<PathBuf>,
     /// Fallback memory limit (bytes of address space per process) when no cgroup is writable.

@@ -24,8 +24,8 @@ use super::protocol::{
 };
 use super::workspace::SandboxWorkspace;
 use super::{
-    Backend, EnvError, EnvironmentSpec, ImageRoot, NetworkPolicy, PreparedImage, Sandbox,
-    TeardownReport,
+    Backend, EnvError, EnvironmentSpec, GroupNetwork, ImageRoot, NetworkPolicy, PreparedImage,
+    Sandbox, TeardownReport,
 };
 
 /// Where the sandbox backend keeps its state, and what it shows of the host.
@@ -127,6 +127,8 @@ pub(crate) struct Launch {
     pub disk_mb: Option<u64>,
     /// Remove `dir` at teardown (trials); an image build keeps its upper layer.
     pub remove_dir: bool,
+    /// The compose group's network this sandbox joins, and the names of its services.
+    pub group: GroupNetwork,
 }
 
 #[derive(Debug)]
@@ -232,6 +234,7 @@ impl SandboxBackend {
                     ImageRoot::Host { .. } => None,
                 },
                 remove_dir: true,
+                group: spec.group.clone(),
             })
             .await?;
         handle.notes.extend(image.notes.iter().cloned());
@@ -280,6 +283,10 @@ impl SandboxBackend {
                 let mut text = format!(
                     "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"
                 );
+                // The compose group's services: all on the group's loopback.
+                for name in &launch.group.names {
+                    text.push_str(&format!("127.0.0.1\t{name}\n"));
+                }
                 // An allowlist's names, pinned to what they resolved to on the host.
                 for pin in &launch.allowed {
                     if let Some(name) = &pin.name {
@@ -400,6 +407,7 @@ impl SandboxBackend {
             disk,
             hostname,
             network: launch.network,
+            join_network: launch.group.join.clone(),
             cgroup_procs: cgroups.procs.clone(),
             rlimit_as: cgroups.rlimit_as,
             workdir: launch.workdir.clone(),
@@ -418,6 +426,8 @@ impl SandboxBackend {
             }
         };
         let slirp = match launch.network {
+            // A joined namespace has its network (and its routes) from the group's first.
+            _ if launch.group.join.is_some() => None,
             Network::Private | Network::Allowlist => match start_network(&client, &launch).await {
                 Ok(child) => Some(child),
                 Err(e) => {
@@ -899,6 +909,11 @@ impl Sandbox for SandboxHandle {
             Ok(Reply::Counted { count }) => count,
             _ => 0,
         }
+    }
+
+    fn network_namespace(&self) -> Option<PathBuf> {
+        self.server_pid
+            .map(|pid| PathBuf::from(format!("/proc/{pid}/ns/net")))
     }
 
     async fn changed_verifier_inputs(&self, exempt: &str) -> Vec<String> {

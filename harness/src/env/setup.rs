@@ -60,7 +60,14 @@ pub(crate) fn enter(spec: &ServerSpec) -> SetupResult<Entered> {
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWIPC;
-    if spec.network != Network::Host {
+    if let Some(path) = &spec.join_network {
+        let ns = ctx(std::fs::File::open(path), || {
+            format!("open the group's network namespace {}", path.display())
+        })?;
+        ctx(nix::sched::setns(&ns, CloneFlags::CLONE_NEWNET), || {
+            "join the group's network namespace".into()
+        })?;
+    } else if spec.network != Network::Host {
         flags |= CloneFlags::CLONE_NEWNET;
     }
     ctx(nix::sched::unshare(flags), || "unshare namespaces".into())?;

@@ -1,5 +1,5 @@
 //! Running a Dockerfile's steps in a build sandbox: the state the instructions build up
-//! (WORKDIR, ENV, ARG, USER, SHELL) and what each instruction does inside.
+//! (WORKDIR, ENV, ARG, USER, SHELL, CMD, ENTRYPOINT) and what each instruction does inside.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::EnvError;
 use super::dockerfile::{self, Command, Instruction, Step};
+use super::image::ImageConfig;
 use super::sandbox::SandboxHandle;
 
 /// Output kept per RUN step; the failure message shows its tail.
@@ -28,17 +29,19 @@ pub(crate) struct StageState {
     pub args: Vec<(String, String)>,
     pub user: Option<String>,
     pub shell: Vec<String>,
+    /// ENTRYPOINT and CMD, exec form (a shell form is wrapped in `shell`).
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
     pub ignored: Vec<String>,
 }
 
 impl StageState {
     /// A stage's state right after `FROM`: the base image's config.
-    pub(crate) fn from_image(
-        env: &[(String, String)],
-        workdir: Option<&str>,
-        user: Option<&str>,
-        shell: Option<&[String]>,
-    ) -> Self {
+    pub(crate) fn from_image(config: &ImageConfig) -> Self {
+        let env = &config.env;
+        let workdir = config.working_dir.as_deref();
+        let user = config.user.as_deref();
+        let shell = config.shell.as_deref();
         let mut all = Vec::new();
         // Docker's default PATH when the image sets none; Dockerfiles extend it.
         if !env.iter().any(|(k, _)| k == "PATH") {
@@ -53,7 +56,20 @@ impl StageState {
             shell: shell
                 .map(<[String]>::to_vec)
                 .unwrap_or_else(|| vec!["/bin/sh".into(), "-c".into()]),
+            entrypoint: config.entrypoint.clone().unwrap_or_default(),
+            cmd: config.cmd.clone().unwrap_or_default(),
             ignored: Vec::new(),
+        }
+    }
+
+    fn argv(&self, command: &Command) -> Vec<String> {
+        match command {
+            Command::Exec(argv) => argv.clone(),
+            Command::Shell(line) => {
+                let mut argv = self.shell.clone();
+                argv.push(line.clone());
+                argv
+            }
         }
     }
 
@@ -172,6 +188,12 @@ impl<'a> Builder<'a> {
             Instruction::Workdir(dir) => self.state.workdir = self.absolute(&self.expand(dir)),
             Instruction::User(user) => self.state.user = Some(self.expand(user)),
             Instruction::Shell(argv) => self.state.shell = argv.clone(),
+            Instruction::Cmd(command) => self.state.cmd = self.state.argv(command),
+            // As docker does: a new ENTRYPOINT drops the CMD inherited from the base image.
+            Instruction::Entrypoint(command) => {
+                self.state.entrypoint = self.state.argv(command);
+                self.state.cmd.clear();
+            }
             Instruction::Ignored(keyword, _) => {
                 if !self.state.ignored.contains(keyword) {
                     self.state.ignored.push(keyword.clone());

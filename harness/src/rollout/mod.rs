@@ -4,4 +4,5 @@
 pub mod harbor;
 pub mod images;
 pub mod job;
+pub mod services;
 pub mod trial;

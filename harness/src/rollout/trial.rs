@@ -29,7 +29,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::images::ImageCache;
+use super::services::{self, GroupStart};
 use crate::atif;
+use crate::env::compose::MAIN_SERVICE;
 use crate::env::{Backend, EnvError, EnvironmentSpec, NetworkPolicy, Sandbox, TESTS_DIR};
 use crate::pack::{
     EnvironmentSection, Healthcheck, Step, StepRewards, Task, TaskHash, VerifierMode,
@@ -240,20 +242,29 @@ pub async fn run_trial(
     row
 }
 
-/// What `task` asks of its environment, as a backend takes it.
+/// What `task` asks of its environment, as a backend takes it: with a compose file, what it
+/// adds to `main` (environment, the image when the task names none) and the group's names.
 pub fn environment_spec(
     task: &Task,
     timeout_multiplier: f64,
     build_log: Option<PathBuf>,
 ) -> EnvironmentSpec {
-    section_spec(
+    let mut spec = section_spec(
         task,
         &task.config.environment,
         task.config.network_policy(),
         task.environment_dir(),
         timeout_multiplier,
         build_log,
-    )
+    );
+    if let Some(compose) = &task.compose {
+        spec.env.extend(compose.main.env.iter().cloned());
+        if spec.docker_image.is_none() && !task.environment_dir().join("Dockerfile").is_file() {
+            spec.docker_image = compose.main.image.clone();
+        }
+        spec.group.names = services::group_names(compose);
+    }
+    spec
 }
 
 /// A separate verifier's environment, as Harbor resolves it, and the key its image is cached
@@ -307,6 +318,7 @@ fn section_spec(
         docker_image: environment.docker_image.clone(),
         build_args: environment.build_args.clone().into_iter().collect(),
         build_log,
+        group: Default::default(),
     }
 }
 
@@ -355,7 +367,20 @@ async fn run_phases(
     let t = PhaseClock::start();
     let started = async {
         let image = images.prepare(backend, &task.hash, &spec).await?;
-        let sandbox = backend.start(&spec, &image, &plan.trial_dir).await?;
+        let mut sandbox = backend.start(&spec, &image, &plan.trial_dir).await?;
+        if let Some(compose) = task.compose.as_ref().filter(|c| !c.sidecars.is_empty()) {
+            let start = GroupStart {
+                task,
+                compose,
+                main_spec: &spec,
+                backend,
+                images,
+                trial_dir: &plan.trial_dir,
+                timeout_multiplier: plan.timeout_multiplier,
+                cancel,
+            };
+            sandbox = services::start_group(start, sandbox).await?;
+        }
         Ok::<_, EnvError>((image, sandbox))
     }
     .await;
@@ -372,6 +397,9 @@ async fn run_phases(
     };
     rec.close_phase("environment_setup", t);
     rec.notes.extend(image.notes.iter().cloned());
+    if let Some(compose) = &task.compose {
+        rec.notes.extend(compose.notes.iter().cloned());
+    }
     rec.image = Some(json!({
         "from": image.from,
         "source": image.source,
@@ -431,7 +459,7 @@ fn task_command(command: impl Into<String>, timeout: Duration) -> ExecRequest {
 
 /// Runs the task's healthcheck until it passes, as Docker's HEALTHCHECK counts: failures in
 /// the start period do not count; `retries` failures in a row after it are the error.
-async fn wait_healthy(
+pub(crate) async fn wait_healthy(
     sandbox: &dyn Sandbox,
     check: &Healthcheck,
     timeout_multiplier: f64,
@@ -488,13 +516,18 @@ async fn wait_healthy(
 /// missing snapshot means.
 async fn run_collect_hooks(plan: &TrialPlan, sandbox: &dyn Sandbox, rec: &mut Record) {
     for (i, hook) in plan.task.config.verifier.collect.iter().enumerate() {
-        if hook.service != "main" {
+        let target = if hook.service == MAIN_SERVICE {
+            Some(sandbox)
+        } else {
+            sandbox.sidecar(&hook.service)
+        };
+        let Some(target) = target else {
             rec.notes.push(format!(
-                "verifier.collect[{i}]: service {:?} not run (the trial has only `main`)",
+                "verifier.collect[{i}]: no service {:?} in this trial; not run",
                 hook.service
             ));
             continue;
-        }
+        };
         let req = task_command(
             hook.command.clone(),
             scaled(
@@ -502,7 +535,7 @@ async fn run_collect_hooks(plan: &TrialPlan, sandbox: &dyn Sandbox, rec: &mut Re
                 plan.timeout_multiplier,
             ),
         );
-        match sandbox.exec(req, CancellationToken::new()).await {
+        match target.exec(req, CancellationToken::new()).await {
             Ok(out) if out.exit_code == Some(0) => {}
             Ok(out) => rec.notes.push(format!(
                 "verifier.collect[{i}] exited {:?}{}",

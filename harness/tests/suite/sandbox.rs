@@ -62,6 +62,7 @@ fn spec(env_dir: &Path) -> EnvironmentSpec {
         docker_image: None,
         build_args: Vec::new(),
         build_log: None,
+        group: Default::default(),
     }
 }
 

@@ -1,0 +1,178 @@
+//! Compose tasks end to end: the built-in `geode-services` pack, whose PostgreSQL sidecar the
+//! agent secures with row-level security, and a sidecar whose healthcheck never passes.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn run(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let out: Output = super::common::geode_in(dir)
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "geode {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn show(dir: &Path, trial: &Path) -> String {
+    let out = super::common::geode_in(dir)
+        .arg("show")
+        .arg(trial)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_postgres_sidecar_task_passes_with_the_oracle_and_fails_with_nop() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = repo().join("tasks/geode-services");
+    let jobs = dir.path().join("jobs");
+    let pack_arg = pack.to_str().unwrap();
+    let jobs_arg = jobs.to_str().unwrap();
+
+    let oracle = run(
+        dir.path(),
+        &["run", pack_arg, "--model", "oracle", "--jobs-dir", jobs_arg],
+    );
+    assert_eq!(oracle["summary"]["outcomes"]["passed"], 1, "{oracle}");
+    let trial = PathBuf::from(oracle["run_dir"].as_str().unwrap()).join("geode-postgres-rls__1");
+    let text = show(dir.path(), &trial);
+    assert!(
+        text.contains("PASS  row-level security is on for follows"),
+        "{text}"
+    );
+    assert!(
+        text.contains("PASS  a user cannot post as someone else"),
+        "{text}"
+    );
+    assert!(text.contains("19 passed, 0 failed"), "{text}");
+    // The sidecar ran its image's CMD as the image's user, and its output is kept.
+    let log = std::fs::read_to_string(trial.join("services/db/agent/service.log")).unwrap();
+    assert!(
+        log.contains("database system is ready to accept connections"),
+        "{log}"
+    );
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trial.join("result.json")).unwrap()).unwrap();
+    let notes = result.to_string();
+    assert!(!notes.contains("healthcheck"), "{notes}");
+
+    // Without the policies every rule but the ones RLS does not decide fails, one per line.
+    let nop = run(
+        dir.path(),
+        &["run", pack_arg, "--model", "nop", "--jobs-dir", jobs_arg],
+    );
+    assert_eq!(nop["summary"]["outcomes"]["failed"], 1, "{nop}");
+    let trial = PathBuf::from(nop["run_dir"].as_str().unwrap()).join("geode-postgres-rls__1");
+    let text = show(dir.path(), &trial);
+    assert!(
+        text.contains("FAIL  row-level security is on for users"),
+        "{text}"
+    );
+    assert!(
+        text.contains("FAIL  anonymous visitors see public posts only"),
+        "{text}"
+    );
+    assert!(text.contains("PASS  the existing rows are kept"), "{text}");
+    assert!(text.contains("4 passed, 15 failed"), "{text}");
+}
+
+/// A task whose sidecar never becomes healthy, and one whose compose file is broken.
+fn sidecar_task(root: &Path, name: &str, compose: &str) -> PathBuf {
+    let task = root.join(name);
+    std::fs::create_dir_all(task.join("environment/svc")).unwrap();
+    std::fs::create_dir_all(task.join("tests")).unwrap();
+    std::fs::write(
+        task.join("task.toml"),
+        format!(
+            "schema_version = \"1.1\"\n[task]\nname = \"t/{name}\"\n[environment]\nnetwork_mode = \"no-network\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(task.join("instruction.md"), "Do nothing.\n").unwrap();
+    std::fs::write(
+        task.join("environment/Dockerfile"),
+        "FROM debian:bookworm-slim\nWORKDIR /app\n",
+    )
+    .unwrap();
+    std::fs::write(
+        task.join("environment/svc/Dockerfile"),
+        "FROM debian:bookworm-slim\nCMD [\"sleep\", \"600\"]\n",
+    )
+    .unwrap();
+    std::fs::write(task.join("environment/docker-compose.yaml"), compose).unwrap();
+    std::fs::write(
+        task.join("tests/test.sh"),
+        "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    task
+}
+
+#[test]
+fn a_sidecar_that_never_turns_healthy_fails_the_setup_and_a_broken_file_names_its_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = dir.path().join("pack");
+    sidecar_task(
+        &pack,
+        "unhealthy",
+        "services:\n  svc:\n    build: ./svc\n    healthcheck:\n      test: [\"CMD\", \"test\", \"-e\", \"/nowhere\"]\n      interval: 100ms\n      retries: 2\n",
+    );
+    let out = run(
+        dir.path(),
+        &[
+            "run",
+            pack.to_str().unwrap(),
+            "--model",
+            "oracle",
+            "--jobs-dir",
+            dir.path().join("jobs").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        out["summary"]["outcomes"]["environment_setup_failed"], 1,
+        "{out}"
+    );
+    let result = std::fs::read_to_string(
+        PathBuf::from(out["run_dir"].as_str().unwrap()).join("t-unhealthy__1/result.json"),
+    )
+    .unwrap();
+    assert!(result.contains("services.svc.healthcheck"), "{result}");
+    assert!(result.contains("failed 2 time(s) in a row"), "{result}");
+
+    let broken = dir.path().join("broken");
+    sidecar_task(
+        &broken,
+        "cycle",
+        "services:\n  a:\n    build: ./svc\n    depends_on: [b]\n  b:\n    build: ./svc\n    depends_on: [a]\n",
+    );
+    let out = super::common::geode_in(dir.path())
+        .args(["tasks", "list"])
+        .arg(&broken)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("docker-compose.yaml: services.a.depends_on: a dependency cycle among a, b"),
+        "{text}"
+    );
+}
