@@ -52,7 +52,7 @@ fn the_postgres_sidecar_task_passes_with_the_oracle_and_fails_with_nop() {
         &["run", pack_arg, "--model", "oracle", "--jobs-dir", jobs_arg],
     );
     assert_eq!(oracle["summary"]["outcomes"]["passed"], 1, "{oracle}");
-    let trial = PathBuf::from(oracle["run_dir"].as_str().unwrap()).join("geode-postgres-rls__1");
+    let trial = PathBuf::from(oracle["run_dir"].as_str().unwrap()).join("geode-postgres-rls__0");
     let text = show(dir.path(), &trial);
     assert!(
         text.contains("PASS  row-level security is on for follows"),
@@ -80,7 +80,7 @@ fn the_postgres_sidecar_task_passes_with_the_oracle_and_fails_with_nop() {
         &["run", pack_arg, "--model", "nop", "--jobs-dir", jobs_arg],
     );
     assert_eq!(nop["summary"]["outcomes"]["failed"], 1, "{nop}");
-    let trial = PathBuf::from(nop["run_dir"].as_str().unwrap()).join("geode-postgres-rls__1");
+    let trial = PathBuf::from(nop["run_dir"].as_str().unwrap()).join("geode-postgres-rls__0");
     let text = show(dir.path(), &trial);
     assert!(
         text.contains("FAIL  row-level security is on for users"),
@@ -151,7 +151,7 @@ fn a_sidecar_that_never_turns_healthy_fails_the_setup_and_a_broken_file_names_it
         "{out}"
     );
     let result = std::fs::read_to_string(
-        PathBuf::from(out["run_dir"].as_str().unwrap()).join("t-unhealthy__1/result.json"),
+        PathBuf::from(out["run_dir"].as_str().unwrap()).join("t-unhealthy__0/result.json"),
     )
     .unwrap();
     assert!(result.contains("services.svc.healthcheck"), "{result}");

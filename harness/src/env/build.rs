@@ -158,6 +158,7 @@ async fn prepare_image(
                     let mut b = b.clone();
                     b.state.args.clear();
                     b.state.ignored.clear();
+                    b.state.cmd_set = false;
                     b
                 }
                 None => return Err(internal("a needed stage was not built")),

@@ -177,6 +177,8 @@ pub(crate) struct User {
     pub name: String,
     pub uid: u32,
     pub gid: u32,
+    /// Supplementary groups: those `/etc/group` lists the user in, as docker gives them.
+    pub groups: Vec<u32>,
     pub home: String,
 }
 
@@ -230,10 +232,21 @@ pub(crate) fn resolve_user(spec: &str) -> Result<User, ReplyError> {
                 })?,
         },
     };
+    let groups = std::fs::read_to_string("/etc/group")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split(':').collect();
+            let listed = f.len() >= 4 && f[3].split(',').any(|m| m == name);
+            listed.then(|| f[2].parse::<u32>().ok())?
+        })
+        .filter(|g| *g != gid)
+        .collect();
     Ok(User {
         name,
         uid,
         gid,
+        groups,
         home,
     })
 }

@@ -32,6 +32,8 @@ pub(crate) struct StageState {
     /// ENTRYPOINT and CMD, exec form (a shell form is wrapped in `shell`).
     pub entrypoint: Vec<String>,
     pub cmd: Vec<String>,
+    /// This stage set CMD itself (an ENTRYPOINT then keeps it).
+    pub cmd_set: bool,
     pub ignored: Vec<String>,
 }
 
@@ -58,6 +60,7 @@ impl StageState {
                 .unwrap_or_else(|| vec!["/bin/sh".into(), "-c".into()]),
             entrypoint: config.entrypoint.clone().unwrap_or_default(),
             cmd: config.cmd.clone().unwrap_or_default(),
+            cmd_set: false,
             ignored: Vec::new(),
         }
     }
@@ -188,11 +191,16 @@ impl<'a> Builder<'a> {
             Instruction::Workdir(dir) => self.state.workdir = self.absolute(&self.expand(dir)),
             Instruction::User(user) => self.state.user = Some(self.expand(user)),
             Instruction::Shell(argv) => self.state.shell = argv.clone(),
-            Instruction::Cmd(command) => self.state.cmd = self.state.argv(command),
+            Instruction::Cmd(command) => {
+                self.state.cmd = self.state.argv(command);
+                self.state.cmd_set = true;
+            }
             // As docker does: a new ENTRYPOINT drops the CMD inherited from the base image.
             Instruction::Entrypoint(command) => {
                 self.state.entrypoint = self.state.argv(command);
-                self.state.cmd.clear();
+                if !self.state.cmd_set {
+                    self.state.cmd.clear();
+                }
             }
             Instruction::Ignored(keyword, _) => {
                 if !self.state.ignored.contains(keyword) {

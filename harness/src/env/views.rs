@@ -79,7 +79,7 @@ impl Confinement {
 
     /// In the child, after its namespaces are set: capabilities, user, filter. Only system
     /// calls.
-    fn apply(&self, user: Option<(u32, u32)>) -> std::io::Result<()> {
+    fn apply(&self, user: Option<&(u32, u32, Vec<u32>)>) -> std::io::Result<()> {
         for &cap in &self.drop_caps {
             // SAFETY: prctl with integer arguments.
             let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
@@ -88,14 +88,16 @@ impl Confinement {
                 return Err(std::io::Error::last_os_error());
             }
         }
-        if let Some((uid, gid)) = user {
-            // SAFETY: plain system calls; an empty group list is allowed.
+        if let Some((uid, gid, groups)) = user {
+            // SAFETY: plain system calls on a list allocated before the fork.
             unsafe {
-                if libc::setgroups(0, std::ptr::null()) != 0 && last_errno() != libc::EPERM {
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    && last_errno() != libc::EPERM
+                {
                     return Err(std::io::Error::last_os_error());
                 }
-                check(libc::setgid(gid))?;
-                check(libc::setuid(uid))?;
+                check(libc::setgid(*gid))?;
+                check(libc::setuid(*uid))?;
             }
         }
         for filter in &self.filters {
@@ -215,7 +217,7 @@ impl Views {
         user: Option<&User>,
     ) -> std::io::Result<Child> {
         let cwd = cstr(cwd)?;
-        let user = user.map(|u| (u.uid, u.gid));
+        let user = user.map(|u| (u.uid, u.gid, u.groups.clone()));
         let confinement = Arc::clone(&self.confinement);
         let userns = self.userns.clone();
         match view {
@@ -227,7 +229,7 @@ impl Views {
                         check(libc::setns(mnt, libc::CLONE_NEWNS))?;
                         check(libc::chdir(cwd.as_ptr()))?;
                         enter_userns(userns.as_deref())?;
-                        confinement.apply(user)
+                        confinement.apply(user.as_ref())
                     });
                 }
                 // Children of this thread go to the tool pid namespace until we return.
@@ -291,7 +293,7 @@ impl Views {
                         let _ = libc::umount2(layer.as_ptr(), libc::MNT_DETACH);
                         check(libc::chdir(cwd.as_ptr()))?;
                         enter_userns(userns.as_deref())?;
-                        confinement.apply(user)
+                        confinement.apply(user.as_ref())
                     });
                 }
                 cmd.spawn()

@@ -22,6 +22,22 @@ use crate::pack::{Task, TaskHash};
 /// Where a sidecar's trial folder lies, inside the trial's.
 pub const SERVICES_DIR: &str = "services";
 
+const LAUNCHER_CHECK: &str =
+    "command -v setsid >/dev/null || { echo 'the image has no setsid' >&2; exit 127; }";
+
+/// Follows the service's command: start it in the background with its output in the log, then
+/// wait until it leads its own session (field 6 of `/proc/PID/stat`), or has already ended.
+const LAUNCHER_WAIT: &str = r#"> /logs/agent/service.log 2>&1 < /dev/null &
+pid=$!
+for _ in $(seq 1000); do
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || exit 0
+  set -- ${stat##*) }
+  [ "$4" = "$pid" ] && exit 0
+  sleep 0.01
+done
+echo "the service did not leave the launcher's process group" >&2
+exit 1"#;
+
 /// The trial's main sandbox and its running sidecars.
 pub(crate) struct ServiceGroup {
     main: Box<dyn Sandbox>,
@@ -112,10 +128,13 @@ async fn start_sidecar(
                 context: format!("open {} to the service's user", logs.display()),
                 source,
             })?;
+        // A command's process group is killed when the command ends: the service leaves it
+        // with `setsid`, as an agent's own background server would, and the launcher waits
+        // until it has (else the kill could come first), so it lives until teardown.
         let line: Vec<String> = argv.iter().map(|w| shell_quote(w)).collect();
         let launch = ExecRequest {
             command: format!(
-                "{} > /logs/agent/service.log 2>&1 < /dev/null &",
+                "{LAUNCHER_CHECK}\nsetsid {} {LAUNCHER_WAIT}",
                 line.join(" ")
             ),
             cwd: None,

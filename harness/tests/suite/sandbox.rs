@@ -958,6 +958,51 @@ async fn an_image_config_sets_env_workdir_and_user() {
     Box::new(sb).teardown().await.unwrap();
 }
 
+/// What a compose sidecar runs: the image's ENTRYPOINT and CMD as the Dockerfile leaves them
+/// (a stage's ENTRYPOINT drops only an inherited CMD), as its USER with that user's
+/// supplementary groups (a database reading a key its group may read).
+#[tokio::test]
+async fn an_image_keeps_its_command_and_its_user_gets_supplementary_groups() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let env_dir = f.trials.path().join("environment");
+    std::fs::create_dir_all(&env_dir).unwrap();
+    std::fs::write(
+        env_dir.join("Dockerfile"),
+        "FROM python:3.11-slim AS base\nCMD [\"inherited\"]\n\
+         FROM base\nRUN groupadd -g 4242 keys && useradd -u 4343 -G keys worker \\\n\
+         && install -d -m 0710 -g keys /srv/keys && echo secret > /srv/keys/k \\\n\
+         && chgrp keys /srv/keys/k && chmod 0640 /srv/keys/k\n\
+         CMD serve --port 1\nENTRYPOINT [\"/usr/bin/env\"]\nUSER worker\n",
+    )
+    .unwrap();
+    let spec = spec(&env_dir);
+    let image = f.backend.prepare(&spec).await.unwrap();
+    assert_eq!(image.entrypoint, ["/usr/bin/env"]);
+    assert_eq!(image.cmd, ["/bin/sh", "-c", "serve --port 1"]);
+    let sb = f
+        .backend
+        .start_sandbox(&spec, &image, &f.trials.path().join("groups"))
+        .await
+        .unwrap();
+    let out = sh(&sb, "id -un; id -G; cat /srv/keys/k").await;
+    assert_eq!(out.stdout, "worker\n4343 4242\nsecret\n", "{out:?}");
+    Box::new(sb).teardown().await.unwrap();
+
+    std::fs::write(
+        env_dir.join("Dockerfile"),
+        "FROM python:3.11-slim AS base\nCMD [\"inherited\"]\nFROM base\nENTRYPOINT [\"/run\"]\n",
+    )
+    .unwrap();
+    let image = f.backend.prepare(&spec).await.unwrap();
+    assert_eq!(
+        (image.entrypoint, image.cmd),
+        (vec!["/run".to_string()], vec![])
+    );
+}
+
 #[tokio::test]
 async fn multi_stage_builds_copy_from_an_earlier_stage() {
     if !privileged() {
