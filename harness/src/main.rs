@@ -16,11 +16,26 @@ fn main() -> ExitCode {
     cli::init_logging(args.verbose);
     match cli::run(args) {
         Ok(code) => code,
+        // A subcommand that writes with `write!` (not `println!`) fails with the EPIPE instead.
+        Err(_) if stdout_reader_gone() => ExitCode::from(141),
         Err(e) => {
             eprintln!("geode: error: {e:#}");
             ExitCode::from(1)
         }
     }
+}
+
+/// Standard output is a pipe whose reader has gone. Asked of the descriptor itself rather than
+/// read from the error: an EPIPE from one of geode's own children is a failure to report.
+fn stdout_reader_gone() -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::POLLOUT)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLERR))
 }
 
 /// `geode ... | head` ends quietly when the reader goes, as a shell tool does, with the status

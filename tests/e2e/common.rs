@@ -1,7 +1,7 @@
 //! What every end-to-end module starts from: the `geode` binary in a folder of its own.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 /// `geode` run in `dir`, with `GEODE_HOME` at `dir/home` and none of the `GEODE_*` settings of
 /// the environment the tests were started from.
@@ -119,4 +119,17 @@ pub fn copy_tree(src: &Path, dst: &Path) {
 pub fn trial_result(run_dir: &Path, trial: &str) -> serde_json::Value {
     let text = std::fs::read_to_string(run_dir.join(trial).join("result.json")).unwrap();
     serde_json::from_str(&text).unwrap()
+}
+
+/// `cmd` writing to a pipe whose reader is gone (`geode ... | head`) ends with the status a shell
+/// gives a writer killed by SIGPIPE, and prints no panic. The reader is closed before the child
+/// starts, so even a command that writes at once meets the closed pipe.
+pub fn ends_quietly_on_a_closed_pipe(mut cmd: Command) {
+    let what = format!("{cmd:?}");
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = cmd.stdout(writer).stderr(Stdio::piped()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{what}: {err}");
+    assert_eq!(out.status.code(), Some(141), "{what}: {err}");
 }

@@ -123,6 +123,35 @@ fn a_larger_repair_budget_is_kept_and_a_tampering_candidate_is_vetoed() {
         "every finished trial is journaled"
     );
     let campaign = campaign.to_str().unwrap();
+    // `geode report` reads a campaign's arms like any run.
+    let o = s.geode(&[
+        "report",
+        "candidate",
+        "--jobs-dir",
+        campaign,
+        "--format",
+        "md",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("candidate") && text.contains("60"), "{text}");
+    // Neither a report nor a decision panics on a reader that has gone (`| head -c1`).
+    for args in [
+        vec!["crucible", "decide", campaign],
+        vec![
+            "report",
+            "candidate",
+            "--jobs-dir",
+            campaign,
+            "--format",
+            "md",
+        ],
+        vec!["compare", "baseline", "candidate", "--jobs-dir", campaign],
+    ] {
+        let mut cmd = s.command();
+        cmd.args(&args);
+        super::common::ends_quietly_on_a_closed_pipe(cmd);
+    }
     let replicate = |extra: &[&str]| {
         let mut args = vec![
             "crucible",

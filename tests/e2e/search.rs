@@ -226,6 +226,9 @@ fn search_finds_the_repair_budget_gain_survives_a_kill_and_promotes_on_the_holdo
     assert_eq!(lineage[2]["parent"], "c0001");
     assert_ne!(lineage[2]["scaffold_hash"], lineage[0]["scaffold_hash"]);
 
+    let mut status = s.command();
+    status.args(["search", "status", "out"]);
+    super::common::ends_quietly_on_a_closed_pipe(status);
     let o = s.geode(&["search", "status", "out"]);
     let out = text(&o);
     assert!(

@@ -218,7 +218,8 @@ fn bench(spec: SynthSpec, jobs: &Path, iterations: usize, format: ReportFormat) 
     }
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
-    println!(
+    writeln!(
+        std::io::stdout(),
         "report of {} runs, {trials} trials: median {median:.3} s (min {:.3}, max {:.3}, {iterations} iterations); peak RSS {} MiB",
         runs.len(),
         times[0],
@@ -226,7 +227,8 @@ fn bench(spec: SynthSpec, jobs: &Path, iterations: usize, format: ReportFormat) 
         peak_rss_mib()
             .map(|m| format!("{m:.0}"))
             .unwrap_or_else(|| "?".into())
-    );
+    )
+    .context("stdout")?;
     Ok(())
 }
 
@@ -310,7 +312,23 @@ fn main() {
         }
     };
     if let Err(e) = run(cli) {
+        // `geode report | head`: the reader is gone, which is no failure of the report; end
+        // with the status a shell gives a pipe's writer killed by SIGPIPE, as `geode` does.
+        if reader_gone(&e) {
+            std::process::exit(141);
+        }
         eprintln!("geode-report: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// The error is a write to a standard output whose reader has gone (directly, or as the
+/// message of a polars error that wraps it).
+fn reader_gone(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || cause.to_string().contains("Broken pipe")
+    })
 }
