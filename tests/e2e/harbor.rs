@@ -303,7 +303,7 @@ fn schema_1_4_healthchecks_collect_hooks_and_accelerators_behave_as_harbor_defin
         healthy["notes"].as_array().unwrap().iter().any(|n| n
             .as_str()
             .unwrap()
-            .contains("verifier.collect[1]: service \"db\" not run")),
+            .contains("verifier.collect[1]: no service \"db\" in this trial; not run")),
         "{healthy}"
     );
     assert_eq!(
