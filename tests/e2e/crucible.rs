@@ -544,7 +544,7 @@ fn a_killed_test_stage_run_leaves_no_plaintext() {
     // The vault: geode's child running `__vault`, whose folder holds the opened pack.
     let geode_pid = run.id().to_string();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let (vault, opened) = loop {
+    let vault = loop {
         let found = std::fs::read_dir("/proc").unwrap().flatten().find_map(|p| {
             let pid = p.file_name().to_string_lossy().into_owned();
             let stat = std::fs::read_to_string(p.path().join("stat")).ok()?;
@@ -560,19 +560,19 @@ fn a_killed_test_stage_run_leaves_no_plaintext() {
                 .ok()?
                 .flatten()
                 .find(|e| e.file_name().to_string_lossy().starts_with("opened-"))?;
-            vault.then(|| (pid, opened.path()))
+            // The folder is made before the pack is decrypted into it: wait for its files.
+            let decrypted = opened.path().join("cron-next/instruction.md").is_file();
+            (vault && decrypted).then_some(pid)
         });
         if let Some(found) = found {
             break found;
         }
-        assert!(std::time::Instant::now() < deadline, "no vault appeared");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no vault with the opened pack appeared"
+        );
         std::thread::sleep(std::time::Duration::from_millis(10));
     };
-    assert!(
-        opened.join("cron-next/instruction.md").is_file(),
-        "the opened pack is not in the vault: {}",
-        opened.display()
-    );
     run.kill().unwrap();
     run.wait().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
