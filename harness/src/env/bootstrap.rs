@@ -54,6 +54,8 @@ use std::time::Instant;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tokio::process::Command;
 
+use super::dockerfile::shell_quote;
+
 /// The only architecture built: the host's (its binaries run the maintainer scripts).
 pub const ARCH: &str = "amd64";
 /// Inside the root: where the finish script lives, with everything else stage 1 needs only
@@ -1186,11 +1188,6 @@ async fn write_image_config(root: &Root, suite: &DebianSuite) -> Result<(), Boot
         write_file(&root.host(path), content.as_bytes(), mode).await?;
     }
     Ok(())
-}
-
-/// Single quotes for the shell.
-fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
 }
 
 /// The finish script: install what stage 1 unpacked, essential set first, each set in apt's

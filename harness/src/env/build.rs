@@ -592,7 +592,7 @@ async fn export(
             if rel.contains(['*', '?', '[']) {
                 rel
             } else {
-                format!("'{}'", rel.replace('\'', r"'\''"))
+                dockerfile::shell_quote(&rel)
             }
         })
         .collect();

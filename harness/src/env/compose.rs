@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_yaml_ng::Value;
 
+use super::dockerfile::shell_quote;
 use crate::pack::Healthcheck;
 
 /// The file's name inside a task's `environment/`.
@@ -479,8 +480,10 @@ struct RawHealthcheck {
 impl RawHealthcheck {
     /// Docker's defaults where a key is missing; `None` when disabled.
     fn resolve(self) -> Result<Option<Healthcheck>, (&'static str, String)> {
+        if self.disable {
+            return Ok(None);
+        }
         let test = match self.test {
-            None if self.disable => return Ok(None),
             None => return Err(("test", "missing".into())),
             Some(Words::Line(line)) => line,
             Some(Words::List(list)) => match list.split_first() {
@@ -499,9 +502,6 @@ impl RawHealthcheck {
                 }
             },
         };
-        if self.disable {
-            return Ok(None);
-        }
         let secs = |key: &'static str, v: Option<String>, default: f64| match v {
             None => Ok(default),
             Some(text) => duration_secs(&text).ok_or((key, format!("{text:?} is not a duration"))),
@@ -563,18 +563,6 @@ fn duration_secs(text: &str) -> Option<f64> {
         rest = &rest[unit_len..];
     }
     Some(total)
-}
-
-/// One word for `bash -c`, quoted so the shell gives it back unchanged.
-pub fn shell_quote(word: &str) -> String {
-    if !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
-    {
-        return word.to_string();
-    }
-    format!("'{}'", word.replace('\'', r"'\''"))
 }
 
 #[cfg(test)]
@@ -689,7 +677,5 @@ mod tests {
         assert_eq!(duration_secs("1m30s"), Some(90.0));
         assert_eq!(duration_secs("250ms"), Some(0.25));
         assert_eq!(duration_secs("10"), None);
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        assert_eq!(shell_quote("pg_isready"), "pg_isready");
     }
 }

@@ -304,6 +304,11 @@ fn exec_form(rest: &str) -> Option<Vec<String>> {
     serde_json::from_str::<Vec<String>>(t).ok()
 }
 
+/// One word for `sh -c`, in single quotes, so the shell gives it back unchanged.
+pub(crate) fn shell_quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
+}
+
 /// Whitespace-separated words; quotes group and are removed, backslash escapes one character.
 pub(crate) fn split_words(text: &str) -> Vec<String> {
     let mut words = Vec::new();

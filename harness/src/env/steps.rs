@@ -8,7 +8,7 @@ use geode_runtime::tools::workspace::ExecRequest;
 use tokio_util::sync::CancellationToken;
 
 use super::EnvError;
-use super::dockerfile::{self, Command, Instruction, Step};
+use super::dockerfile::{self, Command, Instruction, Step, shell_quote};
 use super::image::ImageConfig;
 use super::sandbox::SandboxHandle;
 
@@ -99,10 +99,6 @@ pub(crate) struct Builder<'a> {
     /// `--build-arg`-style values of the task, which win over an ARG's default.
     build_args: &'a [(String, String)],
     staged: usize,
-}
-
-fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 pub(crate) fn step_name(step: &Step) -> String {
@@ -233,7 +229,7 @@ impl<'a> Builder<'a> {
                         _ => {
                             let line = argv
                                 .iter()
-                                .map(|a| sh_quote(a))
+                                .map(|a| shell_quote(a))
                                 .collect::<Vec<_>>()
                                 .join(" ");
                             (vec!["/bin/sh".into(), "-c".into()], format!("exec {line}"))
@@ -368,7 +364,7 @@ impl<'a> Builder<'a> {
             || sources.len() > 1
             || wildcard
             || self
-                .sh(sandbox, step, &format!("test -d {}", sh_quote(&dest)))
+                .sh(sandbox, step, &format!("test -d {}", shell_quote(&dest)))
                 .await
                 .is_ok();
         let mut targets = Vec::new();
@@ -390,7 +386,7 @@ impl<'a> Builder<'a> {
                 } else {
                     dest.clone()
                 };
-                let (u, t) = (sh_quote(src), sh_quote(&target));
+                let (u, t) = (shell_quote(src), shell_quote(&target));
                 let fetch = format!(
                     "mkdir -p \"$(dirname {t})\" && (curl -fsSL {u} -o {t} || wget -qO {t} {u} || \
                      python3 -c 'import sys,urllib.request;urllib.request.urlretrieve(sys.argv[1],sys.argv[2])' {u} {t})"
@@ -415,7 +411,7 @@ impl<'a> Builder<'a> {
                     let staged = format!("/tmp/.geode-add-{}", self.staged);
                     self.staged += 1;
                     sandbox.install(&path, &staged, false).await?;
-                    let (s, d) = (sh_quote(&staged), sh_quote(&dest));
+                    let (s, d) = (shell_quote(&staged), shell_quote(&dest));
                     self.sh(
                         sandbox,
                         step,
@@ -431,7 +427,7 @@ impl<'a> Builder<'a> {
         }
         let quoted = targets
             .iter()
-            .map(|t| sh_quote(t))
+            .map(|t| shell_quote(t))
             .collect::<Vec<_>>()
             .join(" ");
         if let Some(owner) = &copy.chown {
@@ -439,7 +435,7 @@ impl<'a> Builder<'a> {
             self.sh(
                 sandbox,
                 step,
-                &format!("chown -R {} {quoted}", sh_quote(&owner)),
+                &format!("chown -R {} {quoted}", shell_quote(&owner)),
             )
             .await?;
         }
@@ -447,7 +443,7 @@ impl<'a> Builder<'a> {
             self.sh(
                 sandbox,
                 step,
-                &format!("chmod -R {} {quoted}", sh_quote(mode)),
+                &format!("chmod -R {} {quoted}", shell_quote(mode)),
             )
             .await?;
         }

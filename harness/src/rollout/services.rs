@@ -15,7 +15,8 @@ use geode_runtime::tools::workspace::{ExecOutput, ExecRequest, Workspace};
 use tokio_util::sync::CancellationToken;
 
 use super::images::ImageCache;
-use crate::env::compose::{Compose, Service, shell_quote};
+use crate::env::compose::{Compose, Service};
+use crate::env::dockerfile::shell_quote;
 use crate::env::{Backend, EnvError, EnvironmentSpec, GroupNetwork, Sandbox, TeardownReport};
 use crate::pack::{Task, TaskHash};
 
@@ -259,9 +260,10 @@ impl Sandbox for ServiceGroup {
         let ServiceGroup { main, sidecars } = *self;
         let mut report = TeardownReport::default();
         let mut first_error = None;
-        // The sidecars first: `main` holds the group's network.
-        for (_, sidecar) in sidecars.into_iter().rev() {
-            match sidecar.teardown().await {
+        // The sidecars first, last started first: `main` holds the group's network.
+        let all = sidecars.into_iter().rev().map(|(_, s)| s);
+        for sandbox in all.chain(std::iter::once(main)) {
+            match sandbox.teardown().await {
                 Ok(r) => {
                     report.killed_processes += r.killed_processes;
                     report.duration += r.duration;
@@ -269,15 +271,6 @@ impl Sandbox for ServiceGroup {
                 Err(e) => {
                     first_error.get_or_insert(e);
                 }
-            }
-        }
-        match main.teardown().await {
-            Ok(r) => {
-                report.killed_processes += r.killed_processes;
-                report.duration += r.duration;
-            }
-            Err(e) => {
-                first_error.get_or_insert(e);
             }
         }
         match first_error {

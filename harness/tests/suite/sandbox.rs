@@ -109,6 +109,14 @@ fn req(command: &str) -> ExecRequest {
     }
 }
 
+/// The fixture's `environment/` folder with `dockerfile` as its Dockerfile.
+fn environment(f: &Fixture, dockerfile: &str) -> PathBuf {
+    let env_dir = f.trials.path().join("environment");
+    std::fs::create_dir_all(&env_dir).unwrap();
+    std::fs::write(env_dir.join("Dockerfile"), dockerfile).unwrap();
+    env_dir
+}
+
 async fn sh(sandbox: &SandboxHandle, command: &str) -> ExecOutput {
     sandbox
         .exec(req(command), CancellationToken::new())
@@ -969,17 +977,14 @@ async fn an_image_keeps_its_command_and_its_user_gets_supplementary_groups() {
         return;
     }
     let f = fixture();
-    let env_dir = f.trials.path().join("environment");
-    std::fs::create_dir_all(&env_dir).unwrap();
-    std::fs::write(
-        env_dir.join("Dockerfile"),
+    let env_dir = environment(
+        &f,
         "FROM python:3.11-slim AS base\nCMD [\"inherited\"]\n\
          FROM base\nRUN groupadd -g 4242 keys && useradd -u 4343 -G keys worker \\\n\
          && install -d -m 0710 -g keys /srv/keys && echo secret > /srv/keys/k \\\n\
          && chgrp keys /srv/keys/k && chmod 0640 /srv/keys/k\n\
          CMD serve --port 1\nENTRYPOINT [\"/usr/bin/env\"]\nUSER worker\n",
-    )
-    .unwrap();
+    );
     let spec = spec(&env_dir);
     let image = f.backend.prepare(&spec).await.unwrap();
     assert_eq!(image.entrypoint, ["/usr/bin/env"]);
@@ -1011,17 +1016,14 @@ async fn multi_stage_builds_copy_from_an_earlier_stage() {
         return;
     }
     let f = fixture();
-    let env_dir = f.trials.path().join("environment");
-    std::fs::create_dir_all(&env_dir).unwrap();
-    std::fs::write(
-        env_dir.join("Dockerfile"),
+    let env_dir = environment(
+        &f,
         "ARG BASE=python:3.11-slim\nFROM $BASE AS build\nARG FLAVOUR=plain\n\
          RUN mkdir -p /out/bin && echo \"built $FLAVOUR\" > /out/bin/tool && echo junk > /junk\n\
          FROM debian:bookworm-slim AS unused\nRUN exit 1\n\
          FROM $BASE\nWORKDIR /app\nCOPY --from=build --chown=1000:1000 /out/bin/tool /app/tool\n\
          USER nobody\n",
-    )
-    .unwrap();
+    );
     let mut spec = spec(&env_dir);
     spec.build_args = vec![("FLAVOUR".into(), "special".into())];
     spec.build_log = Some(f.trials.path().join("build.log"));
@@ -1049,13 +1051,7 @@ async fn overhead() {
         return;
     }
     let f = fixture();
-    let env_dir = f.trials.path().join("environment");
-    std::fs::create_dir_all(&env_dir).unwrap();
-    std::fs::write(
-        env_dir.join("Dockerfile"),
-        "FROM python:3.11-slim\nWORKDIR /app\nRUN echo x > /x\n",
-    )
-    .unwrap();
+    let env_dir = environment(&f, "FROM python:3.11-slim\nWORKDIR /app\nRUN echo x > /x\n");
     let spec = spec(&env_dir);
     let layered = f.backend.prepare(&spec).await.unwrap();
     for (label, image) in [
