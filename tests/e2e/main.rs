@@ -8,6 +8,9 @@ mod crash;
 mod crucible;
 mod daily;
 mod datasets;
+mod docker;
+#[path = "../support/docker.rs"]
+mod dockerd;
 mod exec;
 mod harbor;
 mod images;

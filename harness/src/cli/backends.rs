@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use geode_harness::env::Backend;
+use geode_harness::env::docker::DockerBackend;
 use geode_harness::env::host::HostBackend;
 use geode_harness::env::sandbox::{BaseMode, SandboxBackend, SandboxConfig};
 
@@ -94,7 +95,7 @@ pub fn make_with_base(
         "host" => {
             bail!("the host backend runs tasks without isolation: pass --allow-host to use it")
         }
-        "docker" => bail!("the docker backend needs a docker engine, and none is reachable here"),
-        other => bail!("unknown environment backend {other:?} (sandbox, host)"),
+        "docker" => Ok(Arc::new(DockerBackend::connect()?)),
+        other => bail!("unknown environment backend {other:?} (sandbox, docker, host)"),
     }
 }

@@ -48,21 +48,7 @@ pub fn verifier_inputs_changed(upper: &Path, exempt: &str) -> Vec<String> {
         {
             continue;
         }
-        let name = rel
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let parent = rel
-            .parent()
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let python_hook = rel_text.contains("python3")
-            && (name.ends_with(".pth") || name == "sitecustomize.py" || name == "usercustomize.py");
-        if EXECUTABLE_DIRS.contains(&parent.as_str())
-            || START_HOOKS.contains(&rel_text.as_ref())
-            || rel_text.starts_with("tests/")
-            || python_hook
-        {
+        if is_verifier_input(rel) {
             found.push(format!("/{rel_text}"));
         }
         if found.len() >= 50 {
@@ -70,6 +56,40 @@ pub fn verifier_inputs_changed(upper: &Path, exempt: &str) -> Vec<String> {
         }
     }
     found
+}
+
+/// The same finding from a list of changed files (absolute paths, folders left out), as a
+/// docker engine's `docker diff` gives them.
+pub fn verifier_inputs_among(changed: &[String], exempt: &str) -> Vec<String> {
+    let exempt = exempt.trim_matches('/');
+    changed
+        .iter()
+        .map(|path| path.trim_start_matches('/'))
+        .filter(|rel| exempt.is_empty() || !(*rel == exempt || rel.starts_with(&format!("{exempt}/"))))
+        .filter(|rel| is_verifier_input(Path::new(rel)))
+        .take(50)
+        .map(|rel| format!("/{rel}"))
+        .collect()
+}
+
+/// Whether a file (relative to the root) is something the verifier runs or that changes how
+/// it starts.
+fn is_verifier_input(rel: &Path) -> bool {
+    let rel_text = rel.to_string_lossy();
+    let name = rel
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let parent = rel
+        .parent()
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let python_hook = rel_text.contains("python3")
+        && (name.ends_with(".pth") || name == "sitecustomize.py" || name == "usercustomize.py");
+    EXECUTABLE_DIRS.contains(&parent.as_str())
+        || START_HOOKS.contains(&rel_text.as_ref())
+        || rel_text.starts_with("tests/")
+        || python_hook
 }
 
 #[cfg(test)]

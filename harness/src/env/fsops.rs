@@ -265,6 +265,20 @@ pub(crate) fn copy_tree(src: &Path, dst: &Path) -> io::Result<()> {
     copy_tree_with(src, dst, false)
 }
 
+/// Empty a folder in place (it may be bind-mounted somewhere); links inside are removed, never
+/// followed.
+pub(crate) fn clear_dir(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() && !path.is_symlink() {
+            std::fs::remove_dir_all(&path)?;
+        } else {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,10 +48,20 @@ pub struct EnvironmentSpec {
 /// is the group's loopback. Ports are therefore shared between the services of a group.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GroupNetwork {
-    /// The network namespace to join (`/proc/PID/ns/net`); `None` makes a new one.
-    pub join: Option<PathBuf>,
+    /// The main sandbox's network, to join; `None` makes a new one.
+    pub join: Option<SharedNetwork>,
     /// Names `/etc/hosts` maps to `127.0.0.1` (the group's service names).
     pub names: Vec<String>,
+}
+
+/// A sandbox's network as the other sandboxes of its compose group join it (each backend
+/// joins only its own kind).
+#[derive(Debug, Clone, PartialEq)]
+pub enum SharedNetwork {
+    /// A network namespace (`/proc/PID/ns/net`): the sandbox backend's.
+    Namespace(PathBuf),
+    /// A docker engine's container, by id (`--network container:ID`).
+    Container(String),
 }
 
 /// What a trial may reach on the network (task.toml `network_mode`, `allowed_hosts`).
@@ -80,6 +90,8 @@ pub enum ImageRoot {
     /// The host's own root with at most one built layer over it: `--base host` only, and
     /// labelled so in every result it produces.
     Host { layer: Option<PathBuf> },
+    /// An image a docker engine holds, by id (`sha256:...`): the docker backend's.
+    Engine(String),
 }
 
 /// A built (or cached) image: what every trial of the task starts from.
@@ -213,9 +225,9 @@ pub trait Sandbox: Send + Sync {
         0
     }
 
-    /// The sandbox's network namespace (`/proc/PID/ns/net`), for the sidecars of a compose
-    /// group to join; `None` where the backend has none to share.
-    fn network_namespace(&self) -> Option<PathBuf> {
+    /// The sandbox's network, for the sidecars of a compose group to join; `None` where the
+    /// backend has none to share.
+    fn shared_network(&self) -> Option<SharedNetwork> {
         None
     }
 
@@ -252,6 +264,7 @@ pub mod cgroup;
 mod client;
 pub mod compose;
 pub mod disk;
+pub mod docker;
 pub mod dockerfile;
 pub mod evidence;
 mod exec;

@@ -25,7 +25,7 @@ use super::protocol::{
 use super::workspace::SandboxWorkspace;
 use super::{
     Backend, EnvError, EnvironmentSpec, GroupNetwork, ImageRoot, NetworkPolicy, PreparedImage,
-    Sandbox, TeardownReport,
+    Sandbox, SharedNetwork, TeardownReport,
 };
 
 /// Where the sandbox backend keeps its state, and what it shows of the host.
@@ -231,7 +231,7 @@ impl SandboxBackend {
                     ImageRoot::Layers(_) => {
                         Some(spec.storage_mb.unwrap_or(super::disk::DEFAULT_STORAGE_MB))
                     }
-                    ImageRoot::Host { .. } => None,
+                    ImageRoot::Host { .. } | ImageRoot::Engine(_) => None,
                 },
                 remove_dir: true,
                 group: spec.group.clone(),
@@ -243,11 +243,20 @@ impl SandboxBackend {
     }
 
     pub(crate) async fn launch(&self, launch: Launch) -> Result<SandboxHandle, EnvError> {
+        let join_network = match &launch.group.join {
+            None => None,
+            Some(SharedNetwork::Namespace(netns)) => Some(netns.clone()),
+            Some(SharedNetwork::Container(_)) => {
+                return Err(EnvError::Unsupported(
+                    "a sandbox cannot join a docker container's network".into(),
+                ));
+            }
+        };
         let dir = &launch.dir;
         let sub = |name: &str| dir.join(name);
         let host_layer = match &launch.root {
             ImageRoot::Host { layer } => layer.clone(),
-            ImageRoot::Layers(_) => None,
+            ImageRoot::Layers(_) | ImageRoot::Engine(_) => None,
         };
         let mut dirs = vec![sub("upper"), sub("work"), sub("root"), sub("inbox")];
         if host_layer.is_some() {
@@ -329,6 +338,11 @@ impl SandboxBackend {
                     lower: lower.clone(),
                 }
             }
+            ImageRoot::Engine(id) => {
+                return Err(EnvError::Unsupported(format!(
+                    "the image {id} lives in a docker engine: run it with --env docker"
+                )));
+            }
             ImageRoot::Host { .. } => {
                 let mut hide = vec![
                     self.config.cache_dir.clone(),
@@ -367,7 +381,7 @@ impl SandboxBackend {
         if userns {
             let mut lower = match &launch.root {
                 ImageRoot::Layers(lower) => lower.clone(),
-                ImageRoot::Host { .. } => Vec::new(),
+                ImageRoot::Host { .. } | ImageRoot::Engine(_) => Vec::new(),
             };
             // A writable layer on the host may come filled: a Debian bootstrap's new root.
             if launch.disk_mb.is_none() {
@@ -407,7 +421,7 @@ impl SandboxBackend {
             disk,
             hostname,
             network: launch.network,
-            join_network: launch.group.join.clone(),
+            join_network,
             cgroup_procs: cgroups.procs.clone(),
             rlimit_as: cgroups.rlimit_as,
             workdir: launch.workdir.clone(),
@@ -911,9 +925,9 @@ impl Sandbox for SandboxHandle {
         }
     }
 
-    fn network_namespace(&self) -> Option<PathBuf> {
+    fn shared_network(&self) -> Option<SharedNetwork> {
         self.server_pid
-            .map(|pid| PathBuf::from(format!("/proc/{pid}/ns/net")))
+            .map(|pid| SharedNetwork::Namespace(PathBuf::from(format!("/proc/{pid}/ns/net"))))
     }
 
     async fn changed_verifier_inputs(&self, exempt: &str) -> Vec<String> {

@@ -17,7 +17,9 @@ use tokio_util::sync::CancellationToken;
 use super::images::ImageCache;
 use crate::env::compose::{Compose, Service};
 use crate::env::dockerfile::shell_quote;
-use crate::env::{Backend, EnvError, EnvironmentSpec, GroupNetwork, Sandbox, TeardownReport};
+use crate::env::{
+    Backend, EnvError, EnvironmentSpec, GroupNetwork, Sandbox, SharedNetwork, TeardownReport,
+};
 use crate::pack::{Task, TaskHash};
 
 /// Where a sidecar's trial folder lies, inside the trial's.
@@ -75,16 +77,16 @@ pub(crate) async fn start_group(
         main,
         sidecars: Vec::new(),
     };
-    let Some(netns) = group.main.network_namespace() else {
+    let Some(network) = group.main.shared_network() else {
         let _ = Box::new(group).teardown().await;
         return Err(EnvError::Unsupported(
-            "docker-compose services need a backend with network namespaces (the sandbox \
-             backend)"
+            "docker-compose services need a backend whose sandboxes share a network (sandbox, \
+             docker)"
                 .into(),
         ));
     };
     for service in &start.compose.sidecars {
-        match start_sidecar(&start, service, &netns).await {
+        match start_sidecar(&start, service, &network).await {
             Ok(sandbox) => group.sidecars.push((service.name.clone(), sandbox)),
             Err(e) => {
                 let _ = Box::new(group).teardown().await;
@@ -98,10 +100,10 @@ pub(crate) async fn start_group(
 async fn start_sidecar(
     start: &GroupStart<'_>,
     service: &Service,
-    netns: &Path,
+    network: &SharedNetwork,
 ) -> Result<Box<dyn Sandbox>, EnvError> {
     let step = |what: &str| format!("services.{}{what}", service.name);
-    let spec = sidecar_spec(start, service, netns);
+    let spec = sidecar_spec(start, service, network);
     let key = TaskHash(format!("{}+service:{}", start.task.hash, service.name));
     let mut image = start.images.prepare(start.backend, &key, &spec).await?;
     if let Some(user) = &service.user {
@@ -175,7 +177,7 @@ async fn start_sidecar(
     }
 }
 
-fn sidecar_spec(start: &GroupStart<'_>, service: &Service, netns: &Path) -> EnvironmentSpec {
+fn sidecar_spec(start: &GroupStart<'_>, service: &Service, network: &SharedNetwork) -> EnvironmentSpec {
     let main = start.main_spec;
     let (environment_dir, docker_image, build_args) = match &service.build {
         Some(build) => (build.context.clone(), None, build.args.clone()),
@@ -199,7 +201,7 @@ fn sidecar_spec(start: &GroupStart<'_>, service: &Service, netns: &Path) -> Envi
         build_args,
         build_log: main.build_log.clone(),
         group: GroupNetwork {
-            join: Some(netns.to_path_buf()),
+            join: Some(network.clone()),
             names: main.group.names.clone(),
         },
     }
@@ -287,8 +289,8 @@ impl Sandbox for ServiceGroup {
         self.main.network_attempts().await
     }
 
-    fn network_namespace(&self) -> Option<PathBuf> {
-        self.main.network_namespace()
+    fn shared_network(&self) -> Option<SharedNetwork> {
+        self.main.shared_network()
     }
 
     fn sidecar(&self, name: &str) -> Option<&dyn Sandbox> {

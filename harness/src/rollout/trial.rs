@@ -1154,7 +1154,7 @@ async fn verify(
         ));
     }
     // Empty it in place: the folder itself is bind-mounted into the sandbox.
-    if let Err(e) = clear_dir(&verifier_dir) {
+    if let Err(e) = crate::env::fsops::clear_dir(&verifier_dir) {
         return Err(infra(
             TrialOutcome::SandboxLost,
             "SandboxError",
@@ -1449,18 +1449,6 @@ fn verifier_exception_class(outcome: TrialOutcome) -> &'static str {
         TrialOutcome::VerifierTimeout => "VerifierTimeoutError",
         _ => "VerifierResultError",
     }
-}
-
-fn clear_dir(dir: &Path) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() && !path.is_symlink() {
-            std::fs::remove_dir_all(&path)?;
-        } else {
-            std::fs::remove_file(&path)?;
-        }
-    }
-    Ok(())
 }
 
 /// The trial's `result.json`: GEODE's record, with Harbor's `TrialResult` keys beside it.

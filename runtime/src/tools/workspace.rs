@@ -275,7 +275,8 @@ impl OutputCapture {
         self.truncated
     }
 
-    async fn pump<R: tokio::io::AsyncRead + Unpin>(&mut self, pipe: Option<R>) {
+    /// Read `pipe` to its end.
+    pub async fn pump<R: tokio::io::AsyncRead + Unpin>(&mut self, pipe: Option<R>) {
         use tokio::io::AsyncReadExt;
         let Some(mut pipe) = pipe else { return };
         let mut chunk = [0u8; 8192];

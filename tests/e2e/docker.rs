@@ -1,0 +1,210 @@
+//! The docker backend against a real `dockerd`: the built-in packs give the same verdicts as
+//! in the sandbox (the compose task's PostgreSQL sidecar included), and the agent's attacks on
+//! the grading gain nothing there either.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::common::trial_result;
+use super::dockerd::Engine;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn geode(dir: &Path, engine: &Engine) -> Command {
+    let mut c = super::common::geode_in(dir);
+    c.env("DOCKER_HOST", engine.host());
+    c
+}
+
+/// Each trial's outcome and rewards, by task.
+fn verdicts(run_dir: &Path) -> BTreeMap<String, (String, String)> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(run_dir).unwrap().flatten() {
+        let file = entry.path().join("result.json");
+        if !file.is_file() {
+            continue;
+        }
+        let result: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+        out.insert(
+            result["task_name"].as_str().unwrap().to_string(),
+            (
+                result["outcome"].as_str().unwrap().to_string(),
+                result["verifier_result"]["rewards"].to_string(),
+            ),
+        );
+    }
+    out
+}
+
+/// `geode run PACK --model MODEL --env ENV`: the verdicts, and the run's folder.
+fn run(
+    dir: &Path,
+    engine: &Engine,
+    pack: &Path,
+    model: &str,
+    env: &str,
+) -> (BTreeMap<String, (String, String)>, PathBuf) {
+    let jobs = dir.join(format!("jobs-{env}"));
+    let (_, run_dir) = super::common::run_model_with(
+        geode(dir, engine),
+        pack,
+        &jobs,
+        model,
+        &["--env", env, "-n", "2"],
+    );
+    (verdicts(&run_dir), run_dir)
+}
+
+fn show(dir: &Path, engine: &Engine, trial: &Path) -> String {
+    let out = geode(dir, engine).arg("show").arg(trial).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_built_in_packs_give_the_same_verdicts_under_docker_as_in_the_sandbox() {
+    let engine = Engine::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    for pack in ["geode-core", "geode-services"] {
+        let pack = repo().join("tasks").join(pack);
+        for model in ["oracle", "nop"] {
+            let (docker, run_dir) = run(dir.path(), &engine, &pack, model, "docker");
+            let (sandbox, _) = run(dir.path(), &engine, &pack, model, "sandbox");
+            assert_eq!(docker, sandbox, "{} with {model}", pack.display());
+            let expected = if model == "oracle" { "passed" } else { "failed" };
+            assert!(
+                docker.values().all(|(outcome, _)| outcome == expected),
+                "{model}: {docker:?}"
+            );
+            // Nothing the harness itself does under docker looks like tampering.
+            for trial in std::fs::read_dir(&run_dir).unwrap().flatten() {
+                if trial.path().join("result.json").is_file() {
+                    let result = trial_result(&run_dir, &trial.file_name().to_string_lossy());
+                    assert_eq!(result["integrity"], serde_json::json!([]), "{result}");
+                }
+            }
+        }
+    }
+    // The compose task's named checks, as in the sandbox.
+    let (_, run_dir) = run(
+        dir.path(),
+        &engine,
+        &repo().join("tasks/geode-services"),
+        "oracle",
+        "docker",
+    );
+    let trial = run_dir.join("geode-postgres-rls__0");
+    let text = show(dir.path(), &engine, &trial);
+    assert!(text.contains("19 passed, 0 failed"), "{text}");
+    let log = std::fs::read_to_string(trial.join("services/db/agent/service.log")).unwrap();
+    assert!(
+        log.contains("database system is ready to accept connections"),
+        "{log}"
+    );
+    // No container outlives its trial.
+    let out = engine
+        .docker()
+        .args(["ps", "--all", "--quiet", "--filter", "label=geode.trial"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "");
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A task whose honest answer is `/app/answer.txt` = 42, which no attack writes. Its test
+/// writes the reward first and then takes a second, as real test suites do.
+fn task(pack: &Path, name: &str, solve: &str) {
+    let dir = pack.join(name);
+    write(
+        &dir.join("task.toml"),
+        &format!("[task]\nname = \"atk/{name}\"\n"),
+    );
+    write(&dir.join("instruction.md"), "Write 42 to /app/answer.txt.\n");
+    write(
+        &dir.join("environment/Dockerfile"),
+        "FROM python:3.11-slim-bookworm\nWORKDIR /app\n",
+    );
+    write(&dir.join("solution/solve.sh"), &format!("#!/bin/bash\n{solve}\n"));
+    write(
+        &dir.join("tests/test.sh"),
+        "#!/bin/bash\nif [ \"$(cat /app/answer.txt 2>/dev/null)\" = 42 ]; then echo 1; else echo 0; fi \
+         > /logs/verifier/reward.txt\nsleep 1\n",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attacks_on_the_grading_gain_nothing_under_docker() {
+    let engine = Engine::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pack = dir.path().join("pack");
+    let victims = tempfile::tempdir_in("/var/tmp").unwrap();
+    let secret = victims.path().join("secret");
+    std::fs::write(&secret, "1\n").unwrap();
+
+    // A background process that keeps writing the reward, escaped into its own session.
+    task(
+        &pack,
+        "reward-writer",
+        "setsid nohup sh -c 'while :; do echo 1 > /logs/verifier/reward.txt; sleep 0.05; done' \
+         >/dev/null 2>&1 < /dev/null &\nsleep 0.3",
+    );
+    // A link in the folder the host reads the reward from.
+    task(
+        &pack,
+        "planted-link",
+        &format!("ln -sf {} /logs/verifier/reward.txt", secret.display()),
+    );
+    // A wrapper `bash` first in PATH that writes the reward.
+    task(
+        &pack,
+        "wrapper-bash",
+        "printf '#!/bin/sh\\necho 1 > /logs/verifier/reward.txt\\n' > /usr/local/bin/bash\n\
+         chmod +x /usr/local/bin/bash",
+    );
+    // The hidden tests, looked for while the agent runs.
+    task(
+        &pack,
+        "peek-tests",
+        "ls -la /tests > /logs/artifacts/tests.txt 2>&1; \
+         find / -name test.sh -not -path '/proc/*' >> /logs/artifacts/tests.txt 2>/dev/null; true",
+    );
+    let (_, run_dir) = super::common::run_oracle_with(
+        geode(dir.path(), &engine),
+        &pack,
+        &dir.path().join("jobs"),
+        &["--env", "docker", "-n", "2"],
+    );
+    let writer = trial_result(&run_dir, "atk-reward-writer__0");
+    assert_eq!(writer["verifier_result"]["rewards"]["reward"], 0.0, "{writer}");
+
+    let link = trial_result(&run_dir, "atk-planted-link__0");
+    assert_eq!(link["verifier_result"]["rewards"]["reward"], 0.0, "{link}");
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "1\n");
+    let integrity = link["integrity"].to_string();
+    assert!(integrity.contains("verifier_dir_written_by_agent"), "{link}");
+
+    let wrapper = trial_result(&run_dir, "atk-wrapper-bash__0");
+    assert!(
+        wrapper["integrity"]
+            .to_string()
+            .contains("verifier_inputs_changed: /usr/local/bin/bash"),
+        "{wrapper}"
+    );
+
+    let peek = trial_result(&run_dir, "atk-peek-tests__0");
+    assert_eq!(peek["verifier_result"]["rewards"]["reward"], 0.0, "{peek}");
+    let seen = std::fs::read_to_string(run_dir.join("atk-peek-tests__0/artifacts/tests.txt"))
+        .unwrap();
+    assert!(!seen.contains("test.sh"), "{seen}");
+}

@@ -1,0 +1,187 @@
+//! A docker engine for the docker backend's tests: Debian's `dockerd` (the `docker.io`
+//! package, which `.ci/run` installs), started by the tests on a socket of their own when
+//! none answers there, its state in `/var/cache/geode-test/docker` so images and build cache
+//! last between runs on one machine. Docker Hub is out of reach, so the Debian-based images
+//! the tasks name come from the machine-wide test store, pushed to a loopback registry and
+//! pulled from there.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use geode_harness::env::image::{ImageStore, Reference};
+use geode_harness::env::{Backend, EnvironmentSpec, NetworkPolicy, SandboxBackend, SandboxConfig};
+
+use super::registry::{Registry, image_blobs, shared_store};
+
+const SOCKET: &str = "/run/geode-test-docker.sock";
+
+/// The images the built-in pack and the tests' tasks start from.
+pub const BASES: [&str; 2] = ["debian:bookworm-slim", "python:3.11-slim-bookworm"];
+
+/// One docker test at a time: they share the engine and its images.
+static ENGINE_LOCK: Mutex<()> = Mutex::new(());
+
+/// The engine, for as long as one test holds it; the engine the tests started stops with it.
+pub struct Engine {
+    dockerd: Option<Child>,
+    _lock: MutexGuard<'static, ()>,
+}
+
+impl Engine {
+    /// `DOCKER_HOST` for the CLI and for `geode --env docker`.
+    pub fn host(&self) -> String {
+        format!("unix://{SOCKET}")
+    }
+
+    /// `docker ARGS` against this engine.
+    pub fn docker(&self) -> Command {
+        let mut c = Command::new("docker");
+        c.env("DOCKER_HOST", self.host());
+        c
+    }
+
+    fn answers(&self) -> bool {
+        self.docker()
+            .args(["version", "--format", "{{.Server.Version}}"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// The engine, started when none answers on the test socket, with [`BASES`] in it.
+    pub async fn start() -> Engine {
+        let lock = ENGINE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let mut engine = Engine {
+            dockerd: None,
+            _lock: lock,
+        };
+        if !engine.answers() {
+            assert!(
+                std::path::Path::new("/usr/sbin/dockerd").exists(),
+                "/usr/sbin/dockerd is missing: `apt-get install docker.io` (.ci/run installs it)"
+            );
+            let state = PathBuf::from("/var/cache/geode-test/docker");
+            std::fs::create_dir_all(&state).unwrap();
+            let log = std::fs::File::create(state.join("dockerd.log")).unwrap();
+            let child = Command::new("/usr/sbin/dockerd")
+                .arg("--data-root")
+                .arg(state.join("root"))
+                .args(["--exec-root", "/run/geode-test-docker"])
+                .args(["--pidfile", "/run/geode-test-docker.pid"])
+                .arg(format!("--host=unix://{SOCKET}"))
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            engine.dockerd = Some(child);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !engine.answers() {
+                assert!(
+                    Instant::now() < deadline,
+                    "dockerd did not answer in 60 s (see {})",
+                    state.join("dockerd.log").display()
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        engine.import_bases().await;
+        engine
+    }
+
+    /// Each base the engine lacks: from the test store (bootstrapped there on first use),
+    /// through a loopback registry, pulled and tagged with its Docker Hub name.
+    async fn import_bases(&self) {
+        let missing: Vec<&str> = BASES
+            .iter()
+            .copied()
+            .filter(|base| {
+                !self
+                    .docker()
+                    .args(["image", "inspect", base])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            })
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let registry = Registry::start();
+        for base in missing {
+            let stored = stored_base(base).await;
+            let (repo, tag) = base.split_once(':').unwrap();
+            image_blobs(&stored)
+                .push(&registry.addr, &format!("library/{repo}"), tag)
+                .await;
+            let served = format!("{}/library/{base}", registry.addr);
+            for args in [
+                vec!["pull", "--quiet", &served],
+                vec!["tag", &served, base],
+                vec!["rmi", &served],
+            ] {
+                let out = self.docker().args(&args).output().unwrap();
+                assert!(
+                    out.status.success(),
+                    "docker {args:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        if let Some(mut dockerd) = self.dockerd.take() {
+            // dockerd stops its containerd and containers on SIGTERM.
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(dockerd.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while dockerd.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = dockerd.kill();
+            let _ = dockerd.wait();
+        }
+    }
+}
+
+/// `reference` from the machine-wide test store, bootstrapped there when absent.
+async fn stored_base(reference: &str) -> geode_harness::env::image::StoredImage {
+    let state = tempfile::tempdir().unwrap();
+    let backend = SandboxBackend::new(SandboxConfig::new(
+        env!("CARGO_BIN_EXE_geode"),
+        state.path(),
+        shared_store(),
+    ))
+    .unwrap();
+    let spec = EnvironmentSpec {
+        task_name: "test/base".into(),
+        environment_dir: PathBuf::from("/nonexistent"),
+        network: NetworkPolicy::Off,
+        cpus: None,
+        memory_mb: None,
+        pids_max: None,
+        storage_mb: None,
+        build_timeout: Duration::from_secs(1200),
+        env: Vec::new(),
+        docker_image: Some(reference.into()),
+        build_args: Vec::new(),
+        build_log: None,
+        group: Default::default(),
+    };
+    backend.prepare(&spec).await.unwrap();
+    ImageStore::open(shared_store())
+        .unwrap()
+        .get(&Reference::parse(reference).unwrap())
+        .unwrap()
+        .expect("the base is in the store")
+}
