@@ -64,7 +64,11 @@ fn run(
 
 fn show(dir: &Path, engine: &Engine, trial: &Path) -> String {
     let out = geode(dir, engine).arg("show").arg(trial).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -78,7 +82,11 @@ async fn the_built_in_packs_give_the_same_verdicts_under_docker_as_in_the_sandbo
             let (docker, run_dir) = run(dir.path(), &engine, &pack, model, "docker");
             let (sandbox, _) = run(dir.path(), &engine, &pack, model, "sandbox");
             assert_eq!(docker, sandbox, "{} with {model}", pack.display());
-            let expected = if model == "oracle" { "passed" } else { "failed" };
+            let expected = if model == "oracle" {
+                "passed"
+            } else {
+                "failed"
+            };
             assert!(
                 docker.values().all(|(outcome, _)| outcome == expected),
                 "{model}: {docker:?}"
@@ -130,12 +138,18 @@ fn task(pack: &Path, name: &str, solve: &str) {
         &dir.join("task.toml"),
         &format!("[task]\nname = \"atk/{name}\"\n"),
     );
-    write(&dir.join("instruction.md"), "Write 42 to /app/answer.txt.\n");
+    write(
+        &dir.join("instruction.md"),
+        "Write 42 to /app/answer.txt.\n",
+    );
     write(
         &dir.join("environment/Dockerfile"),
         "FROM python:3.11-slim-bookworm\nWORKDIR /app\n",
     );
-    write(&dir.join("solution/solve.sh"), &format!("#!/bin/bash\n{solve}\n"));
+    write(
+        &dir.join("solution/solve.sh"),
+        &format!("#!/bin/bash\n{solve}\n"),
+    );
     write(
         &dir.join("tests/test.sh"),
         "#!/bin/bash\nif [ \"$(cat /app/answer.txt 2>/dev/null)\" = 42 ]; then echo 1; else echo 0; fi \
@@ -186,13 +200,19 @@ async fn attacks_on_the_grading_gain_nothing_under_docker() {
         &["--env", "docker", "-n", "2"],
     );
     let writer = trial_result(&run_dir, "atk-reward-writer__0");
-    assert_eq!(writer["verifier_result"]["rewards"]["reward"], 0.0, "{writer}");
+    assert_eq!(
+        writer["verifier_result"]["rewards"]["reward"], 0.0,
+        "{writer}"
+    );
 
     let link = trial_result(&run_dir, "atk-planted-link__0");
     assert_eq!(link["verifier_result"]["rewards"]["reward"], 0.0, "{link}");
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "1\n");
     let integrity = link["integrity"].to_string();
-    assert!(integrity.contains("verifier_dir_written_by_agent"), "{link}");
+    assert!(
+        integrity.contains("verifier_dir_written_by_agent"),
+        "{link}"
+    );
 
     let wrapper = trial_result(&run_dir, "atk-wrapper-bash__0");
     assert!(
@@ -204,7 +224,115 @@ async fn attacks_on_the_grading_gain_nothing_under_docker() {
 
     let peek = trial_result(&run_dir, "atk-peek-tests__0");
     assert_eq!(peek["verifier_result"]["rewards"]["reward"], 0.0, "{peek}");
-    let seen = std::fs::read_to_string(run_dir.join("atk-peek-tests__0/artifacts/tests.txt"))
-        .unwrap();
+    let seen =
+        std::fs::read_to_string(run_dir.join("atk-peek-tests__0/artifacts/tests.txt")).unwrap();
     assert!(!seen.contains("test.sh"), "{seen}");
+}
+
+/// Each Harbor trial's reward, by task; a trial that ended in an exception fails the test.
+fn harbor_rewards(jobs: &Path) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for job in std::fs::read_dir(jobs).unwrap().flatten() {
+        for trial in std::fs::read_dir(job.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let file = trial.path().join("result.json");
+            if !trial.path().is_dir() || !file.is_file() {
+                continue;
+            }
+            let result: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+            assert!(result["exception_info"].is_null(), "{result}");
+            out.insert(
+                result["task_name"].as_str().unwrap().to_string(),
+                result["verifier_result"]["rewards"]["reward"].to_string(),
+            );
+        }
+    }
+    out
+}
+
+/// Harbor 0.25's own CLI on the built-in pack, in the same engine: `harbor lint` reports only
+/// the rule we keep, and `harbor run` with Harbor's oracle and nop agents gives GEODE's
+/// verdicts. Harbor enforces `no-network` in docker with an egress sidecar built from
+/// digest-pinned Docker Hub images, out of reach here, so both run a copy of the pack whose
+/// tasks have the public network (which neither the oracle nor nop uses).
+#[tokio::test(flavor = "multi_thread")]
+async fn harbor_run_under_docker_gives_geode_s_verdicts_and_harbor_lint_one_kept_rule() {
+    let engine = Engine::start().await;
+    let docker_config = engine.compose_config().await;
+    let harbor = super::harbor::harbor_python().with_file_name("harbor");
+    let dir = tempfile::tempdir().unwrap();
+    let core = repo().join("tasks/geode-core");
+
+    // Lint: every task is valid Harbor; what remains is the shared verifier, which we keep.
+    let tasks: Vec<PathBuf> = std::fs::read_dir(&core)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("task.toml").is_file())
+        .collect();
+    let out = Command::new(&harbor)
+        .args(["lint", "--json"])
+        .args(&tasks)
+        .output()
+        .unwrap();
+    let findings: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    let findings = findings.as_array().unwrap();
+    assert_eq!(findings.len(), tasks.len(), "{findings:?}");
+    assert!(
+        findings.iter().all(|f| f["rule"] == "shared-verifier"),
+        "{findings:?}"
+    );
+
+    let pack = dir.path().join("pack");
+    super::common::copy_tree(&core, &pack);
+    for task in std::fs::read_dir(&pack).unwrap().flatten() {
+        let toml = task.path().join("task.toml");
+        if let Ok(text) = std::fs::read_to_string(&toml) {
+            assert!(text.contains("network_mode = \"no-network\""), "{text}");
+            std::fs::write(
+                &toml,
+                text.replace("network_mode = \"no-network\"", "network_mode = \"public\""),
+            )
+            .unwrap();
+        }
+    }
+    for model in ["oracle", "nop"] {
+        let jobs = dir.path().join(format!("harbor-{model}"));
+        let out = Command::new(&harbor)
+            .args(["run", "--yes", "-e", "docker", "-n", "4", "-a", model, "-p"])
+            .arg(&pack)
+            .arg("-o")
+            .arg(&jobs)
+            .env("DOCKER_HOST", engine.host())
+            .env("DOCKER_CONFIG", &docker_config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "harbor run: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let theirs = harbor_rewards(&jobs);
+        let (ours, _) = run(dir.path(), &engine, &pack, model, "docker");
+        let ours: BTreeMap<String, String> = ours
+            .into_iter()
+            .map(|(task, (_, rewards))| {
+                let rewards: serde_json::Value = serde_json::from_str(&rewards).unwrap();
+                (task, rewards["reward"].to_string())
+            })
+            .collect();
+        assert_eq!(theirs.len(), tasks.len(), "{theirs:?}");
+        assert_eq!(theirs, ours, "{model}");
+        let expected = if model == "oracle" { "1.0" } else { "0.0" };
+        assert!(
+            theirs.values().all(|r| r == expected),
+            "{model}: {theirs:?}"
+        );
+    }
 }

@@ -51,7 +51,7 @@ fn python_312_or_newer() -> PathBuf {
 
 /// The virtual environment with harbor installed, made under an exclusive lock so parallel
 /// test binaries install it once.
-fn harbor_python() -> PathBuf {
+pub(super) fn harbor_python() -> PathBuf {
     let base = python_312_or_newer();
     let venv = super::registry::shared_store()
         .parent()

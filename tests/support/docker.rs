@@ -136,6 +136,58 @@ impl Engine {
     }
 }
 
+/// Debian trixie's `docker-compose` (Compose v2, a static Go program that runs on bookworm),
+/// which Harbor's docker environment calls as `docker compose`; bookworm has only v1.
+const COMPOSE_DEB: &str =
+    "http://deb.debian.org/debian/pool/main/d/docker-compose/docker-compose_2.26.1-4_amd64.deb";
+const COMPOSE_DEB_SHA256: &str = "47681197cb2b1ab88206b42a1a92fc75f50d9530a6322d03494a473eed0408ea";
+
+impl Engine {
+    /// A `DOCKER_CONFIG` folder whose `cli-plugins/` holds Compose v2, fetched from the Debian
+    /// archive once per machine (checked against the archive's SHA-256).
+    pub async fn compose_config(&self) -> PathBuf {
+        use sha2::Digest;
+        let config = PathBuf::from("/var/cache/geode-test/docker-cli");
+        let plugin = config.join("cli-plugins/docker-compose");
+        if plugin.is_file() {
+            return config;
+        }
+        std::fs::create_dir_all(plugin.parent().unwrap()).unwrap();
+        let deb = reqwest::get(COMPOSE_DEB)
+            .await
+            .unwrap()
+            .error_for_status()
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        assert_eq!(
+            hex::encode(sha2::Sha256::digest(&deb)),
+            COMPOSE_DEB_SHA256,
+            "{COMPOSE_DEB} changed"
+        );
+        let scratch = tempfile::tempdir().unwrap();
+        std::fs::write(scratch.path().join("compose.deb"), &deb).unwrap();
+        let unpacked = Command::new("dpkg-deb")
+            .arg("--extract")
+            .arg(scratch.path().join("compose.deb"))
+            .arg(scratch.path().join("root"))
+            .status()
+            .unwrap();
+        assert!(unpacked.success());
+        let partial = plugin.with_extension("partial");
+        std::fs::copy(
+            scratch
+                .path()
+                .join("root/usr/libexec/docker/cli-plugins/docker-compose"),
+            &partial,
+        )
+        .unwrap();
+        std::fs::rename(&partial, &plugin).unwrap();
+        config
+    }
+}
+
 impl Drop for Engine {
     fn drop(&mut self) {
         if let Some(mut dockerd) = self.dockerd.take() {

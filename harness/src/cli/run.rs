@@ -38,7 +38,8 @@ pub struct RunArgs {
     /// Where runs are kept (the run store `geode.db` and one folder per run).
     #[arg(long, default_value = "jobs")]
     jobs_dir: PathBuf,
-    /// Environment backend: `sandbox` (default) or `host` (no isolation; needs --allow-host).
+    /// Environment backend: `sandbox` (default), `docker` (a docker engine on this machine) or
+    /// `host` (no isolation; needs --allow-host).
     #[arg(long, default_value = "sandbox")]
     env: String,
     /// Allow the `host` backend, which runs tasks on this machine without isolation.

@@ -85,8 +85,13 @@ impl<'a> Bases<'a> {
         };
         let image = match stand_in(&reference) {
             Some(StandIn::Debian(suite)) => self.bootstrap_debian(&reference, &suite).await?,
-            Some(StandIn::Python { suite, version }) => {
-                self.bootstrap_python(&reference, &suite, &version).await?
+            Some(StandIn::Python {
+                suite,
+                version,
+                extras,
+            }) => {
+                self.bootstrap_python(&reference, &suite, &version, extras)
+                    .await?
             }
             None => {
                 return Err(EnvError::Unsupported(format!(
@@ -245,6 +250,7 @@ impl<'a> Bases<'a> {
         reference: &Reference,
         suite: &DebianSuite,
         version: &str,
+        extras: &str,
     ) -> Result<StoredImage, EnvError> {
         let debian = format!("debian:{}-slim", suite.suite);
         let base = Box::pin(self.resolve(&debian)).await?;
@@ -259,12 +265,14 @@ impl<'a> Bases<'a> {
              (first run only)",
             suite.suite
         ));
-        let text = "FROM base\n\
+        let text = format!(
+            "FROM base\n\
             RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
-            python-is-python3 python3 python3-pip python3-venv && rm -rf /var/lib/apt/lists/* \
-            && rm -f /usr/lib/python3*/EXTERNALLY-MANAGED\n\
-            ENV LANG=C.UTF-8\n";
-        let steps = dockerfile::parse(text)?;
+            python-is-python3 python3 python3-pip python3-venv {extras} && rm -rf \
+            /var/lib/apt/lists/* && rm -f /usr/lib/python3*/EXTERNALLY-MANAGED\n\
+            ENV LANG=C.UTF-8\n"
+        );
+        let steps = dockerfile::parse(&text)?;
         let spec = EnvironmentSpec {
             task_name: reference.to_string(),
             environment_dir: self.store.root().to_path_buf(),
@@ -299,8 +307,13 @@ impl<'a> Bases<'a> {
             env,
             ..ImageConfig::default()
         };
+        let with = if extras.is_empty() {
+            String::new()
+        } else {
+            format!(" with {extras}")
+        };
         let what = format!(
-            "bootstrapped from the Debian archive ({}, Debian's python3 {full})",
+            "bootstrapped from the Debian archive ({}, Debian's python3 {full}{with})",
             suite.suite
         );
         self.record_bootstrapped(reference, built.layers, config, what)
@@ -370,14 +383,31 @@ fn stand_in_notes(image: &StoredImage) -> Vec<String> {
 
 enum StandIn {
     Debian(DebianSuite),
-    Python { suite: DebianSuite, version: String },
+    /// Debian's python3 of `suite`, with `extras` (more Debian packages, space-separated).
+    Python {
+        suite: DebianSuite,
+        version: String,
+        extras: &'static str,
+    },
 }
+
+/// Terminal-Bench 1's Python base (`ghcr.io/laude-institute/t-bench/python-3-13`, which its
+/// tasks name in `FROM`): Python 3.13 on Debian with the tmux and asciinema its harness drives.
+/// Pulled from ghcr.io where that is reachable; stood in for otherwise.
+const TB1_PYTHON_BASE: &str = "laude-institute/t-bench/python-3-13";
 
 /// The Debian suite whose python3 is each Python version.
 const PYTHON_SUITES: &[(&str, &str)] = &[("3.11", "bookworm"), ("3.13", "trixie")];
 
 /// Which references may be bootstrapped here, honestly.
 fn stand_in(reference: &Reference) -> Option<StandIn> {
+    if reference.registry() == "ghcr.io" && reference.repository() == TB1_PYTHON_BASE {
+        return Some(StandIn::Python {
+            suite: bootstrap::suite_for("debian", "trixie")?,
+            version: "3.13".into(),
+            extras: "tmux asciinema",
+        });
+    }
     if reference.registry() != "docker.io" {
         return None;
     }
@@ -396,6 +426,7 @@ fn stand_in(reference: &Reference) -> Option<StandIn> {
             Some(StandIn::Python {
                 suite,
                 version: version.to_string(),
+                extras: "",
             })
         }
         _ => None,
@@ -410,7 +441,9 @@ fn unbootstrappable_hint(reference: &Reference) -> String {
              equivalent)"
                 .into()
         }
-        "library/ubuntu" => " (the Ubuntu archive is not reachable from here)".into(),
+        "library/ubuntu" | "laude-institute/t-bench/ubuntu-24-04" => {
+            " (an Ubuntu image: the Ubuntu archive is not reachable from here)".into()
+        }
         _ => String::new(),
     }
 }
@@ -422,7 +455,13 @@ mod tests {
     fn kind(raw: &str) -> Option<String> {
         stand_in(&Reference::parse(raw).unwrap()).map(|s| match s {
             StandIn::Debian(suite) => format!("debian {}", suite.suite),
-            StandIn::Python { suite, version } => format!("python {version} {}", suite.suite),
+            StandIn::Python {
+                suite,
+                version,
+                extras,
+            } => format!("python {version} {} {extras}", suite.suite)
+                .trim_end()
+                .to_string(),
         })
     }
 
@@ -445,6 +484,14 @@ mod tests {
         assert_eq!(kind("python:3.11-slim-trixie"), None);
         assert_eq!(kind("ubuntu:24.04"), None);
         assert_eq!(kind("ghcr.io/x/debian:bookworm"), None);
+        assert_eq!(
+            kind("ghcr.io/laude-institute/t-bench/python-3-13:20250620").as_deref(),
+            Some("python 3.13 trixie tmux asciinema")
+        );
+        assert_eq!(
+            kind("ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest"),
+            None
+        );
     }
 
     #[test]

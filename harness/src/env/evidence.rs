@@ -65,7 +65,9 @@ pub fn verifier_inputs_among(changed: &[String], exempt: &str) -> Vec<String> {
     changed
         .iter()
         .map(|path| path.trim_start_matches('/'))
-        .filter(|rel| exempt.is_empty() || !(*rel == exempt || rel.starts_with(&format!("{exempt}/"))))
+        .filter(|rel| {
+            exempt.is_empty() || !(*rel == exempt || rel.starts_with(&format!("{exempt}/")))
+        })
         .filter(|rel| is_verifier_input(Path::new(rel)))
         .take(50)
         .map(|rel| format!("/{rel}"))

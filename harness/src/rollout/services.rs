@@ -177,7 +177,11 @@ async fn start_sidecar(
     }
 }
 
-fn sidecar_spec(start: &GroupStart<'_>, service: &Service, network: &SharedNetwork) -> EnvironmentSpec {
+fn sidecar_spec(
+    start: &GroupStart<'_>,
+    service: &Service,
+    network: &SharedNetwork,
+) -> EnvironmentSpec {
     let main = start.main_spec;
     let (environment_dir, docker_image, build_args) = match &service.build {
         Some(build) => (build.context.clone(), None, build.args.clone()),

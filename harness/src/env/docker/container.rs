@@ -53,7 +53,9 @@ impl Container {
             .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
             .filter(|pid| !self.keep.contains(pid))
             .filter(|pid| {
-                std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok().as_ref()
+                std::fs::read_link(format!("/proc/{pid}/ns/pid"))
+                    .ok()
+                    .as_ref()
                     == Some(&self.pid_namespace)
             })
             .collect()
@@ -261,7 +263,10 @@ impl DockerWorkspace {
 
     /// The scope argument of [`RESOLVE`]: the root, or empty for `/`.
     fn scope(&self) -> String {
-        self.root.to_string_lossy().trim_end_matches('/').to_string()
+        self.root
+            .to_string_lossy()
+            .trim_end_matches('/')
+            .to_string()
     }
 
     async fn file_op(
@@ -323,8 +328,11 @@ impl Workspace for DockerWorkspace {
     }
 
     async fn write_file(&self, path: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
-        let script = format!("mkdir -p -- \"$(dirname -- \"$1\")\" || exit 1\n{RESOLVE}\nexec cat > \"$p\"");
-        self.file_op("write", path, &script, Some(bytes)).await.map(drop)
+        let script =
+            format!("mkdir -p -- \"$(dirname -- \"$1\")\" || exit 1\n{RESOLVE}\nexec cat > \"$p\"");
+        self.file_op("write", path, &script, Some(bytes))
+            .await
+            .map(drop)
     }
 
     async fn list_dir(&self, path: &Path) -> Result<Vec<DirEntryInfo>, WorkspaceError> {
@@ -339,8 +347,12 @@ impl Workspace for DockerWorkspace {
             .filter_map(|record| {
                 let text = String::from_utf8_lossy(record);
                 let mut fields = text.splitn(4, ' ');
-                let (kind, target, size, name) =
-                    (fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+                let (kind, target, size, name) = (
+                    fields.next()?,
+                    fields.next()?,
+                    fields.next()?,
+                    fields.next()?,
+                );
                 Some(DirEntryInfo {
                     name: name.to_string(),
                     is_dir: target == "d",
@@ -386,9 +398,7 @@ impl DockerSandbox {
         root: PathBuf,
         trial_dir: &Path,
     ) -> Result<Self, EnvError> {
-        let state = engine
-            .inspect("docker inspect", &["inspect", &id])
-            .await?;
+        let state = engine.inspect("docker inspect", &["inspect", &id]).await?;
         let init = state["State"]["Pid"].as_i64().unwrap_or(0);
         let init = i32::try_from(init).unwrap_or(0);
         let pid_namespace = std::fs::read_link(format!("/proc/{init}/ns/pid")).map_err(|e| {
@@ -402,7 +412,10 @@ impl DockerSandbox {
         let sleeper = loop {
             let children = std::fs::read_to_string(format!("/proc/{init}/task/{init}/children"))
                 .unwrap_or_default();
-            if let Some(pid) = children.split_whitespace().find_map(|p| p.parse::<i32>().ok()) {
+            if let Some(pid) = children
+                .split_whitespace()
+                .find_map(|p| p.parse::<i32>().ok())
+            {
                 break pid;
             }
             if Instant::now() > deadline {
@@ -430,7 +443,16 @@ impl DockerSandbox {
     }
 
     async fn as_root(&self, what: &str, script: &str, args: &[&str]) -> Result<(), EnvError> {
-        let mut argv = vec!["exec", "--user", "0", self.container.id.as_str(), "sh", "-c", script, "sh"];
+        let mut argv = vec![
+            "exec",
+            "--user",
+            "0",
+            self.container.id.as_str(),
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ];
         argv.extend(args);
         let ran = self.container.engine.run(&argv, None).await?;
         if ran.ok() {
@@ -535,7 +557,10 @@ impl Sandbox for DockerSandbox {
         let killed = self.container.processes().len();
         self.container
             .engine
-            .ok("docker rm", &["rm", "--force", "--volumes", &self.container.id])
+            .ok(
+                "docker rm",
+                &["rm", "--force", "--volumes", &self.container.id],
+            )
             .await?;
         Ok(TeardownReport {
             killed_processes: killed,
@@ -597,7 +622,10 @@ fn unpack_copy(
     let mut left_out = Vec::new();
     let mut budget = MAX_COPY_OUT_BYTES;
     let inside = sandbox_src.trim_end_matches('/');
-    for entry in archive.entries().map_err(io("read docker cp's output".into()))? {
+    for entry in archive
+        .entries()
+        .map_err(io("read docker cp's output".into()))?
+    {
         let mut entry = entry.map_err(io("read docker cp's output".into()))?;
         let path = entry
             .path()
@@ -611,7 +639,12 @@ fn unpack_copy(
                 _ => None,
             })
             .collect();
-        if parts.len() != path.components().filter(|c| *c != Component::CurDir).count() {
+        if parts.len()
+            != path
+                .components()
+                .filter(|c| *c != Component::CurDir)
+                .count()
+        {
             left_out.push(format!("{}: not a plain relative path", path.display()));
             continue;
         }
@@ -620,7 +653,9 @@ fn unpack_copy(
             continue;
         }
         let shown = format!("{inside}/{}", rel.join("/"));
-        let target = rel.iter().fold(host_dst.to_path_buf(), |p, part| p.join(part));
+        let target = rel
+            .iter()
+            .fold(host_dst.to_path_buf(), |p, part| p.join(part));
         let kind = entry.header().entry_type();
         if kind.is_dir() {
             std::fs::create_dir_all(&target).map_err(io(format!("create {}", target.display())))?;

@@ -182,7 +182,9 @@ impl DockerBackend {
             .arg(&spec.environment_dir)
             .stdout(open_log()?)
             .stderr(open_log()?);
-        let mut child = command.spawn().map_err(|e| EnvError::Lost(format!("docker build: {e}")))?;
+        let mut child = command
+            .spawn()
+            .map_err(|e| EnvError::Lost(format!("docker build: {e}")))?;
         let status = match tokio::time::timeout(spec.build_timeout, child.wait()).await {
             Ok(status) => status.map_err(|e| EnvError::Lost(format!("docker build: {e}")))?,
             Err(_) => {
@@ -208,10 +210,18 @@ impl DockerBackend {
     /// The prebuilt image `[environment] docker_image` names, pulled when the engine lacks
     /// it. Returns whether it was already there.
     async fn ensure_pulled(&self, reference: &str) -> Result<bool, EnvError> {
-        if self.engine.run(&["image", "inspect", reference], None).await?.ok() {
+        if self
+            .engine
+            .run(&["image", "inspect", reference], None)
+            .await?
+            .ok()
+        {
             return Ok(true);
         }
-        let ran = self.engine.run(&["pull", "--quiet", reference], None).await?;
+        let ran = self
+            .engine
+            .run(&["pull", "--quiet", reference], None)
+            .await?;
         if ran.ok() {
             Ok(false)
         } else {
@@ -225,7 +235,10 @@ impl DockerBackend {
     async fn image_id(&self, reference: &str) -> Option<String> {
         let ran = self
             .engine
-            .run(&["image", "inspect", "--format", "{{.Id}}", reference], None)
+            .run(
+                &["image", "inspect", "--format", "{{.Id}}", reference],
+                None,
+            )
             .await
             .ok()?;
         ran.ok()
@@ -351,7 +364,9 @@ impl Backend for DockerBackend {
             image.workdir.clone(),
         ];
         match &spec.group.join {
-            Some(SharedNetwork::Container(main)) => args.push(format!("--network=container:{main}")),
+            Some(SharedNetwork::Container(main)) => {
+                args.push(format!("--network=container:{main}"))
+            }
             Some(SharedNetwork::Namespace(_)) => {
                 return Err(EnvError::Unsupported(
                     "a docker container cannot join a sandbox's network".into(),
@@ -394,7 +409,12 @@ impl Backend for DockerBackend {
                 })?;
             args.push(format!("--volume={}:/logs/{folder}", host.display()));
         }
-        args.extend(["--entrypoint".into(), "sleep".into(), id.clone(), "infinity".into()]);
+        args.extend([
+            "--entrypoint".into(),
+            "sleep".into(),
+            id.clone(),
+            "infinity".into(),
+        ]);
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let ran = self.engine.run(&argv, None).await?;
         if !ran.ok() {
@@ -405,8 +425,7 @@ impl Backend for DockerBackend {
         }
         let container = String::from_utf8_lossy(&ran.stdout).trim().to_string();
         let root = PathBuf::from(&image.workdir);
-        match DockerSandbox::attach(self.engine.clone(), container.clone(), root, trial_dir).await
-        {
+        match DockerSandbox::attach(self.engine.clone(), container.clone(), root, trial_dir).await {
             Ok(sandbox) => Ok(Box::new(sandbox)),
             Err(e) => {
                 let _ = self.engine.run(&["rm", "--force", &container], None).await;
@@ -439,10 +458,13 @@ fn final_from(dockerfile: &Path) -> String {
     super::dockerfile::parse(&text)
         .ok()
         .and_then(|steps| {
-            steps.into_iter().rev().find_map(|step| match step.instruction {
-                super::dockerfile::Instruction::From { image, .. } => Some(image),
-                _ => None,
-            })
+            steps
+                .into_iter()
+                .rev()
+                .find_map(|step| match step.instruction {
+                    super::dockerfile::Instruction::From { image, .. } => Some(image),
+                    _ => None,
+                })
         })
         .unwrap_or_default()
 }
@@ -460,7 +482,10 @@ mod tests {
 
     #[test]
     fn slugs_are_what_docker_accepts() {
-        assert_eq!(slug("geode-core/C_Fix.Makefile"), "geode-core-c-fix-makefile");
+        assert_eq!(
+            slug("geode-core/C_Fix.Makefile"),
+            "geode-core-c-fix-makefile"
+        );
         assert_eq!(slug("///"), "task");
         assert_eq!(slug(&"x".repeat(100)).len(), 63);
     }
