@@ -20,6 +20,9 @@ use crate::env::{EnvError, Sandbox, SharedNetwork, TESTS_DIR, TeardownReport};
 /// command's processes are found (its process group alone would miss `setsid`).
 const EXEC_MARK: &str = "GEODE_EXEC";
 
+/// How long a killed command's output may take to end.
+const KILL_GRACE: Duration = Duration::from_secs(5);
+
 /// The exit code the file scripts give a path that leads outside the work directory.
 const OUT_OF_SCOPE: i32 = 86;
 
@@ -186,16 +189,29 @@ impl Container {
                 _ = tokio::time::sleep(req.timeout) => {
                     timed_out = true;
                     self.kill_marked(&mark);
-                    pumps.await
+                    tokio::time::timeout(KILL_GRACE, &mut pumps).await
+                        .unwrap_or_else(|_| Err(std::io::Error::other("still streaming")))
                 }
                 _ = cancel.cancelled() => {
                     cancelled = true;
                     self.kill_marked(&mark);
-                    pumps.await
+                    tokio::time::timeout(KILL_GRACE, &mut pumps).await
+                        .unwrap_or_else(|_| Err(std::io::Error::other("still streaming")))
                 }
             }
-        }
-        .map_err(|e| EnvError::Lost(format!("docker exec: {e}")))?;
+        };
+        let status = match status {
+            Ok(status) => status,
+            // A process that shed its mark still holds the command's output: stop listening.
+            Err(_) if timed_out || cancelled => {
+                let _ = child.start_kill();
+                child
+                    .wait()
+                    .await
+                    .map_err(|e| EnvError::Lost(format!("docker exec: {e}")))?
+            }
+            Err(e) => return Err(EnvError::Lost(format!("docker exec: {e}"))),
+        };
         let truncated = stdout.truncated() || stderr.truncated();
         let (stdout, stderr) = (stdout.into_text(), stderr.into_text());
         if !status.success()

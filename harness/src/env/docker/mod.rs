@@ -382,6 +382,10 @@ impl Backend for DockerBackend {
                 }
             }
         }
+        if let Some(user) = &image.user {
+            // The image's USER, or a compose service's `user:`.
+            args.push(format!("--user={user}"));
+        }
         if let Some(mb) = spec.memory_mb {
             args.push(format!("--memory={mb}m"));
             args.push(format!("--memory-swap={mb}m"));
