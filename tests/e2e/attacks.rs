@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 
 use super::common::trial_result;
 
-fn write(path: &Path, text: &str) {
+pub(super) fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();
 }
 
 /// A task whose honest answer is `/app/answer.txt` = 42, which no attack writes.
-fn task(pack: &Path, name: &str, toml_extra: &str, solve: &str) {
+pub(super) fn task(pack: &Path, name: &str, toml_extra: &str, solve: &str) {
     let dir = pack.join(name);
     write(
         &dir.join("task.toml"),

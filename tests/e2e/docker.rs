@@ -125,33 +125,12 @@ async fn the_built_in_packs_give_the_same_verdicts_under_docker_as_in_the_sandbo
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "");
 }
 
-fn write(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
-
-/// A task whose honest answer is `/app/answer.txt` = 42, which no attack writes. Its test
-/// writes the reward first and then takes a second, as real test suites do.
+/// The attacks module's task (the honest answer is `/app/answer.txt` = 42), whose test writes
+/// the reward first and then takes a second, as real test suites do.
 fn task(pack: &Path, name: &str, solve: &str) {
-    let dir = pack.join(name);
-    write(
-        &dir.join("task.toml"),
-        &format!("[task]\nname = \"atk/{name}\"\n"),
-    );
-    write(
-        &dir.join("instruction.md"),
-        "Write 42 to /app/answer.txt.\n",
-    );
-    write(
-        &dir.join("environment/Dockerfile"),
-        "FROM python:3.11-slim-bookworm\nWORKDIR /app\n",
-    );
-    write(
-        &dir.join("solution/solve.sh"),
-        &format!("#!/bin/bash\n{solve}\n"),
-    );
-    write(
-        &dir.join("tests/test.sh"),
+    super::attacks::task(pack, name, "", solve);
+    super::attacks::write(
+        &pack.join(name).join("tests/test.sh"),
         "#!/bin/bash\nif [ \"$(cat /app/answer.txt 2>/dev/null)\" = 42 ]; then echo 1; else echo 0; fi \
          > /logs/verifier/reward.txt\nsleep 1\n",
     );

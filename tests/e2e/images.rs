@@ -7,42 +7,14 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use geode_harness::env::image::{ImageStore, Reference, StoredImage};
-use geode_harness::env::{Backend, EnvironmentSpec, NetworkPolicy, SandboxBackend, SandboxConfig};
+use geode_harness::env::image::StoredImage;
 
 use super::common::trial_result;
-use super::registry::{Registry, image_blobs, shared_store};
+use super::registry::{Registry, image_blobs, stored_base};
 
 /// `python:3.11-slim` from the machine-wide test store (bootstrapped there on first use).
 async fn python_base() -> StoredImage {
-    let state = tempfile::tempdir().unwrap();
-    let backend = SandboxBackend::new(SandboxConfig::new(
-        env!("CARGO_BIN_EXE_geode"),
-        state.path(),
-        shared_store(),
-    ))
-    .unwrap();
-    let spec = EnvironmentSpec {
-        task_name: "test/base".into(),
-        environment_dir: PathBuf::from("/nonexistent"),
-        network: NetworkPolicy::Off,
-        cpus: None,
-        memory_mb: None,
-        pids_max: None,
-        storage_mb: None,
-        build_timeout: std::time::Duration::from_secs(1200),
-        env: Vec::new(),
-        docker_image: Some("python:3.11-slim".into()),
-        build_args: Vec::new(),
-        build_log: None,
-        group: Default::default(),
-    };
-    backend.prepare(&spec).await.unwrap();
-    ImageStore::open(shared_store())
-        .unwrap()
-        .get(&Reference::parse("python:3.11-slim").unwrap())
-        .unwrap()
-        .expect("the base is in the store")
+    stored_base("python:3.11-slim").await
 }
 
 /// `base` with its config changed.

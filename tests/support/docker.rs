@@ -12,10 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use geode_harness::env::image::{ImageStore, Reference};
-use geode_harness::env::{Backend, EnvironmentSpec, NetworkPolicy, SandboxBackend, SandboxConfig};
-
-use super::registry::{Registry, image_blobs, shared_store};
+use super::registry::{Registry, image_blobs, stored_base};
 
 const SOCKET: &str = "/run/geode-test-docker.sock";
 
@@ -204,36 +201,4 @@ impl Drop for Engine {
             let _ = dockerd.wait();
         }
     }
-}
-
-/// `reference` from the machine-wide test store, bootstrapped there when absent.
-async fn stored_base(reference: &str) -> geode_harness::env::image::StoredImage {
-    let state = tempfile::tempdir().unwrap();
-    let backend = SandboxBackend::new(SandboxConfig::new(
-        env!("CARGO_BIN_EXE_geode"),
-        state.path(),
-        shared_store(),
-    ))
-    .unwrap();
-    let spec = EnvironmentSpec {
-        task_name: "test/base".into(),
-        environment_dir: PathBuf::from("/nonexistent"),
-        network: NetworkPolicy::Off,
-        cpus: None,
-        memory_mb: None,
-        pids_max: None,
-        storage_mb: None,
-        build_timeout: Duration::from_secs(1200),
-        env: Vec::new(),
-        docker_image: Some(reference.into()),
-        build_args: Vec::new(),
-        build_log: None,
-        group: Default::default(),
-    };
-    backend.prepare(&spec).await.unwrap();
-    ImageStore::open(shared_store())
-        .unwrap()
-        .get(&Reference::parse(reference).unwrap())
-        .unwrap()
-        .expect("the base is in the store")
 }

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use geode_harness::env::image::StoredImage;
+use geode_harness::env::image::{ImageStore, Reference, StoredImage};
+use geode_harness::env::{Backend, EnvironmentSpec, NetworkPolicy, SandboxBackend, SandboxConfig};
 use sha2::{Digest, Sha256};
 
 /// The test image store, shared by every test and every CI run on this machine, so the Debian
@@ -209,4 +210,36 @@ impl ImageBlobs {
         assert_eq!(put.status().as_u16(), 201, "manifest of {repo}:{tag}");
         digest(&manifest)
     }
+}
+
+/// `reference` from the machine-wide test store, bootstrapped there when absent.
+pub async fn stored_base(reference: &str) -> StoredImage {
+    let state = tempfile::tempdir().unwrap();
+    let backend = SandboxBackend::new(SandboxConfig::new(
+        env!("CARGO_BIN_EXE_geode"),
+        state.path(),
+        shared_store(),
+    ))
+    .unwrap();
+    let spec = EnvironmentSpec {
+        task_name: "test/base".into(),
+        environment_dir: PathBuf::from("/nonexistent"),
+        network: NetworkPolicy::Off,
+        cpus: None,
+        memory_mb: None,
+        pids_max: None,
+        storage_mb: None,
+        build_timeout: Duration::from_secs(1200),
+        env: Vec::new(),
+        docker_image: Some(reference.into()),
+        build_args: Vec::new(),
+        build_log: None,
+        group: Default::default(),
+    };
+    backend.prepare(&spec).await.unwrap();
+    ImageStore::open(shared_store())
+        .unwrap()
+        .get(&Reference::parse(reference).unwrap())
+        .unwrap()
+        .expect("the base is in the store")
 }
