@@ -246,22 +246,29 @@ async fn harbor_run_under_docker_gives_geode_s_verdicts_and_harbor_lint_one_kept
     let dir = tempfile::tempdir().unwrap();
     let core = repo().join("tasks/geode-core");
 
-    // Lint: every task is valid Harbor; what remains is the shared verifier, which we keep.
-    let tasks: Vec<PathBuf> = std::fs::read_dir(&core)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.join("task.toml").is_file())
-        .collect();
+    // Lint: every task is valid Harbor (the compose task's file included); what remains is the
+    // shared verifier, which we keep.
+    let tasks_of = |pack: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(pack)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("task.toml").is_file())
+            .collect()
+    };
+    let tasks = tasks_of(&core);
+    let services = tasks_of(&repo().join("tasks/geode-services"));
     let out = Command::new(&harbor)
         .args(["lint", "--json"])
         .args(&tasks)
+        .args(&services)
+        .env("DOCKER_CONFIG", &docker_config)
         .output()
         .unwrap();
     let findings: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     let findings = findings.as_array().unwrap();
-    assert_eq!(findings.len(), tasks.len(), "{findings:?}");
+    assert_eq!(findings.len(), tasks.len() + services.len(), "{findings:?}");
     assert!(
         findings.iter().all(|f| f["rule"] == "shared-verifier"),
         "{findings:?}"

@@ -133,36 +133,53 @@ impl Engine {
     }
 }
 
-/// Debian trixie's `docker-compose` (Compose v2, a static Go program that runs on bookworm),
-/// which Harbor's docker environment calls as `docker compose`; bookworm has only v1.
-const COMPOSE_DEB: &str =
-    "http://deb.debian.org/debian/pool/main/d/docker-compose/docker-compose_2.26.1-4_amd64.deb";
-const COMPOSE_DEB_SHA256: &str = "47681197cb2b1ab88206b42a1a92fc75f50d9530a6322d03494a473eed0408ea";
+/// Debian's `docker-compose` (Compose v2, a Go program that runs on bookworm), which Harbor
+/// calls as `docker compose`: bookworm has only v1, and `harbor lint` needs a Compose newer than
+/// trixie's 2.26 (`config --no-env-resolution`), so it comes from testing's index.
+const COMPOSE_INDEX: &str =
+    "http://deb.debian.org/debian/dists/forky/main/binary-amd64/Packages.gz";
+const DEBIAN: &str = "http://deb.debian.org/debian";
 
 impl Engine {
     /// A `DOCKER_CONFIG` folder whose `cli-plugins/` holds Compose v2, fetched from the Debian
-    /// archive once per machine (checked against the archive's SHA-256).
+    /// archive once per machine (checked against the SHA-256 of the archive's index).
     pub async fn compose_config(&self) -> PathBuf {
         use sha2::Digest;
-        let config = PathBuf::from("/var/cache/geode-test/docker-cli");
+        use std::io::Read;
+        let config = PathBuf::from("/var/cache/geode-test/compose");
         let plugin = config.join("cli-plugins/docker-compose");
         if plugin.is_file() {
             return config;
         }
         std::fs::create_dir_all(plugin.parent().unwrap()).unwrap();
-        let deb = reqwest::get(COMPOSE_DEB)
-            .await
-            .unwrap()
-            .error_for_status()
-            .unwrap()
-            .bytes()
-            .await
+        let get = |url: String| async move {
+            reqwest::get(&url)
+                .await
+                .unwrap()
+                .error_for_status()
+                .unwrap_or_else(|e| panic!("{url}: {e}"))
+                .bytes()
+                .await
+                .unwrap()
+        };
+        let gz = get(COMPOSE_INDEX.to_string()).await;
+        let mut index = String::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_string(&mut index)
             .unwrap();
-        assert_eq!(
-            hex::encode(sha2::Sha256::digest(&deb)),
-            COMPOSE_DEB_SHA256,
-            "{COMPOSE_DEB} changed"
-        );
+        let stanza = index
+            .split("\n\n")
+            .find(|s| s.starts_with("Package: docker-compose\n"))
+            .expect("docker-compose in the index");
+        let field = |name: &str| {
+            stanza
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+                .unwrap()
+                .to_string()
+        };
+        let deb = get(format!("{DEBIAN}/{}", field("Filename"))).await;
+        assert_eq!(hex::encode(sha2::Sha256::digest(&deb)), field("SHA256"));
         let scratch = tempfile::tempdir().unwrap();
         std::fs::write(scratch.path().join("compose.deb"), &deb).unwrap();
         let unpacked = Command::new("dpkg-deb")
