@@ -298,3 +298,61 @@ async fn an_image_that_cannot_be_had_is_environment_unsupported_with_the_fix() {
         "{text}"
     );
 }
+
+/// A Terminal-Bench 1 task on its own base, imported and run. ghcr.io is out of reach here, so
+/// `ghcr.io/laude-institute/t-bench/python-3-13` is Debian trixie's Python 3.13 with tmux and
+/// asciinema, bootstrapped once per machine into the test store; its glibc (2.41) is not the
+/// host's (bookworm's 2.36), which the sandbox's own processes must never load.
+#[test]
+fn a_terminal_bench_1_task_on_its_python_base_imports_and_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("tb1/hello");
+    write(
+        &src.join("task.yaml"),
+        "instruction: Write hello to /app/hello.txt.\nparser_name: pytest\n\
+         max_agent_timeout_sec: 120\nmax_test_timeout_sec: 60\n",
+    );
+    write(
+        &src.join("Dockerfile"),
+        "FROM ghcr.io/laude-institute/t-bench/python-3-13:20250620\nWORKDIR /app\n",
+    );
+    write(
+        &src.join("docker-compose.yaml"),
+        "services:\n  client:\n    build: .\n    command: [\"sh\", \"-c\", \"sleep infinity\"]\n",
+    );
+    write(&src.join("solution.sh"), "echo hello > /app/hello.txt\n");
+    write(
+        &src.join("run-tests.sh"),
+        "python3 --version\ncommand -v tmux asciinema\n\
+         python3 -c \"assert open('/app/hello.txt').read().strip() == 'hello'; print('1 passed')\"\n",
+    );
+    let imported = super::common::geode_in(dir.path())
+        .args(["tasks", "import-tb1"])
+        .arg(dir.path().join("tb1"))
+        .arg(dir.path().join("pack"))
+        .output()
+        .unwrap();
+    assert!(
+        imported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
+    let (summary, run_dir) = super::common::run_oracle_with(
+        super::common::geode_in(dir.path()),
+        &dir.path().join("pack"),
+        &dir.path().join("jobs"),
+        &[],
+    );
+    assert_eq!(summary["summary"]["outcomes"]["passed"], 1, "{summary}");
+    let trial = run_dir.join("tb1-hello__0");
+    let log = std::fs::read_to_string(trial.join("verifier/run-tests.log")).unwrap();
+    assert!(log.contains("Python 3.13."), "{log}");
+    assert!(log.contains("/usr/bin/tmux"), "{log}");
+    let result = trial_result(&run_dir, "tb1-hello__0");
+    assert!(
+        result["notes"]
+            .to_string()
+            .contains("laude-institute/t-bench/python-3-13:20250620: bootstrapped"),
+        "{result}"
+    );
+}

@@ -315,7 +315,7 @@ pub fn sandbox_entry(args: &[String]) -> Option<std::process::ExitCode> {
             }
         }),
         Some(AGENT_ARG) => Some(match args.get(2) {
-            Some(spec) => server::agent_main(spec),
+            Some(spec) => server::agent_main(spec, args.get(3).map(String::as_str)),
             None => std::process::ExitCode::from(2),
         }),
         Some(INIT_ARG) => Some(init::init_main()),

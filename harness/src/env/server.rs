@@ -177,7 +177,18 @@ fn exits_within(child: &mut std::process::Child, grace: std::time::Duration) -> 
     }
 }
 
-pub(crate) fn agent_main(spec_json: &str) -> ExitCode {
+pub(crate) fn agent_main(spec_json: &str, ready_fd: Option<&str>) -> ExitCode {
+    // Running our own code means the loader is done with the host's libraries: the server
+    // may pivot now.
+    if let Some(fd) = ready_fd.and_then(|fd| fd.parse::<i32>().ok()) {
+        use std::io::Write;
+        use std::os::fd::FromRawFd;
+        // SAFETY: the server handed this descriptor to us alone (`setup::start_agent`), and
+        // it is owned, used and closed here.
+        #[allow(unsafe_code)]
+        let mut ready = unsafe { std::fs::File::from_raw_fd(fd) };
+        let _ = ready.write_all(b"1");
+    }
     init::hide_executable();
     let spec = match parse_spec(spec_json) {
         Ok(spec) => spec,

@@ -553,18 +553,47 @@ fn start_init(spec: &ServerSpec) -> SetupResult<(Child, ChildStdin)> {
 /// the server's own stdin and stdout. It is a child, not the server itself, because a process
 /// that unshared CLONE_NEWPID may not create threads (clone with CLONE_THREAD fails with
 /// EINVAL), and serving wants one thread per running command.
+///
+/// Returns once the agent runs its own code: its dynamic loader has then mapped the host's
+/// libraries. A `pivot_root` any earlier would have the loader open the image's libc, which
+/// fails (or, worse, half-works) wherever the image's glibc is not the host's.
 fn start_agent(spec: &ServerSpec) -> SetupResult<Child> {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
     let json = ctx(serde_json::to_string(spec), || "encode the spec".into())?;
+    let (ready_r, ready_w) = ctx(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC), || {
+        "make the agent's ready pipe".into()
+    })?;
+    // The write end alone is inherited (every other descriptor of ours is close-on-exec).
     ctx(
-        Command::new(&spec.geode_exe)
-            .arg(super::AGENT_ARG)
-            .arg(json)
-            .current_dir(&spec.root_mount)
-            .env_clear()
-            .stdin(Stdio::inherit())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .spawn(),
-        || format!("start the sandbox agent ({})", spec.geode_exe.display()),
-    )
+        nix::fcntl::fcntl(
+            &ready_w,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+        ),
+        || "hand the ready pipe to the agent".into(),
+    )?;
+    let mut command = Command::new(&spec.geode_exe);
+    command
+        .arg(super::AGENT_ARG)
+        .arg(json)
+        .arg(ready_w.as_raw_fd().to_string())
+        .current_dir(&spec.root_mount)
+        .env_clear()
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit());
+    let mut agent = ctx(command.spawn(), || {
+        format!("start the sandbox agent ({})", spec.geode_exe.display())
+    })?;
+    drop(ready_w);
+    let mut byte = [0u8; 1];
+    let mut ready = std::fs::File::from(ready_r);
+    if !matches!(ready.read(&mut byte), Ok(1)) {
+        let _ = agent.kill();
+        let status = agent.wait();
+        return Err(format!(
+            "the sandbox agent ended before it started ({status:?})"
+        ));
+    }
+    Ok(agent)
 }

@@ -373,9 +373,11 @@ fn terminal_bench_1_tasks_import_to_harbor_layout() {
             .map(String::as_str),
         Some("/tests")
     );
+    // TB1's compose file describes the agent's own container: not a sidecar.
+    assert!(!out[0].join("environment/docker-compose.yaml").exists());
+    assert!(loaded.compose.is_none());
     for f in [
         "environment/Dockerfile",
-        "environment/docker-compose.yaml",
         "solution/solve.sh",
         "tests/run-tests.sh",
         "tests/test_outputs.py",
@@ -391,8 +393,9 @@ fn terminal_bench_1_tasks_import_to_harbor_layout() {
         Some("a@example.com"),
         "{toml_text}"
     );
-    // Beside it: a task.yaml without an instruction, and a task without run-tests.sh. A second
-    // import reports all three (one exists already), converts nothing, and leaves nothing.
+    // Beside it: a task.yaml without an instruction, a task without run-tests.sh, and one with a
+    // sidecar. A second import reports all four (one exists already), converts nothing, and
+    // leaves nothing.
     write(&src.path().join("broken/task.yaml"), "difficulty: easy\n");
     write(&src.path().join("broken/Dockerfile"), "FROM x\n");
     write(
@@ -400,10 +403,26 @@ fn terminal_bench_1_tasks_import_to_harbor_layout() {
         "instruction: Do it.\n",
     );
     write(&src.path().join("untested/Dockerfile"), "FROM x\n");
+    // And one whose compose file has a database beside the agent's container.
+    write(
+        &src.path().join("with-db/task.yaml"),
+        "instruction: Query it.\n",
+    );
+    write(&src.path().join("with-db/Dockerfile"), "FROM x\n");
+    write(&src.path().join("with-db/run-tests.sh"), "true\n");
+    write(
+        &src.path().join("with-db/docker-compose.yaml"),
+        "services:\n  client:\n    build: .\n  db:\n    image: postgres:15\n",
+    );
     let again = import_tb1(src.path(), dest.path()).unwrap();
     assert!(again.tasks.is_empty(), "{:?}", again.tasks);
     let why: Vec<String> = again.skipped.iter().map(|e| e.to_string()).collect();
-    assert_eq!(why.len(), 3, "{why:?}");
+    assert_eq!(why.len(), 4, "{why:?}");
+    assert!(
+        why.iter()
+            .any(|w| w.contains("with-db/docker-compose.yaml") && w.contains("(db)")),
+        "{why:?}"
+    );
     assert!(
         why.iter()
             .any(|w| w.contains("broken/task.yaml") && w.contains("instruction")),
