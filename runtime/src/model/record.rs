@@ -156,10 +156,7 @@ impl Recorder {
             let mut text = serde_json::to_string_pretty(&exchange).map_err(|e| e.to_string())?;
             if let Some((_, key)) = &request.auth {
                 let secret = key.expose();
-                let bare = secret.strip_prefix("Bearer ").unwrap_or(secret);
-                if !bare.is_empty() {
-                    text = text.replace(bare, "<redacted>");
-                }
+                text = redact(&text, secret.strip_prefix("Bearer ").unwrap_or(secret));
             }
             let path = self.dir.join(format!("{seq:05}-{}.json", &hash[..12]));
             match std::fs::OpenOptions::new()
@@ -185,6 +182,30 @@ impl Recorder {
         }
         Err(format!("no free file name in {}", self.dir.display()))
     }
+}
+
+/// Keys shorter than this are placeholders (`x`, `EMPTY`, what local servers take), not secrets:
+/// replacing them would corrupt the recording wherever those letters occur.
+const MIN_SECRET_LEN: usize = 12;
+
+/// `text` with every whole occurrence of `secret` (not a piece of a longer token) replaced.
+fn redact(text: &str, secret: &str) -> String {
+    if secret.len() < MIN_SECRET_LEN {
+        return text.to_string();
+    }
+    let token = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(secret) {
+        let (before, after) = (&rest[..at], &rest[at + secret.len()..]);
+        let whole = !before.chars().next_back().is_some_and(token)
+            && !after.chars().next().is_some_and(token);
+        out.push_str(before);
+        out.push_str(if whole { "<redacted>" } else { secret });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
 }
 
 fn json_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
@@ -311,4 +332,25 @@ pub fn cassette_model(dir: &Path, opts: &RouteOptions) -> Result<Arc<dyn Model>,
     replay.http.idle_timeout = Duration::from_millis(200);
     let transport = Arc::new(CassetteTransport::new(dir, &exchanges));
     provider_model(&route, &replay, Some(transport))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn only_whole_secrets_of_realistic_length_are_redacted() {
+        let key = "sk-test-0123456789abcdef";
+        assert_eq!(
+            redact(&format!("{{\"echo\": \"{key}\", \"k\": \"Bearer {key}\"}}"), key),
+            "{\"echo\": \"<redacted>\", \"k\": \"Bearer <redacted>\"}"
+        );
+        // A longer token that merely contains the key is not the key.
+        let longer = format!("{key}9");
+        assert_eq!(redact(&longer, key), longer);
+        // A placeholder key leaves the recording as it was.
+        let body = "{\"text\": \"x marks the spot; EMPTY box\"}";
+        assert_eq!(redact(body, "x"), body);
+        assert_eq!(redact(body, "EMPTY"), body);
+    }
 }
