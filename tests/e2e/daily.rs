@@ -115,6 +115,34 @@ impl Client {
 }
 
 #[test]
+fn a_bad_model_route_or_effort_stops_the_repl_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (["--model", "bogus"], "unknown model route \"bogus\""),
+        (["--effort", "turbo"], "effort \"turbo\": one of none,"),
+    ] {
+        let mut child = geode(dir.path())
+            .args(["--local"])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Were a session to start, this would end it cleanly.
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"/exit\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("session"),
+            "{args:?}: a session started"
+        );
+    }
+}
+
+#[test]
 fn config_explain_names_the_source_of_each_value() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -342,7 +342,10 @@ mod tests {
     fn only_whole_secrets_of_realistic_length_are_redacted() {
         let key = "sk-test-0123456789abcdef";
         assert_eq!(
-            redact(&format!("{{\"echo\": \"{key}\", \"k\": \"Bearer {key}\"}}"), key),
+            redact(
+                &format!("{{\"echo\": \"{key}\", \"k\": \"Bearer {key}\"}}"),
+                key
+            ),
             "{\"echo\": \"<redacted>\", \"k\": \"Bearer <redacted>\"}"
         );
         // A longer token that merely contains the key is not the key.
