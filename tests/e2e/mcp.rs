@@ -289,16 +289,23 @@ impl Drop for HttpServer {
 
 /// Status line of a raw `initialize` POST, with or without a bearer token.
 fn raw_post_status(url: &str, bearer: Option<&str>) -> String {
+    let port = url.rsplit_once(':').unwrap().1.trim_end_matches("/mcp");
+    raw_post_as(url, bearer, &format!("127.0.0.1:{port}"), None)
+}
+
+/// [`raw_post_status`] with the `Host` and `Origin` a browser would send.
+fn raw_post_as(url: &str, bearer: Option<&str>, host: &str, origin: Option<&str>) -> String {
     let rest = url.strip_prefix("http://").unwrap();
     let (hostport, path) = rest.split_once('/').unwrap();
     let port = hostport.rsplit_once(':').unwrap().1;
+    let origin = origin.map_or(String::new(), |o| format!("Origin: {o}\r\n"));
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-03-26", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "0"}}})
     .to_string();
     let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
     let request = format!(
-        "POST /{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+        "POST /{path} HTTP/1.1\r\nHost: {host}\r\n{origin}Content-Type: application/json\r\n\
          Accept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\
          Connection: close\r\n\r\n{body}",
         body.len()
@@ -333,6 +340,25 @@ async fn http_run_agent_on_loopback() {
     assert_eq!(value["termination_reason"], "natural");
     assert_eq!(value["error"], Value::Null);
     client.cancel().await.unwrap();
+    // DNS rebinding: a rebound name, or a page of another site, is refused.
+    let port = server
+        .url
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .trim_end_matches("/mcp");
+    let own = format!("127.0.0.1:{port}");
+    let status = raw_post_as(&server.url, None, &format!("evil.example:{port}"), None);
+    assert!(status.contains(" 403"), "{status}");
+    let status = raw_post_as(&server.url, None, &own, Some("http://evil.example"));
+    assert!(status.contains(" 403"), "{status}");
+    let status = raw_post_as(
+        &server.url,
+        None,
+        &own,
+        Some(&format!("http://localhost:{port}")),
+    );
+    assert!(status.contains(" 200"), "{status}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

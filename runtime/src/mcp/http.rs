@@ -3,6 +3,11 @@
 //! A loopback address (127.0.0.0/8, ::1) needs no token. Any other address is refused unless a
 //! token is given; with a token (on any address) every request must carry
 //! `Authorization: Bearer TOKEN`, or it gets 401 before it reaches the MCP service.
+//!
+//! Against DNS rebinding (a web page whose host name now resolves to 127.0.0.1 posting to the
+//! server from the user's browser), a request whose `Origin` names another host is refused
+//! with 403, as the MCP specification asks, and a loopback server also refuses a `Host` that is
+//! not a loopback name.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -72,13 +77,73 @@ impl HttpEndpoint {
             Arc::new(LocalSessionManager::default()),
             config,
         );
+        let loopback = self.local_addr().is_ok_and(|a| is_loopback(&a));
         let router = axum::Router::new()
             .nest_service(MCP_PATH, service)
-            .layer(middleware::from_fn_with_state(self.token, require_bearer));
+            .layer(middleware::from_fn_with_state(self.token, require_bearer))
+            .layer(middleware::from_fn_with_state(loopback, require_own_origin));
         axum::serve(self.listener, router)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await
             .map_err(|e| McpError::Serve(e.to_string()))
+    }
+}
+
+/// The host of a `Host` value or of an origin's authority, without its port (`[::1]` kept
+/// bracketed).
+fn host_name(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return authority.split_inclusive(']').next().unwrap_or(authority);
+    }
+    authority.split(':').next().unwrap_or(authority)
+}
+
+/// `localhost`, `[::1]` or an address in 127.0.0.0/8.
+fn is_loopback_name(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host == "[::1]"
+        || host
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Whether a request's `Host` and `Origin` are ones this server answers: on loopback, loopback
+/// names only; elsewhere, an `Origin` (when sent) naming the host the request was sent to.
+fn own_origin(loopback: bool, host: Option<&str>, origin: Option<&str>) -> bool {
+    let host = host.map(host_name);
+    if loopback && host.is_some_and(|h| !is_loopback_name(h)) {
+        return false;
+    }
+    match origin {
+        None | Some("null") => true,
+        Some(origin) => {
+            let authority = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+            let origin_host = host_name(authority.split('/').next().unwrap_or(authority));
+            if loopback {
+                is_loopback_name(origin_host)
+            } else {
+                host.is_some_and(|h| h.eq_ignore_ascii_case(origin_host))
+            }
+        }
+    }
+}
+
+async fn require_own_origin(
+    State(loopback): State<bool>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    let value = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let allowed = own_origin(loopback, value(header::HOST), value(header::ORIGIN));
+    if allowed {
+        next.run(request).await
+    } else {
+        (
+            StatusCode::FORBIDDEN,
+            "this server answers only its own host and origin\n",
+        )
+            .into_response()
     }
 }
 
@@ -114,6 +179,34 @@ async fn require_bearer(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_own_hosts_and_origins_are_answered() {
+        let local = |host, origin| own_origin(true, Some(host), origin);
+        assert!(local("127.0.0.1:8931", None));
+        assert!(local("localhost:8931", Some("http://localhost:8931")));
+        assert!(local("[::1]:8931", Some("http://127.0.0.1:3000")));
+        assert!(local("127.0.0.1:8931", Some("null")));
+        // A rebound name, or a page elsewhere, is refused.
+        assert!(!local("evil.example:8931", None));
+        assert!(!local("127.0.0.1:8931", Some("http://evil.example")));
+        assert!(!local(
+            "127.0.0.1:8931",
+            Some("https://127.0.0.1.evil.example")
+        ));
+        // Off loopback (a token is required there): the origin must be the host itself.
+        assert!(own_origin(false, Some("10.0.0.5:8931"), None));
+        assert!(own_origin(
+            false,
+            Some("10.0.0.5:8931"),
+            Some("http://10.0.0.5:8931")
+        ));
+        assert!(!own_origin(
+            false,
+            Some("10.0.0.5:8931"),
+            Some("http://evil.example")
+        ));
+    }
 
     #[test]
     fn loopback_rule() {
