@@ -143,6 +143,37 @@ fn a_bad_model_route_or_effort_stops_the_repl_before_it_starts() {
 }
 
 #[test]
+fn after_clear_the_next_prompt_gets_its_own_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("script.toml"),
+        "[[turns]]\ntext = \"the answer to the prompt after /clear\"\n",
+    )
+    .unwrap();
+    let mut child = geode(dir.path())
+        .args(["--local", "--model", "scripted:script.toml"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Typed ahead: each line is read only once the previous one has its answer.
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        b"/clear\nwhat now?\n/exit\n",
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let answer = stdout
+        .find("the answer to the prompt after /clear")
+        .unwrap_or_else(|| panic!("the prompt's answer never came:\n{stdout}"));
+    let cleared = stdout.find("new session").unwrap();
+    assert!(cleared < answer, "{stdout}");
+}
+
+#[test]
 fn config_explain_names_the_source_of_each_value() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

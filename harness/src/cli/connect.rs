@@ -88,8 +88,11 @@ where
         },
     )
     .await?;
-    // `waiting`: a prompt or command was sent and its answer has not arrived yet.
+    // `waiting`: a prompt or command was sent and its answer has not arrived yet (at first, the
+    // greeting). `/clear` and `/resume` greet again before their own answer: only the first
+    // greeting ends a wait.
     let mut waiting = true;
+    let mut greeted = false;
     loop {
         if !waiting {
             let text = match input.read("geode> ").await {
@@ -141,7 +144,10 @@ where
                 session_id, model, ..
             } => {
                 println!("geode: session {session_id} (model {model}); /help for commands");
-                waiting = false;
+                if !greeted {
+                    greeted = true;
+                    waiting = false;
+                }
             }
             ServerMessage::Stream { text } => println!("{text}"),
             ServerMessage::ToolStart { tool, input, .. } => println!("  > {tool} {input}"),
