@@ -2,7 +2,7 @@
 //!
 //! ```toml
 //! [[hooks.PreToolUse]]
-//! matcher = "bash|write_file"          # regex over GEODE tool names; omit for all
+//! matcher = "bash|write_file"          # regex over tool names; omit for all
 //! [[hooks.PreToolUse.hooks]]
 //! type = "command"
 //! command = "python3 .geode/hooks/check.py"
@@ -20,6 +20,11 @@
 //! PreCompact `decision: "defer"` or `keep_recent: N`.
 //!
 //! A hook cannot grant what the approval step would refuse: `allow` and `approve` mean continue.
+//!
+//! A matcher may name Claude Code's tools (`Bash`, `Read`, `Write`, `Edit`, `MultiEdit`, `Glob`,
+//! `Grep`, `LS`, `Task`, `TodoWrite`): each is read as the GEODE tool that does the same, so a
+//! Claude Code hooks file works as it is. An answer that starts like JSON but does not parse is
+//! a hook failure (recorded, and the event goes on), not silently nothing.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -110,7 +115,7 @@ pub fn register_command_hooks(
                 // Config order is run order.
                 registry.register(
                     kind,
-                    group.matcher.as_deref(),
+                    group.matcher.as_deref().map(geode_tool_names).as_deref(),
                     count as i32,
                     timeout,
                     Arc::new(hook),
@@ -120,6 +125,45 @@ pub fn register_command_hooks(
         }
     }
     Ok(count)
+}
+
+/// Claude Code's tool names and the GEODE tools that do the same.
+const CLAUDE_CODE_TOOLS: [(&str, &str); 10] = [
+    ("Bash", "bash"),
+    ("Read", "read_file"),
+    ("Write", "write_file"),
+    ("Edit", "edit_file"),
+    ("MultiEdit", "edit_file"),
+    ("Glob", "glob"),
+    ("Grep", "grep"),
+    ("LS", "list_dir"),
+    ("Task", "delegate_task"),
+    ("TodoWrite", "update_plan"),
+];
+
+/// A matcher with each Claude Code tool name that stands alone (not part of a longer name such
+/// as `mcp__x__Bash`) replaced by GEODE's.
+fn geode_tool_names(matcher: &str) -> String {
+    let mut out = String::with_capacity(matcher.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        let name = CLAUDE_CODE_TOOLS
+            .iter()
+            .find(|(claude, _)| claude == word)
+            .map_or(word.as_str(), |(_, geode)| geode);
+        out.push_str(name);
+        word.clear();
+    };
+    for c in matcher.chars() {
+        if c.is_ascii_alphanumeric() || c == '_' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
 }
 
 /// One shell command run for an event.
@@ -200,7 +244,14 @@ fn parse_answer(kind: HookEventKind, stdout: &str) -> Result<HookDecision, Strin
     if stdout.is_empty() {
         return Ok(HookDecision::Continue);
     }
-    let Ok(v) = serde_json::from_str::<Value>(stdout) else {
+    let parsed = serde_json::from_str::<Value>(stdout);
+    if let Err(e) = &parsed
+        && (stdout.starts_with('{') || stdout.starts_with('['))
+    {
+        let shown: String = stdout.chars().take(200).collect();
+        return Err(format!("its answer is not valid JSON ({e}): {shown}"));
+    }
+    let Ok(v) = parsed else {
         // Claude Code treats plain stdout of these events as context for the model.
         return Ok(match kind {
             HookEventKind::UserPromptSubmit | HookEventKind::PostToolUse => {
@@ -315,6 +366,33 @@ mod tests {
         assert_eq!(
             parse_answer(k, r#"{"decision":"approve"}"#).unwrap(),
             HookDecision::Continue
+        );
+    }
+
+    #[test]
+    fn claude_code_tool_names_match_geode_tools() {
+        assert_eq!(geode_tool_names("Bash"), "bash");
+        assert_eq!(
+            geode_tool_names("Write|Edit|MultiEdit"),
+            "write_file|edit_file|edit_file"
+        );
+        assert_eq!(geode_tool_names("(Read|Grep)"), "(read_file|grep)");
+        // Longer names that contain one are left alone, and GEODE's own names too.
+        assert_eq!(geode_tool_names("mcp__fs__Bash"), "mcp__fs__Bash");
+        assert_eq!(geode_tool_names("Bashful|bash"), "Bashful|bash");
+        assert_eq!(geode_tool_names("mcp__.*"), "mcp__.*");
+    }
+
+    #[test]
+    fn an_answer_that_looks_like_json_but_is_not_is_a_failure() {
+        let k = HookEventKind::PreToolUse;
+        let err = parse_answer(k, r#"{"decision": "block", }"#).unwrap_err();
+        assert!(err.contains("not valid JSON"), "{err}");
+        // Plain words stay what Claude Code makes of them.
+        assert_eq!(parse_answer(k, "checked").unwrap(), HookDecision::Continue);
+        assert_eq!(
+            parse_answer(HookEventKind::PostToolUse, "note this").unwrap(),
+            HookDecision::AddContext("note this".into())
         );
     }
 

@@ -257,6 +257,29 @@ command = "cat > hook-input.json; echo 'writes are frozen' >&2; exit 2"
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_claude_code_hooks_file_matches_by_its_own_tool_names() {
+    let f = Fixture::new();
+    // As copied from a Claude Code settings file: `Write`, not `write_file`.
+    let hooks = f.hooks(
+        r#"
+[[hooks.PreToolUse]]
+matcher = "Edit|Write"
+[[hooks.PreToolUse.hooks]]
+type = "command"
+command = "echo 'no writes today' >&2; exit 2"
+"#,
+    );
+    let mut s = f.session_with(
+        calls_then_text(write("out.txt"), "Blocked by hook."),
+        SafetyLevel::Write,
+        |c| c.hooks = hooks,
+    );
+    run(&mut s, "write").await;
+    assert!(!exists(&f.path("out.txt")));
+    assert_eq!(denied_step(&f.rows(&s)).as_deref(), Some("pre_tool_use"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_hook_rewrite_is_checked_again_and_denied_by_schema() {
     let f = Fixture::new();
     let hooks = f.hooks(
