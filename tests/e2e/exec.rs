@@ -79,8 +79,16 @@ fn headless_exec_denies_the_shell_unless_allowed() {
 #[test]
 fn json_mode_prints_one_event_per_line() {
     let dir = tempfile::tempdir().unwrap();
-    let out = geode(dir.path(), &["exec", "--model", "nop", "--json", "hello"]);
-    // nop's answer fails verification after the repair budget: exit code 5.
+    // A model that never answers fails verification after the repair budget: exit code 5.
+    std::fs::write(
+        dir.path().join("silent.toml"),
+        "[[turns]]\ntext = \"\"\n[[turns]]\ntext = \"\"\n[[turns]]\ntext = \"\"\n",
+    )
+    .unwrap();
+    let out = geode(
+        dir.path(),
+        &["exec", "--model", "scripted:silent.toml", "--json", "hello"],
+    );
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
     let events: Vec<serde_json::Value> = stdout(&out)
         .lines()
@@ -98,6 +106,30 @@ fn json_mode_prints_one_event_per_line() {
             .count(),
         3
     );
+}
+
+#[test]
+fn a_short_direct_answer_is_accepted_at_the_first_call() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("four.toml"), "[[turns]]\ntext = \"4\"\n").unwrap();
+    let out = geode(
+        dir.path(),
+        &[
+            "exec",
+            "--model",
+            "scripted:four.toml",
+            "--json",
+            "what is 2+2?",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let events: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let last = events.last().unwrap();
+    assert_eq!(last["verdict"]["verdict"], "passed", "{last}");
+    assert_eq!(last["rounds"], 1, "{last}");
 }
 
 #[test]

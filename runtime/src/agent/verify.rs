@@ -4,9 +4,6 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Final texts shorter than this, in a turn that used no tools, are suspect.
-const SHORT_OUTPUT_CHARS: usize = 20;
-
 /// The verdict on a finished turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
@@ -45,30 +42,56 @@ pub struct TurnFacts<'a> {
 }
 
 /// Words that show the answer acknowledges a failure instead of ignoring it.
-const ACKNOWLEDGES: [&str; 5] = ["fail", "error", "could not", "unable", "cannot"];
+const ACKNOWLEDGES: [&str; 16] = [
+    "fail",
+    "error",
+    "could not",
+    "couldn't",
+    "unable",
+    "cannot",
+    "can't",
+    "not found",
+    "no such",
+    "missing",
+    "denied",
+    "did not",
+    "didn't",
+    "does not",
+    "doesn't",
+    "instead",
+];
 
-/// The rule-based misses: an empty turn, short output without tools, a tool error left
-/// unaddressed.
+/// The rule-based misses, on evidence only: an empty turn, or a failed last tool call the
+/// answer says nothing about. A short direct answer ("4") is an answer.
 pub fn rule_misses(facts: &TurnFacts<'_>) -> Vec<String> {
     let text = facts.final_text.trim();
     let mut misses = Vec::new();
     if text.is_empty() {
         misses.push("empty answer: the turn ended without any text".to_string());
-    } else if facts.tool_calls == 0 && text.chars().count() < SHORT_OUTPUT_CHARS {
-        misses.push(format!(
-            "short answer without any tool use ({} characters)",
-            text.chars().count()
-        ));
     }
     if let Some((tool, line)) = &facts.last_tool_error {
-        let lower = text.to_lowercase();
-        if !ACKNOWLEDGES.iter().any(|w| lower.contains(w)) {
+        if !addresses(text, line) {
             misses.push(format!(
                 "the last tool call ({tool}) failed and the answer does not address it: {line}"
             ));
         }
     }
     misses
+}
+
+/// Whether `answer` speaks of the failure `error_line`: in words that acknowledge a failure,
+/// or by naming something the error named (a word of five letters or more, `ENOENT`, a path).
+fn addresses(answer: &str, error_line: &str) -> bool {
+    let answer = answer.to_lowercase();
+    if ACKNOWLEDGES.iter().any(|w| answer.contains(w)) {
+        return true;
+    }
+    error_line
+        .to_lowercase()
+        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '/' || c == '.'))
+        .map(|w| w.trim_matches('.'))
+        .filter(|w| w.chars().count() >= 5)
+        .any(|w| answer.contains(w))
 }
 
 /// The user message that asks for a repair.
@@ -94,11 +117,12 @@ mod tests {
     fn rules() {
         let empty = TurnFacts::default();
         assert_eq!(rule_misses(&empty).len(), 1);
+        // A short direct answer to a question is accepted.
         let short = TurnFacts {
-            final_text: "ok",
+            final_text: "4",
             ..Default::default()
         };
-        assert!(rule_misses(&short)[0].starts_with("short answer"));
+        assert!(rule_misses(&short).is_empty());
         let fine = TurnFacts {
             final_text: "ok",
             tool_calls: 2,
@@ -117,5 +141,12 @@ mod tests {
             last_tool_error: Some(("bash".into(), "exit 1".into())),
         };
         assert!(rule_misses(&addressed).is_empty());
+        // Addressed without the word "fail": by what the error named.
+        let named = TurnFacts {
+            final_text: "config.yaml was absent, so I wrote a default one.",
+            tool_calls: 1,
+            last_tool_error: Some(("read_file".into(), "config.yaml: ENOENT".into())),
+        };
+        assert!(rule_misses(&named).is_empty());
     }
 }

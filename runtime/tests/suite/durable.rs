@@ -212,7 +212,7 @@ async fn resume_settles_an_interrupted_effect_as_uncertain_and_restores_the_sess
     let f = Fixture::new();
     let long = "echo run >> effects.log; touch started; sleep 30";
     let script = json!({"turns": [
-        {"text": "ok"},
+        {"text": ""},
         {"tool_calls": [
             {"id": "p1", "name": "update_plan", "input": {"objective": "append a line",
              "steps": [{"description": "append", "status": "in_progress"}]}},
@@ -230,7 +230,7 @@ async fn resume_settles_an_interrupted_effect_as_uncertain_and_restores_the_sess
     assert_eq!(before.row.status, SessionStatus::Active);
     let batch = before.state.pending_batch.clone().unwrap();
     assert_eq!(batch.calls.len(), 3);
-    // The short "ok" was rejected once: the repair is part of the saved turn.
+    // The empty answer was rejected once: the repair is part of the saved turn.
     let pv = before.state.pending_verification.clone().unwrap();
     assert_eq!(pv.repairs_used, 1);
     assert!(pairing_problem(&before.messages, true).is_none());
