@@ -69,12 +69,12 @@ pub fn rule_misses(facts: &TurnFacts<'_>) -> Vec<String> {
     if text.is_empty() {
         misses.push("empty answer: the turn ended without any text".to_string());
     }
-    if let Some((tool, line)) = &facts.last_tool_error {
-        if !addresses(text, line) {
-            misses.push(format!(
-                "the last tool call ({tool}) failed and the answer does not address it: {line}"
-            ));
-        }
+    if let Some((tool, line)) = &facts.last_tool_error
+        && !addresses(text, line)
+    {
+        misses.push(format!(
+            "the last tool call ({tool}) failed and the answer does not address it: {line}"
+        ));
     }
     misses
 }
