@@ -109,6 +109,50 @@ fn json_mode_prints_one_event_per_line() {
 }
 
 #[test]
+fn json_events_carry_time_model_and_what_each_tool_gave() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("tools.toml"),
+        r#"
+[[turns]]
+[[turns.tool_calls]]
+name = "list_dir"
+input = { path = "missing-folder" }
+
+[[turns]]
+text = "The folder is missing; nothing to list."
+"#,
+    )
+    .unwrap();
+    let out = geode(
+        dir.path(),
+        &[
+            "exec",
+            "--model",
+            "scripted:tools.toml",
+            "--json",
+            "list it",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let events: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for e in &events {
+        let at = e["at"].as_str().unwrap_or_else(|| panic!("no time: {e}"));
+        assert!(chrono::DateTime::parse_from_rfc3339(at).is_ok(), "{e}");
+    }
+    assert_eq!(events[0]["model"], "scripted", "{}", events[0]);
+    let ended = events.iter().find(|e| e["type"] == "tool_ended").unwrap();
+    assert_eq!(ended["is_error"], true, "{ended}");
+    assert!(ended["duration_ms"].is_u64(), "{ended}");
+    let error = ended["error"].as_str().unwrap();
+    assert!(error.contains("missing-folder"), "{ended}");
+    assert!(ended["output"].as_str().unwrap().contains(error), "{ended}");
+}
+
+#[test]
 fn a_short_direct_answer_is_accepted_at_the_first_call() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("four.toml"), "[[turns]]\ntext = \"4\"\n").unwrap();

@@ -262,8 +262,12 @@ impl Driver {
         let printer = tokio::spawn(async move {
             while let Some(event) = rx.recv().await {
                 if json {
-                    if let Ok(line) = serde_json::to_string(&event) {
-                        println!("{line}");
+                    // Each line says when it happened.
+                    if let Ok(serde_json::Value::Object(mut line)) = serde_json::to_value(&event) {
+                        let at =
+                            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+                        line.insert("at".into(), at.into());
+                        println!("{}", serde_json::Value::Object(line));
                     }
                 } else {
                     log_event(&event);

@@ -329,6 +329,7 @@ impl AgenticLoop {
         self.emit(LoopEvent::TurnStarted {
             session_id: self.p.session_id.to_string(),
             turn: self.turn_number,
+            model: self.model_id().to_string(),
         });
         if !self.started {
             self.started = true;
@@ -538,6 +539,12 @@ impl AgenticLoop {
                 tool: r.tool.clone(),
                 outcome: r.outcome.clone(),
                 is_error: r.result.is_error,
+                output: super::events::capped_output(&r.result.content),
+                duration_ms: u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
+                error: r
+                    .result
+                    .is_error
+                    .then(|| r.result.content.lines().next().unwrap_or("").to_string()),
             });
             results.push(ContentBlock::from(r.result.clone()));
         }

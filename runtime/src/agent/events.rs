@@ -9,12 +9,30 @@ use super::verify::Verdict;
 use crate::conversation::Usage;
 use crate::store::timeline::CallOutcome;
 
+/// Characters of a tool's output an event carries (the timeline keeps all of it).
+pub const EVENT_OUTPUT_CHARS: usize = 4000;
+
+/// `text` cut at [`EVENT_OUTPUT_CHARS`] characters, with a marker saying how much was left.
+pub fn capped_output(text: &str) -> String {
+    let total = text.chars().count();
+    if total <= EVENT_OUTPUT_CHARS {
+        return text.to_string();
+    }
+    let kept: String = text.chars().take(EVENT_OUTPUT_CHARS).collect();
+    format!(
+        "{kept}\n[... {} more characters]",
+        total - EVENT_OUTPUT_CHARS
+    )
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum LoopEvent {
     TurnStarted {
         session_id: String,
         turn: u32,
+        /// The model answering this turn (its catalog id).
+        model: String,
     },
     RoundStarted {
         round: u32,
@@ -35,6 +53,11 @@ pub enum LoopEvent {
         tool: String,
         outcome: CallOutcome,
         is_error: bool,
+        /// What the model was given, cut at [`EVENT_OUTPUT_CHARS`] characters.
+        output: String,
+        duration_ms: u64,
+        /// The error's first line, when the call failed.
+        error: Option<String>,
     },
     Verification {
         attempt: u32,

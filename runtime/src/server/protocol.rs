@@ -140,6 +140,7 @@ impl ServerMessage {
                 tool,
                 outcome,
                 is_error,
+                ..
             } => ServerMessage::ToolEnd {
                 call_id: call_id.clone(),
                 tool: tool.clone(),
