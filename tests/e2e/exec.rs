@@ -152,6 +152,75 @@ text = "The folder is missing; nothing to list."
     assert!(ended["output"].as_str().unwrap().contains(error), "{ended}");
 }
 
+/// The system prompt hash a session's checkpoint recorded.
+fn prompt_hash_of(dir: &Path, session: &str) -> String {
+    let state = dir
+        .join(".geode-home/sessions")
+        .join(session)
+        .join("state.json");
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    state["system_prompt_hash"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn exec_reads_the_configuration_and_the_project_files_as_the_repl_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join(".geode")).unwrap();
+    std::fs::write(
+        d.join(".geode/config.toml"),
+        "model = \"scripted:tools.toml\"\nmax_rounds = 1\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("tools.toml"),
+        "[[turns]]\n[[turns.tool_calls]]\nname = \"list_dir\"\ninput = {}\n\n\
+         [[turns]]\ntext = \"Listed.\"\n",
+    )
+    .unwrap();
+    // No --model: the project's; its max_rounds = 1 ends the turn after the tool round.
+    let out = geode(d, &["exec", "--json", "list"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let first: serde_json::Value =
+        serde_json::from_str(stdout(&out).lines().next().unwrap()).unwrap();
+    assert_eq!(first["model"], "scripted", "{first}");
+    assert!(
+        stdout(&out).contains("\"termination\":\"max_rounds\""),
+        "{}",
+        stdout(&out)
+    );
+
+    // AGENTS.md joins the system prompt, unless a scaffold file says what the prompt is.
+    std::fs::write(d.join("answer.toml"), "[[turns]]\ntext = \"Fine.\"\n").unwrap();
+    std::fs::write(d.join("plain.toml"), "").unwrap();
+    let run = |session: &str, extra: &[&str]| {
+        let mut args = vec![
+            "exec",
+            "--model",
+            "scripted:answer.toml",
+            "--session-id",
+            session,
+        ];
+        args.extend(extra);
+        args.push("hello");
+        let out = geode(d, &args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        prompt_hash_of(d, session)
+    };
+    let without = run("s-without", &[]);
+    std::fs::write(d.join("AGENTS.md"), "Always answer in one word.\n").unwrap();
+    let with = run("s-with", &[]);
+    assert_ne!(without, with);
+    assert_eq!(run("s-again", &[]), with);
+    let scaffolded = run("s-scaffold", &["--scaffold", "plain.toml"]);
+    std::fs::remove_file(d.join("AGENTS.md")).unwrap();
+    assert_eq!(
+        run("s-scaffold-without", &["--scaffold", "plain.toml"]),
+        scaffolded
+    );
+}
+
 #[test]
 fn a_short_direct_answer_is_accepted_at_the_first_call() {
     let dir = tempfile::tempdir().unwrap();

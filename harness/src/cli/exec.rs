@@ -17,10 +17,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use geode_runtime::agent::prompt::{DeclaredSources, load_declared_sections};
 use geode_runtime::agent::{
     AgenticLoop, CheckpointSettings, FaultInjection, LoopEvent, TerminationReason, TurnOutcome,
     Verdict,
 };
+use geode_runtime::config::{Config, Layers};
 use geode_runtime::hooks::HookRegistry;
 use geode_runtime::hooks::command::load_command_hooks;
 use geode_runtime::ids::SessionId;
@@ -96,9 +98,10 @@ impl TurnFlags {
 
 #[derive(Debug, Args)]
 pub struct ExecArgs {
-    /// Model route: nop, scripted:FILE, oracle:SOLVE_SH, replay:TIMELINE_DB[#SESSION].
+    /// Model route: nop, scripted:FILE, oracle:SOLVE_SH, replay:TIMELINE_DB[#SESSION], or a
+    /// provider route; else `model` of the configuration (`geode config explain`).
     #[arg(long, env = "GEODE_MODEL")]
-    model: String,
+    model: Option<String>,
     /// Workspace root (default: the current directory).
     #[arg(long)]
     cwd: Option<PathBuf>,
@@ -227,17 +230,51 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let workspace = Arc::new(
         LocalWorkspace::new(&cwd).with_context(|| format!("workspace {}", cwd.display()))?,
     );
+    // One resolved configuration, as the REPL reads it: flags > env > project > user > defaults.
+    let mut flags = Vec::new();
+    if let Some(route) = &args.model {
+        flags.push(("model".to_string(), route.clone()));
+    }
+    if let Some(n) = args.turn.max_rounds {
+        flags.push(("max_rounds".to_string(), n.to_string()));
+    }
+    let resolved = Config::resolve(&Layers::discover(flags, &cwd, &geode_home()))?;
+    let route = resolved.value("model").to_string();
+    let effort = match args.effort {
+        Some(e) => Some(e),
+        None => match resolved.value("effort") {
+            "" => None,
+            e => Some(
+                e.parse::<Effort>()
+                    .map_err(|_| anyhow::anyhow!("effort {e:?} in the configuration"))?,
+            ),
+        },
+    };
     let mut route_options = RouteOptions::from_env();
     route_options.record_dir = args.record.clone();
-    route_options.effort = args.effort;
-    let model = model_from_route(&args.model, &route_options)?;
+    route_options.effort = effort;
+    let model = model_from_route(&route, &route_options)?;
+    let root = workspace.root().to_path_buf();
     let (mut cfg, rx) = args.turn.session_config("exec", workspace, model)?;
+    // A scaffold file is a research artifact: it keeps its own prompt and guards.
+    if args.turn.scaffold.is_none() {
+        cfg.scaffold.guards.max_rounds = u32::try_from(resolved.number("max_rounds")?)
+            .context("max_rounds in the configuration")?;
+        let decl = DeclaredSources {
+            geode_md_sections: resolved.list("prompt.sections"),
+            rules_dir: Some(PathBuf::from(resolved.value("prompt.rules_dir"))),
+            memory_file: Some(PathBuf::from(resolved.value("prompt.memory"))),
+        };
+        cfg.scaffold
+            .system_prompt
+            .extend(load_declared_sections(&root, &decl)?);
+    }
     if let Some(id) = &args.session_id {
         cfg.session_id = SessionId::new(id.clone());
     }
     if !args.no_checkpoint {
         let root = checkpoint_root(args.checkpoint_dir.as_ref());
-        cfg.checkpoint = Some(checkpoint_settings(root, &args.model, args.effort)?);
+        cfg.checkpoint = Some(checkpoint_settings(root, &route, effort)?);
     }
     // The configured MCP servers (project ones only when trusted); they live until we return.
     let mcp = super::mcp::client_manager(&cwd).await?;

@@ -32,8 +32,9 @@ pub fn prompt_hash(prompt: &str) -> String {
 }
 
 /// The project files a session's system prompt is declared to include, beyond the scaffold:
-/// chosen `## ` sections of `GEODE.md`, every `*.md` of the rules directory (sorted by name),
-/// and the project memory file. Missing files contribute nothing; paths are relative to the
+/// chosen `## ` sections of `GEODE.md`, the whole of `AGENTS.md` and `CLAUDE.md` (what Codex and
+/// Claude Code users keep for their agents), every `*.md` of the rules directory (sorted by
+/// name), and the project memory file. Missing files contribute nothing; paths are relative to the
 /// workspace root.
 #[derive(Debug, Clone, Default)]
 pub struct DeclaredSources {
@@ -120,6 +121,14 @@ pub fn load_declared_sections(
             "<project_instructions source=\"GEODE.md\">\n{body}\n</project_instructions>"
         ));
     }
+    for name in ["AGENTS.md", "CLAUDE.md"] {
+        if let Some(text) = read_optional(&root.join(name))? {
+            out.push(format!(
+                "<project_instructions source=\"{name}\">\n{}\n</project_instructions>",
+                text.trim_end()
+            ));
+        }
+    }
     if let Some(dir) = &decl.rules_dir {
         let dir = root.join(dir);
         let mut files: Vec<std::path::PathBuf> = match std::fs::read_dir(&dir) {
@@ -204,5 +213,12 @@ mod tests {
             ..DeclaredSources::default()
         };
         assert!(load_declared_sections(root, &bad).is_err());
+        // Codex's and Claude Code's project files come right after GEODE.md, labelled.
+        std::fs::write(root.join("AGENTS.md"), "use tabs\n").unwrap();
+        std::fs::write(root.join("CLAUDE.md"), "run make test\n").unwrap();
+        let s = load_declared_sections(root, &decl).unwrap();
+        assert_eq!(s.len(), 6, "{s:?}");
+        assert!(s[1].starts_with("<project_instructions source=\"AGENTS.md\">\nuse tabs"));
+        assert!(s[2].starts_with("<project_instructions source=\"CLAUDE.md\">\nrun make test"));
     }
 }
