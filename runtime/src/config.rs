@@ -74,6 +74,11 @@ pub const KEYS: &[KeySpec] = &[
         help: "directory of rule files (*.md) added to the system prompt",
     },
     KeySpec {
+        key: "hooks",
+        default: "",
+        help: "command hook files (TOML, comma-separated; a project's only once trusted)",
+    },
+    KeySpec {
         key: "prompt.memory",
         default: ".geode/MEMORY.md",
         help: "project memory file added to the system prompt",

@@ -174,6 +174,65 @@ fn after_clear_the_next_prompt_gets_its_own_answer() {
 }
 
 #[test]
+fn the_repl_runs_hooks_from_the_configuration_and_a_project_s_only_once_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    // As copied from Claude Code: the matcher names `Write`.
+    std::fs::write(
+        d.join("home/no-writes.toml"),
+        "[[hooks.PreToolUse]]\nmatcher = \"Write\"\n[[hooks.PreToolUse.hooks]]\n\
+         type = \"command\"\ncommand = \"echo 'no writes here' >&2; exit 2\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("home/config.toml"),
+        "hitl = \"auto\"\nhooks = \"no-writes.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.toml"),
+        "[[turns]]\n[[turns.tool_calls]]\nname = \"write_file\"\n\
+         input = { path = \"out.txt\", content = \"x\" }\n[[turns]]\ntext = \"Tried.\"\n",
+    )
+    .unwrap();
+    let repl = |d: &Path| {
+        let mut child = geode(d)
+            .args(["--local", "--model", "scripted:script.toml"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"write it\n/exit\n").unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let out = repl(d);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!d.join("out.txt").exists(), "the user's hook did not run");
+
+    // A project's hooks file replaces the user's, but runs only once the project is trusted.
+    std::fs::create_dir_all(d.join(".geode")).unwrap();
+    std::fs::write(
+        d.join(".geode/config.toml"),
+        "hooks = \"project-hooks.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("project-hooks.toml"), "").unwrap();
+    let out = repl(d);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("hooks (project-hooks.toml) are not loaded"),
+        "{stderr}"
+    );
+    assert!(d.join("out.txt").exists(), "{stderr}");
+}
+
+#[test]
 fn config_explain_names_the_source_of_each_value() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -269,6 +269,9 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
             .system_prompt
             .extend(load_declared_sections(&root, &decl)?);
     }
+    for file in super::serve::configured_hooks(&resolved, &cwd)? {
+        load_command_hooks(&mut cfg.hooks, &file, &root)?;
+    }
     if let Some(id) = &args.session_id {
         cfg.session_id = SessionId::new(id.clone());
     }

@@ -90,6 +90,41 @@ pub struct CliFactory {
     pub mode: SessionMode,
     /// The configured MCP servers, connected once and shared by every session.
     pub mcp: Arc<McpManager>,
+    /// The command hook files every session loads (checked once, at start).
+    pub hooks: Vec<PathBuf>,
+}
+
+/// The hook files the configuration names: relative to the folder of the file that names them
+/// (the project root, `$GEODE_HOME`) or to `cwd` for a flag or the environment. A project's
+/// hooks are commands a cloned repository would run: they need the project trusted (`geode
+/// trust`), as its MCP servers do. Every file is read once here, so a bad one stops the start.
+pub fn configured_hooks(cfg: &Config, cwd: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    use geode_runtime::config::Source;
+    let Some(setting) = cfg.get("hooks") else {
+        return Ok(Vec::new());
+    };
+    let base = match &setting.source {
+        Source::Project(_) => {
+            let trust = TrustStore::new(&geode_home()).check(cwd)?;
+            if !trust.is_trusted() {
+                eprintln!(
+                    "geode: the project's hooks ({}) are not loaded: {}",
+                    setting.value,
+                    trust.explain(cwd)
+                );
+                return Ok(Vec::new());
+            }
+            cwd.to_path_buf()
+        }
+        Source::User(_) => geode_home(),
+        Source::Flag(_) | Source::Env(_) | Source::Default => cwd.to_path_buf(),
+    };
+    let files: Vec<PathBuf> = cfg.list("hooks").iter().map(|f| base.join(f)).collect();
+    for file in &files {
+        let mut probe = geode_runtime::hooks::registry::HookRegistry::new();
+        geode_runtime::hooks::command::load_command_hooks(&mut probe, file, cwd)?;
+    }
+    Ok(files)
 }
 
 fn setup<E: std::fmt::Display>(e: E) -> ServerError {
@@ -151,6 +186,10 @@ impl CliFactory {
             cfg.session_id = id.clone();
         }
         cfg.scaffold = self.scaffold()?;
+        for file in &self.hooks {
+            geode_runtime::hooks::command::load_command_hooks(&mut cfg.hooks, file, &self.cwd)
+                .map_err(setup)?;
+        }
         cfg.extra_tools.extend(self.mcp.tools());
         cfg.timeline = open_timeline(false, None).map_err(setup)?;
         cfg.checkpoint =
@@ -192,12 +231,14 @@ pub async fn shared(cfg: Config, cwd: &Path, mode: SessionMode) -> anyhow::Resul
     let lanes = cfg.number("global_lanes")? as usize;
     let timeout = Duration::from_secs(cfg.number("approval_timeout_secs")?);
     // Connect the MCP servers before the first session (they live as long as the factory).
+    let hooks = configured_hooks(&cfg, cwd)?;
     let mcp = McpManager::start(cfg.mcp(), &TrustStore::new(&geode_home()), cwd).await;
     let factory = Arc::new(CliFactory {
         cfg,
         cwd: cwd.to_path_buf(),
         mode,
         mcp: Arc::new(mcp),
+        hooks,
     });
     Ok(Arc::new(Shared::new(factory, lanes, timeout, mode)))
 }
