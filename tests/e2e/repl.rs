@@ -92,6 +92,13 @@ text = "All done."
         "{}",
         screen.text
     );
+    // What will be written, as a diff (green in a terminal), not a line of escaped JSON.
+    assert!(screen.text.contains("new file out.txt"), "{}", screen.text);
+    assert!(
+        screen.text.contains("\x1b[32m+from the repl\x1b[0m"),
+        "{}",
+        screen.text
+    );
     master.write_all(b"y\r").unwrap();
     screen.wait_for("-- natural, 2 rounds, 1 tool calls");
     assert!(screen.text.contains("All done."), "{}", screen.text);

@@ -166,7 +166,8 @@ where
                 detail,
                 safety_level,
             } => {
-                let prompt = format!("Allow {tool_name} ({safety_level}) {detail}? [y/n/a] ");
+                println!("{}", render_preview(&detail));
+                let prompt = format!("Allow {tool_name} ({safety_level})? [y/n/a] ");
                 let decision = loop {
                     match input.read(&prompt).await {
                         Input::Line(l) => match l.trim().to_ascii_lowercase().as_str() {
@@ -212,6 +213,25 @@ where
             | ServerMessage::TurnEnd { .. } => {}
         }
     }
+}
+
+/// An approval's preview as the terminal shows it: a diff's added lines green and removed ones
+/// red when stdout is a terminal, plain text otherwise.
+fn render_preview(detail: &str) -> String {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        return detail.to_string();
+    }
+    detail
+        .lines()
+        .map(|line| match line.as_bytes().first() {
+            Some(b'+') => format!("\x1b[32m{line}\x1b[0m"),
+            Some(b'-') => format!("\x1b[31m{line}\x1b[0m"),
+            Some(b'@') => format!("\x1b[36m{line}\x1b[0m"),
+            _ => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `geode --connect`: the daemon on `socket`.

@@ -44,9 +44,9 @@ impl Approver for RelayApprover {
         if self.register.send((id.clone(), tx)).is_err() {
             return ApprovalAnswer::No;
         }
-        let mut detail = request.input.to_string();
+        let mut detail = request.preview.clone();
         if let Some(reason) = &request.reason {
-            detail = format!("{detail} (hook: {reason})");
+            detail = format!("{detail}\n(a hook asks: {reason})");
         }
         let sent = self.out.send(ServerMessage::ApprovalRequest {
             approval_id: id.clone(),

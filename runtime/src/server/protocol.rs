@@ -144,10 +144,7 @@ impl ServerMessage {
             } => ServerMessage::ToolEnd {
                 call_id: call_id.clone(),
                 tool: tool.clone(),
-                outcome: serde_json::to_value(outcome)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_else(|| format!("{outcome:?}")),
+                outcome: outcome.to_string(),
                 is_error: *is_error,
             },
             LoopEvent::TurnEnded { termination, .. } => ServerMessage::TurnEnd {

@@ -49,6 +49,22 @@ impl CallOutcome {
     }
 }
 
+/// In words, for a person (`denied at approval: the user refused`).
+impl std::fmt::Display for CallOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallOutcome::Succeeded => f.write_str("succeeded"),
+            CallOutcome::Failed => f.write_str("failed"),
+            CallOutcome::TimedOut => f.write_str("timed out"),
+            CallOutcome::Denied { step, reason } => {
+                write!(f, "denied at {}: {reason}", step.replace('_', " "))
+            }
+            CallOutcome::Withheld { reason } => write!(f, "result withheld: {reason}"),
+            CallOutcome::Uncertain { reason } => write!(f, "outcome uncertain: {reason}"),
+        }
+    }
+}
+
 /// One timeline event. The serde tag is the row's `kind`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind")]

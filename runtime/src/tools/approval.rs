@@ -18,6 +18,60 @@ pub struct ApprovalRequest {
     pub safety_level: SafetyLevel,
     /// Why a hook asked for permission, when one did.
     pub reason: Option<String>,
+    /// What a person reads before answering ([`preview`]).
+    pub preview: String,
+}
+
+/// Lines of a preview beyond which it is cut.
+const PREVIEW_LINES: usize = 60;
+
+/// What a person reads before answering: a command as the shell line it is, a file write or an
+/// edit as a unified diff (`current`: the file as it is now, when it exists), anything else as
+/// compact JSON; cut after [`PREVIEW_LINES`] lines.
+pub fn preview(tool: &str, input: &Value, current: Option<&str>) -> String {
+    let field = |key: &str| input.get(key).and_then(Value::as_str);
+    let text = match (tool, field("path")) {
+        ("bash", _) if field("command").is_some() => {
+            format!("$ {}", field("command").unwrap_or(""))
+        }
+        ("write_file", Some(path)) => {
+            let new = field("content").unwrap_or("");
+            match current {
+                Some(old) => diff(path, old, new),
+                None => format!("new file {path}\n{}", diff(path, "", new)),
+            }
+        }
+        ("edit_file", Some(path)) => diff(
+            path,
+            field("old_string").unwrap_or(""),
+            field("new_string").unwrap_or(""),
+        ),
+        _ => input.to_string(),
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() <= PREVIEW_LINES {
+        return text;
+    }
+    format!(
+        "{}\n... {} more lines",
+        lines[..PREVIEW_LINES].join("\n"),
+        lines.len() - PREVIEW_LINES
+    )
+}
+
+/// A unified diff of `old` to `new`, without the `---`/`+++` header (the path is named once).
+fn diff(path: &str, old: &str, new: &str) -> String {
+    let diff = similar::TextDiff::from_lines(old, new);
+    let body = diff
+        .unified_diff()
+        .context_radius(3)
+        .missing_newline_hint(false)
+        .to_string();
+    if body.is_empty() {
+        format!("{path}: no change")
+    } else {
+        format!("{path}\n{}", body.trim_end())
+    }
 }
 
 /// A human's answer: y / n / a (always for this tool in this session).
@@ -145,6 +199,33 @@ impl Default for ApprovalGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn previews_read_as_what_will_happen() {
+        let cmd = serde_json::json!({"command": "rm -rf build && make"});
+        assert_eq!(preview("bash", &cmd, None), "$ rm -rf build && make");
+        let write = serde_json::json!({"path": "a.txt", "content": "one\nTWO\nthree\n"});
+        let changed = preview("write_file", &write, Some("one\ntwo\nthree\n"));
+        assert!(changed.starts_with("a.txt\n@@"), "{changed}");
+        assert!(changed.contains("\n-two\n+TWO\n"), "{changed}");
+        let created = preview("write_file", &write, None);
+        assert!(created.starts_with("new file a.txt\n"), "{created}");
+        assert!(created.contains("+one\n+TWO\n+three"), "{created}");
+        let edit =
+            serde_json::json!({"path": "b.rs", "old_string": "x = 1", "new_string": "x = 2"});
+        let edited = preview("edit_file", &edit, None);
+        assert!(edited.contains("-x = 1\n+x = 2"), "{edited}");
+        // Fifteen functions do not fill the screen twice.
+        let long: String = (0..200).map(|i| format!("line {i}\n")).collect();
+        let big = serde_json::json!({"path": "big.txt", "content": long});
+        let cut = preview("write_file", &big, None);
+        assert_eq!(cut.lines().count(), PREVIEW_LINES + 1, "{cut}");
+        assert!(cut.ends_with("more lines"), "{cut}");
+        assert_eq!(
+            preview("glob", &serde_json::json!({"pattern": "*.rs"}), None),
+            "{\"pattern\":\"*.rs\"}"
+        );
+    }
     use crate::policy::SessionMode;
 
     #[test]

@@ -2,7 +2,9 @@
 //! the approval gate.
 
 use crate::hooks::{HookDecision, HookEvent, HookEventKind};
-use crate::tools::approval::{ApprovalAnswer, ApprovalRequest, GateDecision, always_prompts};
+use crate::tools::approval::{
+    ApprovalAnswer, ApprovalRequest, GateDecision, always_prompts, preview,
+};
 
 use super::{Denial, Pending, PipelineStep, StepContext, ToolExecutor, deny};
 
@@ -82,12 +84,29 @@ impl ToolExecutor {
                 _ => {}
             }
         }
+        // The file a write would replace, for the diff a person reads.
+        let current = match (
+            name.as_str(),
+            pending.input.get("path").and_then(|p| p.as_str()),
+        ) {
+            ("write_file", Some(path)) => match self.workspace.resolve(path) {
+                Ok(resolved) => self
+                    .workspace
+                    .read_file(&resolved)
+                    .await
+                    .ok()
+                    .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
+                Err(_) => None,
+            },
+            _ => None,
+        };
         let request = ApprovalRequest {
             call_id: pending.id.clone(),
             tool_name: name.clone(),
             input: pending.input.clone(),
             safety_level: pending.classification.safety,
             reason: asked,
+            preview: preview(name, &pending.input, current.as_deref()),
         };
         match self.approver.ask(&request).await {
             ApprovalAnswer::Yes => Ok(()),
