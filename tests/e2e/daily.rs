@@ -204,7 +204,8 @@ fn the_repl_runs_hooks_from_the_configuration_and_a_project_s_only_once_trusted(
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"write it\n/exit\n").unwrap();
+        let typed = b"write it\n/hooks\n/exit\n";
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), typed).unwrap();
         child.wait_with_output().unwrap()
     };
     let out = repl(d);
@@ -214,6 +215,11 @@ fn the_repl_runs_hooks_from_the_configuration_and_a_project_s_only_once_trusted(
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!d.join("out.txt").exists(), "the user's hook did not run");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("PreToolUse write_file: command: echo 'no writes here'"),
+        "{shown}"
+    );
 
     // A project's hooks file replaces the user's, but runs only once the project is trusted.
     std::fs::create_dir_all(d.join(".geode")).unwrap();

@@ -211,6 +211,25 @@ impl SessionFactory for CliFactory {
         self.mcp.describe()
     }
 
+    fn describe_hooks(&self) -> String {
+        let mut registry = geode_runtime::hooks::registry::HookRegistry::new();
+        let mut lines = Vec::new();
+        for file in &self.hooks {
+            lines.push(format!("from {}", file.display()));
+            if let Err(e) =
+                geode_runtime::hooks::command::load_command_hooks(&mut registry, file, &self.cwd)
+            {
+                lines.push(format!("  cannot load: {e}"));
+            }
+        }
+        lines.extend(registry.describe().into_iter().map(|l| format!("  {l}")));
+        if lines.is_empty() {
+            "no hooks configured (the configuration's `hooks` names hook files)".into()
+        } else {
+            lines.join("\n")
+        }
+    }
+
     fn switch_model(
         &self,
         route: &str,

@@ -118,6 +118,26 @@ impl HookRegistry {
         HookRegistry::default()
     }
 
+    /// One line per handler, in run order: its event, matcher and name (for `/hooks`).
+    pub fn describe(&self) -> Vec<String> {
+        let mut hooks: Vec<&Registered> = self.hooks.iter().collect();
+        hooks.sort_by_key(|h| h.priority);
+        hooks
+            .iter()
+            .map(|h| {
+                // Shown as configured, without the anchors `register` adds.
+                let matcher = h.matcher.as_ref().map_or("*".to_string(), |m| {
+                    let m = m.as_str();
+                    m.strip_prefix("^(?:")
+                        .and_then(|m| m.strip_suffix(")$"))
+                        .unwrap_or(m)
+                        .to_string()
+                });
+                format!("{} {matcher}: {}", h.kind.name(), h.handler.name())
+            })
+            .collect()
+    }
+
     /// Add a handler. `matcher` is a regex over the tool name (tool events only; `None` or
     /// `"*"` matches all). Handlers run in ascending `priority`, then in registration order.
     pub fn register(
