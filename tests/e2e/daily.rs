@@ -239,6 +239,76 @@ fn the_repl_runs_hooks_from_the_configuration_and_a_project_s_only_once_trusted(
 }
 
 #[test]
+fn sessions_are_listed_newest_first_with_their_first_prompt_and_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("answer.toml"), "[[turns]]\ntext = \"Fine.\"\n").unwrap();
+    for (id, prompt) in [
+        ("first-one", "fix the flaky test in ci\nwith details"),
+        ("second-one", "write the release notes"),
+    ] {
+        let out = geode(d)
+            .args([
+                "exec",
+                "--model",
+                "scripted:answer.toml",
+                "--session-id",
+                id,
+                prompt,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = geode(d).arg("sessions").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[1].starts_with("second-one\t"), "{text}");
+    assert!(lines[1].ends_with("\twrite the release notes"), "{text}");
+    assert!(lines[2].ends_with("\tfix the flaky test in ci"), "{text}");
+    assert!(lines[2].contains("\tscripted\t$0.0000\t"), "{text}");
+    let out = geode(d)
+        .args(["sessions", "--json", "--limit", "1"])
+        .output()
+        .unwrap();
+    let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["session_id"], "second-one");
+    assert_eq!(rows[0]["title"], "write the release notes");
+    let mut cmd = geode(d);
+    cmd.arg("sessions");
+    super::common::ends_quietly_on_a_closed_pipe(cmd);
+    // In the REPL, /resume without an id offers the recent ones.
+    let mut child = geode(d)
+        .args(["--local", "--model", "scripted:answer.toml"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"/resume\n/exit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("  write the release notes\n"), "{text}");
+    assert!(text.contains("/resume ID continues one"), "{text}");
+}
+
+#[test]
 fn config_explain_names_the_source_of_each_value() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -24,6 +24,7 @@ mod run;
 mod scaffold;
 mod search;
 mod serve;
+mod sessions;
 mod show;
 mod tasks;
 mod trust;
@@ -69,6 +70,8 @@ pub enum Command {
     /// List effect receipts; reconcile uncertain effects by hand.
     #[command(subcommand)]
     Receipts(receipts::ReceiptsCommand),
+    /// The checkpointed sessions, newest first: first prompt, last activity, model, cost.
+    Sessions(sessions::SessionsArgs),
     /// Run a benchmark: every task of a pack, K attempts each, in sandboxes.
     Run(run::RunArgs),
     /// Measure the environment: per-trial set-up/teardown over a pack, an image's first pull.
@@ -147,6 +150,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Exec(args) => runtime.block_on(exec::run(args)),
         Command::Resume(args) => runtime.block_on(resume::run(args)),
         Command::Receipts(cmd) => receipts::run(cmd),
+        Command::Sessions(args) => sessions::run(args),
         Command::Run(args) => runtime.block_on(run::run(args)),
         Command::Image(cmd) => runtime.block_on(image::run(cmd)),
         Command::Bench(cmd) => runtime.block_on(bench::run(cmd)),

@@ -211,6 +211,10 @@ impl SessionFactory for CliFactory {
         self.mcp.describe()
     }
 
+    fn describe_sessions(&self) -> String {
+        super::sessions::recent(&checkpoint_root(None), 10)
+    }
+
     fn describe_hooks(&self) -> String {
         let mut registry = geode_runtime::hooks::registry::HookRegistry::new();
         let mut lines = Vec::new();

@@ -15,7 +15,7 @@ pub const HELP: &str = "\
 /effort [LEVEL]     show the effort, or set none..max (or `default`) from the next turn on
 /compact            summarise the older part of the conversation now
 /clear              start a new session
-/resume SESSION_ID  continue a checkpointed session
+/resume [ID]        continue a checkpointed session (no id: the recent ones)
 /mcp                MCP servers
 /hooks              configured hooks
 /quit               leave (Ctrl-D too); Ctrl-C cancels a running turn";

@@ -284,6 +284,7 @@ where
                     break;
                 }
                 let text = match name.as_str() {
+                    "resume" if args.trim().is_empty() => conn.shared.factory.describe_sessions(),
                     "clear" | "resume" => {
                         let next = if name == "clear" {
                             conn.open().map(|l| (l, "new session".to_string()))

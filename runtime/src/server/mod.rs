@@ -46,6 +46,10 @@ pub trait SessionFactory: Send + Sync {
     fn describe_hooks(&self) -> String {
         "no hooks configured".into()
     }
+    /// The recent sessions one may resume, one per line, for `/resume` without an id.
+    fn describe_sessions(&self) -> String {
+        "no session list here: /resume SESSION_ID".into()
+    }
     /// One line per MCP server, for `/mcp`.
     fn describe_mcp(&self) -> String {
         "no MCP servers configured".into()

@@ -1,0 +1,117 @@
+//! `geode sessions [--json] [--limit N]`: the checkpointed sessions, newest first, with what a
+//! person picks one by (its first prompt, when it was last active, its model and cost); `geode
+//! resume ID` or `/resume ID` continues one.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use geode_runtime::agent::restore::load_checkpoint;
+use geode_runtime::conversation::{ContentBlock, Message, Role};
+use geode_runtime::store::checkpoint::CheckpointStore;
+
+use super::exec::checkpoint_root;
+
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// At most this many, newest first.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+    /// Directory of session checkpoints (default: $GEODE_HOME/sessions).
+    #[arg(long, value_name = "DIR")]
+    checkpoint_dir: Option<PathBuf>,
+}
+
+/// Characters of the first prompt shown as a session's title.
+const TITLE_CHARS: usize = 60;
+
+/// A session's title: the first line of its first prompt.
+pub(super) fn title(messages: &[Message]) -> String {
+    let first = messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .flat_map(|m| &m.content)
+        .find_map(|b| match b {
+            ContentBlock::Text { text } if !text.trim().is_empty() => Some(text.as_str()),
+            _ => None,
+        })
+        .unwrap_or("(no prompt yet)");
+    let line = first.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let mut shown: String = line.trim().chars().take(TITLE_CHARS).collect();
+    if line.trim().chars().count() > TITLE_CHARS {
+        shown.push_str("...");
+    }
+    shown
+}
+
+/// The `limit` newest sessions under `root` as lines a person picks from (`/resume`).
+pub(super) fn recent(root: &std::path::Path, limit: usize) -> String {
+    let (rows, _) = CheckpointStore::list(root);
+    if rows.is_empty() {
+        return format!("no sessions under {}", root.display());
+    }
+    let mut lines: Vec<String> = rows
+        .iter()
+        .take(limit)
+        .map(|row| {
+            let title = load_checkpoint(root, &row.session_id)
+                .map(|c| title(&c.messages))
+                .unwrap_or_else(|e| format!("(unreadable: {e})"));
+            format!("{}  {}  {title}", row.session_id, row.updated_at)
+        })
+        .collect();
+    lines.push("/resume ID continues one".into());
+    lines.join("\n")
+}
+
+pub fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
+    let root = checkpoint_root(args.checkpoint_dir.as_ref());
+    let (rows, problems) = CheckpointStore::list(&root);
+    for p in problems {
+        eprintln!("geode: skipped an unreadable session: {p}");
+    }
+    let mut out = std::io::stdout().lock();
+    if rows.is_empty() && !args.json {
+        writeln!(out, "no sessions under {}", root.display())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !args.json {
+        writeln!(
+            out,
+            "SESSION\tLAST ACTIVE\tSTATUS\tMODEL\tCOST\tFIRST PROMPT"
+        )?;
+    }
+    for row in rows.iter().take(args.limit) {
+        let (title, cost) = match load_checkpoint(&root, &row.session_id) {
+            Ok(c) => (title(&c.messages), c.state.session_usage.cost_usd),
+            Err(e) => (format!("(unreadable: {e})"), 0.0),
+        };
+        if args.json {
+            let line = serde_json::json!({
+                "session_id": row.session_id.as_str(),
+                "updated_at": row.updated_at,
+                "created_at": row.created_at,
+                "status": row.status.as_str(),
+                "model": row.model,
+                "cwd": row.cwd,
+                "cost_usd": cost,
+                "title": title,
+            });
+            writeln!(out, "{line}")?;
+        } else {
+            writeln!(
+                out,
+                "{}\t{}\t{}\t{}\t${cost:.4}\t{title}",
+                row.session_id,
+                row.updated_at,
+                row.status.as_str(),
+                row.model
+            )?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
