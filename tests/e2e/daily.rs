@@ -429,6 +429,31 @@ fn an_approval_round_trip_runs_the_call() {
 }
 
 #[test]
+fn a_refusal_with_a_reason_reaches_the_model_and_reads_as_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), WRITE_THEN_DONE, &[]);
+    let mut c = Client::connect(&daemon.socket);
+    c.send(json!({"type": "prompt", "text": "write it"}));
+    let seen = c.until("approval_request");
+    let req = seen.last().unwrap();
+    // The preview a person reads: the file to be made, as a diff.
+    let detail = req["detail"].as_str().unwrap();
+    assert!(detail.starts_with("new file out.txt\n"), "{detail}");
+    assert!(detail.contains("+hello"), "{detail}");
+    c.send(
+        json!({"type": "approval_response", "approval_id": req["approval_id"],
+        "decision": "n: use notes.md instead"}),
+    );
+    let seen = c.until("result");
+    let end = seen.iter().find(|m| m["type"] == "tool_end").unwrap();
+    assert_eq!(
+        end["outcome"], "denied at approval: the user refused: use notes.md instead",
+        "{end}"
+    );
+    assert!(!dir.path().join("out.txt").exists());
+}
+
+#[test]
 fn an_unanswered_approval_is_denied_after_the_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let daemon = Daemon::start(

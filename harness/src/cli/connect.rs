@@ -167,12 +167,17 @@ where
                 safety_level,
             } => {
                 println!("{}", render_preview(&detail));
-                let prompt = format!("Allow {tool_name} ({safety_level})? [y/n/a] ");
+                let prompt = format!("Allow {tool_name} ({safety_level})? [y/n/a, n: why] ");
                 let decision = loop {
                     match input.read(&prompt).await {
                         Input::Line(l) => match l.trim().to_ascii_lowercase().as_str() {
                             d @ ("y" | "n" | "a") => break d.to_string(),
-                            _ => println!("answer y (yes), n (no) or a (always for {tool_name})"),
+                            // A refusal with its reason, which the model reads.
+                            d if d.starts_with("n:") && d.len() > 2 => break l.trim().to_string(),
+                            _ => println!(
+                                "answer y (yes), n (no), a (always for {tool_name}) or \
+                                 n: WHY (no, and tell the model why)"
+                            ),
                         },
                         Input::Interrupted | Input::Eof => break "n".to_string(),
                     }

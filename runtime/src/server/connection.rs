@@ -71,8 +71,16 @@ impl Approver for RelayApprover {
     }
 }
 
+/// `y`, `n`, `a`, or `n: WHY` (a refusal whose reason the model reads).
 fn parse_decision(s: &str) -> Option<ApprovalAnswer> {
-    match s.trim().to_ascii_lowercase().as_str() {
+    let s = s.trim();
+    if let Some((word, why)) = s.split_once(':')
+        && matches!(word.trim().to_ascii_lowercase().as_str(), "n" | "no")
+        && !why.trim().is_empty()
+    {
+        return Some(ApprovalAnswer::NoBecause(why.trim().to_string()));
+    }
+    match s.to_ascii_lowercase().as_str() {
         "y" | "yes" => Some(ApprovalAnswer::Yes),
         "n" | "no" => Some(ApprovalAnswer::No),
         "a" | "always" => Some(ApprovalAnswer::Always),

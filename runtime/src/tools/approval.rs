@@ -74,13 +74,15 @@ fn diff(path: &str, old: &str, new: &str) -> String {
     }
 }
 
-/// A human's answer: y / n / a (always for this tool in this session).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// A human's answer: y / n / a (always for this tool in this session) / n with the reason the
+/// model is told.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalAnswer {
     Yes,
     No,
     Always,
+    NoBecause(String),
 }
 
 #[async_trait]

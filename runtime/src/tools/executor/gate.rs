@@ -117,7 +117,10 @@ impl ToolExecutor {
             ApprovalAnswer::No if self.policy.mode.has_human() => {
                 deny(PipelineStep::Approval, "the user refused")
             }
-            ApprovalAnswer::No => deny(
+            ApprovalAnswer::NoBecause(why) if self.policy.mode.has_human() => {
+                deny(PipelineStep::Approval, format!("the user refused: {why}"))
+            }
+            ApprovalAnswer::No | ApprovalAnswer::NoBecause(_) => deny(
                 PipelineStep::Approval,
                 format!(
                     "approval required and no human is present ({:?} mode)",
