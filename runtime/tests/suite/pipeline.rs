@@ -464,7 +464,7 @@ struct CountingApprover {
 impl Approver for CountingApprover {
     async fn ask(&self, _: &ApprovalRequest) -> ApprovalAnswer {
         self.asked.fetch_add(1, Ordering::SeqCst);
-        self.answer
+        self.answer.clone()
     }
 }
 
