@@ -300,12 +300,17 @@ fn sessions_are_listed_newest_first_with_their_first_prompt_and_cost() {
         .stdin
         .take()
         .unwrap()
-        .write_all(b"/resume\n/exit\n")
+        .write_all(b"/resume\n/model\n/exit\n")
         .unwrap();
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("  write the release notes\n"), "{text}");
     assert!(text.contains("/resume ID continues one"), "{text}");
+    // /model names the routes one may switch to, from the catalog.
+    assert!(
+        text.contains("routes (/model ROUTE):\n  anthropic:"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -11,7 +11,7 @@ pub const HELP: &str = "\
 /status             session, model, turns, lanes, system prompt hash
 /cost               tokens and cost of the session
 /plan               the current plan
-/model [ROUTE]      show the model, or switch to ROUTE from the next turn on
+/model [ROUTE]      show the model and the routes, or switch to ROUTE from the next turn on
 /effort [LEVEL]     show the effort, or set none..max (or `default`) from the next turn on
 /compact            summarise the older part of the conversation now
 /clear              start a new session
@@ -53,11 +53,39 @@ pub fn run(name: &str, lp: &AgenticLoop, shared: &Shared) -> String {
             Some(plan) => serde_json::to_string_pretty(&plan).unwrap_or_default(),
             None => "no plan yet (the model makes one with update_plan)".into(),
         },
-        "model" | "effort" => describe_model(lp),
+        "model" => format!("{}\n{}", describe_model(lp), catalog_routes()),
+        "effort" => describe_model(lp),
         "mcp" => shared.factory.describe_mcp(),
         "hooks" => shared.factory.describe_hooks(),
         other => format!("unknown command /{other}; /help lists them"),
     }
+}
+
+/// The routes `/model ROUTE` takes: the catalog's models per provider, and the embedded ones.
+fn catalog_routes() -> String {
+    use crate::model::catalog::{Catalog, ProviderKind};
+    let Ok(catalog) = Catalog::builtin() else {
+        return "the model catalog cannot be read".into();
+    };
+    let mut lines = vec!["routes (/model ROUTE):".to_string()];
+    for kind in [
+        ProviderKind::Anthropic,
+        ProviderKind::Openai,
+        ProviderKind::Glm,
+        ProviderKind::Openrouter,
+    ] {
+        let ids = catalog.ids_of(kind);
+        if !ids.is_empty() {
+            let routes: Vec<String> = ids
+                .iter()
+                .map(|id| format!("{}:{id}", kind.as_str()))
+                .collect();
+            lines.push(format!("  {}", routes.join("  ")));
+        }
+    }
+    lines.push("  compat:BASE_URL:MODEL (an OpenAI-compatible server)".into());
+    lines.push("  nop  scripted:FILE  oracle:SOLVE_SH  replay:DB[#SESSION]".into());
+    lines.join("\n")
 }
 
 fn describe_model(lp: &AgenticLoop) -> String {
