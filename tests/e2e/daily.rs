@@ -114,6 +114,20 @@ impl Client {
     }
 }
 
+/// `geode --local ARGS` (the REPL on pipes) in `dir`, with `typed` as everything typed.
+fn repl_typed(dir: &Path, args: &[&str], typed: &[u8]) -> std::process::Output {
+    let mut child = geode(dir)
+        .arg("--local")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(typed).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 #[test]
 fn a_bad_model_route_or_effort_stops_the_repl_before_it_starts() {
     let dir = tempfile::tempdir().unwrap();
@@ -121,17 +135,8 @@ fn a_bad_model_route_or_effort_stops_the_repl_before_it_starts() {
         (["--model", "bogus"], "unknown model route \"bogus\""),
         (["--effort", "turbo"], "effort \"turbo\": one of none,"),
     ] {
-        let mut child = geode(dir.path())
-            .args(["--local"])
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        // Were a session to start, this would end it cleanly.
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"/exit\n").unwrap();
-        let out = child.wait_with_output().unwrap();
+        // Were a session to start, `/exit` would end it cleanly.
+        let out = repl_typed(dir.path(), &args, b"/exit\n");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
@@ -150,20 +155,12 @@ fn after_clear_the_next_prompt_gets_its_own_answer() {
         "[[turns]]\ntext = \"the answer to the prompt after /clear\"\n",
     )
     .unwrap();
-    let mut child = geode(dir.path())
-        .args(["--local", "--model", "scripted:script.toml"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     // Typed ahead: each line is read only once the previous one has its answer.
-    std::io::Write::write_all(
-        &mut child.stdin.take().unwrap(),
+    let out = repl_typed(
+        dir.path(),
+        &["--model", "scripted:script.toml"],
         b"/clear\nwhat now?\n/exit\n",
-    )
-    .unwrap();
-    let out = child.wait_with_output().unwrap();
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     let answer = stdout
@@ -197,16 +194,11 @@ fn the_repl_runs_hooks_from_the_configuration_and_a_project_s_only_once_trusted(
     )
     .unwrap();
     let repl = |d: &Path| {
-        let mut child = geode(d)
-            .args(["--local", "--model", "scripted:script.toml"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let typed = b"write it\n/hooks\n/exit\n";
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), typed).unwrap();
-        child.wait_with_output().unwrap()
+        repl_typed(
+            d,
+            &["--model", "scripted:script.toml"],
+            b"write it\n/hooks\n/exit\n",
+        )
     };
     let out = repl(d);
     assert!(
@@ -289,20 +281,11 @@ fn sessions_are_listed_newest_first_with_their_first_prompt_and_cost() {
     cmd.arg("sessions");
     super::common::ends_quietly_on_a_closed_pipe(cmd);
     // In the REPL, /resume without an id offers the recent ones.
-    let mut child = geode(d)
-        .args(["--local", "--model", "scripted:answer.toml"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"/resume\n/model\n/exit\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = repl_typed(
+        d,
+        &["--model", "scripted:answer.toml"],
+        b"/resume\n/model\n/exit\n",
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("  write the release notes\n"), "{text}");
     assert!(text.contains("/resume ID continues one"), "{text}");

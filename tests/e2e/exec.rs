@@ -20,6 +20,14 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The `--json` events of an exec run.
+fn json_events(o: &Output) -> Vec<serde_json::Value> {
+    stdout(o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -90,10 +98,7 @@ fn json_mode_prints_one_event_per_line() {
         &["exec", "--model", "scripted:silent.toml", "--json", "hello"],
     );
     assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
-    let events: Vec<serde_json::Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = json_events(&out);
     assert_eq!(events[0]["type"], "turn_started");
     let last = events.last().unwrap();
     assert_eq!(last["type"], "turn_ended");
@@ -135,10 +140,7 @@ text = "The folder is missing; nothing to list."
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let events: Vec<serde_json::Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = json_events(&out);
     for e in &events {
         let at = e["at"].as_str().unwrap_or_else(|| panic!("no time: {e}"));
         assert!(chrono::DateTime::parse_from_rfc3339(at).is_ok(), "{e}");
@@ -236,10 +238,7 @@ fn a_short_direct_answer_is_accepted_at_the_first_call() {
         ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let events: Vec<serde_json::Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = json_events(&out);
     let last = events.last().unwrap();
     assert_eq!(last["verdict"]["verdict"], "passed", "{last}");
     assert_eq!(last["rounds"], 1, "{last}");
