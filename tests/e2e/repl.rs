@@ -86,7 +86,7 @@ text = "All done."
     screen.wait_for("geode> ");
     screen.clear();
     master.write_all(b"write the file\r").unwrap();
-    screen.wait_for("[y/n/a]");
+    screen.wait_for("[y/n/a, n: why]");
     assert!(
         screen.text.contains("Allow write_file (write)"),
         "{}",

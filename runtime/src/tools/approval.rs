@@ -37,14 +37,16 @@ pub fn preview(tool: &str, input: &Value, current: Option<&str>) -> String {
         ("write_file", Some(path)) => {
             let new = field("content").unwrap_or("");
             match current {
-                Some(old) => diff(path, old, new),
-                None => format!("new file {path}\n{}", diff(path, "", new)),
+                Some(old) => format!("{path}\n{}", diff(old, new)),
+                None => format!("new file {path}\n{}", diff("", new)),
             }
         }
-        ("edit_file", Some(path)) => diff(
-            path,
-            field("old_string").unwrap_or(""),
-            field("new_string").unwrap_or(""),
+        ("edit_file", Some(path)) => format!(
+            "{path}\n{}",
+            diff(
+                field("old_string").unwrap_or(""),
+                field("new_string").unwrap_or(""),
+            )
         ),
         _ => input.to_string(),
     };
@@ -59,8 +61,9 @@ pub fn preview(tool: &str, input: &Value, current: Option<&str>) -> String {
     )
 }
 
-/// A unified diff of `old` to `new`, without the `---`/`+++` header (the path is named once).
-fn diff(path: &str, old: &str, new: &str) -> String {
+/// A unified diff of `old` to `new`: its hunks, without the `---`/`+++` header (the caller
+/// names the file once).
+fn diff(old: &str, new: &str) -> String {
     let diff = similar::TextDiff::from_lines(old, new);
     let body = diff
         .unified_diff()
@@ -68,9 +71,9 @@ fn diff(path: &str, old: &str, new: &str) -> String {
         .missing_newline_hint(false)
         .to_string();
     if body.is_empty() {
-        format!("{path}: no change")
+        "(no change)".into()
     } else {
-        format!("{path}\n{}", body.trim_end())
+        body.trim_end().to_string()
     }
 }
 
@@ -211,7 +214,7 @@ mod tests {
         assert!(changed.starts_with("a.txt\n@@"), "{changed}");
         assert!(changed.contains("\n-two\n+TWO\n"), "{changed}");
         let created = preview("write_file", &write, None);
-        assert!(created.starts_with("new file a.txt\n"), "{created}");
+        assert!(created.starts_with("new file a.txt\n@@"), "{created}");
         assert!(created.contains("+one\n+TWO\n+three"), "{created}");
         let edit =
             serde_json::json!({"path": "b.rs", "old_string": "x = 1", "new_string": "x = 2"});
