@@ -31,6 +31,19 @@ impl Screen {
     }
 }
 
+/// The REPL's process, killed if the test fails before it quits (no stray `geode` after a
+/// failed run).
+struct Repl(std::process::Child);
+
+impl Drop for Repl {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 #[test]
 fn the_repl_runs_a_turn_with_an_approval_in_a_terminal() {
     let dir = tempfile::tempdir().unwrap();
@@ -56,18 +69,20 @@ text = "All done."
     .unwrap();
     let pty = nix::pty::openpty(None, None).unwrap();
     let slave = File::from(pty.slave);
-    let mut child = super::common::geode_bin()
-        .args(["--local", "--model", "scripted:script.toml"])
-        .current_dir(d)
-        .env("GEODE_HOME", d.join("home"))
-        .env("GEODE_PROMPT_SECTIONS", "Rules")
-        .env("TERM", "xterm")
-        .env_remove("GEODE_MODEL")
-        .stdin(Stdio::from(slave.try_clone().unwrap()))
-        .stdout(Stdio::from(slave.try_clone().unwrap()))
-        .stderr(Stdio::from(slave))
-        .spawn()
-        .unwrap();
+    let mut child = Repl(
+        super::common::geode_bin()
+            .args(["--local", "--model", "scripted:script.toml"])
+            .current_dir(d)
+            .env("GEODE_HOME", d.join("home"))
+            .env("GEODE_PROMPT_SECTIONS", "Rules")
+            .env("TERM", "xterm")
+            .env_remove("GEODE_MODEL")
+            .stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave))
+            .spawn()
+            .unwrap(),
+    );
     let mut master = File::from(pty.master);
     let mut reader = master.try_clone().unwrap();
     let (tx, rx) = mpsc::channel();
@@ -115,7 +130,7 @@ text = "All done."
     master.write_all(b"/quit\r").unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
+        if let Some(s) = child.0.try_wait().unwrap() {
             break s;
         }
         assert!(Instant::now() < deadline, "the REPL did not quit");
