@@ -324,6 +324,7 @@ impl Config {
         cfg.number("approval_timeout_secs")?;
         cfg.number("global_lanes")?;
         cfg.number("max_rounds")?;
+        cfg.effort()?;
         Ok(cfg)
     }
 
@@ -349,6 +350,26 @@ impl Config {
             .filter(|s| !s.is_empty())
             .map(str::to_string)
             .collect()
+    }
+
+    /// The `effort` setting: `None` when empty (the model's default).
+    pub fn effort(&self) -> Result<Option<crate::model::effort::Effort>, ConfigError> {
+        use crate::model::effort::Effort;
+        let value = self.value("effort");
+        if value.is_empty() {
+            return Ok(None);
+        }
+        Effort::parse(value)
+            .map(Some)
+            .ok_or_else(|| ConfigError::Invalid {
+                key: "effort".into(),
+                value: value.to_string(),
+                origin: self
+                    .settings
+                    .get("effort")
+                    .map_or(Source::Default, |s| s.source.clone()),
+                message: format!("one of {}", Effort::ALL.map(|e| e.as_str()).join(", ")),
+            })
     }
 
     pub fn number(&self, key: &str) -> Result<u64, ConfigError> {

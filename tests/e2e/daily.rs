@@ -133,7 +133,10 @@ fn a_bad_model_route_or_effort_stops_the_repl_before_it_starts() {
     let dir = tempfile::tempdir().unwrap();
     for (args, says) in [
         (["--model", "bogus"], "unknown model route \"bogus\""),
-        (["--effort", "turbo"], "effort \"turbo\": one of none,"),
+        (
+            ["--effort", "turbo"],
+            "effort = \"turbo\" (flag --effort): one of none,",
+        ),
     ] {
         // Were a session to start, `/exit` would end it cleanly.
         let out = repl_typed(dir.path(), &args, b"/exit\n");

@@ -242,13 +242,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let route = resolved.value("model").to_string();
     let effort = match args.effort {
         Some(e) => Some(e),
-        None => match resolved.value("effort") {
-            "" => None,
-            e => Some(
-                e.parse::<Effort>()
-                    .map_err(|_| anyhow::anyhow!("effort {e:?} in the configuration"))?,
-            ),
-        },
+        None => resolved.effort()?,
     };
     let mut route_options = RouteOptions::from_env();
     route_options.record_dir = args.record.clone();

@@ -61,13 +61,7 @@ pub async fn run(args: McpArgs, cfg: Config) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut route_options = RouteOptions::from_env();
-    route_options.effort = match cfg.value("effort") {
-        "" => None,
-        s => Some(
-            s.parse()
-                .map_err(|_| anyhow::anyhow!("effort {s:?}: none, minimal, low, ..., max"))?,
-        ),
-    };
+    route_options.effort = cfg.effort()?;
     let home = geode_home();
     let settings = RunAgentSettings {
         model_route: cfg.value("model").to_string(),

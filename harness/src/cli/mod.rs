@@ -189,20 +189,11 @@ fn daily_config(
     let cwd = std::env::current_dir()?;
     let layers = geode_runtime::config::Layers::discover(flags, &cwd, &exec::geode_home());
     let cfg = geode_runtime::config::Config::resolve(&layers)?;
-    // A bad route or effort fails here, before any session, rather than as a line inside a
-    // session that then ends with 0.
+    // A bad route (or effort, checked by `resolve`) fails here, before any session, rather
+    // than as a line inside a session that then ends with 0.
     let route = cfg.value("model");
     if !route.is_empty() {
         geode_runtime::model::catalog::parse_route(route)?;
-    }
-    let effort = cfg.value("effort");
-    if !effort.is_empty() && geode_runtime::model::effort::Effort::parse(effort).is_none() {
-        anyhow::bail!(
-            "effort {effort:?}: one of {}",
-            geode_runtime::model::effort::Effort::ALL
-                .map(|e| e.as_str())
-                .join(", ")
-        );
     }
     Ok(cfg)
 }

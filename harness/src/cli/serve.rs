@@ -133,14 +133,7 @@ fn setup<E: std::fmt::Display>(e: E) -> ServerError {
 
 impl CliFactory {
     fn effort(&self) -> Result<Option<Effort>, ServerError> {
-        match self.cfg.value("effort") {
-            "" => Ok(None),
-            s => s.parse::<Effort>().map(Some).map_err(|_| {
-                ServerError::Setup(format!(
-                    "effort {s:?}: none, minimal, low, medium, high, xhigh, max"
-                ))
-            }),
-        }
+        self.cfg.effort().map_err(setup)
     }
 
     fn scaffold(&self) -> Result<Scaffold, ServerError> {
