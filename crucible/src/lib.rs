@@ -19,6 +19,10 @@
 //!   [`Commitment`], persist a [`SealState`]; opening goes through
 //!   [`SealState::begin_opening`] and [`SealState::open`].
 
+// Libraries do not print: they return values or emit events, and only the binaries decide
+// what reaches stdout and stderr.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod archive;
 pub mod canonical;
 pub mod contract;

@@ -6,6 +6,10 @@
 //! finished trial's folder (plus, for rubric commands, an optional sandbox `CommandRunner`), so
 //! `geode grade RUN` can re-grade stored trials without running an agent again.
 
+// Libraries do not print: they return values or emit events, and only the binaries decide
+// what reaches stdout and stderr.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod grade;
 pub mod integrity;
 pub mod judge;
@@ -13,6 +17,7 @@ pub mod outcome;
 pub mod parsers;
 pub mod reward;
 pub mod rubric;
+pub mod run_store;
 pub mod safe_fs;
 pub mod spec;
 pub mod summary;
@@ -34,6 +39,6 @@ pub use parsers::{ParseError, ParsedChecks, ReportFormat, detect_checks, render_
 pub use reward::{RewardError, Rewards, read_rewards};
 pub use rubric::{CommandOutput, CommandRunner, Rubric, RubricError, RubricGrader};
 pub use spec::{GraderSpec, SpecError, build_grader, grader_hash};
-pub use summary::{ScoreSummary, summarize};
+pub use summary::{Scores, TaskPoint, TaskTally, scores, tally};
 pub use tests_grader::TestScriptGrader;
 pub use validity::{TaskFlag, TaskTrials, TaskValidity, ValidityReport};

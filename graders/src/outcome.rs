@@ -41,15 +41,25 @@ impl TrialOutcome {
         TrialOutcome::Cancelled,
     ];
 
-    /// True for outcomes that say nothing about the agent.
+    /// True for outcomes that say nothing about the agent. Every variant is named on one side
+    /// or the other, so a new outcome does not compile until it is classified.
     pub fn is_infrastructure(self) -> bool {
-        !matches!(
-            self,
+        match self {
             TrialOutcome::Passed
-                | TrialOutcome::Failed
-                | TrialOutcome::AgentTimeout
-                | TrialOutcome::AgentError
-        )
+            | TrialOutcome::Failed
+            | TrialOutcome::AgentTimeout
+            | TrialOutcome::AgentError => false,
+            TrialOutcome::EnvironmentUnsupported
+            | TrialOutcome::EnvironmentSetupFailed
+            | TrialOutcome::VerifierCrashed
+            | TrialOutcome::VerifierTimeout
+            | TrialOutcome::RewardMissing
+            | TrialOutcome::RewardMalformed
+            | TrialOutcome::SandboxLost
+            | TrialOutcome::ProviderUnavailable
+            | TrialOutcome::TaskHashMismatch
+            | TrialOutcome::Cancelled => true,
+        }
     }
 
     /// Whether a harness should try the trial again (bounded): infrastructure that may pass.

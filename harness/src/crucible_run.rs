@@ -26,13 +26,13 @@ use geode_crucible::{
     ObservedIdentity, PackHash, ScaffoldHash, TaskId, TaskRef, TrialOutcome, TrialSeed, Usage,
 };
 use geode_runtime::scaffold::Scaffold;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::env::Backend;
 use crate::pack::TaskPack;
 use crate::rollout::images::ImageCache;
 use crate::rollout::job::trial_name;
+use crate::rollout::schedule::run_bounded;
 use crate::rollout::trial::{PhaseObserver, TrialPlan, run_trial};
 use crate::store::{RunRow, RunStore, TrialRow};
 
@@ -310,32 +310,20 @@ pub async fn run_campaign(
     let journal = Arc::new(Mutex::new(journal));
     let contract_hash = c.contract.hash().to_string();
     let images = Arc::new(ImageCache::new());
-    let permits = Arc::new(Semaphore::new(c.concurrency.max(1)));
-    let results: Arc<Mutex<Vec<(Arm, TrialRow)>>> = Arc::new(Mutex::new(kept));
-    let mut running = tokio::task::JoinSet::new();
-    for (arm, plan) in plans {
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => p,
-            _ = cancel.cancelled() => break,
-        };
-        let Ok(permit) = permit else { break };
-        if cancel.is_cancelled() {
-            break;
-        }
-        let (backend, observer, images, meter, results, cancel, frozen) = (
+    let frozen = c.contract.clone();
+    let replication = c.replication;
+    let ran = run_bounded(plans, c.concurrency, &cancel, |(arm, plan)| {
+        let (backend, observer, images, meter, cancel, frozen) = (
             backend.clone(),
             observer.clone(),
             images.clone(),
             meter.clone(),
-            results.clone(),
             cancel.clone(),
-            c.contract.clone(),
+            frozen.clone(),
         );
-        let (journal, contract_hash, replication) =
-            (journal.clone(), contract_hash.clone(), c.replication);
-        running.spawn(async move {
+        let (journal, contract_hash) = (journal.clone(), contract_hash.clone());
+        async move {
             let row = run_trial(&plan, backend.as_ref(), &images, observer.as_ref(), &cancel).await;
-            drop(permit);
             let mut u = meter.usage.lock().unwrap_or_else(|p| p.into_inner());
             add_usage(&mut u, &row);
             u.wall_seconds = meter.elapsed();
@@ -350,18 +338,13 @@ pub async fn run_campaign(
                 record_finished(&journal, &line);
             }
             if let Some(what) = over_budget(&u, &frozen) {
-                tracing::warn!("campaign budget crossed ({what}): cancelling");
-                eprintln!("geode: the campaign crossed its {what} budget; cancelling");
+                tracing::warn!("the campaign crossed its {what} budget; cancelling");
                 cancel.cancel();
             }
-            drop(u);
-            results
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push((arm, row));
-        });
-    }
-    while running.join_next().await.is_some() {}
+            (arm, row)
+        }
+    })
+    .await;
 
     let mut usage = meter
         .usage
@@ -369,7 +352,8 @@ pub async fn run_campaign(
         .unwrap_or_else(|p| p.into_inner())
         .clone();
     usage.wall_seconds = meter.elapsed();
-    let rows = std::mem::take(&mut *results.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut rows = kept;
+    rows.extend(ran);
     write_store(c, &rows, run_seed, cancel.is_cancelled())?;
     let family = |task: &str| -> FamilyId {
         let category = c

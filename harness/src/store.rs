@@ -10,14 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use geode_crucible::IntegritySignals;
-use geode_graders::TrialOutcome;
+use geode_graders::{TrialOutcome, run_store};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
-pub const SCHEMA: &str = "geode.runstore.v1";
-
-/// The run store's file name inside a jobs folder (Harbor's layout: one folder per run beside it).
-pub const STORE_FILE: &str = "geode.db";
+pub use geode_graders::run_store::{SCHEMA, STORE_FILE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -140,36 +137,8 @@ impl RunStore {
             .map_err(err)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(err)?;
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS runs (
-                run_id TEXT PRIMARY KEY, created TEXT NOT NULL, pack_path TEXT NOT NULL,
-                pack_hash TEXT NOT NULL, model_route TEXT NOT NULL, scaffold_hash TEXT NOT NULL,
-                seed INTEGER NOT NULL, attempts INTEGER NOT NULL, lock_hash TEXT NOT NULL,
-                config TEXT NOT NULL, status TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS trials (
-                run_id TEXT NOT NULL, trial_name TEXT NOT NULL, task_id TEXT NOT NULL,
-                task_hash TEXT NOT NULL, category TEXT NOT NULL, difficulty TEXT NOT NULL,
-                attempt INTEGER NOT NULL, seed INTEGER NOT NULL, status TEXT NOT NULL,
-                outcome TEXT, reward REAL, rewards TEXT, exception_class TEXT,
-                exception_message TEXT, started TEXT, finished TEXT, phases TEXT,
-                input_tokens INTEGER, cached_tokens INTEGER, output_tokens INTEGER,
-                cost_usd REAL, model_route TEXT, scaffold_hash TEXT, infra_retries INTEGER,
-                model_calls INTEGER, integrity TEXT,
-                PRIMARY KEY (run_id, trial_name));
-             CREATE TABLE IF NOT EXISTS grades (
-                run_id TEXT NOT NULL, trial_name TEXT NOT NULL, grader TEXT NOT NULL,
-                grader_hash TEXT NOT NULL, reward REAL, validity TEXT NOT NULL,
-                graded_at TEXT NOT NULL,
-                PRIMARY KEY (run_id, trial_name, grader_hash));",
-        )
-        .map_err(err)?;
+        run_store::create_tables(&conn).map_err(err)?;
         add_missing_trial_columns(&conn).map_err(err)?;
-        conn.execute(
-            "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1)",
-            params![SCHEMA],
-        )
-        .map_err(err)?;
         Ok(RunStore {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),

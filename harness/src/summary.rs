@@ -7,10 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use geode_crucible::stats::interval::clip_to_range;
-use geode_crucible::stats::proportion::pass_at_k;
+use geode_graders::TrialOutcome;
+use geode_graders::summary;
 use serde::Serialize;
-use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use crate::store::TrialRow;
 
@@ -44,91 +43,43 @@ pub struct RunSummary {
     pub cost_usd: f64,
 }
 
-fn mean(xs: &[f64]) -> f64 {
-    if xs.is_empty() {
-        return f64::NAN;
-    }
-    xs.iter().sum::<f64>() / xs.len() as f64
-}
-
+/// The run's summary, counted by the graders' one score summary (`geode_graders::summary`), so
+/// `geode report` on the same store prints the same figures.
 pub fn summarize(trials: &[TrialRow]) -> RunSummary {
-    let mut by_task: BTreeMap<&str, Vec<&TrialRow>> = BTreeMap::new();
+    let mut by_task: BTreeMap<&str, Vec<(TrialOutcome, Option<f64>)>> = BTreeMap::new();
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
     for t in trials {
-        by_task.entry(t.task_id.as_str()).or_default().push(t);
+        by_task
+            .entry(t.task_id.as_str())
+            .or_default()
+            .push((t.outcome, t.reward));
         *outcomes.entry(t.outcome.as_str().to_string()).or_default() += 1;
     }
+    let mut points = Vec::new();
     let mut per_task = Vec::new();
-    let mut infra_zero_means = Vec::new();
+    let mut infra_as_zero = Vec::new();
     for (task, rows) in &by_task {
-        let valid: Vec<f64> = rows
-            .iter()
-            .filter(|r| !r.outcome.is_infrastructure())
-            .map(|r| r.reward.unwrap_or(0.0))
-            .collect();
-        let zeroed: Vec<f64> = rows
-            .iter()
-            .map(|r| {
-                if r.outcome.is_infrastructure() {
-                    0.0
-                } else {
-                    r.reward.unwrap_or(0.0)
-                }
-            })
-            .collect();
-        infra_zero_means.push(mean(&zeroed));
-        if valid.is_empty() {
-            continue;
+        let tally = summary::tally(rows);
+        infra_as_zero.extend(tally.infra_as_zero);
+        if let Some(p) = tally.point {
+            points.push(p);
+            per_task.push(TaskScore {
+                task_id: task.to_string(),
+                trials: p.trials,
+                passes: p.passes,
+                mean_reward: p.mean,
+            });
         }
-        per_task.push(TaskScore {
-            task_id: task.to_string(),
-            trials: valid.len(),
-            passes: valid.iter().filter(|r| **r >= 1.0).count(),
-            mean_reward: mean(&valid),
-        });
     }
-    let means: Vec<f64> = per_task.iter().map(|t| t.mean_reward).collect();
-    let t_count = per_task.len();
-    let accuracy = mean(&means);
-    // Terminal-Bench's stderr needs n_t - 1 > 0 in every task: one task of a single trial makes
-    // it undefined (NaN, shown as n/a), rather than counted in T and dropped from the sum.
-    let tb_stderr = if !per_task.is_empty() && per_task.iter().all(|t| t.trials > 1) {
-        let var: f64 = per_task
-            .iter()
-            .map(|t| t.mean_reward * (1.0 - t.mean_reward) / (t.trials as f64 - 1.0))
-            .sum();
-        var.max(0.0).sqrt() / t_count as f64
-    } else {
-        f64::NAN
-    };
-    let ci95 = (t_count >= 2).then(|| {
-        let sd = (means.iter().map(|m| (m - accuracy).powi(2)).sum::<f64>()
-            / (t_count as f64 - 1.0))
-            .sqrt();
-        let se = sd / (t_count as f64).sqrt();
-        let q = StudentsT::new(0.0, 1.0, t_count as f64 - 1.0)
-            .map(|d| d.inverse_cdf(0.975))
-            .unwrap_or(1.96);
-        clip_to_range((accuracy - q * se, accuracy + q * se), &means, 0.0, 1.0)
-    });
-    let k_max = per_task.iter().map(|t| t.trials).min().unwrap_or(0);
-    let pass_at_k = (1..=k_max)
-        .map(|k| {
-            let v: Vec<f64> = per_task
-                .iter()
-                .map(|t| pass_at_k(t.trials, t.passes, k))
-                .collect();
-            (k, mean(&v))
-        })
-        .collect();
+    let scores = summary::scores(&points);
     RunSummary {
         tasks: by_task.len(),
         trials: trials.len(),
-        accuracy,
-        tb_stderr,
-        ci95,
-        accuracy_infra_as_zero: mean(&infra_zero_means),
-        pass_at_k,
+        accuracy: scores.accuracy.unwrap_or(f64::NAN),
+        tb_stderr: scores.tb_stderr.unwrap_or(f64::NAN),
+        ci95: scores.ci95,
+        accuracy_infra_as_zero: summary::scores(&infra_as_zero).accuracy.unwrap_or(f64::NAN),
+        pass_at_k: summary::pass_at_k_curve(&points),
         outcomes,
         per_task,
         input_tokens: trials.iter().map(|t| t.usage.input_tokens).sum(),

@@ -20,7 +20,8 @@ use geode_crucible::{
 use polars::prelude::*;
 
 use crate::frames::Cols;
-use crate::stats::{CONFIDENCE, correlation};
+use crate::stats::correlation;
+use geode_graders::summary::CONFIDENCE;
 
 /// One shared task.
 #[derive(Debug, Clone, PartialEq)]

@@ -24,7 +24,12 @@ pub fn task_frame(trials: &DataFrame) -> PolarsResult<DataFrame> {
             col("difficulty").first(),
             int(valid.clone().sum()).alias("trials"),
             int(col("infra").sum()).alias("infra_trials"),
-            int(reward.clone().gt_eq(lit(1.0)).and(valid.clone()).sum()).alias("passes"),
+            int(reward
+                .clone()
+                .gt_eq(lit(geode_graders::PASS_THRESHOLD))
+                .and(valid.clone())
+                .sum())
+            .alias("passes"),
             reward
                 .clone()
                 .filter(valid.clone())

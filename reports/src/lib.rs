@@ -8,6 +8,10 @@
 //! Markdown or one self-contained HTML page, and [`export`] writes the trial table as Parquet or
 //! CSV.
 
+// Libraries do not print: they return values or emit events, and only the binaries decide
+// what reaches stdout and stderr.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod compare;
 pub mod error;
 pub mod export;

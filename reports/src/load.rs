@@ -16,11 +16,8 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::error::ReportError;
 
-/// The store schema this crate reads.
-pub const RUNSTORE_SCHEMA: &str = "geode.runstore.v1";
-
-/// File name of the run store inside a jobs folder.
-pub const STORE_FILE: &str = "geode.db";
+/// The store schema this crate reads, and the store's file name in a jobs folder.
+pub use geode_graders::run_store::{SCHEMA as RUNSTORE_SCHEMA, STORE_FILE};
 
 /// A run named on the command line: which store, which id.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use crate::compare::{Comparison, compare};
 use crate::error::ReportError;
 use crate::frames::{Cols, error_frame, outcome_frame, task_frame, usage_frame};
 use crate::load::Loaded;
-use crate::stats::{Scores, TaskPoint, mean, pass_at_k_curve, scores};
+use geode_graders::summary::{Scores, TaskPoint, mean, pass_at_k_curve, scores};
 
 /// A run as the `runs` table describes it.
 #[derive(Debug, Clone, PartialEq)]

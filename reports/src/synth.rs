@@ -1,35 +1,16 @@
 //! Writing run stores: the fixtures of the tests and the synthetic million-trial store of the
-//! benchmark. The tables are harness/src/store.rs's `geode.runstore.v1`, copied (this crate must
-//! not depend on the harness); a test opens a store written here with the harness's own
-//! `RunStore` to keep the copy honest.
+//! benchmark. The tables are the one run-store schema (`geode_graders::run_store`), the
+//! harness's too.
 //!
 //! Everything is deterministic: values come from the caller or from a seeded SplitMix64, and
 //! timestamps from a fixed epoch.
 
 use std::path::Path;
 
+use geode_graders::run_store;
 use rusqlite::{Connection, Statement, params};
 
 use crate::error::ReportError;
-use crate::load::RUNSTORE_SCHEMA;
-
-/// The harness's DDL (harness/src/store.rs, `RunStore::open`), columns in its order.
-const DDL: &str = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-     CREATE TABLE IF NOT EXISTS runs (
-        run_id TEXT PRIMARY KEY, created TEXT NOT NULL, pack_path TEXT NOT NULL,
-        pack_hash TEXT NOT NULL, model_route TEXT NOT NULL, scaffold_hash TEXT NOT NULL,
-        seed INTEGER NOT NULL, attempts INTEGER NOT NULL, lock_hash TEXT NOT NULL,
-        config TEXT NOT NULL, status TEXT NOT NULL);
-     CREATE TABLE IF NOT EXISTS trials (
-        run_id TEXT NOT NULL, trial_name TEXT NOT NULL, task_id TEXT NOT NULL,
-        task_hash TEXT NOT NULL, category TEXT NOT NULL, difficulty TEXT NOT NULL,
-        attempt INTEGER NOT NULL, seed INTEGER NOT NULL, status TEXT NOT NULL,
-        outcome TEXT, reward REAL, rewards TEXT, exception_class TEXT,
-        exception_message TEXT, started TEXT, finished TEXT, phases TEXT,
-        input_tokens INTEGER, cached_tokens INTEGER, output_tokens INTEGER,
-        cost_usd REAL, model_route TEXT, scaffold_hash TEXT, infra_retries INTEGER,
-        model_calls INTEGER, integrity TEXT,
-        PRIMARY KEY (run_id, trial_name));";
 
 /// A run row.
 #[derive(Debug, Clone)]
@@ -105,12 +86,7 @@ impl Writer {
     /// Creates (or opens) the store at `path` with the harness's tables.
     pub fn create(path: &Path) -> Result<Writer, ReportError> {
         let conn = Connection::open(path).map_err(sqlite(path))?;
-        conn.execute_batch(DDL).map_err(sqlite(path))?;
-        conn.execute(
-            "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1)",
-            params![RUNSTORE_SCHEMA],
-        )
-        .map_err(sqlite(path))?;
+        run_store::create_tables(&conn).map_err(sqlite(path))?;
         Ok(Writer {
             conn,
             path: path.to_path_buf(),

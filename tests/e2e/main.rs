@@ -21,5 +21,6 @@ mod registry;
 mod repl;
 mod run;
 mod search;
+mod seeds;
 mod services;
 mod validity;

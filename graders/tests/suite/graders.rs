@@ -9,7 +9,7 @@ use geode_graders::rubric::Rubric;
 use geode_graders::{
     AgentEnd, CheckStatus, CommandOutput, CommandRunner, Evidence, GradeInput, Grader, GraderSpec,
     RubricGrader, TestScriptGrader, TrialOutcome, Validity, read_grade, render_checks,
-    render_grade, summarize, write_grade,
+    render_grade, write_grade,
 };
 use serde_json::json;
 
@@ -140,21 +140,6 @@ fn final_answer_comes_from_the_trajectory() {
         {"step_id": 3, "source": "agent", "message": ""}]});
     let d = trial(&[("agent/trajectory.json", &doc.to_string())]);
     assert_eq!(input(d.path()).final_answer.as_deref(), Some("Total: 42"));
-}
-
-#[test]
-fn summary_shows_infra_excluded_and_infra_as_zero() {
-    let s = summarize(&[
-        (TrialOutcome::Passed, Some(1.0)),
-        (TrialOutcome::Failed, Some(0.0)),
-        (TrialOutcome::AgentTimeout, None),
-        (TrialOutcome::SandboxLost, None),
-    ]);
-    assert_eq!((s.trials, s.valid, s.infra_total()), (4, 3, 1));
-    assert_eq!(s.mean_infra_excluded, Some(1.0 / 3.0));
-    assert_eq!(s.mean_infra_as_zero, Some(0.25));
-    assert_eq!(s.pass_rate_infra_as_zero, Some(0.25));
-    assert_eq!(summarize(&[]).mean_infra_excluded, None);
 }
 
 /// A sandbox stand-in: answers by command, records what it ran.

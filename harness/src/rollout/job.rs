@@ -6,14 +6,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use geode_crucible::{TaskId, TrialSeed};
 use geode_runtime::scaffold::Scaffold;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::harbor;
 use super::images::ImageCache;
+use super::schedule;
 use super::trial::{PhaseObserver, TrialPlan, run_trial};
 use crate::env::Backend;
 use crate::pack::{PackError, TaskPack};
@@ -94,22 +95,6 @@ impl RunLock {
     }
 }
 
-/// A trial's seed: SHA-256 of (run seed, task id, attempt), so it does not depend on the order
-/// trials run in, and a resumed trial gets the same seed. The trial's own RNG is a ChaCha20
-/// stream seeded with it.
-pub fn trial_seed(run_seed: u64, task_id: &str, attempt: u32) -> u64 {
-    let mut h = Sha256::new();
-    h.update(b"geode.trial-seed.v1\0");
-    h.update(run_seed.to_le_bytes());
-    h.update((task_id.len() as u64).to_le_bytes());
-    h.update(task_id.as_bytes());
-    h.update(attempt.to_le_bytes());
-    let d = h.finalize();
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&d[..8]);
-    u64::from_le_bytes(b)
-}
-
 /// Trial folder name: the task id made path-safe, then the attempt.
 pub fn trial_name(task_id: &str, attempt: u32) -> String {
     let slug: String = task_id
@@ -143,7 +128,6 @@ fn load_pack(config: &RunConfig) -> Result<TaskPack, RunError> {
     let mut pack = TaskPack::load(&config.pack)?;
     for broken in &pack.broken {
         tracing::warn!("skipping a broken task: {broken}");
-        eprintln!("geode: skipping a broken task: {broken}");
     }
     if let Some(glob) = &config.tasks_glob {
         pack.filter(glob);
@@ -364,7 +348,9 @@ async fn execute(
             if finished.contains(&name) {
                 continue;
             }
-            let seed = trial_seed(config.seed, &task.id, attempt);
+            // The crucible's derivation: one run seed gives a task's trials the same seeds under
+            // `geode run` and `geode crucible run`, and a resumed trial gets its seed again.
+            let seed = TrialSeed::derive(config.seed, &TaskId::new(task.id.clone()), attempt).0;
             plans.push(TrialPlan {
                 run_id: run_id.clone(),
                 trial_dir: run_dir.join(&name),
@@ -391,35 +377,13 @@ async fn execute(
         observer: observer.clone(),
         cancel: cancel.clone(),
     });
-    let permits = Arc::new(Semaphore::new(shared.config.concurrency.max(1)));
-    let mut running = tokio::task::JoinSet::new();
-    for plan in plans {
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => p,
-            _ = cancel.cancelled() => break,
-        };
-        let Ok(permit) = permit else { break };
-        if cancel.is_cancelled() {
-            break;
-        }
+    let concurrency = shared.config.concurrency;
+    let ended = schedule::run_bounded(plans, concurrency, &cancel, |plan| {
         let shared = shared.clone();
-        running.spawn(async move {
-            let result = run_with_retries(&shared, &plan).await;
-            drop(permit);
-            result
-        });
-    }
-    let mut first_error = None;
-    while let Some(joined) = running.join_next().await {
-        match joined {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                first_error.get_or_insert(e);
-            }
-            Err(e) => tracing::error!("a trial task panicked: {e}"),
-        }
-    }
-    if let Some(e) = first_error {
+        async move { run_with_retries(&shared, &plan).await }
+    })
+    .await;
+    if let Some(e) = ended.into_iter().find_map(Result::err) {
         return Err(e);
     }
     let shared = Arc::try_unwrap(shared).map_err(|_| RunError::Files {

@@ -4,5 +4,6 @@
 pub mod harbor;
 pub mod images;
 pub mod job;
+pub mod schedule;
 pub mod services;
 pub mod trial;

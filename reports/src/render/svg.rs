@@ -208,7 +208,7 @@ pub fn task_rewards(report: &Report) -> Plot {
         .iter()
         .map(|(n, ts)| {
             let ms: Vec<f64> = ts.iter().flatten().filter_map(|t| t.mean_reward).collect();
-            (*n, crate::stats::mean(&ms).unwrap_or(-1.0))
+            (*n, geode_graders::summary::mean(&ms).unwrap_or(-1.0))
         })
         .collect();
     rows.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));

@@ -47,6 +47,15 @@ const B: [[T; 4]; 5] = [
     [P, P, F, PROVIDER],
 ];
 
+/// The (task, outcome, reward) trials the fixture writes for `run`.
+pub fn trials(run: &str) -> Vec<(&'static str, &'static str, Option<f64>)> {
+    let grid: &[[T; 4]] = if run == RUN_A { &A } else { &B };
+    grid.iter()
+        .enumerate()
+        .flat_map(|(ti, trials)| trials.iter().map(move |&(o, r)| (TASKS[ti].0, o, r)))
+        .collect()
+}
+
 fn exception(outcome: &str) -> Option<(&'static str, &'static str)> {
     match outcome {
         "agent_timeout" => Some(("AgentTimeout", "agent ran past 900 s")),

@@ -2,6 +2,6 @@ mod cli;
 mod compare;
 mod export;
 mod fixture;
-mod harness_agreement;
 mod html;
 mod report;
+mod summary_agreement;

@@ -9,12 +9,16 @@
 //!   server declares a resource policy, and every call passes the session's pipeline (approval
 //!   before the call starts).
 
+#[cfg(feature = "mcp")]
 pub mod client;
+#[cfg(feature = "mcp")]
 pub mod http;
+#[cfg(feature = "mcp")]
 pub mod server;
 pub mod settings;
 pub mod trust;
 
+#[cfg(feature = "mcp")]
 pub use client::McpManager;
 pub use settings::{McpPolicy, McpServerConfig, McpSettings, McpTransport, ServerOrigin};
 pub use trust::{TrustState, TrustStore};
