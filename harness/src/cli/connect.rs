@@ -95,30 +95,11 @@ where
     let mut greeted = false;
     loop {
         if !waiting {
-            let text = match input.read("geode> ").await {
-                Input::Line(l) => l,
-                Input::Interrupted => continue,
-                Input::Eof => "/quit".into(),
-            };
-            let text = text.trim();
-            if text.is_empty() {
-                continue;
+            match send_next(input, &mut wr).await? {
+                Sent::Nothing => continue,
+                Sent::Quit => return Ok(ExitCode::SUCCESS),
+                Sent::Request => waiting = true,
             }
-            if let Some(cmd) = text.strip_prefix('/') {
-                let (name, args) = cmd.split_once(' ').unwrap_or((cmd, ""));
-                if name == "quit" || name == "exit" {
-                    send(&mut wr, &ClientMessage::Exit).await?;
-                    return Ok(ExitCode::SUCCESS);
-                }
-                let msg = ClientMessage::Command {
-                    name: name.into(),
-                    args: args.trim().into(),
-                };
-                send(&mut wr, &msg).await?;
-            } else {
-                send(&mut wr, &ClientMessage::Prompt { text: text.into() }).await?;
-            }
-            waiting = true;
         }
         let line = tokio::select! {
             l = lines.next_line() => l?,
@@ -139,83 +120,139 @@ where
                 continue;
             }
         };
-        match msg {
-            ServerMessage::Session {
-                session_id, model, ..
-            } => {
-                println!("geode: session {session_id} (model {model}); /help for commands");
-                if !greeted {
-                    greeted = true;
-                    waiting = false;
-                }
+        if show(msg, input, &mut wr, &mut greeted).await? {
+            waiting = false;
+        }
+    }
+}
+
+/// What the user's next line sent.
+enum Sent {
+    /// Nothing (an empty line, an interrupt): ask again.
+    Nothing,
+    /// A prompt or a command, whose answer is awaited.
+    Request,
+    /// `/quit` or `/exit` (or the input's end): the session is left.
+    Quit,
+}
+
+/// Reads the user's next line and sends it as a prompt or a slash command.
+async fn send_next<W: AsyncWrite + Unpin>(input: &LineInput, wr: &mut W) -> anyhow::Result<Sent> {
+    let text = match input.read("geode> ").await {
+        Input::Line(l) => l,
+        Input::Interrupted => return Ok(Sent::Nothing),
+        Input::Eof => "/quit".into(),
+    };
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(Sent::Nothing);
+    }
+    if let Some(cmd) = text.strip_prefix('/') {
+        let (name, args) = cmd.split_once(' ').unwrap_or((cmd, ""));
+        if name == "quit" || name == "exit" {
+            send(wr, &ClientMessage::Exit).await?;
+            return Ok(Sent::Quit);
+        }
+        let msg = ClientMessage::Command {
+            name: name.into(),
+            args: args.trim().into(),
+        };
+        send(wr, &msg).await?;
+    } else {
+        send(wr, &ClientMessage::Prompt { text: text.into() }).await?;
+    }
+    Ok(Sent::Request)
+}
+
+/// Renders one message from the daemon (and answers an approval request); `true` when it
+/// ends the wait for an answer.
+async fn show<W: AsyncWrite + Unpin>(
+    msg: ServerMessage,
+    input: &LineInput,
+    wr: &mut W,
+    greeted: &mut bool,
+) -> anyhow::Result<bool> {
+    match msg {
+        ServerMessage::Session {
+            session_id, model, ..
+        } => {
+            println!("geode: session {session_id} (model {model}); /help for commands");
+            if !*greeted {
+                *greeted = true;
+                return Ok(true);
             }
-            ServerMessage::Stream { text } => println!("{text}"),
-            ServerMessage::ToolStart { tool, input, .. } => println!("  > {tool} {input}"),
-            ServerMessage::ToolEnd {
-                tool,
-                outcome,
-                is_error,
-                ..
-            } => println!(
-                "  < {tool} {outcome}{}",
-                if is_error { " (error)" } else { "" }
-            ),
-            ServerMessage::ApprovalRequest {
+        }
+        ServerMessage::Stream { text } => println!("{text}"),
+        ServerMessage::ToolStart { tool, input, .. } => println!("  > {tool} {input}"),
+        ServerMessage::ToolEnd {
+            tool,
+            outcome,
+            is_error,
+            ..
+        } => println!(
+            "  < {tool} {outcome}{}",
+            if is_error { " (error)" } else { "" }
+        ),
+        ServerMessage::ApprovalRequest {
+            approval_id,
+            tool_name,
+            detail,
+            safety_level,
+        } => {
+            println!("{}", render_preview(&detail));
+            let decision = ask_approval(input, &tool_name, &safety_level).await;
+            let msg = ClientMessage::ApprovalResponse {
                 approval_id,
-                tool_name,
-                detail,
-                safety_level,
-            } => {
-                println!("{}", render_preview(&detail));
-                let prompt = format!("Allow {tool_name} ({safety_level})? [y/n/a, n: why] ");
-                let decision = loop {
-                    match input.read(&prompt).await {
-                        Input::Line(l) => match l.trim().to_ascii_lowercase().as_str() {
-                            d @ ("y" | "n" | "a") => break d.to_string(),
-                            // A refusal with its reason, which the model reads.
-                            d if d.starts_with("n:") && d.len() > 2 => break l.trim().to_string(),
-                            _ => println!(
-                                "answer y (yes), n (no), a (always for {tool_name}) or \
-                                 n: WHY (no, and tell the model why)"
-                            ),
-                        },
-                        Input::Interrupted | Input::Eof => break "n".to_string(),
-                    }
-                };
-                let msg = ClientMessage::ApprovalResponse {
-                    approval_id,
-                    decision,
-                };
-                send(&mut wr, &msg).await?;
-            }
-            ServerMessage::ApprovalTimeout { .. } => {
-                println!("geode: no answer in time: the call was denied")
-            }
-            ServerMessage::Result {
-                termination,
-                rounds,
-                tool_calls,
-                ..
-            } => {
-                println!("-- {termination}, {rounds} rounds, {tool_calls} tool calls");
-                waiting = false;
-            }
-            ServerMessage::CommandResult { text, .. } => {
-                println!("{text}");
-                waiting = false;
-            }
-            ServerMessage::Error {
-                message,
-                ends_request,
-            } => {
-                println!("geode: {message}");
-                if ends_request {
-                    waiting = false;
-                }
-            }
-            ServerMessage::RoundStart { .. }
-            | ServerMessage::Tokens { .. }
-            | ServerMessage::TurnEnd { .. } => {}
+                decision,
+            };
+            send(wr, &msg).await?;
+        }
+        ServerMessage::ApprovalTimeout { .. } => {
+            println!("geode: no answer in time: the call was denied")
+        }
+        ServerMessage::Result {
+            termination,
+            rounds,
+            tool_calls,
+            ..
+        } => {
+            println!("-- {termination}, {rounds} rounds, {tool_calls} tool calls");
+            return Ok(true);
+        }
+        ServerMessage::CommandResult { text, .. } => {
+            println!("{text}");
+            return Ok(true);
+        }
+        ServerMessage::Error {
+            message,
+            ends_request,
+        } => {
+            println!("geode: {message}");
+            return Ok(ends_request);
+        }
+        ServerMessage::RoundStart { .. }
+        | ServerMessage::Tokens { .. }
+        | ServerMessage::TurnEnd { .. } => {}
+    }
+    Ok(false)
+}
+
+/// The user's answer to an approval request, asked until it is one the daemon takes; an
+/// interrupt or the input's end is a refusal.
+async fn ask_approval(input: &LineInput, tool_name: &str, safety_level: &str) -> String {
+    let prompt = format!("Allow {tool_name} ({safety_level})? [y/n/a, n: why] ");
+    loop {
+        match input.read(&prompt).await {
+            Input::Line(l) => match l.trim().to_ascii_lowercase().as_str() {
+                d @ ("y" | "n" | "a") => break d.to_string(),
+                // A refusal with its reason, which the model reads.
+                d if d.starts_with("n:") && d.len() > 2 => break l.trim().to_string(),
+                _ => println!(
+                    "answer y (yes), n (no), a (always for {tool_name}) or \
+                     n: WHY (no, and tell the model why)"
+                ),
+            },
+            Input::Interrupted | Input::Eof => break "n".to_string(),
         }
     }
 }

@@ -120,50 +120,7 @@ pub fn run(cmd: DatasetCommand) -> anyhow::Result<ExitCode> {
             pack,
             waivers,
             trajectories,
-        } => {
-            let waivers = default_waivers(&pack, waivers)?;
-            let loaded = TaskPack::load(&pack)?;
-            let mut scopes: Vec<(String, &Path)> = loaded
-                .tasks
-                .iter()
-                .map(|t| (t.id.clone(), t.dir.as_path()))
-                .collect();
-            for t in &trajectories {
-                scopes.push((format!("trajectory:{}", t.display()), t.as_path()));
-            }
-            let r = review(&Scanner::new()?, &scopes, &waivers)?;
-            for f in &r.findings {
-                let d = match &f.disposition {
-                    Disposition::Open => "OPEN".to_string(),
-                    Disposition::Policy(why) => format!("policy: {why}"),
-                    Disposition::Waived(why) => format!("waived: {why}"),
-                };
-                let g = &f.finding;
-                println!(
-                    "{} {:<15} {}:{}:{} {}  [{}]",
-                    g.fingerprint, g.rule, g.scope, g.file, g.line, g.excerpt, d
-                );
-            }
-            for w in &r.unused_waivers {
-                eprintln!("warning: waiver {w} matches no finding (stale)");
-            }
-            for f in &r.skipped {
-                eprintln!("not scanned (binary): {f}");
-            }
-            let open = r.open().len();
-            println!(
-                "{} files scanned, {} binary not scanned, {} findings, {} open",
-                r.files_scanned,
-                r.skipped.len(),
-                r.findings.len(),
-                open
-            );
-            Ok(if open == 0 {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
+        } => scan(&pack, waivers, &trajectories),
         DatasetCommand::Release {
             pack,
             name,
@@ -197,36 +154,9 @@ pub fn run(cmd: DatasetCommand) -> anyhow::Result<ExitCode> {
                 transformations,
                 created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             };
-            let (dir, manifest) = release(&req)?;
-            println!(
-                "released {} {} ({} tasks) at {}\nrelease_id {}\npack_hash {}",
-                manifest.name,
-                manifest.version,
-                manifest.tasks.len(),
-                dir.display(),
-                manifest.release_id,
-                manifest.pack_hash
-            );
-            Ok(ExitCode::SUCCESS)
+            write_release(&req)
         }
-        DatasetCommand::Verify { release } => {
-            let (manifest, problems) = verify(&release)?;
-            if problems.is_empty() {
-                println!(
-                    "ok: {} {} ({} tasks), release_id {}",
-                    manifest.name,
-                    manifest.version,
-                    manifest.tasks.len(),
-                    manifest.release_id
-                );
-                Ok(ExitCode::SUCCESS)
-            } else {
-                for p in &problems {
-                    println!("FAIL {p}");
-                }
-                Ok(ExitCode::FAILURE)
-            }
-        }
+        DatasetCommand::Verify { release } => verify_release(&release),
         DatasetCommand::Split {
             pack,
             train,
@@ -246,41 +176,141 @@ pub fn run(cmd: DatasetCommand) -> anyhow::Result<ExitCode> {
                 holdout,
                 test,
             };
-            let file = split_pack(&pack, ratios, seed, params)?;
-            for (name, list) in &file.splits {
-                eprintln!("{name}: {} tasks", list.len());
-            }
-            match out {
-                Some(path) => write_new_json(&path, &file)?,
-                None => println!("{}", serde_json::to_string_pretty(&file)?),
-            }
-            if let Some(dir) = packs {
-                for written in write_split_packs(&file, &pack, &dir)? {
-                    eprintln!("wrote {}", written.display());
-                }
-            }
-            Ok(ExitCode::SUCCESS)
+            split(&pack, ratios, seed, params, out, packs)
         }
-        DatasetCommand::CheckSplits { splits, pack } => {
-            let file = load_splits(&splits)?;
-            let pack = pack.unwrap_or_else(|| resolve_pack(&splits, &file));
-            let check = check_against_pack(&splits, &file, &pack)?;
-            for m in &check.mismatches {
-                println!("MISMATCH {m}");
-            }
-            for l in &check.leaks {
-                println!("LEAK {l}");
-            }
-            if check.is_clean() {
-                println!(
-                    "ok: {} tasks of {} re-derived, no leak across splits",
-                    check.tasks,
-                    pack.display()
-                );
-                Ok(ExitCode::SUCCESS)
-            } else {
-                Ok(ExitCode::FAILURE)
-            }
+        DatasetCommand::CheckSplits { splits, pack } => check_splits(&splits, pack),
+    }
+}
+
+/// `scan`: the pack's tasks and the trajectories through the privacy review.
+fn scan(
+    pack: &Path,
+    waivers: Option<PathBuf>,
+    trajectories: &[PathBuf],
+) -> anyhow::Result<ExitCode> {
+    let waivers = default_waivers(pack, waivers)?;
+    let loaded = TaskPack::load(pack)?;
+    let mut scopes: Vec<(String, &Path)> = loaded
+        .tasks
+        .iter()
+        .map(|t| (t.id.clone(), t.dir.as_path()))
+        .collect();
+    for t in trajectories {
+        scopes.push((format!("trajectory:{}", t.display()), t.as_path()));
+    }
+    let r = review(&Scanner::new()?, &scopes, &waivers)?;
+    for f in &r.findings {
+        let d = match &f.disposition {
+            Disposition::Open => "OPEN".to_string(),
+            Disposition::Policy(why) => format!("policy: {why}"),
+            Disposition::Waived(why) => format!("waived: {why}"),
+        };
+        let g = &f.finding;
+        println!(
+            "{} {:<15} {}:{}:{} {}  [{}]",
+            g.fingerprint, g.rule, g.scope, g.file, g.line, g.excerpt, d
+        );
+    }
+    for w in &r.unused_waivers {
+        eprintln!("warning: waiver {w} matches no finding (stale)");
+    }
+    for f in &r.skipped {
+        eprintln!("not scanned (binary): {f}");
+    }
+    let open = r.open().len();
+    println!(
+        "{} files scanned, {} binary not scanned, {} findings, {} open",
+        r.files_scanned,
+        r.skipped.len(),
+        r.findings.len(),
+        open
+    );
+    Ok(if open == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `release`: the release written, and where it is and what it is called.
+fn write_release(req: &ReleaseRequest<'_>) -> anyhow::Result<ExitCode> {
+    let (dir, manifest) = release(req)?;
+    println!(
+        "released {} {} ({} tasks) at {}\nrelease_id {}\npack_hash {}",
+        manifest.name,
+        manifest.version,
+        manifest.tasks.len(),
+        dir.display(),
+        manifest.release_id,
+        manifest.pack_hash
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `verify`: the release re-hashed; every changed task and file named.
+fn verify_release(release: &Path) -> anyhow::Result<ExitCode> {
+    let (manifest, problems) = verify(release)?;
+    if problems.is_empty() {
+        println!(
+            "ok: {} {} ({} tasks), release_id {}",
+            manifest.name,
+            manifest.version,
+            manifest.tasks.len(),
+            manifest.release_id
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for p in &problems {
+            println!("FAIL {p}");
         }
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// `split`: the splits file (to `out` or stdout) and, when asked, one pack folder per split.
+fn split(
+    pack: &Path,
+    ratios: Ratios,
+    seed: u64,
+    params: MinHashParams,
+    out: Option<PathBuf>,
+    packs: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let file = split_pack(pack, ratios, seed, params)?;
+    for (name, list) in &file.splits {
+        eprintln!("{name}: {} tasks", list.len());
+    }
+    match out {
+        Some(path) => write_new_json(&path, &file)?,
+        None => println!("{}", serde_json::to_string_pretty(&file)?),
+    }
+    if let Some(dir) = packs {
+        for written in write_split_packs(&file, pack, &dir)? {
+            eprintln!("wrote {}", written.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `check-splits`: the splits file against its pack; every mismatch and leak listed.
+fn check_splits(splits: &Path, pack: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let file = load_splits(splits)?;
+    let pack = pack.unwrap_or_else(|| resolve_pack(splits, &file));
+    let check = check_against_pack(splits, &file, &pack)?;
+    for m in &check.mismatches {
+        println!("MISMATCH {m}");
+    }
+    for l in &check.leaks {
+        println!("LEAK {l}");
+    }
+    if check.is_clean() {
+        println!(
+            "ok: {} tasks of {} re-derived, no leak across splits",
+            check.tasks,
+            pack.display()
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::FAILURE)
     }
 }

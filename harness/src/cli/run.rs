@@ -128,42 +128,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .await?
         }
         None => {
-            let Some(pack) = args.pack.clone() else {
-                bail!("name a task pack (geode run PACK --model ROUTE) or --resume RUN");
-            };
-            let Some(model) = args.model.clone() else {
-                bail!("no model: pass --model (oracle, nop, scripted:FILE, ...)");
-            };
-            if args.attempts == 0 {
-                bail!("-k must be at least 1");
-            }
-            if !(args.timeout_multiplier.is_finite() && args.timeout_multiplier > 0.0) {
-                bail!("--timeout-multiplier must be a positive number");
-            }
-            let scaffold = match &args.scaffold {
-                Some(p) => {
-                    let text = std::fs::read_to_string(p)
-                        .with_context(|| format!("reading {}", p.display()))?;
-                    toml::from_str(&text).with_context(|| format!("scaffold {}", p.display()))?
-                }
-                None => Scaffold::default(),
-            };
-            let config = RunConfig {
-                schema: CONFIG_SCHEMA.into(),
-                pack: std::fs::canonicalize(&pack)
-                    .with_context(|| format!("task pack {}", pack.display()))?,
-                model,
-                attempts: args.attempts,
-                concurrency: args.concurrency.max(1),
-                seed: args.seed,
-                tasks_glob: args.tasks.clone(),
-                timeout_multiplier: args.timeout_multiplier,
-                backend: args.env.clone(),
-                base: args.base.clone(),
-                max_infra_retries: args.max_infra_retries,
-                scaffold,
-                keep_workspace: args.keep_workspace,
-            };
+            let config = new_run_config(&args)?;
             let backend = backend(&args.env, args.allow_host, &args.jobs_dir, &args.base)?;
             start_run(config, &args.jobs_dir, backend, progress, cancel.clone()).await?
         }
@@ -184,5 +149,45 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         ExitCode::from(130)
     } else {
         ExitCode::SUCCESS
+    })
+}
+
+/// A new run's configuration from the command line, checked before anything starts.
+fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
+    let Some(pack) = args.pack.clone() else {
+        bail!("name a task pack (geode run PACK --model ROUTE) or --resume RUN");
+    };
+    let Some(model) = args.model.clone() else {
+        bail!("no model: pass --model (oracle, nop, scripted:FILE, ...)");
+    };
+    if args.attempts == 0 {
+        bail!("-k must be at least 1");
+    }
+    if !(args.timeout_multiplier.is_finite() && args.timeout_multiplier > 0.0) {
+        bail!("--timeout-multiplier must be a positive number");
+    }
+    let scaffold = match &args.scaffold {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            toml::from_str(&text).with_context(|| format!("scaffold {}", p.display()))?
+        }
+        None => Scaffold::default(),
+    };
+    Ok(RunConfig {
+        schema: CONFIG_SCHEMA.into(),
+        pack: std::fs::canonicalize(&pack)
+            .with_context(|| format!("task pack {}", pack.display()))?,
+        model,
+        attempts: args.attempts,
+        concurrency: args.concurrency.max(1),
+        seed: args.seed,
+        tasks_glob: args.tasks.clone(),
+        timeout_multiplier: args.timeout_multiplier,
+        backend: args.env.clone(),
+        base: args.base.clone(),
+        max_infra_retries: args.max_infra_retries,
+        scaffold,
+        keep_workspace: args.keep_workspace,
     })
 }

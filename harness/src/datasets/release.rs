@@ -176,79 +176,14 @@ pub fn release(req: &ReleaseRequest<'_>) -> Result<(PathBuf, ReleaseManifest), R
     if dest.exists() {
         return Err(exists(&dest));
     }
-    let pack = TaskPack::load(req.pack).map_err(DatasetError::from)?;
-    if !pack.broken.is_empty() {
-        let message = pack
-            .broken
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
-        return Err(ReleaseError::Broken {
-            pack: req.pack.display().to_string(),
-            message,
-        });
-    }
+    let pack = whole_pack(req.pack)?;
     let origin = req
         .origin
         .map(str::to_string)
         .unwrap_or_else(|| pack_origin(req.pack));
-    let checks: Vec<OriginCheck> = pack
-        .tasks
-        .iter()
-        .map(|t| req.allowlist.check(t, &origin))
-        .collect();
-    let refused: Vec<String> = checks
-        .iter()
-        .filter(|c| !c.allowed)
-        .map(|c| format!("  {}: {}", c.task, c.reason))
-        .collect();
-    if !refused.is_empty() {
-        return Err(ReleaseError::Refused(refused));
-    }
-    let mut scopes: Vec<(String, &Path)> = pack
-        .tasks
-        .iter()
-        .map(|t| (t.id.clone(), t.dir.as_path()))
-        .collect();
-    for t in &req.trajectories {
-        let name = t
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        scopes.push((format!("trajectory:{name}"), t.as_path()));
-    }
-    let privacy = review(&Scanner::new()?, &scopes, &req.waivers)?;
-    let open: Vec<String> = privacy
-        .open()
-        .iter()
-        .map(|f| {
-            let f = &f.finding;
-            format!(
-                "  {} {}:{}:{} {} [fingerprint {}]",
-                f.rule, f.scope, f.file, f.line, f.excerpt, f.fingerprint
-            )
-        })
-        .collect();
-    if !open.is_empty() {
-        return Err(ReleaseError::Privacy(open));
-    }
-    let mut parents = Vec::new();
-    for p in &req.parents {
-        let (m, problems) = verify(p)?;
-        if !problems.is_empty() {
-            return Err(invalid(
-                p,
-                format!("parent release fails verification: {}", problems.join("; ")),
-            )
-            .into());
-        }
-        parents.push(ParentRef {
-            name: m.name,
-            version: m.version,
-            release_id: m.release_id,
-        });
-    }
+    let checks = allowed_origins(req, &pack, &origin)?;
+    let privacy = privacy_cleared(req, &pack)?;
+    let parents = verified_parents(&req.parents)?;
 
     std::fs::create_dir_all(req.out).map_err(|e| io_err(req.out, e))?;
     let staging = req.out.join(format!(
@@ -260,37 +195,7 @@ pub fn release(req: &ReleaseRequest<'_>) -> Result<(PathBuf, ReleaseManifest), R
     if staging.exists() {
         std::fs::remove_dir_all(&staging).map_err(|e| io_err(&staging, e))?;
     }
-    for task in &pack.tasks {
-        let unsafe_id = Path::new(&task.id)
-            .components()
-            .any(|c| !matches!(c, std::path::Component::Normal(_)));
-        if unsafe_id {
-            return Err(invalid(
-                &task.dir,
-                format!("task id {:?} cannot name a folder", task.id),
-            )
-            .into());
-        }
-    }
-    let mut tasks = Vec::new();
-    for (task, check) in pack.tasks.iter().zip(&checks) {
-        let copy = staging.join("tasks").join(&task.id);
-        copy_tree(&task.dir, &copy)?;
-        let mut files = BTreeMap::new();
-        for rel in entries_below(&copy)? {
-            files.insert(
-                rel.to_string_lossy().into_owned(),
-                file_digest(&copy.join(&rel))?,
-            );
-        }
-        tasks.push(ReleasedTask {
-            id: task.id.clone(),
-            hash: hash_task_dir(&copy).map_err(DatasetError::from)?,
-            source_digest: task.hash.clone(),
-            origin: check.origin.clone(),
-            files,
-        });
-    }
+    let tasks = stage_tasks(&pack, &checks, &staging)?;
     let mut manifest = ReleaseManifest {
         schema: RELEASE_SCHEMA.to_string(),
         release_id: String::new(),
@@ -325,6 +230,142 @@ pub fn release(req: &ReleaseRequest<'_>) -> Result<(PathBuf, ReleaseManifest), R
     }
     std::fs::rename(&staging, &dest).map_err(|e| io_err(&dest, e))?;
     Ok((dest, manifest))
+}
+
+/// The pack, refused when any of its tasks is broken: a release holds the whole pack.
+fn whole_pack(dir: &Path) -> Result<TaskPack, ReleaseError> {
+    let pack = TaskPack::load(dir).map_err(DatasetError::from)?;
+    if !pack.broken.is_empty() {
+        let message = pack
+            .broken
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(ReleaseError::Broken {
+            pack: dir.display().to_string(),
+            message,
+        });
+    }
+    Ok(pack)
+}
+
+/// Every task's origin against the allowlist; refused when any is not on it.
+fn allowed_origins(
+    req: &ReleaseRequest<'_>,
+    pack: &TaskPack,
+    origin: &str,
+) -> Result<Vec<OriginCheck>, ReleaseError> {
+    let checks: Vec<OriginCheck> = pack
+        .tasks
+        .iter()
+        .map(|t| req.allowlist.check(t, origin))
+        .collect();
+    let refused: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.allowed)
+        .map(|c| format!("  {}: {}", c.task, c.reason))
+        .collect();
+    if !refused.is_empty() {
+        return Err(ReleaseError::Refused(refused));
+    }
+    Ok(checks)
+}
+
+/// The privacy review of the tasks and trajectories; refused on any open finding.
+fn privacy_cleared(
+    req: &ReleaseRequest<'_>,
+    pack: &TaskPack,
+) -> Result<PrivacyReview, ReleaseError> {
+    let mut scopes: Vec<(String, &Path)> = pack
+        .tasks
+        .iter()
+        .map(|t| (t.id.clone(), t.dir.as_path()))
+        .collect();
+    for t in &req.trajectories {
+        let name = t
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        scopes.push((format!("trajectory:{name}"), t.as_path()));
+    }
+    let privacy = review(&Scanner::new()?, &scopes, &req.waivers)?;
+    let open: Vec<String> = privacy
+        .open()
+        .iter()
+        .map(|f| {
+            let f = &f.finding;
+            format!(
+                "  {} {}:{}:{} {} [fingerprint {}]",
+                f.rule, f.scope, f.file, f.line, f.excerpt, f.fingerprint
+            )
+        })
+        .collect();
+    if !open.is_empty() {
+        return Err(ReleaseError::Privacy(open));
+    }
+    Ok(privacy)
+}
+
+/// The parent releases, each verified intact before the lineage names it.
+fn verified_parents(dirs: &[PathBuf]) -> Result<Vec<ParentRef>, ReleaseError> {
+    let mut parents = Vec::new();
+    for p in dirs {
+        let (m, problems) = verify(p)?;
+        if !problems.is_empty() {
+            return Err(invalid(
+                p,
+                format!("parent release fails verification: {}", problems.join("; ")),
+            )
+            .into());
+        }
+        parents.push(ParentRef {
+            name: m.name,
+            version: m.version,
+            release_id: m.release_id,
+        });
+    }
+    Ok(parents)
+}
+
+/// The tasks copied into `staging/tasks/ID/`, each with its files' digests and its hash.
+fn stage_tasks(
+    pack: &TaskPack,
+    checks: &[OriginCheck],
+    staging: &Path,
+) -> Result<Vec<ReleasedTask>, ReleaseError> {
+    for task in &pack.tasks {
+        let unsafe_id = Path::new(&task.id)
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)));
+        if unsafe_id {
+            return Err(invalid(
+                &task.dir,
+                format!("task id {:?} cannot name a folder", task.id),
+            )
+            .into());
+        }
+    }
+    let mut tasks = Vec::new();
+    for (task, check) in pack.tasks.iter().zip(checks) {
+        let copy = staging.join("tasks").join(&task.id);
+        copy_tree(&task.dir, &copy)?;
+        let mut files = BTreeMap::new();
+        for rel in entries_below(&copy)? {
+            files.insert(
+                rel.to_string_lossy().into_owned(),
+                file_digest(&copy.join(&rel))?,
+            );
+        }
+        tasks.push(ReleasedTask {
+            id: task.id.clone(),
+            hash: hash_task_dir(&copy).map_err(DatasetError::from)?,
+            source_digest: task.hash.clone(),
+            origin: check.origin.clone(),
+            files,
+        });
+    }
+    Ok(tasks)
 }
 
 /// Re-hash a release. Returns the manifest and every problem found (empty: the release is

@@ -16,13 +16,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use geode_crucible::{Stage, decide};
+use geode_crucible::{DecisionRecord, FrozenContract, Stage, decide};
 use serde::{Deserialize, Serialize};
 
 use super::SearchError;
 use super::champion::{Env, contract_for, derive_seed, load_resolved, run_train_campaign};
-use super::lineage::Lineage;
-use crate::crucible_ops::open_sealed;
+use super::config::SearchConfig;
+use super::lineage::{Entry, Lineage};
+use crate::crucible_ops::{OpenedPack, open_sealed};
 use crate::crucible_run::{Campaign, run_campaign, write_atomic};
 use crate::pack::TaskPack;
 
@@ -135,27 +136,43 @@ pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
     )?;
     std::fs::create_dir_all(&dir).map_err(|e| SearchError::file(&dir, e))?;
     write_atomic(&dir.join("contract.json"), contract.canonical_json())?;
-    let mut opened = None;
-    let mut plain_pack = None;
-    match (&c.test.sealed, &c.test.key, &c.test.pack) {
-        (Some(state), Some(key), _) => {
-            let commitments = c
-                .test
-                .commitments
-                .clone()
-                .unwrap_or_else(|| PathBuf::from("datasets/commitments"));
-            opened = Some(open_sealed(&contract, state, key, &commitments, out)?)
-        }
-        (_, _, Some(plain)) => {
-            plain_pack = Some(TaskPack::load(plain).map_err(|e| SearchError::Pack(e.to_string()))?)
-        }
-        _ => return Err(SearchError::Refused("no test pack configured".into())),
-    };
+    let record = decide_on_holdout(out, c, &contract, &dir, baseline, champion, env).await?;
+    p.compared = true;
+    p.verdict = Some(record.verdict.to_string());
+    p.promoted = p.verdict.as_deref() == Some("KEEP");
+    p.reasons = record
+        .reasons
+        .iter()
+        .map(|r| r.as_str().to_string())
+        .collect();
+    p.contract_hash = Some(contract.hash().to_string());
+    p.evidence_hash = record.evidence_hash.as_ref().map(|h| h.to_string());
+    if let Some(s) = &record.statistics {
+        p.estimate = s.estimate;
+        p.baseline_mean = s.baseline_mean;
+        p.candidate_mean = s.candidate_mean;
+    }
+    write_summary(&summary_path, &p)?;
+    Ok(p)
+}
+
+/// The test-stage campaign on the holdout, and its decision, both written to `dir`. A sealed
+/// holdout's opening is closed with the decision, or without one if the campaign failed.
+async fn decide_on_holdout(
+    out: &Path,
+    c: &SearchConfig,
+    contract: &FrozenContract,
+    dir: &Path,
+    baseline: &Entry,
+    champion: &Entry,
+    env: &Env,
+) -> Result<DecisionRecord, SearchError> {
+    let (opened, plain_pack) = test_pack(c, contract, out)?;
     let Some(pack) = opened.as_ref().map(|o| &o.pack).or(plain_pack.as_ref()) else {
         return Err(SearchError::Refused("no test pack configured".into()));
     };
     let campaign = Campaign {
-        contract: &contract,
+        contract,
         pack,
         baseline: Arc::new(baseline.scaffold.clone()),
         candidate: Arc::new(champion.scaffold.clone()),
@@ -185,9 +202,9 @@ pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
             return Err(e.into());
         }
     };
-    let text = serde_json::to_string_pretty(&evidence).map_err(|e| SearchError::file(&dir, e))?;
+    let text = serde_json::to_string_pretty(&evidence).map_err(|e| SearchError::file(dir, e))?;
     write_atomic(&dir.join("evidence.json"), &text)?;
-    let mut record = decide(&contract, &evidence);
+    let mut record = decide(contract, &evidence);
     record.ledger_entry = opened.as_ref().map(|o| o.ledger_entry().to_string());
     let json = record
         .to_json()
@@ -196,23 +213,33 @@ pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
     if let Some(o) = opened {
         o.close(Some(&record))?;
     }
-    p.compared = true;
-    p.verdict = Some(record.verdict.to_string());
-    p.promoted = p.verdict.as_deref() == Some("KEEP");
-    p.reasons = record
-        .reasons
-        .iter()
-        .map(|r| r.as_str().to_string())
-        .collect();
-    p.contract_hash = Some(contract.hash().to_string());
-    p.evidence_hash = record.evidence_hash.as_ref().map(|h| h.to_string());
-    if let Some(s) = &record.statistics {
-        p.estimate = s.estimate;
-        p.baseline_mean = s.baseline_mean;
-        p.candidate_mean = s.candidate_mean;
+    Ok(record)
+}
+
+/// The test pack: a sealed one opened (burning its opening) for `contract`, or a plain one.
+fn test_pack(
+    c: &SearchConfig,
+    contract: &FrozenContract,
+    out: &Path,
+) -> Result<(Option<OpenedPack>, Option<TaskPack>), SearchError> {
+    match (&c.test.sealed, &c.test.key, &c.test.pack) {
+        (Some(state), Some(key), _) => {
+            let commitments = c
+                .test
+                .commitments
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("datasets/commitments"));
+            Ok((
+                Some(open_sealed(contract, state, key, &commitments, out)?),
+                None,
+            ))
+        }
+        (_, _, Some(plain)) => Ok((
+            None,
+            Some(TaskPack::load(plain).map_err(|e| SearchError::Pack(e.to_string()))?),
+        )),
+        _ => Err(SearchError::Refused("no test pack configured".into())),
     }
-    write_summary(&summary_path, &p)?;
-    Ok(p)
 }
 
 /// Runs (or, after an interruption, reads back) the champion's confirmation on train.

@@ -12,56 +12,31 @@
 //! back and its campaign resumed: the trials it finished are kept with their cost and wall
 //! time (the campaign's `trials.jsonl`), the rest run.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use geode_crucible::{DecisionRecord, Stage, decide};
 use geode_runtime::scaffold::Scaffold;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::SearchError;
 use super::config::SearchConfig;
 pub use super::contract::{contract_for, derive_seed};
 use super::lineage::{Entry, EntryKind, LINEAGE_SCHEMA, Lineage, Spent};
-use super::mutate::{Member, PolicyKind, Proposal, propose};
+use super::mutate::PolicyKind;
 use super::proposer::{Proposer, failure_codes};
-use super::space::{SearchSpace, apply};
-use crate::crucible_ops::evaluator;
-use crate::crucible_run::{Campaign, pack_hash, run_campaign, write_atomic};
+use crate::crucible_run::{Campaign, run_campaign, write_atomic};
 use crate::env::Backend;
 use crate::pack::TaskPack;
 use crate::rollout::trial::PhaseObserver;
-use crate::sealing;
 
-pub const PROPOSAL_SCHEMA: &str = "geode.search.proposal.v1";
-pub const RESOLVED_SCHEMA: &str = "geode.search.resolved.v1";
+mod proposal;
+mod resolve;
 
-/// A proposal written before its campaign, so an interrupted candidate is re-run unchanged.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ProposalFile {
-    pub schema: String,
-    pub id: String,
-    pub parent: String,
-    pub against: String,
-    pub policy: PolicyKind,
-    pub mutation: super::space::Mutation,
-    pub hypothesis: String,
-    pub scaffold: Scaffold,
-}
-
-/// The resolved configuration kept in the output folder.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Resolved {
-    pub schema: String,
-    pub config: SearchConfig,
-    pub space: SearchSpace,
-    pub train_pack_hash: String,
-    pub test_pack_hash: String,
-}
+pub use proposal::{PROPOSAL_SCHEMA, ProposalFile};
+pub use resolve::{RESOLVED_SCHEMA, Resolved, load_resolved, prepare};
 
 /// Why the loop stopped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -148,114 +123,8 @@ fn json_file<T: Serialize>(path: &Path, v: &T) -> Result<(), SearchError> {
     Ok(())
 }
 
-/// Resolves and checks the configuration, the space and the frozen parts, and pins them in
-/// `<out>/search.json` (a restart with another configuration is refused).
-pub fn prepare(config: &SearchConfig) -> Result<Resolved, SearchError> {
-    let space = SearchSpace::load(&config.space)?;
-    let train = TaskPack::load(&config.train).map_err(|e| SearchError::Pack(e.to_string()))?;
-    let train_hash = pack_hash(&train, config.trials)?.to_string();
-    let test_hash = match (&config.test.sealed, &config.test.pack) {
-        (Some(state), _) => sealing::load_state(state)?.pack_hash.to_string(),
-        (None, Some(p)) => {
-            let pack = TaskPack::load(p).map_err(|e| SearchError::Pack(e.to_string()))?;
-            pack_hash(&pack, config.test.trials)?.to_string()
-        }
-        (None, None) => return Err(SearchError::Refused("no test pack".into())),
-    };
-    let frozen = &space.frozen;
-    let check = |field: &str, pinned: &Option<String>, actual: &str| match pinned {
-        Some(p) if p != actual => Err(SearchError::Field {
-            path: config.space.display().to_string(),
-            field: format!("frozen.{field}"),
-            message: format!("pinned {p:?} but the search uses {actual:?}"),
-        }),
-        _ => Ok(()),
-    };
-    check("train_pack", &frozen.train_pack, &train_hash)?;
-    check("test_pack", &frozen.test_pack, &test_hash)?;
-    check("model", &frozen.model, &config.model)?;
-    check(
-        "evaluator_version",
-        &frozen.evaluator_version,
-        &evaluator().binary_version,
-    )?;
-    // Fail early on an unreadable baseline rather than after the packs are hashed twice.
-    let baseline = config.baseline_scaffold()?;
-    space
-        .check_interactions(&baseline)
-        .map_err(|(field, message)| SearchError::Field {
-            path: config.space.display().to_string(),
-            field,
-            message,
-        })?;
-    let resolved = Resolved {
-        schema: RESOLVED_SCHEMA.into(),
-        config: config.clone(),
-        space,
-        train_pack_hash: train_hash,
-        test_pack_hash: test_hash,
-    };
-    std::fs::create_dir_all(&config.out).map_err(|e| SearchError::file(&config.out, e))?;
-    let pinned = config.out.join("search.json");
-    if pinned.is_file() {
-        let text = std::fs::read_to_string(&pinned).map_err(|e| SearchError::file(&pinned, e))?;
-        let old: Resolved = serde_json::from_str(&text).map_err(|e| SearchError::Format {
-            path: pinned.display().to_string(),
-            message: e.to_string(),
-        })?;
-        let same = serde_json::to_value(&old.config).ok() == serde_json::to_value(config).ok()
-            && old.space == resolved.space
-            && old.train_pack_hash == resolved.train_pack_hash
-            && old.test_pack_hash == resolved.test_pack_hash;
-        if !same {
-            return Err(SearchError::Refused(format!(
-                "{} holds another search (configuration, space or packs differ)",
-                config.out.display()
-            )));
-        }
-    } else {
-        json_file(&pinned, &resolved)?;
-    }
-    Ok(resolved)
-}
-
-pub fn load_resolved(out: &Path) -> Result<Resolved, SearchError> {
-    let p = out.join("search.json");
-    let text = std::fs::read_to_string(&p).map_err(|e| SearchError::file(&p, e))?;
-    serde_json::from_str(&text).map_err(|e| SearchError::Format {
-        path: p.display().to_string(),
-        message: e.to_string(),
-    })
-}
-
 fn now() -> String {
     chrono::Utc::now().to_rfc3339()
-}
-
-fn population(lineage: &Lineage) -> Vec<Member> {
-    // Fitness: a candidate's own mean; the baseline's from the first campaign it anchored.
-    let mut fitness: HashMap<String, f64> = HashMap::new();
-    for e in lineage
-        .evaluated()
-        .filter(|e| e.verdict.as_deref() != Some("INVALID"))
-    {
-        if let (Some(a), Some(m)) = (&e.against, e.baseline_mean) {
-            fitness.entry(a.clone()).or_insert(m);
-        }
-        if let Some(m) = e.candidate_mean {
-            fitness.insert(e.id.clone(), m);
-        }
-    }
-    lineage
-        .entries
-        .iter()
-        .filter(|e| e.kind != EntryKind::Rejected && e.verdict.as_deref() != Some("INVALID"))
-        .map(|e| Member {
-            id: e.id.clone(),
-            scaffold: e.scaffold.clone(),
-            fitness: fitness.get(&e.id).copied(),
-        })
-        .collect()
 }
 
 fn stop_reason(c: &SearchConfig, lineage: &Lineage) -> Option<StopReason> {
@@ -327,123 +196,6 @@ pub fn policy_name(p: PolicyKind) -> String {
     serde_name(&p)
 }
 
-/// The next proposal: read back if an interrupted one is on disk, else asked of the policy.
-/// `Ok(Err(reason))` is a proposal refused without trials.
-async fn next_proposal(
-    r: &Resolved,
-    lineage: &Lineage,
-    champion: &Entry,
-    index: usize,
-    proposer: Option<&Proposer>,
-    dir: &Path,
-) -> Result<Option<Result<ProposalFile, (String, Option<ProposalFile>)>>, SearchError> {
-    let id = id_of(index);
-    let saved = dir.join("proposal.json");
-    if let Ok(text) = std::fs::read_to_string(&saved)
-        && let Ok(p) = serde_json::from_str::<ProposalFile>(&text)
-        && p.against == champion.id
-    {
-        return Ok(Some(Ok(p)));
-    }
-    let c = &r.config;
-    let seen: HashSet<String> = lineage
-        .entries
-        .iter()
-        .filter(|e| e.kind != EntryKind::Rejected)
-        .map(|e| e.scaffold_hash.clone())
-        .collect();
-    let champ = Member {
-        id: champion.id.clone(),
-        scaffold: champion.scaffold.clone(),
-        fitness: None,
-    };
-    let mut rng = ChaCha8Rng::seed_from_u64(derive_seed(c.seed, 1, index as u64));
-    let proposal: Proposal = match (c.policy, proposer) {
-        (PolicyKind::Model, Some(p)) => {
-            let recent: Vec<&Entry> = lineage.evaluated().rev().take(3).collect();
-            let prompt = Proposer::prompt(&r.space, champion, &recent);
-            let _ = std::fs::create_dir_all(dir);
-            let _ = write_atomic(&dir.join("proposer-prompt.txt"), &prompt);
-            let (mutation, hypothesis, _tokens) = match p.propose(&prompt).await {
-                Ok(x) => x,
-                Err(e) => return Ok(Some(Err((e.to_string(), None)))),
-            };
-            let refused = |why: String, m: &super::space::Mutation, s: Scaffold| {
-                Ok(Some(Err((
-                    why,
-                    Some(ProposalFile {
-                        schema: PROPOSAL_SCHEMA.into(),
-                        id: id.clone(),
-                        parent: champion.id.clone(),
-                        against: champion.id.clone(),
-                        policy: c.policy,
-                        mutation: m.clone(),
-                        hypothesis: hypothesis.clone(),
-                        scaffold: s,
-                    }),
-                ))))
-            };
-            if let Err(why) = r.space.check_mutation(&mutation) {
-                return refused(why, &mutation, champion.scaffold.clone());
-            }
-            let scaffold = match apply(&champion.scaffold, &mutation) {
-                Ok(s) => s,
-                Err(why) => return refused(why, &mutation, champion.scaffold.clone()),
-            };
-            if seen.contains(&scaffold.hash()) {
-                return refused(
-                    format!("duplicate fingerprint {}", &scaffold.hash()[..12]),
-                    &mutation,
-                    scaffold,
-                );
-            }
-            Proposal {
-                parent: champion.id.clone(),
-                mutation,
-                hypothesis,
-                scaffold,
-            }
-        }
-        (PolicyKind::Model, None) => {
-            return Err(SearchError::Proposer(
-                "policy model needs a proposer".into(),
-            ));
-        }
-        (policy, _) => {
-            let pop = population(lineage);
-            match propose(
-                policy,
-                &r.space,
-                &champ,
-                &pop,
-                &seen,
-                c.tournament_size,
-                &mut rng,
-            ) {
-                Some(p) => p,
-                None => return Ok(None),
-            }
-        }
-    };
-    let parent_scaffold = lineage
-        .get(&proposal.parent)
-        .map(|e| e.scaffold.clone())
-        .unwrap_or_else(|| champion.scaffold.clone());
-    r.space
-        .check_candidate(&parent_scaffold, &proposal.scaffold)
-        .map_err(SearchError::Refused)?;
-    Ok(Some(Ok(ProposalFile {
-        schema: PROPOSAL_SCHEMA.into(),
-        id,
-        parent: proposal.parent,
-        against: champion.id.clone(),
-        policy: c.policy,
-        mutation: proposal.mutation,
-        hypothesis: proposal.hypothesis,
-        scaffold: proposal.scaffold,
-    })))
-}
-
 /// Runs (or resumes) the search until a budget stops it. `log` receives one line per event.
 pub async fn run_search(
     config: &SearchConfig,
@@ -489,7 +241,9 @@ pub async fn run_search(
         let id = id_of(index);
         let dir = c.out.join("candidates").join(&id);
         let proposal =
-            match next_proposal(&r, &lineage, &champion, index, proposer.as_ref(), &dir).await? {
+            match proposal::next_proposal(&r, &lineage, &champion, index, proposer.as_ref(), &dir)
+                .await?
+            {
                 None => break StopReason::SpaceExhausted,
                 Some(Ok(p)) => p,
                 Some(Err((why, p))) => {

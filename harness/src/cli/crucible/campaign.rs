@@ -1,0 +1,135 @@
+//! `geode crucible run`: a contract's paired campaign on its stage's pack (a train pack, or a
+//! sealed test pack opened once for it), then its decision.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::bail;
+use geode_crucible::{DecisionRecord, FrozenContract, Stage, decide};
+use geode_harness::crucible_run::{Campaign, run_campaign, write_atomic};
+use geode_harness::pack::TaskPack;
+use geode_runtime::scaffold::Scaffold;
+use tokio_util::sync::CancellationToken;
+
+use super::super::progress::Progress;
+use super::{RunArgs, exit, load_contract, load_scaffold, print_record};
+
+pub(super) async fn run_contract(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let contract = load_contract(&a.contract)?;
+    let campaign_dir = a
+        .jobs_dir
+        .join("crucible")
+        .join(&contract.hash().to_string()[..16]);
+    if campaign_dir.join("decision.json").exists() {
+        bail!(
+            "{} already holds a decision for this contract: the first result stands",
+            campaign_dir.display()
+        );
+    }
+    std::fs::create_dir_all(&campaign_dir)?;
+    write_atomic(
+        &campaign_dir.join("contract.json"),
+        contract.canonical_json(),
+    )?;
+    let baseline = Arc::new(load_scaffold(&a.baseline_scaffold)?);
+    let candidate = Arc::new(load_scaffold(&a.candidate_scaffold)?);
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+    match contract.contract().stage {
+        Stage::Train => {
+            let Some(pack) = &a.pack else {
+                bail!("a train-stage contract needs --pack")
+            };
+            let pack = TaskPack::load(pack)?;
+            let record = campaign(
+                &contract,
+                &pack,
+                baseline,
+                candidate,
+                &campaign_dir,
+                &a,
+                None,
+                cancel,
+            )
+            .await?;
+            Ok(exit(&record))
+        }
+        Stage::Test => {
+            let (Some(state_path), Some(key_path)) = (&a.sealed, &a.key) else {
+                bail!(
+                    "a test-stage contract runs on a sealed pack: pass --sealed STATE and --key FILE"
+                );
+            };
+            // The opening is burned on disk before the first trial (crucible_ops).
+            let opened = geode_harness::crucible_ops::open_sealed(
+                &contract,
+                state_path,
+                key_path,
+                &a.commitments,
+                &a.jobs_dir,
+            )?;
+            let result = campaign(
+                &contract,
+                &opened.pack,
+                baseline,
+                candidate,
+                &campaign_dir,
+                &a,
+                Some(&opened),
+                cancel,
+            )
+            .await;
+            let record = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    opened.close(None)?;
+                    return Err(e);
+                }
+            };
+            opened.close(Some(&record))?;
+            Ok(exit(&record))
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn campaign(
+    contract: &FrozenContract,
+    pack: &TaskPack,
+    baseline: Arc<Scaffold>,
+    candidate: Arc<Scaffold>,
+    dir: &Path,
+    a: &RunArgs,
+    opened: Option<&geode_harness::crucible_ops::OpenedPack>,
+    cancel: CancellationToken,
+) -> anyhow::Result<DecisionRecord> {
+    let backend = super::super::backends::make("sandbox", false, &a.jobs_dir)?;
+    let c = Campaign {
+        contract,
+        pack,
+        baseline,
+        candidate,
+        dir: dir.to_path_buf(),
+        concurrency: a.concurrency,
+        timeout_multiplier: a.timeout_multiplier,
+        replication: None,
+        attestation: opened.map(|o| o.attestation.clone()),
+        sealed_paths: opened.map(|o| o.sealed_paths()).unwrap_or_default(),
+    };
+    let evidence = run_campaign(&c, backend, Arc::new(Progress::new()), cancel).await?;
+    write_atomic(
+        &dir.join("evidence.json"),
+        &serde_json::to_string_pretty(&evidence)?,
+    )?;
+    let mut record = decide(contract, &evidence);
+    record.ledger_entry = opened.map(|o| o.ledger_entry().to_string());
+    write_atomic(&dir.join("decision.json"), &record.to_json()?)?;
+    print_record(&record);
+    Ok(record)
+}

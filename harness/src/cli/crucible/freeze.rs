@@ -1,0 +1,121 @@
+//! `geode crucible freeze`: a contract from the flags, frozen (canonical JSON and its hash),
+//! with a warning for every rule its campaign could not pass on the pack at hand.
+
+use anyhow::bail;
+use geode_crucible::{
+    ArmSpec, Budgets, CONTRACT_SCHEMA, Clustering, Contract, DecisionRule, FrozenContract,
+    LowerBoundMethod, Stage, StagePacks, Vetoes,
+};
+use geode_harness::crucible_run::{pack_hash, scaffold_hash, tests_grader_hash, write_atomic};
+use geode_harness::pack::TaskPack;
+use geode_harness::sealing;
+use std::process::ExitCode;
+
+use super::{FreezeArgs, StageArg, evaluator, load_scaffold};
+
+pub(super) fn freeze(a: FreezeArgs) -> anyhow::Result<ExitCode> {
+    let train = TaskPack::load(&a.train)?;
+    let test = match (&a.test_sealed, &a.test) {
+        (Some(p), _) => sealing::load_state(p)?.pack_hash.clone(),
+        (None, Some(p)) => pack_hash(&TaskPack::load(p)?, a.trials)?,
+        (None, None) => bail!("name the test pack: --test-sealed STATE or --test PACK"),
+    };
+    let Some(lower_bound) = LowerBoundMethod::parse(&a.lower_bound) else {
+        bail!(
+            "--lower-bound {:?}: use t_and_bca, t, bca or percentile",
+            a.lower_bound
+        );
+    };
+    let cluster = match a.cluster.as_str() {
+        "task" => Clustering::Task,
+        "family" => Clustering::Family,
+        other => bail!("--cluster {other:?}: use task or family"),
+    };
+    let contract = Contract {
+        schema: CONTRACT_SCHEMA.into(),
+        stage: match a.stage {
+            StageArg::Train => Stage::Train,
+            StageArg::Test => Stage::Test,
+        },
+        baseline: ArmSpec {
+            scaffold_hash: scaffold_hash(&load_scaffold(&a.baseline_scaffold)?)?,
+            model_route: a.model.clone(),
+        },
+        candidate: ArmSpec {
+            scaffold_hash: scaffold_hash(&load_scaffold(&a.candidate_scaffold)?)?,
+            model_route: a.candidate_model.clone().unwrap_or(a.model.clone()),
+        },
+        packs: StagePacks {
+            train: pack_hash(&train, a.trials)?,
+            test,
+        },
+        trials_per_task: a.trials,
+        run_seed: a.seed,
+        grader_config_hash: tests_grader_hash(a.reward_key.as_deref()),
+        evaluator: evaluator(),
+        decision_rule: DecisionRule {
+            confidence: a.confidence,
+            bootstrap_resamples: a.resamples,
+            permutation_resamples: a.resamples,
+            materiality: a.materiality,
+            min_tasks: a.min_tasks,
+            min_families: a.min_families,
+            candidate_floor: a.candidate_floor,
+            lower_bound,
+            cluster,
+        },
+        budgets: Budgets {
+            wall_seconds: a.budget_wall,
+            model_calls: a.budget_calls,
+            tokens: a.budget_tokens,
+            cost_usd: a.budget_cost,
+        },
+        vetoes: Vetoes {
+            safety_tolerance: a.safety_tolerance,
+            infra_allowance: a.infra_allowance,
+        },
+        reward_key: a.reward_key.clone(),
+    };
+    let frozen = contract.freeze()?;
+    warn_if_infeasible(&frozen, &a, &train)?;
+    write_atomic(&a.out, frozen.canonical_json())?;
+    println!("{}  {}", frozen.hash(), a.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Warns on stderr about every rule the contract's campaign cannot pass on its stage's pack
+/// (it is frozen anyway: the user may mean to grow the pack before running).
+fn warn_if_infeasible(
+    frozen: &FrozenContract,
+    a: &FreezeArgs,
+    train: &TaskPack,
+) -> anyhow::Result<()> {
+    let c = frozen.contract();
+    let loaded;
+    let pack = match (c.stage, &a.test) {
+        (Stage::Train, _) => train,
+        (Stage::Test, Some(p)) if a.test_sealed.is_none() => {
+            loaded = TaskPack::load(p)?;
+            &loaded
+        }
+        (Stage::Test, _) => {
+            eprintln!(
+                "note: the sealed test pack's size is hidden; check the design with \
+                 `geode crucible power --contract {} --tasks N`",
+                a.out.display()
+            );
+            return Ok(());
+        }
+    };
+    let families: std::collections::BTreeSet<&str> =
+        pack.tasks.iter().map(|t| t.config.category()).collect();
+    let design = geode_crucible::Design {
+        tasks: pack.tasks.len() as u32,
+        trials: c.trials_per_task,
+        families: families.len() as u32,
+    };
+    for obstacle in geode_crucible::obstacles(&c.decision_rule, &c.vetoes, design) {
+        eprintln!("warning: this campaign cannot KEEP: {obstacle}");
+    }
+    Ok(())
+}

@@ -1,0 +1,433 @@
+//! `geode crucible`: freeze a contract, run a paired campaign, decide, simulate power,
+//! replicate, seal a holdout pack.
+//!
+//! Exit codes of `run`, `decide` and `replicate`: 0 KEEP, 1 REJECT, 2 INVALID (errors: 1 with a
+//! message on stderr, before any verdict is printed).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use geode_crucible::{
+    DecisionRecord, EvaluatorIdentity, Evidence, FrozenContract, PowerSpec, decide, power,
+};
+use geode_harness::crucible_run::write_atomic;
+use geode_harness::sealing;
+use geode_runtime::scaffold::Scaffold;
+
+mod campaign;
+mod freeze;
+mod replicate;
+
+#[derive(Debug, Subcommand)]
+pub enum CrucibleCommand {
+    /// Write a frozen contract (canonical JSON) and print its hash.
+    Freeze(FreezeArgs),
+    /// Run a contract's paired campaign, then decide.
+    Run(RunArgs),
+    /// Decide a campaign folder again from its contract and evidence.
+    Decide { campaign: PathBuf },
+    /// Simulate campaigns through the decision rule: P(KEEP) and the minimum detectable effect.
+    Power(PowerArgs),
+    /// Re-run a decided campaign with a fresh run seed and say whether the verdict replicates.
+    Replicate(ReplicateArgs),
+    /// Encrypt a holdout pack at rest and publish its commitment.
+    Seal(SealArgs),
+    /// Check that commitments, openings ledgers, seal states and decision records agree; exit 1
+    /// naming each removed, rewritten or reset record.
+    Audit(AuditArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    #[arg(long, default_value = "datasets/commitments")]
+    commitments: PathBuf,
+    /// The folder of the seal states (`<name>.seal-state.json`).
+    #[arg(long, default_value = "sealed")]
+    sealed: PathBuf,
+    /// Folders searched for decision.json records (repeatable; default jobs/crucible).
+    #[arg(long = "decisions")]
+    decisions: Vec<PathBuf>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct FreezeArgs {
+    #[arg(long)]
+    stage: StageArg,
+    /// The train pack.
+    #[arg(long)]
+    train: PathBuf,
+    /// The test pack's seal state (`<name>.seal-state.json`); its pack hash is pinned.
+    #[arg(long, required_unless_present = "test", conflicts_with = "test")]
+    test_sealed: Option<PathBuf>,
+    /// A test pack that is not sealed (its hash is pinned; prefer a sealed one).
+    #[arg(long)]
+    test: Option<PathBuf>,
+    #[arg(long)]
+    baseline_scaffold: Option<PathBuf>,
+    #[arg(long)]
+    candidate_scaffold: Option<PathBuf>,
+    /// Model route of both arms (or of the baseline with --candidate-model).
+    #[arg(long)]
+    model: String,
+    #[arg(long)]
+    candidate_model: Option<String>,
+    #[arg(short = 'k', long, default_value_t = 5)]
+    trials: u32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, default_value_t = 0.95)]
+    confidence: f64,
+    #[arg(long, default_value_t = 10_000)]
+    resamples: u32,
+    #[arg(long, default_value_t = 0.02)]
+    materiality: f64,
+    #[arg(long, default_value_t = 20)]
+    min_tasks: u32,
+    #[arg(long, default_value_t = 2)]
+    min_families: u32,
+    #[arg(long, default_value_t = 0.0)]
+    candidate_floor: f64,
+    /// The bound the gate compares with zero: t_and_bca (the smaller of the two), t, bca or
+    /// percentile.
+    #[arg(long, default_value = "t_and_bca")]
+    lower_bound: String,
+    /// The unit of inference: task, or family when effects may move together within a task
+    /// category (the gate then also needs the family-clustered t bound positive).
+    #[arg(long, default_value = "task")]
+    cluster: String,
+    #[arg(long, default_value_t = 7200.0)]
+    budget_wall: f64,
+    #[arg(long, default_value_t = 1_000_000)]
+    budget_calls: u64,
+    #[arg(long, default_value_t = 1_000_000_000)]
+    budget_tokens: u64,
+    #[arg(long, default_value_t = 100.0)]
+    budget_cost: f64,
+    #[arg(long, default_value_t = 0.05)]
+    safety_tolerance: f64,
+    #[arg(long, default_value_t = 0.02)]
+    infra_allowance: f64,
+    /// Score this key of each trial's `reward.json` (a multi-reward task's `correctness`, say)
+    /// instead of its headline reward; a trial without the key counts as infrastructure.
+    #[arg(long, value_name = "KEY")]
+    reward_key: Option<String>,
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum StageArg {
+    Train,
+    Test,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    contract: PathBuf,
+    /// The stage's pack (train stage).
+    #[arg(long)]
+    pack: Option<PathBuf>,
+    /// The sealed test pack's state file (test stage), with --key.
+    #[arg(long)]
+    sealed: Option<PathBuf>,
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// The folder of the sealed pack's public commitment, where its opening is recorded.
+    #[arg(long, default_value = "datasets/commitments")]
+    commitments: PathBuf,
+    #[arg(long)]
+    baseline_scaffold: Option<PathBuf>,
+    #[arg(long)]
+    candidate_scaffold: Option<PathBuf>,
+    #[arg(short = 'n', long, default_value_t = 1)]
+    concurrency: usize,
+    #[arg(long, default_value = "jobs")]
+    jobs_dir: PathBuf,
+    #[arg(long, default_value_t = 1.0)]
+    timeout_multiplier: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct PowerArgs {
+    #[arg(long)]
+    baseline_rate: f64,
+    #[arg(long)]
+    effect: f64,
+    #[arg(long)]
+    tasks: u32,
+    /// Trials per task per arm (a contract's own with --contract).
+    #[arg(
+        long,
+        required_unless_present = "contract",
+        conflicts_with = "contract"
+    )]
+    trials: Option<u32>,
+    /// Simulate this frozen contract's exact rule, vetoes and trials per task instead of the
+    /// default rule.
+    #[arg(long)]
+    contract: Option<PathBuf>,
+    #[arg(long)]
+    families: Option<u32>,
+    #[arg(long, default_value_t = 1000)]
+    simulations: u32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplicateArgs {
+    /// A decided campaign folder (holding contract.json and decision.json).
+    campaign: PathBuf,
+    /// Which replication (its run seed derives from the contract and this index); default:
+    /// the next one not yet recorded. A recorded index is never run again.
+    #[arg(long)]
+    index: Option<u32>,
+    #[arg(long)]
+    pack: PathBuf,
+    #[arg(long)]
+    baseline_scaffold: Option<PathBuf>,
+    #[arg(long)]
+    candidate_scaffold: Option<PathBuf>,
+    #[arg(short = 'n', long, default_value_t = 1)]
+    concurrency: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct SealArgs {
+    pack: PathBuf,
+    /// Key file (64 hex characters), kept outside the repository.
+    #[arg(long)]
+    key: PathBuf,
+    /// Create the key file (mode 0600) instead of reading it.
+    #[arg(long)]
+    new_key: bool,
+    #[arg(long)]
+    name: String,
+    /// Trials per task the pack will be run with (part of its pack hash).
+    #[arg(short = 'k', long, default_value_t = 5)]
+    trials: u32,
+    #[arg(long, default_value = "sealed")]
+    out: PathBuf,
+    #[arg(long, default_value = "datasets/commitments")]
+    commitments: PathBuf,
+}
+
+fn load_scaffold(path: &Option<PathBuf>) -> anyhow::Result<Scaffold> {
+    match path {
+        None => Ok(Scaffold::default()),
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            toml::from_str(&text).with_context(|| format!("scaffold {}", p.display()))
+        }
+    }
+}
+
+fn evaluator() -> EvaluatorIdentity {
+    geode_harness::crucible_ops::evaluator()
+}
+
+fn load_contract(path: &Path) -> anyhow::Result<FrozenContract> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    FrozenContract::from_json(&text).with_context(|| format!("contract {}", path.display()))
+}
+
+fn print_record(record: &DecisionRecord) {
+    let stats = record
+        .statistics
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok())
+        .unwrap_or_default();
+    println!("verdict {}", record.verdict);
+    if !record.reasons.is_empty() {
+        let reasons: Vec<String> = record
+            .reasons
+            .iter()
+            .filter_map(|r| serde_json::to_value(r).ok())
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string())
+            })
+            .collect();
+        println!("reasons {}", reasons.join(", "));
+    }
+    for d in &record.details {
+        println!("  {d}");
+    }
+    for key in [
+        "tasks",
+        "pairs",
+        "baseline_mean",
+        "candidate_mean",
+        "estimate",
+        "std_error",
+        "lower_bound_method",
+        "lower_bound",
+        "minimum_detectable_effect",
+    ] {
+        if let Some(v) = stats.get(key) {
+            println!("{key} {v}");
+        }
+    }
+    if let Some(p) = stats.get("permutation").and_then(|p| p.get("p_value")) {
+        println!("sign_flip_p_value {p}");
+    }
+    if let Some(safety) = &record.safety {
+        let v = serde_json::to_value(safety).unwrap_or_default();
+        println!(
+            "safety: flagged baseline {} candidate {}, upper bound of the excess {} (tolerance {})",
+            v["baseline"]["flagged"], v["candidate"]["flagged"], v["upper_bound"], v["tolerance"]
+        );
+    }
+}
+
+fn exit(record: &DecisionRecord) -> ExitCode {
+    ExitCode::from(u8::try_from(record.exit_code()).unwrap_or(1))
+}
+
+pub async fn run(cmd: CrucibleCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        CrucibleCommand::Freeze(a) => freeze::freeze(a),
+        CrucibleCommand::Run(a) => campaign::run_contract(a).await,
+        CrucibleCommand::Decide { campaign } => decide_again(&campaign),
+        CrucibleCommand::Power(a) => simulate_power(a),
+        CrucibleCommand::Replicate(a) => replicate::replicate(a).await,
+        CrucibleCommand::Seal(a) => seal(a),
+        CrucibleCommand::Audit(a) => audit(a),
+    }
+}
+
+/// `decide`: the campaign's contract and evidence, decided again.
+fn decide_again(campaign: &Path) -> anyhow::Result<ExitCode> {
+    let contract = load_contract(&campaign.join("contract.json"))?;
+    let p = campaign.join("evidence.json");
+    let evidence: Evidence = serde_json::from_str(
+        &std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?,
+    )
+    .with_context(|| format!("evidence {}", p.display()))?;
+    let record = decide(&contract, &evidence);
+    write_atomic(&campaign.join("decision.json"), &record.to_json()?)?;
+    print_record(&record);
+    Ok(exit(&record))
+}
+
+/// `power`: the design (a contract's, or the flags') through simulated campaigns.
+fn simulate_power(a: PowerArgs) -> anyhow::Result<ExitCode> {
+    let contract = a.contract.as_deref().map(load_contract).transpose()?;
+    let trials = match (&contract, a.trials) {
+        (Some(c), _) => c.contract().trials_per_task,
+        (None, Some(k)) => k,
+        (None, None) => bail!("--trials or --contract"),
+    };
+    let mut spec = PowerSpec::new(a.baseline_rate, a.effect, a.tasks, trials);
+    if let Some(c) = &contract {
+        spec.rule = c.contract().decision_rule.clone();
+        spec.vetoes = c.contract().vetoes.clone();
+    }
+    spec.simulations = a.simulations;
+    spec.seed = a.seed;
+    if let Some(f) = a.families {
+        spec.families = f;
+    }
+    let report = power(&spec)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "P(KEEP) {:.3} (95% Wilson {:.3}..{:.3}) over {} simulated campaigns",
+            report.p_keep,
+            report.p_keep_interval.lower,
+            report.p_keep_interval.upper,
+            spec.simulations
+        );
+        println!(
+            "rule: {}, confidence {}, B = {}, min_tasks {}, materiality {}; {} tasks x {} \
+             trials per arm",
+            spec.rule.lower_bound.name(),
+            spec.rule.confidence,
+            spec.rule.bootstrap_resamples,
+            spec.rule.min_tasks,
+            spec.rule.materiality,
+            spec.tasks,
+            spec.trials
+        );
+        for obstacle in &report.obstacles {
+            println!("P(KEEP) is 0 by rule: {obstacle}");
+        }
+        match report.minimum_detectable_effect {
+            Some(m) => println!("minimum detectable effect at 80% power: {m:.4}"),
+            None if !report.obstacles.is_empty() => {
+                println!("minimum detectable effect: none (no campaign of this design can KEEP)")
+            }
+            None => println!("minimum detectable effect: n/a"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `seal`: the holdout pack encrypted at rest, its commitment published.
+fn seal(a: SealArgs) -> anyhow::Result<ExitCode> {
+    let key = if a.new_key {
+        sealing::new_key(&a.key)?
+    } else {
+        sealing::read_key(&a.key)?
+    };
+    let files = sealing::seal_pack(&a.pack, &a.name, a.trials, &key, &a.out, &a.commitments)?;
+    println!(
+        "sealed {} ({} tasks)",
+        files.blob.display(),
+        files.published.tasks
+    );
+    println!("state {}", files.state.display());
+    println!(
+        "commitment {} {}",
+        files.published.commitment,
+        files.commitment.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `audit`: commitments, ledgers, seal states and decision records checked against each other.
+fn audit(a: AuditArgs) -> anyhow::Result<ExitCode> {
+    let decisions = if a.decisions.is_empty() {
+        vec![PathBuf::from("jobs/crucible")]
+    } else {
+        a.decisions
+    };
+    let decisions: Vec<PathBuf> = decisions.into_iter().filter(|d| d.is_dir()).collect();
+    let report = geode_harness::openings::audit(&a.commitments, &a.sealed, &decisions)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        for p in &report.problems {
+            println!("PROBLEM {p}");
+        }
+        for n in &report.notes {
+            println!("note {n}");
+        }
+        println!(
+            "{} sealed packs, {} openings, {} decision records: {}",
+            report.packs,
+            report.openings,
+            report.decisions,
+            if report.problems.is_empty() {
+                "consistent".to_string()
+            } else {
+                format!("{} problems", report.problems.len())
+            }
+        );
+    }
+    Ok(if report.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

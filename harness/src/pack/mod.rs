@@ -1,0 +1,51 @@
+//! Task packs in Harbor format, loaded exactly as users write them, and their content hashes.
+//!
+//! A task is a folder with `task.toml`, `instruction.md`, `environment/`, `tests/test.sh` and
+//! optionally `solution/solve.sh`. Any 1.x `task.toml` loads: unknown keys are ignored, known
+//! keys with a wrong type are an error naming the file and the field. A broken task is
+//! reported next to the pack; it never stops the others from loading.
+//!
+//! Identity: the task hash is SHA-256 over every file of the folder (relative path, mode and
+//! bytes, each length-prefixed, in path order), so renaming a folder or a pack changes
+//! nothing; the pack hash covers the ordered task hashes plus the trials per task.
+
+use std::path::Path;
+
+mod config;
+mod hash;
+mod load;
+mod validate;
+
+pub use config::{
+    AgentSection, ArtifactEntry, CollectHook, EnvironmentSection, Healthcheck, MinReward,
+    SolutionSection, StepRewards, StepSection, TaskConfig, TaskSection, VerifierMode,
+    VerifierSection,
+};
+pub use hash::{PackHash, TaskHash, hash_task_dir, pack_hash};
+pub use load::{Step, Task, TaskPack, glob_match};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PackError {
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn invalid(path: &Path, message: impl Into<String>) -> PackError {
+    PackError::Invalid {
+        path: path.display().to_string(),
+        message: message.into(),
+    }
+}
+
+fn io_err(path: &Path, source: std::io::Error) -> PackError {
+    PackError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}

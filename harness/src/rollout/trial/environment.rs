@@ -1,0 +1,262 @@
+//! The trial's environment as a backend takes it (the agent's, and a separate verifier's),
+//! and its start: image, sandbox, the compose group's sidecars and the healthcheck. Commands
+//! a task.toml names run here too, with the timeouts the trial's multiplier scales.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use geode_graders::TrialOutcome;
+use geode_runtime::tools::workspace::ExecRequest;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::record::{Ending, PhaseClock, Record, env_outcome};
+use super::{PhaseObserver, TrialPlan};
+use crate::env::{Backend, EnvError, EnvironmentSpec, NetworkPolicy, Sandbox};
+use crate::pack::{EnvironmentSection, Healthcheck, Task, TaskHash};
+use crate::rollout::images::ImageCache;
+use crate::rollout::services::{self, GroupStart};
+
+/// What `task` asks of its environment, as a backend takes it: with a compose file, what it
+/// adds to `main` (environment, the image when the task names none) and the group's names.
+pub fn environment_spec(
+    task: &Task,
+    timeout_multiplier: f64,
+    build_log: Option<PathBuf>,
+) -> EnvironmentSpec {
+    let mut spec = section_spec(
+        task,
+        &task.config.environment,
+        task.config.network_policy(),
+        task.environment_dir(),
+        timeout_multiplier,
+        build_log,
+    );
+    if let Some(compose) = &task.compose {
+        spec.env.extend(compose.main.env.iter().cloned());
+        if spec.docker_image.is_none() && !task.environment_dir().join("Dockerfile").is_file() {
+            spec.docker_image = compose.main.image.clone();
+        }
+        spec.group.names = services::group_names(compose);
+    }
+    spec
+}
+
+/// A separate verifier's environment, as Harbor resolves it, and the key its image is cached
+/// under: `[verifier.environment]`'s image when it names one; else `tests/Dockerfile` when
+/// there is one; else the task's own environment (the same image as the agent's).
+pub(super) fn verifier_environment_spec(
+    task: &Task,
+    timeout_multiplier: f64,
+    build_log: Option<PathBuf>,
+) -> (EnvironmentSpec, TaskHash) {
+    let own = task.config.verifier.environment.as_ref();
+    let section = own.unwrap_or(&task.config.environment);
+    let policy = match own {
+        Some(section) => section.network_policy(section.network_mode.as_deref()),
+        None => task.config.network_policy(),
+    };
+    let tests_build = task.tests_dir().join("Dockerfile").is_file();
+    let dir = if tests_build && section.docker_image.is_none() {
+        task.tests_dir()
+    } else {
+        task.environment_dir()
+    };
+    let mut spec = section_spec(task, section, policy, dir, timeout_multiplier, build_log);
+    if own.is_some() && spec.docker_image.is_none() && !tests_build {
+        spec.docker_image = task.config.environment.docker_image.clone();
+    }
+    if own.is_none() && !tests_build {
+        return (spec, task.hash.clone());
+    }
+    (spec, TaskHash(format!("{}+verifier", task.hash)))
+}
+
+fn section_spec(
+    task: &Task,
+    environment: &EnvironmentSection,
+    network: NetworkPolicy,
+    environment_dir: PathBuf,
+    timeout_multiplier: f64,
+    build_log: Option<PathBuf>,
+) -> EnvironmentSpec {
+    EnvironmentSpec {
+        task_name: task.id.clone(),
+        environment_dir,
+        network,
+        cpus: environment.cpus,
+        memory_mb: environment.memory_mb,
+        storage_mb: environment.storage_mb,
+        pids_max: Some(512),
+        build_timeout: scaled(task.config.build_timeout(), timeout_multiplier),
+        env: environment.env.clone().into_iter().collect(),
+        docker_image: environment.docker_image.clone(),
+        build_args: environment.build_args.clone().into_iter().collect(),
+        build_log,
+        group: Default::default(),
+    }
+}
+
+pub(super) fn scaled(d: Duration, multiplier: f64) -> Duration {
+    d.mul_f64(multiplier.max(0.01))
+}
+
+/// A command a task.toml names (a healthcheck, a collect hook, a step's setup), run in the
+/// work directory; a little of its output is kept, for the message when it fails.
+pub(super) fn task_command(command: impl Into<String>, timeout: Duration) -> ExecRequest {
+    ExecRequest {
+        command: command.into(),
+        cwd: None,
+        timeout,
+        output_cap: 4096,
+        env: Vec::new(),
+    }
+}
+
+/// Runs the task's healthcheck until it passes, as Docker's HEALTHCHECK counts: failures in
+/// the start period do not count; `retries` failures in a row after it are the error.
+pub(crate) async fn wait_healthy(
+    sandbox: &dyn Sandbox,
+    check: &Healthcheck,
+    timeout_multiplier: f64,
+    cancel: &CancellationToken,
+) -> Result<(), String> {
+    let began = Instant::now();
+    let start_period = Duration::from_secs_f64(check.start_period_sec.max(0.0));
+    let mut failures = 0u32;
+    loop {
+        let starting = began.elapsed() < start_period;
+        let req = task_command(
+            check.command.clone(),
+            scaled(
+                Duration::from_secs_f64(check.timeout_sec),
+                timeout_multiplier,
+            ),
+        );
+        let last = match sandbox.exec(req, cancel.clone()).await {
+            Ok(out) if out.exit_code == Some(0) => return Ok(()),
+            Ok(out) if out.timed_out => format!("timed out after {}s", check.timeout_sec),
+            Ok(out) => format!(
+                "exit {}: {}",
+                out.exit_code.map_or("by signal".into(), |c| c.to_string()),
+                out.stderr.trim().chars().take(300).collect::<String>()
+            ),
+            Err(e) => e.to_string(),
+        };
+        if cancel.is_cancelled() {
+            return Err("cancelled during the healthcheck".into());
+        }
+        if !starting {
+            failures += 1;
+            if failures >= check.retries.max(1) {
+                return Err(format!(
+                    "environment.healthcheck {:?} failed {failures} time(s) in a row (last: {last})",
+                    check.command
+                ));
+            }
+        }
+        let pause = if starting {
+            check.start_interval_sec
+        } else {
+            check.interval_sec
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs_f64(pause)) => {}
+            _ = cancel.cancelled() => {}
+        }
+    }
+}
+
+/// What the trial agent cannot honour yet is a note; what no backend can run is the ending.
+pub(super) fn check_supported(task: &Task, rec: &mut Record) -> Result<(), Ending> {
+    let env = &task.config.environment;
+    if let Some(dir) = &env.skills_dir {
+        rec.notes.push(format!(
+            "environment.skills_dir = {dir:?}: GEODE's trial agent does not load skills yet"
+        ));
+    }
+    if !env.mcp_servers.is_empty() {
+        rec.notes.push(format!(
+            "environment.mcp_servers: {} server(s) not connected to GEODE's trial agent yet",
+            env.mcp_servers.len()
+        ));
+    }
+    match env.unsupported() {
+        Some(why) => Err(Ending::infra(
+            TrialOutcome::EnvironmentUnsupported,
+            "EnvironmentUnsupportedError",
+            why,
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The environment phase: the image, the sandbox and the compose group's sidecars, then the
+/// healthcheck. A sandbox that started comes back with the healthcheck's verdict beside it,
+/// as it still has to be torn down when the check failed.
+pub(super) async fn start(
+    plan: &TrialPlan,
+    backend: &dyn Backend,
+    images: &ImageCache,
+    observer: &dyn PhaseObserver,
+    cancel: &CancellationToken,
+    rec: &mut Record,
+) -> Result<(Box<dyn Sandbox>, Result<(), String>), Ending> {
+    let task = &plan.task;
+    let spec = environment_spec(
+        task,
+        plan.timeout_multiplier,
+        Some(plan.trial_dir.join("build.log")),
+    );
+
+    observer.phase(&plan.trial_name, "environment");
+    let t = PhaseClock::start();
+    let started = async {
+        let image = images.prepare(backend, &task.hash, &spec).await?;
+        let mut sandbox = backend.start(&spec, &image, &plan.trial_dir).await?;
+        if let Some(compose) = task.compose.as_ref().filter(|c| !c.sidecars.is_empty()) {
+            let start = GroupStart {
+                task,
+                compose,
+                main_spec: &spec,
+                backend,
+                images,
+                trial_dir: &plan.trial_dir,
+                timeout_multiplier: plan.timeout_multiplier,
+                cancel,
+            };
+            sandbox = services::start_group(start, sandbox).await?;
+        }
+        Ok::<_, EnvError>((image, sandbox))
+    }
+    .await;
+    let (image, sandbox) = match started {
+        Ok(s) => s,
+        Err(e) => {
+            rec.close_phase("environment_setup", t);
+            return Err(Ending::infra(
+                env_outcome(&e),
+                "EnvironmentError",
+                e.to_string(),
+            ));
+        }
+    };
+    let healthy = match &task.config.environment.healthcheck {
+        Some(check) => wait_healthy(sandbox.as_ref(), check, plan.timeout_multiplier, cancel).await,
+        None => Ok(()),
+    };
+    rec.close_phase("environment_setup", t);
+    rec.notes.extend(image.notes.iter().cloned());
+    if let Some(compose) = &task.compose {
+        rec.notes.extend(compose.notes.iter().cloned());
+    }
+    rec.image = Some(json!({
+        "from": image.from,
+        "source": image.source,
+        "digest": image.digest,
+        "workdir": image.workdir,
+        "cache_hit": image.cache_hit,
+        "build_seconds": image.build_duration.as_secs_f64(),
+    }));
+    Ok((sandbox, healthy))
+}

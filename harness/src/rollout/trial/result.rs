@@ -1,0 +1,74 @@
+//! The trial's results: its store row and its `result.json` (GEODE's record, with Harbor's
+//! `TrialResult` keys beside it).
+
+use serde_json::json;
+
+use super::TrialPlan;
+use super::record::{Ending, Record};
+use crate::store::TrialRow;
+
+/// The store's row for the trial: what it ran (task, attempt, seed, route, scaffold) and how
+/// it ended.
+pub(super) fn trial_row(
+    plan: &TrialPlan,
+    ending: Ending,
+    rec: &Record,
+    started: String,
+    finished: String,
+) -> TrialRow {
+    TrialRow {
+        run_id: plan.run_id.clone(),
+        trial_name: plan.trial_name.clone(),
+        task_id: plan.task.id.clone(),
+        task_hash: plan.task.hash.0.clone(),
+        category: plan.task.config.category().to_string(),
+        difficulty: plan.task.config.difficulty().to_string(),
+        attempt: plan.attempt,
+        seed: plan.seed,
+        outcome: ending.outcome,
+        reward: ending.reward,
+        rewards_json: serde_json::to_string(&ending.rewards).unwrap_or_else(|_| "{}".into()),
+        exception_class: ending.exception.as_ref().map(|e| e.0.clone()),
+        exception_message: ending.exception.as_ref().map(|e| e.1.clone()),
+        started,
+        finished,
+        phases_json: serde_json::to_string(&rec.phases).unwrap_or_else(|_| "{}".into()),
+        usage: rec.usage,
+        model_route: plan.model_route.clone(),
+        scaffold_hash: plan.scaffold.hash(),
+        infra_retries: 0,
+        integrity: rec.signals,
+    }
+}
+
+/// The trial's `result.json`: GEODE's record, with Harbor's `TrialResult` keys beside it.
+pub(super) fn write_result_json(plan: &TrialPlan, row: &TrialRow, rec: &Record) {
+    let phases: serde_json::Value = serde_json::from_str(&row.phases_json).unwrap_or_default();
+    let geode = json!({
+        "schema": "geode.trial.v1",
+        "trial_name": row.trial_name,
+        "task_name": row.task_id,
+        "task_checksum": row.task_hash,
+        "run_id": row.run_id,
+        "attempt": row.attempt,
+        "seed": row.seed,
+        "scaffold_hash": row.scaffold_hash,
+        "outcome": row.outcome,
+        "phase_seconds": phases,
+        "image": rec.image,
+        "integrity": rec.integrity,
+        "notes": rec.notes,
+    });
+    let times = serde_json::to_value(&rec.phase_times).unwrap_or_default();
+    let doc = crate::rollout::harbor::trial_result(
+        geode,
+        row,
+        &plan.task,
+        &plan.trial_dir,
+        &times,
+        &rec.steps,
+    );
+    if let Ok(text) = serde_json::to_string_pretty(&doc) {
+        let _ = std::fs::write(plan.trial_dir.join("result.json"), text);
+    }
+}
