@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use geode_harness::env::Backend;
 use geode_harness::env::docker::DockerBackend;
 use geode_harness::env::host::HostBackend;
+use geode_harness::env::kind::BackendKind;
 use geode_harness::env::sandbox::{BaseMode, SandboxBackend, SandboxConfig};
 
 /// Where images live and which registries mirror which: `[images]` in
@@ -68,12 +69,16 @@ impl ImageSettings {
 
 /// `sandbox` keeps trial scratch (and `--base host` layers) under `<jobs>/.sandbox` and the
 /// images in the image store.
-pub fn make(name: &str, allow_host: bool, jobs_dir: &Path) -> anyhow::Result<Arc<dyn Backend>> {
-    make_with_base(name, allow_host, jobs_dir, BaseMode::Image)
+pub fn make(
+    kind: BackendKind,
+    allow_host: bool,
+    jobs_dir: &Path,
+) -> anyhow::Result<Arc<dyn Backend>> {
+    make_with_base(kind, allow_host, jobs_dir, BaseMode::Image)
 }
 
 pub fn make_with_base(
-    name: &str,
+    kind: BackendKind,
     allow_host: bool,
     jobs_dir: &Path,
     base: BaseMode,
@@ -81,8 +86,8 @@ pub fn make_with_base(
     std::fs::create_dir_all(jobs_dir)
         .with_context(|| format!("creating {}", jobs_dir.display()))?;
     let jobs = std::fs::canonicalize(jobs_dir)?;
-    match name {
-        "sandbox" => {
+    match kind {
+        BackendKind::Sandbox => {
             let exe = std::env::current_exe().context("locating the geode executable")?;
             let images = ImageSettings::load()?;
             let mut config = SandboxConfig::new(exe, jobs.join(".sandbox"), images.store);
@@ -91,11 +96,10 @@ pub fn make_with_base(
             config.hide.push(jobs);
             Ok(Arc::new(SandboxBackend::new(config)?))
         }
-        "host" if allow_host => Ok(Arc::new(HostBackend::new(jobs.join(".host")))),
-        "host" => {
+        BackendKind::Host if allow_host => Ok(Arc::new(HostBackend::new(jobs.join(".host")))),
+        BackendKind::Host => {
             bail!("the host backend runs tasks without isolation: pass --allow-host to use it")
         }
-        "docker" => Ok(Arc::new(DockerBackend::connect()?)),
-        other => bail!("unknown environment backend {other:?} (sandbox, docker, host)"),
+        BackendKind::Docker => Ok(Arc::new(DockerBackend::connect()?)),
     }
 }

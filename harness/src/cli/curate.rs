@@ -36,11 +36,15 @@ pub async fn run(args: CurateArgs) -> anyhow::Result<ExitCode> {
         .map(Path::to_path_buf)
         .unwrap_or_default();
     // Without a sandbox the pipeline still runs; only an enabled pilot phase then fails.
-    let pilot = match super::backends::make("sandbox", false, &args.jobs_dir) {
+    let pilot = match super::backends::make(
+        geode_harness::env::kind::BackendKind::Sandbox,
+        false,
+        &args.jobs_dir,
+    ) {
         Ok(backend) => Some(RunPilot {
             backend,
             jobs_dir: args.jobs_dir.clone(),
-            backend_name: "sandbox".into(),
+            backend_kind: geode_harness::env::kind::BackendKind::Sandbox,
         }),
         Err(e) => {
             eprintln!("geode: no sandbox backend ({e:#}); the pilot phase cannot run");

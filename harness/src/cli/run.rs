@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use geode_harness::env::kind::BackendKind;
 use geode_harness::env::{Backend, BaseMode};
 use geode_harness::rollout::job::{CONFIG_SCHEMA, ResumeOptions, RunConfig, resume_run, start_run};
 use geode_runtime::scaffold::Scaffold;
@@ -40,8 +41,8 @@ pub struct RunArgs {
     jobs_dir: PathBuf,
     /// Environment backend: `sandbox` (default), `docker` (a docker engine on this machine) or
     /// `host` (no isolation; needs --allow-host).
-    #[arg(long, default_value = "sandbox")]
-    env: String,
+    #[arg(long, value_enum, default_value_t = BackendKind::Sandbox)]
+    env: BackendKind,
     /// Allow the `host` backend, which runs tasks on this machine without isolation.
     #[arg(long)]
     allow_host: bool,
@@ -72,7 +73,7 @@ pub struct RunArgs {
 }
 
 fn backend(
-    name: &str,
+    kind: BackendKind,
     allow_host: bool,
     jobs_dir: &std::path::Path,
     base: &str,
@@ -81,7 +82,7 @@ fn backend(
         "host" => BaseMode::Host,
         _ => BaseMode::Image,
     };
-    super::backends::make_with_base(name, allow_host, jobs_dir, base)
+    super::backends::make_with_base(kind, allow_host, jobs_dir, base)
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -108,8 +109,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?
             };
             let backend = backend(
-                &config.backend,
-                args.allow_host || config.backend != "host",
+                config.backend,
+                args.allow_host || config.backend != BackendKind::Host,
                 &args.jobs_dir,
                 &config.base,
             )?;
@@ -129,7 +130,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         None => {
             let config = new_run_config(&args)?;
-            let backend = backend(&args.env, args.allow_host, &args.jobs_dir, &args.base)?;
+            let backend = backend(args.env, args.allow_host, &args.jobs_dir, &args.base)?;
             start_run(config, &args.jobs_dir, backend, progress, cancel.clone()).await?
         }
     };
@@ -184,7 +185,7 @@ fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
         seed: args.seed,
         tasks_glob: args.tasks.clone(),
         timeout_multiplier: args.timeout_multiplier,
-        backend: args.env.clone(),
+        backend: args.env,
         base: args.base.clone(),
         max_infra_retries: args.max_infra_retries,
         scaffold,

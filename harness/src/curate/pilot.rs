@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::pipeline::PilotRunner;
 use crate::env::Backend;
+use crate::env::kind::BackendKind;
 use crate::rollout::job::{CONFIG_SCHEMA, RunConfig, RunObserver, start_run};
 use crate::rollout::trial::PhaseObserver;
 use crate::store::TrialRow;
@@ -36,8 +37,8 @@ impl RunObserver for Collect {
 pub struct RunPilot {
     pub backend: Arc<dyn Backend>,
     pub jobs_dir: PathBuf,
-    /// The backend's name as recorded in the run config.
-    pub backend_name: String,
+    /// The backend, as recorded in the run config.
+    pub backend_kind: BackendKind,
 }
 
 #[async_trait]
@@ -60,7 +61,7 @@ impl PilotRunner for RunPilot {
             seed,
             tasks_glob: None,
             timeout_multiplier: 1.0,
-            backend: self.backend_name.clone(),
+            backend: self.backend_kind,
             base: "image".into(),
             max_infra_retries: 2,
             scaffold: Scaffold::default(),

@@ -273,6 +273,7 @@ pub mod host;
 pub mod ids;
 pub mod image;
 mod init;
+pub mod kind;
 mod netns;
 pub mod protocol;
 pub mod sandbox;

@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::job::{RunConfig, RunLock};
+use crate::env::kind::BackendKind;
 use crate::pack::{Task, TaskPack, VerifierMode};
 use crate::store::TrialRow;
 use crate::summary::RunSummary;
@@ -80,10 +81,12 @@ fn retry(config: &RunConfig) -> Value {
 
 /// Harbor's `EnvironmentConfig.type` names only engines it drives; GEODE's sandbox is none of
 /// them, so only the docker backend is named.
-fn environment(backend: &str) -> Value {
+fn environment(backend: BackendKind) -> Value {
     match backend {
-        "docker" => json!({"type": "docker"}),
-        _ => json!({"kwargs": {"geode_backend": backend}}),
+        BackendKind::Docker => json!({"type": "docker"}),
+        BackendKind::Sandbox | BackendKind::Host => {
+            json!({"kwargs": {"geode_backend": backend.as_str()}})
+        }
     }
 }
 
@@ -104,7 +107,7 @@ pub fn job_config(config: &RunConfig, run_id: &str, jobs_dir: &Path) -> Value {
             "n_concurrent_trials": config.concurrency.max(1),
             "timeout_multiplier": config.timeout_multiplier,
             "retry": retry(config),
-            "environment": environment(&config.backend),
+            "environment": environment(config.backend),
             "agents": [agent(&config.model)],
             "datasets": [dataset],
         }),
@@ -127,7 +130,7 @@ pub fn job_lock(lock: &RunLock, config: &RunConfig, pack: &TaskPack, created: &s
                 },
                 "timeout_multiplier": config.timeout_multiplier,
                 "agent": agent(&config.model),
-                "environment": environment(&config.backend),
+                "environment": environment(config.backend),
                 "verifier": {"environment_mode": verifier_mode(task)},
             }));
         }

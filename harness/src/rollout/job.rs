@@ -17,6 +17,7 @@ use super::images::ImageCache;
 use super::schedule;
 use super::trial::{PhaseObserver, TrialPlan, run_trial};
 use crate::env::Backend;
+use crate::env::kind::BackendKind;
 use crate::pack::{PackError, TaskPack};
 use crate::store::{RunRow, RunStore, StoreError, TrialRow};
 use crate::summary::{RunSummary, summarize};
@@ -35,7 +36,7 @@ pub struct RunConfig {
     pub seed: u64,
     pub tasks_glob: Option<String>,
     pub timeout_multiplier: f64,
-    pub backend: String,
+    pub backend: BackendKind,
     /// `image` (trials rooted in the image each task names) or `host` (`--base host`).
     #[serde(default = "default_base")]
     pub base: String,
@@ -85,7 +86,7 @@ pub struct RunLock {
     pub tasks_glob: Option<String>,
     pub timeout_multiplier: f64,
     pub scaffold_hash: String,
-    pub backend: String,
+    pub backend: BackendKind,
 }
 
 impl RunLock {
@@ -158,7 +159,7 @@ fn lock_for(config: &RunConfig, pack: &TaskPack) -> RunLock {
         tasks_glob: config.tasks_glob.clone(),
         timeout_multiplier: config.timeout_multiplier,
         scaffold_hash: config.scaffold.hash(),
-        backend: config.backend.clone(),
+        backend: config.backend,
     }
 }
 

@@ -317,7 +317,7 @@ async fn pilot_through_sandboxes_keeps_only_valid_tasks() {
     let pilot = RunPilot {
         backend: std::sync::Arc::new(SandboxBackend::new(config).unwrap()),
         jobs_dir: jobs,
-        backend_name: "sandbox".into(),
+        backend_kind: geode_harness::env::kind::BackendKind::Sandbox,
     };
     let models = RouteFactory {
         base: dir.to_path_buf(),

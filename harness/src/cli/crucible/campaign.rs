@@ -109,7 +109,11 @@ async fn campaign(
     opened: Option<&geode_harness::crucible_ops::OpenedPack>,
     cancel: CancellationToken,
 ) -> anyhow::Result<DecisionRecord> {
-    let backend = super::super::backends::make("sandbox", false, &a.jobs_dir)?;
+    let backend = super::super::backends::make(
+        geode_harness::env::kind::BackendKind::Sandbox,
+        false,
+        &a.jobs_dir,
+    )?;
     let c = Campaign {
         contract,
         pack,
