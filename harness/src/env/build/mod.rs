@@ -18,6 +18,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 
 use self::host_base::prepare_on_host;
@@ -27,7 +28,7 @@ use super::dockerfile::{self, Instruction, Step};
 use super::image::{ImageConfig, ImageStore, StoredImage};
 use super::sandbox::{BaseMode, SandboxBackend};
 use super::steps::{Builder, StageState, step_name};
-use super::{EnvError, EnvironmentSpec, ImageRoot, PreparedImage};
+use super::{Backend, EnvError, EnvironmentSpec, ImageRoot, PreparedImage, Sandbox};
 
 mod host_base;
 mod step;
@@ -49,6 +50,27 @@ pub(crate) async fn prepare(
     match backend.config().base {
         BaseMode::Host => prepare_on_host(backend, spec).await,
         BaseMode::Image => prepare_image(backend, spec).await,
+    }
+}
+
+/// The sandbox backend: its images are built here, its trials start in a sandbox.
+#[async_trait]
+impl Backend for SandboxBackend {
+    fn name(&self) -> &'static str {
+        "sandbox"
+    }
+
+    async fn prepare(&self, spec: &EnvironmentSpec) -> Result<PreparedImage, EnvError> {
+        prepare(self, spec).await
+    }
+
+    async fn start(
+        &self,
+        spec: &EnvironmentSpec,
+        image: &PreparedImage,
+        trial_dir: &Path,
+    ) -> Result<Box<dyn Sandbox>, EnvError> {
+        Ok(Box::new(self.start_sandbox(spec, image, trial_dir).await?))
     }
 }
 

@@ -7,9 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use geode_runtime::tools::workspace::{
-    ExecOutput, ExecRequest, OutputCapture, Workspace,
-};
+use geode_runtime::tools::workspace::{ExecOutput, ExecRequest, OutputCapture, Workspace};
 use tokio_util::sync::CancellationToken;
 
 use super::Engine;

@@ -9,18 +9,16 @@
 //!
 //! The folder is the sandbox's room, in two halves around its wire ([`protocol`]): the host
 //! side (this module, [`launch`], [`handle`], [`client`], [`workspace`], [`scratch`]) and
-//! the [`inside`], which runs in the namespaces and knows only the protocol.
+//! the [`inside`], which runs in the namespaces and knows only the protocol. Image builds
+//! run their steps in these sandboxes, so the [`Backend`] impl that joins the two (prepare
+//! = build, start = a sandbox) lives with the build, and nothing here depends on it.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
-
 use self::protocol::{Bind, Network};
 use crate::env::cgroup::Limits;
-use crate::env::{
-    Backend, EnvError, EnvironmentSpec, ImageRoot, NetworkPolicy, PreparedImage, Sandbox,
-};
+use crate::env::{EnvError, EnvironmentSpec, ImageRoot, NetworkPolicy, PreparedImage};
 
 mod client;
 mod handle;
@@ -215,25 +213,5 @@ impl SandboxBackend {
         handle.notes.extend(image.notes.iter().cloned());
         handle.notes.extend(allow_notes);
         Ok(handle)
-    }
-}
-
-#[async_trait]
-impl Backend for SandboxBackend {
-    fn name(&self) -> &'static str {
-        "sandbox"
-    }
-
-    async fn prepare(&self, spec: &EnvironmentSpec) -> Result<PreparedImage, EnvError> {
-        crate::env::build::prepare(self, spec).await
-    }
-
-    async fn start(
-        &self,
-        spec: &EnvironmentSpec,
-        image: &PreparedImage,
-        trial_dir: &Path,
-    ) -> Result<Box<dyn Sandbox>, EnvError> {
-        Ok(Box::new(self.start_sandbox(spec, image, trial_dir).await?))
     }
 }

@@ -10,8 +10,8 @@ use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 
 use super::*;
-use crate::env::image::layer::unpack_layer;
 use crate::env::image::ImageError;
+use crate::env::image::layer::unpack_layer;
 
 /// A layer blob to unpack, and what it must hash to.
 pub(crate) struct LayerBlob<'a> {

@@ -6,12 +6,9 @@ use std::fs::{self};
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-
 use super::*;
 use crate::env::image::manifest::digest_hex;
-use crate::env::image::{
-    ImageError, Reference,
-};
+use crate::env::image::{ImageError, Reference};
 
 impl ImageStore {
     /// Forgets the record of `reference` (its layers stay until [`Self::prune`]). A digest

@@ -9,9 +9,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use super::*;
 use crate::env::image::manifest::{self, Descriptor, digest_hex};
 use crate::env::image::registry::{self, Client, Session};
-use crate::env::image::{
-    ImageError, ImageSource, PullOptions, Reference, StoredImage,
-};
+use crate::env::image::{ImageError, ImageSource, PullOptions, Reference, StoredImage};
 
 impl ImageStore {
     /// Pulls the image from its registry (mirrors first), unless it is pinned by digest and
