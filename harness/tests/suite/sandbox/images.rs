@@ -80,9 +80,20 @@ async fn dockerfile_builds_caches_and_reports_failures() {
     assert_ne!(recopied[base.len()], built[base.len()]);
     std::fs::write(env_dir.join("data.txt"), "payload\n").unwrap();
 
+    check_built_trial(&f, &spec, &changed, &built).await;
+    check_build_failures(&f, &spec, &env_dir, &nonce).await;
+}
+
+/// A trial on the built image sees every step's work, and writes only into its own layer.
+async fn check_built_trial(
+    f: &Fixture,
+    spec: &EnvironmentSpec,
+    image: &PreparedImage,
+    built: &[PathBuf],
+) {
     let sb = f
         .backend
-        .start_sandbox(&spec, &changed, &f.trials.path().join("t"))
+        .start_sandbox(spec, image, &f.trials.path().join("t"))
         .await
         .unwrap();
     let out = sh(&sb, "pwd; cat /built.txt /app/data.txt /tmp/kept /last.txt; echo $MODE $LEVEL; test -s /app/sqlite.txt && echo sqlite; echo $PATH").await;
@@ -102,7 +113,10 @@ async fn dockerfile_builds_caches_and_reports_failures() {
         std::fs::read_to_string(holder.join("built.txt")).unwrap(),
         "built\n"
     );
+}
 
+/// A failing step is reported with its line and output, and a build past its timeout fails.
+async fn check_build_failures(f: &Fixture, spec: &EnvironmentSpec, env_dir: &Path, nonce: &str) {
     std::fs::write(
         env_dir.join("Dockerfile"),
         format!(
@@ -110,7 +124,7 @@ async fn dockerfile_builds_caches_and_reports_failures() {
         ),
     )
     .unwrap();
-    match f.backend.prepare(&spec).await {
+    match f.backend.prepare(spec).await {
         Err(EnvError::SetupFailed { step, message }) => {
             assert!(
                 step.contains("line 4") && step.contains("RUN echo boom"),
