@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use reqwest::header::AUTHORIZATION;
 
-use super::*;
+use super::{Session, network, snippet};
+use crate::env::image::ImageError;
+use crate::env::image::reference::DOCKER_HUB;
 
 /// The keys `docker login` has used for Docker Hub.
 const DOCKER_HUB_KEYS: [&str; 4] = [

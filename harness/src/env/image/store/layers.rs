@@ -9,7 +9,10 @@ use nix::errno::Errno;
 use nix::fcntl::Flock;
 use serde::{Deserialize, Serialize};
 
-use super::*;
+use super::{
+    ImageStore, SHORT_ID, lock, remove_dir_if_present, remove_file_if_present, tree_file_bytes,
+    validate_id, write_atomic,
+};
 use crate::env::image::ImageError;
 use crate::env::image::layer::unpack_layer;
 

@@ -6,7 +6,7 @@ use std::fs::{self};
 use std::path::PathBuf;
 use std::time::SystemTime;
 
-use super::*;
+use super::{ImageStore, STALE_TEMP, dir_names, lock, remove_file_if_present, tree_file_bytes};
 use crate::env::image::manifest::digest_hex;
 use crate::env::image::{ImageError, Reference};
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use futures::{StreamExt as _, TryStreamExt as _};
 
-use super::*;
+use super::{ImageStore, LayerBlob, PARALLEL_LAYERS, hex_of, now, short};
 use crate::env::image::manifest::{self, Descriptor, digest_hex};
 use crate::env::image::registry::{self, Client, Session};
 use crate::env::image::{ImageError, ImageSource, PullOptions, Reference, StoredImage};
