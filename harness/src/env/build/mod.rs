@@ -13,6 +13,9 @@
 //! `--base host` keeps the older stand-in: the host root under one layer that all the steps
 //! write into, cached under `cache_dir/<key>/` (key = sha256 over a builder version and every
 //! file of `environment/`), with `image.json` and the `done` marker written last.
+//!
+//! This module is the image build's plan (stages, keys, the store's layers); [`step`] runs
+//! one step in its sandbox, and [`host_base`] is the `--base host` stand-in.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
