@@ -1,6 +1,10 @@
 //! The GEODE harness: task packs, environments, seeded rollouts and the run store. The `geode`
 //! binary (src/main.rs, src/cli/) only parses arguments and calls into this library.
 
+// Libraries do not print: they return values or emit events, and only the binaries decide
+// what reaches stdout and stderr.
+#![deny(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod atif;
 pub mod crucible_ops;
 pub mod crucible_run;

@@ -9,7 +9,7 @@ use geode_harness::env::Backend;
 use geode_harness::env::docker::DockerBackend;
 use geode_harness::env::host::HostBackend;
 use geode_harness::env::kind::BackendKind;
-use geode_harness::env::sandbox::{BaseMode, SandboxBackend, SandboxConfig};
+use geode_harness::env::sandbox::{BaseMode, Progress, SandboxBackend, SandboxConfig};
 
 /// Where images live and which registries mirror which: `[images]` in
 /// `$GEODE_HOME/config.toml` (`store = "/path"`, `mirrors = { "docker.io" = "http://..." }`),
@@ -67,6 +67,11 @@ impl ImageSettings {
     }
 }
 
+/// Progress of long set-ups (pulls, bootstraps, builds) as the user sees it.
+pub fn stderr_progress() -> Progress {
+    Progress(Arc::new(|line: &str| eprintln!("geode: {line}")))
+}
+
 /// `sandbox` keeps trial scratch (and `--base host` layers) under `<jobs>/.sandbox` and the
 /// images in the image store.
 pub fn make(
@@ -93,6 +98,7 @@ pub fn make_with_base(
             let mut config = SandboxConfig::new(exe, jobs.join(".sandbox"), images.store);
             config.mirrors = images.mirrors;
             config.base = base;
+            config.progress = stderr_progress();
             config.hide.push(jobs);
             Ok(Arc::new(SandboxBackend::new(config)?))
         }

@@ -59,6 +59,7 @@ fn backend(store: PathBuf, state: &std::path::Path) -> anyhow::Result<SandboxBac
     let settings = ImageSettings::load()?;
     let mut config = SandboxConfig::new(exe, state, store);
     config.mirrors = settings.mirrors;
+    config.progress = super::backends::stderr_progress();
     Ok(SandboxBackend::new(config)?)
 }
 

@@ -155,7 +155,7 @@ impl<'a> Bases<'a> {
             }
         };
         let config = ImageConfig {
-            env: vec![("PATH".into(), super::exec::DEFAULT_PATH.into())],
+            env: vec![("PATH".into(), super::sandbox::DEFAULT_PATH.into())],
             ..ImageConfig::default()
         };
         self.record_bootstrapped(reference, vec![layer], config, what)

@@ -159,90 +159,9 @@ fn instruction(
     line: usize,
 ) -> Result<Instruction, EnvError> {
     Ok(match keyword {
-        "FROM" => {
-            // The platform is always linux/amd64 here; the flag has nothing to choose.
-            let (_flags, rest) = split_flags(rest);
-            let words = split_words(&rest);
-            match words.as_slice() {
-                [image] => Instruction::From {
-                    image: image.clone(),
-                    alias: None,
-                },
-                [image, kw, alias] if kw.eq_ignore_ascii_case("as") => Instruction::From {
-                    image: image.clone(),
-                    alias: Some(alias.clone()),
-                },
-                _ => {
-                    return Err(bad(
-                        line,
-                        format!("FROM {rest:?}: expected IMAGE [AS NAME]"),
-                    ));
-                }
-            }
-        }
-        "RUN" => {
-            let (flags, rest) = split_flags(rest);
-            if flags.iter().any(|f| f.starts_with("--mount")) {
-                return Err(EnvError::Unsupported(format!(
-                    "Dockerfile line {line}: RUN --mount is not supported"
-                )));
-            }
-            match heredoc {
-                // `RUN <<EOF` runs the body as a script; `RUN cmd <<EOF` is shell heredoc
-                // syntax, which the shell handles when it gets the whole text.
-                Some((_, body)) if rest.trim_start().starts_with("<<") => {
-                    Instruction::Run(Command::Shell(body))
-                }
-                Some((marker, body)) => {
-                    Instruction::Run(Command::Shell(format!("{rest}\n{body}\n{marker}")))
-                }
-                None => match exec_form(&rest) {
-                    Some(argv) => Instruction::Run(Command::Exec(argv)),
-                    None => Instruction::Run(Command::Shell(rest)),
-                },
-            }
-        }
-        "COPY" | "ADD" => {
-            let (flags, rest) = split_flags(rest);
-            let mut copy = Copy {
-                add: keyword == "ADD",
-                sources: Vec::new(),
-                dest: String::new(),
-                chown: None,
-                chmod: None,
-                heredoc: None,
-                from: None,
-            };
-            for flag in flags {
-                if let Some(v) = flag.strip_prefix("--chown=") {
-                    copy.chown = Some(v.to_string());
-                } else if let Some(v) = flag.strip_prefix("--chmod=") {
-                    copy.chmod = Some(v.to_string());
-                } else if let Some(v) = flag.strip_prefix("--from=") {
-                    copy.from = Some(v.to_string());
-                } else if flag.starts_with("--link") || flag.starts_with("--checksum") {
-                    // Layer-structure hints and a checksum we do not verify: harmless to skip.
-                } else {
-                    return Err(EnvError::Unsupported(format!(
-                        "Dockerfile line {line}: {keyword} {flag}"
-                    )));
-                }
-            }
-            let mut words = exec_form(&rest).unwrap_or_else(|| split_words(&rest));
-            if let Some((_, body)) = heredoc {
-                words.retain(|w| !w.starts_with("<<"));
-                copy.heredoc = Some(format!("{body}\n"));
-            }
-            let Some(dest) = words.pop() else {
-                return Err(bad(line, format!("{keyword} needs a destination")));
-            };
-            if words.is_empty() && copy.heredoc.is_none() {
-                return Err(bad(line, format!("{keyword} needs a source")));
-            }
-            copy.dest = dest;
-            copy.sources = words;
-            Instruction::Copy(copy)
-        }
+        "FROM" => from(rest, line)?,
+        "RUN" => run(rest, heredoc, line)?,
+        "COPY" | "ADD" => Instruction::Copy(copy(keyword, rest, heredoc, line)?),
         "WORKDIR" => Instruction::Workdir(rest.to_string()),
         "ENV" => Instruction::Env(parse_env(rest).ok_or_else(|| bad(line, "ENV needs a value"))?),
         "ARG" => {
@@ -281,6 +200,105 @@ fn instruction(
             )));
         }
     })
+}
+
+/// `FROM IMAGE [AS NAME]` (a `--platform` flag is read and left: the platform is fixed).
+fn from(rest: &str, line: usize) -> Result<Instruction, EnvError> {
+    // The platform is always linux/amd64 here; the flag has nothing to choose.
+    let (_flags, rest) = split_flags(rest);
+    let words = split_words(&rest);
+    Ok(match words.as_slice() {
+        [image] => Instruction::From {
+            image: image.clone(),
+            alias: None,
+        },
+        [image, kw, alias] if kw.eq_ignore_ascii_case("as") => Instruction::From {
+            image: image.clone(),
+            alias: Some(alias.clone()),
+        },
+        _ => {
+            return Err(bad(
+                line,
+                format!("FROM {rest:?}: expected IMAGE [AS NAME]"),
+            ));
+        }
+    })
+}
+
+/// `RUN`, in shell or exec form, with its heredoc when it has one.
+fn run(
+    rest: &str,
+    heredoc: Option<(String, String)>,
+    line: usize,
+) -> Result<Instruction, EnvError> {
+    let (flags, rest) = split_flags(rest);
+    if flags.iter().any(|f| f.starts_with("--mount")) {
+        return Err(EnvError::Unsupported(format!(
+            "Dockerfile line {line}: RUN --mount is not supported"
+        )));
+    }
+    Ok(match heredoc {
+        // `RUN <<EOF` runs the body as a script; `RUN cmd <<EOF` is shell heredoc
+        // syntax, which the shell handles when it gets the whole text.
+        Some((_, body)) if rest.trim_start().starts_with("<<") => {
+            Instruction::Run(Command::Shell(body))
+        }
+        Some((marker, body)) => {
+            Instruction::Run(Command::Shell(format!("{rest}\n{body}\n{marker}")))
+        }
+        None => match exec_form(&rest) {
+            Some(argv) => Instruction::Run(Command::Exec(argv)),
+            None => Instruction::Run(Command::Shell(rest)),
+        },
+    })
+}
+
+/// `COPY` or `ADD` (`keyword`): flags, sources (or a heredoc) and the destination.
+fn copy(
+    keyword: &str,
+    rest: &str,
+    heredoc: Option<(String, String)>,
+    line: usize,
+) -> Result<Copy, EnvError> {
+    let (flags, rest) = split_flags(rest);
+    let mut copy = Copy {
+        add: keyword == "ADD",
+        sources: Vec::new(),
+        dest: String::new(),
+        chown: None,
+        chmod: None,
+        heredoc: None,
+        from: None,
+    };
+    for flag in flags {
+        if let Some(v) = flag.strip_prefix("--chown=") {
+            copy.chown = Some(v.to_string());
+        } else if let Some(v) = flag.strip_prefix("--chmod=") {
+            copy.chmod = Some(v.to_string());
+        } else if let Some(v) = flag.strip_prefix("--from=") {
+            copy.from = Some(v.to_string());
+        } else if flag.starts_with("--link") || flag.starts_with("--checksum") {
+            // Layer-structure hints and a checksum we do not verify: harmless to skip.
+        } else {
+            return Err(EnvError::Unsupported(format!(
+                "Dockerfile line {line}: {keyword} {flag}"
+            )));
+        }
+    }
+    let mut words = exec_form(&rest).unwrap_or_else(|| split_words(&rest));
+    if let Some((_, body)) = heredoc {
+        words.retain(|w| !w.starts_with("<<"));
+        copy.heredoc = Some(format!("{body}\n"));
+    }
+    let Some(dest) = words.pop() else {
+        return Err(bad(line, format!("{keyword} needs a destination")));
+    };
+    if words.is_empty() && copy.heredoc.is_none() {
+        return Err(bad(line, format!("{keyword} needs a source")));
+    }
+    copy.dest = dest;
+    copy.sources = words;
+    Ok(copy)
 }
 
 /// Leading `--flag` words, and the rest.

@@ -261,34 +261,24 @@ mod base;
 pub mod bootstrap;
 mod build;
 pub mod cgroup;
-mod client;
 pub mod compose;
 pub mod disk;
 pub mod docker;
 pub mod dockerfile;
 pub mod evidence;
-mod exec;
 pub(crate) mod fsops;
 pub mod host;
 pub mod ids;
 pub mod image;
-mod init;
 pub mod kind;
-mod netns;
-pub mod protocol;
 pub mod sandbox;
-mod seccomp;
-mod server;
-mod setup;
 mod steps;
 pub mod vault;
-mod views;
-pub mod workspace;
 
 pub use base::describe as describe_source;
 pub use host::HostBackend;
 pub use sandbox::{BaseMode, Progress, SandboxBackend, SandboxConfig, SandboxHandle};
-pub use workspace::SandboxWorkspace;
+pub use sandbox::{SandboxWorkspace, protocol, workspace};
 
 /// Where a task's `tests/` appear for its verifier.
 pub const TESTS_DIR: &str = "/tests";
@@ -309,17 +299,23 @@ pub const AGENT_ARG: &str = "__sandbox-agent";
 pub fn sandbox_entry(args: &[String]) -> Option<std::process::ExitCode> {
     match args.get(1).map(String::as_str) {
         Some(SERVER_ARG) => Some(match args.get(2) {
-            Some(spec) => server::server_main(spec),
+            Some(spec) => sandbox::inside::server::server_main(spec),
             None => {
-                eprintln!("{SERVER_ARG}: missing the spec argument");
+                // The server process's own main: its standard error is its log.
+                #[allow(clippy::print_stderr)]
+                {
+                    eprintln!("{SERVER_ARG}: missing the spec argument");
+                }
                 std::process::ExitCode::from(2)
             }
         }),
         Some(AGENT_ARG) => Some(match args.get(2) {
-            Some(spec) => server::agent_main(spec, args.get(3).map(String::as_str)),
+            Some(spec) => {
+                sandbox::inside::server::agent_main(spec, args.get(3).map(String::as_str))
+            }
             None => std::process::ExitCode::from(2),
         }),
-        Some(INIT_ARG) => Some(init::init_main()),
+        Some(INIT_ARG) => Some(sandbox::inside::init::init_main()),
         Some(vault::VAULT_ARG) => Some(vault::vault_main()),
         _ => None,
     }

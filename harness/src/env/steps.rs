@@ -47,7 +47,7 @@ impl StageState {
         let mut all = Vec::new();
         // Docker's default PATH when the image sets none; Dockerfiles extend it.
         if !env.iter().any(|(k, _)| k == "PATH") {
-            all.push(("PATH".to_string(), super::exec::DEFAULT_PATH.to_string()));
+            all.push(("PATH".to_string(), super::sandbox::DEFAULT_PATH.to_string()));
         }
         all.extend(env.iter().cloned());
         StageState {

@@ -109,7 +109,8 @@ fn private_tmpfs() -> Result<(), String> {
         write("setgroups", "deny".into())?;
         write("gid_map", format!("{gid} {gid} 1"))?;
     }
-    super::setup::make_private().map_err(|e| format!("make the namespace private: {e}"))?;
+    super::sandbox::inside::setup::make_private()
+        .map_err(|e| format!("make the namespace private: {e}"))?;
     mount(
         Some("tmpfs"),
         MOUNT_POINT,

@@ -7,13 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use geode_runtime::tools::workspace::{
-    DirEntryInfo, ExecOutput, ExecRequest, OutputCapture, ScopeViolation, Workspace,
-    WorkspaceError, resolve_lexically,
-};
+use geode_runtime::tools::workspace::{ExecOutput, ExecRequest, OutputCapture, Workspace};
 use tokio_util::sync::CancellationToken;
 
 use super::Engine;
+use super::workspace::DockerWorkspace;
 use crate::env::{EnvError, Sandbox, SharedNetwork, TESTS_DIR, TeardownReport};
 
 /// The variable every command's processes inherit, by which a timed-out or cancelled
@@ -24,7 +22,7 @@ const EXEC_MARK: &str = "GEODE_EXEC";
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// The exit code the file scripts give a path that leads outside the work directory.
-const OUT_OF_SCOPE: i32 = 86;
+pub(super) const OUT_OF_SCOPE: i32 = 86;
 
 /// Where `docker run --init` mounts its init in the container (read-only; `/sbin` is
 /// `/usr/sbin` in merged-/usr images).
@@ -35,7 +33,7 @@ const MAX_COPY_OUT_BYTES: u64 = 1 << 30;
 
 /// A running container and how to reach its processes.
 #[derive(Debug)]
-struct Container {
+pub(super) struct Container {
     engine: Engine,
     id: String,
     /// `docker-init`'s pid on this machine, and the `sleep` it keeps: never killed before
@@ -121,7 +119,7 @@ impl Container {
     }
 
     /// Whether the container still runs (an `Err` when the engine cannot say).
-    async fn running(&self) -> Result<bool, EnvError> {
+    pub(super) async fn running(&self) -> Result<bool, EnvError> {
         let out = self
             .engine
             .ok(
@@ -134,7 +132,7 @@ impl Container {
 
     /// A failed `docker exec`: the container is gone (the agent's doing: it ended the
     /// container's init) or the engine is.
-    async fn exec_failure(&self, stderr: &str) -> Option<EnvError> {
+    pub(super) async fn exec_failure(&self, stderr: &str) -> Option<EnvError> {
         match self.running().await {
             Ok(true) => None,
             Ok(false) => Some(EnvError::BrokenFromInside(format!(
@@ -146,7 +144,7 @@ impl Container {
 
     /// `docker exec` of `bash -c COMMAND`, output capped, killed (with everything it started)
     /// on timeout or cancellation.
-    async fn exec(
+    pub(super) async fn exec(
         &self,
         root: &Path,
         req: ExecRequest,
@@ -237,7 +235,7 @@ impl Container {
     }
 
     /// A file script (`sh -c SCRIPT sh ARGS...`) as the image's user, with `stdin`.
-    async fn script(
+    pub(super) async fn script(
         &self,
         script: &str,
         args: &[&str],
@@ -256,144 +254,6 @@ impl Container {
             return Err(e);
         }
         Ok(ran)
-    }
-}
-
-/// A path's real location inside, checked against the work directory `$2` (empty: `/`).
-const RESOLVE: &str = r#"p=$(readlink -f -- "$1") || { echo "$1: No such file or directory" >&2; exit 2; }
-case "$p" in "$2"|"$2"/*) ;; *) echo "$1 leads to $p, outside $2" >&2; exit 86;; esac"#;
-
-/// The runtime's [`Workspace`] over a container.
-#[derive(Debug, Clone)]
-pub struct DockerWorkspace {
-    container: Arc<Container>,
-    root: PathBuf,
-}
-
-impl DockerWorkspace {
-    fn shown(&self, path: &Path) -> String {
-        path.strip_prefix(&self.root)
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| path.display().to_string())
-    }
-
-    /// The scope argument of [`RESOLVE`]: the root, or empty for `/`.
-    fn scope(&self) -> String {
-        self.root
-            .to_string_lossy()
-            .trim_end_matches('/')
-            .to_string()
-    }
-
-    async fn file_op(
-        &self,
-        op: &'static str,
-        path: &Path,
-        script: &str,
-        stdin: Option<&[u8]>,
-    ) -> Result<Vec<u8>, WorkspaceError> {
-        let (target, scope) = (path.to_string_lossy().into_owned(), self.scope());
-        let ran = self
-            .container
-            .script(script, &[&target, &scope], stdin)
-            .await
-            .map_err(|e| WorkspaceError::Io {
-                op,
-                path: self.shown(path),
-                source: std::io::Error::other(e.to_string()),
-            })?;
-        match ran.code {
-            Some(0) => Ok(ran.stdout),
-            Some(OUT_OF_SCOPE) => Err(WorkspaceError::Scope(ScopeViolation {
-                path: self.shown(path),
-                why: ran.stderr,
-            })),
-            _ => {
-                let kind = if ran.stderr.contains("No such file") {
-                    std::io::ErrorKind::NotFound
-                } else if ran.stderr.contains("Is a directory") {
-                    std::io::ErrorKind::IsADirectory
-                } else if ran.stderr.contains("Permission denied") {
-                    std::io::ErrorKind::PermissionDenied
-                } else {
-                    std::io::ErrorKind::Other
-                };
-                Err(WorkspaceError::Io {
-                    op,
-                    path: self.shown(path),
-                    source: std::io::Error::new(kind, ran.stderr),
-                })
-            }
-        }
-    }
-}
-
-#[async_trait]
-impl Workspace for DockerWorkspace {
-    fn root(&self) -> &Path {
-        &self.root
-    }
-
-    fn resolve(&self, path: &str) -> Result<PathBuf, ScopeViolation> {
-        resolve_lexically(&self.root, path)
-    }
-
-    async fn read_file(&self, path: &Path) -> Result<Vec<u8>, WorkspaceError> {
-        let script = format!("{RESOLVE}\nexec cat -- \"$p\"");
-        self.file_op("read", path, &script, None).await
-    }
-
-    async fn write_file(&self, path: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
-        let script =
-            format!("mkdir -p -- \"$(dirname -- \"$1\")\" || exit 1\n{RESOLVE}\nexec cat > \"$p\"");
-        self.file_op("write", path, &script, Some(bytes))
-            .await
-            .map(drop)
-    }
-
-    async fn list_dir(&self, path: &Path) -> Result<Vec<DirEntryInfo>, WorkspaceError> {
-        // Type of the entry, type of what it leads to, size, name; NUL-separated.
-        let script = format!(
-            "{RESOLVE}\n[ -d \"$p\" ] || {{ echo \"$1: Not a directory\" >&2; exit 1; }}\nexec find \"$p\" -mindepth 1 -maxdepth 1 -printf '%y %Y %s %f\\0'"
-        );
-        let out = self.file_op("list", path, &script, None).await?;
-        let mut entries: Vec<DirEntryInfo> = out
-            .split(|b| *b == 0)
-            .filter(|record| !record.is_empty())
-            .filter_map(|record| {
-                let text = String::from_utf8_lossy(record);
-                let mut fields = text.splitn(4, ' ');
-                let (kind, target, size, name) = (
-                    fields.next()?,
-                    fields.next()?,
-                    fields.next()?,
-                    fields.next()?,
-                );
-                Some(DirEntryInfo {
-                    name: name.to_string(),
-                    is_dir: target == "d",
-                    is_symlink: kind == "l",
-                    len: size.parse().unwrap_or(0),
-                })
-            })
-            .collect();
-        entries.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(entries)
-    }
-
-    async fn exec(
-        &self,
-        req: ExecRequest,
-        cancel: CancellationToken,
-    ) -> Result<ExecOutput, WorkspaceError> {
-        self.container
-            .exec(&self.root, req, cancel)
-            .await
-            .map_err(|e| WorkspaceError::Io {
-                op: "exec",
-                path: self.root.display().to_string(),
-                source: std::io::Error::other(e.to_string()),
-            })
     }
 }
 

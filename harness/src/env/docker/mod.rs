@@ -15,6 +15,7 @@
 //! run on this machine: processes are found and killed through `/proc`.
 
 mod container;
+mod workspace;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -53,23 +53,7 @@ fn extract(archive: &Path, dest: &Path) -> Result<(), ImageError> {
         file: archive.to_path_buf(),
         what,
     };
-    let file =
-        File::open(archive).map_err(|e| ImageError::io(archive, "opening an image archive", e))?;
-    let mut buffered = BufReader::with_capacity(1 << 20, file);
-    let magic = buffered
-        .fill_buf()
-        .map_err(|e| ImageError::io(archive, "reading an image archive", e))?
-        .to_vec();
-    let reader: Box<dyn Read> = if magic.starts_with(&[0x1f, 0x8b]) {
-        Box::new(flate2::bufread::MultiGzDecoder::new(buffered))
-    } else if magic.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        Box::new(
-            zstd::stream::read::Decoder::with_buffer(buffered)
-                .map_err(|e| bad(format!("zstd stream: {e}")))?,
-        )
-    } else {
-        Box::new(buffered)
-    };
+    let reader = decompressed(archive)?;
     let mut tar = tar::Archive::new(reader);
     let mut links: Vec<(PathBuf, PathBuf)> = Vec::new();
     let entries = tar
@@ -131,6 +115,37 @@ fn extract(archive: &Path, dest: &Path) -> Result<(), ImageError> {
             _ => {}
         }
     }
+    link_files(dest, links)
+}
+
+/// The archive's bytes, gunzipped or un-zstd-ed as its first bytes say.
+fn decompressed(archive: &Path) -> Result<Box<dyn Read>, ImageError> {
+    let bad = |what: String| ImageError::BadArchive {
+        file: archive.to_path_buf(),
+        what,
+    };
+    let file =
+        File::open(archive).map_err(|e| ImageError::io(archive, "opening an image archive", e))?;
+    let mut buffered = BufReader::with_capacity(1 << 20, file);
+    let magic = buffered
+        .fill_buf()
+        .map_err(|e| ImageError::io(archive, "reading an image archive", e))?
+        .to_vec();
+    let reader: Box<dyn Read> = if magic.starts_with(&[0x1f, 0x8b]) {
+        Box::new(flate2::bufread::MultiGzDecoder::new(buffered))
+    } else if magic.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Box::new(
+            zstd::stream::read::Decoder::with_buffer(buffered)
+                .map_err(|e| bad(format!("zstd stream: {e}")))?,
+        )
+    } else {
+        Box::new(buffered)
+    };
+    Ok(reader)
+}
+
+/// Make each `(link, target)` a hard link to its target's file, under `dest`.
+fn link_files(dest: &Path, mut links: Vec<(PathBuf, PathBuf)>) -> Result<(), ImageError> {
     // Links may come before their targets, and point at other links: resolve until stuck.
     while !links.is_empty() {
         let before = links.len();

@@ -257,124 +257,122 @@ mod tests {
         display: &'a str,
     }
 
+    /// `c.text` parses to what `c` says, and its canonical form parses back to the same.
+    fn check(c: Case) {
+        let text = c.text;
+        let r = Reference::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(r.registry(), c.registry, "{text}");
+        assert_eq!(r.repository(), c.repository, "{text}");
+        assert_eq!(r.tag(), c.tag, "{text}");
+        assert_eq!(r.digest(), c.digest, "{text}");
+        assert_eq!(r.to_string(), c.display, "{text}");
+        assert_eq!(Reference::parse(&r.to_string()).unwrap(), r, "{text}");
+    }
+
     #[test]
     fn parses_and_normalises_like_docker() {
-        let digest = format!("sha256:{HEX}");
-        let pinned = format!("debian@{digest}");
-        let pinned_display = format!("docker.io/library/debian@{digest}");
-        let tagged_pinned = format!("ghcr.io/org/x:v1@{digest}");
-        let tagged_pinned_display = format!("ghcr.io/org/x:v1@{digest}");
-        let case = |text, registry, repository, tag, display| Case {
-            text,
-            registry,
-            repository,
-            tag,
-            digest: None,
-            display,
-        };
-        let cases = [
-            case(
+        for (text, registry, repository, tag, display) in [
+            (
                 "debian:bookworm-slim",
                 "docker.io",
                 "library/debian",
                 Some("bookworm-slim"),
                 "docker.io/library/debian:bookworm-slim",
             ),
-            case(
+            (
                 "debian",
                 "docker.io",
                 "library/debian",
                 Some("latest"),
                 "docker.io/library/debian:latest",
             ),
-            case(
+            (
                 "org/app:1.2",
                 "docker.io",
                 "org/app",
                 Some("1.2"),
                 "docker.io/org/app:1.2",
             ),
-            case(
+            (
                 "ghcr.io/org/x",
                 "ghcr.io",
                 "org/x",
                 Some("latest"),
                 "ghcr.io/org/x:latest",
             ),
-            case(
+            (
                 "localhost/x:t",
                 "localhost",
                 "x",
                 Some("t"),
                 "localhost/x:t",
             ),
-            case(
+            (
                 "localhost:5000/a/b/c:dev",
                 "localhost:5000",
                 "a/b/c",
                 Some("dev"),
                 "localhost:5000/a/b/c:dev",
             ),
-            case(
+            (
                 "127.0.0.1:5000/img",
                 "127.0.0.1:5000",
                 "img",
                 Some("latest"),
                 "127.0.0.1:5000/img:latest",
             ),
-            case(
+            (
                 "index.docker.io/library/python:3.12",
                 "docker.io",
                 "library/python",
                 Some("3.12"),
                 "docker.io/library/python:3.12",
             ),
-            case(
+            (
                 "docker.io/ubuntu",
                 "docker.io",
                 "library/ubuntu",
                 Some("latest"),
                 "docker.io/library/ubuntu:latest",
             ),
-            case(
+            (
                 "my-org/my_app__x",
                 "docker.io",
                 "my-org/my_app__x",
                 Some("latest"),
                 "docker.io/my-org/my_app__x:latest",
             ),
-            Case {
-                digest: Some(&digest),
-                ..case(
-                    &pinned,
-                    "docker.io",
-                    "library/debian",
-                    None,
-                    &pinned_display,
-                )
-            },
-            Case {
-                digest: Some(&digest),
-                ..case(
-                    &tagged_pinned,
-                    "ghcr.io",
-                    "org/x",
-                    Some("v1"),
-                    &tagged_pinned_display,
-                )
-            },
-        ];
-        for c in cases {
-            let text = c.text;
-            let r = Reference::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
-            assert_eq!(r.registry(), c.registry, "{text}");
-            assert_eq!(r.repository(), c.repository, "{text}");
-            assert_eq!(r.tag(), c.tag, "{text}");
-            assert_eq!(r.digest(), c.digest, "{text}");
-            assert_eq!(r.to_string(), c.display, "{text}");
-            // The canonical form parses back to the same reference.
-            assert_eq!(Reference::parse(&r.to_string()).unwrap(), r, "{text}");
+        ] {
+            check(Case {
+                text,
+                registry,
+                repository,
+                tag,
+                digest: None,
+                display,
+            });
         }
+    }
+
+    #[test]
+    fn parses_references_pinned_by_digest() {
+        let digest = format!("sha256:{HEX}");
+        check(Case {
+            text: &format!("debian@{digest}"),
+            registry: "docker.io",
+            repository: "library/debian",
+            tag: None,
+            digest: Some(&digest),
+            display: &format!("docker.io/library/debian@{digest}"),
+        });
+        check(Case {
+            text: &format!("ghcr.io/org/x:v1@{digest}"),
+            registry: "ghcr.io",
+            repository: "org/x",
+            tag: Some("v1"),
+            digest: Some(&digest),
+            display: &format!("ghcr.io/org/x:v1@{digest}"),
+        });
     }
 
     #[test]

@@ -172,8 +172,8 @@ const SLIRP_READY: std::time::Duration = std::time::Duration::from_secs(5);
 /// trial's namespace is ever routable. It dies with the returned child (or with the namespace).
 pub(crate) async fn start_slirp(
     pid: Option<u32>,
-) -> Result<tokio::process::Child, super::EnvError> {
-    use super::EnvError;
+) -> Result<tokio::process::Child, crate::env::EnvError> {
+    use crate::env::EnvError;
     let Some(pid) = pid else {
         return Err(EnvError::Lost("the sandbox server has no pid".into()));
     };

@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use super::fsops::check_scope;
-use super::protocol::{ErrorKind, ExecResult, ExecSpec, ReplyError};
 use super::server::Server;
+use crate::env::fsops::check_scope;
+use crate::env::sandbox::protocol::{ErrorKind, ExecResult, ExecSpec, ReplyError};
 use geode_runtime::tools::workspace::OutputCapture;
 
 /// How long to keep reading output once the command's group is dead; a process that left the
@@ -37,14 +37,7 @@ fn fail(kind: ErrorKind, message: String) -> ReplyError {
 }
 
 pub(crate) fn run(server: &Server, id: u64, spec: ExecSpec) -> Result<ExecResult, ReplyError> {
-    let cwd = match &spec.cwd {
-        None => server.spec.workdir.clone(),
-        Some(dir) if dir.starts_with('/') => dir.clone(),
-        Some(dir) => Path::new(&server.spec.workdir)
-            .join(dir)
-            .to_string_lossy()
-            .into_owned(),
-    };
+    let cwd = resolve_cwd(server, &spec);
     if let Some(scope) = &spec.scope {
         check_scope(&cwd, scope)?;
     }
@@ -52,18 +45,7 @@ pub(crate) fn run(server: &Server, id: u64, spec: ExecSpec) -> Result<ExecResult
         Some(u) => Some(resolve_user(u)?),
         None => None,
     };
-    let mut env: Vec<(String, String)> = vec![
-        ("PATH".into(), DEFAULT_PATH.into()),
-        ("HOSTNAME".into(), server.spec.hostname.clone()),
-        ("HOME".into(), "/root".into()),
-    ];
-    if let Some(u) = &user {
-        env.push(("HOME".into(), u.home.clone()));
-        env.push(("USER".into(), u.name.clone()));
-        env.push(("LOGNAME".into(), u.name.clone()));
-    }
-    env.extend(server.spec.env.iter().cloned());
-    env.extend(spec.env.iter().cloned());
+    let env = command_env(server, &spec, user.as_ref());
 
     let shell = spec
         .shell
@@ -107,6 +89,67 @@ pub(crate) fn run(server: &Server, id: u64, spec: ExecSpec) -> Result<ExecResult
         let _ = tx.send(ExecEvent::Exited(child.wait()));
     });
     let deadline = started + Duration::from_millis(spec.timeout_ms);
+    let (status, timed_out, cancelled) = wait_for(&rx, deadline, kill_group);
+    server.unregister(id);
+    kill_group();
+    let status = status.map_err(|e| fail(ErrorKind::Other, format!("wait: {e}")))?;
+    let grace = Instant::now() + DRAIN_GRACE;
+    let out = out_rx
+        .recv_timeout(grace.saturating_duration_since(Instant::now()))
+        .unwrap_or_else(|_| OutputCapture::new(spec.output_cap));
+    let err = err_rx
+        .recv_timeout(grace.saturating_duration_since(Instant::now()))
+        .unwrap_or_else(|_| OutputCapture::new(spec.output_cap));
+    let truncated = out.truncated() || err.truncated();
+    Ok(ExecResult {
+        exit_code: status.code(),
+        signal: status.signal(),
+        stdout: out.into_text(),
+        stderr: err.into_text(),
+        timed_out,
+        cancelled,
+        truncated,
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+/// The command's working directory: the workdir, or `cwd` against it.
+fn resolve_cwd(server: &Server, spec: &ExecSpec) -> String {
+    match &spec.cwd {
+        None => server.spec.workdir.clone(),
+        Some(dir) if dir.starts_with('/') => dir.clone(),
+        Some(dir) => Path::new(&server.spec.workdir)
+            .join(dir)
+            .to_string_lossy()
+            .into_owned(),
+    }
+}
+
+/// The command's whole environment: the defaults a login would give, the user's, the
+/// image's, then the request's (later values win).
+fn command_env(server: &Server, spec: &ExecSpec, user: Option<&User>) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), DEFAULT_PATH.into()),
+        ("HOSTNAME".into(), server.spec.hostname.clone()),
+        ("HOME".into(), "/root".into()),
+    ];
+    if let Some(u) = user {
+        env.push(("HOME".into(), u.home.clone()));
+        env.push(("USER".into(), u.name.clone()));
+        env.push(("LOGNAME".into(), u.name.clone()));
+    }
+    env.extend(server.spec.env.iter().cloned());
+    env.extend(spec.env.iter().cloned());
+    env
+}
+
+/// Wait for the command's exit, killing its group at the deadline or on cancel; the exit
+/// status, and whether it timed out or was cancelled.
+fn wait_for(
+    rx: &mpsc::Receiver<ExecEvent>,
+    deadline: Instant,
+    kill_group: impl Fn(),
+) -> (std::io::Result<std::process::ExitStatus>, bool, bool) {
     let mut timed_out = false;
     let mut cancelled = false;
     let status = loop {
@@ -131,27 +174,7 @@ pub(crate) fn run(server: &Server, id: u64, spec: ExecSpec) -> Result<ExecResult
             }
         }
     };
-    server.unregister(id);
-    kill_group();
-    let status = status.map_err(|e| fail(ErrorKind::Other, format!("wait: {e}")))?;
-    let grace = Instant::now() + DRAIN_GRACE;
-    let out = out_rx
-        .recv_timeout(grace.saturating_duration_since(Instant::now()))
-        .unwrap_or_else(|_| OutputCapture::new(spec.output_cap));
-    let err = err_rx
-        .recv_timeout(grace.saturating_duration_since(Instant::now()))
-        .unwrap_or_else(|_| OutputCapture::new(spec.output_cap));
-    let truncated = out.truncated() || err.truncated();
-    Ok(ExecResult {
-        exit_code: status.code(),
-        signal: status.signal(),
-        stdout: out.into_text(),
-        stderr: err.into_text(),
-        timed_out,
-        cancelled,
-        truncated,
-        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-    })
+    (status, timed_out, cancelled)
 }
 
 /// Read a pipe to its end on a thread of its own; the capture arrives on the channel.

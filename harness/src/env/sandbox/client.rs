@@ -15,10 +15,10 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::EnvError;
 use super::protocol::{
     ExecResult, ExecSpec, FAREWELL_ID, Op, ReadyInfo, Reply, Request, Response, ServerSpec,
 };
+use crate::env::EnvError;
 
 /// How long a server may take to build its sandbox.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -56,7 +56,7 @@ impl ServerClient {
             source: std::io::Error::other(e),
         })?;
         let mut child = Command::new(geode_exe)
-            .arg(super::SERVER_ARG)
+            .arg(crate::env::SERVER_ARG)
             .arg(json)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())

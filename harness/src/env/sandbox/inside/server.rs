@@ -4,7 +4,7 @@
 //! The server builds the sandbox ([`super::setup`]): namespaces, mounts, the namespace's init,
 //! and the agent, then pivots into the new root and reports `ready`. A process that unshared
 //! CLONE_NEWPID may not create threads, so the server stays single-threaded and only waits:
-//! the agent (a child, inside the pid namespace) serves the [`protocol`](super::protocol) on
+//! the agent (a child, inside the pid namespace) serves the [`protocol`](crate::env::sandbox::protocol) on
 //! the stdin/stdout it inherited, every request but `cancel` and `kill_all` on a thread of its
 //! own. When the agent exits (`shutdown`, or end of input), the server closes init's pipe and
 //! kills it, and the kernel ends whatever is left in the namespace. No async runtime: the
@@ -17,14 +17,14 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::exec::{self, ExecEvent};
-use super::fsops;
 use super::init;
-use super::protocol::{
+use super::setup;
+use super::views::Views;
+use crate::env::fsops;
+use crate::env::sandbox::protocol::{
     ErrorKind, FAREWELL_ID, Network, Op, ReadyInfo, Reply, ReplyError, Request, Response,
     SERVER_SCHEMA, ServerSpec,
 };
-use super::setup;
-use super::views::Views;
 
 /// What every request handler of the agent shares.
 pub(crate) struct Server {
@@ -193,7 +193,11 @@ pub(crate) fn agent_main(spec_json: &str, ready_fd: Option<&str>) -> ExitCode {
     let spec = match parse_spec(spec_json) {
         Ok(spec) => spec,
         Err(message) => {
-            eprintln!("sandbox agent: {message}");
+            // This is the agent process's own main: its standard error is its log.
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("sandbox agent: {message}");
+            }
             return ExitCode::from(3);
         }
     };
@@ -284,16 +288,16 @@ fn handle(server: &Server, id: u64, op: Op) -> Reply {
         Op::ListDir { path, scope } => fsops::list_dir(&path, scope.as_deref()),
         Op::Install { from, to, merge } => fsops::install(&from, &to, merge),
         Op::ChangedInputs { exempt } => {
-            let layer = std::path::Path::new(super::protocol::UPPER_MOUNT);
+            let layer = std::path::Path::new(crate::env::sandbox::protocol::UPPER_MOUNT);
             let paths = if layer.is_dir() {
-                super::evidence::verifier_inputs_changed(layer, &exempt)
+                crate::env::evidence::verifier_inputs_changed(layer, &exempt)
             } else {
                 Vec::new()
             };
             Ok(Reply::Changed { paths })
         }
         Op::UnroutedPackets => Ok(Reply::Counted {
-            count: super::netns::unrouted_packets(),
+            count: crate::env::sandbox::netns::unrouted_packets(),
         }),
         Op::Cancel { .. } | Op::KillAll | Op::Shutdown => Err(ReplyError {
             kind: ErrorKind::InvalidInput,

@@ -15,9 +15,9 @@ use geode_runtime::tools::workspace::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::EnvError;
 use super::client::ServerClient;
 use super::protocol::{self, ErrorKind, ExecSpec, Op, Reply, ReplyError};
+use crate::env::EnvError;
 
 #[derive(Debug, Clone)]
 pub struct SandboxWorkspace {
@@ -160,7 +160,7 @@ impl Workspace for SandboxWorkspace {
             view: super::protocol::View::Tool,
         };
         match self.client.exec(spec, cancel).await {
-            Ok(result) => Ok(super::sandbox::exec_output(result)),
+            Ok(result) => Ok(super::exec_output(result)),
             Err(EnvError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::PermissionDenied =>
             {

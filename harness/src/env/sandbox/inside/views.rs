@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use seccompiler::BpfProgram;
 
 use super::exec::User;
-use super::protocol::{INBOX, UPPER_MOUNT, VERIFIER_MOUNT, View};
+use crate::env::sandbox::protocol::{INBOX, UPPER_MOUNT, VERIFIER_MOUNT, View};
 
 /// Capabilities that commands keep: Docker's default set without CAP_MKNOD (with no device
 /// cgroup, a new block-device node would open the host's disk). Everything else
@@ -252,7 +252,7 @@ impl Views {
                 let layer = cstr(UPPER_MOUNT)?;
                 let logs = cstr("/logs/verifier")?;
                 let inbox = cstr(INBOX)?;
-                let tests_dir = cstr(super::TESTS_DIR)?;
+                let tests_dir = cstr(crate::env::TESTS_DIR)?;
                 let root = cstr("/")?;
                 // SAFETY: the closure makes only system calls.
                 unsafe {
@@ -351,7 +351,7 @@ fn create_userns() -> Result<OwnedFd, String> {
         if !matches!(answered, Ok(1)) || byte[0] != b'1' {
             return Err("unshare a user namespace: refused".to_string());
         }
-        let map = super::ids::map_line();
+        let map = crate::env::ids::map_line();
         for file in ["uid_map", "gid_map"] {
             std::fs::write(format!("/proc/{pid}/{file}"), &map)
                 .map_err(|e| format!("write the user namespace's {file}: {e}"))?;
@@ -430,7 +430,7 @@ unsafe fn attach_clone(from: &CString, at: c_int, rec: bool) -> std::io::Result<
 /// `/tests` as a real folder to mount on, whatever the agent left there (a file, a link);
 /// what a folder holds is covered by the mount.
 fn fresh_tests_dir() -> std::io::Result<()> {
-    let dir = std::path::Path::new(super::TESTS_DIR);
+    let dir = std::path::Path::new(crate::env::TESTS_DIR);
     match std::fs::symlink_metadata(dir) {
         Ok(m) if m.is_dir() => return Ok(()),
         Ok(_) => std::fs::remove_file(dir)?,

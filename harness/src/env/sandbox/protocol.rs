@@ -54,7 +54,7 @@ pub struct ServerSpec {
     /// Default user of every process (`name`, `uid` or `uid:gid`); root when `None`.
     pub user: Option<String>,
     /// Every process runs in a user namespace (container root = host uid
-    /// [`super::ids::HOST_BASE`]); the layers' owners are host ids already.
+    /// [`crate::env::ids::HOST_BASE`]); the layers' owners are host ids already.
     #[serde(default)]
     pub userns: bool,
 }
