@@ -174,6 +174,38 @@ pub enum AgentEnd {
     Finished,
     TimedOut,
     Errored,
+    /// The run was cancelled under the agent: nothing it did can be scored.
+    Cancelled,
+}
+
+impl AgentEnd {
+    /// The agent end an outcome already stands for, so that a trial made of several passes
+    /// (the steps of a multi-step task) can hand its worst agent end back to `trial_outcome`.
+    pub fn of_outcome(outcome: TrialOutcome) -> AgentEnd {
+        match outcome {
+            TrialOutcome::AgentTimeout => AgentEnd::TimedOut,
+            TrialOutcome::AgentError => AgentEnd::Errored,
+            TrialOutcome::Cancelled => AgentEnd::Cancelled,
+            _ => AgentEnd::Finished,
+        }
+    }
+}
+
+/// The one rule that turns a trial's end into its outcome, for the trial runner and for a
+/// re-grade alike: an infrastructure class first (it says nothing about the agent), then a
+/// cancelled run, then the agent's own timeout or error, then passed / failed by
+/// `PASS_THRESHOLD` (a valid trial without a reward fails).
+pub fn trial_outcome(validity: &Validity, reward: Option<f64>, agent: AgentEnd) -> TrialOutcome {
+    match (validity, agent) {
+        (Validity::Invalid(c), _) => c.class,
+        (Validity::Valid, AgentEnd::Cancelled) => TrialOutcome::Cancelled,
+        (Validity::Valid, AgentEnd::TimedOut) => TrialOutcome::AgentTimeout,
+        (Validity::Valid, AgentEnd::Errored) => TrialOutcome::AgentError,
+        (Validity::Valid, AgentEnd::Finished) => match reward {
+            Some(r) if crate::summary::passes(r) => TrialOutcome::Passed,
+            _ => TrialOutcome::Failed,
+        },
+    }
 }
 
 /// The result of grading one trial (`grade.json`, schema `geode.grade.v1`).
@@ -295,18 +327,9 @@ impl Grade {
         &self.notes
     }
 
-    /// The trial's outcome: an infrastructure class first (it says nothing about the agent),
-    /// then the agent's own timeout or error, then passed / failed by `PASS_THRESHOLD`.
+    /// The trial's outcome by the one rule, `trial_outcome`.
     pub fn outcome(&self, agent: AgentEnd) -> TrialOutcome {
-        match (&self.validity, agent) {
-            (Validity::Invalid(c), _) => c.class,
-            (Validity::Valid, AgentEnd::TimedOut) => TrialOutcome::AgentTimeout,
-            (Validity::Valid, AgentEnd::Errored) => TrialOutcome::AgentError,
-            (Validity::Valid, AgentEnd::Finished) => match self.primary() {
-                Some(p) if p >= PASS_THRESHOLD => TrialOutcome::Passed,
-                _ => TrialOutcome::Failed,
-            },
-        }
+        trial_outcome(&self.validity, self.primary(), agent)
     }
 }
 

@@ -27,7 +27,7 @@ pub mod validity;
 pub use grade::{
     AgentEnd, Check, CheckStatus, Evidence, GRADE_FILE, Grade, GradeFileError, GradeInput,
     GradeRewards, Grader, InfraCause, PASS_THRESHOLD, Validity, grade_path, read_grade,
-    render_grade, write_grade,
+    render_grade, trial_outcome, write_grade,
 };
 pub use integrity::{
     IntegrityError, IntegrityKind, IntegrityOptions, IntegrityReport, IntegritySignal,

@@ -6,17 +6,13 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod atif;
-pub mod crucible_ops;
-pub mod crucible_run;
+pub mod crucible;
 pub mod curate;
 pub mod datasets;
 pub mod env;
-pub mod holdouts;
 pub mod home;
-pub mod openings;
 pub mod pack;
 pub mod rollout;
-pub mod sealing;
 pub mod search;
 pub mod store;
 pub mod summary;

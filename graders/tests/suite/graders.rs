@@ -49,6 +49,7 @@ fn tests_grader_reads_the_reward_and_the_checks() {
     assert_eq!(g.rewards().unwrap().all().get("runtime_sec"), Some(&1.5));
     assert_eq!(g.outcome(AgentEnd::Finished), TrialOutcome::Passed);
     assert_eq!(g.outcome(AgentEnd::TimedOut), TrialOutcome::AgentTimeout);
+    assert_eq!(g.outcome(AgentEnd::Cancelled), TrialOutcome::Cancelled);
     assert_eq!(g.checks().len(), 4);
     assert!(g.evidence().iter().any(
         |e| matches!(e, Evidence::File { path, .. } if path.ends_with("verifier/reward.json"))

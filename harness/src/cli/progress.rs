@@ -97,7 +97,7 @@ impl RunObserver for Progress {
 
     fn trial_finished(&self, row: &TrialRow) {
         self.done.fetch_add(1, Ordering::SeqCst);
-        if row.reward.is_some_and(|r| r >= 1.0) {
+        if row.reward.is_some_and(geode_graders::summary::passes) {
             self.passed.fetch_add(1, Ordering::SeqCst);
         }
         let line = format!(

@@ -28,7 +28,7 @@ impl RunObserver for Collect {
     fn started(&self, _: &str, _: usize, _: usize) {}
     fn trial_finished(&self, row: &TrialRow) {
         if let Ok(mut v) = self.0.lock() {
-            v.push(row.reward.is_some_and(|r| r >= 1.0));
+            v.push(row.reward.is_some_and(geode_graders::summary::passes));
         }
     }
     fn finished(&self, _: &RunSummary) {}

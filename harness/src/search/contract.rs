@@ -10,8 +10,8 @@ use geode_runtime::scaffold::Scaffold;
 
 use super::SearchError;
 use super::config::Rule;
-use crate::crucible_ops::evaluator;
-use crate::crucible_run::{scaffold_hash, tests_grader_hash};
+use crate::crucible::evaluator;
+use crate::crucible::{scaffold_hash, tests_grader_hash};
 
 /// A seed per purpose and index, so resumed runs draw the same numbers.
 pub fn derive_seed(seed: u64, purpose: u64, index: u64) -> u64 {

@@ -128,7 +128,7 @@ impl Lineage {
             text.push_str(&line);
             text.push('\n');
         }
-        crate::crucible_run::write_atomic(&self.path, &text)?;
+        crate::crucible::write_atomic(&self.path, &text)?;
         Ok(())
     }
 

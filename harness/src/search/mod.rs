@@ -19,7 +19,7 @@ pub mod promote;
 pub mod proposer;
 pub mod space;
 
-use crate::crucible_run::CrucibleRunError;
+use crate::crucible::CrucibleRunError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SearchError {

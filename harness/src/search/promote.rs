@@ -23,8 +23,8 @@ use super::SearchError;
 use super::champion::{Env, contract_for, derive_seed, load_resolved, run_train_campaign};
 use super::config::SearchConfig;
 use super::lineage::{Entry, Lineage};
-use crate::crucible_ops::{OpenedPack, open_sealed};
-use crate::crucible_run::{Campaign, run_campaign, write_atomic};
+use crate::crucible::{Campaign, run_campaign, write_atomic};
+use crate::crucible::{OpenedPack, open_sealed};
 use crate::pack::TaskPack;
 
 pub const PROMOTION_SCHEMA: &str = "geode.search.promotion.v1";

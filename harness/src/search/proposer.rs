@@ -32,7 +32,7 @@ pub fn failure_codes(evidence: &Evidence, record: &DecisionRecord) -> BTreeMap<S
         let mut bump = |code: &str| *out.entry(format!("{arm}.{code}")).or_insert(0) += 1;
         if t.infra_invalid {
             bump("infra_invalid");
-        } else if t.reward < 1.0 {
+        } else if !geode_graders::summary::passes(t.reward) {
             bump("trial_failed");
         } else {
             bump("trial_passed");

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::SearchError;
-use crate::crucible_run::TESTS_GRADER;
+use crate::crucible::TESTS_GRADER;
 
 pub const SPACE_SCHEMA: &str = "geode.search-space.v1";
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use geode_crucible::{DecisionRecord, FrozenContract, Stage, decide};
-use geode_harness::crucible_run::{Campaign, run_campaign, write_atomic};
+use geode_harness::crucible::{Campaign, run_campaign, write_atomic};
 use geode_harness::pack::TaskPack;
 use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
@@ -66,8 +66,8 @@ pub(super) async fn run_contract(a: RunArgs) -> anyhow::Result<ExitCode> {
                     "a test-stage contract runs on a sealed pack: pass --sealed STATE and --key FILE"
                 );
             };
-            // The opening is burned on disk before the first trial (crucible_ops).
-            let opened = geode_harness::crucible_ops::open_sealed(
+            // The opening is burned on disk before the first trial (crucible::open).
+            let opened = geode_harness::crucible::open_sealed(
                 &contract,
                 state_path,
                 key_path,
@@ -106,7 +106,7 @@ async fn campaign(
     candidate: Arc<Scaffold>,
     dir: &Path,
     a: &RunArgs,
-    opened: Option<&geode_harness::crucible_ops::OpenedPack>,
+    opened: Option<&geode_harness::crucible::OpenedPack>,
     cancel: CancellationToken,
 ) -> anyhow::Result<DecisionRecord> {
     let backend = super::super::backends::make(

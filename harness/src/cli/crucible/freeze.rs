@@ -6,9 +6,9 @@ use geode_crucible::{
     ArmSpec, Budgets, CONTRACT_SCHEMA, Clustering, Contract, DecisionRule, FrozenContract,
     LowerBoundMethod, Stage, StagePacks, Vetoes,
 };
-use geode_harness::crucible_run::{pack_hash, scaffold_hash, tests_grader_hash, write_atomic};
+use geode_harness::crucible::sealing;
+use geode_harness::crucible::{pack_hash, scaffold_hash, tests_grader_hash, write_atomic};
 use geode_harness::pack::TaskPack;
-use geode_harness::sealing;
 use std::process::ExitCode;
 
 use super::{FreezeArgs, StageArg, evaluator, load_scaffold};

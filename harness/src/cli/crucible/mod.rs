@@ -12,8 +12,8 @@ use clap::{Args, Subcommand};
 use geode_crucible::{
     DecisionRecord, EvaluatorIdentity, Evidence, FrozenContract, PowerSpec, decide, power,
 };
-use geode_harness::crucible_run::write_atomic;
-use geode_harness::sealing;
+use geode_harness::crucible::sealing;
+use geode_harness::crucible::write_atomic;
 use geode_runtime::scaffold::Scaffold;
 
 mod campaign;
@@ -230,7 +230,7 @@ fn load_scaffold(path: &Option<PathBuf>) -> anyhow::Result<Scaffold> {
 }
 
 fn evaluator() -> EvaluatorIdentity {
-    geode_harness::crucible_ops::evaluator()
+    geode_harness::crucible::evaluator()
 }
 
 fn load_contract(path: &Path) -> anyhow::Result<FrozenContract> {
@@ -403,7 +403,7 @@ fn audit(a: AuditArgs) -> anyhow::Result<ExitCode> {
         a.decisions
     };
     let decisions: Vec<PathBuf> = decisions.into_iter().filter(|d| d.is_dir()).collect();
-    let report = geode_harness::openings::audit(&a.commitments, &a.sealed, &decisions)?;
+    let report = geode_harness::crucible::openings::audit(&a.commitments, &a.sealed, &decisions)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

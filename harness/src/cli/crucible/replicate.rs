@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use geode_crucible::{DecisionRecord, FrozenContract, compare_decisions, decide};
-use geode_harness::crucible_run::{Campaign, run_campaign, write_atomic};
+use geode_harness::crucible::{Campaign, run_campaign, write_atomic};
 use geode_harness::pack::TaskPack;
 use tokio_util::sync::CancellationToken;
 

@@ -17,10 +17,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::environment::scaled;
 use super::record::Record;
-use super::{AgentEnd, Stage, TrialPlan};
+use super::{Stage, TrialPlan};
 use crate::atif;
 use crate::env::{EnvError, Sandbox};
 use crate::store::TrialUsage;
+use geode_graders::AgentEnd;
 
 /// Where the oracle finds the reference solution inside the sandbox.
 pub const SOLUTION_DIR: &str = "/solution";

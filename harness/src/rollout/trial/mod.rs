@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use geode_graders::TrialOutcome;
+use geode_graders::{AgentEnd, TrialOutcome, Validity, trial_outcome};
 use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
 
@@ -104,14 +104,6 @@ impl<'a> Stage<'a> {
             last,
         }
     }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum AgentEnd {
-    Finished,
-    TimedOut,
-    Errored,
-    Cancelled,
 }
 
 /// Run the trial to its end. Never fails: every failure becomes an outcome.
@@ -214,8 +206,9 @@ async fn agent_then_verify(
     };
     rec.agent = Some(agent);
     if agent == AgentEnd::Cancelled {
+        // The verifier never runs for a cancelled agent: there is nothing to grade.
         return Ending::infra(
-            TrialOutcome::Cancelled,
+            trial_outcome(&Validity::Valid, None, agent),
             "Cancelled",
             "the run was cancelled",
         );
@@ -240,14 +233,8 @@ async fn agent_then_verify(
         Ok(r) => r,
         Err(ending) => return ending,
     };
-    let outcome = match agent {
-        AgentEnd::TimedOut => TrialOutcome::AgentTimeout,
-        AgentEnd::Errored => TrialOutcome::AgentError,
-        _ if reward >= geode_graders::PASS_THRESHOLD => TrialOutcome::Passed,
-        _ => TrialOutcome::Failed,
-    };
     Ending {
-        outcome,
+        outcome: trial_outcome(&Validity::Valid, Some(reward), agent),
         reward: Some(reward),
         rewards,
         exception: match agent {

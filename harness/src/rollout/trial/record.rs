@@ -8,9 +8,9 @@ use std::time::Instant;
 use geode_crucible::IntegritySignals;
 use geode_graders::TrialOutcome;
 
-use super::AgentEnd;
 use crate::env::EnvError;
 use crate::store::TrialUsage;
+use geode_graders::AgentEnd;
 
 pub(super) fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use geode_graders::TrialOutcome;
+use geode_graders::{AgentEnd, TrialOutcome, Validity, trial_outcome};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -306,13 +306,9 @@ fn combine_steps(task: &Task, mut endings: Vec<Ending>) -> Ending {
             TrialOutcome::AgentTimeout | TrialOutcome::AgentError
         )
     });
-    let outcome = match agent_end {
-        Some(e) => e.outcome,
-        None if reward >= geode_graders::PASS_THRESHOLD => TrialOutcome::Passed,
-        None => TrialOutcome::Failed,
-    };
+    let agent = agent_end.map_or(AgentEnd::Finished, |e| AgentEnd::of_outcome(e.outcome));
     Ending {
-        outcome,
+        outcome: trial_outcome(&Validity::Valid, Some(reward), agent),
         reward: Some(reward),
         rewards,
         exception: first_exception,

@@ -291,7 +291,7 @@ fn grade(plan: &TrialPlan, rec: &mut Record) -> Result<(f64, BTreeMap<String, f6
         .filter(|c| c.status == geode_graders::grade::CheckStatus::Fail)
         .count();
     if let Some(r) = grade.rewards()
-        && r.primary() >= geode_graders::PASS_THRESHOLD
+        && geode_graders::summary::passes(r.primary())
         && failed_checks > 0
     {
         rec.signals.reward_tampering += 1;

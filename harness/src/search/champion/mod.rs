@@ -27,7 +27,7 @@ pub use super::contract::{contract_for, derive_seed};
 use super::lineage::{Entry, EntryKind, LINEAGE_SCHEMA, Lineage, Spent};
 use super::mutate::PolicyKind;
 use super::proposer::{Proposer, failure_codes};
-use crate::crucible_run::{Campaign, run_campaign, write_atomic};
+use crate::crucible::{Campaign, run_campaign, write_atomic};
 use crate::env::Backend;
 use crate::pack::TaskPack;
 use crate::rollout::trial::PhaseObserver;
@@ -303,7 +303,7 @@ async fn evaluate(
     json_file(&dir.join("proposal.json"), p)?;
     let toml_text = toml::to_string(&p.scaffold).map_err(|e| SearchError::file(dir, e))?;
     write_atomic(&dir.join("scaffold.toml"), &toml_text)?;
-    // An interrupted campaign's finished trials are kept (its journal, `crucible_run`): the
+    // An interrupted campaign's finished trials are kept (its journal, `crucible::campaign`): the
     // contract below is the same one, so they are the trials it would run again.
     for f in ["evidence.json", "decision.json"] {
         let _ = std::fs::remove_file(dir.join(f));

@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::{Resolved, derive_seed, id_of};
-use crate::crucible_run::write_atomic;
+use crate::crucible::write_atomic;
 use crate::search::SearchError;
 use crate::search::lineage::{Entry, EntryKind, Lineage};
 use crate::search::mutate::{Member, PolicyKind, Proposal, propose};

@@ -6,10 +6,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::json_file;
-use crate::crucible_ops::evaluator;
-use crate::crucible_run::pack_hash;
+use crate::crucible::evaluator;
+use crate::crucible::pack_hash;
+use crate::crucible::sealing;
 use crate::pack::TaskPack;
-use crate::sealing;
 use crate::search::SearchError;
 use crate::search::config::SearchConfig;
 use crate::search::space::SearchSpace;

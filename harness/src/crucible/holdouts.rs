@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::crucible_run::{CrucibleRunError, write_atomic};
+use crate::crucible::{CrucibleRunError, write_atomic};
 use crate::pack::TaskPack;
 
 const SCHEMA: &str = "geode.holdout.v1";
@@ -108,7 +108,7 @@ impl HoldoutLedger {
         change: impl FnOnce(&mut Entry) -> Result<T, CrucibleRunError>,
     ) -> Result<T, CrucibleRunError> {
         std::fs::create_dir_all(&self.dir).map_err(|e| CrucibleRunError::files(&self.dir, e))?;
-        let _held = crate::crucible_run::exclusive_lock(&self.dir.join(format!("{content}.lock")))?;
+        let _held = crate::crucible::exclusive_lock(&self.dir.join(format!("{content}.lock")))?;
         let mut entry = self.read(content)?;
         let out = change(&mut entry)?;
         let path = self.path(content);

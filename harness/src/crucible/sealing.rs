@@ -14,7 +14,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::crucible_run::{CrucibleRunError, pack_hash, write_atomic};
+use crate::crucible::{CrucibleRunError, pack_hash, write_atomic};
 use crate::pack::TaskPack;
 
 /// The public part of a sealed pack (`geode.commitment.v1`).
@@ -133,9 +133,9 @@ pub fn seal_pack(
         }
     }
     // A content a test-stage campaign has used is not sealed again, under any name.
-    crate::holdouts::HoldoutLedger::for_this_machine().record_sealed(
+    crate::crucible::holdouts::HoldoutLedger::for_this_machine().record_sealed(
         &pack,
-        crate::holdouts::SealedCopy {
+        crate::crucible::holdouts::SealedCopy {
             name: name.to_string(),
             pack_hash: hash.to_string(),
             state: state.display().to_string(),

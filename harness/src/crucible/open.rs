@@ -1,25 +1,15 @@
-//! Crucible steps shared by `geode crucible run` and `geode search promote`: the evaluator's
-//! identity and the burn-once opening of a sealed test pack.
+//! The burn-once opening of a sealed test pack, shared by `geode crucible run` and
+//! `geode search promote`: both must burn the same way, or one of them is a back door.
 
 use std::path::{Path, PathBuf};
 
-use geode_crucible::{Attestation, DecisionRecord, EvaluatorIdentity, FrozenContract, SealState};
+use geode_crucible::{Attestation, DecisionRecord, FrozenContract, SealState};
 
-use crate::crucible_run::CrucibleRunError;
+use crate::crucible::CrucibleRunError;
+use crate::crucible::openings::{Event, OpeningsLedger};
+use crate::crucible::sealing;
 use crate::env::vault::Vault;
-use crate::openings::{Event, OpeningsLedger};
 use crate::pack::TaskPack;
-use crate::sealing;
-
-/// The evaluator identity pinned by contracts: this binary's version and source revision.
-pub fn evaluator() -> EvaluatorIdentity {
-    EvaluatorIdentity {
-        binary_version: env!("CARGO_PKG_VERSION").into(),
-        source_revision: option_env!("GEODE_SOURCE_REVISION")
-            .unwrap_or("unknown")
-            .into(),
-    }
-}
 
 /// A sealed pack opened for one test-stage contract. The opening is already burned on disk;
 /// call [`OpenedPack::close`] after the campaign to record the decision and remove the
@@ -115,7 +105,7 @@ pub fn open_sealed(
         }
     }
     // A sealed copy of a content another contract has used is not opened (nothing burned).
-    crate::holdouts::HoldoutLedger::for_this_machine()
+    crate::crucible::holdouts::HoldoutLedger::for_this_machine()
         .check_opening(state.pack_hash.as_str(), &contract.hash().to_string())?;
     let exe = std::env::current_exe().map_err(|e| invalid("the geode binary", e))?;
     // Where the plaintext will live, made before the opening is burned.

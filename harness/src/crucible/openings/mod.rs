@@ -32,8 +32,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::crucible_run::CrucibleRunError;
-use crate::sealing::PublishedCommitment;
+use crate::crucible::CrucibleRunError;
+use crate::crucible::sealing::PublishedCommitment;
 
 mod audit;
 
@@ -242,7 +242,7 @@ impl OpeningsLedger {
     /// Appends `event` under an exclusive lock, refusing when the chain is broken and, for an
     /// opening, when one is already recorded (so two processes cannot both open the pack).
     pub fn append(&self, event: Event, at: &str) -> Result<Entry, CrucibleRunError> {
-        let _held = crate::crucible_run::exclusive_lock(&self.path.with_extension("lock"))?;
+        let _held = crate::crucible::exclusive_lock(&self.path.with_extension("lock"))?;
         let reading = self.read()?;
         match event {
             Event::Opening { .. } => self.refuse_reopening(&reading)?,

@@ -1,5 +1,5 @@
-//! Orchestration of the crucible (the statistics are pure functions in `geode-crucible`):
-//! paired campaigns through the trial runner, metered budgets, sealed test packs.
+//! A paired campaign through the trial runner, with metered budgets (the statistics that judge
+//! it are pure functions in `geode-crucible`).
 //!
 //! A campaign runs baseline and candidate on the same (task, trial, seed) pairs, alternating
 //! which arm goes first from one pair to the next so drift of the machine cancels. Usage is
@@ -17,17 +17,19 @@
 //! <dir>/baseline <dir>/candidate` and `geode compare` read a campaign like any two runs. The
 //! store is derived (rebuilt from the trials each time); the evidence stays the record.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use geode_crucible::{
-    Arm, Attestation, EVIDENCE_SCHEMA, Evidence, FamilyId, FrozenContract, GraderHash,
-    ObservedIdentity, PackHash, ScaffoldHash, TaskId, TaskRef, TrialOutcome, TrialSeed, Usage,
+    Arm, Attestation, EVIDENCE_SCHEMA, Evidence, FamilyId, FrozenContract, ObservedIdentity,
+    TaskId, TaskRef, TrialOutcome, TrialSeed, Usage,
 };
 use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
 
+use super::CrucibleRunError;
+use super::identity::{pack_hash, scaffold_hash, tests_grader_hash};
 use crate::env::Backend;
 use crate::pack::TaskPack;
 use crate::rollout::images::ImageCache;
@@ -35,20 +37,6 @@ use crate::rollout::job::trial_name;
 use crate::rollout::schedule::run_bounded;
 use crate::rollout::trial::{PhaseObserver, TrialPlan, run_trial};
 use crate::store::{RunRow, RunStore, TrialRow};
-
-/// The grader every campaign uses today: the task's own test script and reward file. Its hash
-/// is what contracts pin as `grader_config_hash`.
-pub const TESTS_GRADER: &str = "geode.grader.tests.v1";
-
-/// With a reward key, the grader scores that key of `reward.json` rather than each task's
-/// headline reward: another grader, so another hash. Without one the hash is the one every
-/// contract before reward keys pinned.
-pub fn tests_grader_hash(reward_key: Option<&str>) -> GraderHash {
-    match reward_key {
-        None => GraderHash::of_bytes(TESTS_GRADER.as_bytes()),
-        Some(key) => GraderHash::of_bytes(format!("{TESTS_GRADER}\0reward_key={key}").as_bytes()),
-    }
-}
 
 /// The reward a campaign scores for `row`: the contract's reward key when it has one (`None`
 /// when the trial's `reward.json` lacks it: the verifier did not say what was asked, so the
@@ -60,34 +48,6 @@ fn scored_reward(row: &TrialRow, reward_key: Option<&str>) -> Option<f64> {
             serde_json::from_str::<std::collections::BTreeMap<String, f64>>(&row.rewards_json)
                 .ok()
                 .and_then(|all| all.get(key).copied())
-        }
-    }
-}
-
-pub fn scaffold_hash(s: &Scaffold) -> Result<ScaffoldHash, CrucibleRunError> {
-    ScaffoldHash::parse(&s.hash())
-        .map_err(|e| CrucibleRunError::Invalid(format!("scaffold hash: {}", e.0)))
-}
-
-pub fn pack_hash(pack: &TaskPack, trials: u32) -> Result<PackHash, CrucibleRunError> {
-    PackHash::parse(&pack.hash(trials).0)
-        .map_err(|e| CrucibleRunError::Invalid(format!("pack hash: {}", e.0)))
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum CrucibleRunError {
-    #[error("{0}")]
-    Invalid(String),
-    #[error("{path}: {message}")]
-    Files { path: String, message: String },
-}
-
-impl CrucibleRunError {
-    /// A file or folder that could not be read, written or parsed, with why.
-    pub fn files(path: &Path, why: impl std::fmt::Display) -> CrucibleRunError {
-        CrucibleRunError::Files {
-            path: path.display().to_string(),
-            message: why.to_string(),
         }
     }
 }
@@ -106,7 +66,7 @@ pub struct Campaign<'a> {
     pub replication: Option<u32>,
     pub attestation: Option<Attestation>,
     /// Host paths of sealed data that no trial's tool call may name
-    /// ([`crate::crucible_ops::OpenedPack::sealed_paths`]).
+    /// ([`super::OpenedPack::sealed_paths`]).
     pub sealed_paths: Vec<String>,
 }
 
@@ -208,42 +168,71 @@ pub async fn run_campaign(
     cancel: CancellationToken,
 ) -> Result<Evidence, CrucibleRunError> {
     let contract = c.contract.contract();
-    let grader = tests_grader_hash(contract.reward_key.as_deref());
-    if contract.grader_config_hash != grader {
-        return Err(CrucibleRunError::Invalid(format!(
-            "the contract pins grader {} but GEODE's tests grader{} is {grader}: the contract was \
-             frozen for another grader",
-            contract.grader_config_hash,
-            contract
-                .reward_key
-                .as_ref()
-                .map(|k| format!(" scoring reward key {k:?}"))
-                .unwrap_or_default(),
-        )));
-    }
-    if contract.stage == geode_crucible::Stage::Test {
-        // Recorded before the first trial: a campaign that never finishes still used the
-        // holdout, and no other contract gets a first result from the same tasks.
-        crate::holdouts::HoldoutLedger::for_this_machine().begin_campaign(
-            c.pack,
-            crate::holdouts::UsedBy {
-                contract_hash: c.contract.hash().to_string(),
-                candidate_scaffold: contract.candidate.scaffold_hash.to_string(),
-                started_at: chrono::Utc::now().to_rfc3339(),
-            },
-        )?;
-    }
+    check_grader(contract)?;
+    begin_holdout(c)?;
     let run_seed = match c.replication {
         Some(k) => geode_crucible::replication_run_seed(c.contract.hash(), k),
         None => contract.run_seed,
     };
-    let k = contract.trials_per_task;
+    let mut plans = plan_pairs(c, run_seed);
+    let (kept, meter) = keep_resumed(c, &mut plans);
+    let meter = Arc::new(meter);
+    let ran = run_pairs(c, plans, &meter, backend, observer, &cancel).await?;
+    let mut usage = meter
+        .usage
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    usage.wall_seconds = meter.elapsed();
+    let mut rows = kept;
+    rows.extend(ran);
+    write_store(c, &rows, run_seed, cancel.is_cancelled())?;
+    build_evidence(c, rows, run_seed, usage)
+}
+
+/// A contract frozen for another grader would score its trials by a rule it never agreed to.
+fn check_grader(contract: &geode_crucible::Contract) -> Result<(), CrucibleRunError> {
+    let grader = tests_grader_hash(contract.reward_key.as_deref());
+    if contract.grader_config_hash == grader {
+        return Ok(());
+    }
+    Err(CrucibleRunError::Invalid(format!(
+        "the contract pins grader {} but GEODE's tests grader{} is {grader}: the contract was \
+         frozen for another grader",
+        contract.grader_config_hash,
+        contract
+            .reward_key
+            .as_ref()
+            .map(|k| format!(" scoring reward key {k:?}"))
+            .unwrap_or_default(),
+    )))
+}
+
+/// Recorded before the first trial: a test-stage campaign that never finishes still used the
+/// holdout, and no other contract gets a first result from the same tasks.
+fn begin_holdout(c: &Campaign<'_>) -> Result<(), CrucibleRunError> {
+    let contract = c.contract.contract();
+    if contract.stage != geode_crucible::Stage::Test {
+        return Ok(());
+    }
+    super::holdouts::HoldoutLedger::for_this_machine().begin_campaign(
+        c.pack,
+        super::holdouts::UsedBy {
+            contract_hash: c.contract.hash().to_string(),
+            candidate_scaffold: contract.candidate.scaffold_hash.to_string(),
+            started_at: chrono::Utc::now().to_rfc3339(),
+        },
+    )
+}
+
+/// Both arms of every (task, trial) on the same seed, the arm that goes first alternating from
+/// one pair to the next so drift of the machine cancels.
+fn plan_pairs(c: &Campaign<'_>, run_seed: u64) -> Vec<(Arm, TrialPlan)> {
     let mut plans = Vec::new();
     for task in c.pack.tasks.iter().map(|t| Arc::new(t.clone())) {
         let id = TaskId::new(task.id.clone());
-        for trial in 0..k {
+        for trial in 0..c.contract.contract().trials_per_task {
             let pair_seed = TrialSeed::derive(run_seed, &id, trial);
-            let seed = pair_seed.0;
             let arms = if (plans.len() / 2) % 2 == 0 {
                 [Arm::Baseline, Arm::Candidate]
             } else {
@@ -260,7 +249,7 @@ pub async fn run_campaign(
                         trial_name: format!("{name}__{label}"),
                         task: task.clone(),
                         attempt: trial,
-                        seed,
+                        seed: pair_seed.0,
                         model_seed: pair_seed.arm_model_seed(arm),
                         model_route: spec.model_route.clone(),
                         scaffold: scaffold.clone(),
@@ -272,7 +261,15 @@ pub async fn run_campaign(
             }
         }
     }
+    plans
+}
 
+/// Takes out of `plans` the trials an earlier run finished, returning them with a meter that
+/// already counts their usage and the wall time that run spent.
+fn keep_resumed(
+    c: &Campaign<'_>,
+    plans: &mut Vec<(Arm, TrialPlan)>,
+) -> (Vec<(Arm, TrialRow)>, Meter) {
     let (mut done, earlier) = finished_before(c);
     let mut usage = Usage::default();
     let mut kept = Vec::new();
@@ -295,11 +292,24 @@ pub async fn run_campaign(
         );
     }
     usage.wall_seconds = earlier;
-    let meter = Arc::new(Meter {
+    let meter = Meter {
         started: Instant::now(),
         earlier,
         usage: Mutex::new(usage),
-    });
+    };
+    (kept, meter)
+}
+
+/// Runs the remaining trials, journaling each finished one and cancelling the campaign when it
+/// crosses a budget.
+async fn run_pairs(
+    c: &Campaign<'_>,
+    plans: Vec<(Arm, TrialPlan)>,
+    meter: &Arc<Meter>,
+    backend: Arc<dyn Backend>,
+    observer: Arc<dyn PhaseObserver>,
+    cancel: &CancellationToken,
+) -> Result<Vec<(Arm, TrialRow)>, CrucibleRunError> {
     std::fs::create_dir_all(&c.dir).map_err(|e| CrucibleRunError::files(&c.dir, e))?;
     let journal_path = c.dir.join(TRIALS_JOURNAL);
     let journal = std::fs::OpenOptions::new()
@@ -312,7 +322,7 @@ pub async fn run_campaign(
     let images = Arc::new(ImageCache::new());
     let frozen = c.contract.clone();
     let replication = c.replication;
-    let ran = run_bounded(plans, c.concurrency, &cancel, |(arm, plan)| {
+    let ran = run_bounded(plans, c.concurrency, cancel, |(arm, plan)| {
         let (backend, observer, images, meter, cancel, frozen) = (
             backend.clone(),
             observer.clone(),
@@ -345,16 +355,18 @@ pub async fn run_campaign(
         }
     })
     .await;
+    Ok(ran)
+}
 
-    let mut usage = meter
-        .usage
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
-    usage.wall_seconds = meter.elapsed();
-    let mut rows = kept;
-    rows.extend(ran);
-    write_store(c, &rows, run_seed, cancel.is_cancelled())?;
+/// The evidence the gate decides on: every trial that ran to an end, scored by the contract's
+/// reward, beside what was observed of the pack, the scaffolds and the grader.
+fn build_evidence(
+    c: &Campaign<'_>,
+    rows: Vec<(Arm, TrialRow)>,
+    run_seed: u64,
+    usage: Usage,
+) -> Result<Evidence, CrucibleRunError> {
+    let contract = c.contract.contract();
     let family = |task: &str| -> FamilyId {
         let category = c
             .pack
@@ -389,7 +401,7 @@ pub async fn run_campaign(
         contract_hash: c.contract.hash().clone(),
         stage: contract.stage,
         observed: ObservedIdentity {
-            pack_hash: pack_hash(c.pack, k)?,
+            pack_hash: pack_hash(c.pack, contract.trials_per_task)?,
             baseline_scaffold_hash: scaffold_hash(&c.baseline)?,
             candidate_scaffold_hash: scaffold_hash(&c.candidate)?,
             grader_config_hash: tests_grader_hash(reward_key),
@@ -462,33 +474,6 @@ fn write_store(
     Ok(())
 }
 
-/// Holds an exclusive `flock` on `path` (created if missing) until dropped: the ledgers
-/// (`holdouts`, `openings`) read, check and write under it.
-pub(crate) fn exclusive_lock(
-    path: &Path,
-) -> Result<nix::fcntl::Flock<std::fs::File>, CrucibleRunError> {
-    let files = |e: &dyn std::fmt::Display| CrucibleRunError::files(path, e);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(|e| files(&e))?;
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| files(&e))
-}
-
-/// Write `text` to `path` through a temporary file and a rename, so a crash leaves either the
-/// old file or the new one.
-pub fn write_atomic(path: &Path, text: &str) -> Result<(), CrucibleRunError> {
-    let err = |e: std::io::Error| CrucibleRunError::files(path, e);
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(err)?;
-    std::fs::File::open(&tmp)
-        .and_then(|f| f.sync_all())
-        .map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -527,17 +512,5 @@ mod tests {
         assert_eq!(scored_reward(&r, Some("performance")), Some(0.0));
         assert_eq!(scored_reward(&r, Some("style")), None);
         assert_eq!(scored_reward(&row(None, "{}"), None), Some(0.0));
-    }
-
-    #[test]
-    fn the_grader_hash_covers_the_reward_key_and_keeps_the_old_one_without() {
-        assert_eq!(
-            tests_grader_hash(None),
-            GraderHash::of_bytes(b"geode.grader.tests.v1")
-        );
-        let a = tests_grader_hash(Some("correctness"));
-        assert_ne!(a, tests_grader_hash(None));
-        assert_ne!(a, tests_grader_hash(Some("performance")));
-        assert_eq!(a, tests_grader_hash(Some("correctness")));
     }
 }

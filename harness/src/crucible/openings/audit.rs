@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::{Entry, Event, OpeningsLedger, committed_names};
-use crate::crucible_run::CrucibleRunError;
+use crate::crucible::CrucibleRunError;
 
 /// What `geode crucible audit` found.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -114,7 +114,7 @@ fn audit_pack(
         ));
         return Ok(());
     }
-    let state = crate::sealing::load_state(&state_path)?;
+    let state = crate::crucible::sealing::load_state(&state_path)?;
     if state.commitment.to_string() != ledger.commitment.commitment {
         out.problems.push(format!(
             "{name}: the seal state's commitment {} is not the published {}",
