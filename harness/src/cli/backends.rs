@@ -72,16 +72,13 @@ pub fn stderr_progress() -> Progress {
     Progress(Arc::new(|line: &str| eprintln!("geode: {line}")))
 }
 
-/// `sandbox` keeps trial scratch (and `--base host` layers) under `<jobs>/.sandbox` and the
-/// images in the image store.
-pub fn make(
-    kind: BackendKind,
-    allow_host: bool,
-    jobs_dir: &Path,
-) -> anyhow::Result<Arc<dyn Backend>> {
-    make_with_base(kind, allow_host, jobs_dir, BaseMode::Image)
+/// The default backend, as the commands that do not take `--env` use it.
+pub fn sandbox(jobs_dir: &Path) -> anyhow::Result<Arc<dyn Backend>> {
+    make_with_base(BackendKind::Sandbox, false, jobs_dir, BaseMode::Image)
 }
 
+/// `sandbox` keeps trial scratch (and `--base host` layers) under `<jobs>/.sandbox` and the
+/// images in the image store.
 pub fn make_with_base(
     kind: BackendKind,
     allow_host: bool,

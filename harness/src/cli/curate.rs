@@ -36,11 +36,7 @@ pub async fn run(args: CurateArgs) -> anyhow::Result<ExitCode> {
         .map(Path::to_path_buf)
         .unwrap_or_default();
     // Without a sandbox the pipeline still runs; only an enabled pilot phase then fails.
-    let pilot = match super::backends::make(
-        geode_harness::env::kind::BackendKind::Sandbox,
-        false,
-        &args.jobs_dir,
-    ) {
+    let pilot = match super::backends::sandbox(&args.jobs_dir) {
         Ok(backend) => Some(RunPilot {
             backend,
             jobs_dir: args.jobs_dir.clone(),

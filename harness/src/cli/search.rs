@@ -42,8 +42,7 @@ pub struct PromoteArgs {
 
 fn env(out: &Path, timeout_multiplier: f64) -> anyhow::Result<Env> {
     // The output folder is the sandbox's jobs folder: trials never see the lineage.
-    let backend =
-        super::backends::make(geode_harness::env::kind::BackendKind::Sandbox, false, out)?;
+    let backend = super::backends::sandbox(out)?;
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {

@@ -235,11 +235,9 @@ pub async fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
     // A rubric with command criteria runs them in a sandbox rebuilt from each trial's kept
     // workspace (`geode run --keep-workspace`); without one they are skipped, as before.
     let commands = match &spec {
-        GraderSpec::Rubric { path } if has_command_criteria(path) => Some(super::backends::make(
-            geode_harness::env::kind::BackendKind::Sandbox,
-            false,
-            &a.jobs_dir,
-        )?),
+        GraderSpec::Rubric { path } if has_command_criteria(path) => {
+            Some(super::backends::sandbox(&a.jobs_dir)?)
+        }
         _ => None,
     };
     let images = ImageCache::new();

@@ -102,11 +102,7 @@ pub async fn run(cmd: TasksCommand) -> anyhow::Result<ExitCode> {
 /// One oracle run and one nop run of the pack, folded into a validity report.
 async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Result<ExitCode> {
     let pack_dir = std::fs::canonicalize(pack)?;
-    let backend = super::backends::make(
-        geode_harness::env::kind::BackendKind::Sandbox,
-        false,
-        jobs_dir,
-    )?;
+    let backend = super::backends::sandbox(jobs_dir)?;
     let mut per_task: BTreeMap<String, TaskTrials> = BTreeMap::new();
     for model in ["oracle", "nop"] {
         let config = RunConfig {

@@ -109,11 +109,7 @@ async fn campaign(
     opened: Option<&geode_harness::crucible::OpenedPack>,
     cancel: CancellationToken,
 ) -> anyhow::Result<DecisionRecord> {
-    let backend = super::super::backends::make(
-        geode_harness::env::kind::BackendKind::Sandbox,
-        false,
-        &a.jobs_dir,
-    )?;
+    let backend = super::super::backends::sandbox(&a.jobs_dir)?;
     let c = Campaign {
         contract,
         pack,

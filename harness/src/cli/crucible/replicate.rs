@@ -87,11 +87,7 @@ async fn run_replica(
     jobs_dir: &Path,
 ) -> anyhow::Result<DecisionRecord> {
     let pack = TaskPack::load(&a.pack)?;
-    let backend = super::super::backends::make(
-        geode_harness::env::kind::BackendKind::Sandbox,
-        false,
-        jobs_dir,
-    )?;
+    let backend = super::super::backends::sandbox(jobs_dir)?;
     let c = Campaign {
         contract,
         pack: &pack,
