@@ -25,14 +25,13 @@ use crate::conversation::{
     AssistantTurn, ContentBlock, Message, Role, StopReason, ToolCall, Usage,
 };
 use crate::hooks::{HookEvent, HookRegistry};
-use crate::ids::{CorrelationId, SessionId};
+use crate::ids::{CorrelationId, SessionId, StepSnapshot};
 use crate::model::errors::ErrorClass;
 use crate::model::{Model, ModelRequest, ModelSlot};
 use crate::scaffold::{ReflectionMode, Scaffold};
 use crate::store::checkpoint::SessionStatus;
 use crate::store::timeline::{SessionTimeline, TimelineEvent};
 use crate::tools::executor::{CallRecord, StepContext, ToolExecutor};
-use crate::tools::plan::StepSnapshot;
 
 use super::reflection::reflect;
 

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use crate::conversation::{Message, Usage};
-use crate::ids::CorrelationId;
+use crate::ids::{CorrelationId, StepSnapshot};
 use crate::model::{Model, ModelError, ModelRequest};
-use crate::tools::plan::{BoundToolPlan, StepSnapshot};
+use crate::tools::plan::BoundToolPlan;
 
 /// A model held for decisions only. It deliberately does not implement `Model`, so it cannot
 /// be handed to a session as its root model; it sees no tools and must answer with text.
