@@ -8,7 +8,7 @@
 //! test-stage campaign has no attestation of its sealed pack's opening for this contract.
 
 use crate::contract::{FrozenContract, Stage};
-use crate::evidence::{EVIDENCE_SCHEMA, Evidence, evidence_hash};
+use crate::evidence::{EVIDENCE_SCHEMA, Evidence, ObservedIdentity, evidence_hash};
 use crate::gate::{GateInput, judge};
 use crate::pairing::{Problem, pair_trials};
 use crate::record::{Counts, DECISION_SCHEMA, DecisionRecord, DecisionSeeds};
@@ -59,7 +59,44 @@ fn identity_problems(contract: &FrozenContract, ev: &Evidence, out: &mut Vec<Pro
             ),
         );
     }
-    let o = &ev.observed;
+    observed_problems(contract, &ev.observed, &mut push);
+    match expected_run_seed(contract, ev.replication) {
+        Some(s) if s == ev.run_seed => {}
+        Some(s) => push(
+            ReasonCode::SeedMismatch,
+            format!(
+                "run seed {} but {:?} requires {s}",
+                ev.run_seed, ev.replication
+            ),
+        ),
+        None => push(
+            ReasonCode::SeedMismatch,
+            "replication numbers start at 1".into(),
+        ),
+    }
+    let u = &ev.usage;
+    if !(u.wall_seconds.is_finite()
+        && u.wall_seconds >= 0.0
+        && u.cost_usd.is_finite()
+        && u.cost_usd >= 0.0)
+    {
+        push(
+            ReasonCode::MalformedEvidence,
+            format!("usage not finite and non-negative: {u:?}"),
+        );
+    }
+    if c.stage == Stage::Test {
+        attestation_problems(contract, ev, &mut push);
+    }
+}
+
+/// What ran against what the contract names: the stage's pack, both scaffolds, the grader.
+fn observed_problems(
+    contract: &FrozenContract,
+    o: &ObservedIdentity,
+    push: &mut impl FnMut(ReasonCode, String),
+) {
+    let c = contract.contract();
     if &o.pack_hash != contract.stage_pack() {
         push(
             ReasonCode::PackHashMismatch,
@@ -97,48 +134,29 @@ fn identity_problems(contract: &FrozenContract, ev: &Evidence, out: &mut Vec<Pro
             ),
         );
     }
-    match expected_run_seed(contract, ev.replication) {
-        Some(s) if s == ev.run_seed => {}
-        Some(s) => push(
-            ReasonCode::SeedMismatch,
+}
+
+/// A test stage must come with an attestation of the sealed pack's opening, for this contract
+/// and pack.
+fn attestation_problems(
+    contract: &FrozenContract,
+    ev: &Evidence,
+    push: &mut impl FnMut(ReasonCode, String),
+) {
+    match &ev.attestation {
+        Some(a) if &a.contract_hash == contract.hash() && &a.pack_hash == contract.stage_pack() => {
+        }
+        Some(a) => push(
+            ReasonCode::SealedNotAttested,
             format!(
-                "run seed {} but {:?} requires {s}",
-                ev.run_seed, ev.replication
+                "attestation is for contract {} and pack {}",
+                a.contract_hash, a.pack_hash
             ),
         ),
         None => push(
-            ReasonCode::SeedMismatch,
-            "replication numbers start at 1".into(),
+            ReasonCode::SealedNotAttested,
+            "test stage without an attestation of the sealed pack's opening".into(),
         ),
-    }
-    let u = &ev.usage;
-    if !(u.wall_seconds.is_finite()
-        && u.wall_seconds >= 0.0
-        && u.cost_usd.is_finite()
-        && u.cost_usd >= 0.0)
-    {
-        push(
-            ReasonCode::MalformedEvidence,
-            format!("usage not finite and non-negative: {u:?}"),
-        );
-    }
-    if c.stage == Stage::Test {
-        match &ev.attestation {
-            Some(a)
-                if &a.contract_hash == contract.hash() && &a.pack_hash == contract.stage_pack() => {
-            }
-            Some(a) => push(
-                ReasonCode::SealedNotAttested,
-                format!(
-                    "attestation is for contract {} and pack {}",
-                    a.contract_hash, a.pack_hash
-                ),
-            ),
-            None => push(
-                ReasonCode::SealedNotAttested,
-                "test stage without an attestation of the sealed pack's opening".into(),
-            ),
-        }
     }
 }
 

@@ -94,75 +94,25 @@ pub fn pair_trials(
     run_seed: u64,
 ) -> Pairing {
     let mut problems = Vec::new();
-    let mut index: HashMap<&TaskId, usize> = HashMap::new();
-    for (i, t) in tasks.iter().enumerate() {
-        if index.insert(&t.id, i).is_some() {
-            problem(
-                &mut problems,
-                ReasonCode::CoverageNotExact,
-                format!("task {} listed twice in the pack", t.id),
-            );
-        }
-    }
+    let index = index_tasks(tasks, &mut problems);
 
     // (task index, trial) -> [baseline, candidate]
-    let mut slots: BTreeMap<(usize, u32), [Option<&TrialOutcome>; 2]> = BTreeMap::new();
+    let mut slots: Slots = BTreeMap::new();
     let mut infra_invalid_trials = 0u32;
     let mut tallies = vec![[SignalTally::default(); 2]; tasks.len()];
+    let design = Design {
+        tasks,
+        index: &index,
+        trials_per_task,
+        run_seed,
+    };
     for row in trials {
         if row.infra_invalid {
             infra_invalid_trials += 1;
         }
-        if !(row.reward.is_finite() && (0.0..=1.0).contains(&row.reward)) {
-            problem(
-                &mut problems,
-                ReasonCode::MalformedEvidence,
-                format!(
-                    "task {} trial {} {:?}: reward {} outside [0, 1]",
-                    row.task, row.trial, row.arm, row.reward
-                ),
-            );
-        }
-        let Some(&ti) = index.get(&row.task) else {
-            problem(
-                &mut problems,
-                ReasonCode::CoverageNotExact,
-                format!("trial names task {} which the pack does not list", row.task),
-            );
+        let Some(ti) = design.task_of(row, &mut problems) else {
             continue;
         };
-        if row.family != tasks[ti].family {
-            problem(
-                &mut problems,
-                ReasonCode::CoverageNotExact,
-                format!(
-                    "task {} trial {}: family {} but the pack says {}",
-                    row.task, row.trial, row.family, tasks[ti].family
-                ),
-            );
-        }
-        if row.trial >= trials_per_task {
-            problem(
-                &mut problems,
-                ReasonCode::CoverageNotExact,
-                format!(
-                    "task {} trial index {} >= trials_per_task {}",
-                    row.task, row.trial, trials_per_task
-                ),
-            );
-            continue;
-        }
-        let expected = TrialSeed::derive(run_seed, &row.task, row.trial);
-        if row.seed != expected {
-            problem(
-                &mut problems,
-                ReasonCode::SeedMismatch,
-                format!(
-                    "task {} trial {} {:?}: seed {} but the run seed derives {}",
-                    row.task, row.trial, row.arm, row.seed.0, expected.0
-                ),
-            );
-        }
         let arm = match row.arm {
             Arm::Baseline => 0,
             Arm::Candidate => 1,
@@ -185,37 +135,7 @@ pub fn pair_trials(
 
     let mut table = PairedTable::default();
     for (ti, t) in tasks.iter().enumerate() {
-        let mut pairs = Vec::new();
-        let mut dropped = 0u32;
-        for trial in 0..trials_per_task {
-            match slots.get(&(ti, trial)) {
-                Some([Some(b), Some(c)]) => {
-                    if b.infra_invalid || c.infra_invalid {
-                        dropped += 1;
-                    } else {
-                        pairs.push(Pair {
-                            baseline: b.reward,
-                            candidate: c.reward,
-                        });
-                    }
-                }
-                Some([Some(_), None]) => problem(
-                    &mut problems,
-                    ReasonCode::CoverageNotExact,
-                    format!("task {} trial {trial}: no candidate trial", t.id),
-                ),
-                Some([None, Some(_)]) => problem(
-                    &mut problems,
-                    ReasonCode::CoverageNotExact,
-                    format!("task {} trial {trial}: no baseline trial", t.id),
-                ),
-                _ => problem(
-                    &mut problems,
-                    ReasonCode::CoverageNotExact,
-                    format!("task {} trial {trial}: neither arm ran", t.id),
-                ),
-            }
-        }
+        let (pairs, dropped) = pairs_of(ti, t, &slots, trials_per_task, &mut problems);
         let [baseline_signals, candidate_signals] = tallies[ti];
         table.tasks.push(PairedTask {
             task: t.id.clone(),
@@ -231,4 +151,134 @@ pub fn pair_trials(
         problems,
         infra_invalid_trials,
     }
+}
+
+/// The trial rows by (task index, trial): [baseline, candidate].
+type Slots<'a> = BTreeMap<(usize, u32), [Option<&'a TrialOutcome>; 2]>;
+
+/// Each pack task's position; a task listed twice is a problem (the later position wins).
+fn index_tasks<'a>(
+    tasks: &'a [TaskRef],
+    problems: &mut Vec<Problem>,
+) -> HashMap<&'a TaskId, usize> {
+    let mut index = HashMap::new();
+    for (i, t) in tasks.iter().enumerate() {
+        if index.insert(&t.id, i).is_some() {
+            problem(
+                problems,
+                ReasonCode::CoverageNotExact,
+                format!("task {} listed twice in the pack", t.id),
+            );
+        }
+    }
+    index
+}
+
+/// What a trial row is checked against: the pack, its trial count and the run seed.
+struct Design<'a> {
+    tasks: &'a [TaskRef],
+    index: &'a HashMap<&'a TaskId, usize>,
+    trials_per_task: u32,
+    run_seed: u64,
+}
+
+impl Design<'_> {
+    /// The pack index of `row`'s task when the row has a slot in the design, after recording
+    /// every problem of the row (reward, task, family, trial index, seed).
+    fn task_of(&self, row: &TrialOutcome, problems: &mut Vec<Problem>) -> Option<usize> {
+        if !(row.reward.is_finite() && (0.0..=1.0).contains(&row.reward)) {
+            problem(
+                problems,
+                ReasonCode::MalformedEvidence,
+                format!(
+                    "task {} trial {} {:?}: reward {} outside [0, 1]",
+                    row.task, row.trial, row.arm, row.reward
+                ),
+            );
+        }
+        let Some(&ti) = self.index.get(&row.task) else {
+            problem(
+                problems,
+                ReasonCode::CoverageNotExact,
+                format!("trial names task {} which the pack does not list", row.task),
+            );
+            return None;
+        };
+        if row.family != self.tasks[ti].family {
+            problem(
+                problems,
+                ReasonCode::CoverageNotExact,
+                format!(
+                    "task {} trial {}: family {} but the pack says {}",
+                    row.task, row.trial, row.family, self.tasks[ti].family
+                ),
+            );
+        }
+        if row.trial >= self.trials_per_task {
+            problem(
+                problems,
+                ReasonCode::CoverageNotExact,
+                format!(
+                    "task {} trial index {} >= trials_per_task {}",
+                    row.task, row.trial, self.trials_per_task
+                ),
+            );
+            return None;
+        }
+        let expected = TrialSeed::derive(self.run_seed, &row.task, row.trial);
+        if row.seed != expected {
+            problem(
+                problems,
+                ReasonCode::SeedMismatch,
+                format!(
+                    "task {} trial {} {:?}: seed {} but the run seed derives {}",
+                    row.task, row.trial, row.arm, row.seed.0, expected.0
+                ),
+            );
+        }
+        Some(ti)
+    }
+}
+
+/// The valid pairs of task `ti` in trial order, and how many were dropped for an
+/// infrastructure-invalid arm; a trial missing an arm is a problem.
+fn pairs_of(
+    ti: usize,
+    t: &TaskRef,
+    slots: &Slots<'_>,
+    trials_per_task: u32,
+    problems: &mut Vec<Problem>,
+) -> (Vec<Pair>, u32) {
+    let mut pairs = Vec::new();
+    let mut dropped = 0u32;
+    for trial in 0..trials_per_task {
+        match slots.get(&(ti, trial)) {
+            Some([Some(b), Some(c)]) => {
+                if b.infra_invalid || c.infra_invalid {
+                    dropped += 1;
+                } else {
+                    pairs.push(Pair {
+                        baseline: b.reward,
+                        candidate: c.reward,
+                    });
+                }
+            }
+            Some([Some(_), None]) => problem(
+                problems,
+                ReasonCode::CoverageNotExact,
+                format!("task {} trial {trial}: no candidate trial", t.id),
+            ),
+            Some([None, Some(_)]) => problem(
+                problems,
+                ReasonCode::CoverageNotExact,
+                format!("task {} trial {trial}: no baseline trial", t.id),
+            ),
+            _ => problem(
+                problems,
+                ReasonCode::CoverageNotExact,
+                format!("task {} trial {trial}: neither arm ran", t.id),
+            ),
+        }
+    }
+    (pairs, dropped)
 }

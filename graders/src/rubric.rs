@@ -300,71 +300,22 @@ impl RubricGrader {
         runner: Option<&dyn CommandRunner>,
     ) -> Result<Check, String> {
         let check = |s: CheckStatus, m: String| Check::new(c.name.clone(), s).with_message(m);
-        let regex = |pattern: &Regex, negate: bool, text: Option<&str>, what: &str| match text {
-            None => check(CheckStatus::Skip, format!("no {what} to search")),
-            Some(t) => {
-                let found = pattern.find(t);
-                let passed = found.is_some() != negate;
-                let seen = match found {
-                    Some(m) => format!(
-                        "matched {:?}",
-                        m.as_str().chars().take(80).collect::<String>()
-                    ),
-                    None => format!("no match for /{}/ in the {what}", pattern.as_str()),
-                };
-                check(
-                    if passed {
-                        CheckStatus::Pass
-                    } else {
-                        CheckStatus::Fail
-                    },
-                    seen,
-                )
-            }
-        };
         Ok(match &c.kind {
-            CriterionKind::RegexAnswer { pattern, negate } => regex(
+            CriterionKind::RegexAnswer { pattern, negate } => regex_check(
+                c,
                 pattern,
                 *negate,
                 input.final_answer.as_deref(),
                 "final answer",
             ),
             CriterionKind::RegexTrajectory { pattern, negate } => {
-                regex(pattern, *negate, trajectory, "trajectory")
+                regex_check(c, pattern, *negate, trajectory, "trajectory")
             }
             CriterionKind::Command {
                 command,
                 expect_exit,
                 timeout,
-            } => {
-                let Some(runner) = runner else {
-                    return Ok(check(
-                        CheckStatus::Skip,
-                        "needs a command in the sandbox; no sandbox runner (re-grade)".into(),
-                    ));
-                };
-                let out = runner.run(command, *timeout).await?;
-                if out.timed_out {
-                    check(
-                        CheckStatus::Fail,
-                        format!("timed out after {}s", timeout.as_secs()),
-                    )
-                } else if out.exit_code == Some(*expect_exit) {
-                    check(CheckStatus::Pass, format!("exit {expect_exit}"))
-                } else {
-                    let tail: String = out
-                        .stdout
-                        .lines()
-                        .chain(out.stderr.lines())
-                        .take(3)
-                        .collect::<Vec<_>>()
-                        .join(" | ");
-                    check(
-                        CheckStatus::Fail,
-                        format!("exit {:?}, expected {expect_exit}: {tail}", out.exit_code),
-                    )
-                }
-            }
+            } => command_check(c, runner, command, *expect_exit, *timeout).await?,
             CriterionKind::Judge { question } => {
                 let Some(judge) = &self.judge else {
                     return Ok(check(
@@ -398,6 +349,79 @@ impl RubricGrader {
             }
         })
     }
+}
+
+/// A check whose pass/fail is whether `pattern` matches `text` (negated by `negate`); skipped
+/// when there is no `what` to search.
+fn regex_check(
+    c: &Criterion,
+    pattern: &Regex,
+    negate: bool,
+    text: Option<&str>,
+    what: &str,
+) -> Check {
+    let check = |s: CheckStatus, m: String| Check::new(c.name.clone(), s).with_message(m);
+    match text {
+        None => check(CheckStatus::Skip, format!("no {what} to search")),
+        Some(t) => {
+            let found = pattern.find(t);
+            let passed = found.is_some() != negate;
+            let seen = match found {
+                Some(m) => format!(
+                    "matched {:?}",
+                    m.as_str().chars().take(80).collect::<String>()
+                ),
+                None => format!("no match for /{}/ in the {what}", pattern.as_str()),
+            };
+            check(
+                if passed {
+                    CheckStatus::Pass
+                } else {
+                    CheckStatus::Fail
+                },
+                seen,
+            )
+        }
+    }
+}
+
+/// A check that runs `command` in the sandbox and expects `expect_exit`; skipped without a
+/// sandbox runner (a re-grade). `Err` is an infrastructure failure of the runner.
+async fn command_check(
+    c: &Criterion,
+    runner: Option<&dyn CommandRunner>,
+    command: &str,
+    expect_exit: i32,
+    timeout: Duration,
+) -> Result<Check, String> {
+    let check = |s: CheckStatus, m: String| Check::new(c.name.clone(), s).with_message(m);
+    let Some(runner) = runner else {
+        return Ok(check(
+            CheckStatus::Skip,
+            "needs a command in the sandbox; no sandbox runner (re-grade)".into(),
+        ));
+    };
+    let out = runner.run(command, timeout).await?;
+    Ok(if out.timed_out {
+        check(
+            CheckStatus::Fail,
+            format!("timed out after {}s", timeout.as_secs()),
+        )
+    } else if out.exit_code == Some(expect_exit) {
+        check(CheckStatus::Pass, format!("exit {expect_exit}"))
+    } else {
+        let tail: String = out
+            .stdout
+            .lines()
+            .chain(out.stderr.lines())
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" | ");
+        check(
+            CheckStatus::Fail,
+            format!("exit {:?}, expected {expect_exit}: {tail}", out.exit_code),
+        )
+    })
 }
 
 #[async_trait]

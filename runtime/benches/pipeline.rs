@@ -20,7 +20,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use geode_runtime::cognition::CognitiveState;
 use geode_runtime::conversation::ToolCall;
 use geode_runtime::hooks::HookRegistry;
-use geode_runtime::ids::{CorrelationId, PlanHash, SessionId};
+use geode_runtime::ids::{CorrelationId, PlanHash, SessionId, StepSnapshot};
 use geode_runtime::model::embedded::ScriptedModel;
 use geode_runtime::policy::{PersonalDataClass, SafetyLevel, SessionMode, SessionPolicy};
 use geode_runtime::session::{SessionConfig, create_session};
@@ -28,8 +28,7 @@ use geode_runtime::store::timeline::SessionTimeline;
 use geode_runtime::tools::approval::NoHuman;
 use geode_runtime::tools::executor::{ExecutorConfig, ExecutorParts, StepContext, ToolExecutor};
 use geode_runtime::tools::plan::{
-    BoundTool, BoundToolPlan, ResourceKeyRule, StepSnapshot, ToolContext, ToolHandler, ToolOutput,
-    ToolSpec,
+    BoundTool, BoundToolPlan, ResourceKeyRule, ToolContext, ToolHandler, ToolOutput, ToolSpec,
 };
 use geode_runtime::tools::workspace::LocalWorkspace;
 use serde_json::{Value, json};

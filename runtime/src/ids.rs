@@ -56,6 +56,18 @@ pub fn canonical_sha256(value: &serde_json::Value) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
+/// What one model call was bound to: written with the call, so a timeline row can say exactly
+/// which model and which tools produced a proposal. Only ids, so it lives here, below the
+/// store, the models and the tools that all carry it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepSnapshot {
+    pub model_id: String,
+    pub plan_generation: u64,
+    pub plan_hash: PlanHash,
+    pub correlation_id: CorrelationId,
+    pub round: u32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

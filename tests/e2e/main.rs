@@ -6,7 +6,9 @@ mod channel;
 mod common;
 mod crash;
 mod crucible;
+mod crucible_sealed;
 mod daily;
+mod daily_cli;
 mod datasets;
 mod docker;
 #[path = "../support/docker.rs"]
@@ -15,6 +17,7 @@ mod exec;
 mod harbor;
 mod images;
 mod mcp;
+mod mcp_server;
 mod providers;
 #[path = "../support/registry.rs"]
 mod registry;

@@ -1,29 +1,25 @@
-//! MCP both ways, with real processes: an rmcp client drives `geode mcp` over stdio and over
-//! streamable HTTP on loopback; `geode exec` uses a real rmcp fixture server
+//! GEODE as an MCP client, with real processes (geode as the server is in mcp_server.rs):
+//! `geode exec` uses a real rmcp fixture server
 //! (harness/examples/mcp_fixture_server.rs) declared in config files, with the trust check on
 //! project files and the resource-policy rule.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use geode_runtime::ids::SessionId;
 use geode_runtime::store::timeline::{SessionTimeline, TimelineEvent};
-use rmcp::model::{CallToolRequestParams, CallToolResult};
-use rmcp::service::RunningService;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
-const HELLO: &str = r#"
+pub(super) const HELLO: &str = r#"
 [[turns]]
 text = "Hello from the scripted model."
 "#;
 
-const ASKS_FOR_BASH: &str = r#"
+pub(super) const ASKS_FOR_BASH: &str = r#"
 [[turns]]
 text = "Running a shell."
 [[turns.tool_calls]]
@@ -49,13 +45,14 @@ input = { a = 1, b = 2 }
 text = "Echoed; the add call failed."
 "#;
 
-use super::common::geode_in as geode;
+pub(super) use super::common::geode_in as geode;
+use super::mcp_server::HttpServer;
 
 fn run(dir: &Path, args: &[&str]) -> Output {
     geode(dir).args(args).output().unwrap()
 }
 
-fn stderr(o: &Output) -> String {
+pub(super) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
@@ -117,7 +114,7 @@ fn lines(path: &Path) -> Vec<String> {
 }
 
 /// `(tool, is_error, content)` of every tool.completed row of a session.
-fn completed(db: &Path, session: &str) -> Vec<(String, bool, String)> {
+pub(super) fn completed(db: &Path, session: &str) -> Vec<(String, bool, String)> {
     let tl = SessionTimeline::open(db).unwrap();
     tl.rows(&SessionId::new(session))
         .unwrap()
@@ -151,258 +148,6 @@ fn exec_fixture_script(dir: &Path, session: &str, allow: &str) -> Output {
             "call the fixture",
         ],
     )
-}
-
-// --- GEODE as an MCP server --------------------------------------------------------------
-
-async fn call_run_agent(
-    client: &RunningService<RoleClient, ()>,
-    args: Value,
-) -> (CallToolResult, Value) {
-    let Value::Object(arguments) = args else {
-        panic!("arguments must be an object")
-    };
-    let result = client
-        .peer()
-        .call_tool(CallToolRequestParams {
-            meta: None,
-            name: "run_agent".into(),
-            arguments: Some(arguments),
-            task: None,
-        })
-        .await
-        .unwrap();
-    let text = &result.content[0].as_text().unwrap().text;
-    let value: Value = serde_json::from_str(text).unwrap();
-    (result, value)
-}
-
-async fn stdio_client(dir: &Path) -> RunningService<RoleClient, ()> {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_geode"));
-    cmd.args(["mcp", "--model", "scripted:script.toml"])
-        .current_dir(dir)
-        .env("GEODE_HOME", dir.join("home"))
-        .env_remove("GEODE_MODEL")
-        .kill_on_drop(true);
-    let (transport, _) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    ().serve(transport).await.unwrap()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdio_run_agent_answers_with_text_rounds_and_termination() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("script.toml"), HELLO).unwrap();
-    let client = stdio_client(dir.path()).await;
-    let tools = client.peer().list_all_tools().await.unwrap();
-    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(names, ["run_agent"]);
-    let (result, value) = call_run_agent(&client, json!({"prompt": "say hello"})).await;
-    assert_eq!(result.is_error, Some(false), "{value}");
-    assert_eq!(value["text"], "Hello from the scripted model.");
-    assert_eq!(value["rounds"], 1);
-    assert_eq!(value["termination_reason"], "natural");
-    assert_eq!(value["error"], Value::Null);
-    // The time budget reaches the turn's guards: under the wrap-up margin the one round is
-    // forced to text.
-    let (_, value) =
-        call_run_agent(&client, json!({"prompt": "say hello", "time_budget_s": 5})).await;
-    assert_eq!(value["termination_reason"], "forced_text", "{value}");
-    assert_eq!(value["text"], "Hello from the scripted model.");
-    client.cancel().await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdio_run_agent_has_no_shell() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("script.toml"), ASKS_FOR_BASH).unwrap();
-    let client = stdio_client(dir.path()).await;
-    let (_, value) = call_run_agent(&client, json!({"prompt": "run a shell"})).await;
-    client.cancel().await.unwrap();
-    assert_eq!(
-        value["text"], "No shell here: bash could not run.",
-        "{value}"
-    );
-    assert_eq!(value["rounds"], 2);
-    assert!(!dir.path().join("pwned.txt").exists(), "bash ran");
-    // The timeline of the run_agent session shows the call refused at the scope step.
-    let tl = SessionTimeline::open(dir.path().join("home").join("timeline.db")).unwrap();
-    let session = tl.latest_session().unwrap().unwrap();
-    let rows = completed(
-        &dir.path().join("home").join("timeline.db"),
-        session.as_str(),
-    );
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    let (tool, is_error, content) = &rows[0];
-    assert_eq!(tool, "bash");
-    assert!(*is_error);
-    assert!(
-        content.contains("denied at scope") && content.contains("bash"),
-        "{content}"
-    );
-}
-
-/// `geode mcp --http ADDR ...` started; the URL it printed on stderr.
-struct HttpServer {
-    child: Child,
-    url: String,
-}
-
-impl HttpServer {
-    fn start(dir: &Path, args: &[&str]) -> HttpServer {
-        let mut child = geode(dir)
-            .args(["mcp", "--model", "scripted:script.toml", "--http"])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut err = BufReader::new(child.stderr.take().unwrap());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut line = String::new();
-        let url = loop {
-            assert!(Instant::now() < deadline, "no address printed");
-            line.clear();
-            assert!(err.read_line(&mut line).unwrap() > 0, "geode mcp exited");
-            if let Some(rest) = line.split("on http://").nth(1) {
-                break format!("http://{}", rest.split(',').next().unwrap().trim());
-            }
-        };
-        // Keep draining stderr so the server never blocks on a full pipe.
-        std::thread::spawn(move || {
-            let mut sink = String::new();
-            let _ = err.read_to_string(&mut sink);
-        });
-        HttpServer { child, url }
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Status line of a raw `initialize` POST, with or without a bearer token.
-fn raw_post_status(url: &str, bearer: Option<&str>) -> String {
-    let port = url.rsplit_once(':').unwrap().1.trim_end_matches("/mcp");
-    raw_post_as(url, bearer, &format!("127.0.0.1:{port}"), None)
-}
-
-/// [`raw_post_status`] with the `Host` and `Origin` a browser would send.
-fn raw_post_as(url: &str, bearer: Option<&str>, host: &str, origin: Option<&str>) -> String {
-    let rest = url.strip_prefix("http://").unwrap();
-    let (hostport, path) = rest.split_once('/').unwrap();
-    let port = hostport.rsplit_once(':').unwrap().1;
-    let origin = origin.map_or(String::new(), |o| format!("Origin: {o}\r\n"));
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-03-26", "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"}}})
-    .to_string();
-    let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let request = format!(
-        "POST /{path} HTTP/1.1\r\nHost: {host}\r\n{origin}Content-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    let mut status = String::new();
-    BufReader::new(s).read_line(&mut status).unwrap();
-    status.trim().to_string()
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_run_agent_on_loopback() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("script.toml"), HELLO).unwrap();
-    let server = HttpServer::start(dir.path(), &["127.0.0.1:0"]);
-    assert!(
-        server.url.starts_with("http://127.0.0.1:"),
-        "{}",
-        server.url
-    );
-    assert!(server.url.ends_with("/mcp"), "{}", server.url);
-    let transport = StreamableHttpClientTransport::from_uri(server.url.as_str());
-    let client = ().serve(transport).await.unwrap();
-    let tools = client.peer().list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 1);
-    assert_eq!(tools[0].name, "run_agent");
-    let (_, value) = call_run_agent(&client, json!({"prompt": "say hello"})).await;
-    assert_eq!(value["text"], "Hello from the scripted model.");
-    assert_eq!(value["rounds"], 1);
-    assert_eq!(value["termination_reason"], "natural");
-    assert_eq!(value["error"], Value::Null);
-    client.cancel().await.unwrap();
-    // DNS rebinding: a rebound name, or a page of another site, is refused.
-    let port = server
-        .url
-        .rsplit_once(':')
-        .unwrap()
-        .1
-        .trim_end_matches("/mcp");
-    let own = format!("127.0.0.1:{port}");
-    let status = raw_post_as(&server.url, None, &format!("evil.example:{port}"), None);
-    assert!(status.contains(" 403"), "{status}");
-    let status = raw_post_as(&server.url, None, &own, Some("http://evil.example"));
-    assert!(status.contains(" 403"), "{status}");
-    let status = raw_post_as(
-        &server.url,
-        None,
-        &own,
-        Some(&format!("http://localhost:{port}")),
-    );
-    assert!(status.contains(" 200"), "{status}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_off_loopback_needs_a_token_and_checks_it() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("script.toml"), HELLO).unwrap();
-    // No token: refused at start, with a clear error.
-    let out = geode(dir.path())
-        .args([
-            "mcp",
-            "--model",
-            "scripted:script.toml",
-            "--http",
-            "0.0.0.0:0",
-        ])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    let err = stderr(&out);
-    assert!(
-        err.contains("not a loopback address") && err.contains("--token"),
-        "{err}"
-    );
-    // With a token: a request without it (or with a wrong one) is 401, with it the MCP client works.
-    let server = HttpServer::start(dir.path(), &["0.0.0.0:0", "--token", "s3cret"]);
-    let port = server
-        .url
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .trim_end_matches("/mcp");
-    let url = format!("http://127.0.0.1:{port}/mcp");
-    let status = raw_post_status(&url, None);
-    assert!(status.contains(" 401"), "{status}");
-    let status = raw_post_status(&url, Some("wrong"));
-    assert!(status.contains(" 401"), "{status}");
-    let status = raw_post_status(&url, Some("s3cret"));
-    assert!(status.contains(" 200"), "{status}");
-    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header("s3cret");
-    let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
-    let tools = client.peer().list_all_tools().await.unwrap();
-    assert_eq!(tools[0].name, "run_agent");
-    client.cancel().await.unwrap();
 }
 
 // --- GEODE as an MCP client --------------------------------------------------------------
@@ -561,33 +306,10 @@ fn a_server_without_a_policy_is_listed_but_not_callable() {
 
 #[test]
 fn daemon_sessions_get_mcp_tools_which_prompt_before_they_run() {
-    use std::os::unix::net::UnixStream;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir_all(d.join("home")).unwrap();
-    // A read-only MCP tool at HITL 1 (dangerous_only): MCP tools prompt all the same.
-    std::fs::write(
-        d.join("home").join("config.toml"),
-        format!(
-            "hitl = \"dangerous_only\"\n{}",
-            fixture_table(d, "fixture", Some("safety = \"safe\"\ntools = [\"echo\"]"))
-        ),
-    )
-    .unwrap();
-    std::fs::write(
-        d.join("script.toml"),
-        r#"
-[[turns]]
-text = "Calling the fixture."
-[[turns.tool_calls]]
-id = "e1"
-name = "mcp__fixture__echo"
-input = { text = "via the daemon" }
-[[turns]]
-text = "Echoed."
-"#,
-    )
-    .unwrap();
+    write_daemon_setup(d);
     let mut daemon = geode(d)
         .arg("serve")
         .env("GEODE_MODEL", "scripted:script.toml")
@@ -595,15 +317,7 @@ text = "Echoed."
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let socket = d.join("home").join("cli.sock");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let stream = loop {
-        if let Ok(s) = UnixStream::connect(&socket) {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "the daemon did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let stream = connect(&d.join("home").join("cli.sock"));
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
@@ -663,11 +377,6 @@ text = "Echoed."
         .unwrap()
         .parse()
         .unwrap();
-    let alive = |pid: i32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.contains(") Z "))
-            .unwrap_or(false)
-    };
     assert!(alive(pid));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(daemon.id() as i32),
@@ -685,6 +394,52 @@ text = "Echoed."
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The daemon's home: a read-only MCP tool at HITL 1 (dangerous_only), where MCP tools prompt
+/// all the same, and a script that calls it once.
+fn write_daemon_setup(d: &Path) {
+    std::fs::write(
+        d.join("home").join("config.toml"),
+        format!(
+            "hitl = \"dangerous_only\"\n{}",
+            fixture_table(d, "fixture", Some("safety = \"safe\"\ntools = [\"echo\"]"))
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.toml"),
+        r#"
+[[turns]]
+text = "Calling the fixture."
+[[turns.tool_calls]]
+id = "e1"
+name = "mcp__fixture__echo"
+input = { text = "via the daemon" }
+[[turns]]
+text = "Echoed."
+"#,
+    )
+    .unwrap();
+}
+
+/// A connection to the daemon's socket, once it answers.
+fn connect(socket: &Path) -> UnixStream {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(s) = UnixStream::connect(socket) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "the daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether `pid` runs (a zombie does not).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false)
 }
 
 #[test]

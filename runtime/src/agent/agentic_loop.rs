@@ -3,10 +3,10 @@
 //! prepare input -> (prepare call -> provider call -> tool processing -> observe and compact)*
 //! -> finish,
 //!
-//! where finish (finish.rs) runs Verify and may send the loop round again for a repair. In a
-//! checkpointed session (durable.rs) the proposed batch is saved before any tool runs and the
-//! completed batch after; restore.rs brings an interrupted turn back into `drive`; compaction
-//! (compaction.rs) closes the observe stage.
+//! where input.rs prepares the input and finish (finish.rs) runs Verify and may send the loop
+//! round again for a repair. In a checkpointed session (durable.rs) the proposed batch is saved
+//! before any tool runs and the completed batch after; restore.rs brings an interrupted turn
+//! back into `drive`; compaction (compaction.rs) closes the observe stage.
 
 use std::sync::{Arc, Mutex};
 
@@ -24,15 +24,14 @@ use crate::cognition::CognitiveState;
 use crate::conversation::{
     AssistantTurn, ContentBlock, Message, Role, StopReason, ToolCall, Usage,
 };
-use crate::hooks::{HookDecision, HookEvent, HookRegistry};
-use crate::ids::{CorrelationId, SessionId};
+use crate::hooks::{HookEvent, HookRegistry};
+use crate::ids::{CorrelationId, SessionId, StepSnapshot};
 use crate::model::errors::ErrorClass;
 use crate::model::{Model, ModelRequest, ModelSlot};
 use crate::scaffold::{ReflectionMode, Scaffold};
 use crate::store::checkpoint::SessionStatus;
 use crate::store::timeline::{SessionTimeline, TimelineEvent};
 use crate::tools::executor::{CallRecord, StepContext, ToolExecutor};
-use crate::tools::plan::StepSnapshot;
 
 use super::reflection::reflect;
 
@@ -316,60 +315,6 @@ impl AgenticLoop {
         } else {
             SessionStatus::Completed
         });
-    }
-
-    // --- stage 1: prepare input ---------------------------------------------------------------
-
-    /// The session start row (first turn), UserPromptSubmit (block ends the turn, rewrite
-    /// replaces the prompt), then the user message. The SessionStart hook follows the first
-    /// checkpoint save, in `run_turn`.
-    async fn prepare_input(&mut self, prompt: &str) -> Result<(), String> {
-        self.turn_number += 1;
-        self.guards.start_turn();
-        self.emit(LoopEvent::TurnStarted {
-            session_id: self.p.session_id.to_string(),
-            turn: self.turn_number,
-            model: self.model_id().to_string(),
-        });
-        if !self.started {
-            self.started = true;
-            let plan = self.p.executor.plan();
-            let policy = self.p.executor.policy();
-            self.record(TimelineEvent::SessionStarted {
-                model: self.p.model.id().to_string(),
-                mode: serde_json::to_value(policy.mode)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-                plan_generation: plan.generation(),
-                plan_hash: plan.hash().to_string(),
-                scaffold_hash: self.p.scaffold.hash(),
-                grant: policy.grant_reason.clone(),
-            });
-            self.announce_start = true;
-        }
-        let outcome = self
-            .hook(
-                HookEvent::UserPromptSubmit {
-                    prompt: prompt.to_string(),
-                },
-                None,
-                0,
-            )
-            .await;
-        if let HookDecision::Block(reason) = outcome.decision {
-            return Err(format!("The prompt was blocked by a hook: {reason}"));
-        }
-        let mut text = match outcome.rewrite {
-            Some(serde_json::Value::String(s)) => s,
-            _ => prompt.to_string(),
-        };
-        for context in outcome.added_context {
-            text.push_str("\n\n");
-            text.push_str(&context);
-        }
-        self.append_user(Message::user_text(text));
-        Ok(())
     }
 
     // --- stage 2: prepare call ----------------------------------------------------------------

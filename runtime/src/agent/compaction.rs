@@ -208,6 +208,37 @@ pub fn extractive_summary(dropped: &[Message], plan: Option<&Plan>, tool_calls: 
     out
 }
 
+/// A conversation compacted at a cut: the summary of the dropped part, its SHA-256, and the
+/// new conversation (the summary, then the kept messages).
+pub struct Compacted {
+    pub text: String,
+    pub sha: String,
+    pub summary: Message,
+    pub messages: Vec<Message>,
+}
+
+/// Compacts `messages` at `cut`. A pure function of the conversation, so the loop only decides
+/// when to compact and commits the result; the same input always gives the same bytes.
+pub fn compact_at(
+    messages: &[Message],
+    cut: usize,
+    plan: Option<&Plan>,
+    tool_calls: usize,
+) -> Compacted {
+    let text = extractive_summary(&messages[..cut], plan, tool_calls);
+    let sha = hex::encode(Sha256::digest(text.as_bytes()));
+    let summary = Message::user_text(text.clone());
+    let mut kept = Vec::with_capacity(messages.len() - cut + 1);
+    kept.push(summary.clone());
+    kept.extend_from_slice(&messages[cut..]);
+    Compacted {
+        text,
+        sha,
+        summary,
+        messages: kept,
+    }
+}
+
 impl AgenticLoop {
     /// Messages at the start of the conversation that are an earlier summary.
     fn summary_prefix_len(&self) -> usize {
@@ -287,16 +318,17 @@ impl AgenticLoop {
             return false;
         };
         let plan = self.cognition().plan;
-        let text = extractive_summary(
-            &self.messages[..cut],
+        let Compacted {
+            text,
+            sha,
+            summary,
+            messages: compacted,
+        } = compact_at(
+            &self.messages,
+            cut,
             plan.as_ref(),
             limits.summary_tool_calls,
         );
-        let sha = hex::encode(Sha256::digest(text.as_bytes()));
-        let summary = Message::user_text(text.clone());
-        let mut compacted = Vec::with_capacity(before - cut + 1);
-        compacted.push(summary.clone());
-        compacted.extend_from_slice(&self.messages[cut..]);
         let after = compacted.len();
         let artifact = match self.write_summary_artifact(&text, &sha) {
             Ok(a) => a.map(|p| p.display().to_string()),

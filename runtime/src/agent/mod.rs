@@ -7,6 +7,7 @@ pub mod durable;
 pub mod events;
 mod finish;
 pub mod guards;
+mod input;
 pub mod model_switch;
 pub mod prompt;
 mod records;

@@ -8,9 +8,9 @@ use super::agentic_loop::AgenticLoop;
 use super::events::LoopEvent;
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, ToolCall};
 use crate::hooks::{HookEnvelope, HookEvent, HookOutcome};
+use crate::ids::StepSnapshot;
 use crate::store::timeline::{CallOutcome, TimelineEvent};
 use crate::tools::executor::{CallRecord, hook_failure_rows};
-use crate::tools::plan::StepSnapshot;
 
 impl AgenticLoop {
     pub(super) fn append_user(&mut self, message: Message) {

@@ -27,13 +27,12 @@ use super::termination::TerminationReason;
 use super::verify::Verdict;
 use crate::conversation::{Message, ToolCall, ToolResult};
 use crate::hooks::{HookEvent, HookEventKind};
-use crate::ids::{CorrelationId, SessionId};
+use crate::ids::{CorrelationId, SessionId, StepSnapshot};
 use crate::store::StoreError;
 use crate::store::checkpoint::{CheckpointStore, SessionRow, SessionStatus};
 use crate::store::receipts::{Receipt, ReceiptState, ReconcileOutcome};
 use crate::store::timeline::{CallOutcome, TimelineEvent};
 use crate::tools::executor::CallRecord;
-use crate::tools::plan::StepSnapshot;
 
 /// What a receipt becomes when a resume finds a receipt still `accepted`.
 pub const CRASH_REASON: &str = "the geode process stopped (crash, kill or power loss) after \

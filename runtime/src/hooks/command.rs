@@ -267,8 +267,14 @@ fn parse_answer(kind: HookEventKind, stdout: &str) -> Result<HookDecision, Strin
     if v.get("continue") == Some(&Value::Bool(false)) {
         return Ok(blocking_exit(kind, reason));
     }
+    Ok(json_decision(kind, &v, reason))
+}
+
+/// The decision a hook's JSON answer `v` gives for `kind`; `reason` is the answer's reason or
+/// its default.
+fn json_decision(kind: HookEventKind, v: &Value, reason: String) -> HookDecision {
     let specific = v.get("hookSpecificOutput").cloned().unwrap_or(Value::Null);
-    let decision = str_field(&v, "decision");
+    let decision = str_field(v, "decision");
     match kind {
         HookEventKind::PreToolUse => {
             let perm = str_field(&specific, "permissionDecision");
@@ -276,23 +282,23 @@ fn parse_answer(kind: HookEventKind, stdout: &str) -> Result<HookDecision, Strin
                 .map(str::to_string)
                 .unwrap_or_else(|| reason.clone());
             if perm == Some("deny") || decision == Some("block") {
-                return Ok(HookDecision::Block(perm_reason));
+                return HookDecision::Block(perm_reason);
             }
             if let Some(input) = specific.get("updatedInput") {
-                return Ok(HookDecision::Rewrite(input.clone()));
+                return HookDecision::Rewrite(input.clone());
             }
             if perm == Some("ask") {
-                return Ok(HookDecision::RequestPermission(perm_reason));
+                return HookDecision::RequestPermission(perm_reason);
             }
-            Ok(HookDecision::Continue)
+            HookDecision::Continue
         }
         HookEventKind::PostToolUse | HookEventKind::UserPromptSubmit => {
             if decision == Some("block") {
-                return Ok(HookDecision::Block(reason));
+                return HookDecision::Block(reason);
             }
             match str_field(&specific, "additionalContext") {
-                Some(ctx) => Ok(HookDecision::AddContext(ctx.to_string())),
-                None => Ok(HookDecision::Continue),
+                Some(ctx) => HookDecision::AddContext(ctx.to_string()),
+                None => HookDecision::Continue,
             }
         }
         HookEventKind::PermissionRequest => {
@@ -300,17 +306,17 @@ fn parse_answer(kind: HookEventKind, stdout: &str) -> Result<HookDecision, Strin
                 .get("decision")
                 .and_then(|d| str_field(d, "behavior"))
                 .or(decision);
-            Ok(match behavior {
+            match behavior {
                 Some("allow") | Some("approve") => HookDecision::Allow,
                 Some("deny") | Some("block") => HookDecision::Deny(reason),
                 Some("ask") => HookDecision::Ask,
                 _ => HookDecision::Continue,
-            })
+            }
         }
-        HookEventKind::Stop => Ok(match decision {
+        HookEventKind::Stop => match decision {
             Some("block") => HookDecision::ContinueWith(reason),
             _ => HookDecision::Continue,
-        }),
+        },
         HookEventKind::PreVerify => {
             let misses: Vec<String> = v
                 .get("misses")
@@ -321,28 +327,28 @@ fn parse_answer(kind: HookEventKind, stdout: &str) -> Result<HookDecision, Strin
                         .collect()
                 })
                 .unwrap_or_default();
-            Ok(if misses.is_empty() {
+            if misses.is_empty() {
                 HookDecision::Continue
             } else {
                 HookDecision::Strengthen(misses)
-            })
+            }
         }
-        HookEventKind::PostVerify => Ok(match decision {
+        HookEventKind::PostVerify => match decision {
             Some("accept") => HookDecision::Accept,
             Some("revise") | Some("block") => HookDecision::Revise(reason),
             Some("escalate") => HookDecision::Escalate(reason),
             _ => HookDecision::Continue,
-        }),
+        },
         HookEventKind::PreCompact => {
             if decision == Some("defer") {
-                return Ok(HookDecision::Defer);
+                return HookDecision::Defer;
             }
-            Ok(match v.get("keep_recent").and_then(Value::as_u64) {
+            match v.get("keep_recent").and_then(Value::as_u64) {
                 Some(n) => HookDecision::KeepRecent(n as usize),
                 None => HookDecision::Continue,
-            })
+            }
         }
-        _ => Ok(HookDecision::Continue),
+        _ => HookDecision::Continue,
     }
 }
 

@@ -169,81 +169,10 @@ pub fn parse_mcp_table(
                 "a server name may hold only letters, digits, '_' and '-'",
             ));
         }
-        let raw: RawServer = table.try_into().map_err(|e| bad(path, &field, e))?;
-        let transport = match (raw.command, raw.url) {
-            (Some(command), None) => {
-                if raw.token_env.is_some() {
-                    return Err(bad(path, &field, "token_env belongs to a url server"));
-                }
-                if command.trim().is_empty() {
-                    return Err(bad(path, &format!("{field}.command"), "is empty"));
-                }
-                McpTransport::Stdio {
-                    command,
-                    args: raw.args,
-                    env: raw.env,
-                }
-            }
-            (None, Some(url)) => {
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(bad(
-                        path,
-                        &format!("{field}.url"),
-                        format!("{url:?} is not an http:// or https:// URL"),
-                    ));
-                }
-                if !raw.args.is_empty() || !raw.env.is_empty() {
-                    return Err(bad(
-                        path,
-                        &field,
-                        "args and env belong to a command server, not a url server",
-                    ));
-                }
-                McpTransport::Http {
-                    url,
-                    token_env: raw.token_env,
-                }
-            }
-            (Some(_), Some(_)) => {
-                return Err(bad(path, &field, "give either command or url, not both"));
-            }
-            (None, None) => {
-                return Err(bad(
-                    path,
-                    &field,
-                    "needs command (a stdio server) or url (streamable HTTP)",
-                ));
-            }
-        };
-        let policy = match raw.policy {
-            None => None,
-            Some(p) => {
-                let safety = SafetyLevel::parse(&p.safety).ok_or_else(|| {
-                    bad(
-                        path,
-                        &format!("{field}.policy.safety"),
-                        format!(
-                            "unknown safety level {:?} (safe, write, expensive, sensitive, \
-                             dangerous)",
-                            p.safety
-                        ),
-                    )
-                })?;
-                if p.resources.iter().any(|r| r.trim().is_empty()) {
-                    return Err(bad(
-                        path,
-                        &format!("{field}.policy.resources"),
-                        "holds an empty key",
-                    ));
-                }
-                Some(McpPolicy {
-                    safety,
-                    resources: p.resources,
-                    effectful: p.effectful,
-                    tools: p.tools,
-                })
-            }
-        };
+        let mut raw: RawServer = table.try_into().map_err(|e| bad(path, &field, e))?;
+        let raw_policy = raw.policy.take();
+        let transport = transport_of(raw, path, &field)?;
+        let policy = raw_policy.map(|p| policy_of(p, path, &field)).transpose()?;
         let origin = if project {
             ServerOrigin::Project(path.to_path_buf())
         } else {
@@ -257,6 +186,85 @@ pub fn parse_mcp_table(
         });
     }
     Ok(out)
+}
+
+/// The transport a server table names: a command (stdio) or a URL (streamable HTTP), with
+/// only the fields that belong to it.
+fn transport_of(raw: RawServer, path: &Path, field: &str) -> Result<McpTransport, ConfigError> {
+    Ok(match (raw.command, raw.url) {
+        (Some(command), None) => {
+            if raw.token_env.is_some() {
+                return Err(bad(path, field, "token_env belongs to a url server"));
+            }
+            if command.trim().is_empty() {
+                return Err(bad(path, &format!("{field}.command"), "is empty"));
+            }
+            McpTransport::Stdio {
+                command,
+                args: raw.args,
+                env: raw.env,
+            }
+        }
+        (None, Some(url)) => {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(bad(
+                    path,
+                    &format!("{field}.url"),
+                    format!("{url:?} is not an http:// or https:// URL"),
+                ));
+            }
+            if !raw.args.is_empty() || !raw.env.is_empty() {
+                return Err(bad(
+                    path,
+                    field,
+                    "args and env belong to a command server, not a url server",
+                ));
+            }
+            McpTransport::Http {
+                url,
+                token_env: raw.token_env,
+            }
+        }
+        (Some(_), Some(_)) => {
+            return Err(bad(path, field, "give either command or url, not both"));
+        }
+        (None, None) => {
+            return Err(bad(
+                path,
+                field,
+                "needs command (a stdio server) or url (streamable HTTP)",
+            ));
+        }
+    })
+}
+
+/// The resource policy of a server table; without one the server's tools are listed but not
+/// callable.
+fn policy_of(p: RawPolicy, path: &Path, field: &str) -> Result<McpPolicy, ConfigError> {
+    let safety = SafetyLevel::parse(&p.safety).ok_or_else(|| {
+        bad(
+            path,
+            &format!("{field}.policy.safety"),
+            format!(
+                "unknown safety level {:?} (safe, write, expensive, sensitive, \
+                 dangerous)",
+                p.safety
+            ),
+        )
+    })?;
+    if p.resources.iter().any(|r| r.trim().is_empty()) {
+        return Err(bad(
+            path,
+            &format!("{field}.policy.resources"),
+            "holds an empty key",
+        ));
+    }
+    Ok(McpPolicy {
+        safety,
+        resources: p.resources,
+        effectful: p.effectful,
+        tools: p.tools,
+    })
 }
 
 #[cfg(test)]

@@ -24,7 +24,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::conversation::{AssistantTurn, Message};
-use crate::tools::plan::{BoundToolPlan, StepSnapshot};
+use crate::ids::StepSnapshot;
+use crate::tools::plan::BoundToolPlan;
 
 /// What one model call sees.
 #[derive(Debug, Clone)]

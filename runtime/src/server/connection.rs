@@ -291,30 +291,7 @@ where
                 if name == "quit" || name == "exit" {
                     break;
                 }
-                let text = match name.as_str() {
-                    "resume" if args.trim().is_empty() => conn.shared.factory.describe_sessions(),
-                    "clear" | "resume" => {
-                        let next = if name == "clear" {
-                            conn.open().map(|l| (l, "new session".to_string()))
-                        } else {
-                            conn.resume(args.trim())
-                        };
-                        match next {
-                            Ok((l, text)) => {
-                                let mut old = std::mem::replace(&mut live, l);
-                                old.lp.close("user_exit").await;
-                                conn.greet(&live);
-                                text
-                            }
-                            Err(e) => format!("error: {e}"),
-                        }
-                    }
-                    "compact" => super::commands::compact(&mut live.lp).await,
-                    "model" | "effort" if !args.trim().is_empty() => {
-                        super::commands::switch(&name, &args, &mut live.lp, &conn.shared)
-                    }
-                    _ => super::commands::run(&name, &live.lp, &conn.shared),
-                };
+                let text = run_command(&conn, &mut live, &name, &args).await;
                 conn.send(ServerMessage::CommandResult { name, text });
             }
             Some(ClientMessage::Resume { session_id }) => {
@@ -338,6 +315,35 @@ where
     reader.abort();
     let _ = writer.await;
     Ok(())
+}
+
+/// Answer one slash command other than quit/exit; `/clear` and `/resume` replace the live
+/// session (closing the old one) and greet the client again.
+async fn run_command(conn: &Conn, live: &mut Live, name: &str, args: &str) -> String {
+    match name {
+        "resume" if args.trim().is_empty() => conn.shared.factory.describe_sessions(),
+        "clear" | "resume" => {
+            let next = if name == "clear" {
+                conn.open().map(|l| (l, "new session".to_string()))
+            } else {
+                conn.resume(args.trim())
+            };
+            match next {
+                Ok((l, text)) => {
+                    let mut old = std::mem::replace(live, l);
+                    old.lp.close("user_exit").await;
+                    conn.greet(live);
+                    text
+                }
+                Err(e) => format!("error: {e}"),
+            }
+        }
+        "compact" => super::commands::compact(&mut live.lp).await,
+        "model" | "effort" if !args.trim().is_empty() => {
+            super::commands::switch(name, args, &mut live.lp, &conn.shared)
+        }
+        _ => super::commands::run(name, &live.lp, &conn.shared),
+    }
 }
 
 /// Run one turn under the session lane, relaying its events. Returns true when the client

@@ -6,6 +6,7 @@
 //! receipts and an evidence ledger (agent/durable.rs). `resume_session` is the one restore
 //! path back into such a session.
 
+pub mod delegate;
 pub mod lanes;
 
 use std::sync::{Arc, Mutex};
@@ -27,12 +28,12 @@ use crate::store::timeline::SessionTimeline;
 use crate::tools::approval::{Approver, NoHuman};
 use crate::tools::builtin::builtin_tools;
 use crate::tools::cognitive::cognitive_tools;
-use crate::tools::delegate::{ChildTemplate, DELEGATE_TOOL, DelegateTool};
 use crate::tools::executor::{
     ExecutorConfig, ExecutorError, ExecutorParts, ToolExecutor, ToolRequestMiddleware,
 };
 use crate::tools::plan::{BoundTool, BoundToolPlan};
 use crate::tools::workspace::Workspace;
+use delegate::{ChildTemplate, DELEGATE_TOOL, DelegateTool};
 
 /// What a session is made of. `SessionConfig::new` fills the defaults of a headless session.
 pub struct SessionConfig {

@@ -18,9 +18,8 @@ use serde_json::Value;
 
 use super::StoreError;
 use crate::conversation::{Message, StopReason, Usage};
-use crate::ids::SessionId;
+use crate::ids::{SessionId, StepSnapshot};
 use crate::policy::Classification;
-use crate::tools::plan::StepSnapshot;
 
 pub const SCHEMA: &str = "geode.timeline.v1";
 

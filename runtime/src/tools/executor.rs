@@ -19,9 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::approval::{ApprovalGate, Approver};
 use super::locks::{ResourceClaim, ResourceLocks};
-use super::plan::{
-    BoundTool, BoundToolPlan, ResourceKeyRule, StepSnapshot, ToolContext, ToolOutput,
-};
+use super::plan::{BoundTool, BoundToolPlan, ResourceKeyRule, ToolContext, ToolOutput};
 use super::workspace::Workspace;
 use crate::cognition::CognitiveState;
 use crate::conversation::{ToolCall, ToolResult};
@@ -29,7 +27,7 @@ use crate::hooks::events::ToolResponsePayload;
 use crate::hooks::{
     HookDecision, HookEnvelope, HookEvent, HookEventKind, HookOutcome, HookRegistry,
 };
-use crate::ids::SessionId;
+use crate::ids::{SessionId, StepSnapshot};
 use crate::policy::{Classification, SafetyLevel, SessionPolicy};
 use crate::store::effects::{self, EffectProbe, Settlement, needs_receipt};
 use crate::store::ledger::EvidenceLedger;

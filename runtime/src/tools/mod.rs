@@ -3,7 +3,6 @@
 pub mod approval;
 pub mod builtin;
 pub mod cognitive;
-pub mod delegate;
 pub mod executor;
 pub mod locks;
 pub mod plan;

@@ -2,7 +2,7 @@
 //!
 //! A plan is built once per session (and again only as a new generation), hashed over the
 //! canonical JSON of its specs and handler bindings, and projected to each provider's tool
-//! schema shape. A `StepSnapshot` pins which plan a model call saw.
+//! schema shape. A `StepSnapshot` (in ids.rs) pins which plan a model call saw.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -223,15 +223,4 @@ impl BoundToolPlan {
             })
             .collect()
     }
-}
-
-/// What one model call was bound to: written with the call, so a timeline row can say exactly
-/// which model and which tools produced a proposal.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepSnapshot {
-    pub model_id: String,
-    pub plan_generation: u64,
-    pub plan_hash: PlanHash,
-    pub correlation_id: CorrelationId,
-    pub round: u32,
 }

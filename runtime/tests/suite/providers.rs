@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use geode_runtime::agent::TerminationReason;
 use geode_runtime::conversation::{AssistantTurn, ContentBlock, Message, StopReason, Usage};
 use geode_runtime::ids::CorrelationId;
+use geode_runtime::ids::StepSnapshot;
 use geode_runtime::model::credentials::Env;
 use geode_runtime::model::errors::{ErrorClass, RetryPolicy};
 use geode_runtime::model::http::{HttpSettings, RouteOptions};
@@ -18,7 +19,7 @@ use geode_runtime::model::{Model, ModelError, ModelRequest, judge_from_route, mo
 use geode_runtime::policy::SafetyLevel;
 use geode_runtime::session::create_session;
 use geode_runtime::tools::builtin::builtin_tools;
-use geode_runtime::tools::plan::{BoundToolPlan, StepSnapshot};
+use geode_runtime::tools::plan::BoundToolPlan;
 use serde_json::{Value, json};
 
 use super::common::*;

@@ -30,7 +30,7 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, OpenFlags, params};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +44,9 @@ pub const DB_SCHEMA: &str = "geode.checkpoint.v1";
 pub const DB_FILE: &str = "checkpoint.db";
 pub const STATE_FILE: &str = "state.json";
 const LOCK_FILE: &str = "lock";
+
+mod db;
+use db::{check_schema, columns, open_db, read_row};
 
 /// Where a session is in its life. Stored in the `sessions` row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -127,49 +130,6 @@ pub fn session_dir(root: &Path, id: &SessionId) -> PathBuf {
 
 fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-}
-
-/// The inspection columns of one message row.
-struct Columns {
-    role: &'static str,
-    content: String,
-    tool_call_id: Option<String>,
-    tool_calls: Option<String>,
-    tool_name: Option<String>,
-    tokens: i64,
-    finish_reason: Option<&'static str>,
-}
-
-fn columns(m: &Message) -> Result<Columns, serde_json::Error> {
-    let content = serde_json::to_string(&m.content)?;
-    let (mut results, mut uses, mut names) = (Vec::new(), Vec::new(), Vec::new());
-    for b in &m.content {
-        match b {
-            ContentBlock::ToolResult { tool_use_id, .. } => results.push(tool_use_id.as_str()),
-            ContentBlock::ToolUse { name, .. } => {
-                uses.push(b);
-                names.push(name.as_str());
-            }
-            _ => {}
-        }
-    }
-    let json_list = |empty: bool, v: String| (!empty).then_some(v);
-    Ok(Columns {
-        role: match m.role {
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        },
-        tokens: (content.chars().count() / 4) as i64,
-        tool_call_id: json_list(results.is_empty(), serde_json::to_string(&results)?),
-        tool_calls: json_list(uses.is_empty(), serde_json::to_string(&uses)?),
-        tool_name: json_list(names.is_empty(), serde_json::to_string(&names)?),
-        finish_reason: match (m.role, uses.is_empty()) {
-            (Role::Assistant, false) => Some("tool_use"),
-            (Role::Assistant, true) => Some("end_turn"),
-            (Role::User, _) => None,
-        },
-        content,
-    })
 }
 
 /// Handle on one session's checkpoint; holds the session's lock while it lives.
@@ -517,112 +477,4 @@ impl CheckpointStore {
         rows.sort_by(|a, b| b.updated_at.cmp(&a.updated_at));
         (rows, problems)
     }
-}
-
-fn open_db(path: &Path, create: bool) -> Result<Connection, StoreError> {
-    let err = |e| StoreError::sqlite(path, e);
-    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    if create {
-        flags |= OpenFlags::SQLITE_OPEN_CREATE;
-    }
-    let conn = Connection::open_with_flags(path, flags).map_err(err)?;
-    // Reading the schema first makes a file that is not a database fail here, before any
-    // pragma or table creation could write to it.
-    if !create {
-        check_schema(&conn, path)?;
-    }
-    conn.pragma_update(None, "journal_mode", "WAL")
-        .map_err(err)?;
-    // FULL: a commit is on disk when it returns. The pending batch is saved before any tool
-    // runs, so "saved" has to mean it.
-    conn.pragma_update(None, "synchronous", "FULL")
-        .map_err(err)?;
-    if create {
-        conn.execute_batch(
-            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-            CREATE TABLE IF NOT EXISTS sessions (
-                session_id TEXT PRIMARY KEY,
-                status TEXT NOT NULL CHECK (status IN ('active', 'paused', 'completed', 'error')),
-                created_at TEXT NOT NULL,
-                updated_at TEXT NOT NULL,
-                model TEXT NOT NULL,
-                cwd TEXT NOT NULL
-            );
-            CREATE TABLE IF NOT EXISTS messages (
-                session_id TEXT NOT NULL,
-                seq INTEGER NOT NULL,
-                role TEXT NOT NULL,
-                content TEXT NOT NULL,
-                tool_call_id TEXT,
-                tool_calls TEXT,
-                tool_name TEXT,
-                ts TEXT NOT NULL,
-                tokens INTEGER,
-                finish_reason TEXT,
-                UNIQUE (session_id, seq)
-            );",
-        )
-        .map_err(err)?;
-        conn.execute(
-            "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1)",
-            params![DB_SCHEMA],
-        )
-        .map_err(err)?;
-    }
-    Ok(conn)
-}
-
-fn check_schema(conn: &Connection, path: &Path) -> Result<(), StoreError> {
-    let schema: Option<String> = conn
-        .query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
-            r.get(0)
-        })
-        .optional()
-        .map_err(|e| StoreError::sqlite(path, e))?;
-    match schema {
-        Some(s) if s == DB_SCHEMA => Ok(()),
-        other => Err(StoreError::Json {
-            path: path.display().to_string(),
-            message: format!("schema {other:?}, expected {DB_SCHEMA:?}"),
-        }),
-    }
-}
-
-fn read_row(conn: &Connection, path: &Path, id: &SessionId) -> Result<SessionRow, StoreError> {
-    let row = conn
-        .query_row(
-            "SELECT status, created_at, updated_at, model, cwd FROM sessions
-             WHERE session_id = ?1",
-            params![id.as_str()],
-            |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                ))
-            },
-        )
-        .optional()
-        .map_err(|e| StoreError::sqlite(path, e))?;
-    let Some((status, created_at, updated_at, model, cwd)) = row else {
-        return Err(StoreError::NotFound {
-            path: path.display().to_string(),
-            message: format!("no sessions row for {id}"),
-        });
-    };
-    let status = SessionStatus::parse(&status).ok_or_else(|| StoreError::Corrupt {
-        path: path.display().to_string(),
-        row: 0,
-        message: format!("unknown session status {status:?}"),
-    })?;
-    Ok(SessionRow {
-        session_id: id.clone(),
-        status,
-        created_at,
-        updated_at,
-        model,
-        cwd,
-    })
 }

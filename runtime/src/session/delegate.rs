@@ -8,6 +8,9 @@
 //! default deny applies). Modes without a human put `delegate_task` on their deny list
 //! (policy.rs), so this tool only exists in REPL and IPC sessions unless a policy lifts it.
 //!
+//! It lives on the session floor, not among the tools, because it builds a session
+//! (`create_session`): a tool below the session layer must not reach up to it.
+//!
 //! The call is effectful: the child may have changed the workspace, so a parent that crashes
 //! mid-delegation marks the call uncertain instead of running the child again.
 
@@ -18,10 +21,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::approval::Approver;
-use super::executor::ToolRequestMiddleware;
-use super::plan::{BoundTool, ResourceKeyRule, ToolContext, ToolHandler, ToolOutput, ToolSpec};
-use super::workspace::Workspace;
 use crate::agent::TerminationReason;
 use crate::hooks::{HookEnvelope, HookEvent, HookRegistry};
 use crate::ids::SessionId;
@@ -30,6 +29,12 @@ use crate::policy::{PersonalDataClass, SafetyLevel, SessionPolicy};
 use crate::scaffold::Scaffold;
 use crate::session::{SessionConfig, create_session};
 use crate::store::timeline::SessionTimeline;
+use crate::tools::approval::Approver;
+use crate::tools::executor::ToolRequestMiddleware;
+use crate::tools::plan::{
+    BoundTool, ResourceKeyRule, ToolContext, ToolHandler, ToolOutput, ToolSpec,
+};
+use crate::tools::workspace::Workspace;
 
 pub const DELEGATE_TOOL: &str = "delegate_task";
 

@@ -1,0 +1,353 @@
+//! The crucible's sealed test pack end to end: it opens once, tampering is detected, and a
+//! killed test-stage run leaves no plaintext behind. Apart from crucible.rs, which decides
+//! KEEP and vetoes, because these tests are about the holdout's secrecy.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use super::crucible::Study;
+
+#[test]
+fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
+    let s = Study::new();
+    let keyfile = s.path("seal.key");
+    seal_holdout(&s, keyfile.to_str().unwrap());
+    let blob = std::fs::read(s.path("sealed/holdout.sealed")).unwrap();
+    let instruction = std::fs::read(s.path("test/cron-next/instruction.md")).unwrap();
+    assert!(
+        !blob.windows(32).any(|w| w == &instruction[..32]),
+        "plaintext leaked into the sealed blob"
+    );
+    assert!(s.path("datasets/commitments/holdout.json").is_file());
+
+    // A tampered copy is refused before anything runs.
+    let mut bad = blob.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 1;
+    std::fs::write(s.path("sealed/tampered.sealed"), &bad).unwrap();
+    std::fs::copy(
+        s.path("sealed/holdout.seal-state.json"),
+        s.path("sealed/tampered.seal-state.json"),
+    )
+    .unwrap();
+
+    freeze_test(&s, "test.json", "sealed/holdout.seal-state.json", "0.02");
+    honest_mistakes_burn_nothing(&s, &keyfile);
+    let (code, out, err) = open_holdout(&s, "test.json");
+    assert!(
+        matches!(code, 0 | 1),
+        "a decision, not INVALID or an error:\n{out}\n{err}"
+    );
+    let state = seal_state(&s);
+    assert!(
+        !state["opening"].is_null(),
+        "the attestation is recorded: {state}"
+    );
+    assert!(
+        !s.path("jobs/.sandbox")
+            .read_dir()
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("opened-")),
+        "decrypted files were left behind"
+    );
+
+    // Burn-once: a second opening, even for another contract, is refused (by the openings
+    // ledger, before the holdout ledger's and the seal state's own refusals).
+    freeze_test(&s, "test2.json", "sealed/holdout.seal-state.json", "0.03");
+    let (code, _, err) = open_holdout(&s, "test2.json");
+    assert_eq!(code, 1);
+    assert!(err.contains("opens once"), "{err}");
+
+    // The opening and its decision are in the ledger beside the commitment, the decision
+    // record names the entry, and the audit finds all of it consistent.
+    let ledger = std::fs::read_to_string(s.path("datasets/commitments/holdout.openings.jsonl"))
+        .expect("the openings ledger");
+    assert_eq!(ledger.lines().count(), 2, "{ledger}");
+    let (code, out) = audit(&s, "after the campaign");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("1 openings") && out.contains("consistent"),
+        "{out}"
+    );
+
+    a_reset_is_refused_and_named(&s, &ledger);
+
+    burned_content_is_not_sealed_again(&s);
+
+    freeze_test(&s, "test3.json", "sealed/tampered.seal-state.json", "0.04");
+    let (code, _, err) = s.run(
+        "test3.json",
+        &[
+            "--sealed",
+            "sealed/tampered.seal-state.json",
+            "--key",
+            "seal.key",
+        ],
+    );
+    assert_eq!(code, 1);
+    let err = err.to_lowercase();
+    assert!(
+        err.contains("commitment") || err.contains("authenticat"),
+        "{err}"
+    );
+}
+
+/// The decrypted holdout lives in a tmpfs that only a child of geode holds: `kill -9` of
+/// geode mid-campaign leaves no plaintext anywhere, and the opening stays recorded.
+#[test]
+fn a_killed_test_stage_run_leaves_no_plaintext() {
+    let s = Study::new();
+    seal_holdout(&s, "seal.key");
+    s.freeze(
+        "test.json",
+        &[
+            "--stage",
+            "test",
+            "--test-sealed",
+            "sealed/holdout.seal-state.json",
+            "-k",
+            "1",
+            "--min-tasks",
+            "5",
+        ],
+    );
+    let mut run = s
+        .command()
+        .args([
+            "crucible",
+            "run",
+            "test.json",
+            "--baseline-scaffold",
+            "base.toml",
+            "--candidate-scaffold",
+            "cand.toml",
+            "-n",
+            "1",
+            "--jobs-dir",
+            "jobs",
+            "--sealed",
+            "sealed/holdout.seal-state.json",
+            "--key",
+            "seal.key",
+        ])
+        .current_dir(s.dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The vault: geode's child running `__vault`, whose folder holds the opened pack.
+    let geode_pid = run.id().to_string();
+    let vault = vault_of(&geode_pid);
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::path::Path::new(&format!("/proc/{vault}")).exists()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        !std::path::Path::new(&format!("/proc/{vault}/root/tmp")).exists(),
+        "the vault outlived geode"
+    );
+    // Nothing of the plaintext on disk: no task folder of the test pack under the study.
+    let instruction = std::fs::read(s.path("test/cron-next/instruction.md")).unwrap();
+    let leaked = walk(&s.path("jobs"))
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "instruction.md"))
+        .any(|p| std::fs::read(&p).is_ok_and(|b| b == instruction));
+    assert!(!leaked, "the decrypted instruction is on disk under jobs/");
+    let state = seal_state(&s);
+    assert!(
+        !state["opening"].is_null(),
+        "the started campaign is recorded: {state}"
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// Seals the test pack as `holdout` (one trial per task) under a new key at `key`.
+fn seal_holdout(s: &Study, key: &str) {
+    let o = s.geode(&[
+        "crucible",
+        "seal",
+        "test",
+        "--key",
+        key,
+        "--new-key",
+        "--name",
+        "holdout",
+        "-k",
+        "1",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// The holdout's seal state as it is on disk now.
+fn seal_state(s: &Study) -> serde_json::Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(s.path("sealed/holdout.seal-state.json")).unwrap(),
+    )
+    .unwrap()
+}
+
+/// An honest mistake costs nothing: a key file open to others is refused, and so is a
+/// well-formed wrong key, both before the one opening of `test.json` is burned.
+fn honest_mistakes_burn_nothing(s: &Study, keyfile: &Path) {
+    let open_to_others = s.path("shared.key");
+    std::fs::copy(keyfile, &open_to_others).unwrap();
+    std::fs::set_permissions(&open_to_others, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let wrong = s.path("wrong.key");
+    std::fs::write(&wrong, format!("{}\n", "ab".repeat(32))).unwrap();
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
+    for (key, says) in [("shared.key", "chmod 600"), ("wrong.key", "authenticat")] {
+        let (code, _, err) = s.run(
+            "test.json",
+            &["--sealed", "sealed/holdout.seal-state.json", "--key", key],
+        );
+        assert_eq!(code, 1, "{err}");
+        assert!(err.to_lowercase().contains(says), "{key}: {err}");
+        let state = seal_state(s);
+        assert!(
+            state["opening"].is_null(),
+            "{key} burned the opening: {state}"
+        );
+    }
+}
+
+/// The pid of geode's child running `__vault` once its folder holds the decrypted pack.
+fn vault_of(geode_pid: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let found = std::fs::read_dir("/proc").unwrap().flatten().find_map(|p| {
+            let pid = p.file_name().to_string_lossy().into_owned();
+            let stat = std::fs::read_to_string(p.path().join("stat")).ok()?;
+            let ppid = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .to_string();
+            let cmdline = std::fs::read(p.path().join("cmdline")).ok()?;
+            let vault = ppid == geode_pid && cmdline.windows(7).any(|w| w == b"__vault");
+            let opened = std::fs::read_dir(p.path().join("root/tmp"))
+                .ok()?
+                .flatten()
+                .find(|e| e.file_name().to_string_lossy().starts_with("opened-"))?;
+            // The folder is made before the pack is decrypted into it: wait for its files.
+            let decrypted = opened.path().join("cron-next/instruction.md").is_file();
+            (vault && decrypted).then_some(pid)
+        });
+        if let Some(found) = found {
+            return found;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no vault with the opened pack appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Opens the sealed holdout for `contract` with the right key.
+fn open_holdout(s: &Study, contract: &str) -> (i32, String, String) {
+    s.run(
+        contract,
+        &[
+            "--sealed",
+            "sealed/holdout.seal-state.json",
+            "--key",
+            "seal.key",
+        ],
+    )
+}
+
+/// `geode crucible audit`: its exit code and report (echoed, for a failing test's log).
+fn audit(s: &Study, what: &str) -> (Option<i32>, String) {
+    let o = s.geode(&["crucible", "audit"]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    eprintln!("audit {what}:\n{out}");
+    (o.status.code(), out)
+}
+
+/// The reset of issue 23: the seal state's opening and decision set to null, on a machine
+/// whose holdout ledger never saw the pack. The openings ledger
+/// still refuses the second opening, and the audit names the reset.
+fn a_reset_is_refused_and_named(s: &Study, ledger: &str) {
+    let state_path = s.path("sealed/holdout.seal-state.json");
+    let mut state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    state["opening"] = serde_json::Value::Null;
+    state["decision"] = serde_json::Value::Null;
+    std::fs::write(&state_path, state.to_string()).unwrap();
+    std::fs::rename(s.path("home/holdouts"), s.path("home/holdouts.away")).unwrap();
+    let (code, _, err) = open_holdout(s, "test2.json");
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("openings ledger records an opening"), "{err}");
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
+    assert!(state["opening"].is_null(), "refused before anything burned");
+    std::fs::remove_dir_all(s.path("home/holdouts")).ok();
+    std::fs::rename(s.path("home/holdouts.away"), s.path("home/holdouts")).unwrap();
+    let (code, out) = audit(s, "after the reset");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("the state was reset"), "{out}");
+    // The ledger's lines removed as well: the decision record still names the entry.
+    std::fs::write(s.path("datasets/commitments/holdout.openings.jsonl"), "").unwrap();
+    let (code, out) = audit(s, "after emptying the ledger");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("entries were removed"), "{out}");
+    assert!(out.contains("that no ledger holds"), "{out}");
+    std::fs::write(
+        s.path("datasets/commitments/holdout.openings.jsonl"),
+        ledger,
+    )
+    .unwrap();
+}
+
+/// Freezes a test-stage contract on the sealed pack of `state`. Contracts that differ only in
+/// their materiality each have their own hash.
+fn freeze_test(s: &Study, out: &str, state: &str, materiality: &str) {
+    s.freeze(
+        out,
+        &[
+            "--stage",
+            "test",
+            "--test-sealed",
+            state,
+            "-k",
+            "1",
+            "--min-tasks",
+            "5",
+            "--safety-tolerance",
+            "0.5",
+            "--materiality",
+            materiality,
+        ],
+    );
+}
+
+/// The burned content is not sealed again, under another name or trial count.
+fn burned_content_is_not_sealed_again(s: &Study) {
+    for (name, k) in [("holdout2", "1"), ("holdout3", "3")] {
+        let o = s.geode(&[
+            "crucible", "seal", "test", "--key", "seal.key", "--name", name, "-k", k,
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "re-sealed as {name}");
+        assert!(err.contains("is burned"), "{err}");
+        assert!(!s.path(&format!("sealed/{name}.sealed")).exists());
+    }
+}

@@ -1,0 +1,286 @@
+//! The daily CLI without a daemon: the local REPL on pipes (route checks, `/clear`, hooks and
+//! project trust), `geode sessions`, `geode config explain`, and closed pipes. Apart from
+//! daily.rs, which starts `geode serve` and talks to it, because none of these needs one.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::common::geode_in as geode;
+
+/// `geode --local ARGS` (the REPL on pipes) in `dir`, with `typed` as everything typed.
+fn repl_typed(dir: &Path, args: &[&str], typed: &[u8]) -> std::process::Output {
+    let mut child = geode(dir)
+        .arg("--local")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(typed).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_bad_model_route_or_effort_stops_the_repl_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, says) in [
+        (["--model", "bogus"], "unknown model route \"bogus\""),
+        (
+            ["--effort", "turbo"],
+            "effort = \"turbo\" (flag --effort): one of none,",
+        ),
+    ] {
+        // Were a session to start, `/exit` would end it cleanly.
+        let out = repl_typed(dir.path(), &args, b"/exit\n");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("session"),
+            "{args:?}: a session started"
+        );
+    }
+}
+
+#[test]
+fn after_clear_the_next_prompt_gets_its_own_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("script.toml"),
+        "[[turns]]\ntext = \"the answer to the prompt after /clear\"\n",
+    )
+    .unwrap();
+    // Typed ahead: each line is read only once the previous one has its answer.
+    let out = repl_typed(
+        dir.path(),
+        &["--model", "scripted:script.toml"],
+        b"/clear\nwhat now?\n/exit\n",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let answer = stdout
+        .find("the answer to the prompt after /clear")
+        .unwrap_or_else(|| panic!("the prompt's answer never came:\n{stdout}"));
+    let cleared = stdout.find("new session").unwrap();
+    assert!(cleared < answer, "{stdout}");
+}
+
+#[test]
+fn the_repl_runs_hooks_from_the_configuration_and_a_project_s_only_once_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    // As copied from Claude Code: the matcher names `Write`.
+    std::fs::write(
+        d.join("home/no-writes.toml"),
+        "[[hooks.PreToolUse]]\nmatcher = \"Write\"\n[[hooks.PreToolUse.hooks]]\n\
+         type = \"command\"\ncommand = \"echo 'no writes here' >&2; exit 2\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("home/config.toml"),
+        "hitl = \"auto\"\nhooks = \"no-writes.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.toml"),
+        "[[turns]]\n[[turns.tool_calls]]\nname = \"write_file\"\n\
+         input = { path = \"out.txt\", content = \"x\" }\n[[turns]]\ntext = \"Tried.\"\n",
+    )
+    .unwrap();
+    let repl = |d: &Path| {
+        repl_typed(
+            d,
+            &["--model", "scripted:script.toml"],
+            b"write it\n/hooks\n/exit\n",
+        )
+    };
+    let out = repl(d);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!d.join("out.txt").exists(), "the user's hook did not run");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("PreToolUse write_file: command: echo 'no writes here'"),
+        "{shown}"
+    );
+
+    // A project's hooks file replaces the user's, but runs only once the project is trusted.
+    std::fs::create_dir_all(d.join(".geode")).unwrap();
+    std::fs::write(
+        d.join(".geode/config.toml"),
+        "hooks = \"project-hooks.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("project-hooks.toml"), "").unwrap();
+    let out = repl(d);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("hooks (project-hooks.toml) are not loaded"),
+        "{stderr}"
+    );
+    assert!(d.join("out.txt").exists(), "{stderr}");
+}
+
+#[test]
+fn sessions_are_listed_newest_first_with_their_first_prompt_and_cost() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("answer.toml"), "[[turns]]\ntext = \"Fine.\"\n").unwrap();
+    for (id, prompt) in [
+        ("first-one", "fix the flaky test in ci\nwith details"),
+        ("second-one", "write the release notes"),
+    ] {
+        let out = geode(d)
+            .args([
+                "exec",
+                "--model",
+                "scripted:answer.toml",
+                "--session-id",
+                id,
+                prompt,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = geode(d).arg("sessions").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(lines[1].starts_with("second-one\t"), "{text}");
+    assert!(lines[1].ends_with("\twrite the release notes"), "{text}");
+    assert!(lines[2].ends_with("\tfix the flaky test in ci"), "{text}");
+    assert!(lines[2].contains("\tscripted\t$0.0000\t"), "{text}");
+    let out = geode(d)
+        .args(["sessions", "--json", "--limit", "1"])
+        .output()
+        .unwrap();
+    let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["session_id"], "second-one");
+    assert_eq!(rows[0]["title"], "write the release notes");
+    let mut cmd = geode(d);
+    cmd.arg("sessions");
+    super::common::ends_quietly_on_a_closed_pipe(cmd);
+    // In the REPL, /resume without an id offers the recent ones.
+    let out = repl_typed(
+        d,
+        &["--model", "scripted:answer.toml"],
+        b"/resume\n/model\n/exit\n",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("  write the release notes\n"), "{text}");
+    assert!(text.contains("/resume ID continues one"), "{text}");
+    // /model names the routes one may switch to, from the catalog.
+    assert!(
+        text.contains("routes (/model ROUTE):\n  anthropic:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn config_explain_names_the_source_of_each_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join(".geode")).unwrap();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    std::fs::write(
+        d.join(".geode/config.toml"),
+        "hitl = \"auto\"\nmax_rounds = 7\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("home/config.toml"),
+        "max_rounds = 3\neffort = \"low\"\n",
+    )
+    .unwrap();
+    let out = geode(d)
+        .args(["--model", "nop", "config", "explain"])
+        .env("GEODE_GLOBAL_LANES", "9")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |k: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{k} ")))
+            .unwrap_or_else(|| panic!("no {k} in {text}"))
+            .to_string()
+    };
+    assert!(line("model").contains("(flag --model)"), "{text}");
+    assert!(
+        line("global_lanes").contains("\"9\"  (env GEODE_GLOBAL_LANES)"),
+        "{text}"
+    );
+    assert!(line("hitl").contains("(project ") && line("hitl").contains("\"auto\""));
+    assert!(
+        line("max_rounds").contains("\"7\"  (project "),
+        "project beats user: {text}"
+    );
+    assert!(line("effort").contains("\"low\"  (user "), "{text}");
+    assert!(
+        line("approval_timeout_secs").contains("(default)"),
+        "{text}"
+    );
+}
+
+/// `geode ... | head` does not panic: with its standard output closed before it writes, each
+/// subcommand ends with the SIGPIPE status 141 and no panic message.
+#[test]
+fn a_closed_pipe_ends_a_subcommand_quietly() {
+    let d = tempfile::tempdir().unwrap();
+    let pack = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tasks/geode-core");
+    let pack = pack.to_str().unwrap();
+    for args in [
+        vec!["scaffold", "show"],
+        vec!["tasks", "list", pack],
+        vec!["tasks", "hash", pack],
+        vec![
+            "crucible",
+            "power",
+            "--baseline-rate",
+            "0.5",
+            "--effect",
+            "0.1",
+            "--tasks",
+            "20",
+            "--trials",
+            "3",
+            "--simulations",
+            "5",
+        ],
+        vec!["config", "explain"],
+        vec!["dataset", "scan", pack],
+        vec!["dataset", "split", pack, "--seed", "1"],
+        vec!["crucible", "audit", "--commitments", "."],
+        vec!["scaffold", "hash"],
+        vec!["receipts", "list"],
+        vec!["image", "ls"],
+    ] {
+        let mut cmd = geode(d.path());
+        cmd.args(&args);
+        super::common::ends_quietly_on_a_closed_pipe(cmd);
+    }
+}

@@ -1,0 +1,269 @@
+//! GEODE as an MCP server, with real processes: an rmcp client drives `geode mcp` over stdio
+//! and over streamable HTTP on loopback (tokens, DNS-rebinding checks). Apart from mcp.rs,
+//! where geode is the client, because these tests need the HTTP server handle and raw
+//! requests and nothing of the fixture server.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use geode_runtime::store::timeline::SessionTimeline;
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{Value, json};
+
+use super::mcp::{ASKS_FOR_BASH, HELLO, completed, geode, stderr};
+
+async fn call_run_agent(
+    client: &RunningService<RoleClient, ()>,
+    args: Value,
+) -> (CallToolResult, Value) {
+    let Value::Object(arguments) = args else {
+        panic!("arguments must be an object")
+    };
+    let result = client
+        .peer()
+        .call_tool(CallToolRequestParams {
+            meta: None,
+            name: "run_agent".into(),
+            arguments: Some(arguments),
+            task: None,
+        })
+        .await
+        .unwrap();
+    let text = &result.content[0].as_text().unwrap().text;
+    let value: Value = serde_json::from_str(text).unwrap();
+    (result, value)
+}
+
+async fn stdio_client(dir: &Path) -> RunningService<RoleClient, ()> {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_geode"));
+    cmd.args(["mcp", "--model", "scripted:script.toml"])
+        .current_dir(dir)
+        .env("GEODE_HOME", dir.join("home"))
+        .env_remove("GEODE_MODEL")
+        .kill_on_drop(true);
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    ().serve(transport).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_run_agent_answers_with_text_rounds_and_termination() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("script.toml"), HELLO).unwrap();
+    let client = stdio_client(dir.path()).await;
+    let tools = client.peer().list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["run_agent"]);
+    let (result, value) = call_run_agent(&client, json!({"prompt": "say hello"})).await;
+    assert_eq!(result.is_error, Some(false), "{value}");
+    assert_eq!(value["text"], "Hello from the scripted model.");
+    assert_eq!(value["rounds"], 1);
+    assert_eq!(value["termination_reason"], "natural");
+    assert_eq!(value["error"], Value::Null);
+    // The time budget reaches the turn's guards: under the wrap-up margin the one round is
+    // forced to text.
+    let (_, value) =
+        call_run_agent(&client, json!({"prompt": "say hello", "time_budget_s": 5})).await;
+    assert_eq!(value["termination_reason"], "forced_text", "{value}");
+    assert_eq!(value["text"], "Hello from the scripted model.");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_run_agent_has_no_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("script.toml"), ASKS_FOR_BASH).unwrap();
+    let client = stdio_client(dir.path()).await;
+    let (_, value) = call_run_agent(&client, json!({"prompt": "run a shell"})).await;
+    client.cancel().await.unwrap();
+    assert_eq!(
+        value["text"], "No shell here: bash could not run.",
+        "{value}"
+    );
+    assert_eq!(value["rounds"], 2);
+    assert!(!dir.path().join("pwned.txt").exists(), "bash ran");
+    // The timeline of the run_agent session shows the call refused at the scope step.
+    let tl = SessionTimeline::open(dir.path().join("home").join("timeline.db")).unwrap();
+    let session = tl.latest_session().unwrap().unwrap();
+    let rows = completed(
+        &dir.path().join("home").join("timeline.db"),
+        session.as_str(),
+    );
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (tool, is_error, content) = &rows[0];
+    assert_eq!(tool, "bash");
+    assert!(*is_error);
+    assert!(
+        content.contains("denied at scope") && content.contains("bash"),
+        "{content}"
+    );
+}
+
+/// `geode mcp --http ADDR ...` started; the URL it printed on stderr.
+pub(super) struct HttpServer {
+    child: Child,
+    pub(super) url: String,
+}
+
+impl HttpServer {
+    pub(super) fn start(dir: &Path, args: &[&str]) -> HttpServer {
+        let mut child = geode(dir)
+            .args(["mcp", "--model", "scripted:script.toml", "--http"])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut line = String::new();
+        let url = loop {
+            assert!(Instant::now() < deadline, "no address printed");
+            line.clear();
+            assert!(err.read_line(&mut line).unwrap() > 0, "geode mcp exited");
+            if let Some(rest) = line.split("on http://").nth(1) {
+                break format!("http://{}", rest.split(',').next().unwrap().trim());
+            }
+        };
+        // Keep draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            let _ = err.read_to_string(&mut sink);
+        });
+        HttpServer { child, url }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Status line of a raw `initialize` POST, with or without a bearer token.
+fn raw_post_status(url: &str, bearer: Option<&str>) -> String {
+    let port = url.rsplit_once(':').unwrap().1.trim_end_matches("/mcp");
+    raw_post_as(url, bearer, &format!("127.0.0.1:{port}"), None)
+}
+
+/// [`raw_post_status`] with the `Host` and `Origin` a browser would send.
+fn raw_post_as(url: &str, bearer: Option<&str>, host: &str, origin: Option<&str>) -> String {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (hostport, path) = rest.split_once('/').unwrap();
+    let port = hostport.rsplit_once(':').unwrap().1;
+    let origin = origin.map_or(String::new(), |o| format!("Origin: {o}\r\n"));
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}})
+    .to_string();
+    let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    let request = format!(
+        "POST /{path} HTTP/1.1\r\nHost: {host}\r\n{origin}Content-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut status = String::new();
+    BufReader::new(s).read_line(&mut status).unwrap();
+    status.trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_run_agent_on_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("script.toml"), HELLO).unwrap();
+    let server = HttpServer::start(dir.path(), &["127.0.0.1:0"]);
+    assert!(
+        server.url.starts_with("http://127.0.0.1:"),
+        "{}",
+        server.url
+    );
+    assert!(server.url.ends_with("/mcp"), "{}", server.url);
+    let transport = StreamableHttpClientTransport::from_uri(server.url.as_str());
+    let client = ().serve(transport).await.unwrap();
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0].name, "run_agent");
+    let (_, value) = call_run_agent(&client, json!({"prompt": "say hello"})).await;
+    assert_eq!(value["text"], "Hello from the scripted model.");
+    assert_eq!(value["rounds"], 1);
+    assert_eq!(value["termination_reason"], "natural");
+    assert_eq!(value["error"], Value::Null);
+    client.cancel().await.unwrap();
+    // DNS rebinding: a rebound name, or a page of another site, is refused.
+    let port = server
+        .url
+        .rsplit_once(':')
+        .unwrap()
+        .1
+        .trim_end_matches("/mcp");
+    let own = format!("127.0.0.1:{port}");
+    let status = raw_post_as(&server.url, None, &format!("evil.example:{port}"), None);
+    assert!(status.contains(" 403"), "{status}");
+    let status = raw_post_as(&server.url, None, &own, Some("http://evil.example"));
+    assert!(status.contains(" 403"), "{status}");
+    let status = raw_post_as(
+        &server.url,
+        None,
+        &own,
+        Some(&format!("http://localhost:{port}")),
+    );
+    assert!(status.contains(" 200"), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_off_loopback_needs_a_token_and_checks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("script.toml"), HELLO).unwrap();
+    // No token: refused at start, with a clear error.
+    let out = geode(dir.path())
+        .args([
+            "mcp",
+            "--model",
+            "scripted:script.toml",
+            "--http",
+            "0.0.0.0:0",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("not a loopback address") && err.contains("--token"),
+        "{err}"
+    );
+    // With a token: a request without it (or with a wrong one) is 401, with it the MCP client works.
+    let server = HttpServer::start(dir.path(), &["0.0.0.0:0", "--token", "s3cret"]);
+    let port = server
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches("/mcp");
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let status = raw_post_status(&url, None);
+    assert!(status.contains(" 401"), "{status}");
+    let status = raw_post_status(&url, Some("wrong"));
+    assert!(status.contains(" 401"), "{status}");
+    let status = raw_post_status(&url, Some("s3cret"));
+    assert!(status.contains(" 200"), "{status}");
+    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header("s3cret");
+    let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert_eq!(tools[0].name, "run_agent");
+    client.cancel().await.unwrap();
+}
