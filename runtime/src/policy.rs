@@ -109,6 +109,16 @@ pub enum SessionMode {
 }
 
 impl SessionMode {
+    /// The name on the wire and in `/status` (the serde name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionMode::Repl => "repl",
+            SessionMode::Ipc => "ipc",
+            SessionMode::Daemon => "daemon",
+            SessionMode::Headless => "headless",
+        }
+    }
+
     pub fn has_human(self) -> bool {
         matches!(self, SessionMode::Repl | SessionMode::Ipc)
     }
@@ -121,6 +131,12 @@ impl SessionMode {
             SessionMode::Headless => &["bash", "delegate_task", "computer"],
         };
         names.iter().map(|s| s.to_string()).collect()
+    }
+}
+
+impl fmt::Display for SessionMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

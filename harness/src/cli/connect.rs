@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use geode_runtime::policy::SafetyLevel;
 use geode_runtime::server::protocol::{ClientMessage, ServerMessage, encode};
+use geode_runtime::tools::approval::ApprovalAnswer;
 use rustyline::error::ReadlineError;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
@@ -200,7 +202,7 @@ async fn show<W: AsyncWrite + Unpin>(
             safety_level,
         } => {
             println!("{}", render_preview(&detail));
-            let decision = ask_approval(input, &tool_name, &safety_level).await;
+            let decision = ask_approval(input, &tool_name, safety_level).await;
             let msg = ClientMessage::ApprovalResponse {
                 approval_id,
                 decision,
@@ -239,20 +241,22 @@ async fn show<W: AsyncWrite + Unpin>(
 
 /// The user's answer to an approval request, asked until it is one the daemon takes; an
 /// interrupt or the input's end is a refusal.
-async fn ask_approval(input: &LineInput, tool_name: &str, safety_level: &str) -> String {
+async fn ask_approval(
+    input: &LineInput,
+    tool_name: &str,
+    safety_level: SafetyLevel,
+) -> ApprovalAnswer {
     let prompt = format!("Allow {tool_name} ({safety_level})? [y/n/a, n: why] ");
     loop {
         match input.read(&prompt).await {
-            Input::Line(l) => match l.trim().to_ascii_lowercase().as_str() {
-                d @ ("y" | "n" | "a") => break d.to_string(),
-                // A refusal with its reason, which the model reads.
-                d if d.starts_with("n:") && d.len() > 2 => break l.trim().to_string(),
-                _ => println!(
+            Input::Line(l) => match l.parse() {
+                Ok(answer) => break answer,
+                Err(_) => println!(
                     "answer y (yes), n (no), a (always for {tool_name}) or \
                      n: WHY (no, and tell the model why)"
                 ),
             },
-            Input::Interrupted | Input::Eof => break "n".to_string(),
+            Input::Interrupted | Input::Eof => break ApprovalAnswer::No,
         }
     }
 }

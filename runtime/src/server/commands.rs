@@ -29,7 +29,7 @@ pub fn run(name: &str, lp: &AgenticLoop, shared: &Shared) -> String {
              checkpoint {}\nsystem prompt {}",
             lp.session_id(),
             lp.model_id(),
-            shared.mode_name(),
+            shared.mode,
             lp.turns(),
             lp.messages().len(),
             shared.lanes.running(),

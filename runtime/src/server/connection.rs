@@ -52,7 +52,7 @@ impl Approver for RelayApprover {
             approval_id: id.clone(),
             tool_name: request.tool_name.clone(),
             detail,
-            safety_level: request.safety_level.to_string(),
+            safety_level: request.safety_level,
         });
         if sent.is_err() {
             return ApprovalAnswer::No;
@@ -68,23 +68,6 @@ impl Approver for RelayApprover {
                 ApprovalAnswer::No
             }
         }
-    }
-}
-
-/// `y`, `n`, `a`, or `n: WHY` (a refusal whose reason the model reads).
-fn parse_decision(s: &str) -> Option<ApprovalAnswer> {
-    let s = s.trim();
-    if let Some((word, why)) = s.split_once(':')
-        && matches!(word.trim().to_ascii_lowercase().as_str(), "n" | "no")
-        && !why.trim().is_empty()
-    {
-        return Some(ApprovalAnswer::NoBecause(why.trim().to_string()));
-    }
-    match s.to_ascii_lowercase().as_str() {
-        "y" | "yes" => Some(ApprovalAnswer::Yes),
-        "n" | "no" => Some(ApprovalAnswer::No),
-        "a" | "always" => Some(ApprovalAnswer::Always),
-        _ => None,
     }
 }
 
@@ -121,16 +104,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
                                while let Ok((id, tx)) = registrations.try_recv() {
                                    pending.insert(id, tx);
                                }
-                               let Some(answer) = parse_decision(&decision) else {
-                                   let _ = out.send(ServerMessage::Error {
-        ends_request: false,
-                                       message: format!("decision {decision:?}: use y, n or a"),
-                                   });
-                                   continue;
-                               };
                                let delivered = pending
                                    .remove(&approval_id)
-                                   .is_some_and(|tx| tx.send(answer).is_ok());
+                                   .is_some_and(|tx| tx.send(decision).is_ok());
                                if !delivered {
                                    let _ = out.send(ServerMessage::Error {
         ends_request: false,
@@ -182,7 +158,7 @@ impl Conn {
             protocol: PROTOCOL.into(),
             session_id: live.lp.session_id().to_string(),
             model: live.lp.model_id().to_string(),
-            mode: self.shared.mode_name(),
+            mode: self.shared.mode,
         });
     }
 
@@ -410,7 +386,7 @@ async fn run_prompt(
             text: o.text,
             rounds: o.rounds,
             tool_calls: o.tool_calls,
-            termination: o.termination.to_string(),
+            termination: o.termination,
             model: lp.model_id().to_string(),
             system_prompt_hash: lp.system_prompt_hash().map(str::to_string),
         }),

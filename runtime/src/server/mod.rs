@@ -93,11 +93,4 @@ impl Shared {
             mode,
         }
     }
-
-    pub(crate) fn mode_name(&self) -> String {
-        serde_json::to_value(self.mode)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default()
-    }
 }

@@ -13,7 +13,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::LoopEvent;
+use crate::agent::{LoopEvent, TerminationReason};
+use crate::policy::{SafetyLevel, SessionMode};
+use crate::tools::approval::ApprovalAnswer;
 
 pub const PROTOCOL: &str = "geode.ipc.v1";
 
@@ -40,8 +42,8 @@ pub enum ClientMessage {
     },
     ApprovalResponse {
         approval_id: String,
-        /// `y`, `n` or `a` (always for this tool in this session).
-        decision: String,
+        /// `y`, `n`, `a` (always for this tool in this session) or `n: WHY`.
+        decision: ApprovalAnswer,
     },
     Exit,
 }
@@ -53,7 +55,7 @@ pub enum ServerMessage {
         protocol: String,
         session_id: String,
         model: String,
-        mode: String,
+        mode: SessionMode,
     },
     Stream {
         text: String,
@@ -77,13 +79,13 @@ pub enum ServerMessage {
         output: u64,
     },
     TurnEnd {
-        termination: String,
+        termination: TerminationReason,
     },
     ApprovalRequest {
         approval_id: String,
         tool_name: String,
         detail: String,
-        safety_level: String,
+        safety_level: SafetyLevel,
     },
     ApprovalTimeout {
         approval_id: String,
@@ -92,7 +94,7 @@ pub enum ServerMessage {
         text: String,
         rounds: u32,
         tool_calls: u32,
-        termination: String,
+        termination: TerminationReason,
         model: String,
         /// Hash of the system prompt the turn ran under.
         system_prompt_hash: Option<String>,
@@ -148,7 +150,7 @@ impl ServerMessage {
                 is_error: *is_error,
             },
             LoopEvent::TurnEnded { termination, .. } => ServerMessage::TurnEnd {
-                termination: termination.to_string(),
+                termination: *termination,
             },
             _ => return None,
         })
@@ -179,14 +181,14 @@ mod tests {
             m,
             ClientMessage::ApprovalResponse {
                 approval_id: "a1".into(),
-                decision: "y".into()
+                decision: ApprovalAnswer::Yes
             }
         );
         let line = encode(&ServerMessage::ApprovalRequest {
             approval_id: "a1".into(),
             tool_name: "write_file".into(),
             detail: "{}".into(),
-            safety_level: "write".into(),
+            safety_level: SafetyLevel::Write,
         });
         assert!(line.starts_with(r#"{"type":"approval_request","approval_id":"a1""#));
         assert!(line.ends_with('\n'));
@@ -194,5 +196,59 @@ mod tests {
         assert!(matches!(back, ServerMessage::ApprovalRequest { .. }));
         let exit: ClientMessage = serde_json::from_str(r#"{"type":"exit"}"#).unwrap();
         assert_eq!(exit, ClientMessage::Exit);
+    }
+
+    /// The enums on the wire keep the strings a client sends and reads: a decision as typed,
+    /// a mode, a termination and a safety level by their serde names.
+    #[test]
+    fn typed_fields_keep_their_wire_strings() {
+        let why: ClientMessage = serde_json::from_str(
+            r#"{"type":"approval_response","approval_id":"a1","decision":"n: use notes.md"}"#,
+        )
+        .unwrap();
+        let ClientMessage::ApprovalResponse { decision, .. } = &why else {
+            panic!("{why:?}")
+        };
+        assert_eq!(decision, &ApprovalAnswer::NoBecause("use notes.md".into()));
+        assert!(encode(&why).contains(r#""decision":"n: use notes.md""#));
+        for (text, answer) in [
+            ("y", ApprovalAnswer::Yes),
+            ("always", ApprovalAnswer::Always),
+        ] {
+            let json =
+                format!(r#"{{"type":"approval_response","approval_id":"a","decision":"{text}"}}"#);
+            let m: ClientMessage = serde_json::from_str(&json).unwrap();
+            assert!(
+                matches!(m, ClientMessage::ApprovalResponse { decision, .. } if decision == answer)
+            );
+        }
+        let bad = serde_json::from_str::<ClientMessage>(
+            r#"{"type":"approval_response","approval_id":"a","decision":"maybe"}"#,
+        )
+        .unwrap_err();
+        assert!(
+            bad.to_string()
+                .contains("decision \"maybe\": use y, n, a or n: WHY"),
+            "{bad}"
+        );
+        let line = encode(&ServerMessage::Session {
+            protocol: "1".into(),
+            session_id: "s".into(),
+            model: "nop".into(),
+            mode: SessionMode::Ipc,
+        });
+        assert!(line.contains(r#""mode":"ipc""#), "{line}");
+        let line = encode(&ServerMessage::TurnEnd {
+            termination: TerminationReason::MaxRounds,
+        });
+        assert!(line.contains(r#""termination":"max_rounds""#), "{line}");
+        for mode in [
+            SessionMode::Repl,
+            SessionMode::Ipc,
+            SessionMode::Daemon,
+            SessionMode::Headless,
+        ] {
+            assert_eq!(serde_json::to_value(mode).unwrap(), mode.as_str());
+        }
     }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::policy::{HitlLevel, SafetyLevel, SessionPolicy};
@@ -78,14 +78,65 @@ fn diff(old: &str, new: &str) -> String {
 }
 
 /// A human's answer: y / n / a (always for this tool in this session) / n with the reason the
-/// model is told.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// model is told. On the wire (the daemon's `approval_response`) it is the text a person types,
+/// `y`, `n`, `a` or `n: WHY`, parsed once where it arrives ([`ApprovalAnswer::from_str`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum ApprovalAnswer {
     Yes,
     No,
     Always,
     NoBecause(String),
+}
+
+/// An answer that is none of `y`, `n`, `a`, `n: WHY` (or their long forms).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("decision {0:?}: use y, n, a or n: WHY")]
+pub struct UnknownAnswer(pub String);
+
+impl std::str::FromStr for ApprovalAnswer {
+    type Err = UnknownAnswer;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        if let Some((word, why)) = s.split_once(':')
+            && matches!(word.trim().to_ascii_lowercase().as_str(), "n" | "no")
+            && !why.trim().is_empty()
+        {
+            return Ok(ApprovalAnswer::NoBecause(why.trim().to_string()));
+        }
+        match s.to_ascii_lowercase().as_str() {
+            "y" | "yes" => Ok(ApprovalAnswer::Yes),
+            "n" | "no" => Ok(ApprovalAnswer::No),
+            "a" | "always" => Ok(ApprovalAnswer::Always),
+            _ => Err(UnknownAnswer(s.to_string())),
+        }
+    }
+}
+
+impl TryFrom<String> for ApprovalAnswer {
+    type Error = UnknownAnswer;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl std::fmt::Display for ApprovalAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApprovalAnswer::Yes => f.write_str("y"),
+            ApprovalAnswer::No => f.write_str("n"),
+            ApprovalAnswer::Always => f.write_str("a"),
+            ApprovalAnswer::NoBecause(why) => write!(f, "n: {why}"),
+        }
+    }
+}
+
+impl From<ApprovalAnswer> for String {
+    fn from(answer: ApprovalAnswer) -> String {
+        answer.to_string()
+    }
 }
 
 #[async_trait]

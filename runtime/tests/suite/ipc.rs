@@ -106,7 +106,7 @@ async fn always_is_remembered_for_the_rest_of_the_session() {
                 approvals += 1;
                 p.send(ClientMessage::ApprovalResponse {
                     approval_id,
-                    decision: "a".into(),
+                    decision: geode_runtime::tools::approval::ApprovalAnswer::Always,
                 })
                 .await;
             }
