@@ -12,7 +12,7 @@ use super::pipeline::PilotRunner;
 use crate::env::Backend;
 use crate::env::kind::BackendKind;
 use crate::rollout::job::{CONFIG_SCHEMA, RunConfig, RunObserver, start_run};
-use crate::rollout::trial::PhaseObserver;
+use crate::rollout::trial::{PhaseEvent, PhaseObserver};
 use crate::store::TrialRow;
 use crate::summary::RunSummary;
 
@@ -21,7 +21,7 @@ use crate::summary::RunSummary;
 struct Collect(Mutex<Vec<bool>>);
 
 impl PhaseObserver for Collect {
-    fn phase(&self, _: &str, _: &str) {}
+    fn phase(&self, _: &str, _: PhaseEvent<'_>) {}
 }
 
 impl RunObserver for Collect {
