@@ -16,8 +16,8 @@ use super::harbor;
 use super::images::ImageCache;
 use super::schedule;
 use super::trial::{PhaseObserver, TrialPlan, run_trial};
-use crate::env::Backend;
 use crate::env::kind::BackendKind;
+use crate::env::{Backend, BaseMode};
 use crate::pack::{PackError, TaskPack};
 use crate::store::{RunRow, RunStore, StoreError, TrialRow};
 use crate::summary::{RunSummary, summarize};
@@ -37,9 +37,10 @@ pub struct RunConfig {
     pub tasks_glob: Option<String>,
     pub timeout_multiplier: f64,
     pub backend: BackendKind,
-    /// `image` (trials rooted in the image each task names) or `host` (`--base host`).
-    #[serde(default = "default_base")]
-    pub base: String,
+    /// `image` (trials rooted in the image each task names) or `host` (`--base host`); runs
+    /// from before the key existed were all `image`.
+    #[serde(default)]
+    pub base: BaseMode,
     pub max_infra_retries: u32,
     pub scaffold: Scaffold,
     /// Keep each trial's final workspace in `<trial>/workspace/` (so `geode grade` can run a
@@ -47,10 +48,6 @@ pub struct RunConfig {
     /// keep their lock hash.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep_workspace: bool,
-}
-
-fn default_base() -> String {
-    "image".into()
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -466,5 +463,49 @@ async fn run_with_retries(shared: &Shared, plan: &TrialPlan) -> Result<(), RunEr
         }
         shared.observer.trial_finished(&row);
         return Ok(());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum;
+
+    use super::*;
+
+    fn config(base: BaseMode) -> RunConfig {
+        RunConfig {
+            schema: CONFIG_SCHEMA.into(),
+            pack: PathBuf::from("pack"),
+            model: "oracle".into(),
+            attempts: 1,
+            concurrency: 1,
+            seed: 0,
+            tasks_glob: None,
+            timeout_multiplier: 1.0,
+            backend: BackendKind::Sandbox,
+            base,
+            max_infra_retries: 0,
+            scaffold: Scaffold::default(),
+            keep_workspace: false,
+        }
+    }
+
+    #[test]
+    fn the_base_keeps_its_names_on_disk_and_on_the_command_line() {
+        for (base, name) in [(BaseMode::Image, "image"), (BaseMode::Host, "host")] {
+            let json = serde_json::to_value(config(base)).unwrap();
+            assert_eq!(json["base"], name);
+            let back: RunConfig = serde_json::from_value(json).unwrap();
+            assert_eq!(back.base, base);
+            assert_eq!(BaseMode::from_str(name, false).unwrap(), base);
+        }
+    }
+
+    #[test]
+    fn a_config_from_before_the_base_existed_is_an_image_run() {
+        let mut json = serde_json::to_value(config(BaseMode::Host)).unwrap();
+        json.as_object_mut().unwrap().remove("base");
+        let old: RunConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(old.base, BaseMode::Image);
     }
 }
