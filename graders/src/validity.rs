@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use crate::grade::PASS_THRESHOLD;
+use crate::summary::passes;
 
 pub const SCHEMA: &str = "geode.validity.v1";
 
@@ -80,9 +80,8 @@ fn valid(rewards: &[Option<f64>]) -> Vec<f64> {
 }
 
 fn pass_rate(rewards: &[f64]) -> Option<f64> {
-    (!rewards.is_empty()).then(|| {
-        rewards.iter().filter(|r| **r >= PASS_THRESHOLD).count() as f64 / rewards.len() as f64
-    })
+    (!rewards.is_empty())
+        .then(|| rewards.iter().filter(|r| passes(**r)).count() as f64 / rewards.len() as f64)
 }
 
 fn assess(t: &TaskTrials) -> TaskValidity {
@@ -91,10 +90,10 @@ fn assess(t: &TaskTrials) -> TaskValidity {
     if oracle.is_empty() || nop.is_empty() {
         flags.push(TaskFlag::Unmeasured);
     }
-    if !oracle.is_empty() && !oracle.iter().any(|r| *r >= PASS_THRESHOLD) {
+    if !oracle.is_empty() && !oracle.iter().copied().any(passes) {
         flags.push(TaskFlag::OracleCannotPass);
     }
-    if nop.iter().any(|r| *r >= PASS_THRESHOLD) {
+    if nop.iter().copied().any(passes) {
         flags.push(TaskFlag::NopPasses);
     }
     let spread = oracle

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use geode_harness::rollout::job::RunObserver;
-use geode_harness::rollout::trial::PhaseObserver;
+use geode_harness::rollout::trial::{PhaseEvent, PhaseObserver};
 use geode_harness::store::TrialRow;
 use geode_harness::summary::RunSummary;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
@@ -64,7 +64,7 @@ impl Progress {
 }
 
 impl PhaseObserver for Progress {
-    fn phase(&self, trial: &str, phase: &str) {
+    fn phase(&self, trial: &str, phase: PhaseEvent<'_>) {
         match &self.bars {
             Some(b) => {
                 let mut trials = b.trials.lock().unwrap_or_else(|p| p.into_inner());

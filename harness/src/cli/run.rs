@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use geode_harness::env::BaseMode;
 use geode_harness::env::kind::BackendKind;
-use geode_harness::env::{Backend, BaseMode};
 use geode_harness::rollout::job::{CONFIG_SCHEMA, ResumeOptions, RunConfig, resume_run, start_run};
 use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
 
+use super::backends::make_with_base;
 use super::progress::Progress;
 
 #[derive(Debug, Args)]
@@ -48,8 +49,8 @@ pub struct RunArgs {
     allow_host: bool,
     /// What trials are rooted in: `image` (the image each task names; default) or `host` (the
     /// host's own root with the Dockerfile's steps over it, labelled so in every result).
-    #[arg(long, default_value = "image", value_parser = ["image", "host"])]
-    base: String,
+    #[arg(long, value_enum, default_value_t = BaseMode::Image)]
+    base: BaseMode,
     /// Scaffold file (TOML).
     #[arg(long)]
     scaffold: Option<PathBuf>,
@@ -70,19 +71,6 @@ pub struct RunArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     json: bool,
-}
-
-fn backend(
-    kind: BackendKind,
-    allow_host: bool,
-    jobs_dir: &std::path::Path,
-    base: &str,
-) -> anyhow::Result<Arc<dyn Backend>> {
-    let base = match base {
-        "host" => BaseMode::Host,
-        _ => BaseMode::Image,
-    };
-    super::backends::make_with_base(kind, allow_host, jobs_dir, base)
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -108,11 +96,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                     .with_context(|| format!("reading {}", p.display()))?;
                 serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?
             };
-            let backend = backend(
+            let backend = make_with_base(
                 config.backend,
                 args.allow_host || config.backend != BackendKind::Host,
                 &args.jobs_dir,
-                &config.base,
+                config.base,
             )?;
             let options = ResumeOptions {
                 concurrency: (args.concurrency != 1).then_some(args.concurrency),
@@ -130,7 +118,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         None => {
             let config = new_run_config(&args)?;
-            let backend = backend(args.env, args.allow_host, &args.jobs_dir, &args.base)?;
+            let backend = make_with_base(args.env, args.allow_host, &args.jobs_dir, args.base)?;
             start_run(config, &args.jobs_dir, backend, progress, cancel.clone()).await?
         }
     };
@@ -186,7 +174,7 @@ fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
         tasks_glob: args.tasks.clone(),
         timeout_multiplier: args.timeout_multiplier,
         backend: args.env,
-        base: args.base.clone(),
+        base: args.base,
         max_infra_retries: args.max_infra_retries,
         scaffold,
         keep_workspace: args.keep_workspace,

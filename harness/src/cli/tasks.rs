@@ -115,7 +115,7 @@ async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Res
             tasks_glob: None,
             timeout_multiplier: 1.0,
             backend: geode_harness::env::kind::BackendKind::Sandbox,
-            base: "image".into(),
+            base: geode_harness::env::BaseMode::Image,
             max_infra_retries: 1,
             scaffold: Scaffold::default(),
             keep_workspace: false,

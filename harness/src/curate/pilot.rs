@@ -9,10 +9,10 @@ use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
 
 use super::pipeline::PilotRunner;
-use crate::env::Backend;
 use crate::env::kind::BackendKind;
+use crate::env::{Backend, BaseMode};
 use crate::rollout::job::{CONFIG_SCHEMA, RunConfig, RunObserver, start_run};
-use crate::rollout::trial::PhaseObserver;
+use crate::rollout::trial::{PhaseEvent, PhaseObserver};
 use crate::store::TrialRow;
 use crate::summary::RunSummary;
 
@@ -21,7 +21,7 @@ use crate::summary::RunSummary;
 struct Collect(Mutex<Vec<bool>>);
 
 impl PhaseObserver for Collect {
-    fn phase(&self, _: &str, _: &str) {}
+    fn phase(&self, _: &str, _: PhaseEvent<'_>) {}
 }
 
 impl RunObserver for Collect {
@@ -62,7 +62,7 @@ impl PilotRunner for RunPilot {
             tasks_glob: None,
             timeout_multiplier: 1.0,
             backend: self.backend_kind,
-            base: "image".into(),
+            base: BaseMode::Image,
             max_infra_retries: 2,
             scaffold: Scaffold::default(),
             keep_workspace: false,

@@ -8,12 +8,14 @@
 //! Identities Harbor wants as UUIDs are derived from GEODE's names, so a file rewritten on
 //! resume keeps its id.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::job::{RunConfig, RunLock};
+use super::trial::TrialPhase;
 use crate::env::kind::BackendKind;
 use crate::pack::{Task, TaskPack, VerifierMode};
 use crate::store::TrialRow;
@@ -168,12 +170,10 @@ pub fn exception_info(class: &str, message: &str, at: &str) -> Value {
     })
 }
 
-fn timing(phase_times: &Value, phase: &str) -> Value {
-    match phase_times.get(phase) {
-        Some(Value::Array(ends)) if ends.len() == 2 => {
-            json!({"started_at": ends[0], "finished_at": ends[1]})
-        }
-        _ => Value::Null,
+fn timing(phase_times: &BTreeMap<TrialPhase, [String; 2]>, phase: TrialPhase) -> Value {
+    match phase_times.get(&phase) {
+        Some([started, finished]) => json!({"started_at": started, "finished_at": finished}),
+        None => Value::Null,
     }
 }
 
@@ -185,7 +185,7 @@ pub fn trial_result(
     row: &TrialRow,
     task: &Task,
     trial_dir: &Path,
-    phase_times: &Value,
+    phase_times: &BTreeMap<TrialPhase, [String; 2]>,
     steps: &[Value],
 ) -> Value {
     let trial_dir = std::path::absolute(trial_dir).unwrap_or_else(|_| trial_dir.to_path_buf());
@@ -229,9 +229,9 @@ pub fn trial_result(
             "exception_info": exception,
             "started_at": row.started,
             "finished_at": row.finished,
-            "environment_setup": timing(phase_times, "environment_setup"),
-            "agent_execution": timing(phase_times, "agent_execution"),
-            "verifier": timing(phase_times, "verifier"),
+            "environment_setup": timing(phase_times, TrialPhase::EnvironmentSetup),
+            "agent_execution": timing(phase_times, TrialPhase::AgentExecution),
+            "verifier": timing(phase_times, TrialPhase::Verifier),
         }),
     )
 }

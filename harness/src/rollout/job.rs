@@ -3,6 +3,7 @@
 //! per trial). Resumable: finished trials are kept, interrupted ones run again, and a changed
 //! pack or configuration (the lock hash) is refused.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -16,9 +17,9 @@ use super::harbor;
 use super::images::ImageCache;
 use super::schedule;
 use super::trial::{PhaseObserver, TrialPlan, run_trial};
-use crate::env::Backend;
 use crate::env::kind::BackendKind;
-use crate::pack::{PackError, TaskPack};
+use crate::env::{Backend, BaseMode};
+use crate::pack::{PackError, Task, TaskPack};
 use crate::store::{RunRow, RunStore, StoreError, TrialRow};
 use crate::summary::{RunSummary, summarize};
 
@@ -37,9 +38,10 @@ pub struct RunConfig {
     pub tasks_glob: Option<String>,
     pub timeout_multiplier: f64,
     pub backend: BackendKind,
-    /// `image` (trials rooted in the image each task names) or `host` (`--base host`).
-    #[serde(default = "default_base")]
-    pub base: String,
+    /// `image` (trials rooted in the image each task names) or `host` (`--base host`); runs
+    /// from before the key existed were all `image`.
+    #[serde(default)]
+    pub base: BaseMode,
     pub max_infra_retries: u32,
     pub scaffold: Scaffold,
     /// Keep each trial's final workspace in `<trial>/workspace/` (so `geode grade` can run a
@@ -47,10 +49,6 @@ pub struct RunConfig {
     /// keep their lock hash.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep_workspace: bool,
-}
-
-fn default_base() -> String {
-    "image".into()
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -330,8 +328,39 @@ async fn execute(
     observer: Arc<dyn RunObserver>,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
-    let finished: std::collections::HashSet<String> = store
-        .trials(&run_id)?
+    let kept = kept_trials(&store, &run_id, rerun_exceptions)?;
+    let n_total_trials = pack.tasks.len() * config.attempts as usize;
+    let plans = plan_trials(&config, pack.tasks, &run_id, &run_dir, &kept);
+    observer.started(&run_id, plans.len() + kept.len(), kept.len());
+    let shared = Shared {
+        config,
+        store,
+        run_id,
+        backend,
+        images: ImageCache::new(),
+        observer: observer.clone(),
+        cancel,
+    };
+    let shared = run_trials(shared, plans, &run_dir).await?;
+    let (summary, cancelled) = write_run_end(&shared, &run_dir, n_total_trials)?;
+    observer.finished(&summary);
+    Ok(RunOutcome {
+        run_id: shared.run_id,
+        run_dir,
+        summary,
+        cancelled,
+    })
+}
+
+/// The finished trials a resume keeps: all of them but those that ended with an exception
+/// class asked to run again.
+fn kept_trials(
+    store: &RunStore,
+    run_id: &str,
+    rerun_exceptions: &[String],
+) -> Result<HashSet<String>, RunError> {
+    Ok(store
+        .trials(run_id)?
         .into_iter()
         .filter(|row| {
             row.exception_class
@@ -339,21 +368,30 @@ async fn execute(
                 .is_none_or(|class| !rerun_exceptions.contains(class))
         })
         .map(|row| row.trial_name)
-        .collect();
-    let n_total_trials = pack.tasks.len() * config.attempts as usize;
+        .collect())
+}
+
+/// One plan for every task and attempt that is not kept.
+fn plan_trials(
+    config: &RunConfig,
+    tasks: Vec<Task>,
+    run_id: &str,
+    run_dir: &Path,
+    kept: &HashSet<String>,
+) -> Vec<TrialPlan> {
     let scaffold = Arc::new(config.scaffold.clone());
     let mut plans = Vec::new();
-    for task in pack.tasks.into_iter().map(Arc::new) {
+    for task in tasks.into_iter().map(Arc::new) {
         for attempt in 0..config.attempts {
             let name = trial_name(&task.id, attempt);
-            if finished.contains(&name) {
+            if kept.contains(&name) {
                 continue;
             }
             // The crucible's derivation: one run seed gives a task's trials the same seeds under
             // `geode run` and `geode crucible run`, and a resumed trial gets its seed again.
             let seed = TrialSeed::derive(config.seed, &TaskId::new(task.id.clone()), attempt).0;
             plans.push(TrialPlan {
-                run_id: run_id.clone(),
+                run_id: run_id.to_string(),
                 trial_dir: run_dir.join(&name),
                 trial_name: name,
                 seed,
@@ -368,16 +406,17 @@ async fn execute(
             });
         }
     }
-    observer.started(&run_id, plans.len() + finished.len(), finished.len());
-    let shared = Arc::new(Shared {
-        config,
-        store,
-        run_id: run_id.clone(),
-        backend,
-        images: ImageCache::new(),
-        observer: observer.clone(),
-        cancel: cancel.clone(),
-    });
+    plans
+}
+
+/// Runs the plans, `concurrency` at a time, and hands the run back once no trial holds it.
+async fn run_trials(
+    shared: Shared,
+    plans: Vec<TrialPlan>,
+    run_dir: &Path,
+) -> Result<Shared, RunError> {
+    let shared = Arc::new(shared);
+    let cancel = shared.cancel.clone();
     let concurrency = shared.config.concurrency;
     let ended = schedule::run_bounded(plans, concurrency, &cancel, |plan| {
         let shared = shared.clone();
@@ -387,22 +426,32 @@ async fn execute(
     if let Some(e) = ended.into_iter().find_map(Result::err) {
         return Err(e);
     }
-    let shared = Arc::try_unwrap(shared).map_err(|_| RunError::Files {
+    Arc::try_unwrap(shared).map_err(|_| RunError::Files {
         path: run_dir.display().to_string(),
         message: "trials still hold the run".into(),
-    })?;
-    let rows = shared.store.trials(&run_id)?;
+    })
+}
+
+/// The end of the run: its status in the store and the job's `result.json`. Returns the
+/// summary and whether the run was cancelled.
+fn write_run_end(
+    shared: &Shared,
+    run_dir: &Path,
+    n_total_trials: usize,
+) -> Result<(RunSummary, bool), RunError> {
+    let run_id = &shared.run_id;
+    let rows = shared.store.trials(run_id)?;
     let summary = summarize(&rows);
-    let cancelled = cancel.is_cancelled();
+    let cancelled = shared.cancel.is_cancelled();
     shared
         .store
-        .set_run_status(&run_id, if cancelled { "cancelled" } else { "finished" })?;
-    let started = shared.store.run(&run_id)?.map(|r| r.created);
+        .set_run_status(run_id, if cancelled { "cancelled" } else { "finished" })?;
+    let started = shared.store.run(run_id)?.map(|r| r.created);
     let finished_at = chrono::Utc::now().to_rfc3339();
     write_json(
         &run_dir.join("result.json"),
         &harbor::job_result(&harbor::JobEnd {
-            run_id: &run_id,
+            run_id,
             pack: &shared.config.pack,
             model_route: &shared.config.model,
             started: started.as_deref().unwrap_or(&finished_at),
@@ -413,13 +462,7 @@ async fn execute(
             cancelled,
         }),
     )?;
-    observer.finished(&summary);
-    Ok(RunOutcome {
-        run_id,
-        run_dir,
-        summary,
-        cancelled,
-    })
+    Ok((summary, cancelled))
 }
 
 /// Run one trial, again (bounded) when it ends in a retryable infrastructure outcome. Agent
@@ -466,5 +509,49 @@ async fn run_with_retries(shared: &Shared, plan: &TrialPlan) -> Result<(), RunEr
         }
         shared.observer.trial_finished(&row);
         return Ok(());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum;
+
+    use super::*;
+
+    fn config(base: BaseMode) -> RunConfig {
+        RunConfig {
+            schema: CONFIG_SCHEMA.into(),
+            pack: PathBuf::from("pack"),
+            model: "oracle".into(),
+            attempts: 1,
+            concurrency: 1,
+            seed: 0,
+            tasks_glob: None,
+            timeout_multiplier: 1.0,
+            backend: BackendKind::Sandbox,
+            base,
+            max_infra_retries: 0,
+            scaffold: Scaffold::default(),
+            keep_workspace: false,
+        }
+    }
+
+    #[test]
+    fn the_base_keeps_its_names_on_disk_and_on_the_command_line() {
+        for (base, name) in [(BaseMode::Image, "image"), (BaseMode::Host, "host")] {
+            let json = serde_json::to_value(config(base)).unwrap();
+            assert_eq!(json["base"], name);
+            let back: RunConfig = serde_json::from_value(json).unwrap();
+            assert_eq!(back.base, base);
+            assert_eq!(BaseMode::from_str(name, false).unwrap(), base);
+        }
+    }
+
+    #[test]
+    fn a_config_from_before_the_base_existed_is_an_image_run() {
+        let mut json = serde_json::to_value(config(BaseMode::Host)).unwrap();
+        json.as_object_mut().unwrap().remove("base");
+        let old: RunConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(old.base, BaseMode::Image);
     }
 }

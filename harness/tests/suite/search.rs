@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use geode_harness::env::host::HostBackend;
-use geode_harness::rollout::trial::PhaseObserver;
+use geode_harness::rollout::trial::{PhaseEvent, PhaseObserver};
 use geode_harness::search::champion::{Env, StopReason, run_search};
 use geode_harness::search::config::SearchConfig;
 use geode_harness::search::lineage::{EntryKind, LINEAGE_FILE, Lineage};
@@ -212,7 +212,7 @@ fn proposer_answers_are_parsed_from_prose() {
 
 struct Quiet;
 impl PhaseObserver for Quiet {
-    fn phase(&self, _: &str, _: &str) {}
+    fn phase(&self, _: &str, _: PhaseEvent<'_>) {}
 }
 
 fn core_pack() -> PathBuf {

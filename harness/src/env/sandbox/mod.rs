@@ -78,8 +78,20 @@ impl std::fmt::Debug for Progress {
     }
 }
 
-/// What a trial's root is built on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What a trial's root is built on: parsed once (by clap from `--base`, or serde from a run's
+/// `config.json`), then carried as this enum.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+    clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum BaseMode {
     /// The image the task names (pulled, loaded or bootstrapped); nothing of the host.
     #[default]

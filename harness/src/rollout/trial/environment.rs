@@ -11,7 +11,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::record::{Ending, PhaseClock, Record, env_outcome};
-use super::{PhaseObserver, TrialPlan};
+use super::{PhaseEvent, PhaseObserver, TrialPhase, TrialPlan};
 use crate::env::{Backend, EnvError, EnvironmentSpec, NetworkPolicy, Sandbox};
 use crate::pack::{EnvironmentSection, Healthcheck, Task, TaskHash};
 use crate::rollout::images::ImageCache;
@@ -209,7 +209,10 @@ pub(super) async fn start(
         Some(plan.trial_dir.join("build.log")),
     );
 
-    observer.phase(&plan.trial_name, "environment");
+    observer.phase(
+        &plan.trial_name,
+        PhaseEvent::Phase(TrialPhase::EnvironmentSetup),
+    );
     let t = PhaseClock::start();
     let started = async {
         let image = images.prepare(backend, &task.hash, &spec).await?;
@@ -233,7 +236,7 @@ pub(super) async fn start(
     let (image, sandbox) = match started {
         Ok(s) => s,
         Err(e) => {
-            rec.close_phase("environment_setup", t);
+            rec.close_phase(TrialPhase::EnvironmentSetup, t);
             return Err(Ending::infra(
                 env_outcome(&e),
                 "EnvironmentError",
@@ -245,7 +248,7 @@ pub(super) async fn start(
         Some(check) => wait_healthy(sandbox.as_ref(), check, plan.timeout_multiplier, cancel).await,
         None => Ok(()),
     };
-    rec.close_phase("environment_setup", t);
+    rec.close_phase(TrialPhase::EnvironmentSetup, t);
     rec.notes.extend(image.notes.iter().cloned());
     if let Some(compose) = &task.compose {
         rec.notes.extend(compose.notes.iter().cloned());

@@ -25,6 +25,7 @@ use record::{BROKEN_CLASS, Ending, PhaseClock, Record, broke_its_sandbox, env_ou
 mod agent;
 mod artifacts;
 mod environment;
+mod phase;
 mod record;
 mod result;
 mod steps;
@@ -34,6 +35,7 @@ pub use agent::SOLUTION_DIR;
 pub use artifacts::WORKSPACE_DIR;
 pub use environment::environment_spec;
 pub(crate) use environment::wait_healthy;
+pub use phase::{PhaseEvent, TrialPhase};
 
 /// Everything one trial needs.
 #[derive(Debug, Clone)]
@@ -59,7 +61,7 @@ pub struct TrialPlan {
 
 /// Observer of a trial's phases (progress bars, log lines).
 pub trait PhaseObserver: Send + Sync {
-    fn phase(&self, trial: &str, phase: &str);
+    fn phase(&self, trial: &str, phase: PhaseEvent<'_>);
 }
 
 /// One agent-then-verifier pass: the whole of a single-step task, or one step of a multi-step
@@ -167,10 +169,10 @@ async fn run_phases(
         ),
     };
 
-    observer.phase(&plan.trial_name, "teardown");
+    observer.phase(&plan.trial_name, PhaseEvent::Phase(TrialPhase::Teardown));
     let t = PhaseClock::start();
     let torn = sandbox.teardown().await;
-    rec.close_phase("teardown", t);
+    rec.close_phase(TrialPhase::Teardown, t);
     match (torn, ending) {
         (Err(e), end) if !end.outcome.is_infrastructure() => {
             rec.notes.push(format!("teardown failed: {e}"));
@@ -195,10 +197,13 @@ async fn agent_then_verify(
     cancel: &CancellationToken,
     rec: &mut Record,
 ) -> Ending {
-    observer.phase(&plan.trial_name, "agent");
+    observer.phase(
+        &plan.trial_name,
+        PhaseEvent::Phase(TrialPhase::AgentExecution),
+    );
     let t = PhaseClock::start();
     let agent = agent::run_agent(plan, stage, sandbox, cancel, rec).await;
-    rec.close_phase("agent_execution", t);
+    rec.close_phase(TrialPhase::AgentExecution, t);
     let agent = match agent {
         Ok(end) => end,
         Err(e @ EnvError::BrokenFromInside(_)) => return broke_its_sandbox(rec, &e.to_string()),
@@ -214,7 +219,7 @@ async fn agent_then_verify(
         );
     }
 
-    observer.phase(&plan.trial_name, "verifier");
+    observer.phase(&plan.trial_name, PhaseEvent::Phase(TrialPhase::Verifier));
     let t = PhaseClock::start();
     let verified = match verifier::verify(plan, stage, sandbox, fresh, rec).await {
         Err(ending)
@@ -228,7 +233,7 @@ async fn agent_then_verify(
         }
         other => other,
     };
-    rec.close_phase("verifier", t);
+    rec.close_phase(TrialPhase::Verifier, t);
     let (reward, rewards) = match verified {
         Ok(r) => r,
         Err(ending) => return ending,

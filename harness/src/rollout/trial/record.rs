@@ -8,6 +8,7 @@ use std::time::Instant;
 use geode_crucible::IntegritySignals;
 use geode_graders::TrialOutcome;
 
+use super::TrialPhase;
 use crate::env::EnvError;
 use crate::store::TrialUsage;
 use geode_graders::AgentEnd;
@@ -48,12 +49,12 @@ pub(super) fn env_outcome(e: &EnvError) -> TrialOutcome {
 /// The pieces of a trial's record that the phases fill in.
 #[derive(Default)]
 pub(super) struct Record {
-    pub(super) phases: BTreeMap<String, f64>,
+    pub(super) phases: BTreeMap<TrialPhase, f64>,
     /// Each phase's `[started, finished]` timestamps (Harbor's `TimingInfo`); over a
     /// multi-step trial, the first start and the last finish (`phases` sums the seconds).
-    pub(super) phase_times: BTreeMap<String, [String; 2]>,
+    pub(super) phase_times: BTreeMap<TrialPhase, [String; 2]>,
     /// The latest pass of each phase, for a step's own timing.
-    pub(super) last_times: BTreeMap<String, [String; 2]>,
+    pub(super) last_times: BTreeMap<TrialPhase, [String; 2]>,
     /// A multi-step trial's steps as Harbor's `StepResult`s, with GEODE's `outcome`.
     pub(super) steps: Vec<serde_json::Value>,
     pub(super) usage: TrialUsage,
@@ -82,14 +83,14 @@ impl PhaseClock {
 }
 
 impl Record {
-    pub(super) fn close_phase(&mut self, phase: &str, clock: PhaseClock) {
-        *self.phases.entry(phase.into()).or_default() += clock.t.elapsed().as_secs_f64();
+    pub(super) fn close_phase(&mut self, phase: TrialPhase, clock: PhaseClock) {
+        *self.phases.entry(phase).or_default() += clock.t.elapsed().as_secs_f64();
         let ends = [clock.at, now()];
         self.phase_times
-            .entry(phase.into())
+            .entry(phase)
             .and_modify(|t| t[1] = ends[1].clone())
             .or_insert_with(|| ends.clone());
-        self.last_times.insert(phase.into(), ends);
+        self.last_times.insert(phase, ends);
     }
 }
 

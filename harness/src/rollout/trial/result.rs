@@ -59,13 +59,12 @@ pub(super) fn write_result_json(plan: &TrialPlan, row: &TrialRow, rec: &Record) 
         "integrity": rec.integrity,
         "notes": rec.notes,
     });
-    let times = serde_json::to_value(&rec.phase_times).unwrap_or_default();
     let doc = crate::rollout::harbor::trial_result(
         geode,
         row,
         &plan.task,
         &plan.trial_dir,
-        &times,
+        &rec.phase_times,
         &rec.steps,
     );
     if let Ok(text) = serde_json::to_string_pretty(&doc) {

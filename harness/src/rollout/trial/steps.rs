@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::environment::{scaled, task_command, wait_healthy};
 use super::record::{BROKEN_CLASS, Ending, Record, now};
-use super::{Fresh, PhaseObserver, Stage, TrialPlan, agent_then_verify};
+use super::{Fresh, PhaseEvent, PhaseObserver, Stage, TrialPhase, TrialPlan, agent_then_verify};
 use crate::env::Sandbox;
 use crate::pack::{Step, StepRewards, Task, VerifierMode};
 
@@ -39,7 +39,7 @@ pub(super) async fn run_steps(
     let mut endings: Vec<Ending> = Vec::new();
     for (i, step) in task.steps.iter().enumerate() {
         let name = step.name().to_string();
-        observer.phase(&plan.trial_name, &format!("step {name}"));
+        observer.phase(&plan.trial_name, PhaseEvent::Step(&name));
         let tests = match merged_tests(task, step, &plan.trial_dir) {
             Ok(dir) => dir,
             Err(e) => {
@@ -233,11 +233,11 @@ fn rebase_paths(doc: &mut serde_json::Value, from: &str, into: &str) {
 fn step_result(
     name: &str,
     ending: &Ending,
-    times: &BTreeMap<String, [String; 2]>,
+    times: &BTreeMap<TrialPhase, [String; 2]>,
 ) -> serde_json::Value {
-    let timing = |phase: &str| {
+    let timing = |phase: TrialPhase| {
         times
-            .get(phase)
+            .get(&phase)
             .map(|[a, b]| json!({"started_at": a, "finished_at": b}))
     };
     json!({
@@ -247,8 +247,8 @@ fn step_result(
         "exception_info": ending.exception.as_ref().map(|(class, message)| {
             crate::rollout::harbor::exception_info(class, message, &now())
         }),
-        "agent_execution": timing("agent_execution"),
-        "verifier": timing("verifier"),
+        "agent_execution": timing(TrialPhase::AgentExecution),
+        "verifier": timing(TrialPhase::Verifier),
     })
 }
 
