@@ -38,7 +38,7 @@ const INFRA_SQL: &str = "<infra>";
 /// The trial table. Times: `started`/`finished` are RFC 3339 text in the store; SQLite's
 /// `unixepoch(.., 'subsec')` turns them into seconds so no date library is needed here
 /// (`duration_sec` is their difference, computed after loading). Phase seconds are pulled out of
-/// the `phases` JSON with the names harness/src/rollout/trial.rs writes. `infra` is true for the
+/// the `phases` JSON with the names the harness writes (its `TrialPhase`). `infra` is true for the
 /// infrastructure outcomes of graders/src/outcome.rs.
 const TRIAL_SPECS: &[Spec] = &[
     spec("run_id", "run_id", Kind::Str, true),
