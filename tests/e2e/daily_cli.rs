@@ -131,6 +131,33 @@ fn the_repl_runs_hooks_from_the_configuration_and_a_project_s_only_once_trusted(
 }
 
 #[test]
+fn a_hook_matcher_that_matches_no_tool_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    // `Shell` is no tool's name, here or in Claude Code; `Bash` maps to bash.
+    std::fs::write(
+        d.join("home/hooks.toml"),
+        "[[hooks.PreToolUse]]\nmatcher = \"Shell\"\n[[hooks.PreToolUse.hooks]]\n\
+         type = \"command\"\ncommand = \"exit 2\"\n\
+         [[hooks.PreToolUse]]\nmatcher = \"Bash\"\n[[hooks.PreToolUse.hooks]]\n\
+         type = \"command\"\ncommand = \"exit 0\"\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("home/config.toml"), "hooks = \"hooks.toml\"\n").unwrap();
+    let out = repl_typed(d, &["--model", "nop"], b"/exit\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("hooks.toml: PreToolUse matcher \"Shell\"")
+            && warnings[0].contains("matches no tool (tools: bash, read_file"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn sessions_are_listed_newest_first_with_their_first_prompt_and_cost() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -107,6 +107,46 @@ async fn stdio_run_agent_has_no_shell() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_run_agent_runs_the_configured_hooks() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    // A Claude Code-shaped hooks file in the user's configuration: it keeps what it was shown
+    // and refuses every read.
+    std::fs::write(
+        d.join("home/hooks.toml"),
+        "[[hooks.PreToolUse]]\nmatcher = \"Read\"\n[[hooks.PreToolUse.hooks]]\n\
+         type = \"command\"\n\
+         command = \"cat > seen.json; echo 'reads are off' >&2; exit 2\"\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("home/config.toml"), "hooks = \"hooks.toml\"\n").unwrap();
+    std::fs::write(d.join("notes.txt"), "private").unwrap();
+    std::fs::write(
+        d.join("script.toml"),
+        "[[turns]]\n[[turns.tool_calls]]\nname = \"read_file\"\n\
+         input = { path = \"notes.txt\" }\n[[turns]]\ntext = \"Could not read.\"\n",
+    )
+    .unwrap();
+    let client = stdio_client(d).await;
+    let (_, value) = call_run_agent(&client, json!({"prompt": "read the notes"})).await;
+    client.cancel().await.unwrap();
+    assert_eq!(value["text"], "Could not read.", "{value}");
+    let seen = std::fs::read_to_string(d.join("seen.json")).expect("the hook did not run");
+    let seen: Value = serde_json::from_str(&seen).unwrap();
+    assert_eq!(seen["tool_name"], "read_file", "{seen}");
+    assert_eq!(seen["tool_input"]["path"], "notes.txt", "{seen}");
+    let tl = SessionTimeline::open(d.join("home/timeline.db")).unwrap();
+    let session = tl.latest_session().unwrap().unwrap();
+    let rows = completed(&d.join("home/timeline.db"), session.as_str());
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (tool, is_error, content) = &rows[0];
+    assert_eq!(tool, "read_file");
+    assert!(*is_error && content.contains("reads are off"), "{content}");
+    assert!(!content.contains("private"), "{content}");
+}
+
 /// `geode mcp --http ADDR ...` started; the URL it printed on stderr.
 pub(super) struct HttpServer {
     child: Child,

@@ -86,6 +86,7 @@ impl TurnFlags {
         for path in &self.hooks {
             load_command_hooks(&mut hooks, path, workspace.root())?;
         }
+        super::serve::warn_matchers_matching_no_tool(&hooks, "--hooks");
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<LoopEvent>();
         let mut cfg = SessionConfig::new(policy, workspace, model);
         cfg.scaffold = load_scaffold(self.scaffold.as_ref(), self.max_rounds, self.time_budget)?;

@@ -9,6 +9,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use geode_runtime::config::{Config, Layers, mcp_settings};
+use geode_runtime::hooks::HookRegistry;
+use geode_runtime::hooks::command::load_command_hooks;
 use geode_runtime::mcp::McpManager;
 use geode_runtime::mcp::http::{HttpEndpoint, MCP_PATH};
 use geode_runtime::mcp::server::{RunAgentSettings, serve_stdio};
@@ -63,6 +65,10 @@ pub async fn run(args: McpArgs, cfg: Config) -> anyhow::Result<ExitCode> {
     let mut route_options = RouteOptions::from_env();
     route_options.effort = cfg.effort()?;
     let home = geode_home();
+    let mut hooks = HookRegistry::new();
+    for file in super::serve::configured_hooks(&cfg, &cwd)? {
+        load_command_hooks(&mut hooks, &file, &cwd)?;
+    }
     let settings = RunAgentSettings {
         model_route: cfg.value("model").to_string(),
         route_options,
@@ -71,6 +77,7 @@ pub async fn run(args: McpArgs, cfg: Config) -> anyhow::Result<ExitCode> {
         timeline: std::fs::create_dir_all(&home)
             .ok()
             .map(|_| home.join("timeline.db")),
+        hooks,
     };
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();

@@ -123,8 +123,18 @@ pub fn configured_hooks(cfg: &Config, cwd: &Path) -> anyhow::Result<Vec<PathBuf>
     for file in &files {
         let mut probe = geode_runtime::hooks::registry::HookRegistry::new();
         geode_runtime::hooks::command::load_command_hooks(&mut probe, file, cwd)?;
+        warn_matchers_matching_no_tool(&probe, &file.display().to_string());
     }
     Ok(files)
+}
+
+/// Say, on stderr, which hooks from `source` have a matcher no standard tool answers to:
+/// copied from another tool's configuration or mistyped, they would never run, silently.
+pub fn warn_matchers_matching_no_tool(hooks: &geode_runtime::hooks::HookRegistry, source: &str) {
+    let tools = geode_runtime::session::standard_tool_names();
+    for warning in hooks.matchers_matching_no_tool(&tools) {
+        eprintln!("geode: warning: {source}: {warning}");
+    }
 }
 
 fn setup<E: std::fmt::Display>(e: E) -> ServerError {

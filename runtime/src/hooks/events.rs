@@ -63,6 +63,16 @@ impl HookEventKind {
         HookEventKind::ALL.into_iter().find(|k| k.name() == name)
     }
 
+    /// Events about one tool call, whose handlers a matcher selects by the tool's name.
+    pub fn has_tool(self) -> bool {
+        matches!(
+            self,
+            HookEventKind::PreToolUse
+                | HookEventKind::PostToolUse
+                | HookEventKind::PermissionRequest
+        )
+    }
+
     /// Events whose handlers only observe: any decision other than continue is ignored.
     pub fn observe_only(self) -> bool {
         matches!(

@@ -99,6 +99,14 @@ impl std::fmt::Debug for HookRegistry {
     }
 }
 
+/// A matcher as configured, without the anchors `register` adds.
+fn as_configured(re: &Regex) -> &str {
+    let m = re.as_str();
+    m.strip_prefix("^(?:")
+        .and_then(|m| m.strip_suffix(")$"))
+        .unwrap_or(m)
+}
+
 /// How strongly a non-stopping decision overrides another.
 fn rank(d: &HookDecision) -> u8 {
     match d {
@@ -125,15 +133,32 @@ impl HookRegistry {
         hooks
             .iter()
             .map(|h| {
-                // Shown as configured, without the anchors `register` adds.
-                let matcher = h.matcher.as_ref().map_or("*".to_string(), |m| {
-                    let m = m.as_str();
-                    m.strip_prefix("^(?:")
-                        .and_then(|m| m.strip_suffix(")$"))
-                        .unwrap_or(m)
-                        .to_string()
-                });
+                let matcher = h.matcher.as_ref().map_or("*", as_configured);
                 format!("{} {matcher}: {}", h.kind.name(), h.handler.name())
+            })
+            .collect()
+    }
+
+    /// One warning per tool-event handler whose matcher matches none of `tools`, the names of
+    /// a session's tools: a matcher written for another tool set (or mistyped) would otherwise
+    /// never run, silently. Matchers naming MCP tools (`mcp__`) are left out, as their servers'
+    /// tools are known only once connected.
+    pub fn matchers_matching_no_tool(&self, tools: &[String]) -> Vec<String> {
+        self.hooks
+            .iter()
+            .filter(|h| h.kind.has_tool())
+            .filter_map(|h| {
+                let re = h.matcher.as_ref()?;
+                let configured = as_configured(re);
+                let dead = !configured.contains("mcp__") && !tools.iter().any(|t| re.is_match(t));
+                dead.then(|| {
+                    format!(
+                        "{} matcher {configured:?} of {:?} matches no tool (tools: {})",
+                        h.kind.name(),
+                        h.handler.name(),
+                        tools.join(", ")
+                    )
+                })
             })
             .collect()
     }
@@ -298,6 +323,33 @@ mod tests {
             Arc::new(Fixed(d)),
         )
         .unwrap();
+    }
+
+    #[test]
+    fn a_matcher_that_matches_no_tool_is_named() {
+        let mut r = HookRegistry::new();
+        reg(&mut r, Some("bash|Shell"), 0, HookDecision::Continue);
+        reg(&mut r, Some("Shell"), 1, HookDecision::Continue);
+        reg(&mut r, Some("mcp__git__.*"), 2, HookDecision::Continue);
+        reg(&mut r, None, 3, HookDecision::Continue);
+        // Not a tool event: its matcher never selects anything, so it is not judged.
+        r.register(
+            HookEventKind::SessionStart,
+            Some("Shell"),
+            4,
+            Duration::from_secs(1),
+            Arc::new(Fixed(HookDecision::Continue)),
+        )
+        .unwrap();
+        let tools = ["bash".to_string(), "read_file".to_string()];
+        let warnings = r.matchers_matching_no_tool(&tools);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("PreToolUse matcher \"Shell\" of \"fixed Continue\"")
+                && warnings[0].ends_with("(tools: bash, read_file)"),
+            "{}",
+            warnings[0]
+        );
     }
 
     #[tokio::test]

@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::hooks::HookRegistry;
 use crate::model::http::RouteOptions;
 use crate::model::model_from_route;
 use crate::policy::{SessionMode, SessionPolicy};
@@ -42,6 +43,8 @@ pub struct RunAgentSettings {
     pub max_rounds: u32,
     /// Record calls here, when set.
     pub timeline: Option<PathBuf>,
+    /// The configured hooks, run in every call's session as in the REPL's.
+    pub hooks: HookRegistry,
 }
 
 /// The answer of one `run_agent` call.
@@ -131,6 +134,7 @@ impl RunAgentServer {
         scaffold.guards.max_rounds = s.max_rounds;
         scaffold.guards.turn_time_budget_secs = time_budget_s.map(|b| b.ceil().max(1.0) as u64);
         cfg.scaffold = scaffold;
+        cfg.hooks = s.hooks.clone();
         if let Some(path) = &s.timeline {
             match SessionTimeline::open(path) {
                 Ok(t) => cfg.timeline = Some(Arc::new(t)),

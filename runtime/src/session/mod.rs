@@ -129,6 +129,17 @@ pub fn resume_session(cfg: SessionConfig) -> Result<(AgenticLoop, RestoreReport)
     Ok((lp, report))
 }
 
+/// The names of the tools every session has before MCP servers and policy are applied: the
+/// built-in and cognitive tools and delegation (what a hook's matcher is checked against).
+pub fn standard_tool_names() -> Vec<String> {
+    builtin_tools()
+        .into_iter()
+        .chain(cognitive_tools())
+        .map(|t| t.spec.name)
+        .chain([DELEGATE_TOOL.to_string()])
+        .collect()
+}
+
 /// The shared assembly. `durable` is called once the tools' schemas compiled, so a bad tool
 /// never leaves a checkpoint directory behind; its stores are wired into the executor and
 /// handed back for the caller to install.
