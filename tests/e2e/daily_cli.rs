@@ -158,6 +158,38 @@ fn a_hook_matcher_that_matches_no_tool_is_warned_about() {
 }
 
 #[test]
+fn continue_resumes_the_most_recent_session_or_says_there_is_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = repl_typed(d, &["--model", "nop", "--continue"], b"/exit\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("--continue: no session under"), "{stderr}");
+
+    std::fs::write(d.join("answer.toml"), "[[turns]]\ntext = \"Fine.\"\n").unwrap();
+    for id in ["older-one", "newer-one"] {
+        let out = geode(d)
+            .args([
+                "exec",
+                "--model",
+                "scripted:answer.toml",
+                "--session-id",
+                id,
+            ])
+            .arg(format!("prompt of {id}"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = repl_typed(d, &["--model", "nop", "-c"], b"/exit\n");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("resumed newer-one ("), "{stdout}");
+    assert!(!stdout.contains("older-one"), "{stdout}");
+}
+
+#[test]
 fn sessions_are_listed_newest_first_with_their_first_prompt_and_cost() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

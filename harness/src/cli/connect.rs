@@ -75,8 +75,14 @@ async fn send<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ClientMessage) -> anyhow:
     Ok(())
 }
 
-/// Drive one session: prompts and slash commands in, rendered output out.
-pub async fn drive<R, W>(rd: R, mut wr: W, input: &LineInput) -> anyhow::Result<ExitCode>
+/// Drive one session: prompts and slash commands in, rendered output out. `first` is sent
+/// once the session greeted, before anything typed (`--continue`'s `/resume ID`).
+pub async fn drive<R, W>(
+    rd: R,
+    mut wr: W,
+    input: &LineInput,
+    mut first: Option<String>,
+) -> anyhow::Result<ExitCode>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -97,7 +103,7 @@ where
     let mut greeted = false;
     loop {
         if !waiting {
-            match send_next(input, &mut wr).await? {
+            match send_next(input, first.take(), &mut wr).await? {
                 Sent::Nothing => continue,
                 Sent::Quit => return Ok(ExitCode::SUCCESS),
                 Sent::Request => waiting = true,
@@ -138,9 +144,17 @@ enum Sent {
     Quit,
 }
 
-/// Reads the user's next line and sends it as a prompt or a slash command.
-async fn send_next<W: AsyncWrite + Unpin>(input: &LineInput, wr: &mut W) -> anyhow::Result<Sent> {
-    let text = match input.read("geode> ").await {
+/// Sends `queued`, else the user's next line, as a prompt or a slash command.
+async fn send_next<W: AsyncWrite + Unpin>(
+    input: &LineInput,
+    queued: Option<String>,
+    wr: &mut W,
+) -> anyhow::Result<Sent> {
+    let read = match queued {
+        Some(line) => Input::Line(line),
+        None => input.read("geode> ").await,
+    };
+    let text = match read {
         Input::Line(l) => l,
         Input::Interrupted => return Ok(Sent::Nothing),
         Input::Eof => "/quit".into(),
@@ -281,11 +295,11 @@ fn render_preview(detail: &str) -> String {
 }
 
 /// `geode --connect`: the daemon on `socket`.
-pub async fn run(socket: PathBuf) -> anyhow::Result<ExitCode> {
+pub async fn run(socket: PathBuf, first: Option<String>) -> anyhow::Result<ExitCode> {
     let stream = tokio::net::UnixStream::connect(&socket)
         .await
         .with_context(|| format!("no geode daemon answers on {}", socket.display()))?;
     let (rd, wr) = stream.into_split();
     let input = LineInput::start()?;
-    drive(rd, wr, &input).await
+    drive(rd, wr, &input, first).await
 }

@@ -3,6 +3,7 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 mod backends;
@@ -51,6 +52,9 @@ pub struct Cli {
     /// Start a local session even when a daemon is running.
     #[arg(long)]
     pub local: bool,
+    /// Continue the most recently active session (as `/resume` with its id).
+    #[arg(short = 'c', long = "continue")]
+    pub continue_last: bool,
     /// Without a subcommand: the interactive REPL (or the thin client when a daemon runs).
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -139,7 +143,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(c) => c,
         None => {
             let cfg = daily_config(&cli.model, &cli.effort)?;
-            return runtime.block_on(interactive(cli.connect, cli.local, cfg));
+            let first = cli.continue_last.then(continue_command).transpose()?;
+            return runtime.block_on(interactive(cli.connect, cli.local, cfg, first));
         }
     };
     match command {
@@ -198,15 +203,27 @@ fn daily_config(
     Ok(cfg)
 }
 
+/// `--continue`: `/resume` with the id of the most recently active session, found before the
+/// new session this start makes would become the most recent one.
+fn continue_command() -> anyhow::Result<String> {
+    let root = exec::checkpoint_root(None);
+    let (rows, _) = geode_runtime::store::checkpoint::CheckpointStore::list(&root);
+    let latest = rows
+        .first()
+        .with_context(|| format!("--continue: no session under {}", root.display()))?;
+    Ok(format!("/resume {}", latest.session_id))
+}
+
 /// `geode` alone: the thin client when asked or when a daemon answers, else the local REPL.
 async fn interactive(
     connect: bool,
     local: bool,
     cfg: geode_runtime::config::Config,
+    first: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     let socket = serve::socket_path(&cfg);
     if connect || (!local && tokio::net::UnixStream::connect(&socket).await.is_ok()) {
-        return connect::run(socket).await;
+        return connect::run(socket, first).await;
     }
-    repl::run(cfg).await
+    repl::run(cfg, first).await
 }

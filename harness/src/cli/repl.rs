@@ -11,14 +11,15 @@ use geode_runtime::server::connection::serve_connection;
 use super::connect::{LineInput, drive};
 use super::serve::shared;
 
-pub async fn run(cfg: Config) -> anyhow::Result<ExitCode> {
+/// The REPL; `first` is sent before anything typed (see `connect::drive`).
+pub async fn run(cfg: Config, first: Option<String>) -> anyhow::Result<ExitCode> {
     let cwd = std::env::current_dir()?;
     let shared = shared(cfg, &cwd, SessionMode::Repl).await?;
     let (client, server) = tokio::io::duplex(1 << 16);
     let session = tokio::spawn(serve_connection(server, shared));
     let input = LineInput::start()?;
     let (rd, wr) = tokio::io::split(client);
-    let code = drive(rd, wr, &input).await?;
+    let code = drive(rd, wr, &input, first).await?;
     // The session closes (and checkpoints) once the client said exit.
     if let Ok(Err(e)) = session.await {
         eprintln!("geode: {e}");
