@@ -190,6 +190,35 @@ fn continue_resumes_the_most_recent_session_or_says_there_is_none() {
 }
 
 #[test]
+fn a_line_ending_in_a_backslash_continues_the_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    // The prompt as the session got it, kept by a hook.
+    std::fs::write(
+        d.join("home/hooks.toml"),
+        "[[hooks.UserPromptSubmit]]\n[[hooks.UserPromptSubmit.hooks]]\n\
+         type = \"command\"\ncommand = \"cat >> prompts.jsonl; echo >> prompts.jsonl\"\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("home/config.toml"), "hooks = \"hooks.toml\"\n").unwrap();
+    std::fs::write(d.join("script.toml"), "[[turns]]\ntext = \"Read.\"\n").unwrap();
+    let out = repl_typed(
+        d,
+        &["--model", "scripted:script.toml"],
+        b"first line\\\nsecond line\n/exit\n",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let prompts: Vec<Value> = std::fs::read_to_string(d.join("prompts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(prompts.len(), 1, "{prompts:?}");
+    assert_eq!(prompts[0]["prompt"], "first line\nsecond line");
+}
+
+#[test]
 fn sessions_are_listed_newest_first_with_their_first_prompt_and_cost() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -2,8 +2,7 @@
 //! the daemon's socket; the REPL (repl.rs) talks to an in-process server through the same code,
 //! so both look and behave the same.
 //!
-//! Input comes from a line-editing thread (rustyline: editing and history on a terminal, plain
-//! lines when stdin is a pipe). Ctrl-C during a turn cancels the turn, not the program; at an
+//! Input comes from a line-editing thread (input.rs). Ctrl-C during a turn cancels the turn, not the program; at an
 //! approval prompt it answers "n"; at the main prompt it clears the line.
 
 use std::path::PathBuf;
@@ -13,61 +12,9 @@ use anyhow::Context;
 use geode_runtime::policy::SafetyLevel;
 use geode_runtime::server::protocol::{ClientMessage, ServerMessage, encode};
 use geode_runtime::tools::approval::ApprovalAnswer;
-use rustyline::error::ReadlineError;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, oneshot};
 
-use super::exec::geode_home;
-
-/// What the input thread read.
-enum Input {
-    Line(String),
-    Interrupted,
-    Eof,
-}
-
-type InputRequest = (String, oneshot::Sender<Input>);
-
-/// A line-editing thread; each request shows a prompt and answers with one line.
-pub struct LineInput {
-    tx: mpsc::UnboundedSender<InputRequest>,
-}
-
-impl LineInput {
-    pub fn start() -> anyhow::Result<Self> {
-        let (tx, mut rx) = mpsc::unbounded_channel::<InputRequest>();
-        let mut editor = rustyline::DefaultEditor::new().context("starting the line editor")?;
-        let history = geode_home().join("history");
-        let _ = editor.load_history(&history);
-        std::thread::spawn(move || {
-            while let Some((prompt, reply)) = rx.blocking_recv() {
-                let input = match editor.readline(&prompt) {
-                    Ok(line) => {
-                        if !line.trim().is_empty() && !prompt.contains("[y/n/a]") {
-                            let _ = editor.add_history_entry(line.as_str());
-                            let _ = editor.append_history(&history);
-                        }
-                        Input::Line(line)
-                    }
-                    Err(ReadlineError::Interrupted) => Input::Interrupted,
-                    Err(_) => Input::Eof,
-                };
-                if reply.send(input).is_err() {
-                    break;
-                }
-            }
-        });
-        Ok(LineInput { tx })
-    }
-
-    async fn read(&self, prompt: &str) -> Input {
-        let (tx, rx) = oneshot::channel();
-        if self.tx.send((prompt.to_string(), tx)).is_err() {
-            return Input::Eof;
-        }
-        rx.await.unwrap_or(Input::Eof)
-    }
-}
+use super::input::{Input, LineInput};
 
 async fn send<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ClientMessage) -> anyhow::Result<()> {
     wr.write_all(encode(msg).as_bytes()).await?;
@@ -152,7 +99,7 @@ async fn send_next<W: AsyncWrite + Unpin>(
 ) -> anyhow::Result<Sent> {
     let read = match queued {
         Some(line) => Input::Line(line),
-        None => input.read("geode> ").await,
+        None => input.message("geode> ").await,
     };
     let text = match read {
         Input::Line(l) => l,
@@ -262,7 +209,7 @@ async fn ask_approval(
 ) -> ApprovalAnswer {
     let prompt = format!("Allow {tool_name} ({safety_level})? [y/n/a, n: why] ");
     loop {
-        match input.read(&prompt).await {
+        match input.line(&prompt).await {
             Input::Line(l) => match l.parse() {
                 Ok(answer) => break answer,
                 Err(_) => println!(

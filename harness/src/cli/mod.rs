@@ -16,6 +16,7 @@ mod dataset;
 mod exec;
 mod external;
 mod image;
+mod input;
 mod mcp;
 mod progress;
 mod receipts;

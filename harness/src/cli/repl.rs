@@ -8,7 +8,8 @@ use geode_runtime::config::Config;
 use geode_runtime::policy::SessionMode;
 use geode_runtime::server::connection::serve_connection;
 
-use super::connect::{LineInput, drive};
+use super::connect::drive;
+use super::input::LineInput;
 use super::serve::shared;
 
 /// The REPL; `first` is sent before anything typed (see `connect::drive`).
