@@ -22,7 +22,7 @@ use geode_runtime::model::{Model, ModelError, ModelRequest};
 use geode_runtime::policy::SafetyLevel;
 use geode_runtime::scaffold::Scaffold;
 use geode_runtime::session::{SessionConfig, create_session, resume_session};
-use geode_runtime::store::checkpoint::SessionStatus;
+use geode_runtime::store::checkpoint::{SavePoint, SessionStatus};
 use geode_runtime::store::receipts::{ReceiptState, ReceiptStore, ReconcileOutcome};
 use geode_runtime::store::timeline::TimelineEvent;
 use serde_json::{Value, json};
@@ -101,7 +101,7 @@ async fn every_save_point_leaves_a_checkpoint_equal_to_the_conversation() {
     assert_eq!(out.verdict, Verdict::Passed);
     let loaded = load_checkpoint(&sessions_root(&f), &SessionId::new("d1")).unwrap();
     assert_eq!(loaded.messages, s.messages());
-    assert_eq!(loaded.state.stage, "turn_end");
+    assert_eq!(loaded.state.stage, SavePoint::TurnEnd);
     assert!(loaded.state.turn.is_none() && loaded.state.pending_batch.is_none());
     assert_eq!(loaded.state.effort, Some(Effort::High));
     assert_eq!(loaded.state.model, "scripted");
