@@ -140,7 +140,7 @@ impl AgenticLoop {
 
     /// The guards' counters (persisted in the checkpoint).
     pub fn guard_counters(&self) -> &super::guards::GuardCounters {
-        &self.guards.counters
+        self.guards.counters()
     }
 
     /// The session's checkpoint directory, when it has one.
@@ -362,7 +362,7 @@ impl AgenticLoop {
             };
             match result {
                 Ok(reply) => {
-                    self.guards.counters.consecutive_llm_failures = 0;
+                    self.guards.llm_succeeded();
                     turn.usage.add(&reply.usage);
                     self.counters.add_usage(&reply.usage);
                     if reply.stop_reason == StopReason::Refusal {
@@ -385,8 +385,7 @@ impl AgenticLoop {
                         }
                         _ => {}
                     }
-                    self.guards.counters.consecutive_llm_failures += 1;
-                    let failures = self.guards.counters.consecutive_llm_failures;
+                    let failures = self.guards.llm_failed();
                     if !e.retryable() || failures > self.guards.limits().max_llm_retries {
                         return Err(TerminationReason::LlmError);
                     }

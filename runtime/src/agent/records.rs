@@ -158,7 +158,7 @@ impl AgenticLoop {
             counters: self.counters,
             system_prompt_hash: self.transcript.system_hash(),
             cognition: self.cognition(),
-            guards: &self.guards.counters,
+            guards: self.guards.counters(),
             messages: self.transcript.messages(),
         };
         let Err(e) = self.durable.save(save, side) else {

@@ -302,7 +302,7 @@ impl AgenticLoop {
         if let Ok(mut c) = self.p.cognition.lock() {
             *c = state.cognition;
         }
-        self.guards.counters = state.guards;
+        self.guards.restore(state.guards);
         self.counters =
             SessionCounters::restored(state.session_usage, state.turn_number, state.model_calls);
         self.lifecycle.resumed();
