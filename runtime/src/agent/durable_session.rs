@@ -394,3 +394,63 @@ impl DurableSession {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_without_a_checkpoint_saves_nothing_and_holds_everything() {
+        let mut d = DurableSession::default();
+        let id = SessionId::new("s");
+        let counters = SessionCounters::default();
+        let guards = GuardCounters::default();
+        let messages = [Message::user_text("hi")];
+        let turn = TurnState::default();
+        let side = LoopSide {
+            session_id: &id,
+            model: "m",
+            counters,
+            system_prompt_hash: None,
+            cognition: CognitiveState::default(),
+            guards: &guards,
+            messages: &messages,
+        };
+        assert!(d.save(Save::Round0(&turn), side).is_ok());
+        assert!(!d.is_durable() && d.holds(7) && d.dir().is_none());
+        assert_eq!(d.summary_prefix_len(), None);
+        assert!(d.receipt("c").unwrap().is_none());
+        assert!(d.take_interrupted().is_none());
+        assert!(
+            d.write_summary_artifact("x", &"0".repeat(64))
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn each_save_names_its_point() {
+        let turn = TurnState::default();
+        let batch = PendingBatch {
+            turn: 1,
+            round: 1,
+            model_id: "m".into(),
+            correlation_id: "s:1:1".into(),
+            calls: Vec::new(),
+        };
+        let saves = [
+            (Save::Round0(&turn), SavePoint::Round0),
+            (Save::PendingBatch(&turn, batch), SavePoint::PendingBatch),
+            (Save::CompletedBatch(&turn), SavePoint::CompletedBatch),
+            (Save::TurnEnd, SavePoint::TurnEnd),
+            (Save::ModelSwitched, SavePoint::ModelSwitched),
+        ];
+        for (save, point) in saves {
+            assert_eq!(save.point(), point);
+            assert_eq!(
+                save.turn().is_some(),
+                point.as_str().contains("batch") || point == SavePoint::Round0
+            );
+        }
+    }
+}
