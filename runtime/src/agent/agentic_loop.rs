@@ -3,10 +3,12 @@
 //! prepare input -> (prepare call -> provider call -> tool processing -> observe and compact)*
 //! -> finish,
 //!
-//! where input.rs prepares the input and finish (finish.rs) runs Verify and may send the loop
-//! round again for a repair. In a checkpointed session (durable.rs) the proposed batch is saved
-//! before any tool runs and the completed batch after; restore.rs brings an interrupted turn
-//! back into `drive`; compaction (compaction.rs) closes the observe stage.
+//! where input.rs prepares the input and finish (finish.rs) decides whether the answer ends
+//! the turn or goes round again for a repair. In a checkpointed session (durable_session.rs)
+//! the proposed batch is saved before any tool runs and the completed batch after; restore.rs
+//! brings an interrupted turn back into `drive`; compaction (compaction.rs) closes the observe
+//! stage. The loop's state is grouped by owner: transcript.rs, counters.rs, lifecycle.rs,
+//! guards.rs and durable_session.rs.
 
 use std::sync::{Arc, Mutex};
 
