@@ -27,7 +27,7 @@ use geode_runtime::cognition::{CognitiveState, Plan, PlanStep, StepStatus};
 use geode_runtime::conversation::{ContentBlock, Message, Role, ToolCall, Usage};
 use geode_runtime::ids::SessionId;
 use geode_runtime::model::effort::Effort;
-use geode_runtime::store::checkpoint::CheckpointStore;
+use geode_runtime::store::checkpoint::{CheckpointStore, SavePoint};
 use serde_json::json;
 
 const MESSAGES: usize = 200;
@@ -89,7 +89,7 @@ fn state(next_seq: u64) -> CheckpointState {
         schema: STATE_SCHEMA.into(),
         session_id: SessionId::new("bench"),
         saved_at: "2026-11-30T00:00:00Z".into(),
-        stage: "pending_batch".into(),
+        stage: SavePoint::PendingBatch,
         turn_number: 3,
         model_calls: 100,
         round: 12,

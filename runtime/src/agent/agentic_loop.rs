@@ -3,22 +3,28 @@
 //! prepare input -> (prepare call -> provider call -> tool processing -> observe and compact)*
 //! -> finish,
 //!
-//! where input.rs prepares the input and finish (finish.rs) runs Verify and may send the loop
-//! round again for a repair. In a checkpointed session (durable.rs) the proposed batch is saved
-//! before any tool runs and the completed batch after; restore.rs brings an interrupted turn
-//! back into `drive`; compaction (compaction.rs) closes the observe stage.
+//! where input.rs prepares the input and finish (finish.rs) decides whether the answer ends
+//! the turn or goes round again for a repair. In a checkpointed session (durable_session.rs)
+//! the proposed batch is saved before any tool runs and the completed batch after; restore.rs
+//! brings an interrupted turn back into `drive`; compaction (compaction.rs) closes the observe
+//! stage. The loop's state is grouped by owner: transcript.rs, counters.rs, lifecycle.rs,
+//! guards.rs and durable_session.rs.
 
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-use super::durable::{Durable, FaultPoint, PendingBatch, TurnState as Turn};
+use super::counters::SessionCounters;
+use super::durable::{FaultPoint, PendingBatch, TurnState as Turn};
+use super::durable_session::{Durable, DurableSession, Save};
 use super::events::LoopEvent;
-use super::finish::Finish;
+use super::finish::{Ending, Finish};
 use super::guards::{GuardSignal, Guards};
-use super::prompt::{PromptSources, build_system_prompt, prompt_hash};
+use super::lifecycle::Lifecycle;
+use super::prompt::{PromptSources, build_system_prompt};
 use super::termination::TerminationReason;
+use super::transcript::Transcript;
 use super::verify::Verdict;
 use crate::cognition::CognitiveState;
 use crate::conversation::{
@@ -63,25 +69,16 @@ pub struct LoopParts {
     pub events: Option<UnboundedSender<LoopEvent>>,
 }
 
+/// One session's loop. Its state is grouped by owner: what it is built from, the
+/// conversation, the guards, the session's counts, its life (started, how the last turn
+/// ended) and its durable side (checkpoint writer, interrupted turn).
 pub struct AgenticLoop {
     pub(super) p: LoopParts,
-    pub(super) messages: Vec<Message>,
+    pub(super) transcript: Transcript,
     pub(super) guards: Guards,
-    pub(super) session_usage: Usage,
-    pub(super) turn_number: u32,
-    pub(super) model_calls: u64,
-    pub(super) started: bool,
-    /// The SessionStart hook waits for the first checkpoint save.
-    pub(super) announce_start: bool,
-    /// Input + cached + output tokens of the last reply: the provider's own measure of the
-    /// context, used by compaction when it exceeds the estimate.
-    pub(super) last_context_tokens: u64,
-    pub(super) last_system_hash: Option<String>,
-    pub(super) last_termination: Option<TerminationReason>,
-    /// Checkpoint, receipts, ledger and fault points of a checkpointed session.
-    pub(super) durable: Option<Durable>,
-    /// A turn a crash interrupted, restored by `resume_session` for `resume_turn`.
-    pub(super) interrupted: Option<(Turn, Option<PendingBatch>)>,
+    pub(super) counters: SessionCounters,
+    pub(super) lifecycle: Lifecycle,
+    pub(super) durable: DurableSession,
 }
 
 impl AgenticLoop {
@@ -89,19 +86,17 @@ impl AgenticLoop {
         let guards = Guards::new(parts.scaffold.guards.clone());
         AgenticLoop {
             p: parts,
-            messages: Vec::new(),
+            transcript: Transcript::default(),
             guards,
-            session_usage: Usage::default(),
-            turn_number: 0,
-            model_calls: 0,
-            started: false,
-            announce_start: false,
-            last_context_tokens: 0,
-            last_system_hash: None,
-            last_termination: None,
-            durable: None,
-            interrupted: None,
+            counters: SessionCounters::default(),
+            lifecycle: Lifecycle::default(),
+            durable: DurableSession::default(),
         }
+    }
+
+    /// Make this new session durable (`create_session`).
+    pub(crate) fn set_durable(&mut self, durable: Durable) {
+        self.durable.install(durable);
     }
 
     pub fn session_id(&self) -> &SessionId {
@@ -114,7 +109,7 @@ impl AgenticLoop {
     }
 
     pub fn messages(&self) -> &[Message] {
-        &self.messages
+        self.transcript.messages()
     }
 
     pub fn cognition(&self) -> CognitiveState {
@@ -126,13 +121,13 @@ impl AgenticLoop {
     }
 
     pub fn usage(&self) -> Usage {
-        self.session_usage
+        self.counters.usage()
     }
 
     /// Hash of the system prompt of the last model call (recorded per turn by drivers and in
     /// the checkpoint), `None` before the first call.
     pub fn system_prompt_hash(&self) -> Option<&str> {
-        self.last_system_hash.as_deref()
+        self.transcript.system_hash()
     }
 
     /// The model route id this session calls.
@@ -142,40 +137,34 @@ impl AgenticLoop {
 
     /// Turns started so far.
     pub fn turns(&self) -> u32 {
-        self.turn_number
+        self.counters.turn()
     }
 
     /// The guards' counters (persisted in the checkpoint).
     pub fn guard_counters(&self) -> &super::guards::GuardCounters {
-        &self.guards.counters
+        self.guards.counters()
     }
 
     /// The session's checkpoint directory, when it has one.
     pub fn checkpoint_dir(&self) -> Option<&std::path::Path> {
-        self.durable.as_ref().map(|d| d.store.dir())
+        self.durable.dir()
     }
 
     /// Run one user turn to its end.
     pub async fn run_turn(&mut self, prompt: &str, cancel: &CancellationToken) -> TurnOutcome {
         let mut turn = Turn::default();
         if let Err(reason) = self.prepare_input(prompt).await {
+            let blocked = Ending::new(TerminationReason::InputBlocked, reason, Verdict::Skipped);
+            return self.end_turn(&mut turn, blocked);
+        }
+        self.durable.set_status(SessionStatus::Active);
+        if self.save(Save::Round0(&turn)).is_err() {
             return self.end_turn(
                 &mut turn,
-                TerminationReason::InputBlocked,
-                reason,
-                Verdict::Skipped,
+                Ending::stopped(TerminationReason::CheckpointFailed),
             );
         }
-        self.set_status(SessionStatus::Active);
-        if self.save_checkpoint(Some(&turn), None, "round0").is_err() {
-            return self.end_turn(
-                &mut turn,
-                TerminationReason::CheckpointFailed,
-                String::new(),
-                Verdict::Skipped,
-            );
-        }
-        if std::mem::take(&mut self.announce_start) {
+        if self.lifecycle.take_announce() {
             // Public only once the session's first save succeeded.
             let start = HookEvent::SessionStart {
                 source: "startup".into(),
@@ -193,15 +182,11 @@ impl AgenticLoop {
     ) -> TurnOutcome {
         loop {
             if cancel.is_cancelled() {
-                return self.end_turn(
-                    &mut turn,
-                    TerminationReason::UserCancelled,
-                    String::new(),
-                    Verdict::Skipped,
-                );
+                return self.end_turn(&mut turn, Ending::stopped(TerminationReason::UserCancelled));
             }
-            if let Some(reason) = self.guards.before_round(turn.rounds, &self.session_usage) {
-                return self.end_turn(&mut turn, reason, String::new(), Verdict::Skipped);
+            let usage = self.counters.usage();
+            if let Some(reason) = self.guards.before_round(turn.rounds, &usage) {
+                return self.end_turn(&mut turn, Ending::stopped(reason));
             }
             turn.rounds += 1;
             let force_text = self.guards.must_wrap_up(turn.rounds);
@@ -215,9 +200,7 @@ impl AgenticLoop {
                 .await
             {
                 Ok(reply) => reply,
-                Err(reason) => {
-                    return self.end_turn(&mut turn, reason, String::new(), Verdict::Skipped);
-                }
+                Err(reason) => return self.end_turn(&mut turn, Ending::stopped(reason)),
             };
             let calls = reply.message.tool_calls();
             let text = reply.message.text();
@@ -229,7 +212,7 @@ impl AgenticLoop {
                     TerminationReason::Natural
                 };
                 match self.finish(&mut turn, reason, text).await {
-                    Finish::Done(outcome) => return outcome,
+                    Finish::End(ending) => return self.end_turn(&mut turn, ending),
                     Finish::Repair(instruction) => {
                         self.append_user(Message::user_text(instruction));
                         continue;
@@ -239,29 +222,20 @@ impl AgenticLoop {
             if force_text && turn.rounds >= self.guards.limits().max_rounds {
                 // The model ignored the wrap-up rule on the last round: nothing more may run.
                 self.append_unrun_results(&calls, "the turn reached its round limit");
-                return self.end_turn(
-                    &mut turn,
-                    TerminationReason::MaxRounds,
-                    text,
-                    Verdict::Skipped,
-                );
+                let ending = Ending::new(TerminationReason::MaxRounds, text, Verdict::Skipped);
+                return self.end_turn(&mut turn, ending);
             }
             // The batch is saved before any of it runs; a batch that cannot be saved never runs.
             let pending = self.pending_batch(&calls, &snapshot);
-            if self
-                .save_checkpoint(Some(&turn), Some(pending), "pending_batch")
-                .is_err()
-            {
+            if self.save(Save::PendingBatch(&turn, pending)).is_err() {
                 let why = "the checkpoint could not save the batch, so none of it ran";
                 self.append_unrun_results(&calls, why);
                 return self.end_turn(
                     &mut turn,
-                    TerminationReason::CheckpointFailed,
-                    String::new(),
-                    Verdict::Skipped,
+                    Ending::stopped(TerminationReason::CheckpointFailed),
                 );
             }
-            self.fault(FaultPoint::BeforeDispatch).await;
+            self.durable.fault(FaultPoint::BeforeDispatch).await;
             let revisions_before = self.revision_count();
             let records = self
                 .process_tools(calls, &snapshot, &mut turn, cancel)
@@ -270,14 +244,14 @@ impl AgenticLoop {
                 .after_batch(&mut turn, &records, revisions_before, &system, &snapshot)
                 .await
             {
-                return self.end_turn(&mut turn, reason, String::new(), Verdict::Skipped);
+                return self.end_turn(&mut turn, Ending::stopped(reason));
             }
         }
     }
 
     fn pending_batch(&self, calls: &[ToolCall], snapshot: &StepSnapshot) -> PendingBatch {
         PendingBatch {
-            turn: self.turn_number,
+            turn: self.counters.turn(),
             round: snapshot.round,
             model_id: snapshot.model_id.clone(),
             correlation_id: snapshot.correlation_id.to_string(),
@@ -288,7 +262,7 @@ impl AgenticLoop {
     /// End the session: a `session.ended` row, the SessionEnd hook and the final status
     /// (`error` when the last turn ended on a failure of the model or the checkpoint).
     pub async fn close(&mut self, reason: &str) {
-        if !self.started {
+        if !self.lifecycle.is_started() {
             return;
         }
         self.hook(
@@ -302,27 +276,15 @@ impl AgenticLoop {
         self.record(TimelineEvent::SessionEnded {
             reason: reason.to_string(),
         });
-        let failed = matches!(
-            self.last_termination,
-            Some(
-                TerminationReason::LlmError
-                    | TerminationReason::BillingError
-                    | TerminationReason::CheckpointFailed
-            )
-        );
-        self.set_status(if failed {
-            SessionStatus::Error
-        } else {
-            SessionStatus::Completed
-        });
+        self.durable.set_status(self.lifecycle.closing_status());
     }
 
     // --- stage 2: prepare call ----------------------------------------------------------------
 
     fn prepare_call(&mut self, turn: &Turn) -> (String, StepSnapshot) {
-        self.model_calls += 1;
+        let call = self.counters.count_call();
         let system = self.system_prompt(turn);
-        self.last_system_hash = Some(prompt_hash(&system));
+        self.transcript.sent_with(&system);
         let plan = self.p.executor.plan();
         let snapshot = StepSnapshot {
             model_id: self.p.model.id().to_string(),
@@ -330,7 +292,9 @@ impl AgenticLoop {
             plan_hash: plan.hash().clone(),
             correlation_id: CorrelationId::new(format!(
                 "{}:{}:{}",
-                self.p.session_id, self.turn_number, self.model_calls
+                self.p.session_id,
+                self.counters.turn(),
+                call
             )),
             round: turn.rounds,
         };
@@ -364,7 +328,7 @@ impl AgenticLoop {
     ) -> ModelRequest<'a> {
         ModelRequest {
             system,
-            messages: &self.messages,
+            messages: self.transcript.messages(),
             plan: self.p.executor.plan(),
             snapshot,
             force_text,
@@ -400,9 +364,9 @@ impl AgenticLoop {
             };
             match result {
                 Ok(reply) => {
-                    self.guards.counters.consecutive_llm_failures = 0;
+                    self.guards.llm_succeeded();
                     turn.usage.add(&reply.usage);
-                    self.session_usage.add(&reply.usage);
+                    self.counters.add_usage(&reply.usage);
                     if reply.stop_reason == StopReason::Refusal {
                         return Err(TerminationReason::ModelRefusal);
                     }
@@ -423,8 +387,7 @@ impl AgenticLoop {
                         }
                         _ => {}
                     }
-                    self.guards.counters.consecutive_llm_failures += 1;
-                    let failures = self.guards.counters.consecutive_llm_failures;
+                    let failures = self.guards.llm_failed();
                     if !e.retryable() || failures > self.guards.limits().max_llm_retries {
                         return Err(TerminationReason::LlmError);
                     }
@@ -467,7 +430,7 @@ impl AgenticLoop {
             });
         }
         let step = StepContext {
-            turn: self.turn_number,
+            turn: self.counters.turn(),
             snapshot: snapshot.clone(),
             cancel: cancel.clone(),
         };
@@ -519,11 +482,8 @@ impl AgenticLoop {
         system: &str,
         snapshot: &StepSnapshot,
     ) -> Option<TerminationReason> {
-        self.fault(FaultPoint::AfterDispatch).await;
-        if self
-            .save_checkpoint(Some(turn), None, "completed_batch")
-            .is_err()
-        {
+        self.durable.fault(FaultPoint::AfterDispatch).await;
+        if self.save(Save::CompletedBatch(turn)).is_err() {
             // The effects ran and their receipts say so; nothing more runs unsaved.
             return Some(TerminationReason::CheckpointFailed);
         }
@@ -545,7 +505,7 @@ impl AgenticLoop {
             let request = self.model_request(system, snapshot, true);
             if let Some(usage) = reflect(self.p.model.as_ref(), &request, &self.p.cognition).await {
                 turn.usage.add(&usage);
-                self.session_usage.add(&usage);
+                self.counters.add_usage(&usage);
             }
         }
         self.record_new_revisions(revisions_before);

@@ -15,18 +15,17 @@
 //! as it was (the dropped rows stay in `checkpoint.db` either way).
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::agentic_loop::AgenticLoop;
 use super::durable::{FaultPoint, TurnState};
+use super::durable_session::Save;
 use crate::cognition::{Plan, StepStatus};
 use crate::conversation::{ContentBlock, Message, Role};
 use crate::hooks::{HookDecision, HookEvent};
-use crate::store::StoreError;
-use crate::store::checkpoint::write_atomic;
+use crate::store::checkpoint::SavePoint;
 use crate::store::timeline::TimelineEvent;
 
 /// The first words of a summary message; marks it as one in sessions without a checkpoint.
@@ -242,17 +241,15 @@ pub fn compact_at(
 impl AgenticLoop {
     /// Messages at the start of the conversation that are an earlier summary.
     fn summary_prefix_len(&self) -> usize {
-        if let Some(d) = &self.durable {
-            return d.view.prefix.len();
-        }
-        let first = self.messages.first().map(Message::text).unwrap_or_default();
-        usize::from(first.starts_with(SUMMARY_MARKER))
+        self.durable
+            .summary_prefix_len()
+            .unwrap_or_else(|| usize::from(self.transcript.starts_with_summary()))
     }
 
     /// Compact when the context passed its threshold. Never fails the turn: a compaction that
     /// cannot be committed is recorded and the conversation stays as it was.
     pub(super) async fn compact_if_needed(&mut self, turn: &TurnState, system: &str) {
-        let estimated = estimate_tokens(system, &self.messages).max(self.last_context_tokens);
+        let estimated = self.transcript.context_tokens(system);
         if estimated >= self.p.scaffold.compaction.threshold_tokens() {
             self.compact(Some(turn), estimated).await;
         }
@@ -261,7 +258,7 @@ impl AgenticLoop {
     /// Compact now, whatever the estimate (the provider said the context overflowed). Returns
     /// whether a compaction was committed.
     pub(super) async fn compact_now(&mut self, turn: &TurnState, system: &str) -> bool {
-        let estimated = estimate_tokens(system, &self.messages).max(self.last_context_tokens);
+        let estimated = self.transcript.context_tokens(system);
         self.compact(Some(turn), estimated).await
     }
 
@@ -269,26 +266,22 @@ impl AgenticLoop {
     /// after, or `None` when nothing was compacted (nothing old enough to summarise, a
     /// PreCompact hook deferred, or the checkpoint refused the commit).
     pub async fn compact_between_turns(&mut self) -> Option<(usize, usize)> {
-        let before = self.messages.len();
-        let estimated = estimate_tokens("", &self.messages).max(self.last_context_tokens);
+        let before = self.transcript.len();
+        let estimated = self.transcript.context_tokens("");
         self.compact(None, estimated)
             .await
-            .then_some((before, self.messages.len()))
+            .then_some((before, self.transcript.len()))
     }
 
     /// Returns whether a compaction was committed.
     async fn compact(&mut self, turn: Option<&TurnState>, estimated: u64) -> bool {
         let limits = self.p.scaffold.compaction.clone();
         let threshold = limits.threshold_tokens();
-        if self
-            .durable
-            .as_ref()
-            .is_some_and(|d| d.saved != self.messages.len())
-        {
+        if !self.durable.holds(self.transcript.len()) {
             // Only a conversation the checkpoint holds in full is compacted.
             return false;
         }
-        let before = self.messages.len();
+        let before = self.transcript.len();
         let mut keep = limits.keep_recent_messages;
         let row = |status: &str, keep: usize, after: usize, sha: Option<String>, at| {
             TimelineEvent::Compaction {
@@ -314,40 +307,33 @@ impl AgenticLoop {
             HookDecision::KeepRecent(n) => keep = n,
             _ => {}
         }
-        let Some(cut) = choose_cut(&self.messages, keep, self.summary_prefix_len()) else {
+        let messages = self.transcript.messages();
+        let Some(cut) = choose_cut(messages, keep, self.summary_prefix_len()) else {
             return false;
         };
         let plan = self.cognition().plan;
-        let Compacted {
-            text,
-            sha,
-            summary,
-            messages: compacted,
-        } = compact_at(
-            &self.messages,
-            cut,
-            plan.as_ref(),
-            limits.summary_tool_calls,
-        );
-        let after = compacted.len();
-        let artifact = match self.write_summary_artifact(&text, &sha) {
+        let compacted = compact_at(messages, cut, plan.as_ref(), limits.summary_tool_calls);
+        let sha = compacted.sha.clone();
+        let after = compacted.messages.len();
+        let artifact = match self.durable.write_summary_artifact(&compacted.text, &sha) {
             Ok(a) => a.map(|p| p.display().to_string()),
             Err(e) => {
-                self.checkpoint_failed("compaction", &e.to_string());
+                self.checkpoint_failed(SavePoint::Compaction, &e.to_string());
                 self.record(row("failed", keep, before, Some(sha), None));
                 return false;
             }
         };
-        self.fault(FaultPoint::DuringCompaction).await;
-        if let Some(state) = self.checkpoint_state(turn, None, "compaction")
-            && let Some(d) = self.durable.as_mut()
-            && let Err(e) = d.commit_compaction(cut, summary, sha.clone(), after, state)
-        {
-            self.checkpoint_failed("compaction", &e.to_string());
+        self.durable.fault(FaultPoint::DuringCompaction).await;
+        let save = Save::Compaction {
+            turn,
+            cut,
+            compacted: &compacted,
+        };
+        if self.save(save).is_err() {
             self.record(row("failed", keep, before, Some(sha), artifact));
             return false;
         }
-        self.messages = compacted;
+        self.transcript.replace(compacted.messages);
         let post = HookEvent::PostCompact {
             summary_sha256: sha.clone(),
         };
@@ -359,24 +345,11 @@ impl AgenticLoop {
             Some(sha.clone()),
             artifact.clone(),
         ));
-        self.evidence(
+        self.durable.evidence(
             "compaction",
             json!({"messages_before": before, "messages_after": after, "summary_sha256": sha}),
         );
         true
-    }
-
-    /// The summary as a file beside the checkpoint (`None` without one).
-    fn write_summary_artifact(&self, text: &str, sha: &str) -> Result<Option<PathBuf>, StoreError> {
-        let Some(d) = &self.durable else {
-            return Ok(None);
-        };
-        let dir = d.store.dir().join("artifacts");
-        std::fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-        let n = d.view.compactions + 1;
-        let path = dir.join(format!("compaction-{n}-{}.md", &sha[..12]));
-        write_atomic(&path, text.as_bytes())?;
-        Ok(Some(path))
     }
 }
 

@@ -1,9 +1,12 @@
-//! Stage 6 of the loop, finish: Verify a text answer (rules, PreVerify, PostVerify, Stop),
-//! send it back for a repair within the budget, or end the turn (timeline row, ledger row for
-//! guard stops, the `turn_end` checkpoint, the event to the driver).
+//! Stage 6 of the loop, finish: Verify a text answer (rules, PreVerify, PostVerify, Stop) and
+//! decide, as a value, whether it goes back for a repair within the budget or ends the turn;
+//! the loop acts on the decision. Ending a turn (timeline row, ledger row for guard stops, the
+//! `turn_end` checkpoint, the event to the driver) is `end_turn`, shared by every way a turn
+//! ends.
 
 use super::agentic_loop::{AgenticLoop, TurnOutcome};
 use super::durable::TurnState as Turn;
+use super::durable_session::Save;
 use super::events::LoopEvent;
 use super::termination::TerminationReason;
 use super::verify::{TurnFacts, Verdict, repair_instruction, rule_misses};
@@ -15,8 +18,33 @@ use crate::store::timeline::TimelineEvent;
 
 /// What finishing decided.
 pub(super) enum Finish {
-    Done(TurnOutcome),
+    /// The turn ends this way.
+    End(Ending),
+    /// The answer goes back to the model with this instruction.
     Repair(String),
+}
+
+/// How a turn ends: its termination, its final text and the verdict on it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Ending {
+    termination: TerminationReason,
+    text: String,
+    verdict: Verdict,
+}
+
+impl Ending {
+    pub(super) fn new(termination: TerminationReason, text: String, verdict: Verdict) -> Self {
+        Ending {
+            termination,
+            text,
+            verdict,
+        }
+    }
+
+    /// A turn stopped before an answer: no text, nothing verified.
+    pub(super) fn stopped(termination: TerminationReason) -> Self {
+        Ending::new(termination, String::new(), Verdict::Skipped)
+    }
 }
 
 impl AgenticLoop {
@@ -66,8 +94,7 @@ impl AgenticLoop {
                 HookDecision::Escalate(why) => {
                     self.record_verification(attempt, "escalated", &misses);
                     let verdict = Verdict::Escalated { reason: why };
-                    return Finish::Done(self.end_turn(
-                        turn,
+                    return Finish::End(Ending::new(
                         TerminationReason::ExternalVerificationRequired,
                         String::new(),
                         verdict,
@@ -121,17 +148,16 @@ impl AgenticLoop {
             };
             self.record_verification(attempt, verdict.name(), &misses);
         }
-        Finish::Done(self.end_turn(turn, reason, text, verdict))
+        Finish::End(Ending::new(reason, text, verdict))
     }
 
-    pub(super) fn end_turn(
-        &mut self,
-        turn: &mut Turn,
-        termination: TerminationReason,
-        text: String,
-        verdict: Verdict,
-    ) -> TurnOutcome {
+    pub(super) fn end_turn(&mut self, turn: &mut Turn, ending: Ending) -> TurnOutcome {
         use TerminationReason as T;
+        let Ending {
+            termination,
+            text,
+            verdict,
+        } = ending;
         self.record(TimelineEvent::TurnEnded {
             termination: termination.to_string(),
             rounds: turn.rounds,
@@ -147,16 +173,16 @@ impl AgenticLoop {
                 | T::RepeatedSuccessNoProgress
         ) {
             let detail = serde_json::json!({"reason": termination, "rounds": turn.rounds});
-            self.evidence("guard_stop", detail);
+            self.durable.evidence("guard_stop", detail);
         }
-        self.last_termination = Some(termination);
+        self.lifecycle.turn_ended(termination);
         turn.pending_misses.clear();
         if termination != T::CheckpointFailed {
             // The turn is over: the final messages, no turn in progress. A failure here is
             // recorded; the answer stands.
-            let _ = self.save_checkpoint(None, None, "turn_end");
+            let _ = self.save(Save::TurnEnd);
         }
-        self.set_status(SessionStatus::Paused);
+        self.durable.set_status(SessionStatus::Paused);
         let outcome = TurnOutcome {
             text,
             termination,

@@ -37,7 +37,7 @@ pub struct GuardCounters {
 #[derive(Debug, Clone)]
 pub struct Guards {
     limits: GuardLimits,
-    pub counters: GuardCounters,
+    counters: GuardCounters,
     turn_started: Instant,
 }
 
@@ -58,6 +58,27 @@ impl Guards {
 
     pub fn limits(&self) -> &GuardLimits {
         &self.limits
+    }
+
+    /// The counters a checkpoint persists.
+    pub fn counters(&self) -> &GuardCounters {
+        &self.counters
+    }
+
+    /// The counters a checkpoint saved, at a resume.
+    pub fn restore(&mut self, counters: GuardCounters) {
+        self.counters = counters;
+    }
+
+    /// A model call succeeded: the failure streak ends.
+    pub fn llm_succeeded(&mut self) {
+        self.counters.consecutive_llm_failures = 0;
+    }
+
+    /// A model call failed; returns the length of the failure streak.
+    pub fn llm_failed(&mut self) -> u32 {
+        self.counters.consecutive_llm_failures += 1;
+        self.counters.consecutive_llm_failures
     }
 
     /// A new user turn: the round count and the per-turn clock start again.

@@ -14,15 +14,14 @@ impl AgenticLoop {
     /// replaces the prompt), then the user message. The SessionStart hook follows the first
     /// checkpoint save, in `run_turn`.
     pub(super) async fn prepare_input(&mut self, prompt: &str) -> Result<(), String> {
-        self.turn_number += 1;
+        let turn = self.counters.start_turn();
         self.guards.start_turn();
         self.emit(LoopEvent::TurnStarted {
             session_id: self.p.session_id.to_string(),
-            turn: self.turn_number,
+            turn,
             model: self.model_id().to_string(),
         });
-        if !self.started {
-            self.started = true;
+        if self.lifecycle.start() {
             let plan = self.p.executor.plan();
             let policy = self.p.executor.policy();
             self.record(TimelineEvent::SessionStarted {
@@ -36,7 +35,6 @@ impl AgenticLoop {
                 scaffold_hash: self.p.scaffold.hash(),
                 grant: policy.grant_reason.clone(),
             });
-            self.announce_start = true;
         }
         let outcome = self
             .hook(

@@ -3,17 +3,21 @@
 
 pub mod agentic_loop;
 pub mod compaction;
+mod counters;
 pub mod durable;
+pub(crate) mod durable_session;
 pub mod events;
 mod finish;
 pub mod guards;
 mod input;
+mod lifecycle;
 pub mod model_switch;
 pub mod prompt;
 mod records;
 pub mod reflection;
 pub mod restore;
 pub mod termination;
+mod transcript;
 pub mod verify;
 
 pub use agentic_loop::{AgenticLoop, LoopParts, TurnOutcome};

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use super::AgenticLoop;
+use super::durable_session::Save;
 use crate::model::Model;
 use crate::model::effort::Effort;
 use crate::store::timeline::TimelineEvent;
@@ -27,9 +28,7 @@ impl AgenticLoop {
     /// The route and effort this session's model was built from, when the session is
     /// checkpointed (only the checkpoint settings remember the route).
     pub fn model_route(&self) -> Option<(&str, Option<Effort>)> {
-        self.durable
-            .as_ref()
-            .map(|d| (d.settings.model_route.as_str(), d.settings.effort))
+        self.durable.model_route()
     }
 
     /// Call `switch.model` from the next round on. Between turns only: the driver owns the
@@ -40,17 +39,14 @@ impl AgenticLoop {
         let to = switch.model.id().to_string();
         self.p.model_slot.set(switch.model.clone());
         self.p.model = switch.model;
-        if let Some(d) = self.durable.as_mut() {
-            d.settings.model_route = switch.route.clone();
-            d.settings.provider = switch.provider;
-            d.settings.effort = switch.effort;
-        }
+        self.durable
+            .switch_model(&switch.route, switch.provider, switch.effort);
         self.record(TimelineEvent::ModelSwitched {
             from,
             to,
             route: switch.route,
             effort: switch.effort.map(|e| e.to_string()),
         });
-        self.save_checkpoint(None, None, "model_switched")
+        self.save(Save::ModelSwitched)
     }
 }

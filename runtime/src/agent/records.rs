@@ -1,14 +1,16 @@
-//! The loop's conversation edits and records: appending messages, timeline rows, hook
-//! dispatch, events to the driver. Kept apart from agentic_loop.rs so that file reads as the
-//! six stages.
+//! The loop's conversation edits and records: appending messages, checkpoint saves and their
+//! failures, timeline rows, hook dispatch, events to the driver. Kept apart from
+//! agentic_loop.rs so that file reads as the six stages.
 
 use serde_json::json;
 
 use super::agentic_loop::AgenticLoop;
+use super::durable_session::{LoopSide, Save};
 use super::events::LoopEvent;
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, ToolCall};
 use crate::hooks::{HookEnvelope, HookEvent, HookOutcome};
 use crate::ids::StepSnapshot;
+use crate::store::checkpoint::SavePoint;
 use crate::store::timeline::{CallOutcome, TimelineEvent};
 use crate::tools::executor::{CallRecord, hook_failure_rows};
 
@@ -17,13 +19,10 @@ impl AgenticLoop {
         self.record(TimelineEvent::UserMessage {
             message: message.clone(),
         });
-        self.messages.push(message);
+        self.transcript.push(message);
     }
 
     pub(super) fn append_assistant(&mut self, reply: AssistantTurn, snapshot: &StepSnapshot) {
-        let context =
-            reply.usage.input_tokens + reply.usage.cached_input_tokens + reply.usage.output_tokens;
-        self.last_context_tokens = context;
         self.emit(LoopEvent::AssistantMessage {
             text: reply.message.text(),
             // Counted in place: `tool_calls()` would clone every input just to count them.
@@ -41,7 +40,7 @@ impl AgenticLoop {
             stop_reason: reply.stop_reason,
             snapshot: snapshot.clone(),
         });
-        self.messages.push(reply.message);
+        self.transcript.push_reply(reply.message, &reply.usage);
     }
 
     /// Keep every tool_use paired with a tool_result even when the calls never ran.
@@ -68,7 +67,7 @@ impl AgenticLoop {
                 CallOutcome::TimedOut | CallOutcome::Uncertain { .. } => "uncertain_effect",
                 _ => continue,
             };
-            self.evidence(
+            self.durable.evidence(
                 kind,
                 json!({
                     "call_id": r.result.tool_use_id,
@@ -112,7 +111,7 @@ impl AgenticLoop {
             misses: misses.to_vec(),
         });
         if verdict != "passed" {
-            self.evidence(
+            self.durable.evidence(
                 "verification_failed",
                 json!({"attempt": attempt, "verdict": verdict, "misses": misses}),
             );
@@ -130,7 +129,7 @@ impl AgenticLoop {
             .hooks
             .dispatch(HookEnvelope {
                 session_id: self.p.session_id.clone(),
-                turn: self.turn_number,
+                turn: self.counters.turn(),
                 plan_generation: self.p.executor.plan().generation(),
                 verify_attempt,
                 correlation_id,
@@ -141,9 +140,43 @@ impl AgenticLoop {
         for f in &outcome.failures {
             let (row, evidence) = hook_failure_rows(f);
             self.record(row);
-            self.evidence("hook_failed", evidence);
+            self.durable.evidence("hook_failed", evidence);
         }
         outcome
+    }
+
+    /// Save the checkpoint at `save` (a no-op without one). A failure is recorded in the
+    /// timeline and the ledger and returned; the caller decides what may no longer run.
+    pub(super) fn save(&mut self, save: Save<'_>) -> Result<(), String> {
+        if !self.durable.is_durable() {
+            return Ok(());
+        }
+        let point = save.point();
+        let side = LoopSide {
+            session_id: &self.p.session_id,
+            model: self.p.model.id(),
+            counters: self.counters,
+            system_prompt_hash: self.transcript.system_hash(),
+            cognition: self.cognition(),
+            guards: self.guards.counters(),
+            messages: self.transcript.messages(),
+        };
+        let Err(e) = self.durable.save(save, side) else {
+            return Ok(());
+        };
+        let error = e.to_string();
+        self.checkpoint_failed(point, &error);
+        Err(error)
+    }
+
+    pub(super) fn checkpoint_failed(&self, point: SavePoint, error: &str) {
+        tracing::warn!("checkpoint ({point}) failed: {error}");
+        self.record(TimelineEvent::CheckpointFailed {
+            stage: point,
+            error: error.to_string(),
+        });
+        self.durable
+            .evidence("checkpoint_failed", json!({"stage": point, "error": error}));
     }
 
     pub(super) fn record(&self, event: TimelineEvent) {

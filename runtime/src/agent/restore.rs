@@ -22,9 +22,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::agentic_loop::{AgenticLoop, TurnOutcome};
 use super::compaction::pairing_problem;
-use super::durable::{CheckpointState, Durable, PendingBatch, STATE_SCHEMA, TurnState};
+use super::counters::SessionCounters;
+use super::durable::{CheckpointState, PendingBatch, STATE_SCHEMA, TurnState};
+use super::durable_session::Durable;
+use super::finish::Ending;
 use super::termination::TerminationReason;
-use super::verify::Verdict;
+use super::transcript::Transcript;
 use crate::conversation::{Message, ToolCall, ToolResult};
 use crate::hooks::{HookEvent, HookEventKind};
 use crate::ids::{CorrelationId, SessionId, StepSnapshot};
@@ -265,7 +268,7 @@ impl AgenticLoop {
     pub(crate) fn restore(
         &mut self,
         loaded: LoadedCheckpoint,
-        mut durable: Durable,
+        durable: Durable,
         newly_uncertain: Vec<Receipt>,
     ) -> Result<RestoreReport, StoreError> {
         let LoadedCheckpoint {
@@ -273,12 +276,10 @@ impl AgenticLoop {
             state,
             messages,
         } = loaded;
-        durable.view = state.conversation.clone();
-        durable.saved = messages.len();
         let mut pending = Vec::new();
         if let Some(batch) = &state.pending_batch {
             for call in &batch.calls {
-                let receipt = durable.receipts.get(&call.id)?;
+                let receipt = durable.receipt(&call.id)?;
                 pending.push(PendingCall {
                     call_id: call.id.clone(),
                     tool: call.name.clone(),
@@ -286,12 +287,7 @@ impl AgenticLoop {
                 });
             }
         }
-        let unresolved: Vec<Receipt> = durable
-            .receipts
-            .list()?
-            .into_iter()
-            .filter(|r| r.state == ReceiptState::Uncertain)
-            .collect();
+        let unresolved = durable.uncertain_receipts()?;
         let report = RestoreReport {
             session_id: self.p.session_id.clone(),
             from_status: row.status,
@@ -301,20 +297,20 @@ impl AgenticLoop {
             newly_uncertain,
             unresolved,
         };
-        self.messages = messages;
+        let saved = messages.len();
+        self.transcript = Transcript::restored(messages, state.system_prompt_hash);
         if let Ok(mut c) = self.p.cognition.lock() {
             *c = state.cognition;
         }
-        self.guards.counters = state.guards;
-        self.session_usage = state.session_usage;
-        self.turn_number = state.turn_number;
-        self.model_calls = state.model_calls;
-        self.last_system_hash = state.system_prompt_hash;
-        self.started = true;
-        self.interrupted = report
+        self.guards.restore(state.guards);
+        self.counters =
+            SessionCounters::restored(state.session_usage, state.turn_number, state.model_calls);
+        self.lifecycle.resumed();
+        let interrupted = report
             .turn_in_progress
             .then(|| (state.turn.unwrap_or_default(), state.pending_batch));
-        self.set_durable(durable);
+        self.durable
+            .restore(durable, state.conversation, saved, interrupted);
         self.record(TimelineEvent::SessionResumed {
             from_status: report.from_status.to_string(),
             messages: report.messages,
@@ -326,7 +322,7 @@ impl AgenticLoop {
                 .collect(),
         });
         for r in &report.newly_uncertain {
-            self.evidence(
+            self.durable.evidence(
                 "uncertain_effect",
                 serde_json::json!({"call_id": r.call_id, "tool": r.tool, "input": r.input,
                                    "reason": CRASH_REASON}),
@@ -343,28 +339,23 @@ impl AgenticLoop {
         prompt: Option<&str>,
         cancel: &CancellationToken,
     ) -> Result<TurnOutcome, ResumeError> {
-        let interrupted = self.interrupted.take();
+        let interrupted = self.durable.take_interrupted();
         if interrupted.is_none() && prompt.is_none() {
             return Err(ResumeError::NothingToFinish(self.p.session_id.clone()));
         }
-        if let Some(d) = &self.durable
-            && d.store.status()?.is_terminal()
-        {
-            // Continuing a closed session is the explicit decision `reopen` asks for.
-            d.store.reopen()?;
-        }
+        self.durable.reopen_if_closed()?;
         let start = HookEvent::SessionStart {
             source: "resume".into(),
         };
         self.hook(start, None, 0).await;
-        self.set_status(SessionStatus::Active);
+        self.durable.set_status(SessionStatus::Active);
         if let Some((mut turn, pending)) = interrupted {
             self.guards.start_turn();
             if let Some(batch) = pending
                 && let Some(reason) = self.recover_batch(&mut turn, batch, cancel).await
                 && (prompt.is_none() || reason == TerminationReason::CheckpointFailed)
             {
-                return Ok(self.end_turn(&mut turn, reason, String::new(), Verdict::Skipped));
+                return Ok(self.end_turn(&mut turn, Ending::stopped(reason)));
             }
             if prompt.is_none() {
                 return Ok(self.drive(turn, cancel).await);
@@ -397,14 +388,11 @@ impl AgenticLoop {
         let mut settled = Vec::with_capacity(batch.calls.len());
         let mut rerun = Vec::new();
         for call in &batch.calls {
-            let receipt = match &self.durable {
-                // An unreadable receipt counts as an uncertain one: never run on a guess.
-                Some(d) => d.receipts.get(&call.id).unwrap_or_else(|e| {
-                    tracing::warn!("receipt of {}: {e}", call.id);
-                    Some(uncertain_placeholder(call, &session))
-                }),
-                None => None,
-            };
+            // An unreadable receipt counts as an uncertain one: never run on a guess.
+            let receipt = self.durable.receipt(&call.id).unwrap_or_else(|e| {
+                tracing::warn!("receipt of {}: {e}", call.id);
+                Some(uncertain_placeholder(call, &session))
+            });
             let record = settled_record(call, receipt.as_ref(), &session, post_hooks);
             self.record(TimelineEvent::ToolRecovered {
                 call_id: call.id.clone(),

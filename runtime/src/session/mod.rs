@@ -3,7 +3,7 @@
 //! and the daemon) starts a session here, so they all get the same pipeline.
 //!
 //! With `SessionConfig::checkpoint` set, the session is durable: a checkpoint directory, effect
-//! receipts and an evidence ledger (agent/durable.rs). `resume_session` is the one restore
+//! receipts and an evidence ledger (agent/durable_session.rs). `resume_session` is the one restore
 //! path back into such a session.
 
 pub mod delegate;
@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::agent::durable::{CheckpointSettings, Durable};
+use crate::agent::durable::CheckpointSettings;
+use crate::agent::durable_session::Durable;
 use crate::agent::restore::{CRASH_REASON, RestoreReport, load_from};
 use crate::agent::{AgenticLoop, LoopEvent, LoopParts};
 use crate::cognition::CognitiveState;
@@ -120,7 +121,7 @@ pub fn resume_session(cfg: SessionConfig) -> Result<(AgenticLoop, RestoreReport)
     let store = CheckpointStore::open(&settings.root, &cfg.session_id)?;
     let loaded = load_from(&store)?;
     let durable = Durable::resume(store, &settings, cfg.workspace.root())?;
-    let newly_uncertain = durable.receipts.mark_accepted_uncertain(CRASH_REASON)?;
+    let newly_uncertain = durable.mark_accepted_uncertain(CRASH_REASON)?;
     let (mut lp, durable) = build(cfg, || Ok(Some(durable)))?;
     let Some(durable) = durable else {
         return Err(SessionError::NotDurable(lp.session_id().clone()));
@@ -187,8 +188,8 @@ fn build(
     let durable = durable()?;
     if let Some(d) = &durable {
         executor = executor
-            .with_effect_receipts(d.receipts.clone())
-            .with_ledger(d.ledger.clone());
+            .with_effect_receipts(d.receipts())
+            .with_ledger(d.ledger());
     }
     let lp = AgenticLoop::new(LoopParts {
         session_id: cfg.session_id,

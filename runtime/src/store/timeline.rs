@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::StoreError;
+use super::checkpoint::SavePoint;
 use crate::conversation::{Message, StopReason, Usage};
 use crate::ids::{SessionId, StepSnapshot};
 use crate::policy::Classification;
@@ -156,9 +157,9 @@ pub enum TimelineEvent {
         disposition: String,
         content: String,
     },
-    /// The checkpoint could not be saved at this stage.
+    /// The checkpoint could not be saved at this save point.
     #[serde(rename = "checkpoint.failed")]
-    CheckpointFailed { stage: String, error: String },
+    CheckpointFailed { stage: SavePoint, error: String },
     /// `/model` or `/effort` changed the model between turns.
     #[serde(rename = "model.switched")]
     ModelSwitched {
@@ -554,7 +555,7 @@ mod tests {
                 content: String::new(),
             },
             TimelineEvent::CheckpointFailed {
-                stage: "pending_batch".into(),
+                stage: SavePoint::PendingBatch,
                 error: "x".into(),
             },
         ];

@@ -22,7 +22,7 @@ use geode_runtime::model::{Model, ModelError, ModelRequest};
 use geode_runtime::policy::SafetyLevel;
 use geode_runtime::scaffold::Scaffold;
 use geode_runtime::session::{SessionConfig, create_session, resume_session};
-use geode_runtime::store::checkpoint::SessionStatus;
+use geode_runtime::store::checkpoint::{SavePoint, SessionStatus};
 use geode_runtime::store::receipts::{ReceiptState, ReceiptStore, ReconcileOutcome};
 use geode_runtime::store::timeline::TimelineEvent;
 use serde_json::{Value, json};
@@ -101,7 +101,7 @@ async fn every_save_point_leaves_a_checkpoint_equal_to_the_conversation() {
     assert_eq!(out.verdict, Verdict::Passed);
     let loaded = load_checkpoint(&sessions_root(&f), &SessionId::new("d1")).unwrap();
     assert_eq!(loaded.messages, s.messages());
-    assert_eq!(loaded.state.stage, "turn_end");
+    assert_eq!(loaded.state.stage, SavePoint::TurnEnd);
     assert!(loaded.state.turn.is_none() && loaded.state.pending_batch.is_none());
     assert_eq!(loaded.state.effort, Some(Effort::High));
     assert_eq!(loaded.state.model, "scripted");
@@ -184,15 +184,21 @@ async fn an_unwritable_checkpoint_means_the_batch_never_runs() {
     assert!(!f.path("must-not-exist.txt").exists());
     let (content, is_error) = tool_result_for(&s, "w1");
     assert!(is_error && content.contains("none of it ran"), "{content}");
-    let kinds: Vec<String> = f.rows(&s).into_iter().map(|r| r.kind).collect();
-    assert!(
-        kinds.contains(&"checkpoint.failed".to_string()),
-        "{kinds:?}"
-    );
+    let rows = f.rows(&s);
+    let failed: Vec<_> = rows
+        .iter()
+        .filter_map(|r| match &r.event {
+            TimelineEvent::CheckpointFailed { stage, .. } => Some(*stage),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(failed, vec![SavePoint::PendingBatch]);
+    let kinds: Vec<String> = rows.into_iter().map(|r| r.kind).collect();
     assert!(!kinds.contains(&"tool.called".to_string()), "{kinds:?}");
     assert!(receipts(&f, "d2").list().unwrap().is_empty());
     let ledger = std::fs::read_to_string(sessions_root(&f).join("d2/evidence.jsonl")).unwrap();
     assert!(ledger.contains("\"checkpoint_failed\""), "{ledger}");
+    assert!(ledger.contains("\"pending_batch\""), "{ledger}");
     s.close("checkpoint_failed").await;
 }
 

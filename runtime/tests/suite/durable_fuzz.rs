@@ -161,3 +161,27 @@ async fn a_corrupt_message_row_or_receipts_db_is_an_error_naming_it() {
     let err = resume_err(&f, "rc");
     assert_names(&err, "receipts.db");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_save_point_in_state_json_is_named_and_kept() {
+    let f = Fixture::new();
+    let dir = a_real_session(&f, "st").await;
+    let state_path = dir.join("state.json");
+    let original = std::fs::read_to_string(&state_path).unwrap();
+    // The text a save writes is the stage's snake_case name.
+    assert!(original.contains("\"stage\": \"turn_end\""), "{original}");
+    let damaged = original.replace("\"stage\": \"turn_end\"", "\"stage\": \"turn_over\"");
+    std::fs::write(&state_path, &damaged).unwrap();
+    let err = load_checkpoint(&sessions_root(&f), &SessionId::new("st"))
+        .err()
+        .unwrap()
+        .to_string();
+    assert_names(&err, "state.json");
+    assert!(
+        err.contains("turn_over") && err.contains("damaged"),
+        "{err}"
+    );
+    let err = resume_err(&f, "st");
+    assert_names(&err, "state.json");
+    assert_eq!(std::fs::read_to_string(&state_path).unwrap(), damaged);
+}

@@ -46,7 +46,9 @@ pub const STATE_FILE: &str = "state.json";
 const LOCK_FILE: &str = "lock";
 
 mod db;
+mod save_point;
 use db::{check_schema, columns, open_db, read_row};
+pub use save_point::SavePoint;
 
 /// Where a session is in its life. Stored in the `sessions` row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

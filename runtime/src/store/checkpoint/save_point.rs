@@ -1,0 +1,68 @@
+//! The save points of a checkpointed session, as one closed type: `state.json` names the one
+//! that wrote it, the timeline and the ledger name the one that failed. An enum rather than a
+//! string so a new save point is a compile error wherever save points are classified, and a
+//! `state.json` naming an unknown one is refused when it is read.
+
+use serde::{Deserialize, Serialize};
+
+/// Where in a turn the checkpoint was saved. The serde names are the `stage` strings of
+/// `state.json` (`geode.checkpoint-state.v1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SavePoint {
+    /// The user message, before the first model call of a turn.
+    Round0,
+    /// The assistant reply and the batch it proposes, before any tool of it runs.
+    PendingBatch,
+    /// The tool results of a batch, before the loop goes on.
+    CompletedBatch,
+    /// The compacted view (summary + kept rows), committed before it is used.
+    Compaction,
+    /// The final answer and the cleared turn.
+    TurnEnd,
+    /// A `/model` or `/effort` switch between turns.
+    ModelSwitched,
+}
+
+impl SavePoint {
+    pub const ALL: [SavePoint; 6] = [
+        SavePoint::Round0,
+        SavePoint::PendingBatch,
+        SavePoint::CompletedBatch,
+        SavePoint::Compaction,
+        SavePoint::TurnEnd,
+        SavePoint::ModelSwitched,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SavePoint::Round0 => "round0",
+            SavePoint::PendingBatch => "pending_batch",
+            SavePoint::CompletedBatch => "completed_batch",
+            SavePoint::Compaction => "compaction",
+            SavePoint::TurnEnd => "turn_end",
+            SavePoint::ModelSwitched => "model_switched",
+        }
+    }
+}
+
+impl std::fmt::Display for SavePoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_names_are_the_stage_strings() {
+        for point in SavePoint::ALL {
+            let json = serde_json::to_string(&point).unwrap();
+            assert_eq!(json, format!("\"{}\"", point.as_str()));
+            assert_eq!(serde_json::from_str::<SavePoint>(&json).unwrap(), point);
+        }
+        assert!(serde_json::from_str::<SavePoint>("\"round_0\"").is_err());
+    }
+}
