@@ -87,6 +87,17 @@ fn each_tool_schema_has_its_properties_required_fields_and_types() {
         assert_eq!(schema["type"], "object");
         assert_eq!(schema["additionalProperties"], false);
         assert!(schema.get("$schema").is_none() && schema.get("title").is_none());
+        // A declared command or deadline argument is one the model can actually send.
+        for arg in [&tool.spec.command_arg, &tool.spec.deadline_arg]
+            .into_iter()
+            .flatten()
+        {
+            assert!(
+                schema["properties"].get(arg).is_some(),
+                "{}: {arg}",
+                tool.spec.name
+            );
+        }
         // Every property has a plain type, never schemars' `["T", "null"]` for an Option.
         for (name, property) in schema["properties"].as_object().unwrap() {
             assert!(property["type"].is_string(), "{}.{name}", tool.spec.name);
