@@ -59,6 +59,8 @@ fn echo_tool() -> BoundTool {
             resource_keys: ResourceKeyRule::Fixed("echo".into()),
             path_args: vec![],
             effectful: false,
+            command_arg: None,
+            deadline_arg: None,
         },
         binding: "bench:echo".into(),
         handler: Arc::new(Echo),

@@ -5,6 +5,7 @@
 //! confidence arms a replan that is recorded as a plan revision.
 
 use regex::Regex;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Confidence below which the runtime asks for a replan.
@@ -12,7 +13,7 @@ pub const LOW_CONFIDENCE: f64 = 0.3;
 /// How much a contradicting tool result takes off a hypothesis' confidence (multiplied).
 const CONTRADICTION_FACTOR: f64 = 0.5;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
     Pending,
@@ -21,8 +22,12 @@ pub enum StepStatus {
     Abandoned,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One step of a plan; also the shape `update_plan` takes its steps in, so unknown fields are
+/// the model's mistake and refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct PlanStep {
+    #[schemars(length(min = 1))]
     pub description: String,
     #[serde(default)]
     pub expected_outcome: String,

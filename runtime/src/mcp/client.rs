@@ -354,12 +354,14 @@ fn bind_tool(
     let spec = ToolSpec {
         name: bound_name(&config.name, &name),
         description,
-        input_schema: schema,
         safety: policy.safety,
         personal_data: PersonalDataClass::None,
         resource_keys: resource_rule(&config.name, policy),
         path_args: Vec::new(),
         effectful: policy.effectful,
+        command_arg: declared_arg(&schema, COMMAND_ARG),
+        deadline_arg: declared_arg(&schema, DEADLINE_ARG),
+        input_schema: schema,
     };
     let bound = BoundTool {
         spec,
@@ -371,6 +373,19 @@ fn bind_tool(
         }),
     };
     (listed(None), Some(bound))
+}
+
+/// The argument names an MCP tool is taken to mean as a command line and a deadline, the names
+/// the built-in `bash` uses; a server tool is held to them only when its schema declares them.
+const COMMAND_ARG: &str = "command";
+const DEADLINE_ARG: &str = "timeout_sec";
+
+/// `name` when the tool's input schema lists it among its properties.
+fn declared_arg(schema: &Value, name: &str) -> Option<String> {
+    schema
+        .get("properties")
+        .and_then(|p| p.get(name))
+        .map(|_| name.to_string())
 }
 
 /// Calls one tool of one server. Runs only after the pipeline approved the call.
@@ -465,6 +480,23 @@ fn output_of(result: CallToolResult) -> ToolOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn command_and_deadline_are_declared_only_by_the_schema() {
+        let shell = serde_json::json!({"type": "object", "properties": {
+            "command": {"type": "string"}, "timeout_sec": {"type": "integer"}}});
+        assert_eq!(
+            declared_arg(&shell, COMMAND_ARG).as_deref(),
+            Some("command")
+        );
+        assert_eq!(
+            declared_arg(&shell, DEADLINE_ARG).as_deref(),
+            Some("timeout_sec")
+        );
+        let open = serde_json::json!({"type": "object"});
+        assert_eq!(declared_arg(&open, COMMAND_ARG), None);
+        assert_eq!(declared_arg(&open, DEADLINE_ARG), None);
+    }
 
     #[test]
     fn names_and_resource_keys() {

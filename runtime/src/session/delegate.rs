@@ -110,6 +110,8 @@ impl DelegateTool {
             resource_keys: ResourceKeyRule::None,
             path_args: vec![],
             effectful: true,
+            command_arg: None,
+            deadline_arg: None,
         }
     }
 

@@ -5,21 +5,20 @@
 //! classifier sees a plainly read-only command. A mistake in the classifier costs a receipt,
 //! never a lost effect: anything unclear gets one.
 
-use serde_json::Value;
-
 use super::StoreError;
 use super::receipts::ReceiptStore;
 use super::timeline::CallOutcome;
 use crate::policy::SafetyLevel;
 
 /// What decides whether a call gets a receipt: the tool's binding (`builtin:bash`,
-/// `mcp:server/tool`), its spec's `effectful` flag and safety level, and the input.
+/// `mcp:server/tool`), its spec's `effectful` flag and safety level, and the command line the
+/// call carries in its spec's declared command argument.
 #[derive(Debug, Clone, Copy)]
 pub struct EffectProbe<'a> {
     pub binding: &'a str,
     pub effectful: bool,
     pub safety: SafetyLevel,
-    pub input: &'a Value,
+    pub command: Option<&'a str>,
 }
 
 /// Whether a call changes the world and so gets a receipt: tools declared `effectful` (file
@@ -27,8 +26,7 @@ pub struct EffectProbe<'a> {
 /// is plainly read-only.
 pub fn needs_receipt(call: EffectProbe<'_>) -> bool {
     if call.binding == "builtin:bash" {
-        let command = call.input.get("command").and_then(Value::as_str);
-        return !command.is_some_and(bash_is_read_only);
+        return !call.command.is_some_and(bash_is_read_only);
     }
     if call.binding.starts_with("mcp:") {
         return call.effectful || call.safety > SafetyLevel::Safe;

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::policy::{HitlLevel, SafetyLevel, SessionPolicy};
+use crate::tools::builtin::{EditFileInput, WriteFileInput};
+use crate::tools::input::parse_input;
+use crate::tools::plan::ToolSpec;
 
 /// What the approver is shown.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -25,30 +28,14 @@ pub struct ApprovalRequest {
 /// Lines of a preview beyond which it is cut.
 const PREVIEW_LINES: usize = 60;
 
-/// What a person reads before answering: a command as the shell line it is, a file write or an
-/// edit as a unified diff (`current`: the file as it is now, when it exists), anything else as
-/// compact JSON; cut after [`PREVIEW_LINES`] lines.
-pub fn preview(tool: &str, input: &Value, current: Option<&str>) -> String {
-    let field = |key: &str| input.get(key).and_then(Value::as_str);
-    let text = match (tool, field("path")) {
-        ("bash", _) if field("command").is_some() => {
-            format!("$ {}", field("command").unwrap_or(""))
-        }
-        ("write_file", Some(path)) => {
-            let new = field("content").unwrap_or("");
-            match current {
-                Some(old) => format!("{path}\n{}", diff(old, new)),
-                None => format!("new file {path}\n{}", diff("", new)),
-            }
-        }
-        ("edit_file", Some(path)) => format!(
-            "{path}\n{}",
-            diff(
-                field("old_string").unwrap_or(""),
-                field("new_string").unwrap_or(""),
-            )
-        ),
-        _ => input.to_string(),
+/// What a person reads before answering: a command (the tool's declared command argument) as
+/// the shell line it is, a file write or an edit as a unified diff (`current`: the file as it
+/// is now, when it exists), anything else as compact JSON; cut after [`PREVIEW_LINES`] lines.
+pub fn preview(spec: &ToolSpec, input: &Value, current: Option<&str>) -> String {
+    let text = if let Some(command) = spec.command(input) {
+        format!("$ {command}")
+    } else {
+        file_diff(&spec.name, input, current).unwrap_or_else(|| input.to_string())
     };
     let lines: Vec<&str> = text.lines().collect();
     if lines.len() <= PREVIEW_LINES {
@@ -59,6 +46,26 @@ pub fn preview(tool: &str, input: &Value, current: Option<&str>) -> String {
         lines[..PREVIEW_LINES].join("\n"),
         lines.len() - PREVIEW_LINES
     )
+}
+
+/// A write or an edit as the diff it makes, read through the tool's own input type.
+fn file_diff(tool: &str, input: &Value, current: Option<&str>) -> Option<String> {
+    match tool {
+        "write_file" => {
+            let write: WriteFileInput = parse_input(input).ok()?;
+            let path = write.path;
+            Some(match current {
+                Some(old) => format!("{path}\n{}", diff(old, &write.content)),
+                None => format!("new file {path}\n{}", diff("", &write.content)),
+            })
+        }
+        "edit_file" => {
+            let edit: EditFileInput = parse_input(input).ok()?;
+            let edited = diff(&edit.old_string, &edit.new_string);
+            Some(format!("{}\n{edited}", edit.path))
+        }
+        _ => None,
+    }
 }
 
 /// A unified diff of `old` to `new`: its hunks, without the `---`/`+++` header (the caller
@@ -258,29 +265,44 @@ mod tests {
 
     #[test]
     fn previews_read_as_what_will_happen() {
+        use crate::tools::builtin::{BashTool, EditFileTool, GlobTool, WriteFileTool};
+        let (bash, write_file) = (BashTool::spec(), WriteFileTool::spec());
+        let (edit_file, glob) = (EditFileTool::spec(), GlobTool::spec());
         let cmd = serde_json::json!({"command": "rm -rf build && make"});
-        assert_eq!(preview("bash", &cmd, None), "$ rm -rf build && make");
+        assert_eq!(preview(&bash, &cmd, None), "$ rm -rf build && make");
         let write = serde_json::json!({"path": "a.txt", "content": "one\nTWO\nthree\n"});
-        let changed = preview("write_file", &write, Some("one\ntwo\nthree\n"));
+        let changed = preview(&write_file, &write, Some("one\ntwo\nthree\n"));
         assert!(changed.starts_with("a.txt\n@@"), "{changed}");
         assert!(changed.contains("\n-two\n+TWO\n"), "{changed}");
-        let created = preview("write_file", &write, None);
+        let created = preview(&write_file, &write, None);
         assert!(created.starts_with("new file a.txt\n@@"), "{created}");
         assert!(created.contains("+one\n+TWO\n+three"), "{created}");
         let edit =
             serde_json::json!({"path": "b.rs", "old_string": "x = 1", "new_string": "x = 2"});
-        let edited = preview("edit_file", &edit, None);
+        let edited = preview(&edit_file, &edit, None);
         assert!(edited.contains("-x = 1\n+x = 2"), "{edited}");
         // Fifteen functions do not fill the screen twice.
         let long: String = (0..200).map(|i| format!("line {i}\n")).collect();
         let big = serde_json::json!({"path": "big.txt", "content": long});
-        let cut = preview("write_file", &big, None);
+        let cut = preview(&write_file, &big, None);
         assert_eq!(cut.lines().count(), PREVIEW_LINES + 1, "{cut}");
         assert!(cut.ends_with("more lines"), "{cut}");
         assert_eq!(
-            preview("glob", &serde_json::json!({"pattern": "*.rs"}), None),
+            preview(&glob, &serde_json::json!({"pattern": "*.rs"}), None),
             "{\"pattern\":\"*.rs\"}"
         );
+    }
+
+    #[test]
+    fn only_the_declared_command_argument_previews_as_a_command() {
+        let mut tool = crate::tools::builtin::BashTool::spec();
+        tool.name = "mcp__shell__run".into();
+        let input = serde_json::json!({"command": "make", "cmd": "rm -rf /"});
+        assert_eq!(preview(&tool, &input, None), "$ make");
+        tool.command_arg = Some("cmd".into());
+        assert_eq!(preview(&tool, &input, None), "$ rm -rf /");
+        tool.command_arg = None;
+        assert_eq!(preview(&tool, &input, None), input.to_string());
     }
     use crate::policy::SessionMode;
 

@@ -4,23 +4,28 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use super::input::{input_schema, parse_input};
 use super::plan::{BoundTool, ResourceKeyRule, ToolContext, ToolHandler, ToolOutput, ToolSpec};
 use crate::cognition::{Hypothesis, Plan, PlanStep};
 use crate::policy::{PersonalDataClass, SafetyLevel};
 
-fn spec(name: &str, description: &str, schema: Value) -> ToolSpec {
+/// A cognitive tool's spec; `I` is its input type, whose schema the model is shown.
+fn spec<I: JsonSchema>(name: &str, description: &str) -> ToolSpec {
     ToolSpec {
         name: name.to_string(),
         description: description.to_string(),
-        input_schema: schema,
+        input_schema: input_schema::<I>(),
         safety: SafetyLevel::Safe,
         personal_data: PersonalDataClass::None,
         resource_keys: ResourceKeyRule::None,
         path_args: Vec::new(),
         effectful: false,
+        command_arg: None,
+        deadline_arg: None,
     }
 }
 
@@ -42,41 +47,22 @@ pub fn cognitive_tools() -> Vec<BoundTool> {
 
 pub struct UpdatePlan;
 
-#[derive(Deserialize)]
-struct UpdatePlanInput {
-    objective: String,
-    steps: Vec<PlanStep>,
-    reason: Option<String>,
+/// The input of `update_plan`.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdatePlanInput {
+    #[schemars(length(min = 1))]
+    pub objective: String,
+    pub steps: Vec<PlanStep>,
+    pub reason: Option<String>,
 }
 
 impl UpdatePlan {
     pub fn spec() -> ToolSpec {
-        spec(
+        spec::<UpdatePlanInput>(
             "update_plan",
             "Record or revise the plan: an objective and steps, each with its expected outcome \
              and status. Earlier versions are kept as revisions.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "objective": {"type": "string", "minLength": 1},
-                    "steps": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "description": {"type": "string", "minLength": 1},
-                                "expected_outcome": {"type": "string"},
-                                "status": {"enum": ["pending", "in_progress", "completed", "abandoned"]}
-                            },
-                            "required": ["description", "status"],
-                            "additionalProperties": false
-                        }
-                    },
-                    "reason": {"type": "string"}
-                },
-                "required": ["objective", "steps"],
-                "additionalProperties": false
-            }),
         )
     }
 }
@@ -84,7 +70,7 @@ impl UpdatePlan {
 #[async_trait]
 impl ToolHandler for UpdatePlan {
     async fn call(&self, input: &Value, ctx: &ToolContext) -> ToolOutput {
-        let parsed: UpdatePlanInput = match serde_json::from_value(input.clone()) {
+        let parsed: UpdatePlanInput = match parse_input(input) {
             Ok(p) => p,
             Err(e) => return ToolOutput::error(format!("invalid plan: {e}")),
         };
@@ -107,39 +93,43 @@ impl ToolHandler for UpdatePlan {
 
 pub struct RecordReflection;
 
-#[derive(Deserialize)]
-struct ReflectionInput {
-    hypotheses: Vec<Hypothesis>,
-    next_action: Option<String>,
+/// The input of `record_reflection`.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReflectionInput {
+    pub hypotheses: Vec<HypothesisInput>,
+    pub next_action: Option<String>,
+}
+
+/// A hypothesis as the model states it; the runtime keeps its own count of contradictions,
+/// which is why this is not [`Hypothesis`] itself.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HypothesisInput {
+    #[schemars(length(min = 1))]
+    pub statement: String,
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub confidence: f64,
+    pub refuted_by: Option<String>,
+}
+
+impl From<HypothesisInput> for Hypothesis {
+    fn from(h: HypothesisInput) -> Self {
+        Hypothesis {
+            statement: h.statement,
+            confidence: h.confidence,
+            refuted_by: h.refuted_by,
+            contradictions: 0,
+        }
+    }
 }
 
 impl RecordReflection {
     pub fn spec() -> ToolSpec {
-        spec(
+        spec::<ReflectionInput>(
             "record_reflection",
             "Record your current hypotheses with a confidence in [0, 1] each, optionally a regex \
              `refuted_by` that a contradicting tool result would match, and the next action.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "hypotheses": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "statement": {"type": "string", "minLength": 1},
-                                "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-                                "refuted_by": {"type": "string"}
-                            },
-                            "required": ["statement", "confidence"],
-                            "additionalProperties": false
-                        }
-                    },
-                    "next_action": {"type": "string"}
-                },
-                "required": ["hypotheses"],
-                "additionalProperties": false
-            }),
         )
     }
 }
@@ -147,14 +137,19 @@ impl RecordReflection {
 #[async_trait]
 impl ToolHandler for RecordReflection {
     async fn call(&self, input: &Value, ctx: &ToolContext) -> ToolOutput {
-        let parsed: ReflectionInput = match serde_json::from_value(input.clone()) {
+        let parsed: ReflectionInput = match parse_input(input) {
             Ok(p) => p,
             Err(e) => return ToolOutput::error(format!("invalid reflection: {e}")),
         };
         let Ok(mut state) = ctx.cognition.lock() else {
             return ToolOutput::error("cognitive state is unavailable");
         };
-        state.record_reflection(parsed.hypotheses, parsed.next_action);
+        let hypotheses = parsed
+            .hypotheses
+            .into_iter()
+            .map(Hypothesis::from)
+            .collect();
+        state.record_reflection(hypotheses, parsed.next_action);
         let replan = if state.replan_pending.is_some() {
             "; confidence is low: revise the plan"
         } else {

@@ -121,7 +121,7 @@ pub struct StepContext {
 
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
-    /// Dispatch deadline when the call names none (`timeout_sec`).
+    /// Dispatch deadline when the call names none (in its tool's declared deadline argument).
     pub default_deadline: Duration,
     /// Longest deadline a call may ask for.
     pub max_deadline: Duration,
@@ -394,7 +394,7 @@ impl ToolExecutor {
             binding: &pending.tool.binding,
             effectful: pending.tool.spec.effectful,
             safety: pending.classification.safety,
-            input: &pending.input,
+            command: pending.tool.spec.command(&pending.input),
         };
         if !needs_receipt(probe) {
             return Ok(false);
@@ -437,11 +437,12 @@ impl ToolExecutor {
 
     // --- 9. dispatch ------------------------------------------------------------------------
 
-    fn deadline_for(&self, input: &Value) -> Duration {
-        input
-            .get("timeout_sec")
-            .and_then(Value::as_u64)
-            .map(Duration::from_secs)
+    /// The deadline the call asks for in its tool's declared deadline argument, if any.
+    fn deadline_for(&self, pending: &Pending<'_>) -> Duration {
+        pending
+            .tool
+            .spec
+            .requested_deadline(&pending.input)
             .unwrap_or(self.config.default_deadline)
             .min(self.config.max_deadline)
     }
@@ -451,7 +452,7 @@ impl ToolExecutor {
         pending: &Pending<'_>,
         step: &StepContext,
     ) -> (ToolOutput, CallOutcome) {
-        let deadline = self.deadline_for(&pending.input);
+        let deadline = self.deadline_for(pending);
         let cancel = step.cancel.child_token();
         let ctx = ToolContext {
             session_id: self.session_id.clone(),

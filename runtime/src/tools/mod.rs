@@ -4,6 +4,7 @@ pub mod approval;
 pub mod builtin;
 pub mod cognitive;
 pub mod executor;
+pub mod input;
 pub mod locks;
 pub mod plan;
 pub mod workspace;

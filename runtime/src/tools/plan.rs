@@ -50,6 +50,14 @@ pub struct ToolSpec {
     pub path_args: Vec<String>,
     /// Whether a call changes the world outside the conversation (gets an effect receipt).
     pub effectful: bool,
+    /// The input field holding a shell command line, if the tool has one: the forbidden
+    /// commands, the receipt classifier and the approval preview read this field and no other.
+    /// Absent from the plan hash's JSON when unset, so plans without one hash as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_arg: Option<String>,
+    /// The input field asking for a dispatch deadline in whole seconds, if the tool has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_arg: Option<String>,
 }
 
 impl ToolSpec {
@@ -58,6 +66,19 @@ impl ToolSpec {
             safety: self.safety,
             personal_data: self.personal_data,
         }
+    }
+
+    /// The command line `input` carries in the declared command argument.
+    pub fn command<'a>(&self, input: &'a Value) -> Option<&'a str> {
+        input.get(self.command_arg.as_deref()?)?.as_str()
+    }
+
+    /// The deadline `input` asks for in the declared deadline argument (whole seconds).
+    pub fn requested_deadline(&self, input: &Value) -> Option<Duration> {
+        input
+            .get(self.deadline_arg.as_deref()?)?
+            .as_u64()
+            .map(Duration::from_secs)
     }
 }
 

@@ -39,6 +39,8 @@ fn computer_tool(count: Arc<AtomicUsize>) -> BoundTool {
             resource_keys: ResourceKeyRule::None,
             path_args: vec![],
             effectful: false,
+            command_arg: None,
+            deadline_arg: None,
         },
         binding: "test:computer".into(),
         handler: Arc::new(CountingComputer(count)),

@@ -13,3 +13,4 @@ mod providers;
 mod providers_anthropic;
 mod providers_compat;
 mod providers_openai;
+mod tool_inputs;

@@ -10,9 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
 
 use crate::policy::{PersonalDataClass, SafetyLevel};
+use crate::tools::input::{input_schema, parse_input};
 use crate::tools::plan::{
     BoundTool, ResourceKeyRule, ToolContext, ToolHandler, ToolOutput, ToolSpec,
 };
@@ -51,66 +54,42 @@ pub fn builtin_tools() -> Vec<BoundTool> {
     ]
 }
 
-/// A closed JSON Schema object: unknown fields are a model mistake worth reporting.
-fn object_schema(properties: Value, required: &[&str]) -> Value {
-    json!({
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": false,
-    })
-}
-
-/// A spec for the tools that act on the file named by their `path` argument.
-fn file_spec(
+/// A spec for the tools that act on the file named by their `path` argument; `I` is the
+/// tool's input type, whose schema the model is shown.
+fn file_spec<I: JsonSchema>(
     name: &str,
     description: &str,
-    (properties, required): (Value, &[&str]),
     safety: SafetyLevel,
     effectful: bool,
 ) -> ToolSpec {
     ToolSpec {
         name: name.to_string(),
         description: description.to_string(),
-        input_schema: object_schema(properties, required),
+        input_schema: input_schema::<I>(),
         safety,
         personal_data: PersonalDataClass::None,
         resource_keys: ResourceKeyRule::PathArgs,
-        path_args: vec!["path".to_string()],
+        path_args: vec![PATH_ARG.to_string()],
         effectful,
+        command_arg: None,
+        deadline_arg: None,
     }
 }
+
+/// The argument the file tools name their file or directory in (their one path argument).
+const PATH_ARG: &str = "path";
 
 fn failed(e: impl std::fmt::Display) -> ToolOutput {
     ToolOutput::error(e.to_string())
 }
 
-fn required_str<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolOutput> {
-    input
-        .get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ToolOutput::error(format!("missing required string field `{key}`")))
-}
-
-fn opt_u64(input: &Value, key: &str) -> Option<u64> {
-    input.get(key).and_then(Value::as_u64)
-}
-
-/// The resolved path of `arg`, resolving it here when the scope step did not.
-fn target_path(
-    input: &Value,
-    ctx: &ToolContext,
-    arg: &str,
-    default: Option<&str>,
-) -> Result<PathBuf, ToolOutput> {
-    if let Some(path) = ctx.path(arg) {
-        return Ok(path.clone());
+/// The resolved path of the `path` argument (`raw` as the call gave it), resolving it here when
+/// the scope step did not.
+fn target_path(ctx: &ToolContext, raw: &str) -> Result<PathBuf, ToolOutput> {
+    match ctx.path(PATH_ARG) {
+        Some(path) => Ok(path.clone()),
+        None => ctx.workspace.resolve(raw).map_err(failed),
     }
-    let raw = match (input.get(arg).and_then(Value::as_str), default) {
-        (Some(raw), _) | (None, Some(raw)) => raw,
-        (None, None) => return Err(ToolOutput::error(format!("missing required field `{arg}`"))),
-    };
-    ctx.workspace.resolve(raw).map_err(failed)
 }
 
 fn shown(root: &Path, path: &Path) -> String {
@@ -137,12 +116,17 @@ fn floor_boundary(s: &str, mut at: usize) -> usize {
     at
 }
 
-/// Runs `run` and folds its early-return errors into the output the model reads.
+/// Parses the input into the tool's input type, runs `run` with it and folds its early-return
+/// errors into the output the model reads.
 macro_rules! handler {
-    ($tool:ident) => {
+    ($tool:ident, $input:ty) => {
         #[async_trait]
         impl ToolHandler for $tool {
             async fn call(&self, input: &Value, ctx: &ToolContext) -> ToolOutput {
+                let input: $input = match parse_input(input) {
+                    Ok(input) => input,
+                    Err(e) => return ToolOutput::error(e.to_string()),
+                };
                 match self.run(input, ctx).await {
                     Ok(out) | Err(out) => out,
                 }
@@ -153,11 +137,22 @@ macro_rules! handler {
 
 // Declared after `handler!` so the search tools can use the macro.
 mod search;
-pub use search::{GlobTool, GrepTool};
+pub use search::{GlobInput, GlobTool, GrepInput, GrepTool};
 
 /// `bash -c` in the workspace root; the whole process group dies when the call ends.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BashTool;
+
+/// The input of `bash`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BashInput {
+    /// The command line.
+    pub command: String,
+    /// Kill the command after this many seconds (default 120).
+    #[schemars(range(min = 1, max = BASH_MAX_TIMEOUT_SECS))]
+    pub timeout_sec: Option<u64>,
+}
 
 impl BashTool {
     pub fn spec() -> ToolSpec {
@@ -169,32 +164,25 @@ impl BashTool {
                 ends, so nothing keeps running between calls. Prefer the file tools for reading, \
                 searching and editing files."
                 .to_string(),
-            input_schema: object_schema(
-                json!({
-                    "command": {"type": "string", "description": "The command line."},
-                    "timeout_sec": {
-                        "type": "integer", "minimum": 1, "maximum": BASH_MAX_TIMEOUT_SECS,
-                        "description": "Kill the command after this many seconds (default 120)."
-                    },
-                }),
-                &["command"],
-            ),
+            input_schema: input_schema::<BashInput>(),
             safety: SafetyLevel::Dangerous,
             personal_data: PersonalDataClass::None,
             resource_keys: ResourceKeyRule::Workspace,
             path_args: Vec::new(),
             effectful: true,
+            command_arg: Some("command".to_string()),
+            deadline_arg: Some("timeout_sec".to_string()),
         }
     }
 
-    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
-        let command = required_str(input, "command")?;
-        let secs = opt_u64(input, "timeout_sec")
+    async fn run(&self, input: BashInput, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let secs = input
+            .timeout_sec
             .unwrap_or(BASH_DEFAULT_TIMEOUT_SECS)
             .clamp(1, BASH_MAX_TIMEOUT_SECS);
         let timeout = Duration::from_secs(secs).min(ctx.deadline);
         let req = ExecRequest {
-            command: command.to_string(),
+            command: input.command,
             cwd: None,
             timeout,
             output_cap: BASH_OUTPUT_CAP,
@@ -226,37 +214,43 @@ impl BashTool {
         })
     }
 }
-handler!(BashTool);
+handler!(BashTool, BashInput);
 
 /// Reads a text file, optionally a window of lines.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReadFileTool;
 
+/// The input of `read_file`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadFileInput {
+    /// Relative to the workspace root.
+    pub path: String,
+    /// First line, 1-based.
+    #[schemars(range(min = 1))]
+    pub offset: Option<u64>,
+    /// Number of lines.
+    #[schemars(range(min = 1))]
+    pub limit: Option<u64>,
+}
+
 impl ReadFileTool {
     pub fn spec() -> ToolSpec {
-        file_spec(
+        file_spec::<ReadFileInput>(
             "read_file",
             "Read a text file in the workspace. `offset` (1-based line) and `limit` (lines) \
              select a window; output is cut at 256 KiB, so page through large files.",
-            (
-                json!({
-                    "path": {"type": "string", "description": "Relative to the workspace root."},
-                    "offset": {"type": "integer", "minimum": 1, "description": "First line, 1-based."},
-                    "limit": {"type": "integer", "minimum": 1, "description": "Number of lines."},
-                }),
-                &["path"],
-            ),
             SafetyLevel::Safe,
             false,
         )
     }
 
-    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
-        let path = target_path(input, ctx, "path", None)?;
+    async fn run(&self, input: ReadFileInput, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let path = target_path(ctx, &input.path)?;
         let name = shown(ctx.workspace.root(), &path);
         let bytes = ctx.workspace.read_file(&path).await.map_err(failed)?;
         let text = String::from_utf8_lossy(&bytes);
-        let (offset, limit) = (opt_u64(input, "offset"), opt_u64(input, "limit"));
+        let (offset, limit) = (input.offset, input.limit);
         let mut body = if offset.is_none() && limit.is_none() {
             text.into_owned()
         } else {
@@ -285,33 +279,40 @@ impl ReadFileTool {
         Ok(ToolOutput::ok(body))
     }
 }
-handler!(ReadFileTool);
+handler!(ReadFileTool, ReadFileInput);
 
 /// Creates or overwrites a file, creating parent directories.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WriteFileTool;
 
+/// The input of `write_file`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteFileInput {
+    /// Relative to the workspace root.
+    pub path: String,
+    /// The complete new contents.
+    pub content: String,
+}
+
 impl WriteFileTool {
     pub fn spec() -> ToolSpec {
-        file_spec(
+        file_spec::<WriteFileInput>(
             "write_file",
             "Create or overwrite a file in the workspace with `content`; parent directories are \
              created. Use edit_file to change part of an existing file.",
-            (
-                json!({
-                    "path": {"type": "string", "description": "Relative to the workspace root."},
-                    "content": {"type": "string", "description": "The complete new contents."},
-                }),
-                &["path", "content"],
-            ),
             SafetyLevel::Write,
             true,
         )
     }
 
-    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
-        let content = required_str(input, "content")?;
-        let path = target_path(input, ctx, "path", None)?;
+    async fn run(
+        &self,
+        input: WriteFileInput,
+        ctx: &ToolContext,
+    ) -> Result<ToolOutput, ToolOutput> {
+        let content = input.content;
+        let path = target_path(ctx, &input.path)?;
         ctx.workspace
             .write_file(&path, content.as_bytes())
             .await
@@ -323,45 +324,50 @@ impl WriteFileTool {
         )))
     }
 }
-handler!(WriteFileTool);
+handler!(WriteFileTool, WriteFileInput);
 
 /// Exact-string replacement. Ambiguity fails instead of guessing, so an edit never lands on a
 /// place the model did not mean.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EditFileTool;
 
+/// The input of `edit_file`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditFileInput {
+    /// Relative to the workspace root.
+    pub path: String,
+    /// The exact text to replace.
+    pub old_string: String,
+    /// The replacement text.
+    pub new_string: String,
+    /// Replace every occurrence.
+    #[serde(default)]
+    pub replace_all: bool,
+}
+
 impl EditFileTool {
     pub fn spec() -> ToolSpec {
-        file_spec(
+        file_spec::<EditFileInput>(
             "edit_file",
             "Replace `old_string` with `new_string` in a file. `old_string` must match exactly \
              (whitespace included) and occur exactly once, unless `replace_all` is true; include \
              enough surrounding lines to make it unique. On failure the file is left unchanged.",
-            (
-                json!({
-                    "path": {"type": "string", "description": "Relative to the workspace root."},
-                    "old_string": {"type": "string", "description": "The exact text to replace."},
-                    "new_string": {"type": "string", "description": "The replacement text."},
-                    "replace_all": {"type": "boolean", "description": "Replace every occurrence."},
-                }),
-                &["path", "old_string", "new_string"],
-            ),
             SafetyLevel::Write,
             true,
         )
     }
 
-    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
-        let old = required_str(input, "old_string")?;
-        let new = required_str(input, "new_string")?;
-        let replace_all = input.get("replace_all").and_then(Value::as_bool) == Some(true);
+    async fn run(&self, input: EditFileInput, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let (old, new) = (input.old_string.as_str(), input.new_string.as_str());
+        let replace_all = input.replace_all;
         if old.is_empty() {
             return Err(ToolOutput::error("old_string must not be empty"));
         }
         if old == new {
             return Err(ToolOutput::error("old_string and new_string are identical"));
         }
-        let path = target_path(input, ctx, "path", None)?;
+        let path = target_path(ctx, &input.path)?;
         let name = shown(ctx.workspace.root(), &path);
         let bytes = ctx.workspace.read_file(&path).await.map_err(failed)?;
         let text = String::from_utf8(bytes).map_err(|_| {
@@ -393,29 +399,33 @@ impl EditFileTool {
         )))
     }
 }
-handler!(EditFileTool);
+handler!(EditFileTool, EditFileInput);
 
 /// One directory level, dirs marked with a trailing `/`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ListDirTool;
 
+/// The input of `list_dir`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListDirInput {
+    /// Relative to the workspace root; default `.`.
+    pub path: Option<String>,
+}
+
 impl ListDirTool {
     pub fn spec() -> ToolSpec {
-        file_spec(
+        file_spec::<ListDirInput>(
             "list_dir",
             "List one directory of the workspace (default: the root), one entry per line; \
              directories end with `/`.",
-            (
-                json!({"path": {"type": "string", "description": "Relative to the workspace root; default `.`."}}),
-                &[],
-            ),
             SafetyLevel::Safe,
             false,
         )
     }
 
-    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
-        let path = target_path(input, ctx, "path", Some("."))?;
+    async fn run(&self, input: ListDirInput, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let path = target_path(ctx, input.path.as_deref().unwrap_or("."))?;
         let entries = ctx.workspace.list_dir(&path).await.map_err(failed)?;
         if entries.is_empty() {
             return Ok(ToolOutput::ok(format!(
@@ -431,4 +441,4 @@ impl ListDirTool {
         Ok(ToolOutput::ok(text))
     }
 }
-handler!(ListDirTool);
+handler!(ListDirTool, ListDirInput);

@@ -6,14 +6,17 @@ use std::path::Path;
 use std::time::Instant;
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::{
     BINARY_SNIFF_BYTES, GLOB_MAX_RESULTS, GREP_LINE_CHARS, GREP_MAX_MATCHES, file_spec,
-    floor_boundary, push_line, required_str, shown, target_path,
+    floor_boundary, push_line, shown, target_path,
 };
 use crate::policy::SafetyLevel;
+use crate::tools::input::parse_input;
 use crate::tools::plan::{ToolContext, ToolHandler, ToolOutput, ToolSpec};
 
 /// Walks `base` in name order without following symlinks or entering `.git`, calling `visit` on
@@ -77,29 +80,32 @@ async fn blocking<T: Send + 'static>(
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GlobTool;
 
+/// The input of `glob`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobInput {
+    /// Glob pattern.
+    pub pattern: String,
+    /// Directory to search; default `.`.
+    pub path: Option<String>,
+}
+
 impl GlobTool {
     pub fn spec() -> ToolSpec {
-        file_spec(
+        file_spec::<GlobInput>(
             "glob",
             "Find files whose path (relative to `path`, default the workspace root) matches a \
              glob such as `**/*.rs` or `src/*.toml`; `*` does not cross `/`. Symlinks are not \
              followed and `.git` is skipped. At most 1000 paths, sorted.",
-            (
-                json!({
-                    "pattern": {"type": "string", "description": "Glob pattern."},
-                    "path": {"type": "string", "description": "Directory to search; default `.`."},
-                }),
-                &["pattern"],
-            ),
             SafetyLevel::Safe,
             false,
         )
     }
 
-    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
-        let pattern = required_str(input, "pattern")?.to_string();
+    async fn run(&self, input: GlobInput, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let pattern = input.pattern;
         let matcher = compile_glob(&pattern)?;
-        let base = target_path(input, ctx, "path", Some("."))?;
+        let base = target_path(ctx, input.path.as_deref().unwrap_or("."))?;
         let root = ctx.workspace.root().to_path_buf();
         let (cancel, deadline) = (ctx.cancel.clone(), Instant::now() + ctx.deadline);
         let where_ = shown(&root, &base);
@@ -130,42 +136,46 @@ impl GlobTool {
         Ok(listing(&found, [more, stopped.map(str::to_string)]))
     }
 }
-handler!(GlobTool);
+handler!(GlobTool, GlobInput);
 
 /// Regex search over text files.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GrepTool;
 
+/// The input of `grep`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepInput {
+    /// Regular expression.
+    pub pattern: String,
+    /// File or directory; default `.`.
+    pub path: Option<String>,
+    /// Only search files matching this glob, e.g. `*.rs`.
+    pub glob: Option<String>,
+}
+
 impl GrepTool {
     pub fn spec() -> ToolSpec {
-        file_spec(
+        file_spec::<GrepInput>(
             "grep",
             "Search file contents with a regular expression (Rust regex syntax) under `path` \
              (a directory or file; default the workspace root). `glob` filters files: a pattern \
              without `/` matches file names, one with `/` matches paths relative to `path`. \
              Prints `path:line: text`, at most 500 matches; binary files and `.git` are skipped.",
-            (
-                json!({
-                    "pattern": {"type": "string", "description": "Regular expression."},
-                    "path": {"type": "string", "description": "File or directory; default `.`."},
-                    "glob": {"type": "string", "description": "Only search files matching this glob, e.g. `*.rs`."},
-                }),
-                &["pattern"],
-            ),
             SafetyLevel::Safe,
             false,
         )
     }
 
-    async fn run(&self, input: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
-        let pattern = required_str(input, "pattern")?.to_string();
+    async fn run(&self, input: GrepInput, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> {
+        let pattern = input.pattern;
         let regex = regex::Regex::new(&pattern)
             .map_err(|e| ToolOutput::error(format!("invalid regex: {e}")))?;
-        let filter = match input.get("glob").and_then(Value::as_str) {
+        let filter = match input.glob.as_deref() {
             Some(g) => Some((compile_glob(g)?, g.contains('/'))),
             None => None,
         };
-        let base = target_path(input, ctx, "path", Some("."))?;
+        let base = target_path(ctx, input.path.as_deref().unwrap_or("."))?;
         let root = ctx.workspace.root().to_path_buf();
         let (cancel, deadline) = (ctx.cancel.clone(), Instant::now() + ctx.deadline);
         let where_ = shown(&root, &base);
@@ -225,4 +235,4 @@ impl GrepTool {
         Ok(listing(&lines, [more, stopped.map(str::to_string)]))
     }
 }
-handler!(GrepTool);
+handler!(GrepTool, GrepInput);

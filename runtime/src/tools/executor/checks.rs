@@ -130,7 +130,7 @@ impl ToolExecutor {
                 ),
             );
         }
-        if let Some(command) = pending.input.get("command").and_then(Value::as_str)
+        if let Some(command) = pending.tool.spec.command(&pending.input)
             && pending.classification.safety >= SafetyLevel::Dangerous
             && let Some(rule) = self
                 .policy

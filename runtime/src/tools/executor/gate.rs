@@ -84,20 +84,16 @@ impl ToolExecutor {
                 _ => {}
             }
         }
-        // The file a write would replace, for the diff a person reads.
-        let current = match (
-            name.as_str(),
-            pending.input.get("path").and_then(|p| p.as_str()),
-        ) {
-            ("write_file", Some(path)) => match self.workspace.resolve(path) {
-                Ok(resolved) => self
-                    .workspace
-                    .read_file(&resolved)
-                    .await
-                    .ok()
-                    .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
-                Err(_) => None,
-            },
+        // The file a write would replace, for the diff a person reads: the path the scope
+        // step resolved from the tool's declared path argument.
+        let target = pending.paths.iter().find(|(arg, _)| arg == "path");
+        let current = match (name.as_str(), target) {
+            ("write_file", Some((_, resolved))) => self
+                .workspace
+                .read_file(resolved)
+                .await
+                .ok()
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
             _ => None,
         };
         let request = ApprovalRequest {
@@ -106,7 +102,7 @@ impl ToolExecutor {
             input: pending.input.clone(),
             safety_level: pending.classification.safety,
             reason: asked,
-            preview: preview(name, &pending.input, current.as_deref()),
+            preview: preview(&pending.tool.spec, &pending.input, current.as_deref()),
         };
         match self.approver.ask(&request).await {
             ApprovalAnswer::Yes => Ok(()),
