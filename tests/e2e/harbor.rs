@@ -134,45 +134,9 @@ fn harbor_models_accept_the_built_in_pack_our_jobs_trials_and_trajectories() {
         &jobs,
         &["--tasks", "geode/c*", "-k", "1"],
     );
-    // A second run whose one trial ends in infrastructure (the verifier writes no reward), so
-    // an `exception_info` and an errored trial are in what Harbor reads.
     let broken = d.path().join("broken");
-    let task = broken.join("cron-next");
-    super::common::copy_tree(&pack.join("cron-next"), &task);
-    std::fs::write(task.join("tests/test.sh"), "#!/bin/sh\nexit 0\n").unwrap();
-    let (_, broken_run) = super::common::run_oracle_with(
-        super::common::geode_in(d.path()),
-        &broken,
-        &jobs,
-        &["-k", "1"],
-    );
-    let trial = super::common::trial_result(&broken_run, "geode-cron-next__0");
-    assert_eq!(trial["outcome"], "reward_missing", "{trial}");
-    assert_eq!(
-        trial["exception_info"]["exception_type"], "RewardFileNotFoundError",
-        "{trial}"
-    );
-
-    // A third run whose model calls a tool with arguments that are not a JSON object (a bare
-    // string): ATIF wants an object, so the trajectory keeps it under `raw`.
-    let script = d.path().join("script.toml");
-    std::fs::write(
-        &script,
-        "[[turns]]\ntext = \"Listing.\"\n[[turns.tool_calls]]\nname = \"bash\"\n\
-         input = \"ls -la\"\n[[turns]]\ntext = \"Done.\"\n",
-    )
-    .unwrap();
-    let (_, scripted_run) = super::common::run_model_with(
-        super::common::geode_in(d.path()),
-        &broken,
-        &jobs,
-        &format!("scripted:{}", script.display()),
-        &["-k", "1"],
-    );
-    let trajectory =
-        std::fs::read_to_string(scripted_run.join("geode-cron-next__0/agent/trajectory.json"))
-            .unwrap();
-    assert!(trajectory.contains("\"raw\": \"ls -la\""), "{trajectory}");
+    let (trial, broken_run) = infrastructure_run(d.path(), &pack, &broken, &jobs);
+    scripted_run_with_a_bare_string_input(d.path(), &broken, &jobs);
 
     let (ok, report) = harbor_check(&python, &pack, &jobs, &["--view"]);
     println!("{report}");
@@ -189,12 +153,63 @@ fn harbor_models_accept_the_built_in_pack_our_jobs_trials_and_trajectories() {
     let (valid, all) = counted(&report, "Trajectory");
     assert!(all >= 5 && valid == all, "{report}");
 
-    // What Harbor reads is what GEODE recorded: the job's counts, its rewards by value, the
-    // errored trial's exception class.
+    assert_harbor_reads_what_geode_recorded(&python, &broken_run);
+    assert_the_check_rejects_a_result_without_trial_uri(&python, &pack, &jobs, &broken_run, &trial);
+}
+
+/// A second run whose one trial ends in infrastructure (the verifier writes no reward), so an
+/// `exception_info` and an errored trial are in what Harbor reads. Returns that trial's result
+/// and the run folder.
+fn infrastructure_run(
+    dir: &Path,
+    pack: &Path,
+    broken: &Path,
+    jobs: &Path,
+) -> (serde_json::Value, PathBuf) {
+    let task = broken.join("cron-next");
+    super::common::copy_tree(&pack.join("cron-next"), &task);
+    std::fs::write(task.join("tests/test.sh"), "#!/bin/sh\nexit 0\n").unwrap();
+    let (_, broken_run) =
+        super::common::run_oracle_with(super::common::geode_in(dir), broken, jobs, &["-k", "1"]);
+    let trial = super::common::trial_result(&broken_run, "geode-cron-next__0");
+    assert_eq!(trial["outcome"], "reward_missing", "{trial}");
+    assert_eq!(
+        trial["exception_info"]["exception_type"], "RewardFileNotFoundError",
+        "{trial}"
+    );
+    (trial, broken_run)
+}
+
+/// A third run whose model calls a tool with arguments that are not a JSON object (a bare
+/// string): ATIF wants an object, so the trajectory keeps it under `raw`.
+fn scripted_run_with_a_bare_string_input(dir: &Path, broken: &Path, jobs: &Path) {
+    let script = dir.join("script.toml");
+    std::fs::write(
+        &script,
+        "[[turns]]\ntext = \"Listing.\"\n[[turns.tool_calls]]\nname = \"bash\"\n\
+         input = \"ls -la\"\n[[turns]]\ntext = \"Done.\"\n",
+    )
+    .unwrap();
+    let (_, scripted_run) = super::common::run_model_with(
+        super::common::geode_in(dir),
+        broken,
+        jobs,
+        &format!("scripted:{}", script.display()),
+        &["-k", "1"],
+    );
+    let trajectory =
+        std::fs::read_to_string(scripted_run.join("geode-cron-next__0/agent/trajectory.json"))
+            .unwrap();
+    assert!(trajectory.contains("\"raw\": \"ls -la\""), "{trajectory}");
+}
+
+/// What Harbor reads is what GEODE recorded: the job's counts, its rewards by value, the
+/// errored trial's exception class.
+fn assert_harbor_reads_what_geode_recorded(python: &Path, broken_run: &Path) {
     let job: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(broken_run.join("result.json")).unwrap())
             .unwrap();
-    let read = Command::new(&python)
+    let read = Command::new(python)
         .args([
             "-c",
             "import json, sys\n\
@@ -215,8 +230,16 @@ fn harbor_models_accept_the_built_in_pack_our_jobs_trials_and_trajectories() {
             job["id"].as_str().unwrap()
         )
     );
+}
 
-    // The check can fail: a trial result without Harbor's `trial_uri` is rejected, by name.
+/// The check can fail: a trial result without Harbor's `trial_uri` is rejected, by name.
+fn assert_the_check_rejects_a_result_without_trial_uri(
+    python: &Path,
+    pack: &Path,
+    jobs: &Path,
+    broken_run: &Path,
+    trial: &serde_json::Value,
+) {
     let mut cut = trial.clone();
     cut.as_object_mut().unwrap().remove("trial_uri");
     std::fs::write(
@@ -224,7 +247,7 @@ fn harbor_models_accept_the_built_in_pack_our_jobs_trials_and_trajectories() {
         cut.to_string(),
     )
     .unwrap();
-    let (ok, report) = harbor_check(&python, &pack, &jobs, &[]);
+    let (ok, report) = harbor_check(python, pack, jobs, &[]);
     assert!(!ok, "{report}");
     assert_eq!(counted(&report, "TrialResult"), (6, 7));
     assert!(
@@ -399,29 +422,7 @@ fn multi_step_tasks_run_their_steps_in_one_environment_and_harbor_reads_the_resu
     let python = harbor_python();
     let d = tempfile::tempdir().unwrap();
     let pack = d.path().join("pack");
-    let steps = "[[steps]]\nname = \"write\"\nmin_reward = 1.0\n\n[[steps]]\nname = \"append\"\n";
-    multi_step_task(&pack, "both", steps, true);
-    multi_step_task(&pack, "second-fails", steps, false);
-    multi_step_task(
-        &pack,
-        "final-only",
-        &format!("multi_step_reward_strategy = \"final\"\n{steps}"),
-        false,
-    );
-    // The first step's verifier fails and min_reward stops the rest.
-    multi_step_task(&pack, "gated", steps, true);
-    std::fs::write(
-        pack.join("gated/steps/write/tests/test.sh"),
-        "#!/bin/sh\necho 0 > /logs/verifier/reward.txt\n",
-    )
-    .unwrap();
-    // The second step cannot start: the trial is infrastructure, not a pass on step one alone.
-    multi_step_task(&pack, "setup-fails", steps, true);
-    std::fs::write(
-        pack.join("setup-fails/steps/append/workdir/setup.sh"),
-        "echo no >&2; exit 3\n",
-    )
-    .unwrap();
+    multi_step_pack(&pack);
     let jobs = d.path().join("jobs");
     let (_, run) = super::common::run_oracle_with(
         super::common::geode_in(d.path()),
@@ -429,8 +430,43 @@ fn multi_step_tasks_run_their_steps_in_one_environment_and_harbor_reads_the_resu
         &jobs,
         &["-k", "1"],
     );
-    let result = |name: &str| super::common::trial_result(&run, &format!("{name}__0"));
-    let broken = result("setup-fails");
+    assert_a_step_that_cannot_start_is_infrastructure(&run);
+    assert_step_rewards_combine_and_gate(&run);
+    assert_show_lists_the_steps(d.path(), &run);
+    assert_harbor_reads_the_steps(&python, &pack, &jobs, &run);
+}
+
+/// Five multi-step tasks: both steps pass, the second fails, only the final step counts, the
+/// first step's min_reward stops the rest, and the second step's setup fails.
+fn multi_step_pack(pack: &Path) {
+    let steps = "[[steps]]\nname = \"write\"\nmin_reward = 1.0\n\n[[steps]]\nname = \"append\"\n";
+    multi_step_task(pack, "both", steps, true);
+    multi_step_task(pack, "second-fails", steps, false);
+    multi_step_task(
+        pack,
+        "final-only",
+        &format!("multi_step_reward_strategy = \"final\"\n{steps}"),
+        false,
+    );
+    // The first step's verifier fails and min_reward stops the rest.
+    multi_step_task(pack, "gated", steps, true);
+    std::fs::write(
+        pack.join("gated/steps/write/tests/test.sh"),
+        "#!/bin/sh\necho 0 > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    // The second step cannot start: the trial is infrastructure, not a pass on step one alone.
+    multi_step_task(pack, "setup-fails", steps, true);
+    std::fs::write(
+        pack.join("setup-fails/steps/append/workdir/setup.sh"),
+        "echo no >&2; exit 3\n",
+    )
+    .unwrap();
+}
+
+/// The second step cannot start: the trial is infrastructure, not a pass on step one alone.
+fn assert_a_step_that_cannot_start_is_infrastructure(run: &Path) {
+    let broken = super::common::trial_result(run, "setup-fails__0");
     assert_eq!(broken["outcome"], "environment_setup_failed", "{broken}");
     assert_eq!(broken["exception_info"]["exception_type"], "StepSetupError");
     assert!(
@@ -440,6 +476,12 @@ fn multi_step_tasks_run_their_steps_in_one_environment_and_harbor_reads_the_resu
             .contains("step append: setup.sh exited Some(3): no"),
         "{broken}"
     );
+}
+
+/// Each step's reward is recorded, and the task's reward combines them (mean, or the final
+/// step's) unless a step under its min_reward stops the rest.
+fn assert_step_rewards_combine_and_gate(run: &Path) {
+    let result = |name: &str| super::common::trial_result(run, &format!("{name}__0"));
     let step_rewards = |r: &serde_json::Value| -> Vec<(String, Option<f64>)> {
         r["step_results"]
             .as_array()
@@ -483,9 +525,11 @@ fn multi_step_tasks_run_their_steps_in_one_environment_and_harbor_reads_the_resu
             .any(|n| n.as_str().unwrap().contains("below its min_reward")),
         "{gated}"
     );
+}
 
-    // geode show: one line per step, then the step's checks.
-    let out = super::common::geode_in(d.path())
+/// geode show: one line per step, then the step's checks.
+fn assert_show_lists_the_steps(dir: &Path, run: &Path) {
+    let out = super::common::geode_in(dir)
         .args(["show"])
         .arg(run.join("second-fails__0"))
         .output()
@@ -497,14 +541,16 @@ fn multi_step_tasks_run_their_steps_in_one_environment_and_harbor_reads_the_resu
         shown.contains("step append: failed (reward 0.0)"),
         "{shown}"
     );
+}
 
-    // Harbor's own models read the task.toml files and the trial results with step_results.
-    let (ok, report) = harbor_check(&python, &pack, &jobs, &[]);
+/// Harbor's own models read the task.toml files and the trial results with step_results.
+fn assert_harbor_reads_the_steps(python: &Path, pack: &Path, jobs: &Path, run: &Path) {
+    let (ok, report) = harbor_check(python, pack, jobs, &[]);
     println!("{report}");
     assert!(ok, "{report}");
     assert_eq!(counted(&report, "TaskConfig"), (5, 5));
     assert_eq!(counted(&report, "TrialResult"), (5, 5));
-    let read = Command::new(&python)
+    let read = Command::new(python)
         .args([
             "-c",
             "import json, sys\n\

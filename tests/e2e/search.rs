@@ -145,8 +145,22 @@ fn text(o: &Output) -> String {
 #[test]
 fn search_finds_the_repair_budget_gain_survives_a_kill_and_promotes_on_the_holdout() {
     let s = Study::new(REAL_SPACE, 3, 2);
+    let killed = kill_mid_campaign(&s);
+    let first = resume_keeps_the_finished_trials_and_keeps_the_gain(&s, &killed);
+    status_spends_the_alpha_over_the_candidates(&s);
+    promotion_confirms_then_burns_the_holdout_once(&s, &first);
+}
 
-    // Kill the search with SIGKILL in the middle of the first candidate's campaign.
+/// What a search killed mid-campaign had finished: one trial's result file and its text, and
+/// the longest time the campaign had spent.
+struct Killed {
+    kept_result: PathBuf,
+    kept_before: String,
+    spent_before: f64,
+}
+
+/// Kill the search with SIGKILL in the middle of the first candidate's campaign.
+fn kill_mid_campaign(s: &Study) -> Killed {
     let mut child = s
         .command()
         .args(["search", "run", "search.toml"])
@@ -190,7 +204,19 @@ fn search_finds_the_repair_budget_gain_survives_a_kill_and_promotes_on_the_holdo
         .iter()
         .map(|f| f["elapsed"].as_f64().unwrap())
         .fold(0.0, f64::max);
+    Killed {
+        kept_result,
+        kept_before,
+        spent_before,
+    }
+}
 
+/// The resumed search decides every candidate, keeps the repair budget's gain, and returns the
+/// lineage entry of the candidate it kept.
+fn resume_keeps_the_finished_trials_and_keeps_the_gain(
+    s: &Study,
+    killed: &Killed,
+) -> serde_json::Value {
     let o = s.geode(&["search", "run", "search.toml"]);
     assert!(o.status.success(), "resume: {}", text(&o));
     let lineage = s.lineage();
@@ -204,19 +230,20 @@ fn search_finds_the_repair_budget_gain_survives_a_kill_and_promotes_on_the_holdo
     .unwrap();
     assert_eq!(evidence["trials"].as_array().unwrap().len(), 20 * 3 * 2);
     assert_eq!(
-        std::fs::read_to_string(&kept_result).unwrap(),
-        kept_before,
+        std::fs::read_to_string(&killed.kept_result).unwrap(),
+        killed.kept_before,
         "a finished trial was run again"
     );
     // And the time the killed run spent counts against the budgets.
     let spent = lineage[1]["spent"]["wall_seconds"].as_f64().unwrap();
+    let spent_before = killed.spent_before;
     assert!(spent > spent_before, "{spent} <= {spent_before}");
     assert!(
         !text(&o).contains("Some("),
         "logs print values, not Options: {}",
         text(&o)
     );
-    let first = &lineage[1];
+    let first = lineage[1].clone();
     assert_eq!(first["mutation"]["path"], "repair_budget");
     assert_eq!(first["mutation"]["value"], 2);
     assert_eq!(first["verdict"], "KEEP", "{first}");
@@ -225,7 +252,11 @@ fn search_finds_the_repair_budget_gain_survives_a_kill_and_promotes_on_the_holdo
     // The next candidate is a mutation of the new champion, never the baseline again.
     assert_eq!(lineage[2]["parent"], "c0001");
     assert_ne!(lineage[2]["scaffold_hash"], lineage[0]["scaffold_hash"]);
+    first
+}
 
+/// `search status` shows the kept candidate and how the search's alpha was shared.
+fn status_spends_the_alpha_over_the_candidates(s: &Study) {
     let mut status = s.command();
     status.args(["search", "status", "out"]);
     super::common::ends_quietly_on_a_closed_pipe(status);
@@ -241,7 +272,11 @@ fn search_finds_the_repair_budget_gain_survives_a_kill_and_promotes_on_the_holdo
             && out.contains("each candidate at confidence 0.9750"),
         "{out}"
     );
+}
 
+/// The champion is confirmed on train on fresh seeds, then kept on the sealed holdout, which
+/// cannot be opened a second time.
+fn promotion_confirms_then_burns_the_holdout_once(s: &Study, first: &serde_json::Value) {
     let o = s.geode(&["search", "promote", "out"]);
     assert_eq!(o.status.code(), Some(0), "promote: {}", text(&o));
     assert!(text(&o).contains("promotion verdict KEEP"), "{}", text(&o));

@@ -49,7 +49,22 @@ type Scenario = (
     Box<dyn Fn(&FrozenContract, &mut Evidence) -> Option<FrozenContract>>,
 );
 
+/// Every scenario, one group per kind of fault the gate must catch.
 fn scenarios() -> Vec<Scenario> {
+    [
+        provenance_scenarios(),
+        evidence_scenarios(),
+        statistics_scenarios(),
+        degenerate_scenarios(),
+        veto_scenarios(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Evidence that did not come from the frozen contract's own pack, scaffolds, grader and seeds.
+fn provenance_scenarios() -> Vec<Scenario> {
     use ReasonCode::*;
     vec![
         (
@@ -108,6 +123,13 @@ fn scenarios() -> Vec<Scenario> {
                 None
             }),
         ),
+    ]
+}
+
+/// Evidence that is incomplete, malformed, mostly infrastructure failure, or unsealed.
+fn evidence_scenarios() -> Vec<Scenario> {
+    use ReasonCode::*;
+    vec![
         (
             "a missing candidate trial",
             CoverageNotExact,
@@ -149,6 +171,13 @@ fn scenarios() -> Vec<Scenario> {
                 Some(c)
             }),
         ),
+    ]
+}
+
+/// Valid evidence that does not show a real, material gain above the floor.
+fn statistics_scenarios() -> Vec<Scenario> {
+    use ReasonCode::*;
+    vec![
         (
             "too few tasks",
             TooFewTasks,
@@ -205,6 +234,13 @@ fn scenarios() -> Vec<Scenario> {
                 None
             }),
         ),
+    ]
+}
+
+/// Inputs on which the statistics cannot be computed at all.
+fn degenerate_scenarios() -> Vec<Scenario> {
+    use ReasonCode::*;
+    vec![
         (
             "no task at all",
             DegenerateNoTasks,
@@ -232,6 +268,13 @@ fn scenarios() -> Vec<Scenario> {
                 None
             }),
         ),
+    ]
+}
+
+/// A gain that a veto overrides: safety, budget, coverage.
+fn veto_scenarios() -> Vec<Scenario> {
+    use ReasonCode::*;
+    vec![
         (
             "better score, more integrity signals",
             VetoSafety,

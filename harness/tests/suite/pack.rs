@@ -331,89 +331,17 @@ fn the_task_hash_ignores_the_folder_name_and_sees_content_and_mode() {
 #[test]
 fn terminal_bench_1_tasks_import_to_harbor_layout() {
     let src = tempfile::tempdir().unwrap();
-    let t = src.path().join("hello-world");
-    write(
-        &t.join("task.yaml"),
-        "instruction: |\n  Create hello.txt containing 'Hello, world!'.\nauthor_email: a@example.com\ndifficulty: easy\ncategory: file-operations\ntags: [file-operations]\nparser_name: pytest\nmax_agent_timeout_sec: 360\nmax_test_timeout_sec: 60\n",
-    );
-    write(
-        &t.join("Dockerfile"),
-        "FROM python:3.11-slim\nWORKDIR /app\n",
-    );
-    write(
-        &t.join("docker-compose.yaml"),
-        "services:\n  client:\n    build: .\n",
-    );
-    write(&t.join("solution.sh"), "echo 'Hello, world!' > hello.txt\n");
-    write(
-        &t.join("run-tests.sh"),
-        "pytest $TEST_DIR/test_outputs.py -rA\n",
-    );
-    write(
-        &t.join("tests/test_outputs.py"),
-        "def test_hello():\n    assert open('/app/hello.txt').read().strip() == 'Hello, world!'\n",
-    );
+    tb1_hello_world(&src.path().join("hello-world"));
     let dest = tempfile::tempdir().unwrap();
     let out = import_tb1(src.path(), dest.path()).unwrap();
     assert!(out.skipped.is_empty(), "{:?}", out.skipped);
     let out = out.tasks;
     assert_eq!(out.len(), 1);
-    let loaded = Task::load(&out[0]).unwrap();
-    assert_eq!(loaded.id, "tb1/hello-world");
-    assert!(loaded.instruction.contains("hello.txt"));
-    assert_eq!(loaded.config.agent_timeout().as_secs(), 360);
-    assert_eq!(loaded.config.verifier_timeout().as_secs(), 60);
-    assert_eq!(loaded.config.difficulty(), "easy");
-    assert_eq!(
-        loaded
-            .config
-            .verifier
-            .env
-            .get("TEST_DIR")
-            .map(String::as_str),
-        Some("/tests")
-    );
-    // TB1's compose file describes the agent's own container: not a sidecar.
-    assert!(!out[0].join("environment/docker-compose.yaml").exists());
-    assert!(loaded.compose.is_none());
-    for f in [
-        "environment/Dockerfile",
-        "solution/solve.sh",
-        "tests/run-tests.sh",
-        "tests/test_outputs.py",
-        "tests/test.sh",
-    ] {
-        assert!(out[0].join(f).is_file(), "{f}");
-    }
-    // Harbor's author shape.
-    let toml_text = std::fs::read_to_string(out[0].join("task.toml")).unwrap();
-    let doc: toml::Table = toml::from_str(&toml_text).unwrap();
-    assert_eq!(
-        doc["task"]["authors"][0]["email"].as_str(),
-        Some("a@example.com"),
-        "{toml_text}"
-    );
+    assert_hello_world_in_harbor_layout(&out[0]);
     // Beside it: a task.yaml without an instruction, a task without run-tests.sh, and one with a
     // sidecar. A second import reports all four (one exists already), converts nothing, and
     // leaves nothing.
-    write(&src.path().join("broken/task.yaml"), "difficulty: easy\n");
-    write(&src.path().join("broken/Dockerfile"), "FROM x\n");
-    write(
-        &src.path().join("untested/task.yaml"),
-        "instruction: Do it.\n",
-    );
-    write(&src.path().join("untested/Dockerfile"), "FROM x\n");
-    // And one whose compose file has a database beside the agent's container.
-    write(
-        &src.path().join("with-db/task.yaml"),
-        "instruction: Query it.\n",
-    );
-    write(&src.path().join("with-db/Dockerfile"), "FROM x\n");
-    write(&src.path().join("with-db/run-tests.sh"), "true\n");
-    write(
-        &src.path().join("with-db/docker-compose.yaml"),
-        "services:\n  client:\n    build: .\n  db:\n    image: postgres:15\n",
-    );
+    tb1_tasks_that_cannot_import(src.path());
     let again = import_tb1(src.path(), dest.path()).unwrap();
     assert!(again.tasks.is_empty(), "{:?}", again.tasks);
     let why: Vec<String> = again.skipped.iter().map(|e| e.to_string()).collect();
@@ -440,4 +368,86 @@ fn terminal_bench_1_tasks_import_to_harbor_layout() {
     let fixed = import_tb1(src.path(), dest.path()).unwrap();
     assert_eq!(fixed.tasks.len(), 1, "{:?}", fixed.skipped);
     assert!(Task::load(&fixed.tasks[0]).is_ok());
+}
+
+/// A Terminal-Bench 1 task in its own layout: task.yaml, Dockerfile, compose file, solution.sh,
+/// run-tests.sh and a pytest file.
+fn tb1_hello_world(t: &Path) {
+    write(
+        &t.join("task.yaml"),
+        "instruction: |\n  Create hello.txt containing 'Hello, world!'.\nauthor_email: a@example.com\ndifficulty: easy\ncategory: file-operations\ntags: [file-operations]\nparser_name: pytest\nmax_agent_timeout_sec: 360\nmax_test_timeout_sec: 60\n",
+    );
+    write(
+        &t.join("Dockerfile"),
+        "FROM python:3.11-slim\nWORKDIR /app\n",
+    );
+    write(
+        &t.join("docker-compose.yaml"),
+        "services:\n  client:\n    build: .\n",
+    );
+    write(&t.join("solution.sh"), "echo 'Hello, world!' > hello.txt\n");
+    write(
+        &t.join("run-tests.sh"),
+        "pytest $TEST_DIR/test_outputs.py -rA\n",
+    );
+    write(
+        &t.join("tests/test_outputs.py"),
+        "def test_hello():\n    assert open('/app/hello.txt').read().strip() == 'Hello, world!'\n",
+    );
+}
+
+/// The imported hello-world task: its instruction, timeouts, difficulty, test folder, files
+/// and Harbor's author shape, with TB1's compose file dropped.
+fn assert_hello_world_in_harbor_layout(task: &Path) {
+    let loaded = Task::load(task).unwrap();
+    assert_eq!(loaded.id, "tb1/hello-world");
+    assert!(loaded.instruction.contains("hello.txt"));
+    assert_eq!(loaded.config.agent_timeout().as_secs(), 360);
+    assert_eq!(loaded.config.verifier_timeout().as_secs(), 60);
+    assert_eq!(loaded.config.difficulty(), "easy");
+    assert_eq!(
+        loaded
+            .config
+            .verifier
+            .env
+            .get("TEST_DIR")
+            .map(String::as_str),
+        Some("/tests")
+    );
+    // TB1's compose file describes the agent's own container: not a sidecar.
+    assert!(!task.join("environment/docker-compose.yaml").exists());
+    assert!(loaded.compose.is_none());
+    for f in [
+        "environment/Dockerfile",
+        "solution/solve.sh",
+        "tests/run-tests.sh",
+        "tests/test_outputs.py",
+        "tests/test.sh",
+    ] {
+        assert!(task.join(f).is_file(), "{f}");
+    }
+    // Harbor's author shape.
+    let toml_text = std::fs::read_to_string(task.join("task.toml")).unwrap();
+    let doc: toml::Table = toml::from_str(&toml_text).unwrap();
+    assert_eq!(
+        doc["task"]["authors"][0]["email"].as_str(),
+        Some("a@example.com"),
+        "{toml_text}"
+    );
+}
+
+/// A task.yaml without an instruction, a task without run-tests.sh, and one with a sidecar.
+fn tb1_tasks_that_cannot_import(src: &Path) {
+    write(&src.join("broken/task.yaml"), "difficulty: easy\n");
+    write(&src.join("broken/Dockerfile"), "FROM x\n");
+    write(&src.join("untested/task.yaml"), "instruction: Do it.\n");
+    write(&src.join("untested/Dockerfile"), "FROM x\n");
+    // And one whose compose file has a database beside the agent's container.
+    write(&src.join("with-db/task.yaml"), "instruction: Query it.\n");
+    write(&src.join("with-db/Dockerfile"), "FROM x\n");
+    write(&src.join("with-db/run-tests.sh"), "true\n");
+    write(
+        &src.join("with-db/docker-compose.yaml"),
+        "services:\n  client:\n    build: .\n  db:\n    image: postgres:15\n",
+    );
 }

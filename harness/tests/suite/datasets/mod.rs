@@ -1,7 +1,7 @@
 //! Data governance: privacy review, near-duplicates, split isolation, allowlist, releases.
 use std::path::{Path, PathBuf};
 
-use geode_harness::datasets::privacy::{Disposition, Scanner, Waivers, review};
+use geode_harness::datasets::privacy::{Disposition, PrivacyReview, Scanner, Waivers, review};
 
 mod release;
 mod splits;
@@ -91,44 +91,59 @@ fn privacy_scanner_catches_planted_secrets() {
     );
 }
 
+const ARCHIVED_SECRET: &str = "SecretAccessKey: \"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\"\n";
+const ARCHIVED_TOKEN: &[u8] = b"token = ghp_abcdefghijklmnopqrstuvwxyz0123456789\n";
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    enc.write_all(bytes).unwrap();
+    enc.finish().unwrap()
+}
+
+/// A tar archive with one file per name, each holding the archived token.
+fn tar_of(names: &[&str]) -> Vec<u8> {
+    let mut tar = tar::Builder::new(Vec::new());
+    for name in names {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(ARCHIVED_TOKEN.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, name, ARCHIVED_TOKEN).unwrap();
+    }
+    tar.into_inner().unwrap()
+}
+
+fn review_archives(dir: &Path) -> PrivacyReview {
+    review(
+        &Scanner::new().unwrap(),
+        &[("archives".into(), dir)],
+        &Waivers::default(),
+    )
+    .unwrap()
+}
+
 #[test]
 fn privacy_scan_opens_archives_and_names_what_it_cannot_read() {
-    use std::io::Write;
     let tmp = tempfile::tempdir().unwrap();
     let dir = write_task(tmp.path(), "archives", "Do the thing.\n", "exit 0\n");
-    let secret = "SecretAccessKey: \"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\"\n";
-    let gzip = |bytes: &[u8]| {
-        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        enc.write_all(bytes).unwrap();
-        enc.finish().unwrap()
-    };
     std::fs::write(
         dir.join("environment/creds.txt.gz"),
-        gzip(secret.as_bytes()),
+        gzip(ARCHIVED_SECRET.as_bytes()),
     )
     .unwrap();
-    let mut tar = tar::Builder::new(Vec::new());
-    let body = b"token = ghp_abcdefghijklmnopqrstuvwxyz0123456789\n";
-    let mut header = tar::Header::new_gnu();
-    header.set_size(body.len() as u64);
-    header.set_mode(0o644);
-    header.set_cksum();
-    tar.append_data(&mut header, "inner/config.ini", &body[..])
-        .unwrap();
-    let tarball = tar.into_inner().unwrap();
-    std::fs::write(dir.join("environment/data.tar.gz"), gzip(&tarball)).unwrap();
+    std::fs::write(
+        dir.join("environment/data.tar.gz"),
+        gzip(&tar_of(&["inner/config.ini"])),
+    )
+    .unwrap();
     std::fs::write(
         dir.join("environment/blob.bin"),
         b"\x7fELF\0\0AKIAIOSFODNN7EXAMPLQ",
     )
     .unwrap();
 
-    let r = review(
-        &Scanner::new().unwrap(),
-        &[("archives".into(), dir.as_path())],
-        &Waivers::default(),
-    )
-    .unwrap();
+    let r = review_archives(&dir);
     let open: Vec<(String, String)> = r
         .open()
         .iter()
@@ -146,31 +161,21 @@ fn privacy_scan_opens_archives_and_names_what_it_cannot_read() {
         "{open:?}"
     );
     assert_eq!(r.skipped, ["archives:environment/blob.bin"]);
+    broken_archives_are_named_not_passed_over(&dir);
+}
 
-    // A corrupt gzip stream is named, not passed over; a text file called .gz is read as text;
-    // a tar cut short (as one past the decompression bound is) is read up to the cut, and the
-    // rest is named.
-    let mut broken = gzip(secret.as_bytes());
+/// A corrupt gzip stream is named, not passed over; a text file called .gz is read as text;
+/// a tar cut short (as one past the decompression bound is) is read up to the cut, and the
+/// rest is named.
+fn broken_archives_are_named_not_passed_over(dir: &Path) {
+    let mut broken = gzip(ARCHIVED_SECRET.as_bytes());
     broken.truncate(12);
     std::fs::write(dir.join("environment/broken.gz"), broken).unwrap();
-    let mut two = tar::Builder::new(Vec::new());
-    for name in ["first.ini", "second.ini"] {
-        let mut header = tar::Header::new_gnu();
-        header.set_size(body.len() as u64);
-        header.set_mode(0o644);
-        header.set_cksum();
-        two.append_data(&mut header, name, &body[..]).unwrap();
-    }
-    let mut cut = two.into_inner().unwrap();
+    let mut cut = tar_of(&["first.ini", "second.ini"]);
     cut.truncate(1024 + 300);
     std::fs::write(dir.join("environment/cut.tar"), cut).unwrap();
-    std::fs::write(dir.join("environment/notes.tar.gz"), secret).unwrap();
-    let r = review(
-        &Scanner::new().unwrap(),
-        &[("archives".into(), dir.as_path())],
-        &Waivers::default(),
-    )
-    .unwrap();
+    std::fs::write(dir.join("environment/notes.tar.gz"), ARCHIVED_SECRET).unwrap();
+    let r = review_archives(dir);
     assert!(
         r.skipped
             .contains(&"archives:environment/broken.gz".to_string())
