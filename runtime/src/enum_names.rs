@@ -48,6 +48,7 @@ fn strum_and_serde_names_agree() {
     use crate::policy::{SafetyLevel, SessionMode};
     use crate::store::checkpoint::SessionStatus;
     use crate::store::receipts::{ReceiptState, ReconcileOutcome};
+    use crate::store::timeline::PipelineStep;
 
     names_agree::<Effort>();
     parses_back::<Effort>();
@@ -64,4 +65,6 @@ fn strum_and_serde_names_agree() {
     parses_back::<SessionMode>();
     names_agree::<HookEventKind>();
     parses_back::<HookEventKind>();
+    names_agree::<PipelineStep>();
+    parses_back::<PipelineStep>();
 }

@@ -3,7 +3,7 @@
 
 use geode_graders::{IntegrityKind, IntegrityOptions, derive_integrity, integrity_rates};
 use geode_runtime::ids::SessionId;
-use geode_runtime::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent};
+use geode_runtime::store::timeline::{CallOutcome, PipelineStep, SessionTimeline, TimelineEvent};
 use serde_json::json;
 
 fn called(id: &str, tool: &str, input: serde_json::Value) -> TimelineEvent {
@@ -62,7 +62,7 @@ fn signals_from_a_real_timeline_and_result_json() {
                 "c4",
                 "bash",
                 CallOutcome::Denied {
-                    step: "approval".into(),
+                    step: PipelineStep::Approval,
                     reason: "destructive command".into(),
                 },
                 "denied at approval: destructive command. Nothing was run.",
