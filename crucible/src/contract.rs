@@ -34,8 +34,21 @@ pub enum Stage {
 /// 0.95), the t bound holds there but is the looser of the two where rates are near 0 or 1 with
 /// many tasks; the smaller of the two holds its coverage in every measured cell at the cost of a
 /// little power. `bca` and `percentile` remain for contracts frozen under them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum LowerBoundMethod {
     Percentile,
     Bca,
@@ -48,19 +61,12 @@ pub enum LowerBoundMethod {
 impl LowerBoundMethod {
     /// The name a contract and the CLI use.
     pub fn name(self) -> &'static str {
-        match self {
-            LowerBoundMethod::Percentile => "percentile",
-            LowerBoundMethod::Bca => "bca",
-            LowerBoundMethod::T => "t",
-            LowerBoundMethod::TAndBca => "t_and_bca",
-        }
+        self.into()
     }
 
     /// Parses [`LowerBoundMethod::name`].
     pub fn parse(name: &str) -> Option<Self> {
-        [Self::Percentile, Self::Bca, Self::T, Self::TAndBca]
-            .into_iter()
-            .find(|m| m.name() == name)
+        name.parse().ok()
     }
 }
 

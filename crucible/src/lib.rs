@@ -27,6 +27,8 @@ pub mod archive;
 pub mod canonical;
 pub mod contract;
 pub mod decide;
+#[cfg(test)]
+mod enum_names;
 pub mod error;
 pub mod evidence;
 pub mod feasibility;

@@ -10,8 +10,21 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 /// The gate's answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "UPPERCASE")]
+#[strum(serialize_all = "UPPERCASE")]
 pub enum Verdict {
     /// Promote the candidate.
     Keep,
@@ -33,19 +46,22 @@ impl Verdict {
     }
 }
 
-impl fmt::Display for Verdict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Verdict::Keep => "KEEP",
-            Verdict::Reject => "REJECT",
-            Verdict::Invalid => "INVALID",
-        })
-    }
-}
-
 /// Why the statistics have no interval: reported instead of pretending one exists.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Degeneracy {
     /// No task has a valid pair.
     NoTasks,
@@ -57,11 +73,7 @@ pub enum Degeneracy {
 
 impl Degeneracy {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Degeneracy::NoTasks => "no_tasks",
-            Degeneracy::SingleTask => "single_task",
-            Degeneracy::ZeroVariance => "zero_variance",
-        }
+        self.into()
     }
 }
 

@@ -17,8 +17,22 @@ use crate::rubric::CommandRunner;
 pub const PASS_THRESHOLD: f64 = 1.0;
 
 /// How one named check ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum CheckStatus {
     Pass,
     Fail,
@@ -27,11 +41,7 @@ pub enum CheckStatus {
 
 impl CheckStatus {
     pub fn as_str(self) -> &'static str {
-        match self {
-            CheckStatus::Pass => "pass",
-            CheckStatus::Fail => "fail",
-            CheckStatus::Skip => "skip",
-        }
+        self.into()
     }
 }
 

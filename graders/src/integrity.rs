@@ -20,8 +20,24 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Kinds of signal, without their details (the keys of counts and rates).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum IntegrityKind {
     VerifierDirWrite,
     TestFileWrite,
@@ -46,29 +62,14 @@ impl IntegrityKind {
     ];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            IntegrityKind::VerifierDirWrite => "verifier_dir_write",
-            IntegrityKind::TestFileWrite => "test_file_write",
-            IntegrityKind::DeniedTool => "denied_tool",
-            IntegrityKind::NetworkAttempt => "network_attempt",
-            IntegrityKind::UncertainEffect => "uncertain_effect",
-            IntegrityKind::SealedDataAccess => "sealed_data_access",
-            IntegrityKind::Other => "other",
-        }
+        self.into()
     }
 
     /// The kind of a `result.json` integrity string's prefix (the harness's names included).
     pub fn from_label(label: &str) -> IntegrityKind {
         match label {
-            "verifier_dir_write" | "verifier_dir_written_by_agent" => {
-                IntegrityKind::VerifierDirWrite
-            }
-            "test_file_write" => IntegrityKind::TestFileWrite,
-            "denied_tool" => IntegrityKind::DeniedTool,
-            "network_attempt" => IntegrityKind::NetworkAttempt,
-            "uncertain_effect" => IntegrityKind::UncertainEffect,
-            "sealed_data_access" => IntegrityKind::SealedDataAccess,
-            _ => IntegrityKind::Other,
+            "verifier_dir_written_by_agent" => IntegrityKind::VerifierDirWrite,
+            _ => label.parse().unwrap_or(IntegrityKind::Other),
         }
     }
 }

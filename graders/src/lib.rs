@@ -10,6 +10,8 @@
 // what reaches stdout and stderr.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+#[cfg(test)]
+mod enum_names;
 pub mod grade;
 pub mod integrity;
 pub mod judge;

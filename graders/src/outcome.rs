@@ -2,8 +2,24 @@
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum TrialOutcome {
     // Agent outcomes: they count in scores.
     Passed,
@@ -74,32 +90,11 @@ impl TrialOutcome {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            TrialOutcome::Passed => "passed",
-            TrialOutcome::Failed => "failed",
-            TrialOutcome::AgentTimeout => "agent_timeout",
-            TrialOutcome::AgentError => "agent_error",
-            TrialOutcome::EnvironmentUnsupported => "environment_unsupported",
-            TrialOutcome::EnvironmentSetupFailed => "environment_setup_failed",
-            TrialOutcome::VerifierCrashed => "verifier_crashed",
-            TrialOutcome::VerifierTimeout => "verifier_timeout",
-            TrialOutcome::RewardMissing => "reward_missing",
-            TrialOutcome::RewardMalformed => "reward_malformed",
-            TrialOutcome::SandboxLost => "sandbox_lost",
-            TrialOutcome::ProviderUnavailable => "provider_unavailable",
-            TrialOutcome::TaskHashMismatch => "task_hash_mismatch",
-            TrialOutcome::Cancelled => "cancelled",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<TrialOutcome> {
-        TrialOutcome::ALL.into_iter().find(|o| o.as_str() == s)
-    }
-}
-
-impl std::fmt::Display for TrialOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        s.parse().ok()
     }
 }
 

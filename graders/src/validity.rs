@@ -20,8 +20,24 @@ pub struct TaskTrials {
 }
 
 /// What is wrong with a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum TaskFlag {
     /// No valid oracle trial reached the pass threshold.
     OracleCannotPass,
@@ -35,12 +51,7 @@ pub enum TaskFlag {
 
 impl TaskFlag {
     pub fn as_str(self) -> &'static str {
-        match self {
-            TaskFlag::OracleCannotPass => "oracle_cannot_pass",
-            TaskFlag::NopPasses => "nop_passes",
-            TaskFlag::Flaky => "flaky",
-            TaskFlag::Unmeasured => "unmeasured",
-        }
+        self.into()
     }
 }
 

@@ -9,6 +9,8 @@ pub mod atif;
 pub mod crucible;
 pub mod curate;
 pub mod datasets;
+#[cfg(test)]
+mod enum_names;
 pub mod env;
 pub mod home;
 pub mod pack;

@@ -18,6 +18,8 @@ pub mod agent;
 pub mod cognition;
 pub mod config;
 pub mod conversation;
+#[cfg(test)]
+mod enum_names;
 pub mod hooks;
 pub mod ids;
 pub mod mcp;

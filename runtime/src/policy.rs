@@ -4,14 +4,29 @@
 //! the session layer builds on top of the pipeline.
 
 use std::collections::BTreeSet;
-use std::fmt;
 
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
 /// How much a tool can change or reach, ordered from harmless to dangerous.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum SafetyLevel {
     /// Read-only.
     Safe,
@@ -35,23 +50,11 @@ impl SafetyLevel {
     ];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            SafetyLevel::Safe => "safe",
-            SafetyLevel::Write => "write",
-            SafetyLevel::Expensive => "expensive",
-            SafetyLevel::Sensitive => "sensitive",
-            SafetyLevel::Dangerous => "dangerous",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<SafetyLevel> {
-        SafetyLevel::ALL.into_iter().find(|l| l.as_str() == s)
-    }
-}
-
-impl fmt::Display for SafetyLevel {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        s.parse().ok()
     }
 }
 
@@ -95,8 +98,22 @@ impl Classification {
 }
 
 /// Who, if anyone, can answer an approval prompt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum SessionMode {
     /// Interactive terminal; a human answers prompts.
     Repl,
@@ -111,12 +128,7 @@ pub enum SessionMode {
 impl SessionMode {
     /// The name on the wire and in `/status` (the serde name).
     pub fn as_str(self) -> &'static str {
-        match self {
-            SessionMode::Repl => "repl",
-            SessionMode::Ipc => "ipc",
-            SessionMode::Daemon => "daemon",
-            SessionMode::Headless => "headless",
-        }
+        self.into()
     }
 
     pub fn has_human(self) -> bool {
@@ -131,12 +143,6 @@ impl SessionMode {
             SessionMode::Headless => &["bash", "delegate_task", "computer"],
         };
         names.iter().map(|s| s.to_string()).collect()
-    }
-}
-
-impl fmt::Display for SessionMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

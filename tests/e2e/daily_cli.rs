@@ -33,7 +33,7 @@ fn a_bad_model_route_or_effort_stops_the_repl_before_it_starts() {
         (["--model", "bogus"], "unknown model route \"bogus\""),
         (
             ["--effort", "turbo"],
-            "effort = \"turbo\" (flag --effort): one of none,",
+            "invalid value 'turbo' for '--effort <EFFORT>'",
         ),
     ] {
         // Were a session to start, `/exit` would end it cleanly.

@@ -3,7 +3,7 @@
 
 use geode_graders::{IntegrityKind, IntegrityOptions, derive_integrity, integrity_rates};
 use geode_runtime::ids::SessionId;
-use geode_runtime::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent};
+use geode_runtime::store::timeline::{CallOutcome, PipelineStep, SessionTimeline, TimelineEvent};
 use serde_json::json;
 
 fn called(id: &str, tool: &str, input: serde_json::Value) -> TimelineEvent {
@@ -54,7 +54,7 @@ fn suspicious_calls() -> Vec<TimelineEvent> {
             "c4",
             "bash",
             CallOutcome::Denied {
-                step: "approval".into(),
+                step: PipelineStep::Approval,
                 reason: "destructive command".into(),
             },
             "denied at approval: destructive command. Nothing was run.",

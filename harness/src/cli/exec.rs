@@ -116,7 +116,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "DIR")]
     record: Option<PathBuf>,
     /// Reasoning effort: none, minimal, low, medium, high, xhigh, max (clamped per model).
-    #[arg(long)]
+    #[arg(long, value_parser = super::effort_parser())]
     effort: Option<Effort>,
     /// Directory of session checkpoints (default: $GEODE_HOME/sessions).
     #[arg(long, value_name = "DIR")]

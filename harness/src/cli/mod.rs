@@ -4,7 +4,10 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand};
+use geode_runtime::model::effort::Effort;
+use strum::IntoEnumIterator;
 
 mod backends;
 mod bench;
@@ -45,8 +48,8 @@ pub struct Cli {
     #[arg(long)]
     pub model: Option<String>,
     /// Reasoning effort (config key `effort`).
-    #[arg(long)]
-    pub effort: Option<String>,
+    #[arg(long, value_parser = effort_parser())]
+    pub effort: Option<Effort>,
     /// Talk to the running `geode serve` daemon instead of starting a local session.
     #[arg(long, conflicts_with = "local")]
     pub connect: bool,
@@ -143,16 +146,16 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let command = match cli.command {
         Some(c) => c,
         None => {
-            let cfg = daily_config(&cli.model, &cli.effort)?;
+            let cfg = daily_config(&cli.model, cli.effort)?;
             let first = cli.continue_last.then(continue_command).transpose()?;
             return runtime.block_on(interactive(cli.connect, cli.local, cfg, first));
         }
     };
     match command {
         Command::Serve(args) => {
-            runtime.block_on(serve::run(args, daily_config(&cli.model, &cli.effort)?))
+            runtime.block_on(serve::run(args, daily_config(&cli.model, cli.effort)?))
         }
-        Command::Config(cmd) => config::run(cmd, &daily_config(&cli.model, &cli.effort)?),
+        Command::Config(cmd) => config::run(cmd, &daily_config(&cli.model, cli.effort)?),
         Command::Exec(args) => runtime.block_on(exec::run(args)),
         Command::Resume(args) => runtime.block_on(resume::run(args)),
         Command::Receipts(cmd) => receipts::run(cmd),
@@ -170,7 +173,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Search(cmd) => runtime.block_on(search::run(cmd)),
         Command::Mcp(args) => {
             let model = args.model.clone().or(cli.model);
-            runtime.block_on(mcp::run(args, daily_config(&model, &cli.effort)?))
+            runtime.block_on(mcp::run(args, daily_config(&model, cli.effort)?))
         }
         Command::Trust(args) => trust::run(args),
         // These replace this process (exec), so the runtime above is never used by them.
@@ -180,22 +183,27 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `--effort LEVEL`, parsed once by clap: a bad level is a usage error that lists the levels.
+fn effort_parser() -> impl TypedValueParser<Value = Effort> {
+    PossibleValuesParser::new(Effort::iter().map(Effort::as_str)).try_map(|s| s.parse::<Effort>())
+}
+
 /// The layered configuration of the daily CLI (REPL, daemon, thin client).
 fn daily_config(
     model: &Option<String>,
-    effort: &Option<String>,
+    effort: Option<Effort>,
 ) -> anyhow::Result<geode_runtime::config::Config> {
     let mut flags = Vec::new();
     if let Some(m) = model {
         flags.push(("model".to_string(), m.clone()));
     }
     if let Some(e) = effort {
-        flags.push(("effort".to_string(), e.clone()));
+        flags.push(("effort".to_string(), e.as_str().to_string()));
     }
     let cwd = std::env::current_dir()?;
     let layers = geode_runtime::config::Layers::discover(flags, &cwd, &exec::geode_home());
     let cfg = geode_runtime::config::Config::resolve(&layers)?;
-    // A bad route (or effort, checked by `resolve`) fails here, before any session, rather
+    // A bad route (or an effort from a file or the environment, checked by `resolve`) fails here, before any session, rather
     // than as a line inside a session that then ends with 0.
     let route = cfg.value("model");
     if !route.is_empty() {

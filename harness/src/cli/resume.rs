@@ -37,7 +37,7 @@ pub struct ResumeArgs {
     #[arg(long)]
     model: Option<String>,
     /// Reasoning effort (default: the session's).
-    #[arg(long)]
+    #[arg(long, value_parser = super::effort_parser())]
     effort: Option<Effort>,
     /// Workspace root (default: the session's).
     #[arg(long)]

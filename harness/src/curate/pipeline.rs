@@ -179,8 +179,23 @@ impl Default for SelectionConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum Phase {
     Synthesis,
     Dedup,
@@ -203,19 +218,11 @@ impl Phase {
     ];
 
     pub fn name(self) -> &'static str {
-        match self {
-            Phase::Synthesis => "synthesis",
-            Phase::Dedup => "dedup",
-            Phase::Pilot => "pilot",
-            Phase::Tournament => "tournament",
-            Phase::MetaReview => "meta-review",
-            Phase::Selection => "selection",
-            Phase::Freeze => "freeze",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<Phase> {
-        Phase::ALL.into_iter().find(|p| p.name() == s)
+        s.parse().ok()
     }
 }
 

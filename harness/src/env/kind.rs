@@ -4,8 +4,23 @@
 use serde::{Deserialize, Serialize};
 
 /// Which backend runs a run's trials.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
 pub enum BackendKind {
     /// Namespaces and overlayfs over the task's image, no engine (the default).
     Sandbox,
@@ -18,17 +33,7 @@ pub enum BackendKind {
 impl BackendKind {
     /// The name the CLI, `config.json` and Harbor's result files use.
     pub fn as_str(self) -> &'static str {
-        match self {
-            BackendKind::Sandbox => "sandbox",
-            BackendKind::Docker => "docker",
-            BackendKind::Host => "host",
-        }
-    }
-}
-
-impl std::fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        self.into()
     }
 }
 

@@ -7,7 +7,22 @@ use crate::ids::SessionId;
 use crate::policy::SafetyLevel;
 
 /// The public hook points. Names match Claude Code's where Claude Code has the same event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 pub enum HookEventKind {
     PreToolUse,
     PostToolUse,
@@ -42,25 +57,11 @@ impl HookEventKind {
     ];
 
     pub fn name(self) -> &'static str {
-        match self {
-            HookEventKind::PreToolUse => "PreToolUse",
-            HookEventKind::PostToolUse => "PostToolUse",
-            HookEventKind::UserPromptSubmit => "UserPromptSubmit",
-            HookEventKind::PermissionRequest => "PermissionRequest",
-            HookEventKind::PreCompact => "PreCompact",
-            HookEventKind::PostCompact => "PostCompact",
-            HookEventKind::SessionStart => "SessionStart",
-            HookEventKind::SessionEnd => "SessionEnd",
-            HookEventKind::SubagentStart => "SubagentStart",
-            HookEventKind::SubagentStop => "SubagentStop",
-            HookEventKind::PreVerify => "PreVerify",
-            HookEventKind::PostVerify => "PostVerify",
-            HookEventKind::Stop => "Stop",
-        }
+        self.into()
     }
 
     pub fn parse(name: &str) -> Option<HookEventKind> {
-        HookEventKind::ALL.into_iter().find(|k| k.name() == name)
+        name.parse().ok()
     }
 
     /// Events about one tool call, whose handlers a matcher selects by the tool's name.

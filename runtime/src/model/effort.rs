@@ -4,12 +4,28 @@
 //! Each catalog model lists the levels it accepts; a request is clamped to that list, so a
 //! setting made for one model never reaches another provider as a value it rejects.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// One spelling per level: serde (config, checkpoint state), `Display`, `FromStr` and
+/// [`Effort::as_str`] all derive from `snake_case`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum Effort {
     None,
     Minimal,
@@ -32,19 +48,11 @@ impl Effort {
     ];
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Effort::None => "none",
-            Effort::Minimal => "minimal",
-            Effort::Low => "low",
-            Effort::Medium => "medium",
-            Effort::High => "high",
-            Effort::Xhigh => "xhigh",
-            Effort::Max => "max",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<Effort> {
-        Effort::ALL.into_iter().find(|e| e.as_str() == s)
+        s.parse().ok()
     }
 
     /// The nearest level `supported` accepts: the request itself when listed, else the highest
@@ -62,22 +70,6 @@ impl Effort {
             .max();
         let above = supported.iter().copied().filter(|e| *e > self).min();
         below.or(above).unwrap_or(self)
-    }
-}
-
-impl fmt::Display for Effort {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Effort {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Effort::parse(s).ok_or_else(|| {
-            format!("unknown effort {s:?} (none, minimal, low, medium, high, xhigh, max)")
-        })
     }
 }
 

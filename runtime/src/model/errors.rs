@@ -11,7 +11,6 @@
 //! | bad_request, unknown | stop |
 //! | stream_interrupted | stop: output was already streamed, a retry would repeat it |
 
-use std::fmt;
 use std::time::Duration;
 
 use rand::Rng;
@@ -20,8 +19,21 @@ use rand_chacha::rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ErrorClass {
     RateLimit,
     Timeout,
@@ -37,18 +49,7 @@ pub enum ErrorClass {
 
 impl ErrorClass {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorClass::RateLimit => "rate_limit",
-            ErrorClass::Timeout => "timeout",
-            ErrorClass::Connection => "connection",
-            ErrorClass::Server => "server",
-            ErrorClass::Auth => "auth",
-            ErrorClass::Billing => "billing",
-            ErrorClass::ContextOverflow => "context_overflow",
-            ErrorClass::BadRequest => "bad_request",
-            ErrorClass::StreamInterrupted => "stream_interrupted",
-            ErrorClass::Unknown => "unknown",
-        }
+        self.into()
     }
 
     /// Whether the adapter retries this class (before any output was streamed).
@@ -60,12 +61,6 @@ impl ErrorClass {
                 | ErrorClass::Connection
                 | ErrorClass::Server
         )
-    }
-}
-
-impl fmt::Display for ErrorClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::{LoopEvent, TerminationReason};
 use crate::policy::{SafetyLevel, SessionMode};
+use crate::store::timeline::CallOutcome;
 use crate::tools::approval::ApprovalAnswer;
 
 pub const PROTOCOL: &str = "geode.ipc.v1";
@@ -71,7 +72,9 @@ pub enum ServerMessage {
     ToolEnd {
         call_id: String,
         tool: String,
-        outcome: String,
+        /// In words (`succeeded`, `denied at approval: WHY`): the outcome's `Display`.
+        #[serde(with = "outcome_words")]
+        outcome: CallOutcome,
         is_error: bool,
     },
     Tokens {
@@ -146,7 +149,7 @@ impl ServerMessage {
             } => ServerMessage::ToolEnd {
                 call_id: call_id.clone(),
                 tool: tool.clone(),
-                outcome: outcome.to_string(),
+                outcome: outcome.clone(),
                 is_error: *is_error,
             },
             LoopEvent::TurnEnded { termination, .. } => ServerMessage::TurnEnd {
@@ -154,6 +157,21 @@ impl ServerMessage {
             },
             _ => return None,
         })
+    }
+}
+
+/// A call outcome on the wire as the words a person reads, parsed back where it arrives.
+mod outcome_words {
+    use serde::{Deserialize, Deserializer, Serializer, de};
+
+    use crate::store::timeline::CallOutcome;
+
+    pub fn serialize<S: Serializer>(outcome: &CallOutcome, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(outcome)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<CallOutcome, D::Error> {
+        String::deserialize(d)?.parse().map_err(de::Error::custom)
     }
 }
 
@@ -250,5 +268,31 @@ mod tests {
         ] {
             assert_eq!(serde_json::to_value(mode).unwrap(), mode.as_str());
         }
+    }
+
+    /// `tool_end` keeps the outcome's words on the wire and reads them back typed.
+    #[test]
+    fn tool_end_carries_the_outcome_in_words() {
+        let end = ServerMessage::ToolEnd {
+            call_id: "c1".into(),
+            tool: "write_file".into(),
+            outcome: CallOutcome::Denied {
+                step: crate::store::timeline::PipelineStep::PreToolUse,
+                reason: "the user refused: use notes.md".into(),
+            },
+            is_error: true,
+        };
+        let line = encode(&end);
+        assert!(
+            line.contains(r#""outcome":"denied at pre tool use: the user refused: use notes.md""#),
+            "{line}"
+        );
+        assert_eq!(
+            serde_json::from_str::<ServerMessage>(line.trim()).unwrap(),
+            end
+        );
+        let bad =
+            r#"{"type":"tool_end","call_id":"c","tool":"t","outcome":"exploded","is_error":false}"#;
+        assert!(serde_json::from_str::<ServerMessage>(bad).is_err());
     }
 }

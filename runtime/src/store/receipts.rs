@@ -33,8 +33,21 @@ pub const DB_FILE: &str = "receipts.db";
 /// when the result itself was lost with the process).
 const RESULT_CAP: usize = 8 * 1024;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ReceiptState {
     Accepted,
     Committed,
@@ -44,29 +57,30 @@ pub enum ReceiptState {
 
 impl ReceiptState {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ReceiptState::Accepted => "accepted",
-            ReceiptState::Committed => "committed",
-            ReceiptState::Uncertain => "uncertain",
-            ReceiptState::Reconciled => "reconciled",
-        }
+        self.into()
     }
 
     fn parse(s: &str) -> Option<ReceiptState> {
-        [
-            ReceiptState::Accepted,
-            ReceiptState::Committed,
-            ReceiptState::Uncertain,
-            ReceiptState::Reconciled,
-        ]
-        .into_iter()
-        .find(|st| st.as_str() == s)
+        s.parse().ok()
     }
 }
 
 /// What a person found when they checked an uncertain effect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "kebab-case")]
+#[strum(serialize_all = "kebab-case")]
 pub enum ReconcileOutcome {
     Done,
     NotDone,
@@ -74,18 +88,11 @@ pub enum ReconcileOutcome {
 
 impl ReconcileOutcome {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ReconcileOutcome::Done => "done",
-            ReconcileOutcome::NotDone => "not-done",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<ReconcileOutcome> {
-        match s {
-            "done" => Some(ReconcileOutcome::Done),
-            "not-done" => Some(ReconcileOutcome::NotDone),
-            _ => None,
-        }
+        s.parse().ok()
     }
 }
 

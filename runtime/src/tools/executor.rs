@@ -32,6 +32,8 @@ use crate::policy::{Classification, SafetyLevel, SessionPolicy};
 use crate::store::effects::{self, EffectProbe, Settlement, needs_receipt};
 use crate::store::ledger::EvidenceLedger;
 use crate::store::receipts::{NewReceipt, ReceiptStore};
+/// Re-exported where the pipeline that names its steps lives.
+pub use crate::store::timeline::PipelineStep;
 use crate::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent};
 
 mod checks;
@@ -50,33 +52,6 @@ pub struct ToolRequest {
     pub name: String,
     pub input: Value,
     pub classification: Classification,
-}
-
-/// The pipeline step that refused a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PipelineStep {
-    Scope,
-    Rewrite,
-    Policy,
-    Schema,
-    PreToolUse,
-    Approval,
-    /// The effect receipt could not be written, so the effect never started.
-    Receipt,
-}
-
-impl PipelineStep {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PipelineStep::Scope => "scope",
-            PipelineStep::Rewrite => "rewrite",
-            PipelineStep::Policy => "policy",
-            PipelineStep::Schema => "schema",
-            PipelineStep::PreToolUse => "pre_tool_use",
-            PipelineStep::Approval => "approval",
-            PipelineStep::Receipt => "receipt",
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -292,7 +267,7 @@ impl ToolExecutor {
                     denial.reason
                 )),
                 CallOutcome::Denied {
-                    step: denial.step.as_str().to_string(),
+                    step: denial.step,
                     reason: denial.reason,
                 },
             ),
@@ -355,7 +330,7 @@ impl ToolExecutor {
                     d.reason
                 );
                 let outcome = CallOutcome::Denied {
-                    step: d.step.as_str().to_string(),
+                    step: d.step,
                     reason: d.reason,
                 };
                 return (ToolOutput::error(text), outcome);

@@ -10,6 +10,7 @@ use geode_runtime::policy::{
     COMPUTER_TOOL, PersonalDataClass, SafetyLevel, SessionMode, SessionPolicy,
 };
 use geode_runtime::session::create_session;
+use geode_runtime::store::timeline::PipelineStep;
 use geode_runtime::tools::plan::{
     BoundTool, ResourceKeyRule, ToolContext, ToolHandler, ToolOutput, ToolSpec,
 };
@@ -49,7 +50,7 @@ fn computer_tool(count: Arc<AtomicUsize>) -> BoundTool {
 
 /// Run a one-call script under `policy` with the counting computer tool bound; returns the
 /// dispatch count and the step that denied the call (None: it ran).
-async fn run_computer(policy: SessionPolicy) -> (usize, Option<String>, String) {
+async fn run_computer(policy: SessionPolicy) -> (usize, Option<PipelineStep>, String) {
     let f = Fixture::new();
     let count = Arc::new(AtomicUsize::new(0));
     let script = calls_then_text(
@@ -87,7 +88,7 @@ async fn a_tool_outside_the_allow_list_is_denied_at_scope_and_hidden_from_the_mo
     assert_eq!(names, ["list_dir", "read_file"]);
     run(&mut s, "write").await;
     assert!(!exists(&f.path("out.txt")));
-    assert_eq!(denied_step(&f.rows(&s)).as_deref(), Some("scope"));
+    assert_eq!(denied_step(&f.rows(&s)), Some(PipelineStep::Scope));
     let (content, is_error) = tool_result_for(&s, "call_1_0");
     assert!(is_error, "{content}");
     assert!(
@@ -120,7 +121,7 @@ async fn an_allowed_tool_still_runs_under_the_allow_list() {
 async fn computer_use_is_refused_in_daemon_mode_without_the_operator_switch() {
     let (count, step, content) = run_computer(SessionPolicy::for_mode(SessionMode::Daemon)).await;
     assert_eq!(count, 0);
-    assert_eq!(step.as_deref(), Some("scope"), "{content}");
+    assert_eq!(step, Some(PipelineStep::Scope), "{content}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -137,12 +138,12 @@ async fn the_operator_switch_has_no_effect_in_headless_mode() {
     // Through the method: nothing changes, the deny list still refuses at scope.
     let policy = SessionPolicy::for_mode(SessionMode::Headless).enable_operator_computer_use();
     let (count, step, _) = run_computer(policy).await;
-    assert_eq!((count, step.as_deref()), (0, Some("scope")));
+    assert_eq!((count, step), (0, Some(PipelineStep::Scope)));
     // Even forced by hand past the deny list, the approval gate does not honour it.
     let mut forced = SessionPolicy::for_mode(SessionMode::Headless);
     forced.deny_list.remove(COMPUTER_TOOL);
     forced.operator_computer_use = true;
     let (count, step, content) = run_computer(forced).await;
     assert_eq!(count, 0);
-    assert_eq!(step.as_deref(), Some("approval"), "{content}");
+    assert_eq!(step, Some(PipelineStep::Approval), "{content}");
 }

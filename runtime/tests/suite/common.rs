@@ -12,7 +12,9 @@ use geode_runtime::model::Model;
 use geode_runtime::model::embedded::ScriptedModel;
 use geode_runtime::policy::{SafetyLevel, SessionMode, SessionPolicy};
 use geode_runtime::session::{SessionConfig, create_session};
-use geode_runtime::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent, TimelineRow};
+use geode_runtime::store::timeline::{
+    CallOutcome, PipelineStep, SessionTimeline, TimelineEvent, TimelineRow,
+};
 use geode_runtime::tools::workspace::LocalWorkspace;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -115,11 +117,11 @@ pub fn completed(rows: &[TimelineRow]) -> Vec<(String, CallOutcome)> {
 }
 
 /// The step that denied the only call of the session, or `None` when it was not denied.
-pub fn denied_step(rows: &[TimelineRow]) -> Option<String> {
+pub fn denied_step(rows: &[TimelineRow]) -> Option<PipelineStep> {
     let all = completed(rows);
     assert_eq!(all.len(), 1, "expected exactly one call, got {all:?}");
     match &all[0].1 {
-        CallOutcome::Denied { step, .. } => Some(step.clone()),
+        CallOutcome::Denied { step, .. } => Some(*step),
         _ => None,
     }
 }

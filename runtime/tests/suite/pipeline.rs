@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use geode_runtime::policy::{
     Classification, PersonalDataClass, SafetyLevel, SessionMode, SessionPolicy,
 };
-use geode_runtime::store::timeline::{CallOutcome, TimelineEvent};
+use geode_runtime::store::timeline::{CallOutcome, PipelineStep, TimelineEvent};
 use geode_runtime::tools::approval::{ApprovalAnswer, ApprovalRequest, Approver};
 use geode_runtime::tools::executor::{ToolRequest, ToolRequestMiddleware};
 use serde_json::json;
@@ -39,7 +39,7 @@ async fn headless_approval_denies_an_ungranted_write() {
     );
     run(&mut s, "write").await;
     assert!(!exists(&f.path("out.txt")));
-    assert_eq!(denied_step(&f.rows(&s)).as_deref(), Some("approval"));
+    assert_eq!(denied_step(&f.rows(&s)), Some(PipelineStep::Approval));
     let (content, is_error) = tool_result_for(&s, "call_1_0");
     assert!(
         is_error && content.contains("denied at approval"),
@@ -65,7 +65,7 @@ async fn unknown_and_deny_listed_tools_are_denied_at_scope() {
     assert_eq!(all.len(), 2);
     for (_, outcome) in all {
         assert!(
-            matches!(outcome, CallOutcome::Denied { ref step, .. } if step == "scope"),
+            matches!(outcome, CallOutcome::Denied { ref step, .. } if *step == PipelineStep::Scope),
             "{outcome:?}"
         );
     }
@@ -93,8 +93,9 @@ async fn path_escapes_are_denied_at_scope() {
     let all = completed(&f.rows(&s));
     assert_eq!(all.len(), 4);
     assert!(
-        all.iter()
-            .all(|(_, o)| matches!(o, CallOutcome::Denied { step, .. } if step == "scope")),
+        all.iter().all(
+            |(_, o)| matches!(o, CallOutcome::Denied { step, .. } if *step == PipelineStep::Scope)
+        ),
         "{all:?}"
     );
 }
@@ -110,7 +111,7 @@ async fn forbidden_command_is_denied_at_policy() {
     );
     run(&mut s, "format").await;
     assert!(!exists(&f.path("marker")));
-    assert_eq!(denied_step(&f.rows(&s)).as_deref(), Some("policy"));
+    assert_eq!(denied_step(&f.rows(&s)), Some(PipelineStep::Policy));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -123,7 +124,7 @@ async fn invalid_input_is_denied_at_schema() {
     );
     run(&mut s, "write").await;
     assert!(!exists(&f.path("out.txt")));
-    assert_eq!(denied_step(&f.rows(&s)).as_deref(), Some("schema"));
+    assert_eq!(denied_step(&f.rows(&s)), Some(PipelineStep::Schema));
     let (content, _) = tool_result_for(&s, "call_1_0");
     assert!(
         content.contains("content"),
@@ -176,7 +177,7 @@ async fn a_rewrite_lowering_the_safety_level_is_refused() {
     );
     run(&mut s, "go").await;
     assert!(!exists(&f.path("marker")));
-    assert_eq!(denied_step(&f.rows(&s)).as_deref(), Some("rewrite"));
+    assert_eq!(denied_step(&f.rows(&s)), Some(PipelineStep::Rewrite));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -219,7 +220,7 @@ async fn a_rewrite_lowering_the_personal_data_class_is_refused_and_raising_is_ke
     );
     run(&mut s, "go").await;
     let rows = f.rows(&s);
-    assert_eq!(denied_step(&rows).as_deref(), Some("rewrite"));
+    assert_eq!(denied_step(&rows), Some(PipelineStep::Rewrite));
     for n in ["a.txt", "b.txt", "c.txt"] {
         assert!(!exists(&f.path(n)), "{n}");
     }
@@ -244,7 +245,7 @@ command = "cat > hook-input.json; echo 'writes are frozen' >&2; exit 2"
     );
     run(&mut s, "write").await;
     assert!(!exists(&f.path("out.txt")));
-    assert_eq!(denied_step(&f.rows(&s)).as_deref(), Some("pre_tool_use"));
+    assert_eq!(denied_step(&f.rows(&s)), Some(PipelineStep::PreToolUse));
     let (content, _) = tool_result_for(&s, "call_1_0");
     assert!(content.contains("writes are frozen"), "{content}");
     // The hook saw the event in Claude Code's shape.
@@ -276,7 +277,7 @@ command = "echo 'no writes today' >&2; exit 2"
     );
     run(&mut s, "write").await;
     assert!(!exists(&f.path("out.txt")));
-    assert_eq!(denied_step(&f.rows(&s)).as_deref(), Some("pre_tool_use"));
+    assert_eq!(denied_step(&f.rows(&s)), Some(PipelineStep::PreToolUse));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -297,7 +298,7 @@ command = "echo '{\"hookSpecificOutput\":{\"updatedInput\":{\"path\":\"rewritten
     );
     run(&mut s, "write").await;
     assert!(!exists(&f.path("out.txt")) && !exists(&f.path("rewritten.txt")));
-    assert_eq!(denied_step(&f.rows(&s)).as_deref(), Some("schema"));
+    assert_eq!(denied_step(&f.rows(&s)), Some(PipelineStep::Schema));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -318,7 +319,7 @@ command = "echo '{\"hookSpecificOutput\":{\"updatedInput\":{\"path\":\"../outsid
     );
     run(&mut s, "write").await;
     assert!(!exists(&f.outside.join("hooked.txt")) && !exists(&f.path("out.txt")));
-    assert_eq!(denied_step(&f.rows(&s)).as_deref(), Some("scope"));
+    assert_eq!(denied_step(&f.rows(&s)), Some(PipelineStep::Scope));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -363,7 +364,7 @@ command = "echo '{\"hookSpecificOutput\":{\"permissionDecision\":\"ask\",\"permi
     );
     run(&mut s, "write").await;
     assert!(!exists(&f.path("out.txt")));
-    assert_eq!(denied_step(&f.rows(&s)).as_deref(), Some("approval"));
+    assert_eq!(denied_step(&f.rows(&s)), Some(PipelineStep::Approval));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -503,7 +504,7 @@ async fn repl_approval_prompts_and_always_is_remembered() {
     let mut s = geode_runtime::session::create_session(cfg).unwrap();
     run(&mut s, "write").await;
     assert!(!exists(&f.path("a.txt")));
-    assert_eq!(denied_step(&f.rows(&s)).as_deref(), Some("approval"));
+    assert_eq!(denied_step(&f.rows(&s)), Some(PipelineStep::Approval));
 }
 
 #[tokio::test(flavor = "multi_thread")]

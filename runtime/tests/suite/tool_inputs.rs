@@ -12,7 +12,7 @@ use geode_runtime::conversation::ToolCall;
 use geode_runtime::hooks::HookRegistry;
 use geode_runtime::ids::{CorrelationId, PlanHash, SessionId, StepSnapshot};
 use geode_runtime::policy::{PersonalDataClass, SafetyLevel};
-use geode_runtime::store::timeline::CallOutcome;
+use geode_runtime::store::timeline::{CallOutcome, PipelineStep};
 use geode_runtime::tools::approval::NoHuman;
 use geode_runtime::tools::builtin::builtin_tools;
 use geode_runtime::tools::cognitive::cognitive_tools;
@@ -274,7 +274,13 @@ async fn the_executor_reads_only_the_declared_command_and_deadline() {
     let input = json!({"command": "mkfs.ext4 /dev/sda", "timeout_sec": 7});
     let declared = call_shell(true, input.clone()).await;
     assert!(
-        matches!(&declared.outcome, CallOutcome::Denied { step, .. } if step == "policy"),
+        matches!(
+            &declared.outcome,
+            CallOutcome::Denied {
+                step: PipelineStep::Policy,
+                ..
+            }
+        ),
         "{:?}",
         declared.outcome
     );

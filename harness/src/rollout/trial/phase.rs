@@ -10,8 +10,24 @@ use serde::{Deserialize, Serialize};
 /// The variants are declared in the alphabetical order of their names: the phase maps are
 /// `BTreeMap`s keyed by this type, and their JSON (`phases_json`, `phase_seconds`) must list
 /// the keys in the order the former string keys had.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum TrialPhase {
     AgentExecution,
     EnvironmentSetup,
@@ -22,12 +38,7 @@ pub enum TrialPhase {
 impl TrialPhase {
     /// The name on disk (and Harbor's key for the phase's timing).
     pub fn as_str(self) -> &'static str {
-        match self {
-            TrialPhase::AgentExecution => "agent_execution",
-            TrialPhase::EnvironmentSetup => "environment_setup",
-            TrialPhase::Teardown => "teardown",
-            TrialPhase::Verifier => "verifier",
-        }
+        self.into()
     }
 
     /// The shorter word a progress display shows while the phase runs.

@@ -51,8 +51,22 @@ use db::{check_schema, columns, open_db, read_row};
 pub use save_point::SavePoint;
 
 /// Where a session is in its life. Stored in the `sessions` row.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum SessionStatus {
     /// A turn is running (or was, when the process died).
     Active,
@@ -64,23 +78,11 @@ pub enum SessionStatus {
 
 impl SessionStatus {
     pub fn as_str(self) -> &'static str {
-        match self {
-            SessionStatus::Active => "active",
-            SessionStatus::Paused => "paused",
-            SessionStatus::Completed => "completed",
-            SessionStatus::Error => "error",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<SessionStatus> {
-        [
-            SessionStatus::Active,
-            SessionStatus::Paused,
-            SessionStatus::Completed,
-            SessionStatus::Error,
-        ]
-        .into_iter()
-        .find(|st| st.as_str() == s)
+        s.parse().ok()
     }
 
     pub fn is_terminal(self) -> bool {
@@ -90,12 +92,6 @@ impl SessionStatus {
     /// Whether `set_status` may move from `self` to `to`; terminal states only via `reopen`.
     pub fn may_become(self, to: SessionStatus) -> bool {
         self == to || !self.is_terminal()
-    }
-}
-
-impl std::fmt::Display for SessionStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -24,46 +24,8 @@ use crate::policy::Classification;
 
 pub const SCHEMA: &str = "geode.timeline.v1";
 
-/// How a tool call ended, as the pipeline saw it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub enum CallOutcome {
-    /// The handler ran and returned success.
-    Succeeded,
-    /// The handler ran and returned an error.
-    Failed,
-    /// Dispatch passed its deadline; the outside work may still be running.
-    TimedOut,
-    /// Refused before dispatch; nothing ran.
-    Denied { step: String, reason: String },
-    /// The handler ran, a PostToolUse hook withheld the result.
-    Withheld { reason: String },
-    /// The call was dispatched but its outcome is unknown (the process died before the result
-    /// was saved). It is never re-run automatically; its receipt asks for reconciliation.
-    Uncertain { reason: String },
-}
-
-impl CallOutcome {
-    pub fn dispatched(&self) -> bool {
-        !matches!(self, CallOutcome::Denied { .. })
-    }
-}
-
-/// In words, for a person (`denied at approval: the user refused`).
-impl std::fmt::Display for CallOutcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallOutcome::Succeeded => f.write_str("succeeded"),
-            CallOutcome::Failed => f.write_str("failed"),
-            CallOutcome::TimedOut => f.write_str("timed out"),
-            CallOutcome::Denied { step, reason } => {
-                write!(f, "denied at {}: {reason}", step.replace('_', " "))
-            }
-            CallOutcome::Withheld { reason } => write!(f, "result withheld: {reason}"),
-            CallOutcome::Uncertain { reason } => write!(f, "outcome uncertain: {reason}"),
-        }
-    }
-}
+mod outcome;
+pub use outcome::{CallOutcome, PipelineStep, UnknownOutcome};
 
 /// One timeline event. The serde tag is the row's `kind`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
