@@ -41,7 +41,7 @@ pub struct Cli {
     pub verbose: u8,
     /// Model route for the REPL and daemon sessions (config key `model`).
     #[arg(long)]
-    pub model: Option<String>,
+    pub model: Option<geode_runtime::model::catalog::Route>,
     /// Reasoning effort (config key `effort`).
     #[arg(long)]
     pub effort: Option<String>,
@@ -176,12 +176,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// The layered configuration of the daily CLI (REPL, daemon, thin client).
 fn daily_config(
-    model: &Option<String>,
+    model: &Option<geode_runtime::model::catalog::Route>,
     effort: &Option<String>,
 ) -> anyhow::Result<geode_runtime::config::Config> {
     let mut flags = Vec::new();
     if let Some(m) = model {
-        flags.push(("model".to_string(), m.clone()));
+        flags.push(("model".to_string(), m.to_string()));
     }
     if let Some(e) = effort {
         flags.push(("effort".to_string(), e.clone()));

@@ -14,9 +14,10 @@ use anyhow::{Context, bail};
 use clap::Args;
 use geode_runtime::agent::restore::{Disposition, RestoreReport, latest_session, load_checkpoint};
 use geode_runtime::ids::SessionId;
+use geode_runtime::model::catalog::Route;
 use geode_runtime::model::effort::Effort;
 use geode_runtime::model::http::RouteOptions;
-use geode_runtime::model::model_from_route;
+use geode_runtime::model::model_for;
 use geode_runtime::session::resume_session;
 use geode_runtime::tools::workspace::LocalWorkspace;
 
@@ -35,7 +36,7 @@ pub struct ResumeArgs {
     prompt: Option<String>,
     /// Model route (default: the route the session was checkpointed with).
     #[arg(long)]
-    model: Option<String>,
+    model: Option<Route>,
     /// Reasoning effort (default: the session's).
     #[arg(long)]
     effort: Option<Effort>,
@@ -66,10 +67,10 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<ExitCode> {
             saved.row.status
         );
     }
-    let route = args
-        .model
-        .clone()
-        .unwrap_or_else(|| saved.state.model_route.clone());
+    let route = match &args.model {
+        Some(route) => route.clone(),
+        None => saved.state.model_route.parse()?,
+    };
     let effort = args.effort.or(saved.state.effort);
     let cwd = args
         .cwd
@@ -80,7 +81,7 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<ExitCode> {
     );
     let mut route_options = RouteOptions::from_env();
     route_options.effort = effort;
-    let model = model_from_route(&route, &route_options)?;
+    let model = model_for(&route, &route_options)?;
     let (mut cfg, rx) = args.turn.session_config("resume", workspace, model)?;
     cfg.session_id = id.clone();
     // The session's MCP tools again, so its pending calls find the same plan.
