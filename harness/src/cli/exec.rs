@@ -100,8 +100,10 @@ impl TurnFlags {
 pub struct ExecArgs {
     /// Model route: nop, scripted:FILE, oracle:SOLVE_SH, replay:TIMELINE_DB[#SESSION], or a
     /// provider route; else `model` of the configuration (`geode config explain`).
+    /// Text here, not a clap-parsed `Route`: exec promises exit 1 for a bad route (clap's
+    /// usage errors exit 2), so it is parsed once below, after the configuration's layers.
     #[arg(long, env = "GEODE_MODEL")]
-    model: Option<Route>,
+    model: Option<String>,
     /// Workspace root (default: the current directory).
     #[arg(long)]
     cwd: Option<PathBuf>,
@@ -224,7 +226,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     // One resolved configuration, as the REPL reads it: flags > env > project > user > defaults.
     let mut flags = Vec::new();
     if let Some(route) = &args.model {
-        flags.push(("model".to_string(), route.to_string()));
+        flags.push(("model".to_string(), route.clone()));
     }
     if let Some(n) = args.turn.max_rounds {
         flags.push(("max_rounds".to_string(), n.to_string()));

@@ -35,8 +35,9 @@ pub struct ResumeArgs {
     #[arg(short, long)]
     prompt: Option<String>,
     /// Model route (default: the route the session was checkpointed with).
+    /// Text, parsed below: as exec, a bad route exits 1 rather than with clap's usage error.
     #[arg(long)]
-    model: Option<Route>,
+    model: Option<String>,
     /// Reasoning effort (default: the session's).
     #[arg(long)]
     effort: Option<Effort>,
@@ -67,10 +68,11 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<ExitCode> {
             saved.row.status
         );
     }
-    let route = match &args.model {
-        Some(route) => route.clone(),
-        None => saved.state.model_route.parse()?,
-    };
+    let route: Route = args
+        .model
+        .as_deref()
+        .unwrap_or(&saved.state.model_route)
+        .parse()?;
     let effort = args.effort.or(saved.state.effort);
     let cwd = args
         .cwd
