@@ -26,10 +26,10 @@ use geode_runtime::config::{Config, Layers};
 use geode_runtime::hooks::HookRegistry;
 use geode_runtime::hooks::command::load_command_hooks;
 use geode_runtime::ids::SessionId;
-use geode_runtime::model::catalog::{Route, parse_route};
+use geode_runtime::model::catalog::Route;
 use geode_runtime::model::effort::Effort;
 use geode_runtime::model::http::RouteOptions;
-use geode_runtime::model::model_from_route;
+use geode_runtime::model::model_for;
 use geode_runtime::policy::{SafetyLevel, SessionMode, SessionPolicy};
 use geode_runtime::scaffold::Scaffold;
 use geode_runtime::session::{SessionConfig, create_session};
@@ -101,6 +101,8 @@ impl TurnFlags {
 pub struct ExecArgs {
     /// Model route: nop, scripted:FILE, oracle:SOLVE_SH, replay:TIMELINE_DB[#SESSION], or a
     /// provider route; else `model` of the configuration (`geode config explain`).
+    /// Text here, not a clap-parsed `Route`: exec promises exit 1 for a bad route (clap's
+    /// usage errors exit 2), so it is parsed once below, after the configuration's layers.
     #[arg(long, env = "GEODE_MODEL")]
     model: Option<String>,
     /// Workspace root (default: the current directory).
@@ -165,25 +167,16 @@ pub(super) fn load_scaffold(
     Ok(scaffold)
 }
 
-/// The provider a route talks to, for the checkpoint (`embedded` for nop, scripted, ...).
-pub(super) fn provider_of(route: &str) -> String {
-    match parse_route(route) {
-        Ok(Route::Provider(p)) => p.provider.as_str().to_string(),
-        Ok(Route::Cassette(_)) => "cassette".into(),
-        _ => "embedded".into(),
-    }
-}
-
 /// The checkpoint settings of a session built from `route`.
 pub(super) fn checkpoint_settings(
     root: PathBuf,
-    route: &str,
+    route: &Route,
     effort: Option<Effort>,
 ) -> anyhow::Result<CheckpointSettings> {
     Ok(CheckpointSettings {
         root,
         model_route: route.to_string(),
-        provider: provider_of(route),
+        provider: route.provider_label().to_string(),
         effort,
         faults: FaultInjection::from_env().map_err(anyhow::Error::msg)?,
     })
@@ -240,7 +233,8 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
         flags.push(("max_rounds".to_string(), n.to_string()));
     }
     let resolved = Config::resolve(&Layers::discover(flags, &cwd, &geode_home()))?;
-    let route = resolved.value("model").to_string();
+    // The configuration's layers are text; the route is parsed here, once, whichever won.
+    let route: Route = resolved.value("model").parse()?;
     let effort = match args.effort {
         Some(e) => Some(e),
         None => resolved.effort()?,
@@ -248,7 +242,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let mut route_options = RouteOptions::from_env();
     route_options.record_dir = args.record.clone();
     route_options.effort = effort;
-    let model = model_from_route(&route, &route_options)?;
+    let model = model_for(&route, &route_options)?;
     let root = workspace.root().to_path_buf();
     let (mut cfg, rx) = args.turn.session_config("exec", workspace, model)?;
     // A scaffold file is a research artifact: it keeps its own prompt and guards.

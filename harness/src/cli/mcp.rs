@@ -32,7 +32,7 @@ pub struct McpArgs {
     token: Option<String>,
     /// Model route of run_agent (config key `model`).
     #[arg(long)]
-    pub model: Option<String>,
+    pub model: Option<geode_runtime::model::catalog::Route>,
     #[command(subcommand)]
     command: Option<McpCommand>,
 }

@@ -46,7 +46,7 @@ pub struct Cli {
     pub verbose: u8,
     /// Model route for the REPL and daemon sessions (config key `model`).
     #[arg(long)]
-    pub model: Option<String>,
+    pub model: Option<geode_runtime::model::catalog::Route>,
     /// Reasoning effort (config key `effort`).
     #[arg(long, value_parser = effort_parser())]
     pub effort: Option<Effort>,
@@ -190,12 +190,12 @@ fn effort_parser() -> impl TypedValueParser<Value = Effort> {
 
 /// The layered configuration of the daily CLI (REPL, daemon, thin client).
 fn daily_config(
-    model: &Option<String>,
+    model: &Option<geode_runtime::model::catalog::Route>,
     effort: Option<Effort>,
 ) -> anyhow::Result<geode_runtime::config::Config> {
     let mut flags = Vec::new();
     if let Some(m) = model {
-        flags.push(("model".to_string(), m.clone()));
+        flags.push(("model".to_string(), m.to_string()));
     }
     if let Some(e) = effort {
         flags.push(("effort".to_string(), e.as_str().to_string()));

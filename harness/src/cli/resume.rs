@@ -14,9 +14,10 @@ use anyhow::{Context, bail};
 use clap::Args;
 use geode_runtime::agent::restore::{Disposition, RestoreReport, latest_session, load_checkpoint};
 use geode_runtime::ids::SessionId;
+use geode_runtime::model::catalog::Route;
 use geode_runtime::model::effort::Effort;
 use geode_runtime::model::http::RouteOptions;
-use geode_runtime::model::model_from_route;
+use geode_runtime::model::model_for;
 use geode_runtime::session::resume_session;
 use geode_runtime::tools::workspace::LocalWorkspace;
 
@@ -34,6 +35,7 @@ pub struct ResumeArgs {
     #[arg(short, long)]
     prompt: Option<String>,
     /// Model route (default: the route the session was checkpointed with).
+    /// Text, parsed below: as exec, a bad route exits 1 rather than with clap's usage error.
     #[arg(long)]
     model: Option<String>,
     /// Reasoning effort (default: the session's).
@@ -66,10 +68,11 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<ExitCode> {
             saved.row.status
         );
     }
-    let route = args
+    let route: Route = args
         .model
-        .clone()
-        .unwrap_or_else(|| saved.state.model_route.clone());
+        .as_deref()
+        .unwrap_or(&saved.state.model_route)
+        .parse()?;
     let effort = args.effort.or(saved.state.effort);
     let cwd = args
         .cwd
@@ -80,7 +83,7 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<ExitCode> {
     );
     let mut route_options = RouteOptions::from_env();
     route_options.effort = effort;
-    let model = model_from_route(&route, &route_options)?;
+    let model = model_for(&route, &route_options)?;
     let (mut cfg, rx) = args.turn.session_config("resume", workspace, model)?;
     cfg.session_id = id.clone();
     // The session's MCP tools again, so its pending calls find the same plan.

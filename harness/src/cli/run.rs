@@ -9,6 +9,7 @@ use clap::Args;
 use geode_harness::env::BaseMode;
 use geode_harness::env::kind::BackendKind;
 use geode_harness::rollout::job::{CONFIG_SCHEMA, ResumeOptions, RunConfig, resume_run, start_run};
+use geode_runtime::model::catalog::Route;
 use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +22,7 @@ pub struct RunArgs {
     pack: Option<PathBuf>,
     /// Agent model route: oracle, nop, scripted:FILE, ...
     #[arg(long, env = "GEODE_MODEL")]
-    model: Option<String>,
+    model: Option<Route>,
     /// Attempts per task.
     #[arg(short = 'k', long, default_value_t = 1)]
     attempts: u32,
@@ -167,7 +168,7 @@ fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
         schema: CONFIG_SCHEMA.into(),
         pack: std::fs::canonicalize(&pack)
             .with_context(|| format!("task pack {}", pack.display()))?,
-        model,
+        model: model.to_string(),
         attempts: args.attempts,
         concurrency: args.concurrency.max(1),
         seed: args.seed,

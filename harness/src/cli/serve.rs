@@ -19,9 +19,10 @@ use geode_runtime::agent::restore::load_checkpoint;
 use geode_runtime::config::Config;
 use geode_runtime::ids::SessionId;
 use geode_runtime::mcp::{McpManager, TrustStore};
+use geode_runtime::model::catalog::Route;
 use geode_runtime::model::effort::Effort;
 use geode_runtime::model::http::RouteOptions;
-use geode_runtime::model::model_from_route;
+use geode_runtime::model::model_for;
 use geode_runtime::policy::{HitlLevel, SessionMode, SessionPolicy};
 use geode_runtime::scaffold::Scaffold;
 use geode_runtime::server::channel::{Channels, Webhook};
@@ -32,7 +33,7 @@ use geode_runtime::tools::workspace::LocalWorkspace;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-use super::exec::{checkpoint_root, checkpoint_settings, geode_home, open_timeline, provider_of};
+use super::exec::{checkpoint_root, checkpoint_settings, geode_home, open_timeline};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -171,7 +172,8 @@ impl CliFactory {
 
     fn build(&self, id: Option<&SessionId>) -> Result<SessionConfig, ServerError> {
         let (route, effort) = self.route(id)?;
-        let model = self.switch_model(&route, effort)?.model;
+        let route: Route = route.parse().map_err(setup)?;
+        let model = typed_switch(&route, effort)?.model;
         let workspace = Arc::new(LocalWorkspace::new(&self.cwd).map_err(setup)?);
         let mut policy = SessionPolicy::for_mode(self.mode);
         policy.hitl = match self.cfg.value("hitl") {
@@ -242,15 +244,20 @@ impl SessionFactory for CliFactory {
         route: &str,
         effort: Option<Effort>,
     ) -> Result<ModelSwitch, ServerError> {
-        let mut options = RouteOptions::from_env();
-        options.effort = effort;
-        Ok(ModelSwitch {
-            model: model_from_route(route, &options).map_err(setup)?,
-            route: route.to_string(),
-            provider: provider_of(route),
-            effort,
-        })
+        typed_switch(&route.parse().map_err(setup)?, effort)
     }
+}
+
+/// The model a session switches to (or starts with), with what its checkpoint records.
+fn typed_switch(route: &Route, effort: Option<Effort>) -> Result<ModelSwitch, ServerError> {
+    let mut options = RouteOptions::from_env();
+    options.effort = effort;
+    Ok(ModelSwitch {
+        model: model_for(route, &options).map_err(setup)?,
+        route: route.to_string(),
+        provider: route.provider_label().to_string(),
+        effort,
+    })
 }
 
 pub async fn shared(cfg: Config, cwd: &Path, mode: SessionMode) -> anyhow::Result<Arc<Shared>> {

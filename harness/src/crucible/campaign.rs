@@ -17,6 +17,7 @@
 //! <dir>/baseline <dir>/candidate` and `geode compare` read a campaign like any two runs. The
 //! store is derived (rebuilt from the trials each time); the evidence stays the record.
 
+use geode_runtime::model::catalog::Route;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -174,7 +175,7 @@ pub async fn run_campaign(
         Some(k) => geode_crucible::replication_run_seed(c.contract.hash(), k),
         None => contract.run_seed,
     };
-    let mut plans = plan_pairs(c, run_seed);
+    let mut plans = plan_pairs(c, run_seed)?;
     let (kept, meter) = keep_resumed(c, &mut plans);
     let meter = Arc::new(meter);
     let ran = run_pairs(c, plans, &meter, backend, observer, &cancel).await?;
@@ -227,7 +228,14 @@ fn begin_holdout(c: &Campaign<'_>) -> Result<(), CrucibleRunError> {
 
 /// Both arms of every (task, trial) on the same seed, the arm that goes first alternating from
 /// one pair to the next so drift of the machine cancels.
-fn plan_pairs(c: &Campaign<'_>, run_seed: u64) -> Vec<(Arm, TrialPlan)> {
+fn plan_pairs(c: &Campaign<'_>, run_seed: u64) -> Result<Vec<(Arm, TrialPlan)>, CrucibleRunError> {
+    let route = |arm| -> Result<Route, CrucibleRunError> {
+        let (spec, _, label) = c.arm(arm);
+        spec.model_route
+            .parse()
+            .map_err(|e| CrucibleRunError::Invalid(format!("{label}.model_route: {e}")))
+    };
+    let routes = [route(Arm::Baseline)?, route(Arm::Candidate)?];
     let mut plans = Vec::new();
     for task in c.pack.tasks.iter().map(|t| Arc::new(t.clone())) {
         let id = TaskId::new(task.id.clone());
@@ -239,7 +247,7 @@ fn plan_pairs(c: &Campaign<'_>, run_seed: u64) -> Vec<(Arm, TrialPlan)> {
                 [Arm::Candidate, Arm::Baseline]
             };
             for arm in arms {
-                let (spec, scaffold, label) = c.arm(arm);
+                let (_, scaffold, label) = c.arm(arm);
                 let name = trial_name(&task.id, trial);
                 plans.push((
                     arm,
@@ -251,7 +259,7 @@ fn plan_pairs(c: &Campaign<'_>, run_seed: u64) -> Vec<(Arm, TrialPlan)> {
                         attempt: trial,
                         seed: pair_seed.0,
                         model_seed: pair_seed.arm_model_seed(arm),
-                        model_route: spec.model_route.clone(),
+                        route: routes[usize::from(arm == Arm::Candidate)].clone(),
                         scaffold: scaffold.clone(),
                         timeout_multiplier: c.timeout_multiplier,
                         sealed_paths: c.sealed_paths.clone(),
@@ -261,7 +269,7 @@ fn plan_pairs(c: &Campaign<'_>, run_seed: u64) -> Vec<(Arm, TrialPlan)> {
             }
         }
     }
-    plans
+    Ok(plans)
 }
 
 /// Takes out of `plans` the trials an earlier run finished, returning them with a meter that

@@ -283,8 +283,8 @@ pub trait ModelFactory {
     fn build(&self, route: &str) -> Result<Box<dyn TextModel>, String>;
 }
 
-/// Routes through `geode_runtime::model::judge_from_route` (text only, no tools). Relative
-/// paths of embedded routes (`scripted:FILE`) are taken relative to the config file.
+/// Routes through `geode_runtime::model::judge_for` (text only, no tools). Relative paths of
+/// embedded routes (`scripted:FILE`) are taken relative to the config file (`Route::rebased`).
 pub struct RouteFactory {
     pub base: PathBuf,
 }
@@ -304,17 +304,11 @@ impl TextModel for RouteModel {
 
 impl ModelFactory for RouteFactory {
     fn build(&self, route: &str) -> Result<Box<dyn TextModel>, String> {
-        let inner = route.strip_prefix("judge:").unwrap_or(route);
-        let resolved = match inner.split_once(':') {
-            Some((kind @ ("scripted" | "oracle" | "replay"), path))
-                if Path::new(path).is_relative() =>
-            {
-                format!("{kind}:{}", self.base.join(path).display())
-            }
-            _ => inner.to_string(),
-        };
+        let route: geode_runtime::model::catalog::Route = route
+            .parse()
+            .map_err(|e: geode_runtime::model::ModelError| e.to_string())?;
         let opts = geode_runtime::model::http::RouteOptions::from_env();
-        geode_runtime::model::judge_from_route(&resolved, &opts)
+        geode_runtime::model::judge_for(&route.rebased(&self.base), &opts)
             .map(|j| Box::new(RouteModel(j)) as Box<dyn TextModel>)
             .map_err(|e| e.to_string())
     }

@@ -3,6 +3,7 @@
 //! per trial). Resumable: finished trials are kept, interrupted ones run again, and a changed
 //! pack or configuration (the lock hash) is refused.
 
+use geode_runtime::model::catalog::Route;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -61,6 +62,9 @@ pub enum RunError {
     Files { path: String, message: String },
     #[error("run {run}: {message}")]
     Resume { run: String, message: String },
+    /// The run's model route does not parse (a config written by hand or by an older geode).
+    #[error(transparent)]
+    Route(#[from] geode_runtime::model::ModelError),
     #[error("the pack has no task to run{0}")]
     Empty(String),
 }
@@ -191,6 +195,7 @@ pub async fn start_run(
     observer: Arc<dyn RunObserver>,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
+    let route: Route = config.model.parse()?;
     let pack = load_pack(&config)?;
     std::fs::create_dir_all(jobs_dir).map_err(|e| files_err(jobs_dir, e))?;
     let store = RunStore::open(&jobs_dir.join(crate::store::STORE_FILE))?;
@@ -224,6 +229,7 @@ pub async fn start_run(
     )?;
     execute(
         config,
+        route,
         pack,
         store,
         run_id,
@@ -259,6 +265,7 @@ pub async fn resume_run(
     if let Some(n) = options.concurrency {
         config.concurrency = n;
     }
+    let route: Route = config.model.parse()?;
     let stored: RunLock = read_json(&run_dir.join("lock.json"))?;
     let pack = load_pack(&config)?;
     let lock = lock_for(&config, &pack);
@@ -294,6 +301,7 @@ pub async fn resume_run(
     store.set_run_status(run_id, "running")?;
     execute(
         config,
+        route,
         pack,
         store,
         run_id.to_string(),
@@ -319,6 +327,7 @@ struct Shared {
 #[allow(clippy::too_many_arguments)]
 async fn execute(
     config: RunConfig,
+    route: Route,
     pack: TaskPack,
     store: RunStore,
     run_id: String,
@@ -330,7 +339,7 @@ async fn execute(
 ) -> Result<RunOutcome, RunError> {
     let kept = kept_trials(&store, &run_id, rerun_exceptions)?;
     let n_total_trials = pack.tasks.len() * config.attempts as usize;
-    let plans = plan_trials(&config, pack.tasks, &run_id, &run_dir, &kept);
+    let plans = plan_trials(&config, &route, pack.tasks, &run_id, &run_dir, &kept);
     observer.started(&run_id, plans.len() + kept.len(), kept.len());
     let shared = Shared {
         config,
@@ -374,6 +383,7 @@ fn kept_trials(
 /// One plan for every task and attempt that is not kept.
 fn plan_trials(
     config: &RunConfig,
+    route: &Route,
     tasks: Vec<Task>,
     run_id: &str,
     run_dir: &Path,
@@ -398,7 +408,7 @@ fn plan_trials(
                 model_seed: seed,
                 task: task.clone(),
                 attempt,
-                model_route: config.model.clone(),
+                route: route.clone(),
                 scaffold: scaffold.clone(),
                 timeout_multiplier: config.timeout_multiplier,
                 sealed_paths: Vec::new(),

@@ -29,6 +29,7 @@
 
 use std::path::{Path, PathBuf};
 
+use geode_runtime::model::catalog::Route;
 use geode_runtime::scaffold::Scaffold;
 use serde::{Deserialize, Serialize};
 
@@ -151,9 +152,10 @@ pub struct SearchConfig {
     pub policy: PolicyKind,
     #[serde(default)]
     pub seed: u64,
-    pub model: String,
+    /// Parsed while the file is read, so a bad route fails naming itself before any trial.
+    pub model: Route,
     #[serde(default)]
-    pub proposer: Option<String>,
+    pub proposer: Option<Route>,
     #[serde(default = "two")]
     pub tournament_size: usize,
     pub train: PathBuf,
@@ -232,12 +234,7 @@ impl SearchConfig {
         if c.test.sealed.is_some() && c.test.commitments.is_none() {
             c.test.commitments = Some(dir.join("datasets/commitments"));
         }
-        if let Some(route) = &mut c.proposer
-            && let Some(file) = route.strip_prefix("scripted:")
-            && Path::new(file).is_relative()
-        {
-            *route = format!("scripted:{}", dir.join(file).display());
-        }
+        c.proposer = c.proposer.map(|route| route.rebased(dir));
         Ok(c)
     }
 

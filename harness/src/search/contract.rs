@@ -6,6 +6,7 @@ use geode_crucible::{
     ArmSpec, Budgets, CONTRACT_SCHEMA, Clustering, Contract, DecisionRule, FrozenContract,
     LowerBoundMethod, PackHash, Stage, StagePacks, Vetoes,
 };
+use geode_runtime::model::catalog::Route;
 use geode_runtime::scaffold::Scaffold;
 
 use super::SearchError;
@@ -30,7 +31,7 @@ pub fn contract_for(
     stage: Stage,
     baseline: &Scaffold,
     candidate: &Scaffold,
-    model: &str,
+    model: &Route,
     train: &str,
     test: &str,
     trials: u32,
@@ -43,11 +44,11 @@ pub fn contract_for(
         stage,
         baseline: ArmSpec {
             scaffold_hash: scaffold_hash(baseline)?,
-            model_route: model.into(),
+            model_route: model.to_string(),
         },
         candidate: ArmSpec {
             scaffold_hash: scaffold_hash(candidate)?,
-            model_route: model.into(),
+            model_route: model.to_string(),
         },
         packs: StagePacks {
             train: ph(train)?,

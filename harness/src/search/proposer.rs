@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 
 use geode_crucible::{Arm, DecisionRecord, Evidence};
 use geode_runtime::model::catalog::JudgeModel;
+use geode_runtime::model::catalog::Route;
 use geode_runtime::model::http::RouteOptions;
-use geode_runtime::model::judge_from_route;
+use geode_runtime::model::judge_for;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -70,8 +71,8 @@ to one knob of the search space, with a falsifiable hypothesis. Answer with one 
 and nothing else: {\"path\": KNOB_PATH, \"value\": VALUE, \"hypothesis\": TEXT}.";
 
 impl Proposer {
-    pub fn from_route(route: &str) -> Result<Proposer, SearchError> {
-        let judge = judge_from_route(route, &RouteOptions::from_env())
+    pub fn from_route(route: &Route) -> Result<Proposer, SearchError> {
+        let judge = judge_for(route, &RouteOptions::from_env())
             .map_err(|e| SearchError::Proposer(format!("route {route}: {e}")))?;
         Ok(Proposer { judge })
     }

@@ -7,6 +7,9 @@
 //!
 //! `flaky-oracle:P:tamper` additionally tries to write the reward file before each attempt, an
 //! integrity signal the harness records (used to test the crucible's safety veto).
+//!
+//! The route grammar (`catalog::EmbeddedRoute::FlakyOracle`) parses P and the flag; a
+//! benchmark trial builds this model, since only it has the solution and the seed.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -36,27 +39,6 @@ impl FlakyOracle {
             tamper,
             rng: Mutex::new(ChaCha20Rng::seed_from_u64(seed)),
             attempts: Mutex::new(0),
-        }
-    }
-
-    /// Parse the argument of `flaky-oracle:P[:tamper]`.
-    pub fn parse_arg(arg: &str) -> Result<(f64, bool), ModelError> {
-        let (p, flag) = match arg.split_once(':') {
-            Some((p, f)) => (p, Some(f)),
-            None => (arg, None),
-        };
-        let bad = |why: &str| ModelError::UnknownRoute {
-            route: format!("flaky-oracle:{arg}"),
-            hint: format!("{why}; use flaky-oracle:P or flaky-oracle:P:tamper with P in [0, 1]"),
-        };
-        let p: f64 = p.parse().map_err(|_| bad("P is not a number"))?;
-        if !(0.0..=1.0).contains(&p) {
-            return Err(bad("P is outside [0, 1]"));
-        }
-        match flag {
-            None => Ok((p, false)),
-            Some("tamper") => Ok((p, true)),
-            Some(_) => Err(bad("unknown flag")),
         }
     }
 }

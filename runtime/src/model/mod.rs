@@ -3,7 +3,7 @@
 //! Embedded models (`scripted`, `oracle`, `nop`, `replay`) need no key and no network; they are
 //! how benchmark runs and tests drive the full pipeline offline. Provider adapters (Anthropic
 //! Messages, OpenAI Responses, OpenAI-compatible Chat Completions) stream SSE over reqwest;
-//! `model_from_route` builds either kind from a route string.
+//! `model_for` builds either kind from a parsed `catalog::Route`.
 
 pub mod anthropic;
 pub mod catalog;
@@ -18,7 +18,6 @@ pub mod openai_responses;
 pub mod record;
 pub mod sse;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -26,6 +25,7 @@ use async_trait::async_trait;
 use crate::conversation::{AssistantTurn, Message};
 use crate::ids::StepSnapshot;
 use crate::tools::plan::BoundToolPlan;
+use catalog::{EmbeddedRoute, Route};
 
 /// What one model call sees.
 #[derive(Debug, Clone)]
@@ -113,62 +113,68 @@ impl ModelSlot {
     }
 }
 
-/// Build a model from any route: a provider (`anthropic:MODEL`, `openai:MODEL`, `glm:MODEL`,
-/// `openrouter:MODEL`, `compat:BASE_URL:MODEL`), `cassette:DIR`, or an embedded model. Judge
-/// routes are refused here: use `judge_from_route`.
+/// Build a model from a route string: parse it (see `catalog::Route`), then `model_for`.
 pub fn model_from_route(
     route: &str,
     opts: &http::RouteOptions,
 ) -> Result<Arc<dyn Model>, ModelError> {
-    match catalog::parse_route(route)? {
-        catalog::Route::Embedded(r) => embedded_from_route(&r),
-        catalog::Route::Cassette(dir) => record::cassette_model(&dir, opts),
-        catalog::Route::Provider(p) => http::provider_model(&p, opts, None),
-        catalog::Route::Judge(_) => Err(catalog::judge_as_root(route)),
+    model_for(&route.parse()?, opts)
+}
+
+/// Build the root text model a route names: a provider, a cassette, or an embedded model.
+/// Judge routes are refused here: use `judge_for`.
+pub fn model_for(route: &Route, opts: &http::RouteOptions) -> Result<Arc<dyn Model>, ModelError> {
+    match route {
+        Route::Embedded(e) => embedded_model(route, e),
+        Route::Cassette(dir) => record::cassette_model(dir, opts),
+        Route::Provider(p) => http::provider_model(p, opts, None),
+        Route::Judge(_) => Err(catalog::judge_as_root(&route.to_string())),
     }
 }
 
-/// Build a judge (decisions only) from `judge:ROUTE` or a plain route.
+/// Build a judge (decisions only) from `judge:ROUTE` or a plain route string.
 pub fn judge_from_route(
     route: &str,
     opts: &http::RouteOptions,
 ) -> Result<catalog::JudgeModel, ModelError> {
-    let inner = route.strip_prefix("judge:").unwrap_or(route);
-    Ok(catalog::JudgeModel::new(model_from_route(inner, opts)?))
+    judge_for(&route.parse()?, opts)
 }
 
-/// Build an embedded model from a route:
-/// `nop`, `scripted:FILE`, `oracle:SOLVE_SH`, `replay:TIMELINE_DB[#SESSION_ID]`.
-pub fn embedded_from_route(route: &str) -> Result<Arc<dyn Model>, ModelError> {
-    let (kind, arg) = match route.split_once(':') {
-        Some((k, a)) => (k, Some(a)),
-        None => (route, None),
-    };
-    let need = |what: &str| ModelError::UnknownRoute {
+/// Build a judge (decisions only) from `judge:ROUTE` or a plain route.
+pub fn judge_for(
+    route: &Route,
+    opts: &http::RouteOptions,
+) -> Result<catalog::JudgeModel, ModelError> {
+    Ok(catalog::JudgeModel::new(model_for(
+        route.without_judge(),
+        opts,
+    )?))
+}
+
+/// An embedded model. The oracle without a path and the flaky oracle need a benchmark trial
+/// (the task's solution in the sandbox, the trial's seed), which builds them itself.
+fn embedded_model(route: &Route, e: &EmbeddedRoute) -> Result<Arc<dyn Model>, ModelError> {
+    let trial_only = |what: &str| ModelError::RefusedRoute {
         route: route.to_string(),
-        hint: format!("{kind} needs {what}, e.g. {kind}:{what}"),
+        reason: format!(
+            "{what} only runs inside a benchmark trial (geode run), which gives it the task's \
+             solution"
+        ),
     };
-    Ok(match (kind, arg) {
-        ("nop", _) => Arc::new(embedded::NopModel),
-        ("scripted", Some(path)) => Arc::new(embedded::ScriptedModel::load(PathBuf::from(path))?),
-        ("scripted", None) => return Err(need("FILE")),
-        ("oracle", Some(path)) => Arc::new(embedded::OracleModel::new(PathBuf::from(path))),
-        ("oracle", None) => return Err(need("SOLVE_SH")),
-        ("replay", Some(arg)) => {
-            let (db, session) = match arg.split_once('#') {
-                Some((db, s)) => (db, Some(s)),
-                None => (arg, None),
-            };
-            Arc::new(embedded::ReplayModel::load(PathBuf::from(db), session)?)
+    Ok(match e {
+        EmbeddedRoute::Nop => Arc::new(embedded::NopModel),
+        EmbeddedRoute::Scripted { script } => {
+            Arc::new(embedded::ScriptedModel::load(script.clone())?)
         }
-        ("replay", None) => return Err(need("TIMELINE_DB")),
-        _ => {
-            return Err(ModelError::UnknownRoute {
-                route: route.to_string(),
-                hint:
-                    "embedded models are nop, scripted:FILE, oracle:SOLVE_SH, replay:DB[#SESSION]"
-                        .to_string(),
-            });
+        EmbeddedRoute::Oracle { solve_sh: Some(p) } => {
+            Arc::new(embedded::OracleModel::new(p.clone()))
         }
+        EmbeddedRoute::Oracle { solve_sh: None } => {
+            return Err(trial_only("oracle without :SOLVE_SH"));
+        }
+        EmbeddedRoute::Replay { db, session } => {
+            Arc::new(embedded::ReplayModel::load(db.clone(), session.as_deref())?)
+        }
+        EmbeddedRoute::FlakyOracle { .. } => return Err(trial_only("flaky-oracle")),
     })
 }

@@ -6,7 +6,10 @@ use std::time::{Duration, Instant};
 
 use geode_runtime::agent::{TerminationReason, Verdict};
 use geode_runtime::cognition::RevisionTrigger;
-use geode_runtime::model::embedded_from_route;
+use geode_runtime::model::catalog::{EmbeddedRoute, Route};
+use geode_runtime::model::credentials::Env;
+use geode_runtime::model::http::RouteOptions;
+use geode_runtime::model::model_for;
 use geode_runtime::policy::SafetyLevel;
 use geode_runtime::session::create_session;
 use geode_runtime::store::timeline::TimelineEvent;
@@ -322,8 +325,11 @@ async fn a_recorded_session_replays_through_the_pipeline() {
     // The replay model opens the file on its own handle: commit what this one queued.
     f.timeline.flush().unwrap();
 
-    let route = format!("replay:{}#{}", f.timeline.path().display(), recorded);
-    let model = embedded_from_route(&route).unwrap();
+    let route = Route::Embedded(EmbeddedRoute::Replay {
+        db: f.timeline.path().to_path_buf(),
+        session: Some(recorded.to_string()),
+    });
+    let model = model_for(&route, &RouteOptions::with_env(Env::empty())).unwrap();
     let mut cfg = f.config(model, headless(SafetyLevel::Write));
     cfg.timeline = Some(f.timeline.clone());
     let mut replay = create_session(cfg).unwrap();

@@ -458,6 +458,13 @@ fn routes_refuse_unknown_ids_and_subscription_plans() {
     assert!(e.contains("auth") && e.contains("ANTHROPIC_API_KEY"), "{e}");
     // Embedded routes still work through the general function.
     assert_eq!(model_from_route("nop", &opts).unwrap().id(), "nop");
+    // Embedded models that only a benchmark trial can build say so, naming the route.
+    let e = err("flaky-oracle:0.5");
+    assert!(
+        e.contains("\"flaky-oracle:0.5\"") && e.contains("benchmark trial"),
+        "{e}"
+    );
+    assert!(err("oracle").contains("benchmark trial"));
 }
 
 #[test]

@@ -39,11 +39,11 @@ pub(super) fn freeze(a: FreezeArgs) -> anyhow::Result<ExitCode> {
         },
         baseline: ArmSpec {
             scaffold_hash: scaffold_hash(&load_scaffold(&a.baseline_scaffold)?)?,
-            model_route: a.model.clone(),
+            model_route: a.model.to_string(),
         },
         candidate: ArmSpec {
             scaffold_hash: scaffold_hash(&load_scaffold(&a.candidate_scaffold)?)?,
-            model_route: a.candidate_model.clone().unwrap_or(a.model.clone()),
+            model_route: a.candidate_model.as_ref().unwrap_or(&a.model).to_string(),
         },
         packs: StagePacks {
             train: pack_hash(&train, a.trials)?,

@@ -4,6 +4,7 @@
 //! Exit codes of `run`, `decide` and `replicate`: 0 KEEP, 1 REJECT, 2 INVALID (errors: 1 with a
 //! message on stderr, before any verdict is printed).
 
+use geode_runtime::model::catalog::Route;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -23,7 +24,7 @@ mod replicate;
 #[derive(Debug, Subcommand)]
 pub enum CrucibleCommand {
     /// Write a frozen contract (canonical JSON) and print its hash.
-    Freeze(FreezeArgs),
+    Freeze(Box<FreezeArgs>),
     /// Run a contract's paired campaign, then decide.
     Run(RunArgs),
     /// Decide a campaign folder again from its contract and evidence.
@@ -72,9 +73,9 @@ pub struct FreezeArgs {
     candidate_scaffold: Option<PathBuf>,
     /// Model route of both arms (or of the baseline with --candidate-model).
     #[arg(long)]
-    model: String,
+    model: Route,
     #[arg(long)]
-    candidate_model: Option<String>,
+    candidate_model: Option<Route>,
     #[arg(short = 'k', long, default_value_t = 5)]
     trials: u32,
     #[arg(long, default_value_t = 0)]
@@ -295,7 +296,7 @@ fn exit(record: &DecisionRecord) -> ExitCode {
 
 pub async fn run(cmd: CrucibleCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        CrucibleCommand::Freeze(a) => freeze::freeze(a),
+        CrucibleCommand::Freeze(a) => freeze::freeze(*a),
         CrucibleCommand::Run(a) => campaign::run_contract(a).await,
         CrucibleCommand::Decide { campaign } => decide_again(&campaign),
         CrucibleCommand::Power(a) => simulate_power(a),

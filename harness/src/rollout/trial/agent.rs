@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use geode_runtime::agent::TerminationReason;
 use geode_runtime::model::Model;
+use geode_runtime::model::catalog::{EmbeddedRoute, Route};
 use geode_runtime::model::embedded::OracleModel;
 use geode_runtime::model::flaky::FlakyOracle;
 use geode_runtime::policy::{SafetyLevel, SessionMode, SessionPolicy};
@@ -84,7 +85,7 @@ pub(super) async fn run_agent(
                 .push(format!("denied_dangerous_calls: {denied}"));
         }
         timeline_evidence(plan, rec);
-        let doc = atif::trajectory(&session_id, &plan.model_route, tools, &rows);
+        let doc = atif::trajectory(&session_id, &plan.route.to_string(), tools, &rows);
         let path = plan.trial_dir.join("agent").join("trajectory.json");
         // The agent's processes may still run, and `agent/` is theirs too: never through a link.
         if let Ok(text) = serde_json::to_string_pretty(&doc)
@@ -112,17 +113,19 @@ async fn trial_model(
     stage: &Stage<'_>,
     sandbox: &dyn Sandbox,
 ) -> Result<Arc<dyn Model>, EnvError> {
-    let unsupported = |e: geode_runtime::model::ModelError| EnvError::Unsupported(e.to_string());
-    let route = plan.model_route.as_str();
-    let flaky = route.strip_prefix("flaky-oracle:");
-    if route != "oracle" && flaky.is_none() {
-        let opts = geode_runtime::model::http::RouteOptions::from_env();
-        return geode_runtime::model::model_from_route(route, &opts).map_err(unsupported);
-    }
+    let flaky = match &plan.route {
+        Route::Embedded(EmbeddedRoute::Oracle { solve_sh: None }) => None,
+        Route::Embedded(EmbeddedRoute::FlakyOracle { p, tamper }) => Some((*p, *tamper)),
+        route => {
+            let opts = geode_runtime::model::http::RouteOptions::from_env();
+            return geode_runtime::model::model_for(route, &opts)
+                .map_err(|e| EnvError::Unsupported(e.to_string()));
+        }
+    };
     let Some(solution) = stage.solution.clone() else {
         return Err(EnvError::Unsupported(format!(
-            "task {} has no solution/solve.sh for the {route} agent",
-            plan.task.id
+            "task {} has no solution/solve.sh for the {} agent",
+            plan.task.id, plan.route
         )));
     };
     let dir = solution.parent().unwrap_or(&plan.task.dir);
@@ -130,10 +133,7 @@ async fn trial_model(
     let solve = PathBuf::from(SOLUTION_DIR).join("solve.sh");
     Ok(match flaky {
         None => Arc::new(OracleModel::new(solve)),
-        Some(arg) => {
-            let (p, tamper) = FlakyOracle::parse_arg(arg).map_err(unsupported)?;
-            Arc::new(FlakyOracle::new(solve, p, tamper, plan.model_seed))
-        }
+        Some((p, tamper)) => Arc::new(FlakyOracle::new(solve, p, tamper, plan.model_seed)),
     })
 }
 

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use geode_graders::{AgentEnd, TrialOutcome, Validity, trial_outcome};
+use geode_runtime::model::catalog::Route;
 use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
 
@@ -48,7 +49,8 @@ pub struct TrialPlan {
     /// Seed of an embedded simulation model (`flaky-oracle`): the trial seed in a plain run,
     /// the arm's own in a paired campaign (see `TrialSeed::arm_model_seed`).
     pub model_seed: u64,
-    pub model_route: String,
+    /// The agent's model, parsed once where the run or campaign starts.
+    pub route: Route,
     pub scaffold: Arc<Scaffold>,
     pub trial_dir: PathBuf,
     pub timeout_multiplier: f64,

@@ -34,7 +34,7 @@ pub(super) fn trial_row(
         finished,
         phases_json: serde_json::to_string(&rec.phases).unwrap_or_else(|_| "{}".into()),
         usage: rec.usage,
-        model_route: plan.model_route.clone(),
+        model_route: plan.route.to_string(),
         scaffold_hash: plan.scaffold.hash(),
         infra_retries: 0,
         integrity: rec.signals,

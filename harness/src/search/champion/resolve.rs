@@ -51,7 +51,7 @@ pub fn prepare(config: &SearchConfig) -> Result<Resolved, SearchError> {
     };
     check("train_pack", &frozen.train_pack, &train_hash)?;
     check("test_pack", &frozen.test_pack, &test_hash)?;
-    check("model", &frozen.model, &config.model)?;
+    check("model", &frozen.model, &config.model.to_string())?;
     check(
         "evaluator_version",
         &frozen.evaluator_version,

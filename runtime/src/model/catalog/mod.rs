@@ -2,7 +2,7 @@
 //!
 //! Routes name a provider and an exact model id: `anthropic:claude-sonnet-5`, `openai:gpt-6-sol`,
 //! `glm:glm-5.3`, `openrouter:openrouter/auto`, `compat:http://127.0.0.1:8000/v1:my-model`, plus
-//! the embedded models (`nop`, `scripted:..`, `oracle:..`, `replay:..`), `cassette:DIR` and
+//! the embedded models (`nop`, `scripted:..`, `oracle[:..]`, `replay:..`, `flaky-oracle:..`), `cassette:DIR` and
 //! `judge:ROUTE`. Ids of catalog providers must be listed exactly: nothing is upgraded or
 //! matched by prefix, so a run always names the model that answered.
 
@@ -22,7 +22,8 @@ mod judge;
 mod route;
 pub use judge::{JudgeDecision, JudgeModel};
 pub use route::{
-    ProviderRoute, Route, ensure_root_route, judge_as_root, parse_route, parse_route_in,
+    EmbeddedRoute, ProviderRoute, Route, ensure_root_route, judge_as_root, parse_route,
+    parse_route_in,
 };
 
 /// The wire API a provider speaks.
