@@ -42,6 +42,9 @@ pub enum ProviderKind {
     Glm,
     Openrouter,
     Compat,
+    /// The ChatGPT (Codex) subscription: OpenAI models over the sign-in of `geode login openai`.
+    #[serde(rename = "openai-codex")]
+    OpenaiCodex,
 }
 
 impl ProviderKind {
@@ -52,6 +55,16 @@ impl ProviderKind {
             ProviderKind::Glm => "glm",
             ProviderKind::Openrouter => "openrouter",
             ProviderKind::Compat => "compat",
+            ProviderKind::OpenaiCodex => "openai-codex",
+        }
+    }
+
+    /// The provider whose catalog models this route serves: a subscription route serves the
+    /// models of the API it fronts.
+    pub fn model_owner(self) -> ProviderKind {
+        match self {
+            ProviderKind::OpenaiCodex => ProviderKind::Openai,
+            other => other,
         }
     }
 
@@ -62,6 +75,7 @@ impl ProviderKind {
             ProviderKind::Glm,
             ProviderKind::Openrouter,
             ProviderKind::Compat,
+            ProviderKind::OpenaiCodex,
         ]
         .into_iter()
         .find(|p| p.as_str() == s)
@@ -138,6 +152,18 @@ impl ModelInfo {
     }
 }
 
+/// What a provider's requests carry as their credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderAuth {
+    /// An API key from `key_env`; calls are billed per token at the catalog's prices.
+    #[default]
+    ApiKey,
+    /// The ChatGPT sign-in (`geode login openai`); calls are covered by the subscription, so
+    /// no price applies.
+    ChatgptLogin,
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderInfo {
@@ -146,6 +172,10 @@ pub struct ProviderInfo {
     pub base_url: Option<String>,
     #[serde(default)]
     pub base_url_env: Option<String>,
+    #[serde(default)]
+    pub auth: ProviderAuth,
+    /// The key's variable; empty for providers that take no key (`auth = "chatgpt_login"`).
+    #[serde(default)]
     pub key_env: String,
     /// Local servers often need no key.
     #[serde(default)]
@@ -190,6 +220,14 @@ impl Catalog {
                 "schema {:?} is not {SCHEMA}",
                 c.schema
             )));
+        }
+        for (kind, p) in &c.providers {
+            if p.auth == ProviderAuth::ApiKey && p.key_env.is_empty() {
+                return Err(CatalogError(format!(
+                    "provider {}: key_env is required with API keys",
+                    kind.as_str()
+                )));
+            }
         }
         let mut seen = std::collections::BTreeSet::new();
         for m in &c.models {
@@ -241,6 +279,15 @@ impl Catalog {
 
     pub fn provider(&self, kind: ProviderKind) -> Option<&ProviderInfo> {
         self.providers.get(&kind)
+    }
+
+    /// The ids a route prefix may be used with, in catalog order.
+    pub fn ids_on_route(&self, route_kind: &str) -> Vec<&str> {
+        self.models
+            .iter()
+            .filter(|m| m.routes.iter().any(|r| r == route_kind))
+            .map(|m| m.id.as_str())
+            .collect()
     }
 
     pub fn ids_of(&self, kind: ProviderKind) -> Vec<&str> {
@@ -398,7 +445,6 @@ mod tests {
     fn refused_routes_say_why() {
         for (route, word) in [
             ("anthropic-oauth:claude-sonnet-5", "OAuth"),
-            ("openai-codex:gpt-6-sol", "subscription"),
             ("glm-coding:glm-5.3", "coding plan"),
         ] {
             let err = parse_route(route).unwrap_err();
