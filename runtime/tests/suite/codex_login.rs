@@ -241,11 +241,12 @@ async fn an_expiring_token_is_refreshed_and_the_refresh_token_rotates() {
     assert_ne!(saved.refresh_token.expose(), old.refresh_token.expose());
     assert_ne!(saved.access_token.expose(), old.access_token.expose());
     assert!(saved.expires_at > now_secs() + 3000);
-    let st = server.state.lock().unwrap();
-    assert_eq!(st.grants, [("refresh_token".to_string(), true)]);
-    let sent = st.responses[0].headers["authorization"].clone();
-    assert_eq!(sent, format!("Bearer {}", saved.access_token.expose()));
-    drop(st);
+    {
+        let st = server.state.lock().unwrap();
+        assert_eq!(st.grants, [("refresh_token".to_string(), true)]);
+        let sent = st.responses[0].headers["authorization"].clone();
+        assert_eq!(sent, format!("Bearer {}", saved.access_token.expose()));
+    }
     // The rotated-out refresh token is refused from now on.
     let client = OAuthClient::new(settings(&opts)).unwrap();
     let err = client.refresh(&old).await.unwrap_err();

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{CredentialHint, Driver, HttpSettings, ReqwestTransport, Transport, WireRequest};
-use crate::model::catalog::{Catalog, ProviderAuth, ProviderRoute, Wire};
+use crate::model::catalog::{Catalog, ProviderAuth, ProviderInfo, ProviderRoute, Wire};
 use crate::model::credentials::{ApiKey, Env};
 use crate::model::effort::Effort;
 use crate::model::errors::ErrorClass;
@@ -146,18 +146,7 @@ pub fn provider_model(
             ),
         });
     }
-    let hint = match info.auth {
-        ProviderAuth::ApiKey => CredentialHint {
-            key_env: info.key_env.clone(),
-            sources: opts.env.describe_sources(&info.key_env),
-            account: info.account.clone(),
-        },
-        ProviderAuth::ChatgptLogin => CredentialHint {
-            key_env: "the ChatGPT sign-in".into(),
-            sources: "the ChatGPT sign-in (run `geode login openai` again)".into(),
-            account: info.account.clone(),
-        },
-    };
+    let hint = credential_hint(info, opts);
     let transport = match transport {
         Some(t) => t,
         None => Arc::new(ReqwestTransport::new(&opts.http)?),
@@ -217,4 +206,20 @@ fn chatgpt_login(
             class: ErrorClass::Auth,
             message: e.to_string(),
         })
+}
+
+/// What the errors of a call name as the credential and the account to check.
+fn credential_hint(info: &ProviderInfo, opts: &RouteOptions) -> CredentialHint {
+    match info.auth {
+        ProviderAuth::ApiKey => CredentialHint {
+            key_env: info.key_env.clone(),
+            sources: opts.env.describe_sources(&info.key_env),
+            account: info.account.clone(),
+        },
+        ProviderAuth::ChatgptLogin => CredentialHint {
+            key_env: "the ChatGPT sign-in".into(),
+            sources: "the ChatGPT sign-in (run `geode login openai` again)".into(),
+            account: info.account.clone(),
+        },
+    }
 }

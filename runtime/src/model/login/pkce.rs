@@ -52,7 +52,7 @@ mod tests {
     #[test]
     fn challenge_matches_the_rfc_example() {
         // RFC 7636, appendix B.
-        let p = Pkce::from_verifier("dBjftJeZ4CVP-mJ0VzkkXwzCs1EaHDKEk4_4mGV5Ypc".into());
+        let p = Pkce::from_verifier("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk".into());
         assert_eq!(p.challenge, "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM");
         let a = Pkce::generate();
         assert_ne!(a.verifier, Pkce::generate().verifier);
