@@ -1,8 +1,9 @@
 //! The model catalog (data in `catalog.toml`), the route grammar, and the judge-only role.
 //!
 //! Routes name a provider and an exact model id: `anthropic:claude-sonnet-5`, `openai:gpt-6-sol`,
-//! `glm:glm-5.3`, `openrouter:openrouter/auto`, `compat:http://127.0.0.1:8000/v1:my-model`, plus
-//! the embedded models (`nop`, `scripted:..`, `oracle:..`, `replay:..`), `cassette:DIR` and
+//! `openai-codex:gpt-6-sol` (the ChatGPT subscription), `glm:glm-5.3`,
+//! `openrouter:openrouter/auto`, `compat:http://127.0.0.1:8000/v1:my-model`, plus the embedded
+//! models (`nop`, `scripted:..`, `oracle:..`, `replay:..`), `cassette:DIR` and
 //! `judge:ROUTE`. Ids of catalog providers must be listed exactly: nothing is upgraded or
 //! matched by prefix, so a run always names the model that answered.
 
@@ -376,6 +377,32 @@ mod tests {
         ] {
             assert_eq!(c.model(id).unwrap().routes, ["openai"]);
         }
+    }
+
+    #[test]
+    fn the_codex_route_serves_its_listed_models_on_the_sign_in() {
+        let c = Catalog::builtin().unwrap();
+        let p = c.provider(ProviderKind::OpenaiCodex).unwrap();
+        assert_eq!(
+            (p.auth, p.wire),
+            (ProviderAuth::ChatgptLogin, Wire::OpenaiResponses)
+        );
+        assert!(p.key_env.is_empty() && !c.refused_routes.contains_key("openai-codex"));
+        let Route::Provider(r) = parse_route("openai-codex:gpt-5.6-terra").unwrap() else {
+            panic!()
+        };
+        assert_eq!(r.provider, ProviderKind::OpenaiCodex);
+        assert_eq!(r.info.unwrap().provider, ProviderKind::Openai);
+        let err = parse_route("openai-codex:gpt-5.4").unwrap_err().to_string();
+        assert!(err.contains("serves: gpt-6-astra, gpt-6-sol"), "{err}");
+        // A provider that takes keys must name its variable.
+        let bad = CATALOG_TOML.replace("key_env = \"ZAI_API_KEY\"", "");
+        assert!(
+            Catalog::parse(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("key_env")
+        );
     }
 
     #[test]
