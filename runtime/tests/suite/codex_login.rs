@@ -326,3 +326,52 @@ async fn a_plan_limit_stops_with_the_reset_time() {
         "not retried"
     );
 }
+
+/// Collects what the tracing subscriber writes.
+#[derive(Clone, Default)]
+struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn no_token_reaches_the_debug_log() {
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let server = CodexServer::start(vec![
+        Reply::json(
+            500,
+            &json!({"error": {"message": "overloaded", "type": "server_error"}}),
+        ),
+        text_reply(&OpenAi, &["ok"]),
+    ])
+    .await;
+    let home = tempfile::tempdir().unwrap();
+    let mut opts = options(&server, home.path());
+    opts.http = fast_http(Duration::from_secs(2), 1);
+    stored(&server, &opts, now_secs() + 10);
+    let m = model_from_route("openai-codex:gpt-6-sol", &opts).unwrap();
+    ask_hi(m.as_ref()).await.unwrap();
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(text.contains("retry 1"), "the retry was logged: {text}");
+    let st = server.state.lock().unwrap();
+    assert_eq!(st.grants, [("refresh_token".to_string(), true)]);
+    for secret in &st.secrets {
+        assert!(
+            !text.contains(secret.as_str()),
+            "a token in the log: {text}"
+        );
+    }
+}
