@@ -80,9 +80,9 @@ pub fn parse_route_in(catalog: &Catalog, route: &str) -> Result<Route, ModelErro
     }
     let Some(provider) = ProviderKind::parse(kind) else {
         return Err(unknown(
-            "routes are anthropic:MODEL, openai:MODEL, openai-codex:MODEL, glm:MODEL, openrouter:MODEL, \
-             compat:BASE_URL:MODEL, cassette:DIR, judge:ROUTE, nop, scripted:FILE, \
-             oracle:SOLVE_SH, replay:DB[#SESSION]"
+            "routes are anthropic:MODEL, openai:MODEL, openai-codex:MODEL, glm:MODEL, \
+             openrouter:MODEL, compat:BASE_URL:MODEL, cassette:DIR, judge:ROUTE, nop, \
+             scripted:FILE, oracle:SOLVE_SH, replay:DB[#SESSION]"
                 .into(),
         ));
     };
