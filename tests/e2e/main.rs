@@ -3,6 +3,7 @@
 
 mod attacks;
 mod channel;
+mod codex_login;
 mod common;
 mod crash;
 mod crucible;

@@ -177,7 +177,7 @@ fn exec_runs_on_anthropic_over_loopback_and_replays_the_recording() {
 fn exec_refuses_subscription_routes_and_unknown_ids() {
     let dir = tempfile::tempdir().unwrap();
     for (route, says) in [
-        ("openai-codex:gpt-6-sol", "subscription"),
+        ("openai-codex:gpt-6-sol", "geode login openai"),
         ("anthropic:claude-sonnet-9", "claude-sonnet-5"),
     ] {
         let out = geode(dir.path(), dir.path(), route, &[], &[]);

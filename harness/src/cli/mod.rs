@@ -20,6 +20,7 @@ mod exec;
 mod external;
 mod image;
 mod input;
+mod login;
 mod mcp;
 mod progress;
 mod receipts;
@@ -112,6 +113,11 @@ pub enum Command {
     /// GEODE as an MCP server (`run_agent`) on stdio or streamable HTTP; `geode mcp list`
     /// shows the MCP servers GEODE uses as a client.
     Mcp(mcp::McpArgs),
+    /// Sign in to a subscription: `geode login openai` (ChatGPT, for openai-codex:MODEL;
+    /// `--device` on a machine without a browser).
+    Login(login::LoginArgs),
+    /// Remove a subscription sign-in: `geode logout openai`.
+    Logout(login::LogoutArgs),
     /// Allow this project's .geode/config.toml to start MCP servers (--show, --revoke).
     Trust(trust::TrustArgs),
     /// Tables, plots and exports of runs (runs `geode-report report ARGS`; see `geode report --help`).
@@ -176,6 +182,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             runtime.block_on(mcp::run(args, daily_config(&model, cli.effort)?))
         }
         Command::Trust(args) => trust::run(args),
+        Command::Login(args) => runtime.block_on(login::login(args)),
+        Command::Logout(args) => login::logout(args),
         // These replace this process (exec), so the runtime above is never used by them.
         Command::Report(pass) => external::dispatch("report", &["report"], &pass.args),
         Command::Compare(pass) => external::dispatch("report", &["compare"], &pass.args),

@@ -87,6 +87,16 @@ impl Env {
             .filter(|v| !v.trim().is_empty())
     }
 
+    /// `$GEODE_HOME`, else `~/.geode`: where sign-ins are kept. Only the lookup counts, not
+    /// the `.env` file that lives inside the directory.
+    pub fn geode_home(&self) -> PathBuf {
+        (self.lookup)("GEODE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| (self.lookup)("HOME").map(|h| PathBuf::from(h).join(".geode")))
+            .unwrap_or_else(|| PathBuf::from(".geode"))
+    }
+
     pub fn key(&self, name: &str) -> Option<ApiKey> {
         self.var(name).map(|v| ApiKey::new(v.trim()))
     }
@@ -134,8 +144,10 @@ pub fn parse_dotenv(text: &str) -> BTreeMap<String, String> {
 }
 
 /// Header names whose values are credentials: stripped from every recording.
-pub const SECRET_HEADERS: [&str; 6] = [
+pub const SECRET_HEADERS: [&str; 7] = [
     "authorization",
+    // Not a token, but it names the ChatGPT account of a subscription sign-in.
+    "chatgpt-account-id",
     "x-api-key",
     "api-key",
     "cookie",

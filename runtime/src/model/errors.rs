@@ -7,6 +7,7 @@
 //! | timeout, connection, server | retry with jittered exponential backoff, bounded |
 //! | auth | stop, name the credential to check |
 //! | billing | stop, name the account to check |
+//! | plan_limit | stop: the subscription's usage limit; say when it resets, if the server says |
 //! | context_overflow | stop; the caller may compact and retry once |
 //! | bad_request, unknown | stop |
 //! | stream_interrupted | stop: output was already streamed, a retry would repeat it |
@@ -41,6 +42,8 @@ pub enum ErrorClass {
     Server,
     Auth,
     Billing,
+    /// A subscription plan's usage limit (ChatGPT plans): it resets in hours, not seconds.
+    PlanLimit,
     ContextOverflow,
     BadRequest,
     StreamInterrupted,
@@ -117,6 +120,7 @@ pub fn classify(status: u16, body: &str) -> Failure {
     let class = match (status, error_type.as_str()) {
         (_, "authentication_error" | "permission_error" | "invalid_api_key") => ErrorClass::Auth,
         (_, "billing_error" | "insufficient_quota") => ErrorClass::Billing,
+        (_, "usage_limit_reached" | "usage_not_included") => ErrorClass::PlanLimit,
         (_, "rate_limit_error" | "rate_limit_exceeded") => ErrorClass::RateLimit,
         (_, "overloaded_error" | "api_error" | "server_error") => ErrorClass::Server,
         (_, "request_too_large") => ErrorClass::ContextOverflow,
@@ -143,7 +147,23 @@ pub fn classify(status: u16, body: &str) -> Failure {
     } else {
         format!("HTTP {status}: {message}")
     };
-    Failure::new(class, message)
+    let mut failure = Failure::new(class, message);
+    if class == ErrorClass::PlanLimit {
+        failure.retry_after = parsed.as_ref().and_then(plan_reset);
+    }
+    failure
+}
+
+/// When a plan limit resets, as the ChatGPT backend says it (`resets_in_seconds`, else the
+/// Unix time `resets_at`).
+fn plan_reset(v: &Value) -> Option<Duration> {
+    let e = v.get("error").unwrap_or(v);
+    if let Some(secs) = e.get("resets_in_seconds").and_then(Value::as_u64) {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = e.get("resets_at").and_then(Value::as_i64)?;
+    let secs = at.saturating_sub(chrono::Utc::now().timestamp()).max(0);
+    Some(Duration::from_secs(secs.unsigned_abs()))
 }
 
 /// `error.message` (Anthropic, OpenAI, Z.ai), `message`, or `error` as a string.

@@ -14,6 +14,7 @@ pub mod embedded;
 pub mod errors;
 pub mod flaky;
 pub mod http;
+pub mod login;
 pub mod openai_responses;
 pub mod record;
 pub mod sse;

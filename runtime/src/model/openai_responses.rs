@@ -6,16 +6,18 @@
 //! next call. Effort goes out as `reasoning.effort`, clamped to the model's levels.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::catalog::{ModelInfo, ProviderRoute};
-use super::errors::{Failure, classify};
+use super::errors::{ErrorClass, Failure, classify};
 use super::http::{
     Assembler, Driver, KeyHeader, ProviderConfig, event_json, tool_arguments, tool_input,
     usage_with_reasoning,
 };
+use super::login::ChatgptAuth;
 use super::sse::SseEvent;
 use super::{Model, ModelError, ModelRequest};
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason};
@@ -26,6 +28,10 @@ pub struct ResponsesModel {
     info: ModelInfo,
     config: ProviderConfig,
     driver: Driver,
+    /// Calls covered by a subscription: usage is reported, no price is applied.
+    subscription: bool,
+    /// The ChatGPT sign-in whose bearer token (and account header) replace the API key.
+    login: Option<Arc<ChatgptAuth>>,
 }
 
 impl ResponsesModel {
@@ -40,7 +46,16 @@ impl ResponsesModel {
             info,
             config,
             driver,
+            subscription: false,
+            login: None,
         })
+    }
+
+    /// The subscription route: same wire, the sign-in's token instead of a key, no price.
+    pub fn subscription(mut self, subscription: bool, login: Option<Arc<ChatgptAuth>>) -> Self {
+        self.subscription = subscription;
+        self.login = login;
+        self
     }
 
     pub fn request_body(&self, request: &ModelRequest<'_>) -> Value {
@@ -61,7 +76,8 @@ impl ResponsesModel {
         if let Some(effort) = self.info.effort(self.config.effort) {
             body["reasoning"] = json!({"effort": effort.as_str(), "summary": "auto"});
         }
-        if let Some(max) = self.config.max_output_tokens {
+        // The subscription endpoint refuses `max_output_tokens`; its plan sets the limit.
+        if let Some(max) = self.config.max_output_tokens.filter(|_| !self.subscription) {
             body["max_output_tokens"] = json!(max.min(self.info.max_output));
         }
         body
@@ -127,14 +143,31 @@ impl Model for ResponsesModel {
     }
 
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<AssistantTurn, ModelError> {
-        let wire = self.config.sse_request(
-            "/responses",
-            &[],
-            KeyHeader::Bearer,
-            self.request_body(request),
-        );
+        let body = self.request_body(request);
+        let wire = match &self.login {
+            None => self
+                .config
+                .sse_request("/responses", &[], KeyHeader::Bearer, body),
+            Some(login) => {
+                let (token, account) = login.bearer().await.map_err(|e| ModelError::Provider {
+                    model: self.route.text.clone(),
+                    class: ErrorClass::Auth,
+                    message: e.to_string(),
+                })?;
+                let config = ProviderConfig {
+                    api_key: Some(token),
+                    ..self.config.clone()
+                };
+                let headers = [("chatgpt-account-id", account.as_str())];
+                config.sse_request("/responses", &headers, KeyHeader::Bearer, body)
+            }
+        };
         let asm = self.driver.call(&wire, StreamState::default).await?;
-        Ok(asm.finish(&self.info))
+        let mut turn = asm.finish(&self.info);
+        if self.subscription {
+            turn.usage.cost_usd = 0.0;
+        }
+        Ok(turn)
     }
 }
 

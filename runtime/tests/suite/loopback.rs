@@ -148,7 +148,7 @@ async fn serve(mut stream: TcpStream, seen: Shared<Vec<Seen>>, replies: Shared<V
 }
 
 /// Read one request (headers, then a Content-Length body). `None` when the client closed.
-async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Seen> {
+pub async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Seen> {
     let head_end = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break i;
@@ -208,7 +208,7 @@ fn reason(status: u16) -> &'static str {
 }
 
 /// Write a reply; `false` when the connection must close (cut, hang, or a write failed).
-async fn write_reply(stream: &mut TcpStream, reply: Reply) -> bool {
+pub async fn write_reply(stream: &mut TcpStream, reply: Reply) -> bool {
     let mut head = format!("HTTP/1.1 {} {}\r\n", reply.status, reason(reply.status));
     for (k, v) in &reply.headers {
         head.push_str(&format!("{k}: {v}\r\n"));

@@ -1,6 +1,8 @@
 mod agent_loop;
 mod builtin_tools;
 mod channel_policy;
+mod codex_login;
+mod codex_server;
 mod common;
 mod delegate;
 mod durable;

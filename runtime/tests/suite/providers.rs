@@ -449,7 +449,7 @@ fn routes_refuse_unknown_ids_and_subscription_plans() {
         "{e}"
     );
     assert!(err("openai:gpt-6").contains("gpt-6-sol"));
-    assert!(err("openai-codex:gpt-6-sol").contains("subscription"));
+    assert!(err("openai-codex:gpt-6-sol").contains("geode login openai"));
     assert!(err("glm-coding:glm-5.3").contains("coding plan"));
     assert!(err("anthropic-oauth:claude-opus-5-5").contains("OAuth"));
     assert!(err("mystery:x").contains("anthropic:MODEL"));

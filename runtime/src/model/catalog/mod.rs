@@ -1,8 +1,9 @@
 //! The model catalog (data in `catalog.toml`), the route grammar, and the judge-only role.
 //!
 //! Routes name a provider and an exact model id: `anthropic:claude-sonnet-5`, `openai:gpt-6-sol`,
-//! `glm:glm-5.3`, `openrouter:openrouter/auto`, `compat:http://127.0.0.1:8000/v1:my-model`, plus
-//! the embedded models (`nop`, `scripted:..`, `oracle[:..]`, `replay:..`, `flaky-oracle:..`), `cassette:DIR` and
+//! `openai-codex:gpt-6-sol` (the ChatGPT subscription), `glm:glm-5.3`,
+//! `openrouter:openrouter/auto`, `compat:http://127.0.0.1:8000/v1:my-model`, plus the embedded
+//! models (`nop`, `scripted:..`, `oracle[:..]`, `replay:..`, `flaky-oracle:..`), `cassette:DIR` and
 //! `judge:ROUTE`. Ids of catalog providers must be listed exactly: nothing is upgraded or
 //! matched by prefix, so a run always names the model that answered.
 
@@ -43,6 +44,9 @@ pub enum ProviderKind {
     Glm,
     Openrouter,
     Compat,
+    /// The ChatGPT (Codex) subscription: OpenAI models over the sign-in of `geode login openai`.
+    #[serde(rename = "openai-codex")]
+    OpenaiCodex,
 }
 
 impl ProviderKind {
@@ -53,6 +57,16 @@ impl ProviderKind {
             ProviderKind::Glm => "glm",
             ProviderKind::Openrouter => "openrouter",
             ProviderKind::Compat => "compat",
+            ProviderKind::OpenaiCodex => "openai-codex",
+        }
+    }
+
+    /// The provider whose catalog models this route serves: a subscription route serves the
+    /// models of the API it fronts.
+    pub fn model_owner(self) -> ProviderKind {
+        match self {
+            ProviderKind::OpenaiCodex => ProviderKind::Openai,
+            other => other,
         }
     }
 
@@ -63,6 +77,7 @@ impl ProviderKind {
             ProviderKind::Glm,
             ProviderKind::Openrouter,
             ProviderKind::Compat,
+            ProviderKind::OpenaiCodex,
         ]
         .into_iter()
         .find(|p| p.as_str() == s)
@@ -139,6 +154,18 @@ impl ModelInfo {
     }
 }
 
+/// What a provider's requests carry as their credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderAuth {
+    /// An API key from `key_env`; calls are billed per token at the catalog's prices.
+    #[default]
+    ApiKey,
+    /// The ChatGPT sign-in (`geode login openai`); calls are covered by the subscription, so
+    /// no price applies.
+    ChatgptLogin,
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderInfo {
@@ -147,6 +174,10 @@ pub struct ProviderInfo {
     pub base_url: Option<String>,
     #[serde(default)]
     pub base_url_env: Option<String>,
+    #[serde(default)]
+    pub auth: ProviderAuth,
+    /// The key's variable; empty for providers that take no key (`auth = "chatgpt_login"`).
+    #[serde(default)]
     pub key_env: String,
     /// Local servers often need no key.
     #[serde(default)]
@@ -191,6 +222,14 @@ impl Catalog {
                 "schema {:?} is not {SCHEMA}",
                 c.schema
             )));
+        }
+        for (kind, p) in &c.providers {
+            if p.auth == ProviderAuth::ApiKey && p.key_env.is_empty() {
+                return Err(CatalogError(format!(
+                    "provider {}: key_env is required with API keys",
+                    kind.as_str()
+                )));
+            }
         }
         let mut seen = std::collections::BTreeSet::new();
         for m in &c.models {
@@ -242,6 +281,15 @@ impl Catalog {
 
     pub fn provider(&self, kind: ProviderKind) -> Option<&ProviderInfo> {
         self.providers.get(&kind)
+    }
+
+    /// The ids a route prefix may be used with, in catalog order.
+    pub fn ids_on_route(&self, route_kind: &str) -> Vec<&str> {
+        self.models
+            .iter()
+            .filter(|m| m.routes.iter().any(|r| r == route_kind))
+            .map(|m| m.id.as_str())
+            .collect()
     }
 
     pub fn ids_of(&self, kind: ProviderKind) -> Vec<&str> {
@@ -333,6 +381,32 @@ mod tests {
     }
 
     #[test]
+    fn the_codex_route_serves_its_listed_models_on_the_sign_in() {
+        let c = Catalog::builtin().unwrap();
+        let p = c.provider(ProviderKind::OpenaiCodex).unwrap();
+        assert_eq!(
+            (p.auth, p.wire),
+            (ProviderAuth::ChatgptLogin, Wire::OpenaiResponses)
+        );
+        assert!(p.key_env.is_empty() && !c.refused_routes.contains_key("openai-codex"));
+        let Route::Provider(r) = parse_route("openai-codex:gpt-5.6-terra").unwrap() else {
+            panic!()
+        };
+        assert_eq!(r.provider, ProviderKind::OpenaiCodex);
+        assert_eq!(r.info.unwrap().provider, ProviderKind::Openai);
+        let err = parse_route("openai-codex:gpt-5.4").unwrap_err().to_string();
+        assert!(err.contains("serves: gpt-6-astra, gpt-6-sol"), "{err}");
+        // A provider that takes keys must name its variable.
+        let bad = CATALOG_TOML.replace("key_env = \"ZAI_API_KEY\"", "");
+        assert!(
+            Catalog::parse(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("key_env")
+        );
+    }
+
+    #[test]
     fn prices_cover_cache_reads_writes_and_reasoning() {
         let p = Prices {
             input: 3.0,
@@ -399,7 +473,6 @@ mod tests {
     fn refused_routes_say_why() {
         for (route, word) in [
             ("anthropic-oauth:claude-sonnet-5", "OAuth"),
-            ("openai-codex:gpt-6-sol", "subscription"),
             ("glm-coding:glm-5.3", "coding plan"),
         ] {
             let err = parse_route(route).unwrap_err();

@@ -179,8 +179,8 @@ impl From<Route> for String {
     }
 }
 
-const ROUTES_HINT: &str = "routes are anthropic:MODEL, openai:MODEL, glm:MODEL, \
-     openrouter:MODEL, compat:BASE_URL:MODEL, cassette:DIR, judge:ROUTE, nop, scripted:FILE, \
+const ROUTES_HINT: &str = "routes are anthropic:MODEL, openai:MODEL, openai-codex:MODEL, \
+     glm:MODEL, openrouter:MODEL, compat:BASE_URL:MODEL, cassette:DIR, judge:ROUTE, nop, scripted:FILE, \
      oracle[:SOLVE_SH], replay:DB[#SESSION], flaky-oracle:P[:tamper]";
 
 /// Parse a route against the built-in catalog.
@@ -318,13 +318,15 @@ fn parse_provider(
         let Some(m) = &info else {
             return Err(unknown(format!(
                 "{kind} has no model {model:?}; exact ids only (nothing is upgraded): {}",
-                catalog.ids_of(provider).join(", ")
+                catalog.ids_on_route(kind).join(", ")
             )));
         };
-        if m.provider != provider || !m.routes.iter().any(|r| r == kind) {
+        if m.provider != provider.model_owner() || !m.routes.iter().any(|r| r == kind) {
             return Err(unknown(format!(
-                "{model} is not served on the {kind} route (its routes: {})",
-                m.routes.join(", ")
+                "{model} is not served on the {kind} route (its routes: {}; the {kind} route \
+                 serves: {})",
+                m.routes.join(", "),
+                catalog.ids_on_route(kind).join(", ")
             )));
         }
     } else if model.is_empty() {
@@ -337,7 +339,7 @@ fn parse_provider(
         provider,
         model,
         base_url,
-        info: info.filter(|m| m.provider == provider),
+        info: info.filter(|m| m.provider == provider.model_owner()),
     })
 }
 

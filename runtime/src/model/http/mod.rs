@@ -359,6 +359,18 @@ impl Driver {
                 "{}; check {} (the key from {})",
                 f.message, h.account, h.key_env
             ),
+            ErrorClass::PlanLimit => match f.retry_after {
+                Some(wait) => format!(
+                    "{}; the plan's usage limit is reached ({}): it resets in {}s",
+                    f.message,
+                    h.account,
+                    wait.as_secs()
+                ),
+                None => format!(
+                    "{}; the plan's usage limit is reached ({})",
+                    f.message, h.account
+                ),
+            },
             _ if too_long.is_some() => format!(
                 "{}; the server asked to wait {:?}, longer than the {:?} allowed",
                 f.message,
@@ -418,7 +430,7 @@ impl Driver {
             }
             self.record(request, status, &headers, &raw, &StreamEnd::Complete)?;
             let mut f = classify(status, &String::from_utf8_lossy(&raw));
-            f.retry_after = retry_after(&headers);
+            f.retry_after = retry_after(&headers).or(f.retry_after);
             return Err(AttemptError::Failed(f));
         }
         let mut parser = SseParser::new();

@@ -8,10 +8,11 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{CredentialHint, Driver, HttpSettings, ReqwestTransport, Transport, WireRequest};
-use crate::model::catalog::{Catalog, ProviderRoute, Wire};
+use crate::model::catalog::{Catalog, ProviderAuth, ProviderInfo, ProviderRoute, Wire};
 use crate::model::credentials::{ApiKey, Env};
 use crate::model::effort::Effort;
 use crate::model::errors::ErrorClass;
+use crate::model::login::{ChatgptAuth, OAuthSettings};
 use crate::model::record::Recorder;
 use crate::model::{Model, ModelError};
 
@@ -123,9 +124,19 @@ pub fn provider_model(
             route: route.text.clone(),
             hint: "no base URL: give one in the route or the config".into(),
         })?;
-    let api_key = opts.api_key.clone().or_else(|| opts.env.key(&info.key_env));
     let replaying = transport.is_some();
-    if api_key.is_none() && !info.key_optional && !replaying {
+    let subscription = info.auth == ProviderAuth::ChatgptLogin;
+    // A replay answers from the cassette: it needs no sign-in.
+    let login = if subscription && !replaying {
+        Some(chatgpt_login(route, opts)?)
+    } else {
+        None
+    };
+    let api_key = match info.auth {
+        ProviderAuth::ApiKey => opts.api_key.clone().or_else(|| opts.env.key(&info.key_env)),
+        ProviderAuth::ChatgptLogin => None,
+    };
+    if api_key.is_none() && !info.key_optional && !replaying && !subscription {
         return Err(ModelError::Provider {
             model: route.text.clone(),
             class: ErrorClass::Auth,
@@ -135,11 +146,7 @@ pub fn provider_model(
             ),
         });
     }
-    let hint = CredentialHint {
-        key_env: info.key_env.clone(),
-        sources: opts.env.describe_sources(&info.key_env),
-        account: info.account.clone(),
-    };
+    let hint = credential_hint(info, opts);
     let transport = match transport {
         Some(t) => t,
         None => Arc::new(ReqwestTransport::new(&opts.http)?),
@@ -175,15 +182,44 @@ pub fn provider_model(
             config,
             driver,
         )?),
-        Wire::OpenaiResponses => Arc::new(crate::model::openai_responses::ResponsesModel::new(
-            route.clone(),
-            config,
-            driver,
-        )?),
+        Wire::OpenaiResponses => Arc::new(
+            crate::model::openai_responses::ResponsesModel::new(route.clone(), config, driver)?
+                .subscription(subscription, login),
+        ),
         Wire::ChatCompletions => Arc::new(crate::model::chat_compat::ChatModel::new(
             route.clone(),
             config,
             driver,
         )),
     })
+}
+
+/// The stored ChatGPT sign-in, refused before any request when there is none.
+fn chatgpt_login(
+    route: &ProviderRoute,
+    opts: &RouteOptions,
+) -> Result<Arc<ChatgptAuth>, ModelError> {
+    ChatgptAuth::load(OAuthSettings::from_env(&opts.env))
+        .map(Arc::new)
+        .map_err(|e| ModelError::Provider {
+            model: route.text.clone(),
+            class: ErrorClass::Auth,
+            message: e.to_string(),
+        })
+}
+
+/// What the errors of a call name as the credential and the account to check.
+fn credential_hint(info: &ProviderInfo, opts: &RouteOptions) -> CredentialHint {
+    match info.auth {
+        ProviderAuth::ApiKey => CredentialHint {
+            key_env: info.key_env.clone(),
+            sources: opts.env.describe_sources(&info.key_env),
+            account: info.account.clone(),
+        },
+        ProviderAuth::ChatgptLogin => CredentialHint {
+            key_env: "the ChatGPT sign-in".into(),
+            sources: "the ChatGPT sign-in (run `geode login openai` again)".into(),
+            account: info.account.clone(),
+        },
+    }
 }
