@@ -34,20 +34,9 @@ pub enum Stage {
 /// 0.95), the t bound holds there but is the looser of the two where rates are near 0 or 1 with
 /// many tasks; the smaller of the two holds its coverage in every measured cell at the cost of a
 /// little power. `bca` and `percentile` remain for contracts frozen under them.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::Display,
-    strum::EnumIter,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "snake_case")]
 pub enum LowerBoundMethod {
     Percentile,

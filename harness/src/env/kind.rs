@@ -4,22 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Which backend runs a run's trials.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    clap::ValueEnum,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::Display,
-    strum::EnumIter,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
+#[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "lowercase")]
 pub enum BackendKind {
     /// Namespaces and overlayfs over the task's image, no engine (the default).

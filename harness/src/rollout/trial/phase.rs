@@ -10,23 +10,9 @@ use serde::{Deserialize, Serialize};
 /// The variants are declared in the alphabetical order of their names: the phase maps are
 /// `BTreeMap`s keyed by this type, and their JSON (`phases_json`, `phase_seconds`) must list
 /// the keys in the order the former string keys had.
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    Serialize,
-    Deserialize,
-    strum::IntoStaticStr,
-    strum::EnumString,
-    strum::Display,
-    strum::EnumIter,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "snake_case")]
 pub enum TrialPhase {
     AgentExecution,
