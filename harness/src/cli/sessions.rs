@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::Args;
 use geode_runtime::agent::restore::load_checkpoint;
 use geode_runtime::conversation::{ContentBlock, Message, Role};
+use geode_runtime::model::catalog::cost_text;
 use geode_runtime::store::checkpoint::CheckpointStore;
 
 use super::exec::checkpoint_root;
@@ -105,11 +106,12 @@ pub fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
         } else {
             writeln!(
                 out,
-                "{}\t{}\t{}\t{}\t${cost:.4}\t{title}",
+                "{}\t{}\t{}\t{}\t{}\t{title}",
                 row.session_id,
                 row.updated_at,
                 row.status.as_str(),
-                row.model
+                row.model,
+                cost_text(&row.model, cost)
             )?;
         }
     }

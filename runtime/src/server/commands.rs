@@ -4,6 +4,7 @@
 
 use super::Shared;
 use crate::agent::AgenticLoop;
+use crate::model::catalog::cost_text;
 use crate::model::effort::Effort;
 
 pub const HELP: &str = "\
@@ -41,12 +42,12 @@ pub fn run(name: &str, lp: &AgenticLoop, shared: &Shared) -> String {
         "cost" => {
             let u = lp.usage();
             format!(
-                "input {} (cached {}), output {}, reasoning {} tokens; ${:.4}",
+                "input {} (cached {}), output {}, reasoning {} tokens; {}",
                 u.input_tokens,
                 u.cached_input_tokens,
                 u.output_tokens,
                 u.reasoning_tokens,
-                u.cost_usd
+                cost_text(lp.model_id(), u.cost_usd)
             )
         }
         "plan" => match lp.cognition().plan {

@@ -301,9 +301,35 @@ impl Catalog {
     }
 }
 
+/// A session's cost as a person reads it: dollars at the catalog's prices, or `subscription`
+/// on a route whose calls a subscription covers, where no price applies and none is made up.
+pub fn cost_text(route: &str, cost_usd: f64) -> String {
+    let covered = Catalog::builtin()
+        .ok()
+        .zip(parse_route(route).ok())
+        .and_then(|(catalog, route)| match route {
+            Route::Provider(p) => catalog.provider(p.provider),
+            _ => None,
+        })
+        .is_some_and(|info| info.auth == ProviderAuth::ChatgptLogin);
+    if covered {
+        "subscription".into()
+    } else {
+        format!("${cost_usd:.4}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subscription_route_costs_subscription_not_a_price() {
+        assert_eq!(cost_text("openai-codex:gpt-6-sol", 0.0), "subscription");
+        assert_eq!(cost_text("openai:gpt-6-sol", 0.01234), "$0.0123");
+        assert_eq!(cost_text("scripted:s.toml", 0.0), "$0.0000");
+        assert_eq!(cost_text("not a route", 1.0), "$1.0000");
+    }
 
     const MISSION_IDS: [&str; 34] = [
         "claude-fable-5-1",
