@@ -220,6 +220,57 @@ fn a_line_ending_in_a_backslash_continues_the_message() {
 }
 
 #[test]
+fn a_bang_command_runs_through_the_pipeline_and_reaches_the_next_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    // The prompt the session got, kept by a hook; a PreToolUse hook sees the person's command
+    // as it sees the model's calls.
+    std::fs::write(
+        d.join("home/hooks.toml"),
+        "[[hooks.UserPromptSubmit]]\n[[hooks.UserPromptSubmit.hooks]]\n\
+         type = \"command\"\ncommand = \"cat >> prompts.jsonl; echo >> prompts.jsonl\"\n\
+         [[hooks.PreToolUse]]\nmatcher = \"Bash\"\n[[hooks.PreToolUse.hooks]]\n\
+         type = \"command\"\ncommand = \"cat > bash-call.json\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("home/config.toml"),
+        "hitl = \"auto\"\nhooks = \"hooks.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("script.toml"), "[[turns]]\ntext = \"Seen.\"\n").unwrap();
+    let out = repl_typed(
+        d,
+        &["--model", "scripted:script.toml"],
+        b"!echo made > made.txt; echo the-output\nwhat happened?\n/exit\n",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(d.join("made.txt")).unwrap(),
+        "made\n"
+    );
+    assert!(stdout.contains("the-output"), "{stdout}");
+    let call: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("bash-call.json")).unwrap()).unwrap();
+    assert_eq!(call["tool_name"], "bash", "{call}");
+    let prompts: Vec<Value> = std::fs::read_to_string(d.join("prompts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(prompts.len(), 1, "{prompts:?}");
+    let prompt = prompts[0]["prompt"].as_str().unwrap();
+    assert!(
+        prompt.starts_with("The user ran `echo made > made.txt; echo the-output`")
+            && prompt.contains("the-output")
+            && prompt.ends_with("what happened?"),
+        "{prompt}"
+    );
+}
+
+#[test]
 fn sessions_are_listed_newest_first_with_their_first_prompt_and_cost() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -110,6 +110,14 @@ async fn send_next<W: AsyncWrite + Unpin>(
     if text.is_empty() {
         return Ok(Sent::Nothing);
     }
+    if let Some(command) = text.strip_prefix('!') {
+        let command = command.trim().to_string();
+        if command.is_empty() {
+            return Ok(Sent::Nothing);
+        }
+        send(wr, &ClientMessage::Shell { command }).await?;
+        return Ok(Sent::Request);
+    }
     if let Some(cmd) = text.strip_prefix('/') {
         let (name, args) = cmd.split_once(' ').unwrap_or((cmd, ""));
         if name == "quit" || name == "exit" {

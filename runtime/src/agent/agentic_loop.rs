@@ -442,18 +442,7 @@ impl AgenticLoop {
         turn.tool_calls += records.len() as u32;
         let mut results = Vec::with_capacity(records.len());
         for r in records {
-            self.emit(LoopEvent::ToolEnded {
-                call_id: r.result.tool_use_id.clone(),
-                tool: r.tool.clone(),
-                outcome: r.outcome.clone(),
-                is_error: r.result.is_error,
-                output: super::events::capped_output(&r.result.content),
-                duration_ms: u64::try_from(r.duration.as_millis()).unwrap_or(u64::MAX),
-                error: r
-                    .result
-                    .is_error
-                    .then(|| r.result.content.lines().next().unwrap_or("").to_string()),
-            });
+            self.emit(LoopEvent::tool_ended(r));
             results.push(ContentBlock::from(r.result.clone()));
         }
         self.evidence_for(records);

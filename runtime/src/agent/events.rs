@@ -8,6 +8,7 @@ use super::termination::TerminationReason;
 use super::verify::Verdict;
 use crate::conversation::Usage;
 use crate::store::timeline::CallOutcome;
+use crate::tools::executor::CallRecord;
 
 /// Characters of a tool's output an event carries (the timeline keeps all of it).
 pub const EVENT_OUTPUT_CHARS: usize = 4000;
@@ -72,4 +73,22 @@ pub enum LoopEvent {
         tool_calls: u32,
         usage: Usage,
     },
+}
+
+impl LoopEvent {
+    /// The event a finished call is reported with.
+    pub fn tool_ended(record: &CallRecord) -> LoopEvent {
+        let result = &record.result;
+        LoopEvent::ToolEnded {
+            call_id: result.tool_use_id.clone(),
+            tool: record.tool.clone(),
+            outcome: record.outcome.clone(),
+            is_error: result.is_error,
+            output: capped_output(&result.content),
+            duration_ms: u64::try_from(record.duration.as_millis()).unwrap_or(u64::MAX),
+            error: result
+                .is_error
+                .then(|| result.content.lines().next().unwrap_or("").to_string()),
+        }
+    }
 }

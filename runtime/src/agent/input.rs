@@ -1,13 +1,18 @@
 //! Stage 1 of a turn, preparing the input: the session's start row on its first turn and the
 //! UserPromptSubmit hook, which may block or rewrite the prompt before it joins the
 //! conversation. Its own file because it is the only stage that runs before the model is
-//! consulted.
+//! consulted; a person's own `!command` between turns is input of that kind too.
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use super::agentic_loop::AgenticLoop;
 use super::events::LoopEvent;
-use crate::conversation::Message;
+use crate::conversation::{Message, ToolCall};
 use crate::hooks::{HookDecision, HookEvent};
+use crate::ids::{CorrelationId, StepSnapshot};
 use crate::store::timeline::TimelineEvent;
+use crate::tools::executor::CallRecord;
 
 impl AgenticLoop {
     /// The session start row (first turn), UserPromptSubmit (block ends the turn, rewrite
@@ -58,5 +63,39 @@ impl AgenticLoop {
         }
         self.append_user(Message::user_text(text));
         Ok(())
+    }
+
+    /// A person's `!COMMAND` between turns: a `bash` call through the whole pipeline (scope,
+    /// policy, hooks, approval, effect receipt, timeline) as the model's calls go, reported with
+    /// the same events. Nothing joins the conversation here: the driver shows the record and
+    /// hands it to the next prompt, so the model reads it with what the person asks next.
+    pub async fn run_user_command(
+        &mut self,
+        command: &str,
+        cancel: &CancellationToken,
+    ) -> CallRecord {
+        let id = format!("user-{}", uuid::Uuid::new_v4().simple());
+        let plan = self.p.executor.plan();
+        let snapshot = StepSnapshot {
+            model_id: self.p.model.id().to_string(),
+            plan_generation: plan.generation(),
+            plan_hash: plan.hash().clone(),
+            correlation_id: CorrelationId::new(format!(
+                "{}:{}:{id}",
+                self.p.session_id,
+                self.counters.turn()
+            )),
+            round: 0,
+        };
+        let call = ToolCall {
+            id,
+            name: "bash".into(),
+            input: json!({ "command": command }),
+        };
+        let mut records = self.execute_calls(vec![call], &snapshot, cancel).await;
+        // The executor answers every call it is given with exactly one record.
+        let record = records.remove(0);
+        self.emit(LoopEvent::tool_ended(&record));
+        record
     }
 }

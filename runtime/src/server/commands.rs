@@ -19,7 +19,9 @@ pub const HELP: &str = "\
 /resume [ID]        continue a checkpointed session (no id: the recent ones)
 /mcp                MCP servers
 /hooks              configured hooks
-/quit               leave (Ctrl-D too); Ctrl-C cancels a running turn";
+/quit               leave (Ctrl-D too); Ctrl-C cancels a running turn
+!COMMAND            run COMMAND in the workspace through the tool pipeline; the model reads
+                    its output with your next prompt";
 
 /// The text answer of a command that does not change the connection.
 pub fn run(name: &str, lp: &AgenticLoop, shared: &Shared) -> String {

@@ -140,6 +140,8 @@ struct Live {
     events: UnboundedReceiver<LoopEvent>,
     /// Restored by `/resume`: the next turn goes through `resume_turn`.
     resumed: bool,
+    /// What the person's `!commands` since the last prompt printed, for the next prompt.
+    shell_context: Vec<String>,
 }
 
 struct Conn {
@@ -175,6 +177,7 @@ impl Conn {
             lp: create_session(cfg)?,
             events,
             resumed: false,
+            shell_context: Vec::new(),
         })
     }
 
@@ -204,6 +207,7 @@ impl Conn {
                 lp,
                 events,
                 resumed: true,
+                shell_context: Vec::new(),
             },
             text,
         ))
@@ -270,6 +274,13 @@ where
                 let text = run_command(&conn, &mut live, &name, &args).await;
                 conn.send(ServerMessage::CommandResult { name, text });
             }
+            Some(ClientMessage::Shell { command }) => {
+                let text = run_shell(&conn, &mut live, &command).await;
+                conn.send(ServerMessage::CommandResult {
+                    name: "!".into(),
+                    text,
+                });
+            }
             Some(ClientMessage::Resume { session_id }) => {
                 queued.push_front(ClientMessage::Command {
                     name: "resume".into(),
@@ -322,6 +333,30 @@ async fn run_command(conn: &Conn, live: &mut Live, name: &str, args: &str) -> St
     }
 }
 
+/// `!COMMAND`: under the session's lane, a `bash` call through the session's pipeline. Its
+/// output is the answer now, and goes to the model ahead of the next prompt.
+async fn run_shell(conn: &Conn, live: &mut Live, command: &str) -> String {
+    let key = live.lp.session_id().to_string();
+    let Ok(_lane) = conn.shared.lanes.acquire(&key).await else {
+        return "the daemon is draining: no new commands".into();
+    };
+    let record = live
+        .lp
+        .run_user_command(command, &CancellationToken::new())
+        .await;
+    while let Ok(ev) = live.events.try_recv() {
+        if let Some(m) = ServerMessage::from_event(&ev) {
+            conn.send(m);
+        }
+    }
+    let output = record.result.content;
+    live.shell_context.push(format!(
+        "The user ran `{command}` in the workspace ({}):\n{output}",
+        record.outcome
+    ));
+    output
+}
+
 /// Run one turn under the session lane, relaying its events. Returns true when the client
 /// asked to exit (or went away) during the turn.
 async fn run_prompt(
@@ -343,6 +378,8 @@ async fn run_prompt(
     let mut exit = false;
     let mut inbox_open = true;
     let resumed = std::mem::replace(&mut live.resumed, false);
+    let text = with_shell_context(std::mem::take(&mut live.shell_context), text);
+    let text = text.as_str();
     let Live { lp, events, .. } = live;
     let outcome: Result<TurnOutcome, String> = {
         let turn = async {
@@ -396,4 +433,12 @@ async fn run_prompt(
         }),
     }
     exit
+}
+
+/// The prompt, after what the person's `!commands` printed since the last one.
+fn with_shell_context(context: Vec<String>, prompt: &str) -> String {
+    if context.is_empty() {
+        return prompt.to_string();
+    }
+    format!("{}\n\n{prompt}", context.join("\n\n"))
 }

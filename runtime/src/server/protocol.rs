@@ -37,6 +37,10 @@ pub enum ClientMessage {
         #[serde(default)]
         args: String,
     },
+    /// `!COMMAND` typed at the prompt: run in the session's workspace through its pipeline.
+    Shell {
+        command: String,
+    },
     Cancel,
     Resume {
         session_id: String,
