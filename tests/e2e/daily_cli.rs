@@ -26,6 +26,30 @@ fn repl_typed(dir: &Path, args: &[&str], typed: &[u8]) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
+/// The user's configuration in `dir/home`: `hooks` as its hooks file, after `settings`.
+fn user_hooks(dir: &Path, hooks: &str, settings: &str) {
+    std::fs::create_dir_all(dir.join("home")).unwrap();
+    std::fs::write(dir.join("home/hooks.toml"), hooks).unwrap();
+    std::fs::write(
+        dir.join("home/config.toml"),
+        format!("{settings}hooks = \"hooks.toml\"\n"),
+    )
+    .unwrap();
+}
+
+/// A UserPromptSubmit hook that keeps each prompt the session got, a JSON line each.
+const KEEP_PROMPTS: &str = "[[hooks.UserPromptSubmit]]\n[[hooks.UserPromptSubmit.hooks]]\n\
+     type = \"command\"\ncommand = \"cat >> prompts.jsonl; echo >> prompts.jsonl\"\n";
+
+/// The prompts `KEEP_PROMPTS` kept in `dir`.
+fn kept_prompts(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("prompts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[test]
 fn a_bad_model_route_or_effort_stops_the_repl_before_it_starts() {
     let dir = tempfile::tempdir().unwrap();
@@ -135,17 +159,15 @@ fn the_repl_runs_hooks_from_the_configuration_and_a_project_s_only_once_trusted(
 fn a_hook_matcher_that_matches_no_tool_is_warned_about() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::create_dir_all(d.join("home")).unwrap();
     // `Shell` is no tool's name, here or in Claude Code; `Bash` maps to bash.
-    std::fs::write(
-        d.join("home/hooks.toml"),
+    user_hooks(
+        d,
         "[[hooks.PreToolUse]]\nmatcher = \"Shell\"\n[[hooks.PreToolUse.hooks]]\n\
          type = \"command\"\ncommand = \"exit 2\"\n\
          [[hooks.PreToolUse]]\nmatcher = \"Bash\"\n[[hooks.PreToolUse.hooks]]\n\
          type = \"command\"\ncommand = \"exit 0\"\n",
-    )
-    .unwrap();
-    std::fs::write(d.join("home/config.toml"), "hooks = \"hooks.toml\"\n").unwrap();
+        "",
+    );
     let out = repl_typed(d, &["--model", "nop"], b"/exit\n");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -194,15 +216,7 @@ fn continue_resumes_the_most_recent_session_or_says_there_is_none() {
 fn a_line_ending_in_a_backslash_continues_the_message() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::create_dir_all(d.join("home")).unwrap();
-    // The prompt as the session got it, kept by a hook.
-    std::fs::write(
-        d.join("home/hooks.toml"),
-        "[[hooks.UserPromptSubmit]]\n[[hooks.UserPromptSubmit.hooks]]\n\
-         type = \"command\"\ncommand = \"cat >> prompts.jsonl; echo >> prompts.jsonl\"\n",
-    )
-    .unwrap();
-    std::fs::write(d.join("home/config.toml"), "hooks = \"hooks.toml\"\n").unwrap();
+    user_hooks(d, KEEP_PROMPTS, "");
     std::fs::write(d.join("script.toml"), "[[turns]]\ntext = \"Read.\"\n").unwrap();
     let out = repl_typed(
         d,
@@ -210,11 +224,7 @@ fn a_line_ending_in_a_backslash_continues_the_message() {
         b"first line\\\nsecond line\n/exit\n",
     );
     assert!(out.status.success(), "{out:?}");
-    let prompts: Vec<Value> = std::fs::read_to_string(d.join("prompts.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let prompts = kept_prompts(d);
     assert_eq!(prompts.len(), 1, "{prompts:?}");
     assert_eq!(prompts[0]["prompt"], "first line\nsecond line");
 }
@@ -223,22 +233,12 @@ fn a_line_ending_in_a_backslash_continues_the_message() {
 fn a_bang_command_runs_through_the_pipeline_and_reaches_the_next_prompt() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::create_dir_all(d.join("home")).unwrap();
-    // The prompt the session got, kept by a hook; a PreToolUse hook sees the person's command
-    // as it sees the model's calls.
-    std::fs::write(
-        d.join("home/hooks.toml"),
-        "[[hooks.UserPromptSubmit]]\n[[hooks.UserPromptSubmit.hooks]]\n\
-         type = \"command\"\ncommand = \"cat >> prompts.jsonl; echo >> prompts.jsonl\"\n\
-         [[hooks.PreToolUse]]\nmatcher = \"Bash\"\n[[hooks.PreToolUse.hooks]]\n\
-         type = \"command\"\ncommand = \"cat > bash-call.json\"\n",
-    )
-    .unwrap();
-    std::fs::write(
-        d.join("home/config.toml"),
-        "hitl = \"auto\"\nhooks = \"hooks.toml\"\n",
-    )
-    .unwrap();
+    // A PreToolUse hook sees the person's command as it sees the model's calls.
+    let hooks = format!(
+        "{KEEP_PROMPTS}[[hooks.PreToolUse]]\nmatcher = \"Bash\"\n\
+         [[hooks.PreToolUse.hooks]]\ntype = \"command\"\ncommand = \"cat > bash-call.json\"\n"
+    );
+    user_hooks(d, &hooks, "hitl = \"auto\"\n");
     std::fs::write(d.join("script.toml"), "[[turns]]\ntext = \"Seen.\"\n").unwrap();
     let out = repl_typed(
         d,
@@ -255,11 +255,7 @@ fn a_bang_command_runs_through_the_pipeline_and_reaches_the_next_prompt() {
     let call: Value =
         serde_json::from_str(&std::fs::read_to_string(d.join("bash-call.json")).unwrap()).unwrap();
     assert_eq!(call["tool_name"], "bash", "{call}");
-    let prompts: Vec<Value> = std::fs::read_to_string(d.join("prompts.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let prompts = kept_prompts(d);
     assert_eq!(prompts.len(), 1, "{prompts:?}");
     let prompt = prompts[0]["prompt"].as_str().unwrap();
     assert!(

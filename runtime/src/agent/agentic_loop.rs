@@ -285,20 +285,25 @@ impl AgenticLoop {
         let call = self.counters.count_call();
         let system = self.system_prompt(turn);
         self.transcript.sent_with(&system);
+        let snapshot = self.step_snapshot(&call.to_string(), turn.rounds);
+        (system, snapshot)
+    }
+
+    /// What the records of one step name: model, plan, and `session:turn:step` as its
+    /// correlation id.
+    pub(super) fn step_snapshot(&self, step: &str, round: u32) -> StepSnapshot {
         let plan = self.p.executor.plan();
-        let snapshot = StepSnapshot {
+        StepSnapshot {
             model_id: self.p.model.id().to_string(),
             plan_generation: plan.generation(),
             plan_hash: plan.hash().clone(),
             correlation_id: CorrelationId::new(format!(
-                "{}:{}:{}",
+                "{}:{}:{step}",
                 self.p.session_id,
-                self.counters.turn(),
-                call
+                self.counters.turn()
             )),
-            round: turn.rounds,
-        };
-        (system, snapshot)
+            round,
+        }
     }
 
     /// This round's system prompt: static sections, then plan, reflection and runtime hints.

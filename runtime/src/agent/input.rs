@@ -10,7 +10,6 @@ use super::agentic_loop::AgenticLoop;
 use super::events::LoopEvent;
 use crate::conversation::{Message, ToolCall};
 use crate::hooks::{HookDecision, HookEvent};
-use crate::ids::{CorrelationId, StepSnapshot};
 use crate::store::timeline::TimelineEvent;
 use crate::tools::executor::CallRecord;
 
@@ -75,18 +74,7 @@ impl AgenticLoop {
         cancel: &CancellationToken,
     ) -> CallRecord {
         let id = format!("user-{}", uuid::Uuid::new_v4().simple());
-        let plan = self.p.executor.plan();
-        let snapshot = StepSnapshot {
-            model_id: self.p.model.id().to_string(),
-            plan_generation: plan.generation(),
-            plan_hash: plan.hash().clone(),
-            correlation_id: CorrelationId::new(format!(
-                "{}:{}:{id}",
-                self.p.session_id,
-                self.counters.turn()
-            )),
-            round: 0,
-        };
+        let snapshot = self.step_snapshot(&id, 0);
         let call = ToolCall {
             id,
             name: "bash".into(),
