@@ -26,6 +26,27 @@ fn repl_typed(dir: &Path, args: &[&str], typed: &[u8]) -> std::process::Output {
     child.wait_with_output().unwrap()
 }
 
+/// A checkpointed `geode exec` session `id` on `answer.toml`, a little older than the next.
+fn exec_session(dir: &Path, id: &str, prompt: &str) {
+    let out = geode(dir)
+        .args([
+            "exec",
+            "--model",
+            "scripted:answer.toml",
+            "--session-id",
+            id,
+            prompt,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(20));
+}
+
 /// The user's configuration in `dir/home`: `hooks` as its hooks file, after `settings`.
 fn user_hooks(dir: &Path, hooks: &str, settings: &str) {
     std::fs::create_dir_all(dir.join("home")).unwrap();
@@ -191,19 +212,7 @@ fn continue_resumes_the_most_recent_session_or_says_there_is_none() {
 
     std::fs::write(d.join("answer.toml"), "[[turns]]\ntext = \"Fine.\"\n").unwrap();
     for id in ["older-one", "newer-one"] {
-        let out = geode(d)
-            .args([
-                "exec",
-                "--model",
-                "scripted:answer.toml",
-                "--session-id",
-                id,
-            ])
-            .arg(format!("prompt of {id}"))
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        std::thread::sleep(Duration::from_millis(20));
+        exec_session(d, id, &format!("prompt of {id}"));
     }
     let out = repl_typed(d, &["--model", "nop", "-c"], b"/exit\n");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -275,23 +284,7 @@ fn sessions_are_listed_newest_first_with_their_first_prompt_and_cost() {
         ("first-one", "fix the flaky test in ci\nwith details"),
         ("second-one", "write the release notes"),
     ] {
-        let out = geode(d)
-            .args([
-                "exec",
-                "--model",
-                "scripted:answer.toml",
-                "--session-id",
-                id,
-                prompt,
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::thread::sleep(Duration::from_millis(20));
+        exec_session(d, id, prompt);
     }
     let out = geode(d).arg("sessions").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
