@@ -29,5 +29,6 @@ pub mod scaffold;
 #[cfg(feature = "daemon")]
 pub mod server;
 pub mod session;
+pub mod skills;
 pub mod store;
 pub mod tools;

@@ -125,6 +125,10 @@ pub struct Scaffold {
     pub tool_result_cap: usize,
     #[serde(skip_serializing_if = "CompactionLimits::is_default")]
     pub compaction: CompactionLimits,
+    /// The content hash of the session's skills (`SkillSet::hash`), set when the session is
+    /// built; absent without skills, so scaffolds of sessions without skills keep their hash.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skills: Option<String>,
 }
 
 impl Default for Scaffold {
@@ -143,6 +147,7 @@ impl Default for Scaffold {
             guards: GuardLimits::default(),
             tool_result_cap: 64 * 1024,
             compaction: CompactionLimits::default(),
+            skills: None,
         }
     }
 }

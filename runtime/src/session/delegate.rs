@@ -59,6 +59,7 @@ pub struct ChildTemplate {
     pub extra_tools: Vec<BoundTool>,
     pub middleware: Vec<Arc<dyn ToolRequestMiddleware>>,
     pub scaffold: Scaffold,
+    pub skills: Arc<crate::skills::SkillSet>,
     pub date: Option<String>,
 }
 
@@ -167,6 +168,7 @@ impl DelegateTool {
         let mut cfg = SessionConfig::new(policy, t.workspace.clone(), t.model.get());
         cfg.session_id = id;
         cfg.scaffold = scaffold;
+        cfg.skills = t.skills.clone();
         cfg.timeline = t.timeline.clone();
         cfg.hooks = (*t.hooks).clone();
         cfg.approver = t.approver.clone();

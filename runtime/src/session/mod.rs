@@ -23,6 +23,7 @@ use crate::ids::SessionId;
 use crate::model::{Model, ModelSlot};
 use crate::policy::SessionPolicy;
 use crate::scaffold::Scaffold;
+use crate::skills::{LOAD_SKILL_TOOL, SkillSet, SkillWorkspace, load_skill_tool};
 use crate::store::StoreError;
 use crate::store::checkpoint::CheckpointStore;
 use crate::store::timeline::SessionTimeline;
@@ -48,6 +49,9 @@ pub struct SessionConfig {
     pub approver: Arc<dyn Approver>,
     /// Tools beyond the built-in and cognitive ones (MCP tools, test tools).
     pub extra_tools: Vec<BoundTool>,
+    /// The session's skills, shared by the executor (`load_skill`, their folders readable) and
+    /// the loop (the prompt's list, the scaffold hash). Empty: none of that is added.
+    pub skills: Arc<SkillSet>,
     pub middleware: Vec<Arc<dyn ToolRequestMiddleware>>,
     pub events: Option<UnboundedSender<LoopEvent>>,
     /// `YYYY-MM-DD` for the prompt; today (UTC) when `None`.
@@ -84,6 +88,7 @@ impl SessionConfig {
             hooks: HookRegistry::new(),
             approver: Arc::new(NoHuman),
             extra_tools: Vec::new(),
+            skills: Arc::new(SkillSet::default()),
             middleware: Vec::new(),
             events: None,
             date: None,
@@ -137,7 +142,7 @@ pub fn standard_tool_names() -> Vec<String> {
         .into_iter()
         .chain(cognitive_tools())
         .map(|t| t.spec.name)
-        .chain([DELEGATE_TOOL.to_string()])
+        .chain([DELEGATE_TOOL.to_string(), LOAD_SKILL_TOOL.to_string()])
         .collect()
 }
 
@@ -153,6 +158,13 @@ fn build(
     let mut tools = builtin_tools();
     tools.extend(cognitive_tools());
     tools.extend(cfg.extra_tools.iter().cloned());
+    let skills = cfg.skills.clone();
+    let workspace: Arc<dyn Workspace> = if skills.is_empty() {
+        cfg.workspace.clone()
+    } else {
+        tools.push(load_skill_tool(skills.clone()));
+        Arc::new(SkillWorkspace::new(cfg.workspace.clone(), skills.clone()))
+    };
     if !cfg.policy.deny_list.contains(DELEGATE_TOOL) && cfg.policy.allows_tool(DELEGATE_TOOL) {
         let names = tools.iter().map(|t| t.spec.name.clone()).collect();
         let template = ChildTemplate {
@@ -163,6 +175,7 @@ fn build(
             hooks: hooks.clone(),
             timeline: cfg.timeline.clone(),
             extra_tools: cfg.extra_tools,
+            skills: cfg.skills,
             middleware: cfg.middleware.clone(),
             scaffold: cfg.scaffold.clone(),
             date: cfg.date.clone(),
@@ -174,7 +187,7 @@ fn build(
         session_id: cfg.session_id.clone(),
         plan: BoundToolPlan::new(1, tools),
         policy: cfg.policy,
-        workspace: cfg.workspace,
+        workspace,
         hooks: hooks.clone(),
         approver: cfg.approver,
         middleware: cfg.middleware,
@@ -198,7 +211,7 @@ fn build(
         executor: Arc::new(executor),
         hooks,
         timeline: cfg.timeline,
-        scaffold: cfg.scaffold,
+        scaffold: skills.apply_to(cfg.scaffold),
         cognition,
         date: cfg
             .date

@@ -15,4 +15,5 @@ mod providers;
 mod providers_anthropic;
 mod providers_compat;
 mod providers_openai;
+mod skills;
 mod tool_inputs;
