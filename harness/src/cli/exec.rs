@@ -245,6 +245,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     let model = model_for(&route, &route_options)?;
     let root = workspace.root().to_path_buf();
     let (mut cfg, rx) = args.turn.session_config("exec", workspace, model)?;
+    cfg.skills = Arc::new(super::skills::local_skills(&cwd).await?);
     // A scaffold file is a research artifact: it keeps its own prompt and guards.
     if args.turn.scaffold.is_none() {
         cfg.scaffold.guards.max_rounds = u32::try_from(resolved.number("max_rounds")?)

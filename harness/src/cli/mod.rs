@@ -32,6 +32,7 @@ mod search;
 mod serve;
 mod sessions;
 mod show;
+mod skills;
 mod tasks;
 mod trust;
 
@@ -120,6 +121,9 @@ pub enum Command {
     Logout(login::LogoutArgs),
     /// Allow this project's .geode/config.toml to start MCP servers (--show, --revoke).
     Trust(trust::TrustArgs),
+    /// The skills sessions here see: `list`, `show NAME`.
+    #[command(subcommand)]
+    Skills(skills::SkillsCommand),
     /// Tables, plots and exports of runs (runs `geode-report report ARGS`; see `geode report --help`).
     #[command(disable_help_flag = true)]
     Report(external::PassThrough),
@@ -182,6 +186,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             runtime.block_on(mcp::run(args, daily_config(&model, cli.effort)?))
         }
         Command::Trust(args) => trust::run(args),
+        Command::Skills(cmd) => runtime.block_on(skills::run(cmd)),
         Command::Login(args) => runtime.block_on(login::login(args)),
         Command::Logout(args) => login::logout(args),
         // These replace this process (exec), so the runtime above is never used by them.

@@ -86,6 +86,7 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<ExitCode> {
     let model = model_for(&route, &route_options)?;
     let (mut cfg, rx) = args.turn.session_config("resume", workspace, model)?;
     cfg.session_id = id.clone();
+    cfg.skills = Arc::new(super::skills::local_skills(&cwd).await?);
     // The session's MCP tools again, so its pending calls find the same plan.
     let mcp = super::mcp::client_manager(&cwd).await?;
     cfg.extra_tools.extend(mcp.tools());

@@ -93,6 +93,8 @@ pub struct CliFactory {
     pub mcp: Arc<McpManager>,
     /// The command hook files every session loads (checked once, at start).
     pub hooks: Vec<PathBuf>,
+    /// The skills every session gets, read once at start (`geode skills list` shows them).
+    pub skills: Arc<geode_runtime::skills::SkillSet>,
 }
 
 /// The hook files the configuration names: relative to the folder of the file that names them
@@ -196,6 +198,7 @@ impl CliFactory {
                 .map_err(setup)?;
         }
         cfg.extra_tools.extend(self.mcp.tools());
+        cfg.skills = self.skills.clone();
         cfg.timeline = open_timeline(false, None).map_err(setup)?;
         cfg.checkpoint =
             Some(checkpoint_settings(checkpoint_root(None), &route, effort).map_err(setup)?);
@@ -214,6 +217,10 @@ impl SessionFactory for CliFactory {
 
     fn describe_mcp(&self) -> String {
         self.mcp.describe()
+    }
+
+    fn describe_skills(&self) -> String {
+        super::skills::describe(&self.skills)
     }
 
     fn describe_sessions(&self) -> String {
@@ -272,6 +279,7 @@ pub async fn shared(cfg: Config, cwd: &Path, mode: SessionMode) -> anyhow::Resul
         mode,
         mcp: Arc::new(mcp),
         hooks,
+        skills: Arc::new(super::skills::local_skills(cwd).await?),
     });
     Ok(Arc::new(Shared::new(factory, lanes, timeout, mode)))
 }

@@ -19,6 +19,7 @@ pub const HELP: &str = "\
 /resume [ID]        continue a checkpointed session (no id: the recent ones)
 /mcp                MCP servers
 /hooks              configured hooks
+/skills             the skills sessions here see (load_skill loads one)
 /quit               leave (Ctrl-D too); Ctrl-C cancels a running turn
 !COMMAND            run COMMAND in the workspace through the tool pipeline; the model reads
                     its output with your next prompt";
@@ -60,6 +61,7 @@ pub fn run(name: &str, lp: &AgenticLoop, shared: &Shared) -> String {
         "effort" => describe_model(lp),
         "mcp" => shared.factory.describe_mcp(),
         "hooks" => shared.factory.describe_hooks(),
+        "skills" => shared.factory.describe_skills(),
         other => format!("unknown command /{other}; /help lists them"),
     }
 }

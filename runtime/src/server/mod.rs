@@ -50,6 +50,10 @@ pub trait SessionFactory: Send + Sync {
     fn describe_sessions(&self) -> String {
         "no session list here: /resume SESSION_ID".into()
     }
+    /// One line per skill, for `/skills`.
+    fn describe_skills(&self) -> String {
+        "no skills".into()
+    }
     /// One line per MCP server, for `/mcp`.
     fn describe_mcp(&self) -> String {
         "no MCP servers configured".into()

@@ -44,9 +44,8 @@ fn scaffold_hash(f: &Fixture, session: &geode_runtime::agent::AgenticLoop) -> St
         .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_scripted_model_loads_a_skill_reads_its_file_and_follows_it() {
-    let f = Fixture::new();
+/// A `release-notes` skill in `f.outside/skills`: its root and its folder.
+fn release_notes_skill(f: &Fixture) -> (std::path::PathBuf, std::path::PathBuf) {
     let skills_root = f.outside.join("skills");
     let dir = skills_root.join("release-notes");
     std::fs::create_dir_all(&dir).unwrap();
@@ -57,6 +56,13 @@ async fn a_scripted_model_loads_a_skill_reads_its_file_and_follows_it() {
     )
     .unwrap();
     std::fs::write(dir.join("template.md"), "# Release VERSION\n").unwrap();
+    (skills_root, dir)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_scripted_model_loads_a_skill_reads_its_file_and_follows_it() {
+    let f = Fixture::new();
+    let (skills_root, dir) = release_notes_skill(&f);
     std::fs::write(f.outside.join("private.txt"), "not a skill").unwrap();
     let skills = Arc::new(
         discover_local(std::slice::from_ref(&skills_root))
@@ -132,15 +138,25 @@ async fn a_scripted_model_loads_a_skill_reads_its_file_and_follows_it() {
         std::fs::read_to_string(f.path("NOTES.md")).unwrap(),
         "# Release 1.2\n"
     );
+}
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_scaffold_hash_names_the_skills_and_only_when_there_are_some() {
+    let f = Fixture::new();
+    let (skills_root, dir) = release_notes_skill(&f);
+    let skills = Arc::new(
+        discover_local(std::slice::from_ref(&skills_root))
+            .await
+            .unwrap(),
+    );
+    let script = json!({"turns": [{"text": "ok"}]});
+    let mut session = f.session_with(script.clone(), SafetyLevel::Safe, |cfg| {
+        cfg.skills = skills.clone();
+    });
+    run(&mut session, "hi").await;
     // The same scaffold without the skill hashes differently, and so does a changed skill.
     let with = scaffold_hash(&f, &session);
-    let plain = create_session(f.config(
-        Arc::new(ScriptedModel::from_json(json!({"turns": [{"text": "ok"}]})).unwrap()),
-        headless(SafetyLevel::Safe),
-    ))
-    .unwrap();
-    let mut plain = plain;
+    let mut plain = f.session(script, SafetyLevel::Safe);
     run(&mut plain, "hi").await;
     assert_ne!(scaffold_hash(&f, &plain), with);
     assert_eq!(
