@@ -203,3 +203,100 @@ fn skills_list_show_and_slash_skills_see_user_and_project_skills() {
     assert!(shown.contains("stamp  Project stamp."), "{shown}");
     assert!(shown.contains("lint  Lint the code."), "{shown}");
 }
+
+/// A task from debian:bookworm-slim whose image carries a `stamp` skill at `/skills` and whose
+/// verifier passes only if `/app/stamp.txt` holds the token that exists only in that skill.
+fn task_with_a_skill(task: &Path) {
+    let env = task.join("environment");
+    stamp_skill(
+        &env.join("skills"),
+        "stamp",
+        "Stamp a workspace.",
+        "token-in-image",
+    );
+    for (rel, text) in [
+        (
+            "task.toml",
+            "version = \"1.0\"\n[agent]\ntimeout_sec = 120.0\n[verifier]\ntimeout_sec = 60.0\n\
+             [environment]\nskills_dir = \"/skills\"\n",
+        ),
+        ("instruction.md", "Stamp the workspace /app.\n"),
+        (
+            "environment/Dockerfile",
+            "FROM debian:bookworm-slim\nWORKDIR /app\nCOPY skills /skills\n",
+        ),
+        (
+            "solution/solve.sh",
+            "#!/bin/sh\nsh /skills/stamp/scripts/stamp.sh\n",
+        ),
+        (
+            "tests/test.sh",
+            "#!/bin/sh\nif [ \"$(cat /app/stamp.txt)\" = token-in-image ]; then echo 1; \
+             else echo 0; fi > /logs/verifier/reward.txt\n",
+        ),
+    ] {
+        std::fs::create_dir_all(task.join(rel).parent().unwrap()).unwrap();
+        std::fs::write(task.join(rel), text).unwrap();
+    }
+}
+
+#[test]
+fn a_tasks_skills_dir_reaches_the_agent_in_a_sandboxed_run_and_host_skills_do_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    task_with_a_skill(&d.join("pack/stamp-task"));
+    // A skill of this machine's user: a benchmark trial must not see it.
+    stamp_skill(
+        &d.join("home/skills"),
+        "host-only",
+        "Not for trials.",
+        "host",
+    );
+    std::fs::write(
+        d.join("model.toml"),
+        "[[turns]]\n[[turns.tool_calls]]\nname = \"load_skill\"\ninput = { name = \"stamp\" }\n\
+         [[turns.tool_calls]]\nname = \"load_skill\"\ninput = { name = \"host-only\" }\n\
+         [[turns]]\n[[turns.tool_calls]]\nname = \"read_file\"\n\
+         input = { path = \"/skills/stamp/scripts/stamp.sh\" }\n\
+         [[turns]]\n[[turns.tool_calls]]\nname = \"bash\"\n\
+         input = { command = \"sh /skills/stamp/scripts/stamp.sh\" }\n\
+         [[turns]]\ntext = \"Stamped as the stamp skill says.\"\n",
+    )
+    .unwrap();
+    let route = format!("scripted:{}", d.join("model.toml").display());
+    let (summary, run) = super::common::run_model_with(
+        geode(d),
+        &d.join("pack"),
+        &d.join("jobs"),
+        &route,
+        &["-k", "1"],
+    );
+    let trial = super::common::trial_result(&run, "stamp-task__0");
+    assert_eq!(trial["outcome"], "passed", "{summary}\n{trial}");
+    let notes = trial["notes"].to_string();
+    assert!(notes.contains("1 skill(s), skills hash"), "{notes}");
+    // The trial's scaffold hash names the task's skills; the run's (lock.json) cannot.
+    let lock: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("lock.json")).unwrap()).unwrap();
+    let run_hash = lock["scaffold_hash"].as_str().unwrap();
+    assert_eq!(
+        trial["scaffold_hash"].as_str().unwrap().len(),
+        64,
+        "{trial}"
+    );
+    assert_ne!(trial["scaffold_hash"].as_str(), Some(run_hash), "{trial}");
+    let trajectory =
+        std::fs::read_to_string(run.join("stamp-task__0/agent/trajectory.json")).unwrap();
+    assert!(
+        trajectory.contains("Run `sh scripts/stamp.sh`"),
+        "{trajectory}"
+    );
+    assert!(
+        trajectory.contains("token-in-image"),
+        "read_file read the skill: {trajectory}"
+    );
+    assert!(
+        trajectory.contains("no skill named \\\"host-only\\\""),
+        "{trajectory}"
+    );
+}

@@ -47,8 +47,14 @@ pub(super) async fn run_agent(
         SafetyLevel::Dangerous,
         "benchmark trial: tools act only inside the trial's sandbox",
     );
+    let skills_dir = plan.task.config.environment.skills_dir.as_deref();
+    let skills = Arc::new(super::skills::task_skills(skills_dir, sandbox, rec).await?);
+    if !skills.is_empty() {
+        rec.scaffold_hash = Some(skills.apply_to((*plan.scaffold).clone()).hash());
+    }
     let mut cfg = SessionConfig::new(policy, sandbox.workspace(), model);
     cfg.scaffold = (*plan.scaffold).clone();
+    cfg.skills = skills;
     cfg.timeline = Some(timeline.clone());
     let mut session = create_session(cfg).map_err(|e| EnvError::Unsupported(e.to_string()))?;
 

@@ -170,11 +170,6 @@ pub(crate) async fn wait_healthy(
 /// What the trial agent cannot honour yet is a note; what no backend can run is the ending.
 pub(super) fn check_supported(task: &Task, rec: &mut Record) -> Result<(), Ending> {
     let env = &task.config.environment;
-    if let Some(dir) = &env.skills_dir {
-        rec.notes.push(format!(
-            "environment.skills_dir = {dir:?}: GEODE's trial agent does not load skills yet"
-        ));
-    }
     if !env.mcp_servers.is_empty() {
         rec.notes.push(format!(
             "environment.mcp_servers: {} server(s) not connected to GEODE's trial agent yet",

@@ -29,6 +29,7 @@ mod environment;
 mod phase;
 mod record;
 mod result;
+mod skills;
 mod steps;
 mod verifier;
 

@@ -58,6 +58,8 @@ pub(super) struct Record {
     /// A multi-step trial's steps as Harbor's `StepResult`s, with GEODE's `outcome`.
     pub(super) steps: Vec<serde_json::Value>,
     pub(super) usage: TrialUsage,
+    /// The agent session's scaffold hash when the task's skills joined it (else the run's).
+    pub(super) scaffold_hash: Option<String>,
     /// What the integrity signals were, in words, for result.json.
     pub(super) integrity: Vec<String>,
     pub(super) signals: IntegritySignals,

@@ -35,7 +35,10 @@ pub(super) fn trial_row(
         phases_json: serde_json::to_string(&rec.phases).unwrap_or_else(|_| "{}".into()),
         usage: rec.usage,
         model_route: plan.route.to_string(),
-        scaffold_hash: plan.scaffold.hash(),
+        scaffold_hash: rec
+            .scaffold_hash
+            .clone()
+            .unwrap_or_else(|| plan.scaffold.hash()),
         infra_retries: 0,
         integrity: rec.signals,
     }
