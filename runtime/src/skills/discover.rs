@@ -22,16 +22,25 @@ const MAX_DEPTH: usize = 8;
 pub struct SkillRoot {
     pub path: PathBuf,
     pub skills: Vec<Skill>,
+    /// What is odd but readable (a name that differs from its folder's, which the Agent Skills
+    /// format asks for and benchmark tasks do not always keep).
+    pub warnings: Vec<String>,
 }
 
 /// The skills of `roots`, in order (later shadow earlier). A root that does not exist holds no
 /// skills; one that cannot be read, or a malformed skill, is an error naming the file.
 pub async fn discover_local(roots: &[PathBuf]) -> Result<SkillSet, SkillError> {
     let mut found = Vec::new();
+    let mut seen = Vec::new();
     for root in roots {
-        if !root.is_dir() {
+        // The same folder twice (`$GEODE_HOME` inside the project) must not shadow itself.
+        let Ok(canonical) = root.canonicalize() else {
+            continue;
+        };
+        if !canonical.is_dir() || seen.contains(&canonical) {
             continue;
         }
+        seen.push(canonical);
         let ws = LocalWorkspace::new(root).map_err(|e| SkillError::Read {
             path: root.clone(),
             message: e.to_string(),
@@ -55,6 +64,7 @@ pub async fn discover_in_workspace(
     let entries = ws.list_dir(dir).await.map_err(|e| read_err(dir, &e))?;
     let mut budget = MAX_ROOT_BYTES;
     let mut skills = Vec::new();
+    let mut warnings = Vec::new();
     for entry in entries.into_iter().filter(|e| e.is_dir) {
         let skill_dir = dir.join(&entry.name);
         let inside = ws
@@ -66,11 +76,21 @@ pub async fn discover_in_workspace(
         }
         let mut files = BTreeMap::new();
         collect(ws, &skill_dir, Path::new(""), 0, &mut files, &mut budget).await?;
-        skills.push(build(skill_dir, &entry.name, files)?);
+        let skill = build(skill_dir, files)?;
+        if skill.name.as_str() != entry.name {
+            warnings.push(format!(
+                "skill {} lives in a folder named {:?} ({})",
+                skill.name,
+                entry.name,
+                skill.dir.display()
+            ));
+        }
+        skills.push(skill);
     }
     Ok(SkillRoot {
         path: dir.to_path_buf(),
         skills,
+        warnings,
     })
 }
 
@@ -132,11 +152,7 @@ async fn collect(
     Ok(())
 }
 
-fn build(
-    dir: PathBuf,
-    folder: &str,
-    files: BTreeMap<PathBuf, Vec<u8>>,
-) -> Result<Skill, SkillError> {
+fn build(dir: PathBuf, files: BTreeMap<PathBuf, Vec<u8>>) -> Result<Skill, SkillError> {
     let skill_md = dir.join(SKILL_FILE);
     let bytes = files
         .get(Path::new(SKILL_FILE))
@@ -148,7 +164,7 @@ fn build(
         path: skill_md.clone(),
         message: format!("not UTF-8: {e}"),
     })?;
-    let parsed = front_matter::parse(&skill_md, folder, text)?;
+    let parsed = front_matter::parse(&skill_md, text)?;
     Ok(Skill {
         name: parsed.name,
         description: parsed.description,

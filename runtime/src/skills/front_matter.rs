@@ -1,5 +1,5 @@
 //! `SKILL.md`'s YAML front matter, the Agent Skills shape: `name` (lowercase letters, digits
-//! and hyphens, as Claude Code requires, and the folder's name), `description` (required: it is
+//! and hyphens, as Claude Code requires), `description` (required: it is
 //! all the model sees before loading the skill), optional `allowed-tools` (a list, or one string
 //! of names separated by commas or spaces, as Claude Code writes it). Other keys (`license`,
 //! `metadata`, ...) are read as YAML and ignored.
@@ -70,8 +70,8 @@ pub(super) struct Parsed {
     pub body: String,
 }
 
-/// Parse `text`, the `SKILL.md` at `path` in the folder named `folder`.
-pub(super) fn parse(path: &Path, folder: &str, text: &str) -> Result<Parsed, SkillError> {
+/// Parse `text`, the `SKILL.md` at `path`.
+pub(super) fn parse(path: &Path, text: &str) -> Result<Parsed, SkillError> {
     let fm_err = |message: String| SkillError::FrontMatter {
         path: path.to_path_buf(),
         message,
@@ -110,12 +110,6 @@ pub(super) fn parse(path: &Path, folder: &str, text: &str) -> Result<Parsed, Ski
         .name
         .ok_or_else(|| field("name", "missing".to_string()))?;
     let name = SkillName::parse(&name).map_err(|m| field("name", m))?;
-    if name.as_str() != folder {
-        return Err(field(
-            "name",
-            format!("{name} differs from the folder's name {folder:?}"),
-        ));
-    }
     let description = raw
         .description
         .map(|d| d.trim().to_string())

@@ -89,6 +89,7 @@ impl SkillSet {
     pub fn from_roots(roots: Vec<SkillRoot>) -> Self {
         let mut set = SkillSet::default();
         for root in roots {
+            set.warnings.extend(root.warnings);
             for skill in root.skills {
                 if let Some(old) = set.skills.get(&skill.name) {
                     set.warnings.push(format!(

@@ -23,7 +23,7 @@ fn skill(root: &Path, name: &str, front: &str, files: &[(&str, &str)]) {
 }
 
 fn parse(text: &str) -> Result<front_matter::Parsed, SkillError> {
-    front_matter::parse(Path::new("x/SKILL.md"), "x", text)
+    front_matter::parse(Path::new("x/SKILL.md"), text)
 }
 
 #[test]
@@ -41,10 +41,6 @@ fn front_matter_errors_name_the_file_and_the_field() {
         ("---\nname: x\n", "no closing `---`"),
         ("---\ndescription: d\n---\n", "field `name`: missing"),
         ("---\nname: Big_Name\ndescription: d\n---\n", "field `name`"),
-        (
-            "---\nname: y\ndescription: d\n---\n",
-            "differs from the folder's name",
-        ),
         ("---\nname: x\n---\n", "field `description`"),
         (
             "---\nname: x\ndescription: \"\"\n---\n",
@@ -116,15 +112,19 @@ async fn later_roots_shadow_earlier_ones_and_the_hash_follows_every_file() {
 }
 
 #[tokio::test]
-async fn a_bad_skill_is_an_error_naming_its_file() {
+async fn a_bad_skill_is_an_error_naming_its_file_and_an_odd_folder_a_warning() {
     let dir = tempfile::tempdir().unwrap();
-    skill(dir.path(), "ok", "name: wrong\ndescription: d\n", &[]);
-    let e = discover_local(&[dir.path().to_path_buf()])
-        .await
-        .unwrap_err()
-        .to_string();
+    skill(dir.path(), "folder", "name: other\ndescription: d\n", &[]);
+    // The same root twice (GEODE_HOME inside the project) does not shadow itself.
+    let roots = [dir.path().to_path_buf(), dir.path().join(".")];
+    let set = discover_local(&roots).await.unwrap();
+    assert!(set.get("other").is_some());
+    assert_eq!(set.warnings().len(), 1, "{:?}", set.warnings());
+    assert!(set.warnings()[0].contains("folder named \"folder\""));
+    skill(dir.path(), "bad", "name: Bad\ndescription: d\n", &[]);
+    let e = discover_local(&roots).await.unwrap_err().to_string();
     assert!(
-        e.contains("ok/SKILL.md") && e.contains("field `name`"),
+        e.contains("bad/SKILL.md") && e.contains("field `name`"),
         "{e}"
     );
 }

@@ -51,6 +51,14 @@ pub(super) async fn task_skills(
     for skill in &mut found.skills {
         skill.dir = Path::new(dir).join(skill.name.as_str());
     }
+    let scratch_root = root.display().to_string();
+    for w in &found.warnings {
+        rec.notes.push(format!(
+            "environment.skills_dir: {}",
+            w.replace(&scratch_root, dir)
+        ));
+    }
+    found.warnings.clear();
     let set = SkillSet::from_roots(vec![found]);
     if let Some(hash) = set.hash() {
         rec.notes.push(format!(
