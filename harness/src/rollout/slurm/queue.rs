@@ -116,7 +116,7 @@ pub fn submit(settings: &SlurmSettings, s: &Submission<'_>) -> Result<u64, Slurm
 /// the job is unknown (purged after `MinJobAge`, or never accepted).
 pub fn array_states(job: u64) -> Result<HashMap<usize, JobState>, SlurmError> {
     let mut cmd = Command::new("squeue");
-    cmd.args(["-h", "-r", "-t", "all", "-o", "%a|%T", "-j"])
+    cmd.args(["-h", "-r", "-t", "all", "-o", "%K|%T", "-j"])
         .arg(job.to_string());
     let out = match run(&mut cmd) {
         Ok(out) => out,
