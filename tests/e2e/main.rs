@@ -27,4 +27,7 @@ mod run;
 mod search;
 mod seeds;
 mod services;
+mod slurm;
+#[path = "../support/slurm.rs"]
+mod slurm_cluster;
 mod validity;
