@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use geode_harness::rollout::slurm::files::{Submission, WorkerResult, submissions};
+use geode_harness::rollout::slurm::files::{WorkerResult, submissions};
 use geode_harness::store::RunStore;
 
 use super::slurm_cluster::Cluster;
@@ -76,4 +76,122 @@ fn slurm_the_core_pack_on_two_nodes_gives_the_local_results() {
         .map(|w| w.node)
         .collect();
     assert_eq!(nodes, BTreeSet::from(["n1".to_string(), "n2".to_string()]));
+}
+
+/// `geode run --executor slurm` over the core pack, started in the background.
+fn spawn_run(dir: &Path, cluster: &Cluster, jobs: &Path) -> std::process::Child {
+    geode(dir, cluster)
+        .arg("run")
+        .arg(core_pack())
+        .args(["--model", "oracle", "--json", "--seed", "3", "-n", "4"])
+        .args(["--executor", "slurm", "--jobs-dir"])
+        .arg(jobs)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// The one run folder in `jobs` (the one with a `config.json`), once the coordinator has made
+/// it.
+fn only_run(jobs: &Path) -> PathBuf {
+    let find = || {
+        std::fs::read_dir(jobs)
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.join("config.json").is_file())
+    };
+    wait(|| find().is_some());
+    find().unwrap()
+}
+
+fn results_so_far(run_dir: &Path) -> usize {
+    std::fs::read_dir(run_dir.join("slurm/results")).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+            .count()
+    })
+}
+
+/// Waits (polling) until `ready`; the run under test is what bounds it.
+fn wait(mut ready: impl FnMut() -> bool) {
+    for _ in 0..1200 {
+        if ready() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("the awaited state never came");
+}
+
+fn all_passed(trials: &Trials) {
+    assert_eq!(trials.len(), 28, "{trials:?}");
+    for (name, t) in trials {
+        assert_eq!(t.0, "passed", "{name}: {t:?}");
+    }
+}
+
+#[test]
+fn slurm_a_node_that_dies_mid_run_loses_nothing_and_counts_nothing_twice() {
+    let mut cluster = Cluster::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    let run = spawn_run(dir.path(), &cluster, &jobs);
+    let run_dir = only_run(&jobs);
+    wait(|| results_so_far(&run_dir) >= 2 && cluster.running_on(0) > 0);
+    cluster.kill_node(0);
+    let out = run.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["summary"]["trials"], 28);
+    let trials = stored(&jobs, &run_dir);
+    all_passed(&trials);
+    let store = RunStore::open(&jobs.join("geode.db")).unwrap();
+    let rows = store.trials(&summary["run_id"].as_str().unwrap()).unwrap();
+    let retried: Vec<_> = rows.iter().filter(|r| r.infra_retries > 0).collect();
+    assert!(!retried.is_empty(), "no trial was lost with its node");
+    // The lost try left no result; the retry's is the one counted.
+    for r in retried {
+        let first = run_dir.join(format!("slurm/results/{}.0.json", r.trial_name));
+        assert!(
+            !first.exists(),
+            "{} has a result of its lost try",
+            r.trial_name
+        );
+    }
+}
+
+#[test]
+fn slurm_a_killed_coordinator_resumes_without_resubmitting_what_ran() {
+    let cluster = Cluster::start(2);
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    let mut run = spawn_run(dir.path(), &cluster, &jobs);
+    let run_dir = only_run(&jobs);
+    wait(|| results_so_far(&run_dir) >= 3);
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let run_id = run_dir.file_name().unwrap().to_string_lossy().into_owned();
+    let out = geode(dir.path(), &cluster)
+        .args(["run", "--resume", &run_id, "--json", "--jobs-dir"])
+        .arg(&jobs)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    all_passed(&stored(&jobs, &run_dir));
+    // Every trial went out once: the resumed coordinator adopted the arrays still out and
+    // ingested the results already written.
+    let mut sent: BTreeMap<String, usize> = BTreeMap::new();
+    for s in submissions(&run_dir).unwrap() {
+        for t in s.trials {
+            *sent.entry(t.trial_name).or_default() += 1;
+        }
+    }
+    assert_eq!(sent.len(), 28);
+    assert!(sent.values().all(|&n| n == 1), "{sent:?}");
 }

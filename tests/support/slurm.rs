@@ -212,7 +212,10 @@ fn rand_key() -> Vec<u8> {
 fn wait_for(mut ready: impl FnMut() -> bool, what: &str) {
     let start = Instant::now();
     while !ready() {
-        assert!(start.elapsed() < Duration::from_secs(60), "waiting for {what}");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -217,7 +217,9 @@ fn slurm_settings(args: &RunArgs) -> anyhow::Result<Option<SlurmSettings>> {
                 || args.time_limit.is_some()
                 || args.worker_bin.is_some()
             {
-                bail!("--partition, --account, --time-limit and --worker-bin need --executor slurm");
+                bail!(
+                    "--partition, --account, --time-limit and --worker-bin need --executor slurm"
+                );
             }
             Ok(None)
         }

@@ -5,6 +5,6 @@ pub mod harbor;
 pub mod images;
 pub mod job;
 pub mod schedule;
-pub mod slurm;
 pub mod services;
+pub mod slurm;
 pub mod trial;

@@ -129,7 +129,9 @@ fn ingest(
 ) -> Result<(), RunError> {
     let names: Vec<String> = waiting.keys().cloned().collect();
     for name in names {
-        let Some(w) = waiting.get(&name) else { continue };
+        let Some(w) = waiting.get(&name) else {
+            continue;
+        };
         let Some((job, index)) = w.at else { continue };
         let this_try = TrialTry {
             trial_name: name.clone(),

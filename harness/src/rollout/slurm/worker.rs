@@ -42,10 +42,13 @@ pub async fn run_array_task(
 ) -> Result<(), RunError> {
     let worker_started = chrono::Utc::now().to_rfc3339();
     let (spec, config) = run_config(spec_path)?;
-    let group = spec.groups.get(index).ok_or_else(|| SlurmError::NoSuchTask {
-        path: spec_path.display().to_string(),
-        index,
-    })?;
+    let group = spec
+        .groups
+        .get(index)
+        .ok_or_else(|| SlurmError::NoSuchTask {
+            path: spec_path.display().to_string(),
+            index,
+        })?;
     let route: Route = config.model.parse()?;
     let pack = job::load_pack(&config)?;
     let run_dir = spec.jobs_dir.join(&spec.run_id);
@@ -65,10 +68,12 @@ pub async fn run_array_task(
         .unwrap_or_default();
     let images = ImageCache::new();
     for t in group {
-        let plan = plans.remove(&t.trial_name).ok_or_else(|| SlurmError::Files {
-            path: spec_path.display().to_string(),
-            message: format!("trial {} is not in the run's plan", t.trial_name),
-        })?;
+        let plan = plans
+            .remove(&t.trial_name)
+            .ok_or_else(|| SlurmError::Files {
+                path: spec_path.display().to_string(),
+                message: format!("trial {} is not in the run's plan", t.trial_name),
+            })?;
         let mut row = run_trial(&plan, backend.as_ref(), &images, observer, cancel).await;
         row.infra_retries = t.try_no;
         files::write_atomic(
