@@ -148,7 +148,7 @@ fn slurm_a_node_that_dies_mid_run_loses_nothing_and_counts_nothing_twice() {
     let trials = stored(&jobs, &run_dir);
     all_passed(&trials);
     let store = RunStore::open(&jobs.join("geode.db")).unwrap();
-    let rows = store.trials(&summary["run_id"].as_str().unwrap()).unwrap();
+    let rows = store.trials(summary["run_id"].as_str().unwrap()).unwrap();
     let retried: Vec<_> = rows.iter().filter(|r| r.infra_retries > 0).collect();
     assert!(!retried.is_empty(), "no trial was lost with its node");
     // The lost try left no result; the retry's is the one counted.

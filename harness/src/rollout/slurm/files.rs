@@ -129,3 +129,40 @@ pub fn submissions(run_dir: &Path) -> Result<Vec<Submission>, SlurmError> {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_is_there_whole_or_not_at_all_and_a_torn_ledger_line_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = TrialTry {
+            trial_name: "geode-x__0".into(),
+            try_no: 1,
+        };
+        assert!(read_result(dir.path(), &t).unwrap().is_none());
+        let path = result_path(dir.path(), &t);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "{\"schema\": \"other\"").unwrap();
+        assert!(read_result(dir.path(), &t).is_err());
+
+        std::fs::create_dir_all(slurm_dir(dir.path())).unwrap();
+        let s = Submission {
+            schema: SUBMISSION_SCHEMA.into(),
+            job: 7,
+            index: 2,
+            submitted: "2026-01-01T00:00:00Z".into(),
+            trials: vec![t.clone()],
+        };
+        append_submission(dir.path(), &s).unwrap();
+        let ledger = slurm_dir(dir.path()).join("submissions.jsonl");
+        let mut text = std::fs::read_to_string(&ledger).unwrap();
+        text.push_str("{\"schema\": \"geode.slurm-sub");
+        std::fs::write(&ledger, text).unwrap();
+        let back = submissions(dir.path()).unwrap();
+        assert_eq!(back.len(), 1);
+        assert_eq!((back[0].job, back[0].index), (7, 2));
+        assert_eq!(back[0].trials, vec![t]);
+    }
+}

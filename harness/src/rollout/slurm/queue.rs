@@ -147,3 +147,26 @@ pub fn cancel(jobs: &[u64]) -> Result<(), SlurmError> {
     run(Command::new("scancel").args(jobs.iter().map(u64::to_string)))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn squeue_states_parse_and_are_classified() {
+        for (text, live) in [
+            ("PENDING", true),
+            ("RUNNING", true),
+            ("COMPLETING", true),
+            ("COMPLETED", false),
+            ("NODE_FAIL", false),
+            ("TIMEOUT", false),
+            ("OUT_OF_MEMORY", false),
+        ] {
+            let state: JobState = text.parse().unwrap();
+            assert_eq!(<&str>::from(state), text);
+            assert_eq!(state.is_live(), live, "{text}");
+        }
+        assert!("SLEEPING".parse::<JobState>().is_err());
+    }
+}
