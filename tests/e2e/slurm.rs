@@ -195,3 +195,94 @@ fn slurm_a_killed_coordinator_resumes_without_resubmitting_what_ran() {
     assert_eq!(sent.len(), 28);
     assert!(sent.values().all(|&n| n == 1), "{sent:?}");
 }
+
+/// Figures, not a test of speed (ignored by default; run with `--ignored --nocapture`): the
+/// core pack with the oracle, `-n 4`, locally and on Slurm with one and two nodes, side by
+/// side in one run: throughput, and each array task's scheduling overhead (its submission to
+/// its worker's start).
+#[test]
+#[ignore]
+fn slurm_figures_local_one_node_two_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let timed = |cmd: Command, jobs: &Path, extra: &[&str]| {
+        let start = std::time::Instant::now();
+        let (_, run_dir) = super::common::run_oracle_with(cmd, &core_pack(), jobs, extra);
+        (start.elapsed().as_secs_f64(), run_dir)
+    };
+    let (secs, _) = timed(
+        super::common::geode_in(dir.path()),
+        &dir.path().join("local"),
+        &["-n", "4"],
+    );
+    eprintln!(
+        "local: 28 trials in {secs:.1}s = {:.1} trials/min",
+        28.0 * 60.0 / secs
+    );
+    for nodes in [1, 2] {
+        let cluster = Cluster::start(nodes);
+        let jobs = dir.path().join(format!("slurm{nodes}"));
+        let (secs, run_dir) = timed(
+            geode(dir.path(), &cluster),
+            &jobs,
+            &["-n", "4", "--executor", "slurm"],
+        );
+        let submitted: BTreeMap<String, String> = submissions(&run_dir)
+            .unwrap()
+            .into_iter()
+            .flat_map(|s| {
+                s.trials
+                    .into_iter()
+                    .map(move |t| (t.trial_name, s.submitted.clone()))
+            })
+            .collect();
+        let mut waits: Vec<f64> = worker_results(&run_dir)
+            .iter()
+            .map(|w| {
+                let at = |t: &str| chrono::DateTime::parse_from_rfc3339(t).unwrap();
+                (at(&w.worker_started) - at(&submitted[&w.row.trial_name])).as_seconds_f64()
+            })
+            .collect();
+        waits.sort_by(f64::total_cmp);
+        eprintln!(
+            "slurm, {nodes} node(s): 28 trials in {secs:.1}s = {:.1} trials/min; submission to \
+             worker start: min {:.2}s, median {:.2}s, max {:.2}s (queueing behind -n 4 included)",
+            28.0 * 60.0 / secs,
+            waits[0],
+            waits[waits.len() / 2],
+            waits[waits.len() - 1]
+        );
+    }
+}
+
+#[test]
+fn slurm_ctrl_c_cancels_the_arrays_and_leaves_the_rest_for_a_resume() {
+    let cluster = Cluster::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    let run = spawn_run(dir.path(), &cluster, &jobs);
+    let run_dir = only_run(&jobs);
+    wait(|| results_so_far(&run_dir) >= 2);
+    let pid = nix::unistd::Pid::from_raw(run.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["cancelled"], true);
+    // Nothing of the run is left in Slurm's queue.
+    let jobs_out: BTreeSet<u64> = submissions(&run_dir)
+        .unwrap()
+        .into_iter()
+        .map(|s| s.job)
+        .collect();
+    for job in jobs_out {
+        let mut cmd = Command::new("squeue");
+        cluster.env(&mut cmd);
+        let q = cmd
+            .args(["-h", "-r", "-t", "pending,running", "-j", &job.to_string()])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&q.stdout).trim(), "", "job {job}");
+    }
+    let finished = stored(&jobs, &run_dir).len();
+    assert!((2..28).contains(&finished), "{finished} trials finished");
+}
