@@ -125,6 +125,8 @@ pub trait RunObserver: PhaseObserver {
     fn started(&self, run_id: &str, total: usize, skipped: usize);
     fn trial_finished(&self, row: &TrialRow);
     fn finished(&self, summary: &RunSummary);
+    /// A remote executor's queue changed: array tasks waiting for a node, and running.
+    fn queue(&self, _pending: usize, _running: usize) {}
 }
 
 pub struct RunOutcome {

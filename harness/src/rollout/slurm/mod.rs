@@ -67,6 +67,7 @@ pub(super) async fn dispatch(
     }
     let mut waiting = BTreeMap::new();
     let mut jobs = BTreeSet::new();
+    let mut shown = (usize::MAX, usize::MAX);
     for plan in plans {
         super::job::begin_trial(shared, &plan)?;
         let (try_no, at) = match latest.get(&plan.trial_name) {
@@ -85,9 +86,14 @@ pub(super) async fn dispatch(
             _ = shared.cancel.cancelled() => {}
         }
         if shared.cancel.is_cancelled() {
-            return cancel_all(shared, &jobs, waiting);
+            return cancel_all(shared, run_dir, &jobs, waiting);
         }
         let states = poll_states(&jobs)?;
+        let queue = queue_counts(&states, &waiting);
+        if queue != shown {
+            shared.observer.queue(queue.0, queue.1);
+            shown = queue;
+        }
         ingest(shared, run_dir, &states, &mut waiting)?;
         submit_unplaced(shared, settings, run_dir, &mut waiting, &mut jobs)?;
     }
@@ -108,16 +114,20 @@ fn poll_states(jobs: &BTreeSet<u64>) -> Result<States, RunError> {
     for &job in jobs {
         states.insert(job, queue::array_states(job)?);
     }
-    let (mut pending, mut running) = (0, 0);
-    for s in states.values().flat_map(HashMap::values) {
-        match s {
-            JobState::Pending => pending += 1,
-            JobState::Running => running += 1,
+    Ok(states)
+}
+
+/// (pending, running) array tasks of the trials still waited for.
+fn queue_counts(states: &States, waiting: &BTreeMap<String, Waiting>) -> (usize, usize) {
+    let mut counts = (0, 0);
+    for (job, index) in waiting.values().filter_map(|w| w.at) {
+        match states.get(&job).and_then(|s| s.get(&index)) {
+            Some(JobState::Pending) => counts.0 += 1,
+            Some(JobState::Running | JobState::Configuring | JobState::Completing) => counts.1 += 1,
             _ => {}
         }
     }
-    tracing::info!("slurm: {pending} array tasks pending, {running} running");
-    Ok(states)
+    counts
 }
 
 /// Takes in every result that arrived and every array task that ended without one.
@@ -296,23 +306,36 @@ fn submit_array(
     Ok(job)
 }
 
-/// Ctrl-C: every array of the run cancelled, its waiting trials reported `cancelled` and left
-/// unfinished in the store, so a resume runs them again (as a local run leaves them).
+/// Ctrl-C: every array of the run cancelled; the results already written are taken in, the
+/// other trials reported `cancelled` and left unfinished in the store, so a resume runs them
+/// again (as a local run leaves them).
 fn cancel_all(
     shared: &Shared,
+    run_dir: &Path,
     jobs: &BTreeSet<u64>,
-    waiting: BTreeMap<String, Waiting>,
+    mut waiting: BTreeMap<String, Waiting>,
 ) -> Result<(), RunError> {
     let jobs: Vec<u64> = jobs.iter().copied().collect();
     queue::cancel(&jobs)?;
-    for w in waiting.into_values() {
-        let row = lost_trial(
-            &w.plan,
-            TrialOutcome::Cancelled,
-            "Cancelled",
-            "the run was cancelled; its Slurm array was cancelled with it",
-        );
-        shared.observer.trial_finished(&row);
+    let names: Vec<String> = waiting.keys().cloned().collect();
+    for name in names {
+        let Some(w) = waiting.get(&name) else {
+            continue;
+        };
+        let this_try = TrialTry {
+            trial_name: name.clone(),
+            try_no: w.try_no,
+        };
+        let row = match files::read_result(run_dir, &this_try)? {
+            Some(result) => result.row,
+            None => lost_trial(
+                &w.plan,
+                TrialOutcome::Cancelled,
+                "Cancelled",
+                "the run was cancelled; its Slurm array was cancelled with it",
+            ),
+        };
+        settle(shared, &mut waiting, &name, row)?;
     }
     Ok(())
 }

@@ -75,6 +75,12 @@ pub async fn run_array_task(
                 message: format!("trial {} is not in the run's plan", t.trial_name),
             })?;
         let mut row = run_trial(&plan, backend.as_ref(), &images, observer, cancel).await;
+        // Slurm stopped this task (its time limit, `scancel`): no result, so the coordinator
+        // records the trial by the task's end state (`SlurmTimeLimit`, ...), not as a
+        // cancellation of the run.
+        if row.outcome == geode_graders::TrialOutcome::Cancelled {
+            return Ok(());
+        }
         row.infra_retries = t.try_no;
         files::write_atomic(
             &files::result_path(&run_dir, t),
