@@ -286,3 +286,38 @@ fn slurm_ctrl_c_cancels_the_arrays_and_leaves_the_rest_for_a_resume() {
     let finished = stored(&jobs, &run_dir).len();
     assert!((2..28).contains(&finished), "{finished} trials finished");
 }
+
+#[test]
+fn slurm_a_trial_over_its_time_limit_is_recorded_as_such() {
+    let cluster = Cluster::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("pack/slow");
+    super::common::copy_tree(&core_pack().join("bank-reconcile"), &task);
+    let solve = task.join("solution/solve.sh");
+    let mut text = std::fs::read_to_string(&solve).unwrap();
+    text.push_str("\nsleep 300\n");
+    std::fs::write(&solve, text).unwrap();
+    let jobs = dir.path().join("jobs");
+    let (summary, run_dir) = super::common::run_oracle_with(
+        geode(dir.path(), &cluster),
+        &dir.path().join("pack"),
+        &jobs,
+        &[
+            "--executor",
+            "slurm",
+            "--time-limit",
+            "1",
+            "--max-infra-retries",
+            "0",
+        ],
+    );
+    assert_eq!(
+        summary["summary"]["outcomes"]["sandbox_lost"], 1,
+        "{summary}"
+    );
+    let store = RunStore::open(&jobs.join("geode.db")).unwrap();
+    let run = run_dir.file_name().unwrap().to_string_lossy().into_owned();
+    let rows = store.trials(&run).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].exception_class.as_deref(), Some("SlurmTimeLimit"));
+}
