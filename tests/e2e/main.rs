@@ -28,4 +28,7 @@ mod search;
 mod seeds;
 mod services;
 mod skills;
+mod slurm;
+#[path = "../support/slurm.rs"]
+mod slurm_cluster;
 mod validity;

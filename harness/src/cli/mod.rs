@@ -35,6 +35,7 @@ mod show;
 mod skills;
 mod tasks;
 mod trust;
+mod worker;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -130,6 +131,9 @@ pub enum Command {
     /// Paired comparison of two runs (runs `geode-report compare ARGS`).
     #[command(disable_help_flag = true)]
     Compare(external::PassThrough),
+    /// One Slurm array task of a run (started by `sbatch`, not by hand).
+    #[command(hide = true)]
+    Worker(worker::WorkerArgs),
     /// Any other NAME runs `geode-NAME` found next to geode or on PATH, as git does.
     #[command(external_subcommand)]
     External(Vec<OsString>),
@@ -171,6 +175,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Receipts(cmd) => receipts::run(cmd),
         Command::Sessions(args) => sessions::run(args),
         Command::Run(args) => runtime.block_on(run::run(args)),
+        Command::Worker(args) => runtime.block_on(worker::run(args)),
         Command::Image(cmd) => runtime.block_on(image::run(cmd)),
         Command::Bench(cmd) => runtime.block_on(bench::run(cmd)),
         Command::Tasks(cmd) => runtime.block_on(tasks::run(cmd)),

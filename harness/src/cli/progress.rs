@@ -95,6 +95,14 @@ impl RunObserver for Progress {
         }
     }
 
+    fn queue(&self, pending: usize, running: usize) {
+        let line = format!("slurm: {pending} array tasks pending, {running} running");
+        match &self.bars {
+            Some(b) => b.main.set_message(format!("{} | {line}", self.rate())),
+            None => eprintln!("geode: {line}"),
+        }
+    }
+
     fn trial_finished(&self, row: &TrialRow) {
         self.done.fetch_add(1, Ordering::SeqCst);
         if row.reward.is_some_and(geode_graders::summary::passes) {

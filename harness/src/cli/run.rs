@@ -9,12 +9,20 @@ use clap::Args;
 use geode_harness::env::BaseMode;
 use geode_harness::env::kind::BackendKind;
 use geode_harness::rollout::job::{CONFIG_SCHEMA, ResumeOptions, RunConfig, resume_run, start_run};
+use geode_harness::rollout::slurm::SlurmSettings;
 use geode_runtime::model::catalog::Route;
 use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
 
 use super::backends::make_with_base;
 use super::progress::Progress;
+
+/// Where a run's trials execute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExecutorKind {
+    Local,
+    Slurm,
+}
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -62,6 +70,23 @@ pub struct RunArgs {
     /// rubric's command criteria again.
     #[arg(long)]
     keep_workspace: bool,
+    /// Where trials run: `local` (this machine) or `slurm` (job arrays on a Slurm cluster whose
+    /// nodes share the jobs folder; each array task runs `geode worker`).
+    #[arg(long, value_enum, default_value_t = ExecutorKind::Local)]
+    executor: ExecutorKind,
+    /// With --executor slurm: `sbatch --partition`.
+    #[arg(long)]
+    partition: Option<String>,
+    /// With --executor slurm: `sbatch --account`.
+    #[arg(long)]
+    account: Option<String>,
+    /// With --executor slurm: `sbatch --time` of each array task (`30`, `1:00:00`).
+    #[arg(long)]
+    time_limit: Option<String>,
+    /// With --executor slurm: the `geode` the nodes run, on the shared filesystem (this
+    /// binary by default).
+    #[arg(long)]
+    worker_bin: Option<PathBuf>,
     /// Resume this run: finished trials are kept, the rest run again.
     #[arg(long, value_name = "RUN")]
     resume: Option<String>,
@@ -179,5 +204,37 @@ fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
         max_infra_retries: args.max_infra_retries,
         scaffold,
         keep_workspace: args.keep_workspace,
+        slurm: slurm_settings(args)?,
     })
+}
+
+/// The Slurm settings of `--executor slurm`, none for a local run.
+fn slurm_settings(args: &RunArgs) -> anyhow::Result<Option<SlurmSettings>> {
+    match args.executor {
+        ExecutorKind::Local => {
+            if args.partition.is_some()
+                || args.account.is_some()
+                || args.time_limit.is_some()
+                || args.worker_bin.is_some()
+            {
+                bail!(
+                    "--partition, --account, --time-limit and --worker-bin need --executor slurm"
+                );
+            }
+            Ok(None)
+        }
+        ExecutorKind::Slurm => {
+            let worker_bin = match &args.worker_bin {
+                Some(p) => std::fs::canonicalize(p)
+                    .with_context(|| format!("--worker-bin {}", p.display()))?,
+                None => std::env::current_exe().context("finding the geode binary")?,
+            };
+            Ok(Some(SlurmSettings {
+                partition: args.partition.clone(),
+                account: args.account.clone(),
+                time_limit: args.time_limit.clone(),
+                worker_bin,
+            }))
+        }
+    }
 }

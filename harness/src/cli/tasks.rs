@@ -119,6 +119,7 @@ async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Res
             max_infra_retries: 1,
             scaffold: Scaffold::default(),
             keep_workspace: false,
+            slurm: None,
         };
         let outcome = start_run(
             config,

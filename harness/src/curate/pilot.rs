@@ -66,6 +66,7 @@ impl PilotRunner for RunPilot {
             max_infra_retries: 2,
             scaffold: Scaffold::default(),
             keep_workspace: false,
+            slurm: None,
         };
         let observer = Arc::new(Collect::default());
         start_run(

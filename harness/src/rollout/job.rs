@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::harbor;
 use super::images::ImageCache;
 use super::schedule;
+use super::slurm::{self, SlurmSettings};
 use super::trial::{PhaseObserver, TrialPlan, run_trial};
 use crate::env::kind::BackendKind;
 use crate::env::{Backend, BaseMode};
@@ -50,6 +51,10 @@ pub struct RunConfig {
     /// keep their lock hash.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub keep_workspace: bool,
+    /// Where the trials run: on this machine (absent) or on a Slurm cluster. Left out of the
+    /// lock: the same trials give the same results on either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmSettings>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +70,8 @@ pub enum RunError {
     /// The run's model route does not parse (a config written by hand or by an older geode).
     #[error(transparent)]
     Route(#[from] geode_runtime::model::ModelError),
+    #[error(transparent)]
+    Slurm(#[from] super::slurm::SlurmError),
     #[error("the pack has no task to run{0}")]
     Empty(String),
 }
@@ -118,6 +125,8 @@ pub trait RunObserver: PhaseObserver {
     fn started(&self, run_id: &str, total: usize, skipped: usize);
     fn trial_finished(&self, row: &TrialRow);
     fn finished(&self, summary: &RunSummary);
+    /// A remote executor's queue changed: array tasks waiting for a node, and running.
+    fn queue(&self, _pending: usize, _running: usize) {}
 }
 
 pub struct RunOutcome {
@@ -127,7 +136,7 @@ pub struct RunOutcome {
     pub cancelled: bool,
 }
 
-fn load_pack(config: &RunConfig) -> Result<TaskPack, RunError> {
+pub(super) fn load_pack(config: &RunConfig) -> Result<TaskPack, RunError> {
     let mut pack = TaskPack::load(&config.pack)?;
     for broken in &pack.broken {
         tracing::warn!("skipping a broken task: {broken}");
@@ -170,7 +179,7 @@ fn write_json(path: &Path, value: &impl Serialize) -> Result<(), RunError> {
     std::fs::write(path, text).map_err(|e| files_err(path, e))
 }
 
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, RunError> {
+pub(super) fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, RunError> {
     let text = std::fs::read_to_string(path).map_err(|e| files_err(path, e))?;
     serde_json::from_str(&text).map_err(|e| files_err(path, e))
 }
@@ -314,14 +323,15 @@ pub async fn resume_run(
     .await
 }
 
-struct Shared {
-    config: RunConfig,
+/// What every trial of a run shares, whichever executor runs it.
+pub(super) struct Shared {
+    pub(super) config: RunConfig,
     store: RunStore,
-    run_id: String,
+    pub(super) run_id: String,
     backend: Arc<dyn Backend>,
     images: ImageCache,
-    observer: Arc<dyn RunObserver>,
-    cancel: CancellationToken,
+    pub(super) observer: Arc<dyn RunObserver>,
+    pub(super) cancel: CancellationToken,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -381,7 +391,7 @@ fn kept_trials(
 }
 
 /// One plan for every task and attempt that is not kept.
-fn plan_trials(
+pub(super) fn plan_trials(
     config: &RunConfig,
     route: &Route,
     tasks: Vec<Task>,
@@ -428,11 +438,16 @@ async fn run_trials(
     let shared = Arc::new(shared);
     let cancel = shared.cancel.clone();
     let concurrency = shared.config.concurrency;
-    let ended = schedule::run_bounded(plans, concurrency, &cancel, |plan| {
-        let shared = shared.clone();
-        async move { run_with_retries(&shared, &plan).await }
-    })
-    .await;
+    let ended = match shared.config.slurm.clone() {
+        Some(settings) => vec![slurm::dispatch(&shared, &settings, plans, run_dir).await],
+        None => {
+            schedule::run_bounded(plans, concurrency, &cancel, |plan| {
+                let shared = shared.clone();
+                async move { run_with_retries(&shared, &plan).await }
+            })
+            .await
+        }
+    };
     if let Some(e) = ended.into_iter().find_map(Result::err) {
         return Err(e);
     }
@@ -475,9 +490,8 @@ fn write_run_end(
     Ok((summary, cancelled))
 }
 
-/// Run one trial, again (bounded) when it ends in a retryable infrastructure outcome. Agent
-/// outcomes are never retried.
-async fn run_with_retries(shared: &Shared, plan: &TrialPlan) -> Result<(), RunError> {
+/// The trial's row in the store, `running` until it ends.
+pub(super) fn begin_trial(shared: &Shared, plan: &TrialPlan) -> Result<(), RunError> {
     let task = &plan.task;
     shared.store.start_trial(
         &shared.run_id,
@@ -490,6 +504,31 @@ async fn run_with_retries(shared: &Shared, plan: &TrialPlan) -> Result<(), RunEr
         plan.seed,
         &chrono::Utc::now().to_rfc3339(),
     )?;
+    Ok(())
+}
+
+/// The one retry rule of both executors: a retryable infrastructure outcome runs again while
+/// the budget lasts and the run is not cancelled. Agent outcomes are never retried.
+pub(super) fn retry_again(shared: &Shared, row: &TrialRow, retries: u32) -> bool {
+    row.outcome.retryable()
+        && retries < shared.config.max_infra_retries
+        && !shared.cancel.is_cancelled()
+}
+
+/// A trial's last try: into the store (a cancelled trial stays unfinished there, so a resume
+/// runs it again) and to the observer.
+pub(super) fn end_trial(shared: &Shared, row: &TrialRow) -> Result<(), RunError> {
+    if row.outcome != geode_graders::TrialOutcome::Cancelled {
+        shared.store.finish_trial(row)?;
+    }
+    shared.observer.trial_finished(row);
+    Ok(())
+}
+
+/// Run one trial on this machine, again (bounded) when it ends in a retryable infrastructure
+/// outcome.
+async fn run_with_retries(shared: &Shared, plan: &TrialPlan) -> Result<(), RunError> {
+    begin_trial(shared, plan)?;
     let mut retries = 0;
     loop {
         let mut row = run_trial(
@@ -501,10 +540,7 @@ async fn run_with_retries(shared: &Shared, plan: &TrialPlan) -> Result<(), RunEr
         )
         .await;
         row.infra_retries = retries;
-        if row.outcome.retryable()
-            && retries < shared.config.max_infra_retries
-            && !shared.cancel.is_cancelled()
-        {
+        if retry_again(shared, &row, retries) {
             retries += 1;
             tracing::warn!(
                 "trial {} ended in {}; retrying",
@@ -513,12 +549,7 @@ async fn run_with_retries(shared: &Shared, plan: &TrialPlan) -> Result<(), RunEr
             );
             continue;
         }
-        // A cancelled trial stays unfinished in the store, so a resume runs it again.
-        if row.outcome != geode_graders::TrialOutcome::Cancelled {
-            shared.store.finish_trial(&row)?;
-        }
-        shared.observer.trial_finished(&row);
-        return Ok(());
+        return end_trial(shared, &row);
     }
 }
 
@@ -543,6 +574,7 @@ mod tests {
             max_infra_retries: 0,
             scaffold: Scaffold::default(),
             keep_workspace: false,
+            slurm: None,
         }
     }
 

@@ -6,4 +6,5 @@ pub mod images;
 pub mod job;
 pub mod schedule;
 pub mod services;
+pub mod slurm;
 pub mod trial;

@@ -127,6 +127,24 @@ pub async fn run_trial(
     row
 }
 
+/// The row (and `result.json`) of a trial that never reported: its executor lost it (a Slurm
+/// node died, the run was cancelled before its worker answered).
+pub fn lost_trial(plan: &TrialPlan, outcome: TrialOutcome, class: &str, message: &str) -> TrialRow {
+    let rec = Record::default();
+    let at = now();
+    let row = result::trial_row(
+        plan,
+        Ending::infra(outcome, class, message),
+        &rec,
+        at.clone(),
+        at,
+    );
+    if plan.trial_dir.is_dir() {
+        result::write_result_json(plan, &row, &rec);
+    }
+    row
+}
+
 /// Environment, then the agent and verifier (once, or per step), then teardown.
 async fn run_phases(
     plan: &TrialPlan,

@@ -1,0 +1,57 @@
+//! `geode worker` (hidden): what a Slurm array task runs on its node. The coordinator writes
+//! the spec; Slurm says which of its tasks this is (`SLURM_ARRAY_TASK_ID`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use geode_harness::env::kind::BackendKind;
+use geode_harness::rollout::slurm::worker::{run_array_task, run_config};
+use geode_harness::rollout::trial::{PhaseEvent, PhaseObserver};
+use tokio_util::sync::CancellationToken;
+
+use super::backends::make_with_base;
+
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The array spec (`geode.slurm-array.v1`) in the run's `slurm/` folder.
+    #[arg(long)]
+    spec: PathBuf,
+    /// Which task of the array this is.
+    #[arg(long, env = "SLURM_ARRAY_TASK_ID")]
+    index: usize,
+}
+
+/// Phases go to the array task's log (stderr), one line each.
+struct LogLines;
+
+impl PhaseObserver for LogLines {
+    fn phase(&self, trial: &str, phase: PhaseEvent<'_>) {
+        eprintln!("{trial}: {phase}");
+    }
+}
+
+pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
+    let (spec, config) = run_config(&args.spec)?;
+    // The host backend was allowed when the run was started; the worker runs what it was given.
+    let backend = make_with_base(
+        config.backend,
+        config.backend == BackendKind::Host,
+        &spec.jobs_dir,
+        config.base,
+    )?;
+    // Slurm ends a cancelled or timed-out task with SIGTERM: the trials see the cancellation
+    // and tear their sandboxes down.
+    let cancel = CancellationToken::new();
+    let on_term = cancel.clone();
+    tokio::spawn(async move {
+        if let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
+            term.recv().await;
+            on_term.cancel();
+        }
+    });
+    run_array_task(&args.spec, args.index, backend, &LogLines, &cancel).await?;
+    Ok(ExitCode::SUCCESS)
+}

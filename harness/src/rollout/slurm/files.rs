@@ -1,0 +1,168 @@
+//! The shared jobs folder is the only channel between the coordinator and the workers: the
+//! array spec a worker reads (`geode.slurm-array.v1`), one result file per trial and try
+//! (`geode.slurm-result.v1`, written to a temporary name and renamed, so a reader sees all of it
+//! or nothing), and the coordinator's ledger of submissions (`geode.slurm-submission.v1`, one
+//! JSON line each), from which a resume finds the array tasks that may still write. Nothing
+//! here touches SQLite: the run store stays with the coordinator.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::SlurmError;
+use crate::store::TrialRow;
+
+pub const ARRAY_SCHEMA: &str = "geode.slurm-array.v1";
+pub const RESULT_SCHEMA: &str = "geode.slurm-result.v1";
+pub const SUBMISSION_SCHEMA: &str = "geode.slurm-submission.v1";
+
+/// One trial a worker runs: which, and which try (0 first, then one per infrastructure retry).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TrialTry {
+    pub trial_name: String,
+    pub try_no: u32,
+}
+
+/// What every task of one array runs: array index i runs the trials of `groups[i]`, in order,
+/// on one node (the two arms of a pair share a group, so machine drift cancels).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ArraySpec {
+    pub schema: String,
+    pub run_id: String,
+    /// The jobs folder (shared), holding `<run_id>/config.json`.
+    pub jobs_dir: PathBuf,
+    pub groups: Vec<Vec<TrialTry>>,
+}
+
+/// One trial's result as its worker wrote it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerResult {
+    pub schema: String,
+    pub node: String,
+    /// When the worker started this array task (RFC 3339): submission to here is the
+    /// scheduling overhead.
+    pub worker_started: String,
+    pub row: TrialRow,
+}
+
+/// One array task the coordinator submitted.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Submission {
+    pub schema: String,
+    pub job: u64,
+    pub index: usize,
+    pub submitted: String,
+    pub trials: Vec<TrialTry>,
+}
+
+fn io_err(path: &Path, e: impl std::fmt::Display) -> SlurmError {
+    SlurmError::Files {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// The run's Slurm folder inside its run folder.
+pub fn slurm_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("slurm")
+}
+
+pub fn result_path(run_dir: &Path, t: &TrialTry) -> PathBuf {
+    slurm_dir(run_dir)
+        .join("results")
+        .join(format!("{}.{}.json", t.trial_name, t.try_no))
+}
+
+/// Writes `value` as JSON to a temporary file beside `path`, then renames it into place.
+pub fn write_atomic(path: &Path, value: &impl Serialize) -> Result<(), SlurmError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
+    let text = serde_json::to_vec_pretty(value).map_err(|e| io_err(path, e))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| io_err(dir, e))?;
+    tmp.write_all(&text).map_err(|e| io_err(path, e))?;
+    // On NFS the rename is what other clients see; the data must be there before it.
+    tmp.as_file().sync_all().map_err(|e| io_err(path, e))?;
+    tmp.persist(path).map_err(|e| io_err(path, e.error))?;
+    Ok(())
+}
+
+pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, SlurmError> {
+    let text = std::fs::read_to_string(path).map_err(|e| io_err(path, e))?;
+    serde_json::from_str(&text).map_err(|e| io_err(path, e))
+}
+
+/// The result of one trial try, if its worker has written it.
+pub fn read_result(run_dir: &Path, t: &TrialTry) -> Result<Option<WorkerResult>, SlurmError> {
+    let path = result_path(run_dir, t);
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let result: WorkerResult = read_json(&path)?;
+    if result.schema != RESULT_SCHEMA {
+        return Err(io_err(&path, format!("schema {:?}", result.schema)));
+    }
+    Ok(Some(result))
+}
+
+pub fn append_submission(run_dir: &Path, s: &Submission) -> Result<(), SlurmError> {
+    let path = slurm_dir(run_dir).join("submissions.jsonl");
+    let line = serde_json::to_string(s).map_err(|e| io_err(&path, e))?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| io_err(&path, e))?;
+    writeln!(f, "{line}").map_err(|e| io_err(&path, e))
+}
+
+/// Every submission of the run so far (none for a run that never used Slurm). A line cut short
+/// by a coordinator that died while writing it is skipped: its array task is resubmitted.
+pub fn submissions(run_dir: &Path) -> Result<Vec<Submission>, SlurmError> {
+    let path = slurm_dir(run_dir).join("submissions.jsonl");
+    if !path.is_file() {
+        return Ok(Vec::new());
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_is_there_whole_or_not_at_all_and_a_torn_ledger_line_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = TrialTry {
+            trial_name: "geode-x__0".into(),
+            try_no: 1,
+        };
+        assert!(read_result(dir.path(), &t).unwrap().is_none());
+        let path = result_path(dir.path(), &t);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "{\"schema\": \"other\"").unwrap();
+        assert!(read_result(dir.path(), &t).is_err());
+
+        std::fs::create_dir_all(slurm_dir(dir.path())).unwrap();
+        let s = Submission {
+            schema: SUBMISSION_SCHEMA.into(),
+            job: 7,
+            index: 2,
+            submitted: "2026-01-01T00:00:00Z".into(),
+            trials: vec![t.clone()],
+        };
+        append_submission(dir.path(), &s).unwrap();
+        let ledger = slurm_dir(dir.path()).join("submissions.jsonl");
+        let mut text = std::fs::read_to_string(&ledger).unwrap();
+        text.push_str("{\"schema\": \"geode.slurm-sub");
+        std::fs::write(&ledger, text).unwrap();
+        let back = submissions(dir.path()).unwrap();
+        assert_eq!(back.len(), 1);
+        assert_eq!((back[0].job, back[0].index), (7, 2));
+        assert_eq!(back[0].trials, vec![t]);
+    }
+}

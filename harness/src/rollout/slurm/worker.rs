@@ -1,0 +1,96 @@
+//! `geode worker`: what one array task runs on its node. It reads the array's spec and the
+//! run's `config.json` from the shared jobs folder, plans its trials with the coordinator's own
+//! planning (so seeds and folders are the same by construction), runs them one after the
+//! other in the node's sandbox with the node's image cache, and leaves each result as a file.
+//! It never opens the run store.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use geode_runtime::model::catalog::Route;
+use tokio_util::sync::CancellationToken;
+
+use super::SlurmError;
+use super::files::{self, ArraySpec, RESULT_SCHEMA, WorkerResult};
+use crate::env::Backend;
+use crate::rollout::images::ImageCache;
+use crate::rollout::job::{self, RunConfig, RunError};
+use crate::rollout::trial::{PhaseObserver, run_trial};
+
+/// The run configuration an array spec belongs to (the worker builds its backend from it).
+pub fn run_config(spec_path: &Path) -> Result<(ArraySpec, RunConfig), RunError> {
+    let spec: ArraySpec = files::read_json(spec_path)?;
+    if spec.schema != files::ARRAY_SCHEMA {
+        return Err(SlurmError::Files {
+            path: spec_path.display().to_string(),
+            message: format!("schema {:?}, expected {}", spec.schema, files::ARRAY_SCHEMA),
+        }
+        .into());
+    }
+    let config = job::read_json(&spec.jobs_dir.join(&spec.run_id).join("config.json"))?;
+    Ok((spec, config))
+}
+
+/// Runs the trials of array task `index`, writing one result file per trial.
+pub async fn run_array_task(
+    spec_path: &Path,
+    index: usize,
+    backend: Arc<dyn Backend>,
+    observer: &dyn PhaseObserver,
+    cancel: &CancellationToken,
+) -> Result<(), RunError> {
+    let worker_started = chrono::Utc::now().to_rfc3339();
+    let (spec, config) = run_config(spec_path)?;
+    let group = spec
+        .groups
+        .get(index)
+        .ok_or_else(|| SlurmError::NoSuchTask {
+            path: spec_path.display().to_string(),
+            index,
+        })?;
+    let route: Route = config.model.parse()?;
+    let pack = job::load_pack(&config)?;
+    let run_dir = spec.jobs_dir.join(&spec.run_id);
+    let mut plans: HashMap<String, _> = job::plan_trials(
+        &config,
+        &route,
+        pack.tasks,
+        &spec.run_id,
+        &run_dir,
+        &Default::default(),
+    )
+    .into_iter()
+    .map(|p| (p.trial_name.clone(), p))
+    .collect();
+    let node = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let images = ImageCache::new();
+    for t in group {
+        let plan = plans
+            .remove(&t.trial_name)
+            .ok_or_else(|| SlurmError::Files {
+                path: spec_path.display().to_string(),
+                message: format!("trial {} is not in the run's plan", t.trial_name),
+            })?;
+        let mut row = run_trial(&plan, backend.as_ref(), &images, observer, cancel).await;
+        // Slurm stopped this task (its time limit, `scancel`): no result, so the coordinator
+        // records the trial by the task's end state (`SlurmTimeLimit`, ...), not as a
+        // cancellation of the run.
+        if row.outcome == geode_graders::TrialOutcome::Cancelled {
+            return Ok(());
+        }
+        row.infra_retries = t.try_no;
+        files::write_atomic(
+            &files::result_path(&run_dir, t),
+            &WorkerResult {
+                schema: RESULT_SCHEMA.into(),
+                node: node.clone(),
+                worker_started: worker_started.clone(),
+                row,
+            },
+        )?;
+    }
+    Ok(())
+}
