@@ -417,6 +417,11 @@ impl AgenticLoop {
                         return Err(TerminationReason::LlmError);
                     }
                     let wait = Guards::llm_backoff(failures);
+                    self.emit(LoopEvent::ModelRetry {
+                        attempt: failures,
+                        error: e.to_string(),
+                        wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    });
                     tokio::select! {
                         _ = cancel.cancelled() => return Err(TerminationReason::UserCancelled),
                         _ = tokio::time::sleep(wait) => {}
