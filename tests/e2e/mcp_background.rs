@@ -299,3 +299,30 @@ fn a_killed_server_is_restarted_and_said_to_be_down_meanwhile() {
     assert_eq!(calls.len(), 2, "{calls:?}");
     assert!(calls[1].contains("again"), "{calls:?}");
 }
+
+#[test]
+fn the_repl_answers_while_its_server_is_still_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    setup(d, "[[turns]]\ntext = \"Hello before the server.\"\n");
+    let mut repl = geode(d)
+        .args(["--local", "--model", "scripted:script.toml"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The gate stays shut: were the REPL to wait for the server, nothing here would answer
+    // until the connect timed out, and /mcp would then say `failed`.
+    repl.stdin
+        .take()
+        .unwrap()
+        .write_all(b"/mcp\nhi\n/exit\n")
+        .unwrap();
+    let out = repl.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("fixture  connecting"), "{stdout}");
+    assert!(stdout.contains("Hello before the server."), "{stdout}");
+    assert!(!d.join("started.log").exists(), "the server started early");
+}
