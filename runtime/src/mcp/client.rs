@@ -118,7 +118,8 @@ impl McpManager {
 
     /// Start every server the settings allow in the background and return at once: the
     /// user's always, the project's only when `project_root` is trusted in `trust`. Their
-    /// tools appear in `tools()` as they connect; failures are retried, never fatal.
+    /// tools appear in `tools()` as they connect; failures are retried, never fatal. Call it
+    /// inside a Tokio runtime: each server's task is spawned on it.
     pub fn spawn(settings: &McpSettings, trust: &TrustStore, project_root: &Path) -> Self {
         let untrusted_reason = if settings.project.is_empty() {
             None
