@@ -30,6 +30,11 @@ impl Drop for Daemon {
 
 /// A home whose one MCP server starts only once `gate` exists, and a script for the daemon.
 fn setup(d: &Path, script: &str) -> PathBuf {
+    setup_with(d, script, "[\"echo\"]")
+}
+
+/// `setup` with `tools` as the policy's allow-list (a TOML array).
+fn setup_with(d: &Path, script: &str, tools: &str) -> PathBuf {
     std::fs::create_dir_all(d.join("home")).unwrap();
     let gate = d.join("gate");
     let launcher = format!(
@@ -43,7 +48,7 @@ fn setup(d: &Path, script: &str) -> PathBuf {
             "hitl = \"dangerous_only\"\n[mcp.servers.fixture]\ncommand = \"bash\"\n\
              args = [\"-c\", {launcher:?}]\n\
              env = {{ FIXTURE_STARTED = {:?}, FIXTURE_CALLS = {:?} }}\n\
-             [mcp.servers.fixture.policy]\nsafety = \"safe\"\ntools = [\"echo\"]\n",
+             [mcp.servers.fixture.policy]\nsafety = \"safe\"\ntools = {tools}\n",
             d.join("started.log").display().to_string(),
             d.join("calls.log").display().to_string(),
         ),
@@ -173,7 +178,7 @@ fn a_slow_server_holds_back_no_prompt_and_its_tools_join_when_it_is_up() {
     assert!(!d.join("started.log").exists(), "the server started early");
 
     std::fs::write(&gate, "").unwrap();
-    let text = c.mcp_until("fixture  connected (2 tools)");
+    let text = c.mcp_until("fixture  connected (3 tools)");
     assert!(text.contains("mcp__fixture__echo  callable"), "{text}");
     let (answer, seen) = c.prompt("echo");
     assert_eq!(answer, "Echoed late.");
@@ -254,7 +259,7 @@ fn a_killed_server_is_restarted_and_said_to_be_down_meanwhile() {
     std::fs::write(&gate, "").unwrap();
     let _daemon = start_daemon(d);
     let mut c = Client::open(d);
-    c.mcp_until("fixture  connected (2 tools)");
+    c.mcp_until("fixture  connected (3 tools)");
     let (answer, _) = c.prompt("echo first");
     assert_eq!(answer, "First echoed.");
 
@@ -288,7 +293,7 @@ fn a_killed_server_is_restarted_and_said_to_be_down_meanwhile() {
     );
 
     std::fs::write(&gate, "").unwrap();
-    c.mcp_until("fixture  connected (2 tools)");
+    c.mcp_until("fixture  connected (3 tools)");
     let started = lines(&d.join("started.log"));
     assert_eq!(started.len(), 2, "{started:?}");
     assert_ne!(pid_of(&started[1]), first);
@@ -325,4 +330,32 @@ fn the_repl_answers_while_its_server_is_still_connecting() {
     assert!(stdout.contains("fixture  connecting"), "{stdout}");
     assert!(stdout.contains("Hello before the server."), "{stdout}");
     assert!(!d.join("started.log").exists(), "the server started early");
+}
+
+#[test]
+fn a_server_that_dies_mid_call_ends_the_call_with_an_error_and_comes_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let gate = setup_with(
+        d,
+        "[[turns]]\n[[turns.tool_calls]]\nid = \"c1\"\nname = \"mcp__fixture__crash\"\n\
+         input = {}\n[[turns]]\ntext = \"The server crashed.\"\n",
+        "[\"echo\", \"crash\"]",
+    );
+    std::fs::write(&gate, "").unwrap();
+    let _daemon = start_daemon(d);
+    let mut c = Client::open(d);
+    c.mcp_until("fixture  connected (3 tools)");
+    // The call's answer never comes: the wait ends when the connection does, not at a timeout.
+    let (answer, _) = c.prompt("crash it");
+    assert_eq!(answer, "The server crashed.");
+    let rows = completed(&d.join("home").join("timeline.db"), &c.session);
+    let (tool, is_error, content) = &rows[0];
+    assert_eq!(tool, "mcp__fixture__crash");
+    assert!(
+        *is_error && content.contains("MCP call crash on fixture failed"),
+        "{rows:?}"
+    );
+    c.mcp_until("fixture  connected (3 tools)");
+    assert_eq!(lines(&d.join("started.log")).len(), 2);
 }
