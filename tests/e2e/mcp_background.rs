@@ -353,7 +353,9 @@ fn a_server_that_dies_mid_call_ends_the_call_with_an_error_and_comes_back() {
     let (tool, is_error, content) = &rows[0];
     assert_eq!(tool, "mcp__fixture__crash");
     assert!(
-        *is_error && content.contains("MCP call crash on fixture failed"),
+        *is_error
+            && content.contains("MCP call crash on fixture failed")
+            && content.contains("it is being restarted"),
         "{rows:?}"
     );
     c.mcp_until("fixture  connected (3 tools)");

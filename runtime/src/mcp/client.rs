@@ -420,6 +420,12 @@ impl ToolHandler for McpToolHandler {
                 "MCP server {} answered tools/call with an unexpected result: {other:?}",
                 self.server
             )),
+            // The connection ended before the answer: the server exited (it is restarted).
+            Err(rmcp::ServiceError::TransportClosed) => ToolOutput::error(format!(
+                "MCP call {} on {} failed: the server's connection closed before it answered \
+                 (it may have crashed; it is being restarted, so a later call may work)",
+                self.tool, self.server
+            )),
             Err(e) => ToolOutput::error(format!(
                 "MCP call {} on {} failed: {e} (the server may still be working on it)",
                 self.tool, self.server
