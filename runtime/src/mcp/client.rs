@@ -23,7 +23,6 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{Peer, RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
-
 use tokio_util::sync::CancellationToken;
 
 use super::settings::{McpPolicy, McpServerConfig, McpSettings, McpTransport};
