@@ -1,5 +1,6 @@
 //! A small MCP server on stdio for the end-to-end tests (tests/e2e/mcp.rs): tools `echo`
-//! (returns its `text`) and `add` (returns `a + b`).
+//! (returns its `text`), `add` (returns `a + b`) and `crash` (the server exits mid-call, so a
+//! test can crash it while a call waits for its answer).
 //!
 //! With `FIXTURE_STARTED=PATH` it appends a line to PATH when it starts, and with
 //! `FIXTURE_CALLS=PATH` one line per call, so a test can prove whether GEODE started it and
@@ -76,6 +77,11 @@ impl ServerHandler for Fixture {
                        "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
                        "required": ["a", "b"]}),
             ),
+            tool(
+                "crash",
+                "Exit the server without answering.",
+                json!({"type": "object", "properties": {}}),
+            ),
         ]))
     }
 
@@ -104,6 +110,7 @@ impl ServerHandler for Fixture {
                     a + b
                 ))]))
             }
+            "crash" => std::process::exit(3),
             other => Ok(CallToolResult::error(vec![Content::text(format!(
                 "no tool {other}"
             ))])),

@@ -419,3 +419,35 @@ fn model_and_effort_switch_mid_session_and_survive_a_restart() {
     c.send(json!({"type": "prompt", "text": "three"}));
     assert!(last_text(&mut c, "result").starts_with("bravo:"));
 }
+
+#[test]
+fn a_claude_code_bash_hook_blocks_rm_in_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    std::fs::write(d.join("home/hooks.toml"), super::daily_cli::NO_RM_HOOKS).unwrap();
+    std::fs::write(
+        d.join("home/config.toml"),
+        "hitl = \"auto\"\nhooks = \"hooks.toml\"\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("keep.txt"), "kept").unwrap();
+    let daemon = Daemon::start(d, super::daily_cli::RM_THEN_TOUCH, &[]);
+    let mut c = Client::connect(&daemon.socket);
+    c.send(json!({"type": "prompt", "text": "clean up"}));
+    let seen = c.until("result");
+    assert_eq!(
+        seen.last().unwrap()["text"],
+        "The rm was refused; made.txt is made."
+    );
+    let ends: Vec<&Value> = seen.iter().filter(|m| m["type"] == "tool_end").collect();
+    assert_eq!(ends.len(), 2, "{seen:?}");
+    assert_eq!(ends[0]["is_error"], true, "{seen:?}");
+    assert!(
+        ends[0]["outcome"].as_str().unwrap().contains("no rm here"),
+        "{seen:?}"
+    );
+    assert_eq!(ends[1]["is_error"], false, "{seen:?}");
+    assert!(d.join("keep.txt").exists(), "rm ran");
+    assert!(d.join("made.txt").exists(), "the shell never ran");
+}

@@ -413,3 +413,75 @@ fn a_closed_pipe_ends_a_subcommand_quietly() {
         super::common::ends_quietly_on_a_closed_pipe(cmd);
     }
 }
+
+/// A Claude Code-shaped hooks file: matcher `Bash`, a command that answers with Claude Code's
+/// `permissionDecision: deny` JSON when the shell command starts with `rm`.
+pub(super) const NO_RM_HOOKS: &str = r#"[[hooks.PreToolUse]]
+matcher = "Bash"
+[[hooks.PreToolUse.hooks]]
+type = "command"
+command = '''grep -q '"command":"rm ' && echo '{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": "no rm here"}}' || true'''
+"#;
+
+/// A model that runs `rm keep.txt`, then `touch made.txt` (which the hook lets through).
+pub(super) const RM_THEN_TOUCH: &str = r#"
+[[turns]]
+text = "Cleaning up."
+[[turns.tool_calls]]
+id = "b1"
+name = "bash"
+input = { command = "rm keep.txt" }
+[[turns.tool_calls]]
+id = "b2"
+name = "bash"
+input = { command = "touch made.txt" }
+[[turns]]
+text = "The rm was refused; made.txt is made."
+"#;
+
+#[test]
+fn a_claude_code_bash_hook_blocks_rm_in_the_repl() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    user_hooks(d, NO_RM_HOOKS, "hitl = \"auto\"\n");
+    std::fs::write(d.join("keep.txt"), "kept").unwrap();
+    std::fs::write(d.join("script.toml"), RM_THEN_TOUCH).unwrap();
+    let out = repl_typed(
+        d,
+        &["--model", "scripted:script.toml"],
+        b"clean up\n/exit\n",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("The rm was refused; made.txt is made."),
+        "{stdout}"
+    );
+    assert!(d.join("keep.txt").exists(), "rm ran: {stdout}");
+    assert!(d.join("made.txt").exists(), "the shell never ran: {stdout}");
+    assert!(
+        stdout.contains("no rm here"),
+        "the refusal is not shown: {stdout}"
+    );
+}
+
+#[test]
+fn clear_then_resume_then_status_answers_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("answer.toml"), "[[turns]]\ntext = \"Fine.\"\n").unwrap();
+    exec_session(d, "older", "an earlier task");
+    // Typed ahead: were any answer one command behind, /exit would leave before /status's.
+    let out = repl_typed(
+        d,
+        &["--model", "scripted:answer.toml"],
+        b"/clear\n/resume older\n/status\n/exit\n",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let cleared = stdout.find("new session").expect(&stdout);
+    let resumed = stdout.find("resumed older").expect(&stdout);
+    let status = stdout.find("session older\nmodel ").expect(&stdout);
+    assert!(cleared < resumed && resumed < status, "{stdout}");
+    assert!(stdout[status..].contains("system prompt "), "{stdout}");
+}

@@ -245,6 +245,86 @@ fn a_short_direct_answer_is_accepted_at_the_first_call() {
 }
 
 #[test]
+fn a_transient_model_failure_is_retried_and_reported_as_an_event() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("flaky.toml"),
+        "[[turns]]\nerror = \"overloaded, try again\"\n[[turns]]\ntext = \"4\"\n",
+    )
+    .unwrap();
+    let out = geode(
+        dir.path(),
+        &[
+            "exec",
+            "--model",
+            "scripted:flaky.toml",
+            "--json",
+            "what is 2+2?",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let events = json_events(&out);
+    let retries: Vec<_> = events
+        .iter()
+        .filter(|e| e["type"] == "model_retry")
+        .collect();
+    assert_eq!(retries.len(), 1, "{events:?}");
+    assert_eq!(retries[0]["attempt"], 1, "{}", retries[0]);
+    assert!(
+        retries[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("overloaded, try again"),
+        "{}",
+        retries[0]
+    );
+    assert!(
+        retries[0]["wait_ms"].as_u64().unwrap() > 0,
+        "{}",
+        retries[0]
+    );
+    assert_eq!(events.last().unwrap()["text"], "4");
+}
+
+#[test]
+fn a_hook_answering_invalid_json_is_warned_about_and_the_call_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("script.toml"),
+        "[[turns]]\n[[turns.tool_calls]]\nname = \"list_dir\"\ninput = {}\n\
+         [[turns]]\ntext = \"Listed.\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("hooks.toml"),
+        "[[hooks.PreToolUse]]\n[[hooks.PreToolUse.hooks]]\ntype = \"command\"\n\
+         command = \"echo '{\\\"decision\\\": '\"\n",
+    )
+    .unwrap();
+    let out = geode(
+        dir.path(),
+        &[
+            "exec",
+            "--model",
+            "scripted:script.toml",
+            "--hooks",
+            "hooks.toml",
+            "--json",
+            "list",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("PreToolUse") && err.contains("not valid JSON"),
+        "{err}"
+    );
+    let events = json_events(&out);
+    let ended = events.iter().find(|e| e["type"] == "tool_ended").unwrap();
+    assert_eq!(ended["is_error"], false, "{ended}");
+}
+
+#[test]
 fn a_script_and_hooks_from_files_with_a_timeline() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(

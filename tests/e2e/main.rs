@@ -18,6 +18,7 @@ mod exec;
 mod harbor;
 mod images;
 mod mcp;
+mod mcp_background;
 mod mcp_server;
 mod providers;
 #[path = "../support/registry.rs"]

@@ -62,7 +62,7 @@ fn stdout(o: &Output) -> String {
 
 /// The fixture server binary. `cargo test` builds examples; a filtered run
 /// (`--test e2e`) may not have, so build it once here.
-fn fixture_server() -> &'static Path {
+pub(super) fn fixture_server() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
         let bin = Path::new(env!("CARGO_BIN_EXE_geode"))
@@ -107,7 +107,7 @@ fn fixture_table(dir: &Path, name: &str, policy: Option<&str>) -> String {
 const WRITE_POLICY: &str =
     "safety = \"write\"\nresources = [\"fixture:db\"]\neffectful = true\ntools = [\"echo\"]";
 
-fn lines(path: &Path) -> Vec<String> {
+pub(super) fn lines(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .map(|s| s.lines().map(str::to_string).collect())
         .unwrap_or_default()
@@ -424,7 +424,7 @@ text = "Echoed."
 }
 
 /// A connection to the daemon's socket, once it answers.
-fn connect(socket: &Path) -> UnixStream {
+pub(super) fn connect(socket: &Path) -> UnixStream {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(s) = UnixStream::connect(socket) {
@@ -436,7 +436,7 @@ fn connect(socket: &Path) -> UnixStream {
 }
 
 /// Whether `pid` runs (a zombie does not).
-fn alive(pid: i32) -> bool {
+pub(super) fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| !s.contains(") Z "))
         .unwrap_or(false)

@@ -140,3 +140,86 @@ text = "All done."
     // The session was checkpointed: /resume (or `geode resume`) can continue it.
     assert!(d.join("home/sessions").read_dir().unwrap().next().is_some());
 }
+
+/// `geode --local --model scripted:script.toml` in a pseudo-terminal in `d`: the process, the
+/// terminal's input side, and its screen.
+fn repl_in_a_terminal(d: &std::path::Path) -> (Repl, File, Screen) {
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let slave = File::from(pty.slave);
+    let child = Repl(
+        super::common::geode_bin()
+            .args(["--local", "--model", "scripted:script.toml"])
+            .current_dir(d)
+            .env("GEODE_HOME", d.join("home"))
+            .env("TERM", "xterm")
+            .env_remove("GEODE_MODEL")
+            .stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave))
+            .spawn()
+            .unwrap(),
+    );
+    let master = File::from(pty.master);
+    let mut reader = master.try_clone().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let screen = Screen {
+        rx,
+        text: String::new(),
+    };
+    (child, master, screen)
+}
+
+#[test]
+fn an_edit_approval_shows_the_edit_as_a_coloured_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("lib.rs"), "fn main() {\n    let x = 1;\n}\n").unwrap();
+    std::fs::write(
+        d.join("script.toml"),
+        r#"
+[[turns]]
+text = "Editing."
+[[turns.tool_calls]]
+id = "e1"
+name = "edit_file"
+input = { path = "lib.rs", old_string = "    let x = 1;", new_string = "    let x = 2;" }
+[[turns]]
+text = "Edited."
+"#,
+    )
+    .unwrap();
+    let (_child, mut master, mut screen) = repl_in_a_terminal(d);
+    screen.wait_for("geode> ");
+    screen.clear();
+    master.write_all(b"edit it\r").unwrap();
+    screen.wait_for("[y/n/a, n: why]");
+    assert!(screen.text.contains("Allow edit_file"), "{}", screen.text);
+    assert!(screen.text.contains("lib.rs"), "{}", screen.text);
+    assert!(
+        screen.text.contains("\x1b[31m-    let x = 1;\x1b[0m")
+            && screen.text.contains("\x1b[32m+    let x = 2;\x1b[0m"),
+        "{}",
+        screen.text
+    );
+    assert!(
+        !screen.text.contains("old_string"),
+        "the edit shows as JSON: {}",
+        screen.text
+    );
+    master.write_all(b"y\r").unwrap();
+    screen.wait_for("Edited.");
+    assert_eq!(
+        std::fs::read_to_string(d.join("lib.rs")).unwrap(),
+        "fn main() {\n    let x = 2;\n}\n"
+    );
+    screen.wait_for("geode> ");
+    master.write_all(b"/quit\r").unwrap();
+}

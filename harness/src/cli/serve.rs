@@ -89,7 +89,7 @@ pub struct CliFactory {
     pub cfg: Config,
     pub cwd: PathBuf,
     pub mode: SessionMode,
-    /// The configured MCP servers, connected once and shared by every session.
+    /// The configured MCP servers, connecting in the background and shared by every session.
     pub mcp: Arc<McpManager>,
     /// The command hook files every session loads (checked once, at start).
     pub hooks: Vec<PathBuf>,
@@ -223,6 +223,10 @@ impl SessionFactory for CliFactory {
         super::skills::describe(&self.skills)
     }
 
+    fn mcp_tools(&self) -> Vec<geode_runtime::tools::plan::BoundTool> {
+        self.mcp.tools()
+    }
+
     fn describe_sessions(&self) -> String {
         super::sessions::recent(&checkpoint_root(None), 10)
     }
@@ -270,9 +274,10 @@ fn typed_switch(route: &Route, effort: Option<Effort>) -> Result<ModelSwitch, Se
 pub async fn shared(cfg: Config, cwd: &Path, mode: SessionMode) -> anyhow::Result<Arc<Shared>> {
     let lanes = cfg.number("global_lanes")? as usize;
     let timeout = Duration::from_secs(cfg.number("approval_timeout_secs")?);
-    // Connect the MCP servers before the first session (they live as long as the factory).
+    // The MCP servers connect in the background (they live as long as the factory): the first
+    // prompt never waits for them; a session takes their tools as they arrive.
     let hooks = configured_hooks(&cfg, cwd)?;
-    let mcp = McpManager::start(cfg.mcp(), &TrustStore::new(&geode_home()), cwd).await;
+    let mcp = McpManager::spawn(cfg.mcp(), &TrustStore::new(&geode_home()), cwd);
     let factory = Arc::new(CliFactory {
         cfg,
         cwd: cwd.to_path_buf(),

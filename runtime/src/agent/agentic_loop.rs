@@ -59,7 +59,8 @@ pub struct LoopParts {
     pub model: Arc<dyn Model>,
     /// Updated with `model` on a switch, for the session's sub-agents.
     pub model_slot: ModelSlot,
-    pub executor: Arc<ToolExecutor>,
+    /// Owned: only `add_tools` changes it, between turns.
+    pub executor: ToolExecutor,
     pub hooks: Arc<HookRegistry>,
     pub timeline: Option<Arc<SessionTimeline>>,
     pub scaffold: Scaffold,
@@ -106,6 +107,25 @@ impl AgenticLoop {
     /// The tools this session's model sees.
     pub fn tool_plan(&self) -> &crate::tools::plan::BoundToolPlan {
         self.p.executor.plan()
+    }
+
+    /// Give the model `tools` from the next turn on (those not in the plan yet): a new plan
+    /// generation, recorded on the timeline. Between turns only (the driver owns the loop
+    /// mutably). Returns the names added.
+    pub fn add_tools(
+        &mut self,
+        tools: Vec<crate::tools::plan::BoundTool>,
+    ) -> Result<Vec<String>, crate::tools::executor::ExecutorError> {
+        let added = self.p.executor.add_tools(tools)?;
+        if !added.is_empty() {
+            let plan = self.p.executor.plan();
+            self.record(TimelineEvent::PlanExtended {
+                plan_generation: plan.generation(),
+                plan_hash: plan.hash().to_string(),
+                added: added.clone(),
+            });
+        }
+        Ok(added)
     }
 
     pub fn messages(&self) -> &[Message] {
@@ -397,6 +417,11 @@ impl AgenticLoop {
                         return Err(TerminationReason::LlmError);
                     }
                     let wait = Guards::llm_backoff(failures);
+                    self.emit(LoopEvent::ModelRetry {
+                        attempt: failures,
+                        error: e.to_string(),
+                        wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    });
                     tokio::select! {
                         _ = cancel.cancelled() => return Err(TerminationReason::UserCancelled),
                         _ = tokio::time::sleep(wait) => {}

@@ -60,6 +60,12 @@ pub enum LoopEvent {
         /// The error's first line, when the call failed.
         error: Option<String>,
     },
+    /// A model call failed with a transient error; attempt `attempt` follows after `wait_ms`.
+    ModelRetry {
+        attempt: u32,
+        error: String,
+        wait_ms: u64,
+    },
     Verification {
         attempt: u32,
         verdict: String,

@@ -4,12 +4,12 @@
 //! Only tools whose server declares a resource policy (and which its `tools` allow-list names,
 //! when it has one) enter the plan, so the model never sees a tool it cannot call; `/mcp`
 //! lists the others with the reason. A project's servers start only when the project is
-//! trusted (`trust`). The manager owns the connections: dropping it closes them and kills the
-//! child processes.
+//! trusted (`trust`). Each server is kept connected by a background task (supervisor.rs);
+//! dropping the manager stops them, which closes the connections and kills the child processes.
 
 use std::path::Path;
 use std::process::Stdio;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -23,8 +23,10 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{Peer, RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
+use tokio_util::sync::CancellationToken;
 
 use super::settings::{McpPolicy, McpServerConfig, McpSettings, McpTransport};
+use super::supervisor::{ServerSlot, ServerState, supervise};
 use super::trust::TrustStore;
 use crate::policy::PersonalDataClass;
 use crate::tools::plan::{
@@ -34,15 +36,6 @@ use crate::tools::workspace::GroupGuard;
 
 /// How long a server gets to start and answer `initialize` and `tools/list`.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Where a configured server stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServerState {
-    Connected,
-    Failed(String),
-    /// A project server of an untrusted project: never started.
-    Untrusted(String),
-}
 
 /// One tool a server offered.
 #[derive(Debug, Clone)]
@@ -55,23 +48,19 @@ pub struct ListedTool {
     pub not_callable: Option<String>,
 }
 
-/// One configured server and what became of it.
-pub struct ServerEntry {
-    pub config: McpServerConfig,
-    pub state: ServerState,
-    pub tools: Vec<ListedTool>,
-    bound: Vec<BoundTool>,
-    /// Kept so the connection (and the child process) lives as long as the manager.
-    _connection: Option<RunningService<RoleClient, ()>>,
-    /// A stdio server's process group, killed after the connection closes (fields drop in
-    /// order) and by the reaper if geode dies without closing it.
-    _group: Option<GroupGuard>,
-}
-
-/// The connections to every configured server, shared by the sessions of one process.
+/// Every configured server, each kept connected by its own background task
+/// (supervisor.rs), shared by the sessions of one process. Dropping the manager stops the
+/// tasks, which closes the connections and kills the servers' process groups.
 #[derive(Default)]
 pub struct McpManager {
-    servers: Vec<ServerEntry>,
+    servers: Vec<Arc<ServerSlot>>,
+    stop: CancellationToken,
+}
+
+impl Drop for McpManager {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 impl std::fmt::Debug for McpManager {
@@ -82,7 +71,7 @@ impl std::fmt::Debug for McpManager {
                 &self
                     .servers
                     .iter()
-                    .map(|s| (&s.config.name, &s.state))
+                    .map(|s| (s.config.name.clone(), s.state()))
                     .collect::<Vec<_>>(),
             )
             .finish()
@@ -126,9 +115,11 @@ impl McpManager {
         McpManager::default()
     }
 
-    /// Start every server the settings allow: the user's always, the project's only when
-    /// `project_root` is trusted in `trust`. Servers that fail are recorded, never fatal.
-    pub async fn start(settings: &McpSettings, trust: &TrustStore, project_root: &Path) -> Self {
+    /// Start every server the settings allow in the background and return at once: the
+    /// user's always, the project's only when `project_root` is trusted in `trust`. Their
+    /// tools appear in `tools()` as they connect; failures are retried, never fatal. Call it
+    /// inside a Tokio runtime: each server's task is spawned on it.
+    pub fn spawn(settings: &McpSettings, trust: &TrustStore, project_root: &Path) -> Self {
         let untrusted_reason = if settings.project.is_empty() {
             None
         } else {
@@ -155,33 +146,36 @@ impl McpManager {
         {
             tracing::warn!("{reason}");
         }
-        let servers =
-            futures::future::join_all(configs.into_iter().map(|(c, untrusted)| async move {
-                match untrusted {
-                    Some(reason) => ServerEntry {
-                        config: c,
-                        state: ServerState::Untrusted(reason),
-                        tools: Vec::new(),
-                        bound: Vec::new(),
-                        _connection: None,
-                        _group: None,
-                    },
-                    None => connect_entry(c).await,
+        let stop = CancellationToken::new();
+        let servers = configs
+            .into_iter()
+            .map(|(c, untrusted)| match untrusted {
+                Some(reason) => ServerSlot::new(c, ServerState::Untrusted(reason)),
+                None => {
+                    let slot = ServerSlot::new(c, ServerState::Connecting);
+                    tokio::spawn(supervise(slot.clone(), stop.child_token()));
+                    slot
                 }
-            }))
-            .await;
-        McpManager { servers }
+            })
+            .collect();
+        McpManager { servers, stop }
     }
 
-    /// The callable tools of every connected server, for `SessionConfig::extra_tools`.
+    /// `spawn`, then wait until every server's first attempt ended (connected or failed), for
+    /// one-shot drivers (`geode exec`, `geode mcp list`) whose only turn should see the tools.
+    pub async fn start(settings: &McpSettings, trust: &TrustStore, project_root: &Path) -> Self {
+        let manager = McpManager::spawn(settings, trust, project_root);
+        futures::future::join_all(manager.servers.iter().map(|s| s.settled())).await;
+        manager
+    }
+
+    /// The callable tools of every server that has connected, for `SessionConfig::extra_tools`
+    /// and, between turns, for sessions that started before a server connected.
     pub fn tools(&self) -> Vec<BoundTool> {
-        self.servers
-            .iter()
-            .flat_map(|s| s.bound.iter().cloned())
-            .collect()
+        self.servers.iter().flat_map(|s| s.bound()).collect()
     }
 
-    pub fn servers(&self) -> &[ServerEntry] {
+    pub fn servers(&self) -> &[Arc<ServerSlot>] {
         &self.servers
     }
 
@@ -192,16 +186,14 @@ impl McpManager {
         }
         let mut out = format!("MCP servers ({}):\n", self.servers.len());
         for s in &self.servers {
-            let state = match &s.state {
-                ServerState::Connected => "connected".to_string(),
-                ServerState::Failed(why) => format!("failed: {why}"),
-                ServerState::Untrusted(why) => format!("untrusted: {why}"),
-            };
             out.push_str(&format!(
                 "  {}  {}  ({}, {})\n",
-                s.config.name, state, s.config.transport, s.config.origin
+                s.config.name,
+                s.state(),
+                s.config.transport,
+                s.config.origin
             ));
-            for t in &s.tools {
+            for t in s.tools() {
                 match &t.not_callable {
                     None => out.push_str(&format!("    {}  callable\n", t.bound_name)),
                     Some(why) => {
@@ -214,51 +206,13 @@ impl McpManager {
     }
 }
 
-async fn connect_entry(config: McpServerConfig) -> ServerEntry {
-    let name = config.name.clone();
-    let result = tokio::time::timeout(CONNECT_TIMEOUT, connect(&config)).await;
-    let (state, connection, listed, group) = match result {
-        Err(_) => (
-            ServerState::Failed(format!(
-                "no answer to initialize/tools/list within {}s",
-                CONNECT_TIMEOUT.as_secs()
-            )),
-            None,
-            Vec::new(),
-            None,
-        ),
-        Ok(Err(why)) => (ServerState::Failed(why), None, Vec::new(), None),
-        Ok(Ok((service, tools, group))) => (ServerState::Connected, Some(service), tools, group),
-    };
-    if let ServerState::Failed(why) = &state {
-        tracing::warn!("MCP server {name}: {why}");
-    }
-    let mut tools = Vec::new();
-    let mut bound = Vec::new();
-    if let Some(service) = &connection {
-        for tool in listed {
-            let (listed, b) = bind_tool(&config, service.peer().clone(), tool);
-            tools.push(listed);
-            bound.extend(b);
-        }
-    }
-    ServerEntry {
-        config,
-        state,
-        tools,
-        bound,
-        _connection: connection,
-        _group: group,
-    }
-}
-
-type Connected = (
+pub(super) type Connected = (
     RunningService<RoleClient, ()>,
     Vec<rmcp::model::Tool>,
     Option<GroupGuard>,
 );
 
-async fn connect(config: &McpServerConfig) -> Result<Connected, String> {
+pub(super) async fn connect(config: &McpServerConfig) -> Result<Connected, String> {
     let mut group = None;
     let service = match &config.transport {
         McpTransport::Stdio { command, args, env } => {
@@ -312,11 +266,13 @@ fn forward_stderr(server: String, stderr: tokio::process::ChildStderr) {
     });
 }
 
-fn bind_tool(
-    config: &McpServerConfig,
-    peer: Peer<RoleClient>,
+/// The listing and, when callable, the bound tool of one tool `slot`'s server offered. The
+/// handler holds the slot weakly: the slot owns its bound tools.
+pub(super) fn bind_tool(
+    slot: &Arc<ServerSlot>,
     tool: rmcp::model::Tool,
 ) -> (ListedTool, Option<BoundTool>) {
+    let config = &slot.config;
     let name = tool.name.to_string();
     let listed = |why: Option<String>| ListedTool {
         bound_name: bound_name(&config.name, &name),
@@ -369,7 +325,7 @@ fn bind_tool(
         handler: Arc::new(McpToolHandler {
             server: config.name.clone(),
             tool: name.clone(),
-            peer,
+            slot: Arc::downgrade(slot),
         }),
     };
     (listed(None), Some(bound))
@@ -392,12 +348,29 @@ fn declared_arg(schema: &Value, name: &str) -> Option<String> {
 struct McpToolHandler {
     server: String,
     tool: String,
-    peer: Peer<RoleClient>,
+    slot: Weak<ServerSlot>,
+}
+
+impl McpToolHandler {
+    /// The server's live connection, or the tool error that tells the model it is down.
+    fn peer(&self) -> Result<Peer<RoleClient>, ToolOutput> {
+        match self.slot.upgrade() {
+            Some(slot) => slot.peer().map_err(ToolOutput::error),
+            None => Err(ToolOutput::error(format!(
+                "MCP server {} is gone (its manager closed)",
+                self.server
+            ))),
+        }
+    }
 }
 
 #[async_trait]
 impl ToolHandler for McpToolHandler {
     async fn call(&self, input: &Value, ctx: &ToolContext) -> ToolOutput {
+        let peer = match self.peer() {
+            Ok(p) => p,
+            Err(down) => return down,
+        };
         let arguments = match input {
             Value::Object(m) => Some(m.clone()),
             _ => None,
@@ -413,7 +386,7 @@ impl ToolHandler for McpToolHandler {
             timeout: Some(ctx.deadline),
             meta: None,
         };
-        let handle = match self.peer.send_cancellable_request(request, options).await {
+        let handle = match peer.send_cancellable_request(request, options).await {
             Ok(h) => h,
             Err(e) => {
                 return ToolOutput::error(format!(
@@ -429,8 +402,7 @@ impl ToolHandler for McpToolHandler {
         };
         let Some(response) = waited else {
             // Tell the server; its work may still be running.
-            let _ = self
-                .peer
+            let _ = peer
                 .notify_cancelled(CancelledNotificationParam {
                     request_id: id,
                     reason: Some("cancelled by GEODE".into()),
@@ -446,6 +418,12 @@ impl ToolHandler for McpToolHandler {
             Ok(other) => ToolOutput::error(format!(
                 "MCP server {} answered tools/call with an unexpected result: {other:?}",
                 self.server
+            )),
+            // The connection ended before the answer: the server exited (it is restarted).
+            Err(rmcp::ServiceError::TransportClosed) => ToolOutput::error(format!(
+                "MCP call {} on {} failed: the server's connection closed before it answered \
+                 (it may have crashed; it is being restarted, so a later call may work)",
+                self.tool, self.server
             )),
             Err(e) => ToolOutput::error(format!(
                 "MCP call {} on {} failed: {e} (the server may still be working on it)",

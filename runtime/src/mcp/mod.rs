@@ -7,7 +7,8 @@
 //!   `mcp__<server>__<tool>`. The user's config file is always read; a project's
 //!   `.geode/config.toml` only after `geode trust` (`trust`). A tool is callable only when its
 //!   server declares a resource policy, and every call passes the session's pipeline (approval
-//!   before the call starts).
+//!   before the call starts). Each server connects in the background and is restarted with
+//!   backoff when it exits (`supervisor`); `/mcp` shows where each stands.
 
 #[cfg(feature = "mcp")]
 pub mod client;
@@ -16,6 +17,8 @@ pub mod http;
 #[cfg(feature = "mcp")]
 pub mod server;
 pub mod settings;
+#[cfg(feature = "mcp")]
+pub mod supervisor;
 pub mod trust;
 
 #[cfg(feature = "mcp")]

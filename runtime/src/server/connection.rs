@@ -374,6 +374,9 @@ async fn run_prompt(
         });
         return false;
     };
+    if let Err(e) = live.lp.add_tools(conn.shared.factory.mcp_tools()) {
+        tracing::warn!("MCP tools not added to the session: {e}");
+    }
     let cancel = CancellationToken::new();
     let mut exit = false;
     let mut inbox_open = true;

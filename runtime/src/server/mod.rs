@@ -58,6 +58,11 @@ pub trait SessionFactory: Send + Sync {
     fn describe_mcp(&self) -> String {
         "no MCP servers configured".into()
     }
+    /// The MCP tools callable now; a session takes those it lacks before each turn (servers
+    /// connect in the background, so some arrive after the session started).
+    fn mcp_tools(&self) -> Vec<crate::tools::plan::BoundTool> {
+        Vec::new()
+    }
     /// The model of `route` at `effort`, for `/model` and `/effort` mid-session.
     fn switch_model(
         &self,

@@ -208,7 +208,7 @@ fn build(
         session_id: cfg.session_id,
         model: cfg.model,
         model_slot,
-        executor: Arc::new(executor),
+        executor,
         hooks,
         timeline: cfg.timeline,
         scaffold: skills.apply_to(cfg.scaffold),

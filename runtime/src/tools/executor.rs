@@ -38,6 +38,7 @@ use crate::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent};
 
 mod checks;
 mod gate;
+mod late_tools;
 
 /// A trusted rewrite of tool requests before policy (the `tool_request` join point).
 pub trait ToolRequestMiddleware: Send + Sync {
@@ -540,8 +541,10 @@ impl ToolExecutor {
 }
 
 /// A failed hook as its timeline row and the detail of its `hook_failed` ledger row; the
-/// loop's own hook dispatch records failures the same way.
+/// loop's own hook dispatch records failures the same way. Every failure passes here, so here
+/// it is also said as a warning: a hook answering invalid JSON must not fail without a word.
 pub(crate) fn hook_failure_rows(f: &crate::hooks::HookFailure) -> (TimelineEvent, Value) {
+    tracing::warn!("hook {} ({}) failed: {}", f.hook, f.event.name(), f.error);
     let row = TimelineEvent::HookFailed {
         hook: f.hook.clone(),
         event: f.event.name().to_string(),

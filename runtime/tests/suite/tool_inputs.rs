@@ -290,3 +290,57 @@ async fn the_executor_reads_only_the_declared_command_and_deadline() {
     let asked = call_shell(true, json!({"command": "ls", "timeout_sec": 7})).await;
     assert_eq!(asked.result.content, "deadline 7s");
 }
+
+/// `shell_like` under another name (a tool that arrives after the session started).
+fn named(name: &str) -> BoundTool {
+    let mut t = shell_like(true);
+    t.spec.name = name.into();
+    t
+}
+
+#[test]
+fn late_tools_join_as_a_new_generation_and_only_when_new_and_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut policy = headless(SafetyLevel::Dangerous);
+    policy.deny_list.insert("denied".into());
+    let mut executor = ToolExecutor::new(ExecutorParts {
+        session_id: SessionId::new("late"),
+        plan: BoundToolPlan::new(1, vec![named("shell")]),
+        policy,
+        workspace: Arc::new(LocalWorkspace::new(dir.path()).unwrap()),
+        hooks: Arc::new(HookRegistry::new()),
+        approver: Arc::new(NoHuman),
+        middleware: vec![],
+        timeline: None,
+        cognition: Arc::new(Mutex::new(CognitiveState::default())),
+        config: ExecutorConfig::default(),
+    })
+    .unwrap();
+    let (generation, hash) = (executor.plan().generation(), executor.plan().hash().clone());
+
+    // Nothing new: the plan and its hash stay.
+    assert!(executor.add_tools(vec![named("shell")]).unwrap().is_empty());
+    assert_eq!(executor.plan().generation(), generation);
+    assert_eq!(executor.plan().hash(), &hash);
+
+    let added = executor
+        .add_tools(vec![
+            named("late"),
+            named("denied"),
+            named("shell"),
+            named("late"),
+        ])
+        .unwrap();
+    assert_eq!(added, vec!["late".to_string()]);
+    assert_eq!(executor.plan().generation(), generation + 1);
+    assert_ne!(executor.plan().hash(), &hash);
+    assert!(executor.plan().get("late").is_some());
+    assert!(executor.plan().get("denied").is_none());
+
+    // A schema that does not compile changes nothing.
+    let mut bad = named("broken");
+    bad.spec.input_schema = json!({"type": 12});
+    assert!(executor.add_tools(vec![bad]).is_err());
+    assert!(executor.plan().get("broken").is_none());
+    assert_eq!(executor.plan().generation(), generation + 1);
+}

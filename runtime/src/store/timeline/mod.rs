@@ -130,6 +130,14 @@ pub enum TimelineEvent {
         route: String,
         effort: Option<String>,
     },
+    /// Tools joined the plan between turns (an MCP server that connected after the session
+    /// started): a new plan generation, which later step snapshots name.
+    #[serde(rename = "plan.extended")]
+    PlanExtended {
+        plan_generation: u64,
+        plan_hash: String,
+        added: Vec<String>,
+    },
 }
 
 impl TimelineEvent {
@@ -151,6 +159,7 @@ impl TimelineEvent {
             TimelineEvent::ToolRecovered { .. } => "tool.recovered",
             TimelineEvent::CheckpointFailed { .. } => "checkpoint.failed",
             TimelineEvent::ModelSwitched { .. } => "model.switched",
+            TimelineEvent::PlanExtended { .. } => "plan.extended",
         }
     }
 
