@@ -154,6 +154,16 @@ fn exec_runs_on_anthropic_over_loopback_and_replays_the_recording() {
     for f in recorded {
         let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
         assert!(!text.contains(KEY), "a recording holds the key");
+        // The system prompt says where the session runs: cwd, OS and the checkout's state.
+        let system =
+            serde_json::from_str::<Value>(&text).unwrap()["request"]["body"]["system"].to_string();
+        for line in [
+            format!("cwd: {}", ws.display()),
+            format!("os: {}", std::env::consts::OS),
+            "git: not a repository".to_string(),
+        ] {
+            assert!(system.contains(&line), "{line:?} not in {system}");
+        }
     }
 
     // Offline: no key, no server; the same session replays from the recording.

@@ -88,7 +88,10 @@ impl TurnFlags {
         }
         super::serve::warn_matchers_matching_no_tool(&hooks, "--hooks");
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<LoopEvent>();
+        let environment =
+            geode_runtime::session::environment::describe_environment(workspace.root());
         let mut cfg = SessionConfig::new(policy, workspace, model);
+        cfg.environment = environment;
         cfg.scaffold = load_scaffold(self.scaffold.as_ref(), self.max_rounds, self.time_budget)?;
         cfg.hooks = hooks;
         cfg.timeline = open_timeline(self.no_timeline, self.timeline.as_ref())?;

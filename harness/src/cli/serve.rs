@@ -189,6 +189,7 @@ impl CliFactory {
             }
         };
         let mut cfg = SessionConfig::new(policy, workspace, model);
+        cfg.environment = geode_runtime::session::environment::describe_environment(&self.cwd);
         if let Some(id) = id {
             cfg.session_id = id.clone();
         }

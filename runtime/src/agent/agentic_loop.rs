@@ -67,6 +67,8 @@ pub struct LoopParts {
     pub cognition: Arc<Mutex<CognitiveState>>,
     /// `YYYY-MM-DD` for the prompt; injected so runs are reproducible.
     pub date: String,
+    /// Lines on where the session runs (cwd, OS, git), after the date.
+    pub environment: Vec<String>,
     pub events: Option<UnboundedSender<LoopEvent>>,
 }
 
@@ -337,6 +339,7 @@ impl AgenticLoop {
         build_system_prompt(&PromptSources {
             sections: &self.p.scaffold.system_prompt,
             date: &self.p.date,
+            environment: &self.p.environment,
             cognitive_hints,
             runtime_hints: &turn.runtime_hints,
         })

@@ -1,5 +1,6 @@
 //! The system prompt, rebuilt every round from declared sources: the scaffold's static sections,
-//! then a `<dynamic_context>` block (date, plan and reflection hints, runtime hints). The
+//! then a `<dynamic_context>` block (date, where a person's session runs, plan and reflection
+//! hints, runtime hints). The
 //! conversation travels separately.
 
 use sha2::{Digest, Sha256};
@@ -10,6 +11,8 @@ pub struct PromptSources<'a> {
     pub sections: &'a [String],
     /// `YYYY-MM-DD`, injected so tests are deterministic.
     pub date: &'a str,
+    /// Where the session runs (cwd, OS, git state); empty for benchmark trials.
+    pub environment: &'a [String],
     pub cognitive_hints: Vec<String>,
     pub runtime_hints: &'a [String],
 }
@@ -18,7 +21,12 @@ pub fn build_system_prompt(src: &PromptSources<'_>) -> String {
     let mut out = src.sections.join("\n\n");
     out.push_str("\n\n<dynamic_context>\n");
     out.push_str(&format!("date: {}\n", src.date));
-    for h in src.cognitive_hints.iter().chain(src.runtime_hints) {
+    for h in src
+        .environment
+        .iter()
+        .chain(&src.cognitive_hints)
+        .chain(src.runtime_hints)
+    {
         out.push_str(h);
         out.push('\n');
     }
@@ -170,15 +178,17 @@ mod tests {
     fn hints_go_into_the_dynamic_block() {
         let sections = vec!["static".to_string()];
         let hints = vec!["be brief".to_string()];
+        let environment = vec!["cwd: /w".to_string()];
         let p = build_system_prompt(&PromptSources {
             sections: &sections,
             date: "2026-11-30",
+            environment: &environment,
             cognitive_hints: vec!["Plan: x".into()],
             runtime_hints: &hints,
         });
-        assert!(
-            p.starts_with("static\n\n<dynamic_context>\ndate: 2026-11-30\nPlan: x\nbe brief\n")
-        );
+        assert!(p.starts_with(
+            "static\n\n<dynamic_context>\ndate: 2026-11-30\ncwd: /w\nPlan: x\nbe brief\n"
+        ));
         assert_eq!(prompt_hash(&p).len(), 64);
     }
 

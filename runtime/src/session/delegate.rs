@@ -61,6 +61,7 @@ pub struct ChildTemplate {
     pub scaffold: Scaffold,
     pub skills: Arc<crate::skills::SkillSet>,
     pub date: Option<String>,
+    pub environment: Vec<String>,
 }
 
 pub struct DelegateTool {
@@ -175,6 +176,7 @@ impl DelegateTool {
         cfg.extra_tools = t.extra_tools.clone();
         cfg.middleware = t.middleware.clone();
         cfg.date = t.date.clone();
+        cfg.environment = t.environment.clone();
         Ok(cfg)
     }
 

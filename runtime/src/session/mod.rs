@@ -7,6 +7,7 @@
 //! path back into such a session.
 
 pub mod delegate;
+pub mod environment;
 pub mod lanes;
 
 use std::sync::{Arc, Mutex};
@@ -56,6 +57,9 @@ pub struct SessionConfig {
     pub events: Option<UnboundedSender<LoopEvent>>,
     /// `YYYY-MM-DD` for the prompt; today (UTC) when `None`.
     pub date: Option<String>,
+    /// Where a person's session runs (`environment::describe_environment`), for the prompt's
+    /// dynamic context; empty for benchmark trials and `run_agent`.
+    pub environment: Vec<String>,
     /// Make the session durable (checkpoint, receipts, ledger). `None`: no checkpoint, and no
     /// save-before-dispatch guarantee.
     pub checkpoint: Option<CheckpointSettings>,
@@ -92,6 +96,7 @@ impl SessionConfig {
             middleware: Vec::new(),
             events: None,
             date: None,
+            environment: Vec::new(),
             checkpoint: None,
         }
     }
@@ -179,6 +184,7 @@ fn build(
             middleware: cfg.middleware.clone(),
             scaffold: cfg.scaffold.clone(),
             date: cfg.date.clone(),
+            environment: cfg.environment.clone(),
         };
         tools.push(DelegateTool::bound(template, names));
     }
@@ -216,6 +222,7 @@ fn build(
         date: cfg
             .date
             .unwrap_or_else(|| chrono::Utc::now().format("%Y-%m-%d").to_string()),
+        environment: cfg.environment,
         events: cfg.events,
     });
     Ok((lp, durable))
