@@ -27,4 +27,5 @@ mod run;
 mod search;
 mod seeds;
 mod services;
+mod streaming;
 mod validity;

@@ -125,6 +125,7 @@ pub async fn ask(model: &dyn Model, messages: &[Message]) -> Result<AssistantTur
             plan: &plan,
             snapshot: &snapshot,
             force_text: false,
+            deltas: Default::default(),
         })
         .await
 }
