@@ -139,7 +139,10 @@ fn the_repl_shows_streamed_text_before_the_last_chunk() {
         if let Some(s) = child.0.try_wait().unwrap() {
             break s;
         }
-        assert!(std::time::Instant::now() < deadline, "the REPL did not quit");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the REPL did not quit"
+        );
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success());

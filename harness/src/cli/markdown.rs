@@ -20,10 +20,10 @@ const RESET: &str = "\x1b[0m";
 /// Words coloured in code blocks, across the languages replies show most.
 const KEYWORDS: &[&str] = &[
     "as", "async", "await", "break", "class", "const", "continue", "def", "do", "done", "elif",
-    "else", "enum", "export", "false", "fi", "fn", "for", "from", "func", "function", "if",
-    "impl", "import", "in", "let", "loop", "match", "mod", "mut", "None", "null", "pub",
-    "return", "self", "Self", "static", "struct", "then", "trait", "true", "True", "False",
-    "type", "use", "var", "while", "with", "yield",
+    "else", "enum", "export", "false", "fi", "fn", "for", "from", "func", "function", "if", "impl",
+    "import", "in", "let", "loop", "match", "mod", "mut", "None", "null", "pub", "return", "self",
+    "Self", "static", "struct", "then", "trait", "true", "True", "False", "type", "use", "var",
+    "while", "with", "yield",
 ];
 
 /// A line's opening characters that may still turn out to be a marker (`#`, `-`, `` ``` ``,
@@ -265,9 +265,14 @@ mod tests {
     #[test]
     fn lines_and_inline_forms_are_styled() {
         let out = whole(REPLY);
-        assert!(out.starts_with(&format!("{BOLD}# Plan{RESET}\n")), "{out:?}");
         assert!(
-            out.contains(&format!("Some {BOLD}bold{NOT_BOLD} and {CODE}code{NOT_CODE} here.")),
+            out.starts_with(&format!("{BOLD}# Plan{RESET}\n")),
+            "{out:?}"
+        );
+        assert!(
+            out.contains(&format!(
+                "Some {BOLD}bold{NOT_BOLD} and {CODE}code{NOT_CODE} here."
+            )),
             "{out:?}"
         );
         assert!(out.contains("• one\n  • two\n"), "{out:?}");
@@ -281,7 +286,10 @@ mod tests {
         );
         assert!(out.contains(&format!("{DIM}// note{RESET}\n")), "{out:?}");
         // The closing fence ends the block: what follows is prose again.
-        assert!(out.ends_with(&format!("{DIM}```{RESET}\nafter\n")), "{out:?}");
+        assert!(
+            out.ends_with(&format!("{DIM}```{RESET}\nafter\n")),
+            "{out:?}"
+        );
     }
 
     #[test]

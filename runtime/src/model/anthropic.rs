@@ -352,7 +352,8 @@ impl Assembler for StreamState {
                     }
                     (Some("thinking_delta"), Block::Thinking { text, .. }) => {
                         text.push_str(piece("thinking"));
-                        self.deltas.send(ModelDelta::Thinking(piece("thinking").into()));
+                        self.deltas
+                            .send(ModelDelta::Thinking(piece("thinking").into()));
                     }
                     (Some("signature_delta"), Block::Thinking { signature, .. }) => {
                         signature.push_str(piece("signature"));

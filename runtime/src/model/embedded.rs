@@ -206,7 +206,11 @@ impl Model for ScriptedModel {
                 message: error,
             });
         }
-        stream_words(&request.deltas, turn.thinking.as_deref(), turn.text.as_deref());
+        stream_words(
+            &request.deltas,
+            turn.thinking.as_deref(),
+            turn.text.as_deref(),
+        );
         let mut content = Vec::new();
         if let Some(thinking) = turn.thinking {
             content.push(ContentBlock::Thinking {

@@ -137,7 +137,9 @@ impl ServerMessage {
         Some(match event {
             LoopEvent::RoundStarted { round, .. } => ServerMessage::RoundStart { round: *round },
             LoopEvent::TextDelta { text } => ServerMessage::TextDelta { text: text.clone() },
-            LoopEvent::ThinkingDelta { text } => ServerMessage::ThinkingDelta { text: text.clone() },
+            LoopEvent::ThinkingDelta { text } => {
+                ServerMessage::ThinkingDelta { text: text.clone() }
+            }
             LoopEvent::AssistantMessage { text, usage, .. } => {
                 // Tokens first so a client can print usage under the text it belongs to.
                 return Some(if text.is_empty() {
