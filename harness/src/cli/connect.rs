@@ -24,12 +24,15 @@ async fn send<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ClientMessage) -> anyhow:
 }
 
 /// Drive one session: prompts and slash commands in, rendered output out. `first` is sent
-/// once the session greeted, before anything typed (`--continue`'s `/resume ID`).
+/// before anything typed (`--continue`'s `/resume ID`). `early`: draw the prompt at once,
+/// while the session is still being set up (its stores created), and print its greeting
+/// above the prompt when it comes; what is typed meanwhile waits in the pipe.
 pub async fn drive<R, W>(
     rd: R,
     mut wr: W,
     input: &LineInput,
     mut first: Option<String>,
+    early: bool,
 ) -> anyhow::Result<ExitCode>
 where
     R: AsyncRead + Unpin,
@@ -47,8 +50,9 @@ where
     // `waiting`: a prompt or command was sent and its answer has not arrived yet (at first, the
     // greeting). `/clear` and `/resume` greet again before their own answer: only the first
     // greeting ends a wait.
-    let mut waiting = true;
-    let mut greeted = false;
+    let mut waiting = !early;
+    let mut greeted = early;
+    let mut greeting_above = early;
     let mut screen = Screen::new();
     loop {
         if !waiting {
@@ -77,10 +81,25 @@ where
                 continue;
             }
         };
+        if let ServerMessage::Session {
+            session_id, model, ..
+        } = &msg
+            && std::mem::take(&mut greeting_above)
+        {
+            let line = greeting(session_id, model);
+            if !input.print_above(&line) {
+                screen.line(&line);
+            }
+            continue;
+        }
         if show(msg, input, &mut wr, &mut screen, &mut greeted).await? {
             waiting = false;
         }
     }
+}
+
+fn greeting(session_id: &str, model: &str) -> String {
+    format!("geode: session {session_id} (model {model}); /help for commands")
 }
 
 /// What the user's next line sent.
@@ -150,9 +169,7 @@ async fn show<W: AsyncWrite + Unpin>(
         ServerMessage::Session {
             session_id, model, ..
         } => {
-            screen.line(&format!(
-                "geode: session {session_id} (model {model}); /help for commands"
-            ));
+            screen.line(&greeting(&session_id, &model));
             if !*greeted {
                 *greeted = true;
                 return Ok(true);
@@ -271,5 +288,5 @@ pub async fn run(socket: PathBuf, first: Option<String>) -> anyhow::Result<ExitC
         .with_context(|| format!("no geode daemon answers on {}", socket.display()))?;
     let (rd, wr) = stream.into_split();
     let input = LineInput::start()?;
-    drive(rd, wr, &input, first).await
+    drive(rd, wr, &input, first, false).await
 }
