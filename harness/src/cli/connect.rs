@@ -25,8 +25,8 @@ async fn send<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ClientMessage) -> anyhow:
 
 /// Drive one session: prompts and slash commands in, rendered output out. `first` is sent
 /// before anything typed (`--continue`'s `/resume ID`). `early`: draw the prompt at once,
-/// while the session is still being set up (its stores created), and print its greeting
-/// above the prompt when it comes; what is typed meanwhile waits in the pipe.
+/// while the session is still being set up (its stores created); what is typed meanwhile
+/// waits in the pipe, and the greeting is shown when the first answer is read.
 pub async fn drive<R, W>(
     rd: R,
     mut wr: W,
@@ -52,7 +52,6 @@ where
     // greeting ends a wait.
     let mut waiting = !early;
     let mut greeted = early;
-    let mut greeting_above = early;
     let mut screen = Screen::new();
     loop {
         if !waiting {
@@ -81,25 +80,10 @@ where
                 continue;
             }
         };
-        if let ServerMessage::Session {
-            session_id, model, ..
-        } = &msg
-            && std::mem::take(&mut greeting_above)
-        {
-            let line = greeting(session_id, model);
-            if !input.print_above(&line) {
-                screen.line(&line);
-            }
-            continue;
-        }
         if show(msg, input, &mut wr, &mut screen, &mut greeted).await? {
             waiting = false;
         }
     }
-}
-
-fn greeting(session_id: &str, model: &str) -> String {
-    format!("geode: session {session_id} (model {model}); /help for commands")
 }
 
 /// What the user's next line sent.
@@ -169,7 +153,9 @@ async fn show<W: AsyncWrite + Unpin>(
         ServerMessage::Session {
             session_id, model, ..
         } => {
-            screen.line(&greeting(&session_id, &model));
+            screen.line(&format!(
+                "geode: session {session_id} (model {model}); /help for commands"
+            ));
             if !*greeted {
                 *greeted = true;
                 return Ok(true);

@@ -16,7 +16,7 @@ use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
 use rustyline::history::DefaultHistory;
 use rustyline::validate::Validator;
-use rustyline::{Context, Editor, ExternalPrinter, Helper};
+use rustyline::{Context, Editor, Helper};
 use tokio::sync::{mpsc, oneshot};
 
 use super::exec::geode_home;
@@ -41,9 +41,6 @@ struct Request {
 /// A line-editing thread; each request shows a prompt and answers with one line (or message).
 pub struct LineInput {
     tx: mpsc::UnboundedSender<Request>,
-    /// Prints above a prompt being edited (a terminal only): for what arrives while the
-    /// person types, such as the session's greeting.
-    above: Option<std::sync::Mutex<Box<dyn ExternalPrinter + Send>>>,
 }
 
 impl LineInput {
@@ -54,10 +51,6 @@ impl LineInput {
         editor.set_helper(Some(Completion::default()));
         let history = geode_home().join("history");
         let _ = editor.load_history(&history);
-        let above = editor.create_external_printer().ok().map(|p| {
-            let boxed: Box<dyn ExternalPrinter + Send> = Box::new(p);
-            std::sync::Mutex::new(boxed)
-        });
         std::thread::spawn(move || {
             while let Some(request) = rx.blocking_recv() {
                 let input = if request.message {
@@ -77,17 +70,7 @@ impl LineInput {
                 }
             }
         });
-        Ok(LineInput { tx, above })
-    }
-
-    /// Print `line` above the prompt if one is being edited; `false` when this input cannot
-    /// (not a terminal) and the caller prints it itself.
-    pub fn print_above(&self, line: &str) -> bool {
-        let Some(above) = &self.above else {
-            return false;
-        };
-        let mut printer = above.lock().unwrap_or_else(|p| p.into_inner());
-        printer.print(format!("{line}\n")).is_ok()
+        Ok(LineInput { tx })
     }
 
     /// One message at the main prompt.
