@@ -147,3 +147,40 @@ fn the_repl_shows_streamed_text_before_the_last_chunk() {
     };
     assert!(status.success());
 }
+
+/// `geode exec` on a terminal shows the reply as it streams, Markdown rendered, and does not
+/// print it again at the end.
+#[test]
+fn exec_on_a_terminal_streams_the_reply_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("script.toml"),
+        "[[turns]]\ntext = \"The answer is `forty-two`, as computed just now.\"\n",
+    )
+    .unwrap();
+    let mut cmd = super::common::geode_bin();
+    cmd.args(["exec", "--model", "scripted:script.toml", "--no-timeline"])
+        .arg("what is it?")
+        .current_dir(d)
+        .env("GEODE_HOME", d.join("home"))
+        .env("HOME", d.join("home"))
+        .env_remove("GEODE_MODEL");
+    let (mut child, _master, mut screen) = in_terminal(cmd);
+    screen.wait_for("tool calls,");
+    assert!(child.0.wait().unwrap().success(), "{:?}", screen.text);
+    // Inline code in colour, backticks dropped: rendered, not the raw text.
+    assert!(
+        screen
+            .text
+            .contains("The answer is \x1b[36mforty-two\x1b[39m, as computed just now."),
+        "{:?}",
+        screen.text
+    );
+    assert_eq!(
+        screen.text.matches("The answer is").count(),
+        1,
+        "{:?}",
+        screen.text
+    );
+}
