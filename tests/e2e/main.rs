@@ -32,4 +32,5 @@ mod skills;
 mod slurm;
 #[path = "../support/slurm.rs"]
 mod slurm_cluster;
+mod streaming;
 mod validity;

@@ -3,18 +3,18 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The terminal's output so far, read on a thread so the child never blocks on a full pty.
-struct Screen {
+pub(super) struct Screen {
     rx: mpsc::Receiver<Vec<u8>>,
-    text: String,
+    pub(super) text: String,
 }
 
 impl Screen {
-    fn wait_for(&mut self, needle: &str) {
+    pub(super) fn wait_for(&mut self, needle: &str) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while !self.text.contains(needle) {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -26,14 +26,44 @@ impl Screen {
     }
 
     /// Forget what was seen, so the next wait looks at new output only.
-    fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.text.clear();
     }
 }
 
 /// The REPL's process, killed if the test fails before it quits (no stray `geode` after a
 /// failed run).
-struct Repl(std::process::Child);
+pub(super) struct Repl(pub(super) std::process::Child);
+
+/// Start `cmd` on a new pseudo-terminal: its process, the terminal's keyboard end, its screen.
+pub(super) fn in_terminal(mut cmd: Command) -> (Repl, File, Screen) {
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let slave = File::from(pty.slave);
+    let child = Repl(
+        cmd.env("TERM", "xterm")
+            .stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave))
+            .spawn()
+            .unwrap(),
+    );
+    let master = File::from(pty.master);
+    let mut reader = master.try_clone().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let screen = Screen {
+        rx,
+        text: String::new(),
+    };
+    (child, master, screen)
+}
 
 impl Drop for Repl {
     fn drop(&mut self) {
@@ -67,37 +97,13 @@ text = "All done."
         "## Rules\nbe brief\n## Private\nskip me\n",
     )
     .unwrap();
-    let pty = nix::pty::openpty(None, None).unwrap();
-    let slave = File::from(pty.slave);
-    let mut child = Repl(
-        super::common::geode_bin()
-            .args(["--local", "--model", "scripted:script.toml"])
-            .current_dir(d)
-            .env("GEODE_HOME", d.join("home"))
-            .env("GEODE_PROMPT_SECTIONS", "Rules")
-            .env("TERM", "xterm")
-            .env_remove("GEODE_MODEL")
-            .stdin(Stdio::from(slave.try_clone().unwrap()))
-            .stdout(Stdio::from(slave.try_clone().unwrap()))
-            .stderr(Stdio::from(slave))
-            .spawn()
-            .unwrap(),
-    );
-    let mut master = File::from(pty.master);
-    let mut reader = master.try_clone().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                break;
-            }
-        }
-    });
-    let mut screen = Screen {
-        rx,
-        text: String::new(),
-    };
+    let mut cmd = super::common::geode_bin();
+    cmd.args(["--local", "--model", "scripted:script.toml"])
+        .current_dir(d)
+        .env("GEODE_HOME", d.join("home"))
+        .env("GEODE_PROMPT_SECTIONS", "Rules")
+        .env_remove("GEODE_MODEL");
+    let (mut child, mut master, mut screen) = in_terminal(cmd);
     screen.wait_for("geode> ");
     screen.clear();
     master.write_all(b"write the file\r").unwrap();

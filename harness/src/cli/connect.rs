@@ -15,6 +15,7 @@ use geode_runtime::tools::approval::ApprovalAnswer;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 
 use super::input::{Input, LineInput};
+use super::render::Screen;
 
 async fn send<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ClientMessage) -> anyhow::Result<()> {
     wr.write_all(encode(msg).as_bytes()).await?;
@@ -23,12 +24,15 @@ async fn send<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ClientMessage) -> anyhow:
 }
 
 /// Drive one session: prompts and slash commands in, rendered output out. `first` is sent
-/// once the session greeted, before anything typed (`--continue`'s `/resume ID`).
+/// before anything typed (`--continue`'s `/resume ID`). `early`: draw the prompt at once,
+/// while the session is still being set up (its stores created); what is typed meanwhile
+/// waits in the pipe, and the greeting is shown when the first answer is read.
 pub async fn drive<R, W>(
     rd: R,
     mut wr: W,
     input: &LineInput,
     mut first: Option<String>,
+    early: bool,
 ) -> anyhow::Result<ExitCode>
 where
     R: AsyncRead + Unpin,
@@ -46,8 +50,9 @@ where
     // `waiting`: a prompt or command was sent and its answer has not arrived yet (at first, the
     // greeting). `/clear` and `/resume` greet again before their own answer: only the first
     // greeting ends a wait.
-    let mut waiting = true;
-    let mut greeted = false;
+    let mut waiting = !early;
+    let mut greeted = early;
+    let mut screen = Screen::new();
     loop {
         if !waiting {
             match send_next(input, first.take(), &mut wr).await? {
@@ -59,23 +64,23 @@ where
         let line = tokio::select! {
             l = lines.next_line() => l?,
             _ = tokio::signal::ctrl_c() => {
-                println!("^C cancelling the turn");
+                screen.line("^C cancelling the turn");
                 send(&mut wr, &ClientMessage::Cancel).await?;
                 continue;
             }
         };
         let Some(line) = line else {
-            println!("geode: the session closed");
+            screen.line("geode: the session closed");
             return Ok(ExitCode::from(1));
         };
         let msg: ServerMessage = match serde_json::from_str(&line) {
             Ok(m) => m,
             Err(e) => {
-                println!("geode: unreadable message ({e}): {line}");
+                screen.line(&format!("geode: unreadable message ({e}): {line}"));
                 continue;
             }
         };
-        if show(msg, input, &mut wr, &mut greeted).await? {
+        if show(msg, input, &mut wr, &mut screen, &mut greeted).await? {
             waiting = false;
         }
     }
@@ -141,36 +146,48 @@ async fn show<W: AsyncWrite + Unpin>(
     msg: ServerMessage,
     input: &LineInput,
     wr: &mut W,
+    screen: &mut Screen,
     greeted: &mut bool,
 ) -> anyhow::Result<bool> {
     match msg {
         ServerMessage::Session {
             session_id, model, ..
         } => {
-            println!("geode: session {session_id} (model {model}); /help for commands");
+            screen.line(&format!(
+                "geode: session {session_id} (model {model}); /help for commands"
+            ));
             if !*greeted {
                 *greeted = true;
                 return Ok(true);
             }
         }
-        ServerMessage::Stream { text } => println!("{text}"),
-        ServerMessage::ToolStart { tool, input, .. } => println!("  > {tool} {input}"),
+        ServerMessage::TextDelta { text } => screen.text_delta(&text),
+        ServerMessage::ThinkingDelta { text } => screen.thinking_delta(&text),
+        ServerMessage::Stream { text } => screen.round_text(&text),
+        ServerMessage::RoundStart { .. } => {
+            screen.end_reply();
+            screen.wait("waiting for the model");
+        }
+        ServerMessage::ToolStart { tool, input, .. } => {
+            screen.line(&format!("  > {tool} {input}"));
+            screen.wait(&format!("running {tool}"));
+        }
         ServerMessage::ToolEnd {
             tool,
             outcome,
             is_error,
             ..
-        } => println!(
+        } => screen.line(&format!(
             "  < {tool} {outcome}{}",
             if is_error { " (error)" } else { "" }
-        ),
+        )),
         ServerMessage::ApprovalRequest {
             approval_id,
             tool_name,
             detail,
             safety_level,
         } => {
-            println!("{}", render_preview(&detail));
+            screen.line(&render_preview(&detail));
             let decision = ask_approval(input, &tool_name, safety_level).await;
             let msg = ClientMessage::ApprovalResponse {
                 approval_id,
@@ -179,31 +196,32 @@ async fn show<W: AsyncWrite + Unpin>(
             send(wr, &msg).await?;
         }
         ServerMessage::ApprovalTimeout { .. } => {
-            println!("geode: no answer in time: the call was denied")
+            screen.line("geode: no answer in time: the call was denied")
         }
         ServerMessage::Result {
             termination,
             rounds,
             tool_calls,
+            model,
+            usage,
             ..
         } => {
-            println!("-- {termination}, {rounds} rounds, {tool_calls} tool calls");
+            let summary = format!("{termination}, {rounds} rounds, {tool_calls} tool calls");
+            screen.turn_done(&summary, &usage, &model);
             return Ok(true);
         }
         ServerMessage::CommandResult { text, .. } => {
-            println!("{text}");
+            screen.line(&text);
             return Ok(true);
         }
         ServerMessage::Error {
             message,
             ends_request,
         } => {
-            println!("geode: {message}");
+            screen.line(&format!("geode: {message}"));
             return Ok(ends_request);
         }
-        ServerMessage::RoundStart { .. }
-        | ServerMessage::Tokens { .. }
-        | ServerMessage::TurnEnd { .. } => {}
+        ServerMessage::Tokens { .. } | ServerMessage::TurnEnd { .. } => {}
     }
     Ok(false)
 }
@@ -256,5 +274,5 @@ pub async fn run(socket: PathBuf, first: Option<String>) -> anyhow::Result<ExitC
         .with_context(|| format!("no geode daemon answers on {}", socket.display()))?;
     let (rd, wr) = stream.into_split();
     let input = LineInput::start()?;
-    drive(rd, wr, &input, first).await
+    drive(rd, wr, &input, first, false).await
 }

@@ -10,7 +10,7 @@
 //! Crash tests stop it at an exact point with `GEODE_FAULT_PAUSE` / `GEODE_FAULT_MARKER`
 //! (runtime `agent::durable::FaultInjection`).
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -38,6 +38,8 @@ use geode_runtime::tools::workspace::{LocalWorkspace, Workspace};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+use super::markdown::Markdown;
 
 /// The flags `geode exec` and `geode resume` share: how the headless turn is run and recorded.
 #[derive(Debug, Args)]
@@ -286,14 +288,20 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
 /// closes the session and prints the result.
 pub(super) struct Driver {
     json: bool,
-    printer: JoinHandle<()>,
+    /// Ends with whether the reply was shown as it streamed (a terminal on stdout).
+    printer: JoinHandle<bool>,
     pub(super) cancel: CancellationToken,
 }
 
 impl Driver {
     pub(super) fn start(json: bool, mut rx: UnboundedReceiver<LoopEvent>) -> Self {
         let printer = tokio::spawn(async move {
+            let mut live = (!json && std::io::stdout().is_terminal()).then(|| Markdown::new(true));
+            let mut streamed = false;
             while let Some(event) = rx.recv().await {
+                if let Some(md) = &mut live {
+                    streamed |= show_live(md, &event);
+                }
                 if json {
                     // Each line says when it happened.
                     if let Ok(serde_json::Value::Object(mut line)) = serde_json::to_value(&event) {
@@ -306,6 +314,7 @@ impl Driver {
                     log_event(&event);
                 }
             }
+            streamed
         });
         let cancel = CancellationToken::new();
         let on_signal = cancel.clone();
@@ -330,8 +339,8 @@ impl Driver {
         session.close(outcome.termination.as_str()).await;
         drop(session);
         // The sender lives in the session; once it is dropped the printer drains and ends.
-        let _ = self.printer.await;
-        if !self.json {
+        let streamed = self.printer.await.unwrap_or(false);
+        if !self.json && !streamed {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{}", outcome.text)?;
         }
@@ -345,6 +354,19 @@ impl Driver {
         );
         Ok(ExitCode::from(exit_code(&outcome)))
     }
+}
+
+/// On a terminal, the reply's text as it streams, rendered as Markdown; `true` once shown.
+fn show_live(md: &mut Markdown, event: &LoopEvent) -> bool {
+    let shown = match event {
+        LoopEvent::TextDelta { text } => md.push(text),
+        LoopEvent::AssistantMessage { .. } => md.finish(),
+        _ => return false,
+    };
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(shown.as_bytes());
+    let _ = out.flush();
+    matches!(event, LoopEvent::TextDelta { .. })
 }
 
 fn log_event(event: &LoopEvent) {

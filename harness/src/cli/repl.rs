@@ -20,7 +20,8 @@ pub async fn run(cfg: Config, first: Option<String>) -> anyhow::Result<ExitCode>
     let session = tokio::spawn(serve_connection(server, shared));
     let input = LineInput::start()?;
     let (rd, wr) = tokio::io::split(client);
-    let code = drive(rd, wr, &input, first).await?;
+    // Early: the prompt is drawn before the session's stores are created (most of the start).
+    let code = drive(rd, wr, &input, first, true).await?;
     // The session closes (and checkpoints) once the client said exit.
     if let Ok(Err(e)) = session.await {
         eprintln!("geode: {e}");

@@ -360,6 +360,7 @@ impl AgenticLoop {
             plan: self.p.executor.plan(),
             snapshot,
             force_text,
+            deltas: self.delta_sink(),
         }
     }
 

@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::termination::TerminationReason;
 use super::verify::Verdict;
 use crate::conversation::Usage;
+use crate::model::ModelDelta;
 use crate::store::timeline::CallOutcome;
 use crate::tools::executor::CallRecord;
 
@@ -38,6 +39,15 @@ pub enum LoopEvent {
     RoundStarted {
         round: u32,
         force_text: bool,
+    },
+    /// A piece of the reply's text as the model streams it; `assistant_message` still carries
+    /// the whole text after.
+    TextDelta {
+        text: String,
+    },
+    /// A piece of the model's thinking as it streams.
+    ThinkingDelta {
+        text: String,
     },
     AssistantMessage {
         text: String,
@@ -82,6 +92,13 @@ pub enum LoopEvent {
 }
 
 impl LoopEvent {
+    pub fn delta(delta: ModelDelta) -> LoopEvent {
+        match delta {
+            ModelDelta::Text(text) => LoopEvent::TextDelta { text },
+            ModelDelta::Thinking(text) => LoopEvent::ThinkingDelta { text },
+        }
+    }
+
     /// The event a finished call is reported with.
     pub fn tool_ended(record: &CallRecord) -> LoopEvent {
         let result = &record.result;

@@ -10,6 +10,7 @@ use super::events::LoopEvent;
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, ToolCall};
 use crate::hooks::{HookEnvelope, HookEvent, HookOutcome};
 use crate::ids::StepSnapshot;
+use crate::model::DeltaSink;
 use crate::store::checkpoint::SavePoint;
 use crate::store::timeline::{CallOutcome, TimelineEvent};
 use crate::tools::executor::{CallRecord, hook_failure_rows};
@@ -185,6 +186,16 @@ impl AgenticLoop {
         {
             tracing::warn!("timeline write failed: {e}");
         }
+    }
+
+    /// Where the model's deltas go: on to the driver as events, as they arrive.
+    pub(super) fn delta_sink(&self) -> DeltaSink {
+        let Some(tx) = self.p.events.clone() else {
+            return DeltaSink::default();
+        };
+        DeltaSink::new(move |delta| {
+            let _ = tx.send(LoopEvent::delta(delta));
+        })
     }
 
     pub(super) fn emit(&self, event: LoopEvent) {

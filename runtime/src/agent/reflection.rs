@@ -32,6 +32,8 @@ pub async fn reflect(
     let request = ModelRequest {
         messages: &messages,
         force_text: true,
+        // A reflection is the loop's own note, not part of the reply a person watches.
+        deltas: Default::default(),
         ..base.clone()
     };
     let reply = model.complete(&request).await.ok()?;

@@ -17,7 +17,7 @@ use super::effort::Effort;
 use super::errors::{Failure, classify};
 use super::http::{Assembler, Driver, KeyHeader, ProviderConfig, event_json, tool_input};
 use super::sse::SseEvent;
-use super::{Model, ModelError, ModelRequest};
+use super::{DeltaSink, Model, ModelDelta, ModelError, ModelRequest};
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason, Usage};
 use crate::tools::plan::ToolSchemaShape;
 
@@ -205,7 +205,8 @@ impl Model for AnthropicModel {
             KeyHeader::Plain("x-api-key"),
             self.request_body(request),
         );
-        let asm = self.driver.call(&wire, StreamState::default).await?;
+        let fresh = || StreamState::streaming_to(request.deltas.clone());
+        let asm = self.driver.call(&wire, fresh).await?;
         Ok(asm.finish(&self.info))
     }
 }
@@ -235,6 +236,7 @@ pub struct StreamState {
     output: u64,
     stop: Option<String>,
     visible: bool,
+    deltas: DeltaSink,
 }
 
 fn n(v: &Value, key: &str) -> Option<u64> {
@@ -242,6 +244,13 @@ fn n(v: &Value, key: &str) -> Option<u64> {
 }
 
 impl StreamState {
+    pub fn streaming_to(deltas: DeltaSink) -> Self {
+        StreamState {
+            deltas,
+            ..StreamState::default()
+        }
+    }
+
     fn usage(&mut self, u: &Value) {
         // message_start carries the prompt side; message_delta the running output count (and,
         // on newer API versions, the prompt side again).
@@ -334,12 +343,17 @@ impl Assembler for StreamState {
                     .entry(index)
                     .or_insert(Block::Text(String::new()));
                 match (d["type"].as_str(), block) {
-                    (Some("text_delta"), Block::Text(t)) => t.push_str(piece("text")),
+                    (Some("text_delta"), Block::Text(t)) => {
+                        t.push_str(piece("text"));
+                        self.deltas.send(ModelDelta::Text(piece("text").into()));
+                    }
                     (Some("input_json_delta"), Block::ToolUse { json, .. }) => {
                         json.push_str(piece("partial_json"))
                     }
                     (Some("thinking_delta"), Block::Thinking { text, .. }) => {
-                        text.push_str(piece("thinking"))
+                        text.push_str(piece("thinking"));
+                        self.deltas
+                            .send(ModelDelta::Thinking(piece("thinking").into()));
                     }
                     (Some("signature_delta"), Block::Thinking { signature, .. }) => {
                         signature.push_str(piece("signature"));

@@ -22,7 +22,7 @@ use super::http::{
     usage_with_reasoning,
 };
 use super::sse::SseEvent;
-use super::{Model, ModelError, ModelRequest};
+use super::{DeltaSink, Model, ModelDelta, ModelError, ModelRequest};
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason};
 use crate::tools::plan::ToolSchemaShape;
 
@@ -205,7 +205,8 @@ impl Model for ChatModel {
             KeyHeader::Bearer,
             self.request_body(request),
         );
-        let asm = self.driver.call(&wire, StreamState::default).await?;
+        let fresh = || StreamState::streaming_to(request.deltas.clone());
+        let asm = self.driver.call(&wire, fresh).await?;
         Ok(asm.finish(&self.prices))
     }
 }
@@ -226,9 +227,17 @@ pub struct StreamState {
     finish: Option<String>,
     usage: Value,
     visible: bool,
+    deltas: DeltaSink,
 }
 
 impl StreamState {
+    pub fn streaming_to(deltas: DeltaSink) -> Self {
+        StreamState {
+            deltas,
+            ..StreamState::default()
+        }
+    }
+
     pub fn finish(self, prices: &Prices) -> AssistantTurn {
         let mut content = Vec::new();
         if !self.reasoning.is_empty() {
@@ -298,11 +307,13 @@ impl Assembler for StreamState {
         let d = &choice["delta"];
         if let Some(t) = d["content"].as_str().filter(|t| !t.is_empty()) {
             self.text.push_str(t);
+            self.deltas.send(ModelDelta::Text(t.into()));
             self.visible = true;
         }
         let thought = d["reasoning_content"].as_str().or(d["reasoning"].as_str());
         if let Some(t) = thought.filter(|t| !t.is_empty()) {
             self.reasoning.push_str(t);
+            self.deltas.send(ModelDelta::Thinking(t.into()));
             self.visible = true;
         }
         for (i, tc) in d["tool_calls"].as_array().into_iter().flatten().enumerate() {

@@ -29,7 +29,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Model, ModelError, ModelRequest};
+use super::{DeltaSink, Model, ModelDelta, ModelError, ModelRequest};
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason, Usage};
 use crate::ids::SessionId;
 use crate::store::timeline::{SessionTimeline, TimelineEvent};
@@ -178,13 +178,24 @@ impl ScriptedModel {
     }
 }
 
+/// A scripted reply streams word by word, as a provider's would, so drivers and tests see
+/// deltas without a network.
+fn stream_words(sink: &DeltaSink, thinking: Option<&str>, text: Option<&str>) {
+    for word in thinking.unwrap_or_default().split_inclusive(' ') {
+        sink.send(ModelDelta::Thinking(word.into()));
+    }
+    for word in text.unwrap_or_default().split_inclusive(' ') {
+        sink.send(ModelDelta::Text(word.into()));
+    }
+}
+
 #[async_trait]
 impl Model for ScriptedModel {
     fn id(&self) -> &str {
         "scripted"
     }
 
-    async fn complete(&self, _: &ModelRequest<'_>) -> Result<AssistantTurn, ModelError> {
+    async fn complete(&self, request: &ModelRequest<'_>) -> Result<AssistantTurn, ModelError> {
         let (number, turn) = self.take_turn()?;
         if turn.delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(turn.delay_ms)).await;
@@ -195,6 +206,11 @@ impl Model for ScriptedModel {
                 message: error,
             });
         }
+        stream_words(
+            &request.deltas,
+            turn.thinking.as_deref(),
+            turn.text.as_deref(),
+        );
         let mut content = Vec::new();
         if let Some(thinking) = turn.thinking {
             content.push(ContentBlock::Thinking {

@@ -38,6 +38,46 @@ pub struct ModelRequest<'a> {
     pub snapshot: &'a StepSnapshot,
     /// The wrap-up rule: the model must answer with text, no tool calls.
     pub force_text: bool,
+    /// Where the reply's text and thinking go as they arrive, for a person watching.
+    pub deltas: DeltaSink,
+}
+
+/// A piece of a reply as it streams in. The whole reply still comes back from `complete`;
+/// deltas only let a driver show it early.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelDelta {
+    Text(String),
+    Thinking(String),
+}
+
+/// Receives a reply's deltas; the default one drops them (judges, reflection, benchmarks).
+#[derive(Clone, Default)]
+pub struct DeltaSink(Option<Arc<dyn Fn(ModelDelta) + Send + Sync>>);
+
+impl DeltaSink {
+    pub fn new(f: impl Fn(ModelDelta) + Send + Sync + 'static) -> Self {
+        DeltaSink(Some(Arc::new(f)))
+    }
+
+    /// Hand on a delta; empty pieces (a block's opening event) are not worth a wake-up.
+    pub fn send(&self, delta: ModelDelta) {
+        let empty = match &delta {
+            ModelDelta::Text(t) | ModelDelta::Thinking(t) => t.is_empty(),
+        };
+        if let (Some(f), false) = (&self.0, empty) {
+            f(delta);
+        }
+    }
+}
+
+impl std::fmt::Debug for DeltaSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "DeltaSink(on)"
+        } else {
+            "DeltaSink(off)"
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

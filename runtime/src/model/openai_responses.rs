@@ -19,7 +19,7 @@ use super::http::{
 };
 use super::login::ChatgptAuth;
 use super::sse::SseEvent;
-use super::{Model, ModelError, ModelRequest};
+use super::{DeltaSink, Model, ModelDelta, ModelError, ModelRequest};
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason};
 use crate::tools::plan::ToolSchemaShape;
 
@@ -162,7 +162,8 @@ impl Model for ResponsesModel {
                 config.sse_request("/responses", &headers, KeyHeader::Bearer, body)
             }
         };
-        let asm = self.driver.call(&wire, StreamState::default).await?;
+        let fresh = || StreamState::streaming_to(request.deltas.clone());
+        let asm = self.driver.call(&wire, fresh).await?;
         let mut turn = asm.finish(&self.info);
         if self.subscription {
             turn.usage.cost_usd = 0.0;
@@ -193,6 +194,7 @@ pub struct StreamState {
     usage: Value,
     incomplete: Option<String>,
     visible: bool,
+    deltas: DeltaSink,
 }
 
 fn item_from(v: &Value) -> Item {
@@ -225,6 +227,13 @@ fn joined(parts: &Value) -> String {
 }
 
 impl StreamState {
+    pub fn streaming_to(deltas: DeltaSink) -> Self {
+        StreamState {
+            deltas,
+            ..StreamState::default()
+        }
+    }
+
     pub fn finish(self, info: &ModelInfo) -> AssistantTurn {
         let mut content = Vec::new();
         let mut refused = false;
@@ -304,6 +313,7 @@ impl Assembler for StreamState {
                 if let Item::Text(t) = self.item(index) {
                     t.push_str(delta);
                 }
+                self.deltas.send(ModelDelta::Text(delta.into()));
                 self.visible = true;
             }
             "response.refusal.delta" => {
@@ -323,6 +333,7 @@ impl Assembler for StreamState {
                 if let Item::Reasoning { summary, .. } = self.item(index) {
                     summary.push_str(delta);
                 }
+                self.deltas.send(ModelDelta::Thinking(delta.into()));
                 self.visible = true;
             }
             "response.reasoning_summary_part.added" => {

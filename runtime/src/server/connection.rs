@@ -429,6 +429,7 @@ async fn run_prompt(
             termination: o.termination,
             model: lp.model_id().to_string(),
             system_prompt_hash: lp.system_prompt_hash().map(str::to_string),
+            usage: o.usage,
         }),
         Err(message) => conn.send(ServerMessage::Error {
             message,

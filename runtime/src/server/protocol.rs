@@ -1,10 +1,12 @@
 //! The thin-client protocol (`geode.ipc.v1`): newline-delimited JSON over the daemon's Unix
 //! socket, one JSON object per line, tagged by `type`.
 //!
-//! Server -> client: first a `session` greeting; then, per prompt, `stream` (assistant text),
-//! events (`round_start`, `tool_start`, `tool_end`, `tokens`, `turn_end`), possibly
+//! Server -> client: first a `session` greeting; then, per prompt, `text_delta` and
+//! `thinking_delta` as the model streams, `stream` (a round's whole assistant text, after its
+//! deltas, so a client that showed the deltas need not show it again), events (`round_start`,
+//! `tool_start`, `tool_end`, `tokens`, `turn_end`), possibly
 //! `approval_request` (answered by the client's `approval_response`, denied on timeout with an
-//! `approval_timeout` notice), and finally `result`. `command_result` answers a `command`;
+//! `approval_timeout` notice), and finally `result` (with the turn's token usage and cost). `command_result` answers a `command`;
 //! `error` reports a bad line or a refused request without closing the connection.
 //!
 //! Client -> server: `client_capability` (optional, first), `prompt`, `command` (a slash
@@ -14,6 +16,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{LoopEvent, TerminationReason};
+use crate::conversation::Usage;
 use crate::policy::{SafetyLevel, SessionMode};
 use crate::store::timeline::CallOutcome;
 use crate::tools::approval::ApprovalAnswer;
@@ -65,6 +68,12 @@ pub enum ServerMessage {
     Stream {
         text: String,
     },
+    TextDelta {
+        text: String,
+    },
+    ThinkingDelta {
+        text: String,
+    },
     RoundStart {
         round: u32,
     },
@@ -105,6 +114,9 @@ pub enum ServerMessage {
         model: String,
         /// Hash of the system prompt the turn ran under.
         system_prompt_hash: Option<String>,
+        /// The turn's tokens and cost, all its model calls summed.
+        #[serde(default)]
+        usage: Usage,
     },
     CommandResult {
         name: String,
@@ -124,6 +136,10 @@ impl ServerMessage {
     pub fn from_event(event: &LoopEvent) -> Option<ServerMessage> {
         Some(match event {
             LoopEvent::RoundStarted { round, .. } => ServerMessage::RoundStart { round: *round },
+            LoopEvent::TextDelta { text } => ServerMessage::TextDelta { text: text.clone() },
+            LoopEvent::ThinkingDelta { text } => {
+                ServerMessage::ThinkingDelta { text: text.clone() }
+            }
             LoopEvent::AssistantMessage { text, usage, .. } => {
                 // Tokens first so a client can print usage under the text it belongs to.
                 return Some(if text.is_empty() {

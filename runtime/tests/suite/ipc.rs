@@ -202,3 +202,35 @@ async fn command(p: &mut Peer, name: &str) -> String {
         }
     }
 }
+
+/// A reply reaches the client in pieces first (thinking, then words), then whole; the result
+/// carries the turn's usage.
+#[tokio::test]
+async fn deltas_come_before_the_whole_text_and_the_result_counts_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!({"turns": [{"thinking": "let me see", "text": "Three words here.",
+        "usage": {"input_tokens": 40, "output_tokens": 7}}]});
+    let (mut p, task) = start(dir.path(), script);
+    p.recv().await;
+    p.send(ClientMessage::Prompt { text: "go".into() }).await;
+    let (mut thought, mut said) = (String::new(), String::new());
+    let usage = loop {
+        match p.recv().await {
+            ServerMessage::ThinkingDelta { text } => {
+                assert!(said.is_empty(), "thinking after text");
+                thought.push_str(&text);
+            }
+            ServerMessage::TextDelta { text } => said.push_str(&text),
+            ServerMessage::Stream { text } => {
+                assert_eq!(said, text, "the whole text came after all of its pieces");
+            }
+            ServerMessage::Result { usage, .. } => break usage,
+            _ => {}
+        }
+    };
+    assert_eq!(thought, "let me see");
+    assert_eq!(said, "Three words here.");
+    assert_eq!((usage.input_tokens, usage.output_tokens), (40, 7));
+    p.send(ClientMessage::Exit).await;
+    task.await.unwrap().unwrap();
+}

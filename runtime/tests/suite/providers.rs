@@ -15,7 +15,9 @@ use geode_runtime::ids::StepSnapshot;
 use geode_runtime::model::credentials::Env;
 use geode_runtime::model::errors::{ErrorClass, RetryPolicy};
 use geode_runtime::model::http::{HttpSettings, RouteOptions};
-use geode_runtime::model::{Model, ModelError, ModelRequest, judge_from_route, model_from_route};
+use geode_runtime::model::{
+    DeltaSink, Model, ModelDelta, ModelError, ModelRequest, judge_from_route, model_from_route,
+};
 use geode_runtime::policy::SafetyLevel;
 use geode_runtime::session::create_session;
 use geode_runtime::tools::builtin::builtin_tools;
@@ -110,6 +112,26 @@ pub fn model(wire: &dyn Wire, server: &Loopback) -> Arc<dyn Model> {
 
 /// One model call with the built-in tools bound, as the loop would make it.
 pub async fn ask(model: &dyn Model, messages: &[Message]) -> Result<AssistantTurn, ModelError> {
+    ask_streaming(model, messages, DeltaSink::default()).await
+}
+
+/// `hi`, with the reply's deltas collected in the order they were sent.
+pub async fn ask_hi_watched(model: &dyn Model) -> (AssistantTurn, Vec<ModelDelta>) {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let sink = DeltaSink::new(move |d| sink.lock().unwrap().push(d));
+    let turn = ask_streaming(model, &[Message::user_text("hi")], sink)
+        .await
+        .unwrap();
+    let deltas = seen.lock().unwrap().clone();
+    (turn, deltas)
+}
+
+async fn ask_streaming(
+    model: &dyn Model,
+    messages: &[Message],
+    deltas: DeltaSink,
+) -> Result<AssistantTurn, ModelError> {
     let plan = BoundToolPlan::new(1, builtin_tools());
     let snapshot = StepSnapshot {
         model_id: model.id().to_string(),
@@ -125,6 +147,7 @@ pub async fn ask(model: &dyn Model, messages: &[Message]) -> Result<AssistantTur
             plan: &plan,
             snapshot: &snapshot,
             force_text: false,
+            deltas,
         })
         .await
 }
@@ -148,8 +171,13 @@ fn class_of(r: Result<AssistantTurn, ModelError>) -> (ErrorClass, String) {
 pub async fn streams_text(wire: &dyn Wire) {
     let server = Loopback::start(vec![text_reply(wire, &["Hel", "lo, ", "world."])]).await;
     let m = model(wire, &server);
-    let turn = ask_hi(m.as_ref()).await.unwrap();
+    let (turn, deltas) = ask_hi_watched(m.as_ref()).await;
     assert_eq!(turn.message.text(), "Hello, world.");
+    // Each fragment went on to the watcher as it was parsed.
+    assert_eq!(
+        deltas,
+        ["Hel", "lo, ", "world."].map(|t| ModelDelta::Text(t.into()))
+    );
     assert_eq!(turn.stop_reason, StopReason::EndTurn);
     let seen = server.requests();
     assert_eq!(seen.len(), 1);
@@ -191,7 +219,21 @@ pub async fn streams_thinking(wire: &dyn Wire) {
         wire.thinking(&["Let me ", "think."], "Done thinking."),
     )])
     .await;
-    let turn = ask_hi(model(wire, &server).as_ref()).await.unwrap();
+    let (turn, deltas) = ask_hi_watched(model(wire, &server).as_ref()).await;
+    let (mut thought, mut said) = (String::new(), String::new());
+    for d in &deltas {
+        match d {
+            ModelDelta::Thinking(t) => {
+                assert!(said.is_empty(), "thinking after text: {deltas:?}");
+                thought.push_str(t);
+            }
+            ModelDelta::Text(t) => said.push_str(t),
+        }
+    }
+    assert_eq!(
+        (thought.as_str(), said.as_str()),
+        ("Let me think.", "Done thinking.")
+    );
     assert_eq!(
         turn.message.content,
         [

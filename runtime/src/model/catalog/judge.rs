@@ -55,6 +55,7 @@ impl JudgeModel {
                 plan: &self.plan,
                 snapshot: &snapshot,
                 force_text: true,
+                deltas: Default::default(),
             })
             .await?;
         Ok(JudgeDecision {

@@ -1,0 +1,186 @@
+//! The REPL shows a reply as it streams: a loopback Anthropic peer sends the reply's first
+//! chunk and holds the rest until the test has seen that chunk's text on the pseudo-terminal.
+//! A client that waits for the whole reply never shows it, and the test fails.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::repl::in_terminal;
+
+const KEY: &str = "sk-ant-e2e-0123456789";
+
+fn sse(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect()
+}
+
+/// Read one request off `stream` (head and body), so the reply goes to a complete request.
+fn read_request(stream: &TcpStream) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut len = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body).unwrap();
+}
+
+/// The first reply in two chunks: thinking and the first words, then (after `go`) the rest
+/// and the end of the message. Later requests get a whole short reply at once.
+fn serve(first_sent: mpsc::Sender<()>, go: mpsc::Receiver<()>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let first = sse(&[
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+            "role": "assistant", "content": [], "model": "claude-sonnet-5",
+            "usage": {"input_tokens": 120, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": "pondering the question"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "content_block_start", "index": 1,
+            "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 1,
+            "delta": {"type": "text_delta", "text": "Streaming first words. "}}),
+    ]);
+    let rest = |text: &str| {
+        sse(&[
+            json!({"type": "content_block_delta", "index": 1,
+                "delta": {"type": "text_delta", "text": text}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 30}}),
+            json!({"type": "message_stop"}),
+        ])
+    };
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(mut stream) = stream else { return };
+            read_request(&stream);
+            // No content-length: the body ends when the connection closes, as a stream does.
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                        connection: close\r\n\r\n";
+            let _ = stream.write_all(head.as_bytes());
+            if n == 0 {
+                let _ = stream.write_all(first.as_bytes());
+                let _ = stream.flush();
+                let _ = first_sent.send(());
+                // Held until the test saw the first words (or gave up on them).
+                let _ = go.recv_timeout(Duration::from_secs(60));
+                let _ = stream.write_all(rest("And the rest.").as_bytes());
+            } else {
+                let _ = stream.write_all(first.as_bytes());
+                let _ = stream.write_all(rest("Again.").as_bytes());
+            }
+        }
+    });
+    url
+}
+
+#[test]
+fn the_repl_shows_streamed_text_before_the_last_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (first_tx, first_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let url = serve(first_tx, go_rx);
+    let mut cmd = super::common::geode_bin();
+    cmd.args(["--local", "--model", "anthropic:claude-sonnet-5"])
+        .current_dir(d)
+        .env("GEODE_HOME", d.join("home"))
+        .env("HOME", d.join("home"))
+        .env("ANTHROPIC_BASE_URL", &url)
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env_remove("GEODE_MODEL")
+        .env_remove("OPENAI_API_KEY");
+    let (mut child, mut master, mut screen) = in_terminal(cmd);
+    screen.wait_for("geode> ");
+    screen.clear();
+    master.write_all(b"say something\r").unwrap();
+    first_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the peer got no request");
+    // The peer holds the rest of the reply: these words can only come from the first chunk.
+    screen.wait_for("Streaming first words.");
+    // Thinking comes first, dimmed.
+    assert!(
+        screen.text.contains("\x1b[2mpondering the question"),
+        "{:?}",
+        screen.text
+    );
+    go_tx.send(()).unwrap();
+    screen.wait_for("120 tokens in, 30 out");
+    let reply = "Streaming first words. And the rest.";
+    assert!(screen.text.contains(reply), "{:?}", screen.text);
+    // The whole text that follows the deltas is not shown a second time.
+    assert_eq!(
+        screen.text.matches("Streaming first words.").count(),
+        1,
+        "{:?}",
+        screen.text
+    );
+    screen.wait_for("geode> ");
+    master.write_all(b"/quit\r").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the REPL did not quit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success());
+}
+
+/// `geode exec` on a terminal shows the reply as it streams, Markdown rendered, and does not
+/// print it again at the end.
+#[test]
+fn exec_on_a_terminal_streams_the_reply_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("script.toml"),
+        "[[turns]]\ntext = \"The answer is `forty-two`, as computed just now.\"\n",
+    )
+    .unwrap();
+    let mut cmd = super::common::geode_bin();
+    cmd.args(["exec", "--model", "scripted:script.toml", "--no-timeline"])
+        .arg("what is it?")
+        .current_dir(d)
+        .env("GEODE_HOME", d.join("home"))
+        .env("HOME", d.join("home"))
+        .env_remove("GEODE_MODEL");
+    let (mut child, _master, mut screen) = in_terminal(cmd);
+    screen.wait_for("tool calls,");
+    assert!(child.0.wait().unwrap().success(), "{:?}", screen.text);
+    // Inline code in colour, backticks dropped: rendered, not the raw text.
+    assert!(
+        screen
+            .text
+            .contains("The answer is \x1b[36mforty-two\x1b[39m, as computed just now."),
+        "{:?}",
+        screen.text
+    );
+    assert_eq!(
+        screen.text.matches("The answer is").count(),
+        1,
+        "{:?}",
+        screen.text
+    );
+}
