@@ -18,7 +18,7 @@ use super::errors::{Failure, classify};
 use super::http::{Assembler, Driver, KeyHeader, ProviderConfig, event_json, tool_input};
 use super::sse::SseEvent;
 use super::{Model, ModelError, ModelRequest};
-use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason, Usage};
+use crate::conversation::{AssistantTurn, ContentBlock, Image, Message, Role, StopReason, Usage};
 use crate::tools::plan::ToolSchemaShape;
 
 pub const API_VERSION: &str = "2023-06-01";
@@ -121,11 +121,13 @@ fn budget_tokens(effort: Effort) -> Option<u64> {
 fn messages(conversation: &[Message], thinking_on: bool) -> Value {
     let mut out: Vec<(Role, Vec<Value>)> = Vec::new();
     for m in conversation {
-        let blocks: Vec<Value> = m
-            .content
-            .iter()
-            .filter_map(|b| block(m.role, b, thinking_on))
-            .collect();
+        let mut blocks: Vec<Value> = Vec::new();
+        for b in &m.content {
+            match (m.role, b) {
+                (Role::User, ContentBlock::Image(image)) => attach_image(&mut blocks, image),
+                _ => blocks.extend(block(m.role, b, thinking_on)),
+            }
+        }
         match out.last_mut() {
             Some((role, existing)) if *role == m.role => existing.extend(blocks),
             _ => out.push((m.role, blocks)),
@@ -157,6 +159,27 @@ fn messages(conversation: &[Message], thinking_on: bool) -> Value {
         })
         .collect();
     Value::Array(shaped)
+}
+
+/// A screenshot goes inside the tool_result it follows (its content becomes an array of a text
+/// and image blocks), so tool results stay first in their message as the API requires; an
+/// image with no result before it is a block of its own.
+fn attach_image(blocks: &mut Vec<Value>, image: &Image) {
+    let image = json!({
+        "type": "image",
+        "source": {"type": "base64", "media_type": image.media_type.as_str(), "data": image.data_b64},
+    });
+    match blocks.last_mut() {
+        Some(last) if last["type"] == "tool_result" => {
+            if let Some(text) = last["content"].as_str() {
+                last["content"] = json!([{"type": "text", "text": text}]);
+            }
+            if let Some(parts) = last["content"].as_array_mut() {
+                parts.push(image);
+            }
+        }
+        _ => blocks.push(image),
+    }
 }
 
 fn block(role: Role, b: &ContentBlock, thinking_on: bool) -> Option<Value> {

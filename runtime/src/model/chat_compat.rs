@@ -133,6 +133,9 @@ fn messages(system: &str, conversation: &[Message], with_reasoning: bool) -> Val
         let mut texts = Vec::new();
         match m.role {
             Role::User => {
+                // A `tool` message carries text only: screenshots follow the batch's tool
+                // messages as one user message of image_url parts.
+                let mut images = Vec::new();
                 for b in &m.content {
                     match b {
                         ContentBlock::ToolResult {
@@ -145,8 +148,14 @@ fn messages(system: &str, conversation: &[Message], with_reasoning: bool) -> Val
                         ContentBlock::Text { text } if !text.is_empty() => {
                             texts.push(text.as_str())
                         }
+                        ContentBlock::Image(image) => images.push(json!({
+                            "type": "image_url", "image_url": {"url": image.data_url()},
+                        })),
                         _ => {}
                     }
+                }
+                if !images.is_empty() {
+                    out.push(json!({"role": "user", "content": images}));
                 }
                 if !texts.is_empty() {
                     out.push(json!({"role": "user", "content": texts.join("\n\n")}));
