@@ -168,6 +168,38 @@ impl Message {
         parts.join("\n")
     }
 
+    /// A copy without its images, for observation logs (the timeline): their hash and size
+    /// are on the call's `tool.completed` row, their bytes in the checkpoint.
+    pub fn without_images(&self) -> Message {
+        Message {
+            role: self.role,
+            content: self
+                .content
+                .iter()
+                .filter(|b| !matches!(b, ContentBlock::Image(_)))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The images of this message by the tool call whose result they follow.
+    pub fn tool_images(&self) -> Vec<(&str, &Image)> {
+        let mut owner = None;
+        let mut out = Vec::new();
+        for b in &self.content {
+            match b {
+                ContentBlock::ToolResult { tool_use_id, .. } => owner = Some(tool_use_id.as_str()),
+                ContentBlock::Image(image) => {
+                    if let Some(id) = owner {
+                        out.push((id, image));
+                    }
+                }
+                _ => owner = None,
+            }
+        }
+        out
+    }
+
     /// The tool calls this message proposes, in order.
     pub fn tool_calls(&self) -> Vec<ToolCall> {
         self.content

@@ -389,3 +389,53 @@ impl Assembler for StreamState {
         self.visible
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::{Image, ImageMediaType, ToolResult};
+
+    /// An assistant call and its result with one screenshot, as the loop appends them.
+    fn screenshot_turn() -> Vec<Message> {
+        let result = ToolResult {
+            tool_use_id: "c1".into(),
+            content: "screenshot 1x1".into(),
+            is_error: false,
+            images: vec![Image {
+                media_type: ImageMediaType::Png,
+                data_b64: "iVBORw0K".into(),
+            }],
+        };
+        vec![
+            Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolUse {
+                    id: "c1".into(),
+                    name: "computer".into(),
+                    input: json!({"action": "screenshot"}),
+                }],
+            },
+            Message {
+                role: Role::User,
+                content: result.into_blocks(),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_screenshot_goes_inside_its_tool_result() {
+        let body = messages(&screenshot_turn(), false);
+        let result = &body[1]["content"][0];
+        assert_eq!(result["type"], "tool_result");
+        assert_eq!(
+            result["content"][0],
+            json!({"type": "text", "text": "screenshot 1x1"})
+        );
+        assert_eq!(
+            result["content"][1],
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                   "data": "iVBORw0K"}})
+        );
+        assert_eq!(body[1]["content"].as_array().unwrap().len(), 1);
+    }
+}

@@ -346,3 +346,48 @@ impl Assembler for StreamState {
         self.finish.is_some()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::{Image, ImageMediaType, ToolResult};
+
+    /// An assistant call and its result with one screenshot, as the loop appends them.
+    fn screenshot_turn() -> Vec<Message> {
+        let result = ToolResult {
+            tool_use_id: "c1".into(),
+            content: "screenshot 1x1".into(),
+            is_error: false,
+            images: vec![Image {
+                media_type: ImageMediaType::Png,
+                data_b64: "iVBORw0K".into(),
+            }],
+        };
+        vec![
+            Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolUse {
+                    id: "c1".into(),
+                    name: "computer".into(),
+                    input: json!({"action": "screenshot"}),
+                }],
+            },
+            Message {
+                role: Role::User,
+                content: result.into_blocks(),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_screenshot_follows_the_tool_messages_as_a_user_image() {
+        let body = messages("", &screenshot_turn(), false);
+        assert_eq!(body[1]["role"], "tool");
+        assert_eq!(body[1]["content"], "screenshot 1x1");
+        assert_eq!(body[2]["role"], "user");
+        assert_eq!(
+            body[2]["content"][0],
+            json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}})
+        );
+    }
+}

@@ -410,3 +410,52 @@ impl Assembler for StreamState {
         self.visible
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::{Image, ImageMediaType, ToolResult};
+
+    /// An assistant call and its result with one screenshot, as the loop appends them.
+    fn screenshot_turn() -> Vec<Message> {
+        let result = ToolResult {
+            tool_use_id: "c1".into(),
+            content: "screenshot 1x1".into(),
+            is_error: false,
+            images: vec![Image {
+                media_type: ImageMediaType::Png,
+                data_b64: "iVBORw0K".into(),
+            }],
+        };
+        vec![
+            Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolUse {
+                    id: "c1".into(),
+                    name: "computer".into(),
+                    input: json!({"action": "screenshot"}),
+                }],
+            },
+            Message {
+                role: Role::User,
+                content: result.into_blocks(),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_screenshot_joins_its_function_call_output() {
+        let items = input_items(&screenshot_turn());
+        let output = &items[1];
+        assert_eq!(output["type"], "function_call_output");
+        assert_eq!(
+            output["output"][0],
+            json!({"type": "input_text", "text": "screenshot 1x1"})
+        );
+        assert_eq!(
+            output["output"][1],
+            json!({"type": "input_image", "image_url": "data:image/png;base64,iVBORw0K"})
+        );
+        assert_eq!(items.as_array().unwrap().len(), 2);
+    }
+}
