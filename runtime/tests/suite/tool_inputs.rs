@@ -58,6 +58,21 @@ fn each_tool_schema_has_its_properties_required_fields_and_types() {
         ("glob", (vec!["path", "pattern"], vec!["pattern"])),
         ("grep", (vec!["glob", "path", "pattern"], vec!["pattern"])),
         (
+            "computer",
+            (
+                vec![
+                    "action",
+                    "coordinate",
+                    "duration_ms",
+                    "scroll_amount",
+                    "scroll_direction",
+                    "start_coordinate",
+                    "text",
+                ],
+                vec!["action"],
+            ),
+        ),
+        (
             "update_plan",
             (
                 vec!["objective", "reason", "steps"],
@@ -121,8 +136,8 @@ fn each_tool_schema_has_its_properties_required_fields_and_types() {
             (&None, &None)
         );
     }
-    let status =
-        &tools[7].spec.input_schema["properties"]["steps"]["items"]["properties"]["status"];
+    let plan = tools.iter().find(|t| t.spec.name == "update_plan").unwrap();
+    let status = &plan.spec.input_schema["properties"]["steps"]["items"]["properties"]["status"];
     assert_eq!(
         status["enum"],
         json!(["pending", "in_progress", "completed", "abandoned"])

@@ -29,9 +29,9 @@ pub const MAX_WAIT_MS: u64 = 10_000;
 /// A point in the screenshot's pixels, `[x, y]` from the top-left corner.
 pub type Point = [u32; 2];
 
-/// One action on the display. The tag is `action`, the names are Anthropic's computer-use
-/// vocabulary, so a model trained on it needs no translation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// One action on the display, each with exactly the arguments it needs. The names are
+/// Anthropic's computer-use vocabulary, so a model trained on it needs no translation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ComputerAction {
     /// Only take a screenshot.
@@ -60,19 +60,36 @@ pub enum ComputerAction {
     Scroll {
         coordinate: Option<Point>,
         scroll_direction: ScrollDirection,
-        #[schemars(range(min = 1, max = 50))]
         scroll_amount: u32,
     },
     /// Wait `duration_ms` (at most 10000) for the screen to change, then take a screenshot.
-    Wait {
-        #[schemars(range(min = 0, max = MAX_WAIT_MS))]
-        duration_ms: u64,
-    },
+    Wait { duration_ms: u64 },
+}
+
+/// The action names, as the model writes them in `action`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
+#[strum(serialize_all = "snake_case")]
+pub enum ActionKind {
+    Screenshot,
+    MouseMove,
+    LeftClick,
+    RightClick,
+    MiddleClick,
+    DoubleClick,
+    LeftClickDrag,
+    Type,
+    Key,
+    Scroll,
+    Wait,
 }
 
 /// Which way the wheel turns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
+#[strum(serialize_all = "snake_case")]
 pub enum ScrollDirection {
     Up,
     Down,
@@ -112,10 +129,101 @@ pub enum ComputerError {
     Worker(String),
 }
 
-/// The input of `computer`: one action.
+/// The input of `computer` as the model sends it: one flat object, because the providers take
+/// only an object schema (no `oneOf` at the top), parsed at once into a [`ComputerAction`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
-#[serde(transparent)]
-pub struct ComputerInput(pub ComputerAction);
+#[serde(deny_unknown_fields)]
+pub struct ComputerInput {
+    /// What to do.
+    pub action: ActionKind,
+    /// [x, y] in the screenshot's pixels: where mouse_move goes and left_click_drag ends;
+    /// where a click or scroll happens (default: where the pointer is).
+    pub coordinate: Option<Point>,
+    /// [x, y] where left_click_drag starts.
+    pub start_coordinate: Option<Point>,
+    /// The text of `type`; the key or chord of `key` (Return, ctrl+a, shift+Tab).
+    pub text: Option<String>,
+    /// The wheel's direction for `scroll`.
+    pub scroll_direction: Option<ScrollDirection>,
+    /// Wheel clicks for `scroll`.
+    #[schemars(range(min = 1, max = 50))]
+    pub scroll_amount: Option<u32>,
+    /// How long `wait` waits, in milliseconds.
+    #[schemars(range(min = 0, max = MAX_WAIT_MS))]
+    pub duration_ms: Option<u64>,
+}
+
+impl ComputerInput {
+    /// The typed action, refused when an argument it needs is missing or one it does not
+    /// take is given (the error names the field, for the model to fix).
+    pub fn into_action(self) -> Result<ComputerAction, String> {
+        let kind = self.action;
+        let given = [
+            ("coordinate", self.coordinate.is_some()),
+            ("start_coordinate", self.start_coordinate.is_some()),
+            ("text", self.text.is_some()),
+            ("scroll_direction", self.scroll_direction.is_some()),
+            ("scroll_amount", self.scroll_amount.is_some()),
+            ("duration_ms", self.duration_ms.is_some()),
+        ];
+        let takes: &[&str] = match kind {
+            ActionKind::Screenshot => &[],
+            ActionKind::MouseMove
+            | ActionKind::LeftClick
+            | ActionKind::RightClick
+            | ActionKind::MiddleClick
+            | ActionKind::DoubleClick => &["coordinate"],
+            ActionKind::LeftClickDrag => &["coordinate", "start_coordinate"],
+            ActionKind::Type | ActionKind::Key => &["text"],
+            ActionKind::Scroll => &["coordinate", "scroll_direction", "scroll_amount"],
+            ActionKind::Wait => &["duration_ms"],
+        };
+        if let Some((field, _)) = given.iter().find(|(f, on)| *on && !takes.contains(f)) {
+            return Err(format!("{kind} takes no `{field}`"));
+        }
+        let need = |field: &str| format!("{kind} needs `{field}`");
+        Ok(match kind {
+            ActionKind::Screenshot => ComputerAction::Screenshot,
+            ActionKind::MouseMove => ComputerAction::MouseMove {
+                coordinate: self.coordinate.ok_or_else(|| need("coordinate"))?,
+            },
+            ActionKind::LeftClick => ComputerAction::LeftClick {
+                coordinate: self.coordinate,
+            },
+            ActionKind::RightClick => ComputerAction::RightClick {
+                coordinate: self.coordinate,
+            },
+            ActionKind::MiddleClick => ComputerAction::MiddleClick {
+                coordinate: self.coordinate,
+            },
+            ActionKind::DoubleClick => ComputerAction::DoubleClick {
+                coordinate: self.coordinate,
+            },
+            ActionKind::LeftClickDrag => ComputerAction::LeftClickDrag {
+                start_coordinate: self
+                    .start_coordinate
+                    .ok_or_else(|| need("start_coordinate"))?,
+                coordinate: self.coordinate.ok_or_else(|| need("coordinate"))?,
+            },
+            ActionKind::Type => ComputerAction::Type {
+                text: self.text.ok_or_else(|| need("text"))?,
+            },
+            ActionKind::Key => ComputerAction::Key {
+                text: self.text.ok_or_else(|| need("text"))?,
+            },
+            ActionKind::Scroll => ComputerAction::Scroll {
+                coordinate: self.coordinate,
+                scroll_direction: self
+                    .scroll_direction
+                    .ok_or_else(|| need("scroll_direction"))?,
+                scroll_amount: self.scroll_amount.unwrap_or(3),
+            },
+            ActionKind::Wait => ComputerAction::Wait {
+                duration_ms: self.duration_ms.ok_or_else(|| need("duration_ms"))?,
+            },
+        })
+    }
+}
 
 /// The `computer` tool, bound as `builtin:computer`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -150,9 +258,10 @@ impl ComputerTool {
 #[async_trait]
 impl ToolHandler for ComputerTool {
     async fn call(&self, input: &Value, ctx: &ToolContext) -> ToolOutput {
-        let ComputerInput(action) = match parse_input(input) {
-            Ok(input) => input,
-            Err(e) => return ToolOutput::error(e.to_string()),
+        let parsed = parse_input::<ComputerInput>(input).map_err(|e| e.to_string());
+        let action = match parsed.and_then(ComputerInput::into_action) {
+            Ok(action) => action,
+            Err(e) => return ToolOutput::error(e),
         };
         match ctx.workspace.computer(&action).await {
             Ok(shot) => screenshot_output(&shot),
@@ -183,38 +292,56 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn actions_parse_from_the_anthropic_vocabulary() {
-        let a: ComputerInput =
-            parse_input(&json!({"action": "left_click", "coordinate": [10, 20]})).unwrap();
-        assert_eq!(
-            a.0,
-            ComputerAction::LeftClick {
-                coordinate: Some([10, 20])
-            }
-        );
-        let a: ComputerInput = parse_input(&json!({"action": "screenshot"})).unwrap();
-        assert_eq!(a.0, ComputerAction::Screenshot);
-        let a: ComputerInput = parse_input(
-            &json!({"action": "scroll", "scroll_direction": "down", "scroll_amount": 3}),
-        )
-        .unwrap();
-        assert!(matches!(
-            a.0,
-            ComputerAction::Scroll {
-                scroll_direction: ScrollDirection::Down,
-                ..
-            }
-        ));
+    fn action(input: Value) -> Result<ComputerAction, String> {
+        parse_input::<ComputerInput>(&input)
+            .map_err(|e| e.to_string())
+            .and_then(ComputerInput::into_action)
     }
 
     #[test]
-    fn unknown_actions_and_fields_are_refused() {
-        assert!(parse_input::<ComputerInput>(&json!({"action": "teleport"})).is_err());
-        assert!(
-            parse_input::<ComputerInput>(&json!({"action": "type", "text": "a", "x": 1})).is_err()
+    fn actions_parse_from_the_anthropic_vocabulary() {
+        assert_eq!(
+            action(json!({"action": "left_click", "coordinate": [10, 20]})),
+            Ok(ComputerAction::LeftClick {
+                coordinate: Some([10, 20])
+            })
         );
-        assert!(parse_input::<ComputerInput>(&json!({"action": "mouse_move"})).is_err());
+        assert_eq!(
+            action(json!({"action": "screenshot"})),
+            Ok(ComputerAction::Screenshot)
+        );
+        assert_eq!(
+            action(json!({"action": "scroll", "scroll_direction": "down"})),
+            Ok(ComputerAction::Scroll {
+                coordinate: None,
+                scroll_direction: ScrollDirection::Down,
+                scroll_amount: 3
+            })
+        );
+        assert_eq!(
+            action(
+                json!({"action": "left_click_drag", "start_coordinate": [1, 2],
+                          "coordinate": [3, 4]})
+            ),
+            Ok(ComputerAction::LeftClickDrag {
+                start_coordinate: [1, 2],
+                coordinate: [3, 4]
+            })
+        );
+    }
+
+    #[test]
+    fn unknown_actions_missing_and_foreign_fields_are_refused_by_name() {
+        assert!(action(json!({"action": "teleport"})).is_err());
+        assert!(action(json!({"action": "type", "text": "a", "x": 1})).is_err());
+        assert_eq!(
+            action(json!({"action": "mouse_move"})),
+            Err("mouse_move needs `coordinate`".to_string())
+        );
+        assert_eq!(
+            action(json!({"action": "screenshot", "text": "hi"})),
+            Err("screenshot takes no `text`".to_string())
+        );
     }
 
     #[test]
@@ -226,6 +353,13 @@ mod tests {
             spec.resource_keys,
             ResourceKeyRule::Fixed("display".to_string())
         );
-        assert!(spec.input_schema.to_string().contains("left_click_drag"));
+        let schema = &spec.input_schema;
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["required"], json!(["action"]));
+        assert!(
+            schema["properties"]["action"]
+                .to_string()
+                .contains("left_click_drag")
+        );
     }
 }
