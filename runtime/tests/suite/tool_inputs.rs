@@ -38,6 +38,17 @@ fn names(list: &Value) -> Vec<&str> {
     names
 }
 
+/// The computer tool's arguments, sorted: one flat object, only `action` required.
+const COMPUTER_FIELDS: [&str; 7] = [
+    "action",
+    "coordinate",
+    "duration_ms",
+    "scroll_amount",
+    "scroll_direction",
+    "start_coordinate",
+    "text",
+];
+
 #[test]
 fn each_tool_schema_has_its_properties_required_fields_and_types() {
     let expected: BTreeMap<&str, (Vec<&str>, Vec<&str>)> = [
@@ -57,21 +68,7 @@ fn each_tool_schema_has_its_properties_required_fields_and_types() {
         ("list_dir", (vec!["path"], vec![])),
         ("glob", (vec!["path", "pattern"], vec!["pattern"])),
         ("grep", (vec!["glob", "path", "pattern"], vec!["pattern"])),
-        (
-            "computer",
-            (
-                vec![
-                    "action",
-                    "coordinate",
-                    "duration_ms",
-                    "scroll_amount",
-                    "scroll_direction",
-                    "start_coordinate",
-                    "text",
-                ],
-                vec!["action"],
-            ),
-        ),
+        ("computer", (COMPUTER_FIELDS.to_vec(), vec!["action"])),
         (
             "update_plan",
             (
