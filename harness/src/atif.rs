@@ -1,9 +1,49 @@
 //! ATIF v1.7 trajectories (`agent/trajectory.json`), the format Harbor writes, built from the
 //! trial's session timeline so people's Harbor tooling can read GEODE runs.
 
-use geode_runtime::conversation::{ContentBlock, Message, Role};
+use std::path::Path;
+
+use base64::Engine as _;
+use geode_runtime::conversation::{ContentBlock, ImageMediaType, Message, Role};
 use geode_runtime::store::timeline::{TimelineEvent, TimelineRow};
 use serde_json::{Value, json};
+
+/// A tool call's screenshot saved beside the trajectory (ATIF 1.6+ keeps images as files that
+/// content parts point to; the timeline holds only their hashes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedImage {
+    pub call_id: String,
+    pub media_type: ImageMediaType,
+    /// Relative to the trajectory's folder.
+    pub path: String,
+}
+
+/// Writes each tool result's images as `agent_dir/screenshot-<sha256>.png`, flat in that
+/// folder: the agent may still run and `agent/` is its folder too, so no subfolder it could
+/// swap for a link, and the file itself is never written through one. Returns what was saved
+/// and the errors of what was not.
+pub fn save_images(agent_dir: &Path, messages: &[Message]) -> (Vec<SavedImage>, Vec<String>) {
+    let (mut saved, mut errors) = (Vec::new(), Vec::new());
+    for (call_id, image) in messages.iter().flat_map(Message::tool_images) {
+        let path = format!("screenshot-{}.png", image.digest().sha256);
+        let written = base64::engine::general_purpose::STANDARD
+            .decode(&image.data_b64)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| {
+                geode_graders::safe_fs::write(&agent_dir.join(&path), &bytes)
+                    .map_err(|e| e.to_string())
+            });
+        match written {
+            Ok(()) => saved.push(SavedImage {
+                call_id: call_id.to_string(),
+                media_type: image.media_type,
+                path,
+            }),
+            Err(e) => errors.push(format!("could not save {path}: {e}")),
+        }
+    }
+    (saved, errors)
+}
 
 /// Build the trajectory document of one session.
 pub fn trajectory(
@@ -11,6 +51,7 @@ pub fn trajectory(
     model_name: &str,
     tool_definitions: Vec<Value>,
     rows: &[TimelineRow],
+    images: &[SavedImage],
 ) -> Value {
     let mut steps: Vec<Value> = Vec::new();
     let (mut prompt, mut completion, mut cached, mut cost) = (0u64, 0u64, 0u64, 0f64);
@@ -18,7 +59,7 @@ pub fn trajectory(
         match &row.event {
             TimelineEvent::UserMessage { message } => {
                 if let Some(last) = steps.last_mut()
-                    && attach_observations(last, message)
+                    && attach_observations(last, message, images)
                 {
                     continue;
                 }
@@ -94,7 +135,7 @@ pub fn trajectory(
 }
 
 /// Tool results belong to the agent step that called them, as its observation.
-fn attach_observations(step: &mut Value, message: &Message) -> bool {
+fn attach_observations(step: &mut Value, message: &Message, images: &[SavedImage]) -> bool {
     if message.role != Role::User || step["source"] != "agent" || step.get("tool_calls").is_none() {
         return false;
     }
@@ -106,7 +147,10 @@ fn attach_observations(step: &mut Value, message: &Message) -> bool {
                 tool_use_id,
                 content,
                 ..
-            } => Some(json!({"source_call_id": tool_use_id, "content": content})),
+            } => Some(json!({
+                "source_call_id": tool_use_id,
+                "content": observed(tool_use_id, content, images),
+            })),
             _ => None,
         })
         .collect();
@@ -115,6 +159,23 @@ fn attach_observations(step: &mut Value, message: &Message) -> bool {
     }
     step["observation"] = json!({ "results": results });
     true
+}
+
+/// A result's content: its text, or with screenshots a list of content parts (text, then
+/// each image as a file reference).
+fn observed(call_id: &str, text: &str, images: &[SavedImage]) -> Value {
+    let mut parts: Vec<Value> = images
+        .iter()
+        .filter(|i| i.call_id == call_id)
+        .map(|i| {
+            json!({"type": "image", "source": {"media_type": i.media_type.as_str(), "path": i.path}})
+        })
+        .collect();
+    if parts.is_empty() {
+        return json!(text);
+    }
+    parts.insert(0, json!({"type": "text", "text": text}));
+    Value::Array(parts)
 }
 
 /// ATIF's `arguments` is an object. A model may send anything (a string it failed to encode,
@@ -141,5 +202,37 @@ mod tests {
             json!({"raw": "{\"command\": \"ls\""})
         );
         assert_eq!(arguments_object(&json!([1, 2])), json!({"raw": [1, 2]}));
+    }
+
+    #[test]
+    fn screenshots_become_image_parts_that_name_their_files() {
+        use geode_runtime::conversation::{Image, ToolResult};
+        let dir = tempfile::tempdir().unwrap();
+        let image = Image {
+            media_type: ImageMediaType::Png,
+            data_b64: base64::engine::general_purpose::STANDARD.encode(b"\x89PNG fake"),
+        };
+        let result = ToolResult {
+            tool_use_id: "c1".into(),
+            content: "screenshot 1x1".into(),
+            is_error: false,
+            images: vec![image.clone()],
+        };
+        let message = Message {
+            role: Role::User,
+            content: result.into_blocks(),
+        };
+        let (saved, errors) = save_images(dir.path(), std::slice::from_ref(&message));
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(saved.len(), 1);
+        let file = dir.path().join(&saved[0].path);
+        assert_eq!(std::fs::read(file).unwrap(), b"\x89PNG fake");
+        let parts = observed("c1", "screenshot 1x1", &saved);
+        assert_eq!(parts[0], json!({"type": "text", "text": "screenshot 1x1"}));
+        assert_eq!(parts[1]["type"], "image");
+        assert_eq!(parts[1]["source"]["media_type"], "image/png");
+        assert_eq!(parts[1]["source"]["path"], saved[0].path);
+        // Other calls keep plain text content.
+        assert_eq!(observed("c2", "ok", &saved), json!("ok"));
     }
 }

@@ -37,6 +37,69 @@ pub enum ContentBlock {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signature: Option<String>,
     },
+    /// A picture (a `computer` screenshot). In a user message it belongs to the tool result
+    /// before it: each adapter folds it into or after that result as its wire format allows.
+    Image(Image),
+}
+
+/// The one image format the runtime sends: screenshots are PNG.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
+pub enum ImageMediaType {
+    #[serde(rename = "image/png")]
+    #[strum(serialize = "image/png")]
+    Png,
+}
+
+impl ImageMediaType {
+    /// The MIME type, as the providers' wire formats spell it.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+}
+
+/// An image as it travels to a model: its bytes base64-encoded (standard alphabet, padded).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    pub media_type: ImageMediaType,
+    pub data_b64: String,
+}
+
+impl Image {
+    /// `data:image/png;base64,...`, the form the OpenAI wire formats take.
+    pub fn data_url(&self) -> String {
+        format!("data:{};base64,{}", self.media_type.as_str(), self.data_b64)
+    }
+
+    /// What the timeline and the ledger keep of an image instead of its bytes: the SHA-256
+    /// of the base64 text and its length, so rows stay small and the image stays identifiable.
+    pub fn digest(&self) -> ImageDigest {
+        use sha2::{Digest, Sha256};
+        ImageDigest {
+            media_type: self.media_type,
+            sha256: hex::encode(Sha256::digest(self.data_b64.as_bytes())),
+            b64_len: self.data_b64.len(),
+        }
+    }
+}
+
+/// An image's stand-in in observation logs (see [`Image::digest`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageDigest {
+    pub media_type: ImageMediaType,
+    pub sha256: String,
+    pub b64_len: usize,
 }
 
 /// A proposed tool call, as the model wrote it.
@@ -53,15 +116,21 @@ pub struct ToolResult {
     pub tool_use_id: String,
     pub content: String,
     pub is_error: bool,
+    /// Screenshots the call returned; they follow the result block in the conversation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
 }
 
-impl From<ToolResult> for ContentBlock {
-    fn from(r: ToolResult) -> Self {
-        ContentBlock::ToolResult {
-            tool_use_id: r.tool_use_id,
-            content: r.content,
-            is_error: r.is_error,
-        }
+impl ToolResult {
+    /// The result block followed by its images, in the order a user message carries them.
+    pub fn into_blocks(self) -> Vec<ContentBlock> {
+        let mut blocks = vec![ContentBlock::ToolResult {
+            tool_use_id: self.tool_use_id,
+            content: self.content,
+            is_error: self.is_error,
+        }];
+        blocks.extend(self.images.into_iter().map(ContentBlock::Image));
+        blocks
     }
 }
 
@@ -97,6 +166,38 @@ impl Message {
             })
             .collect();
         parts.join("\n")
+    }
+
+    /// A copy without its images, for observation logs (the timeline): their hash and size
+    /// are on the call's `tool.completed` row, their bytes in the checkpoint.
+    pub fn without_images(&self) -> Message {
+        Message {
+            role: self.role,
+            content: self
+                .content
+                .iter()
+                .filter(|b| !matches!(b, ContentBlock::Image(_)))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The images of this message by the tool call whose result they follow.
+    pub fn tool_images(&self) -> Vec<(&str, &Image)> {
+        let mut owner = None;
+        let mut out = Vec::new();
+        for b in &self.content {
+            match b {
+                ContentBlock::ToolResult { tool_use_id, .. } => owner = Some(tool_use_id.as_str()),
+                ContentBlock::Image(image) => {
+                    if let Some(id) = owner {
+                        out.push((id, image));
+                    }
+                }
+                _ => owner = None,
+            }
+        }
+        out
     }
 
     /// The tool calls this message proposes, in order.

@@ -7,6 +7,7 @@ use check::{names_agree, parses_back};
 
 #[test]
 fn strum_and_serde_names_agree() {
+    use crate::conversation::ImageMediaType;
     use crate::hooks::HookEventKind;
     use crate::model::effort::Effort;
     use crate::model::errors::ErrorClass;
@@ -14,6 +15,7 @@ fn strum_and_serde_names_agree() {
     use crate::store::checkpoint::SessionStatus;
     use crate::store::receipts::{ReceiptState, ReconcileOutcome};
     use crate::store::timeline::PipelineStep;
+    use crate::tools::computer::{ActionKind, ScrollDirection};
 
     names_agree::<Effort>();
     parses_back::<Effort>();
@@ -32,4 +34,10 @@ fn strum_and_serde_names_agree() {
     parses_back::<HookEventKind>();
     names_agree::<PipelineStep>();
     parses_back::<PipelineStep>();
+    names_agree::<ActionKind>();
+    parses_back::<ActionKind>();
+    names_agree::<ScrollDirection>();
+    parses_back::<ScrollDirection>();
+    names_agree::<ImageMediaType>();
+    parses_back::<ImageMediaType>();
 }

@@ -15,7 +15,7 @@ use geode_runtime::ids::SessionId;
 use geode_runtime::server::channel::thread_session_id;
 use serde_json::{Value, json};
 
-const TOKEN: &str = "s3cret-ops";
+pub(super) const TOKEN: &str = "s3cret-ops";
 
 fn channels_toml(extra: &str) -> String {
     format!(
@@ -25,7 +25,7 @@ fn channels_toml(extra: &str) -> String {
 }
 
 /// A daemon with a channels file; its stderr lines arrive on `stderr`.
-struct ChannelDaemon {
+pub(super) struct ChannelDaemon {
     child: Child,
     addr: String,
     stderr: Receiver<String>,
@@ -35,7 +35,13 @@ fn home(dir: &Path) -> PathBuf {
     dir.join("home")
 }
 
-fn spawn(dir: &Path, script: &str, channels: &str, mode: u32) -> (Child, Receiver<String>) {
+fn spawn(
+    dir: &Path,
+    script: &str,
+    channels: &str,
+    mode: u32,
+    env: &[(&str, &str)],
+) -> (Child, Receiver<String>) {
     std::fs::create_dir_all(home(dir)).unwrap();
     std::fs::write(dir.join("script.toml"), script).unwrap();
     let file = dir.join("channels.toml");
@@ -46,6 +52,7 @@ fn spawn(dir: &Path, script: &str, channels: &str, mode: u32) -> (Child, Receive
         .env("GEODE_HOME", home(dir))
         .env("GEODE_MODEL", "scripted:script.toml")
         .env_remove("GEODE_SOCKET")
+        .envs(env.iter().copied())
         .args([
             "serve",
             "--channels",
@@ -72,7 +79,17 @@ fn spawn(dir: &Path, script: &str, channels: &str, mode: u32) -> (Child, Receive
 
 impl ChannelDaemon {
     fn start(dir: &Path, script: &str, channels: &str) -> ChannelDaemon {
-        let (child, stderr) = spawn(dir, script, channels, 0o600);
+        Self::start_with(dir, script, channels, &[])
+    }
+
+    /// A daemon with extra environment variables (the computer tests' `DISPLAY`).
+    pub(super) fn start_with(
+        dir: &Path,
+        script: &str,
+        channels: &str,
+        env: &[(&str, &str)],
+    ) -> ChannelDaemon {
+        let (child, stderr) = spawn(dir, script, channels, 0o600, env);
         let mut seen = Vec::new();
         let addr = loop {
             let line = stderr
@@ -94,7 +111,7 @@ impl ChannelDaemon {
         post(&self.addr, channel, token, body)
     }
 
-    fn send(&self, thread: &str, text: &str) -> Value {
+    pub(super) fn send(&self, thread: &str, text: &str) -> Value {
         send(&self.addr, thread, text)
     }
 }
@@ -133,7 +150,7 @@ fn send(addr: &str, thread: &str, text: &str) -> Value {
 }
 
 impl ChannelDaemon {
-    fn term(mut self) {
+    pub(super) fn term(mut self) {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.child.id() as i32),
             nix::sys::signal::Signal::SIGTERM,
@@ -165,7 +182,7 @@ fn sessions(dir: &Path) -> Vec<String> {
     names
 }
 
-fn messages(dir: &Path, id: &str) -> Vec<geode_runtime::conversation::Message> {
+pub(super) fn messages(dir: &Path, id: &str) -> Vec<geode_runtime::conversation::Message> {
     load_checkpoint(&home(dir).join("sessions"), &SessionId::new(id))
         .unwrap()
         .messages
@@ -310,7 +327,7 @@ text = "The write could not run: the channel does not allow write_file."
 fn a_channels_file_others_can_read_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (mut child, stderr) = spawn(d, ACK, &channels_toml(""), 0o644);
+    let (mut child, stderr) = spawn(d, ACK, &channels_toml(""), 0o644, &[]);
     let status = child.wait().unwrap();
     assert!(!status.success());
     let lines: Vec<String> = stderr.iter().collect();

@@ -5,6 +5,7 @@ mod attacks;
 mod channel;
 mod codex_login;
 mod common;
+mod computer;
 mod crash;
 mod crucible;
 mod crucible_sealed;

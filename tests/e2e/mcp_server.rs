@@ -78,9 +78,17 @@ async fn stdio_run_agent_answers_with_text_rounds_and_termination() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdio_run_agent_has_no_shell() {
+async fn stdio_run_agent_has_no_shell_and_no_computer() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("script.toml"), ASKS_FOR_BASH).unwrap();
+    // The shell, then the computer tool: run_agent's deny list removes both, and the
+    // DAEMON operator's computer-use exception does not exist there.
+    let script = ASKS_FOR_BASH.replace(
+        "[[turns]]\ntext = \"No shell",
+        "[[turns]]\n[[turns.tool_calls]]\nid = \"c1\"\nname = \"computer\"\n\
+         input = { action = \"screenshot\" }\n[[turns]]\ntext = \"No shell",
+    );
+    assert!(script.contains("computer"), "{script}");
+    std::fs::write(dir.path().join("script.toml"), script).unwrap();
     let client = stdio_client(dir.path()).await;
     let (_, value) = call_run_agent(&client, json!({"prompt": "run a shell"})).await;
     client.cancel().await.unwrap();
@@ -88,7 +96,7 @@ async fn stdio_run_agent_has_no_shell() {
         value["text"], "No shell here: bash could not run.",
         "{value}"
     );
-    assert_eq!(value["rounds"], 2);
+    assert_eq!(value["rounds"], 3);
     assert!(!dir.path().join("pwned.txt").exists(), "bash ran");
     // The timeline of the run_agent session shows the call refused at the scope step.
     let tl = SessionTimeline::open(dir.path().join("home").join("timeline.db")).unwrap();
@@ -97,14 +105,15 @@ async fn stdio_run_agent_has_no_shell() {
         &dir.path().join("home").join("timeline.db"),
         session.as_str(),
     );
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    let (tool, is_error, content) = &rows[0];
-    assert_eq!(tool, "bash");
-    assert!(*is_error);
-    assert!(
-        content.contains("denied at scope") && content.contains("bash"),
-        "{content}"
-    );
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for ((tool, is_error, content), expected) in rows.iter().zip(["bash", "computer"]) {
+        assert_eq!(tool, expected);
+        assert!(*is_error);
+        assert!(
+            content.contains("denied at scope") && content.contains(expected),
+            "{content}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

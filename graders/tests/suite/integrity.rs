@@ -22,6 +22,7 @@ fn completed(id: &str, tool: &str, outcome: CallOutcome, content: &str) -> Timel
         outcome,
         is_error: false,
         content: content.into(),
+        images: Vec::new(),
         duration_ms: 3,
     }
 }

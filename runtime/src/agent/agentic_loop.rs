@@ -27,9 +27,7 @@ use super::termination::TerminationReason;
 use super::transcript::Transcript;
 use super::verify::Verdict;
 use crate::cognition::CognitiveState;
-use crate::conversation::{
-    AssistantTurn, ContentBlock, Message, Role, StopReason, ToolCall, Usage,
-};
+use crate::conversation::{AssistantTurn, Message, Role, StopReason, ToolCall, Usage};
 use crate::hooks::{HookEvent, HookRegistry};
 use crate::ids::{CorrelationId, SessionId, StepSnapshot};
 use crate::model::errors::ErrorClass;
@@ -477,7 +475,7 @@ impl AgenticLoop {
         let mut results = Vec::with_capacity(records.len());
         for r in records {
             self.emit(LoopEvent::tool_ended(r));
-            results.push(ContentBlock::from(r.result.clone()));
+            results.extend(r.result.clone().into_blocks());
         }
         self.evidence_for(records);
         turn.last_tool_error = records.last().filter(|r| r.result.is_error).map(|r| {

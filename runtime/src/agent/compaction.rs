@@ -34,6 +34,9 @@ pub const SUMMARY_MARKER: &str = "[compacted context]";
 const REQUEST_CHARS: usize = 4000;
 /// Characters of a tool input shown per summarized call.
 const INPUT_CHARS: usize = 200;
+/// An image counted as the characters of its tokens: the computer tool scales screenshots to
+/// at most 1.15 megapixels, about 1 600 tokens at the providers' rate of (w x h) / 750.
+const IMAGE_CHARS: usize = 1_600 * 4;
 
 /// Tokens of the context estimated as characters / 4 (system prompt included).
 pub fn estimate_tokens(system: &str, messages: &[Message]) -> u64 {
@@ -47,6 +50,7 @@ pub fn estimate_tokens(system: &str, messages: &[Message]) -> u64 {
                 }
                 ContentBlock::ToolResult { content, .. } => content.chars().count(),
                 ContentBlock::Thinking { thinking, .. } => thinking.chars().count(),
+                ContentBlock::Image(_) => IMAGE_CHARS,
             };
         }
     }

@@ -18,7 +18,7 @@ use crate::tools::executor::{CallRecord, hook_failure_rows};
 impl AgenticLoop {
     pub(super) fn append_user(&mut self, message: Message) {
         self.record(TimelineEvent::UserMessage {
-            message: message.clone(),
+            message: message.without_images(),
         });
         self.transcript.push(message);
     }

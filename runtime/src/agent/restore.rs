@@ -257,6 +257,7 @@ fn settled_record(
             tool_use_id: call.id.clone(),
             content,
             is_error,
+            images: Vec::new(),
         },
         outcome,
         duration: Duration::ZERO,

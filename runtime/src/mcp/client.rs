@@ -452,6 +452,7 @@ fn output_of(result: CallToolResult) -> ToolOutput {
     ToolOutput {
         content: parts.join("\n"),
         is_error: result.is_error.unwrap_or(false),
+        images: Vec::new(),
     }
 }
 

@@ -18,7 +18,7 @@ use super::errors::{Failure, classify};
 use super::http::{Assembler, Driver, KeyHeader, ProviderConfig, event_json, tool_input};
 use super::sse::SseEvent;
 use super::{DeltaSink, Model, ModelDelta, ModelError, ModelRequest};
-use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason, Usage};
+use crate::conversation::{AssistantTurn, ContentBlock, Image, Message, Role, StopReason, Usage};
 use crate::tools::plan::ToolSchemaShape;
 
 pub const API_VERSION: &str = "2023-06-01";
@@ -121,11 +121,13 @@ fn budget_tokens(effort: Effort) -> Option<u64> {
 fn messages(conversation: &[Message], thinking_on: bool) -> Value {
     let mut out: Vec<(Role, Vec<Value>)> = Vec::new();
     for m in conversation {
-        let blocks: Vec<Value> = m
-            .content
-            .iter()
-            .filter_map(|b| block(m.role, b, thinking_on))
-            .collect();
+        let mut blocks: Vec<Value> = Vec::new();
+        for b in &m.content {
+            match (m.role, b) {
+                (Role::User, ContentBlock::Image(image)) => attach_image(&mut blocks, image),
+                _ => blocks.extend(block(m.role, b, thinking_on)),
+            }
+        }
         match out.last_mut() {
             Some((role, existing)) if *role == m.role => existing.extend(blocks),
             _ => out.push((m.role, blocks)),
@@ -157,6 +159,27 @@ fn messages(conversation: &[Message], thinking_on: bool) -> Value {
         })
         .collect();
     Value::Array(shaped)
+}
+
+/// A screenshot goes inside the tool_result it follows (its content becomes an array of a text
+/// and image blocks), so tool results stay first in their message as the API requires; an
+/// image with no result before it is a block of its own.
+fn attach_image(blocks: &mut Vec<Value>, image: &Image) {
+    let image = json!({
+        "type": "image",
+        "source": {"type": "base64", "media_type": image.media_type.as_str(), "data": image.data_b64},
+    });
+    match blocks.last_mut() {
+        Some(last) if last["type"] == "tool_result" => {
+            if let Some(text) = last["content"].as_str() {
+                last["content"] = json!([{"type": "text", "text": text}]);
+            }
+            if let Some(parts) = last["content"].as_array_mut() {
+                parts.push(image);
+            }
+        }
+        _ => blocks.push(image),
+    }
 }
 
 fn block(role: Role, b: &ContentBlock, thinking_on: bool) -> Option<Value> {
@@ -378,5 +401,55 @@ impl Assembler for StreamState {
 
     fn visible(&self) -> bool {
         self.visible
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::{Image, ImageMediaType, ToolResult};
+
+    /// An assistant call and its result with one screenshot, as the loop appends them.
+    fn screenshot_turn() -> Vec<Message> {
+        let result = ToolResult {
+            tool_use_id: "c1".into(),
+            content: "screenshot 1x1".into(),
+            is_error: false,
+            images: vec![Image {
+                media_type: ImageMediaType::Png,
+                data_b64: "iVBORw0K".into(),
+            }],
+        };
+        vec![
+            Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolUse {
+                    id: "c1".into(),
+                    name: "computer".into(),
+                    input: json!({"action": "screenshot"}),
+                }],
+            },
+            Message {
+                role: Role::User,
+                content: result.into_blocks(),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_screenshot_goes_inside_its_tool_result() {
+        let body = messages(&screenshot_turn(), false);
+        let result = &body[1]["content"][0];
+        assert_eq!(result["type"], "tool_result");
+        assert_eq!(
+            result["content"][0],
+            json!({"type": "text", "text": "screenshot 1x1"})
+        );
+        assert_eq!(
+            result["content"][1],
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                   "data": "iVBORw0K"}})
+        );
+        assert_eq!(body[1]["content"].as_array().unwrap().len(), 1);
     }
 }

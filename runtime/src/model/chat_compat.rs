@@ -133,6 +133,9 @@ fn messages(system: &str, conversation: &[Message], with_reasoning: bool) -> Val
         let mut texts = Vec::new();
         match m.role {
             Role::User => {
+                // A `tool` message carries text only: screenshots follow the batch's tool
+                // messages as one user message of image_url parts.
+                let mut images = Vec::new();
                 for b in &m.content {
                     match b {
                         ContentBlock::ToolResult {
@@ -145,8 +148,14 @@ fn messages(system: &str, conversation: &[Message], with_reasoning: bool) -> Val
                         ContentBlock::Text { text } if !text.is_empty() => {
                             texts.push(text.as_str())
                         }
+                        ContentBlock::Image(image) => images.push(json!({
+                            "type": "image_url", "image_url": {"url": image.data_url()},
+                        })),
                         _ => {}
                     }
+                }
+                if !images.is_empty() {
+                    out.push(json!({"role": "user", "content": images}));
                 }
                 if !texts.is_empty() {
                     out.push(json!({"role": "user", "content": texts.join("\n\n")}));
@@ -346,5 +355,50 @@ impl Assembler for StreamState {
 
     fn complete_at_eof(&self) -> bool {
         self.finish.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::{Image, ImageMediaType, ToolResult};
+
+    /// An assistant call and its result with one screenshot, as the loop appends them.
+    fn screenshot_turn() -> Vec<Message> {
+        let result = ToolResult {
+            tool_use_id: "c1".into(),
+            content: "screenshot 1x1".into(),
+            is_error: false,
+            images: vec![Image {
+                media_type: ImageMediaType::Png,
+                data_b64: "iVBORw0K".into(),
+            }],
+        };
+        vec![
+            Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolUse {
+                    id: "c1".into(),
+                    name: "computer".into(),
+                    input: json!({"action": "screenshot"}),
+                }],
+            },
+            Message {
+                role: Role::User,
+                content: result.into_blocks(),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_screenshot_follows_the_tool_messages_as_a_user_image() {
+        let body = messages("", &screenshot_turn(), false);
+        assert_eq!(body[1]["role"], "tool");
+        assert_eq!(body[1]["content"], "screenshot 1x1");
+        assert_eq!(body[2]["role"], "user");
+        assert_eq!(
+            body[2]["content"][0],
+            json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0K"}})
+        );
     }
 }

@@ -20,7 +20,7 @@ use super::http::{
 use super::login::ChatgptAuth;
 use super::sse::SseEvent;
 use super::{DeltaSink, Model, ModelDelta, ModelError, ModelRequest};
-use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason};
+use crate::conversation::{AssistantTurn, ContentBlock, Image, Message, Role, StopReason};
 use crate::tools::plan::ToolSchemaShape;
 
 pub struct ResponsesModel {
@@ -84,6 +84,23 @@ impl ResponsesModel {
     }
 }
 
+/// Puts a screenshot into the function_call_output item before it (a user message of its own
+/// when there is none).
+fn attach_image(items: &mut Vec<Value>, image: &Image) {
+    let part = json!({"type": "input_image", "image_url": image.data_url()});
+    match items.last_mut() {
+        Some(last) if last["type"] == "function_call_output" => {
+            if let Some(text) = last["output"].as_str() {
+                last["output"] = json!([{"type": "input_text", "text": text}]);
+            }
+            if let Some(parts) = last["output"].as_array_mut() {
+                parts.push(part);
+            }
+        }
+        _ => items.push(json!({"type": "message", "role": "user", "content": [part]})),
+    }
+}
+
 /// The conversation as Responses input items, in order.
 fn input_items(conversation: &[Message]) -> Value {
     let mut items = Vec::new();
@@ -109,6 +126,12 @@ fn input_items(conversation: &[Message]) -> Value {
                 ) => json!({
                     "type": "function_call_output", "call_id": tool_use_id, "output": content,
                 }),
+                // Responses takes a function_call_output's output as a string or as a list of
+                // input_text / input_image parts: a screenshot joins the output it follows.
+                (Role::User, ContentBlock::Image(image)) => {
+                    attach_image(&mut items, image);
+                    continue;
+                }
                 (Role::Assistant, ContentBlock::ToolUse { id, name, input }) => json!({
                     "type": "function_call", "call_id": id, "name": name,
                     "arguments": tool_arguments(input),
@@ -396,5 +419,54 @@ impl Assembler for StreamState {
 
     fn visible(&self) -> bool {
         self.visible
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conversation::{Image, ImageMediaType, ToolResult};
+
+    /// An assistant call and its result with one screenshot, as the loop appends them.
+    fn screenshot_turn() -> Vec<Message> {
+        let result = ToolResult {
+            tool_use_id: "c1".into(),
+            content: "screenshot 1x1".into(),
+            is_error: false,
+            images: vec![Image {
+                media_type: ImageMediaType::Png,
+                data_b64: "iVBORw0K".into(),
+            }],
+        };
+        vec![
+            Message {
+                role: Role::Assistant,
+                content: vec![ContentBlock::ToolUse {
+                    id: "c1".into(),
+                    name: "computer".into(),
+                    input: json!({"action": "screenshot"}),
+                }],
+            },
+            Message {
+                role: Role::User,
+                content: result.into_blocks(),
+            },
+        ]
+    }
+
+    #[test]
+    fn a_screenshot_joins_its_function_call_output() {
+        let items = input_items(&screenshot_turn());
+        let output = &items[1];
+        assert_eq!(output["type"], "function_call_output");
+        assert_eq!(
+            output["output"][0],
+            json!({"type": "input_text", "text": "screenshot 1x1"})
+        );
+        assert_eq!(
+            output["output"][1],
+            json!({"type": "input_image", "image_url": "data:image/png;base64,iVBORw0K"})
+        );
+        assert_eq!(items.as_array().unwrap().len(), 2);
     }
 }

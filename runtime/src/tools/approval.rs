@@ -354,6 +354,16 @@ mod tests {
             gate.decide(&headless, "computer", SafetyLevel::Dangerous, false, false),
             GateDecision::Denied(_)
         ));
+        // Where a person is present, each call of the real tool (dangerous) asks them.
+        let safety = crate::tools::computer::ComputerTool::spec().safety;
+        for mode in [SessionMode::Repl, SessionMode::Ipc] {
+            let p = SessionPolicy::for_mode(mode);
+            assert!(!p.deny_list.contains("computer"));
+            assert_eq!(
+                gate.decide(&p, "computer", safety, false, false),
+                GateDecision::Prompt
+            );
+        }
     }
 
     #[test]

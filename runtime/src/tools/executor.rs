@@ -290,6 +290,7 @@ impl ToolExecutor {
                 tool_use_id: call.id,
                 content: result.content,
                 is_error: result.is_error,
+                images: result.images,
             },
             outcome,
             duration: started.elapsed(),
@@ -300,6 +301,7 @@ impl ToolExecutor {
             outcome: record.outcome.clone(),
             is_error: record.result.is_error,
             content: record.result.content.clone(),
+            images: record.result.images.iter().map(|i| i.digest()).collect(),
             duration_ms: record.duration.as_millis() as u64,
         });
         record

@@ -3,6 +3,7 @@
 pub mod approval;
 pub mod builtin;
 pub mod cognitive;
+pub mod computer;
 pub mod executor;
 pub mod input;
 pub mod locks;

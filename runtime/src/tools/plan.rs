@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::cognition::CognitiveState;
+use crate::conversation::Image;
 use crate::ids::{CorrelationId, PlanHash, SessionId, canonical_sha256};
 use crate::policy::{Classification, PersonalDataClass, SafetyLevel};
 use crate::tools::workspace::Workspace;
@@ -87,6 +88,8 @@ impl ToolSpec {
 pub struct ToolOutput {
     pub content: String,
     pub is_error: bool,
+    /// Screenshots for the model (the computer tool); most tools return none.
+    pub images: Vec<Image>,
 }
 
 impl ToolOutput {
@@ -94,6 +97,7 @@ impl ToolOutput {
         ToolOutput {
             content: content.into(),
             is_error: false,
+            images: Vec::new(),
         }
     }
 
@@ -102,6 +106,7 @@ impl ToolOutput {
         ToolOutput {
             content: content.into(),
             is_error: true,
+            images: Vec::new(),
         }
     }
 }

@@ -10,6 +10,8 @@ use async_trait::async_trait;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::tools::computer::{ComputerAction, ComputerError, Screenshot, x11};
+
 /// A model-supplied path that does not stay inside the workspace root.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("path {path:?} is outside the workspace root: {why}")]
@@ -91,6 +93,13 @@ pub trait Workspace: Send + Sync + std::fmt::Debug {
         req: ExecRequest,
         cancel: CancellationToken,
     ) -> Result<ExecOutput, WorkspaceError>;
+
+    /// Performs a `computer` action on this workspace's display and returns the screenshot
+    /// after it. Workspaces without a display refuse, which is the default.
+    async fn computer(&self, action: &ComputerAction) -> Result<Screenshot, ComputerError> {
+        let _ = action;
+        Err(ComputerError::NoDisplay)
+    }
 }
 
 /// A directory on this machine. Commands run unsandboxed as the current user; only the path
@@ -527,6 +536,15 @@ impl Workspace for LocalWorkspace {
             truncated,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         })
+    }
+
+    /// The user's own display (`$DISPLAY`): the REPL's computer use acts on the desktop the
+    /// person sits at, after they approve each call.
+    async fn computer(&self, action: &ComputerAction) -> Result<Screenshot, ComputerError> {
+        let action = action.clone();
+        tokio::task::spawn_blocking(move || x11::perform(None, &action))
+            .await
+            .map_err(|e| ComputerError::Worker(e.to_string()))?
     }
 }
 

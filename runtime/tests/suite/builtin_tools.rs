@@ -558,7 +558,8 @@ fn builtin_specs_are_closed_objects_with_the_expected_policy() {
             "edit_file",
             "list_dir",
             "glob",
-            "grep"
+            "grep",
+            "computer"
         ]
     );
     for tool in &tools {
@@ -582,7 +583,10 @@ fn builtin_specs_are_closed_objects_with_the_expected_policy() {
     assert_eq!(bash.safety, SafetyLevel::Dangerous);
     assert_eq!(bash.resource_keys, ResourceKeyRule::Workspace);
     assert!(bash.effectful && bash.path_args.is_empty());
-    for tool in &tools[1..] {
+    let computer = &tools[7].spec;
+    assert_eq!(computer.safety, SafetyLevel::Dangerous);
+    assert!(computer.effectful && computer.path_args.is_empty());
+    for tool in &tools[1..7] {
         assert_eq!(tool.spec.resource_keys, ResourceKeyRule::PathArgs);
         assert_eq!(tool.spec.path_args, ["path"]);
         let writes = matches!(tool.spec.name.as_str(), "write_file" | "edit_file");

@@ -1,70 +1,99 @@
 //! The policy of messaging-channel (DAEMON) sessions: a tool allow-list enforced by the
 //! pipeline, and computer use only with the operator's separate switch, only in DAEMON mode.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
+use geode_runtime::conversation::{ContentBlock, ImageMediaType};
 use geode_runtime::model::embedded::ScriptedModel;
-use geode_runtime::policy::{
-    COMPUTER_TOOL, PersonalDataClass, SafetyLevel, SessionMode, SessionPolicy,
-};
+use geode_runtime::policy::{COMPUTER_TOOL, SafetyLevel, SessionMode, SessionPolicy};
 use geode_runtime::session::create_session;
 use geode_runtime::store::timeline::PipelineStep;
-use geode_runtime::tools::plan::{
-    BoundTool, ResourceKeyRule, ToolContext, ToolHandler, ToolOutput, ToolSpec,
+use geode_runtime::tools::computer::screenshot::encode_png;
+use geode_runtime::tools::computer::{ComputerAction, ComputerError, Screenshot};
+use geode_runtime::tools::workspace::{
+    DirEntryInfo, ExecOutput, ExecRequest, LocalWorkspace, ScopeViolation, Workspace,
+    WorkspaceError,
 };
-use serde_json::{Value, json};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use super::common::*;
 
-/// A stand-in `computer` tool that counts its dispatches.
-struct CountingComputer(Arc<AtomicUsize>);
+/// A local workspace whose display is a counter: the real `computer` tool runs through the
+/// whole pipeline, and only the X server is left out (the e2e tests drive a real one).
+#[derive(Debug)]
+struct CountingDisplay {
+    files: LocalWorkspace,
+    actions: Arc<AtomicUsize>,
+}
 
 #[async_trait]
-impl ToolHandler for CountingComputer {
-    async fn call(&self, _: &Value, _: &ToolContext) -> ToolOutput {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        ToolOutput::ok("clicked")
+impl Workspace for CountingDisplay {
+    fn root(&self) -> &Path {
+        self.files.root()
+    }
+    fn resolve(&self, path: &str) -> Result<PathBuf, ScopeViolation> {
+        self.files.resolve(path)
+    }
+    async fn read_file(&self, path: &Path) -> Result<Vec<u8>, WorkspaceError> {
+        self.files.read_file(path).await
+    }
+    async fn write_file(&self, path: &Path, bytes: &[u8]) -> Result<(), WorkspaceError> {
+        self.files.write_file(path, bytes).await
+    }
+    async fn list_dir(&self, path: &Path) -> Result<Vec<DirEntryInfo>, WorkspaceError> {
+        self.files.list_dir(path).await
+    }
+    async fn exec(
+        &self,
+        req: ExecRequest,
+        cancel: CancellationToken,
+    ) -> Result<ExecOutput, WorkspaceError> {
+        self.files.exec(req, cancel).await
+    }
+    async fn computer(&self, _: &ComputerAction) -> Result<Screenshot, ComputerError> {
+        self.actions.fetch_add(1, Ordering::SeqCst);
+        Ok(Screenshot {
+            png: encode_png(&[255, 255, 255], 1, 1)?,
+            width: 1,
+            height: 1,
+            screen_width: 1,
+            screen_height: 1,
+        })
     }
 }
 
-fn computer_tool(count: Arc<AtomicUsize>) -> BoundTool {
-    BoundTool {
-        spec: ToolSpec {
-            name: COMPUTER_TOOL.into(),
-            description: "Test computer use.".into(),
-            input_schema: json!({"type": "object", "properties": {"action": {"type": "string"}}}),
-            safety: SafetyLevel::Dangerous,
-            personal_data: PersonalDataClass::None,
-            resource_keys: ResourceKeyRule::None,
-            path_args: vec![],
-            effectful: false,
-            command_arg: None,
-            deadline_arg: None,
-        },
-        binding: "test:computer".into(),
-        handler: Arc::new(CountingComputer(count)),
-    }
-}
-
-/// Run a one-call script under `policy` with the counting computer tool bound; returns the
-/// dispatch count and the step that denied the call (None: it ran).
+/// Run a one-call script of the real `computer` tool under `policy`; returns how many actions
+/// reached the display, the step that denied the call (None: it ran) and the result's text.
 async fn run_computer(policy: SessionPolicy) -> (usize, Option<PipelineStep>, String) {
     let f = Fixture::new();
-    let count = Arc::new(AtomicUsize::new(0));
+    let actions = Arc::new(AtomicUsize::new(0));
     let script = calls_then_text(
-        json!([{"name": "computer", "input": {"action": "click"}}]),
+        json!([{"name": "computer", "input": {"action": "screenshot"}}]),
         "Done.",
     );
     let model = Arc::new(ScriptedModel::from_json(script).unwrap());
     let mut cfg = f.config(model, policy);
-    cfg.extra_tools.push(computer_tool(count.clone()));
+    cfg.workspace = Arc::new(CountingDisplay {
+        files: LocalWorkspace::new(&f.root).unwrap(),
+        actions: actions.clone(),
+    });
     let mut s = create_session(cfg).unwrap();
-    run(&mut s, "click").await;
+    run(&mut s, "look at the screen").await;
     let step = denied_step(&f.rows(&s));
     let (content, _) = tool_result_for(&s, "call_1_0");
-    (count.load(Ordering::SeqCst), step, content)
+    // A screenshot that ran reaches the conversation as an image right after its result.
+    let images = s
+        .messages()
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter(|b| matches!(b, ContentBlock::Image(i) if i.media_type == ImageMediaType::Png))
+        .count();
+    assert_eq!(images, actions.load(Ordering::SeqCst), "{content}");
+    (actions.load(Ordering::SeqCst), step, content)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -130,7 +159,7 @@ async fn computer_use_runs_unattended_in_daemon_mode_with_the_operator_switch() 
     let (count, step, content) = run_computer(policy).await;
     assert_eq!(step, None, "{content}");
     assert_eq!(count, 1);
-    assert_eq!(content, "clicked");
+    assert!(content.starts_with("screenshot 1x1"), "{content}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -38,6 +38,17 @@ fn names(list: &Value) -> Vec<&str> {
     names
 }
 
+/// The computer tool's arguments, sorted: one flat object, only `action` required.
+const COMPUTER_FIELDS: [&str; 7] = [
+    "action",
+    "coordinate",
+    "duration_ms",
+    "scroll_amount",
+    "scroll_direction",
+    "start_coordinate",
+    "text",
+];
+
 #[test]
 fn each_tool_schema_has_its_properties_required_fields_and_types() {
     let expected: BTreeMap<&str, (Vec<&str>, Vec<&str>)> = [
@@ -57,6 +68,7 @@ fn each_tool_schema_has_its_properties_required_fields_and_types() {
         ("list_dir", (vec!["path"], vec![])),
         ("glob", (vec!["path", "pattern"], vec!["pattern"])),
         ("grep", (vec!["glob", "path", "pattern"], vec!["pattern"])),
+        ("computer", (COMPUTER_FIELDS.to_vec(), vec!["action"])),
         (
             "update_plan",
             (
@@ -121,8 +133,8 @@ fn each_tool_schema_has_its_properties_required_fields_and_types() {
             (&None, &None)
         );
     }
-    let status =
-        &tools[7].spec.input_schema["properties"]["steps"]["items"]["properties"]["status"];
+    let plan = tools.iter().find(|t| t.spec.name == "update_plan").unwrap();
+    let status = &plan.spec.input_schema["properties"]["steps"]["items"]["properties"]["status"];
     assert_eq!(
         status["enum"],
         json!(["pending", "in_progress", "completed", "abandoned"])

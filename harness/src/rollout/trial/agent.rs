@@ -82,6 +82,9 @@ pub(super) async fn run_agent(
     };
     let tools = session_tool_definitions(&session);
     let session_id = session.session_id().to_string();
+    let agent_dir = plan.trial_dir.join("agent");
+    let (images, image_errors) = atif::save_images(&agent_dir, session.messages());
+    rec.notes.extend(image_errors);
     drop(session);
     if let Ok(rows) = timeline.rows(&geode_runtime::ids::SessionId::new(session_id.clone())) {
         let denied = denied_dangerous_calls(&rows);
@@ -91,8 +94,8 @@ pub(super) async fn run_agent(
                 .push(format!("denied_dangerous_calls: {denied}"));
         }
         timeline_evidence(plan, rec);
-        let doc = atif::trajectory(&session_id, &plan.route.to_string(), tools, &rows);
-        let path = plan.trial_dir.join("agent").join("trajectory.json");
+        let doc = atif::trajectory(&session_id, &plan.route.to_string(), tools, &rows, &images);
+        let path = agent_dir.join("trajectory.json");
         // The agent's processes may still run, and `agent/` is theirs too: never through a link.
         if let Ok(text) = serde_json::to_string_pretty(&doc)
             && let Err(e) = geode_graders::safe_fs::write(&path, text.as_bytes())

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::StoreError;
 use super::checkpoint::SavePoint;
-use crate::conversation::{Message, StopReason, Usage};
+use crate::conversation::{ImageDigest, Message, StopReason, Usage};
 use crate::ids::{SessionId, StepSnapshot};
 use crate::policy::Classification;
 
@@ -64,6 +64,10 @@ pub enum TimelineEvent {
         is_error: bool,
         /// The tool_result content, capped.
         content: String,
+        /// The result's screenshots as hash and size only: the base64 stays in the
+        /// conversation (checkpoint), so a timeline row never carries megabytes.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ImageDigest>,
         duration_ms: u64,
     },
     #[serde(rename = "hook.failed")]

@@ -1,4 +1,4 @@
-//! Built-in tools (bash, files, search).
+//! Built-in tools (bash, files, search; `computer` lives in `tools::computer`).
 //!
 //! Handlers take their paths from the scope step's resolutions, and resolve again themselves if
 //! one is missing, so a pipeline bug cannot turn into a write outside the workspace. Every
@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::policy::{PersonalDataClass, SafetyLevel};
+use crate::tools::computer::ComputerTool;
 use crate::tools::input::{input_schema, parse_input};
 use crate::tools::plan::{
     BoundTool, ResourceKeyRule, ToolContext, ToolHandler, ToolOutput, ToolSpec,
@@ -51,6 +52,7 @@ pub fn builtin_tools() -> Vec<BoundTool> {
         bind(ListDirTool::spec(), Arc::new(ListDirTool)),
         bind(GlobTool::spec(), Arc::new(GlobTool)),
         bind(GrepTool::spec(), Arc::new(GrepTool)),
+        bind(ComputerTool::spec(), Arc::new(ComputerTool)),
     ]
 }
 
@@ -211,6 +213,7 @@ impl BashTool {
         Ok(ToolOutput {
             content: text,
             is_error,
+            images: Vec::new(),
         })
     }
 }
