@@ -579,13 +579,11 @@ fn builtin_specs_are_closed_objects_with_the_expected_policy() {
             assert!(schema["properties"].get(arg).is_some());
         }
     }
-    let bash = &tools[0].spec;
-    assert_eq!(bash.safety, SafetyLevel::Dangerous);
-    assert_eq!(bash.resource_keys, ResourceKeyRule::Workspace);
-    assert!(bash.effectful && bash.path_args.is_empty());
-    let computer = &tools[7].spec;
-    assert_eq!(computer.safety, SafetyLevel::Dangerous);
-    assert!(computer.effectful && computer.path_args.is_empty());
+    assert_eq!(tools[0].spec.resource_keys, ResourceKeyRule::Workspace);
+    for dangerous in [&tools[0].spec, &tools[7].spec] {
+        assert_eq!(dangerous.safety, SafetyLevel::Dangerous);
+        assert!(dangerous.effectful && dangerous.path_args.is_empty());
+    }
     for tool in &tools[1..7] {
         assert_eq!(tool.spec.resource_keys, ResourceKeyRule::PathArgs);
         assert_eq!(tool.spec.path_args, ["path"]);
