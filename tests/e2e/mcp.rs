@@ -60,8 +60,9 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-/// The fixture server binary. `cargo test` builds examples; a filtered run
-/// (`--test e2e`) may not have, so build it once here.
+/// The fixture server binary, built once per test process: a filtered run (`--test e2e`)
+/// builds no examples, and one built before the fixture last changed would be stale (cargo
+/// makes it a no-op when it is current).
 pub(super) fn fixture_server() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
@@ -70,21 +71,19 @@ pub(super) fn fixture_server() -> &'static Path {
             .unwrap()
             .join("examples")
             .join("mcp_fixture_server");
-        if !bin.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args([
-                    "build",
-                    "-p",
-                    "geode-harness",
-                    "--example",
-                    "mcp_fixture_server",
-                ])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .unwrap();
-            assert!(status.success(), "building the fixture server failed");
-        }
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "-p",
+                "geode-harness",
+                "--example",
+                "mcp_fixture_server",
+            ])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .unwrap();
+        assert!(status.success(), "building the fixture server failed");
         assert!(bin.exists(), "{} missing", bin.display());
         bin
     })
