@@ -31,4 +31,5 @@ mod skills;
 mod slurm;
 #[path = "../support/slurm.rs"]
 mod slurm_cluster;
+mod slurm_crucible;
 mod validity;

@@ -95,6 +95,7 @@ pub(super) async fn run_train_campaign(
         replication: None,
         attestation: None,
         sealed_paths: Vec::new(),
+        slurm: None,
     };
     let evidence = run_campaign(
         &campaign,
