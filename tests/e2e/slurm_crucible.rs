@@ -1,6 +1,7 @@
-//! A crucible campaign on Slurm: `geode crucible run --executor slurm` over the real test
+//! Crucible campaigns on Slurm: `geode crucible run --executor slurm` over the real test
 //! cluster decides as the same campaign run on this machine, pair for pair, and both arms of
-//! each pair run in one array task on one node.
+//! each pair run in one array task on one node; `geode search run --executor slurm` keeps the
+//! local lineage.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -121,4 +122,76 @@ fn slurm_a_crucible_campaign_decides_as_locally_with_both_arms_of_a_pair_on_one_
     }
     let journal = std::fs::read_to_string(remote.join("trials.jsonl")).unwrap();
     assert_eq!(journal.lines().count(), 12, "each trial ingested once");
+}
+
+/// A grid search of one candidate (repair budget 2 against 0) on the small train pack, its
+/// output in `out`.
+fn search_config(s: &Study, out: &str) -> String {
+    std::fs::write(
+        s.path("space.toml"),
+        "schema = \"geode.search-space.v1\"\n[[knob]]\npath = \"repair_budget\"\nvalues = [0, 2]\n",
+    )
+    .unwrap();
+    let config = format!(
+        "schema = \"geode.search.v1\"\nspace = \"space.toml\"\nbaseline = \"base.toml\"\n\
+         policy = \"grid\"\nseed = 3\nmodel = \"flaky-oracle:0.5\"\ntrain = \"train\"\n\
+         trials = 2\nconcurrency = 2\nout = \"{out}\"\n[test]\npack = \"test\"\ntrials = 1\n\
+         [budgets]\ncandidates = 1\n"
+    );
+    let file = format!("{out}.toml");
+    std::fs::write(s.path(&file), config).unwrap();
+    file
+}
+
+/// What a lineage entry decided (not what it spent).
+fn decided(out: &Path) -> Vec<Value> {
+    std::fs::read_to_string(out.join("lineage.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let e: Value = serde_json::from_str(l).unwrap();
+            let keys = [
+                "id",
+                "kind",
+                "verdict",
+                "reasons",
+                "estimate",
+                "lower_bound",
+            ];
+            keys.iter().map(|k| e[*k].clone()).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn slurm_a_search_keeps_the_local_lineage_with_both_arms_of_a_pair_on_one_node() {
+    let s = small_study();
+    let local = search_config(&s, "out-local");
+    let o = s.geode(&["search", "run", &local]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let cluster = Cluster::start(2);
+    let remote = search_config(&s, "out-slurm");
+    let mut cmd = s.command();
+    cluster.env(&mut cmd);
+    let o = cmd
+        .args(["search", "run", &remote, "--executor", "slurm"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (l, r) = (decided(&s.path("out-local")), decided(&s.path("out-slurm")));
+    assert_eq!(l.len(), 2, "{l:?}");
+    assert_eq!(l, r);
+    let results = s.path("out-slurm/candidates/c0001/campaign/slurm/results");
+    let mut nodes: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for entry in std::fs::read_dir(&results).unwrap().flatten() {
+        let text = std::fs::read_to_string(entry.path()).unwrap();
+        let w: WorkerResult = serde_json::from_str(&text).unwrap();
+        let pair = w.row.trial_name.rsplit_once("__").unwrap().0.to_string();
+        nodes.entry(pair).or_default().push(w.node);
+    }
+    assert_eq!(nodes.len(), 6, "{nodes:?}");
+    assert!(
+        nodes.values().all(|on| on.len() == 2 && on[0] == on[1]),
+        "{nodes:?}"
+    );
 }
