@@ -90,7 +90,7 @@ impl Owner for CampaignOwner<'_> {
         Ok(())
     }
     fn queue(&self, pending: usize, running: usize) {
-        tracing::info!("slurm: {pending} pairs' tasks pending, {running} running");
+        tracing::info!("slurm: {pending} trials pending, {running} running");
     }
 }
 

@@ -1,8 +1,9 @@
 //! The Slurm executor: the coordinator's side of trials that run on a cluster. The plan, seeds,
 //! retry rule and store rows are the local executor's (`job.rs` for a run, the crucible's
-//! campaign for a campaign, each an [`Owner`]); only dispatch differs. Trials go out as `sbatch` job arrays whose tasks run `geode worker` on their node
-//! (`worker.rs`); each trial comes back as a result file in the shared run folder, which this
-//! coordinator alone ingests into the run store, once per trial and try. An array task that
+//! campaign for a campaign, each an [`Owner`]); only dispatch differs. Trials go out as
+//! `sbatch` job arrays whose tasks run `geode worker` on their node (`worker.rs`); each trial
+//! comes back as a result file in the shared run folder, which this coordinator alone ingests
+//! (into the run store, or the campaign's journal), once per trial and try. An array task that
 //! ends without a result (its node died, Slurm's time limit, a failure of the worker) becomes
 //! an infrastructure outcome under the same bounded retry budget as a local trial.
 
@@ -101,7 +102,7 @@ struct Waiting {
 /// submitted (from the ledger), submits the rest, and ingests until every trial has a final
 /// row or the run is cancelled (then `scancel`).
 pub(crate) async fn dispatch(
-    shared: &dyn Owner,
+    owner: &dyn Owner,
     settings: &SlurmSettings,
     plans: Vec<TrialPlan>,
     run_dir: &Path,
@@ -121,7 +122,7 @@ pub(crate) async fn dispatch(
     let mut jobs = BTreeSet::new();
     let mut shown = (usize::MAX, usize::MAX);
     for (order, plan) in plans.into_iter().enumerate() {
-        shared.begin(&plan)?;
+        owner.begin(&plan)?;
         let (try_no, at) = match latest.get(&plan.trial_name) {
             Some(s) => {
                 jobs.insert(s.job);
@@ -129,7 +130,7 @@ pub(crate) async fn dispatch(
             }
             None => (0, None),
         };
-        let group = shared.group(&plan);
+        let group = owner.group(&plan);
         let w = Waiting {
             plan,
             order,
@@ -139,23 +140,23 @@ pub(crate) async fn dispatch(
         };
         waiting.insert(w.plan.trial_name.clone(), w);
     }
-    submit_unplaced(shared, settings, run_dir, &mut waiting, &mut jobs)?;
+    submit_unplaced(owner, settings, run_dir, &mut waiting, &mut jobs)?;
     while !waiting.is_empty() {
         tokio::select! {
             _ = tokio::time::sleep(POLL) => {}
-            _ = shared.cancel().cancelled() => {}
+            _ = owner.cancel().cancelled() => {}
         }
-        if shared.cancel().is_cancelled() {
-            return cancel_all(shared, run_dir, &jobs, waiting);
+        if owner.cancel().is_cancelled() {
+            return cancel_all(owner, run_dir, &jobs, waiting);
         }
         let states = poll_states(&jobs)?;
         let queue = queue_counts(&states, &waiting);
         if queue != shown {
-            shared.queue(queue.0, queue.1);
+            owner.queue(queue.0, queue.1);
             shown = queue;
         }
-        ingest(shared, run_dir, &states, &mut waiting)?;
-        submit_unplaced(shared, settings, run_dir, &mut waiting, &mut jobs)?;
+        ingest(owner, run_dir, &states, &mut waiting)?;
+        submit_unplaced(owner, settings, run_dir, &mut waiting, &mut jobs)?;
     }
     Ok(())
 }
@@ -192,7 +193,7 @@ fn queue_counts(states: &States, waiting: &BTreeMap<String, Waiting>) -> (usize,
 
 /// Takes in every result that arrived and every array task that ended without one.
 fn ingest(
-    shared: &dyn Owner,
+    owner: &dyn Owner,
     run_dir: &Path,
     states: &States,
     waiting: &mut BTreeMap<String, Waiting>,
@@ -217,7 +218,7 @@ fn ingest(
                 ended => lost_row(&w.plan, ended),
             },
         };
-        settle(shared, waiting, &name, row)?;
+        settle(owner, waiting, &name, row)?;
     }
     Ok(())
 }
@@ -240,7 +241,7 @@ fn lost_row(plan: &TrialPlan, state: Option<JobState>) -> TrialRow {
 /// One ended try: again (a new try, submitted on the next round) when the local rule says so,
 /// else its final row.
 fn settle(
-    shared: &dyn Owner,
+    owner: &dyn Owner,
     waiting: &mut BTreeMap<String, Waiting>,
     name: &str,
     mut row: TrialRow,
@@ -249,20 +250,20 @@ fn settle(
         return Ok(());
     };
     row.infra_retries = w.try_no;
-    if shared.retry_again(&row, w.try_no) {
+    if owner.retry_again(&row, w.try_no) {
         tracing::warn!("trial {name} ended in {}; retrying", row.outcome);
         w.try_no += 1;
         w.at = None;
         return Ok(());
     }
     waiting.remove(name);
-    shared.end(&row)
+    owner.end(&row)
 }
 
 /// Submits one array per resource shape for the trials that have no array task out; trials of
 /// one group share an array task, in plan order.
 fn submit_unplaced(
-    shared: &dyn Owner,
+    owner: &dyn Owner,
     settings: &SlurmSettings,
     run_dir: &Path,
     waiting: &mut BTreeMap<String, Waiting>,
@@ -289,7 +290,7 @@ fn submit_unplaced(
         });
     }
     for (shape, groups) in shapes {
-        let job = submit_array(shared, settings, run_dir, &groups, shape)?;
+        let job = submit_array(owner, settings, run_dir, &groups, shape)?;
         jobs.insert(job);
         for (index, group) in groups.iter().enumerate() {
             for t in group {
@@ -304,7 +305,7 @@ fn submit_unplaced(
 
 /// Writes the array's spec and script, submits it, and records each task in the ledger.
 fn submit_array(
-    shared: &dyn Owner,
+    owner: &dyn Owner,
     settings: &SlurmSettings,
     run_dir: &Path,
     groups: &[Vec<TrialTry>],
@@ -317,7 +318,7 @@ fn submit_array(
         &spec_path,
         &ArraySpec {
             schema: files::ARRAY_SCHEMA.into(),
-            run_id: shared.id().to_string(),
+            run_id: owner.id().to_string(),
             // Absolute: the worker starts in whatever folder its node gives it.
             jobs_dir: std::path::absolute(run_dir.parent().unwrap_or(run_dir)).map_err(|e| {
                 SlurmError::Files {
@@ -326,7 +327,7 @@ fn submit_array(
                 }
             })?,
             groups: groups.to_vec(),
-            campaign: shared.campaign_plan(),
+            campaign: owner.campaign_plan(),
         },
     )?;
     let script = spec_path.with_extension("sh");
@@ -350,7 +351,7 @@ fn submit_array(
         &queue::Submission {
             script: &script,
             tasks: groups.len(),
-            at_once: shared.at_once(),
+            at_once: owner.at_once(),
             cpus,
             memory_mb,
             log_dir: &log_dir,
@@ -375,7 +376,7 @@ fn submit_array(
 /// other trials reported `cancelled` and left unfinished in the store, so a resume runs them
 /// again (as a local run leaves them).
 fn cancel_all(
-    shared: &dyn Owner,
+    owner: &dyn Owner,
     run_dir: &Path,
     jobs: &BTreeSet<u64>,
     mut waiting: BTreeMap<String, Waiting>,
@@ -400,7 +401,7 @@ fn cancel_all(
                 "the run was cancelled; its Slurm array was cancelled with it",
             ),
         };
-        settle(shared, &mut waiting, &name, row)?;
+        settle(owner, &mut waiting, &name, row)?;
     }
     Ok(())
 }
