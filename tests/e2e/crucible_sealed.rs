@@ -225,6 +225,23 @@ fn honest_mistakes_burn_nothing(s: &Study, keyfile: &Path) {
             "{key} burned the opening: {state}"
         );
     }
+    // The vault is this machine's, out of a Slurm node's reach: refused before the opening.
+    let sealed = [
+        "--sealed",
+        "sealed/holdout.seal-state.json",
+        "--key",
+        "seal.key",
+    ];
+    let (code, _, err) = s.run(
+        "test.json",
+        &[&sealed[..], &["--executor", "slurm"]].concat(),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("train-stage contracts only"), "{err}");
+    assert!(
+        seal_state(s)["opening"].is_null(),
+        "--executor slurm burned it"
+    );
 }
 
 /// The pid of geode's child running `__vault` once its folder holds the decrypted pack.

@@ -33,5 +33,6 @@ mod skills;
 mod slurm;
 #[path = "../support/slurm.rs"]
 mod slurm_cluster;
+mod slurm_crucible;
 mod streaming;
 mod validity;

@@ -24,6 +24,28 @@ pub enum ExecutorKind {
     Slurm,
 }
 
+/// `--executor` and the Slurm options, shared by `geode run` and `geode crucible run`.
+#[derive(Debug, Args)]
+pub struct ExecutorArgs {
+    /// Where trials run: `local` (this machine) or `slurm` (job arrays on a Slurm cluster whose
+    /// nodes share the jobs folder; each array task runs `geode worker`).
+    #[arg(long, value_enum, default_value_t = ExecutorKind::Local)]
+    pub executor: ExecutorKind,
+    /// With --executor slurm: `sbatch --partition`.
+    #[arg(long)]
+    partition: Option<String>,
+    /// With --executor slurm: `sbatch --account`.
+    #[arg(long)]
+    account: Option<String>,
+    /// With --executor slurm: `sbatch --time` of each array task (`30`, `1:00:00`).
+    #[arg(long)]
+    time_limit: Option<String>,
+    /// With --executor slurm: the `geode` the nodes run, on the shared filesystem (this
+    /// binary by default).
+    #[arg(long)]
+    worker_bin: Option<PathBuf>,
+}
+
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The task pack (a folder of Harbor tasks, or one task).
@@ -70,23 +92,8 @@ pub struct RunArgs {
     /// rubric's command criteria again.
     #[arg(long)]
     keep_workspace: bool,
-    /// Where trials run: `local` (this machine) or `slurm` (job arrays on a Slurm cluster whose
-    /// nodes share the jobs folder; each array task runs `geode worker`).
-    #[arg(long, value_enum, default_value_t = ExecutorKind::Local)]
-    executor: ExecutorKind,
-    /// With --executor slurm: `sbatch --partition`.
-    #[arg(long)]
-    partition: Option<String>,
-    /// With --executor slurm: `sbatch --account`.
-    #[arg(long)]
-    account: Option<String>,
-    /// With --executor slurm: `sbatch --time` of each array task (`30`, `1:00:00`).
-    #[arg(long)]
-    time_limit: Option<String>,
-    /// With --executor slurm: the `geode` the nodes run, on the shared filesystem (this
-    /// binary by default).
-    #[arg(long)]
-    worker_bin: Option<PathBuf>,
+    #[command(flatten)]
+    executor: ExecutorArgs,
     /// Resume this run: finished trials are kept, the rest run again.
     #[arg(long, value_name = "RUN")]
     resume: Option<String>,
@@ -204,37 +211,39 @@ fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
         max_infra_retries: args.max_infra_retries,
         scaffold,
         keep_workspace: args.keep_workspace,
-        slurm: slurm_settings(args)?,
+        slurm: args.executor.slurm_settings()?,
     })
 }
 
-/// The Slurm settings of `--executor slurm`, none for a local run.
-fn slurm_settings(args: &RunArgs) -> anyhow::Result<Option<SlurmSettings>> {
-    match args.executor {
-        ExecutorKind::Local => {
-            if args.partition.is_some()
-                || args.account.is_some()
-                || args.time_limit.is_some()
-                || args.worker_bin.is_some()
-            {
-                bail!(
-                    "--partition, --account, --time-limit and --worker-bin need --executor slurm"
-                );
+impl ExecutorArgs {
+    /// The Slurm settings of `--executor slurm`, none for a local run.
+    pub fn slurm_settings(&self) -> anyhow::Result<Option<SlurmSettings>> {
+        match self.executor {
+            ExecutorKind::Local => {
+                if self.partition.is_some()
+                    || self.account.is_some()
+                    || self.time_limit.is_some()
+                    || self.worker_bin.is_some()
+                {
+                    bail!(
+                        "--partition, --account, --time-limit and --worker-bin need --executor slurm"
+                    );
+                }
+                Ok(None)
             }
-            Ok(None)
-        }
-        ExecutorKind::Slurm => {
-            let worker_bin = match &args.worker_bin {
-                Some(p) => std::fs::canonicalize(p)
-                    .with_context(|| format!("--worker-bin {}", p.display()))?,
-                None => std::env::current_exe().context("finding the geode binary")?,
-            };
-            Ok(Some(SlurmSettings {
-                partition: args.partition.clone(),
-                account: args.account.clone(),
-                time_limit: args.time_limit.clone(),
-                worker_bin,
-            }))
+            ExecutorKind::Slurm => {
+                let worker_bin = match &self.worker_bin {
+                    Some(p) => std::fs::canonicalize(p)
+                        .with_context(|| format!("--worker-bin {}", p.display()))?,
+                    None => std::env::current_exe().context("finding the geode binary")?,
+                };
+                Ok(Some(SlurmSettings {
+                    partition: self.partition.clone(),
+                    account: self.account.clone(),
+                    time_limit: self.time_limit.clone(),
+                    worker_bin,
+                }))
+            }
         }
     }
 }

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
+use geode_harness::rollout::slurm::SlurmSettings;
 use geode_harness::search::champion::{Env, load_resolved, run_search};
 use geode_harness::search::config::SearchConfig;
 use geode_harness::search::lineage::{Lineage, table};
@@ -31,6 +32,10 @@ pub struct RunArgs {
     config: PathBuf,
     #[arg(long, default_value_t = 1.0)]
     timeout_multiplier: f64,
+    /// Where the train campaigns' pairs run: each Slurm array task runs both arms of one pair
+    /// on one node.
+    #[command(flatten)]
+    executor: super::run::ExecutorArgs,
 }
 
 #[derive(Debug, Args)]
@@ -40,7 +45,7 @@ pub struct PromoteArgs {
     timeout_multiplier: f64,
 }
 
-fn env(out: &Path, timeout_multiplier: f64) -> anyhow::Result<Env> {
+fn env(out: &Path, timeout_multiplier: f64, slurm: Option<SlurmSettings>) -> anyhow::Result<Env> {
     // The output folder is the sandbox's jobs folder: trials never see the lineage.
     let backend = super::backends::sandbox(out)?;
     let cancel = CancellationToken::new();
@@ -55,6 +60,7 @@ fn env(out: &Path, timeout_multiplier: f64) -> anyhow::Result<Env> {
         observer: Arc::new(Progress::new()),
         cancel,
         timeout_multiplier,
+        slurm,
     })
 }
 
@@ -62,7 +68,11 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         SearchCommand::Run(a) => {
             let config = SearchConfig::load(&a.config)?;
-            let env = env(&config.out, a.timeout_multiplier)?;
+            let env = env(
+                &config.out,
+                a.timeout_multiplier,
+                a.executor.slurm_settings()?,
+            )?;
             let summary = run_search(&config, &env, &mut |l| eprintln!("search: {l}")).await?;
             println!("{}", serde_json::to_string(&summary)?);
             Ok(ExitCode::SUCCESS)
@@ -104,7 +114,8 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         SearchCommand::Promote(a) => {
-            let env = env(&a.out, a.timeout_multiplier)?;
+            // The holdout is opened in a vault on this machine; promotion runs here.
+            let env = env(&a.out, a.timeout_multiplier, None)?;
             let p = promote(&a.out, &env).await?;
             println!("{}", serde_json::to_string_pretty(&p)?);
             match (p.verdict.as_deref(), &p.confirmation) {

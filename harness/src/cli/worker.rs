@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use geode_harness::env::kind::BackendKind;
-use geode_harness::rollout::slurm::worker::{run_array_task, run_config};
+use geode_harness::rollout::slurm::worker::{read_spec, run_array_task, run_config, run_plans};
 use geode_harness::rollout::trial::{PhaseEvent, PhaseObserver};
 use tokio_util::sync::CancellationToken;
 
@@ -32,14 +32,26 @@ impl PhaseObserver for LogLines {
 }
 
 pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
-    let (spec, config) = run_config(&args.spec)?;
-    // The host backend was allowed when the run was started; the worker runs what it was given.
-    let backend = make_with_base(
-        config.backend,
-        config.backend == BackendKind::Host,
-        &spec.jobs_dir,
-        config.base,
-    )?;
+    let spec = read_spec(&args.spec)?;
+    let (plans, backend) = match &spec.campaign {
+        // A campaign runs in the sandbox, as `geode crucible run` does locally.
+        Some(plan) => (
+            geode_harness::crucible::remote::worker_plans(plan)?,
+            super::backends::sandbox(&spec.jobs_dir)?,
+        ),
+        None => {
+            let config = run_config(&spec)?;
+            // The host backend was allowed when the run was started; the worker runs what it
+            // was given.
+            let backend = make_with_base(
+                config.backend,
+                config.backend == BackendKind::Host,
+                &spec.jobs_dir,
+                config.base,
+            )?;
+            (run_plans(&spec, &config)?, backend)
+        }
+    };
     // Slurm ends a cancelled or timed-out task with SIGTERM: the trials see the cancellation
     // and tear their sandboxes down.
     let cancel = CancellationToken::new();
@@ -52,6 +64,6 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
             on_term.cancel();
         }
     });
-    run_array_task(&args.spec, args.index, backend, &LogLines, &cancel).await?;
+    run_array_task(&args.spec, args.index, plans, backend, &LogLines, &cancel).await?;
     Ok(ExitCode::SUCCESS)
 }

@@ -69,6 +69,9 @@ pub struct Campaign<'a> {
     /// Host paths of sealed data that no trial's tool call may name
     /// ([`super::OpenedPack::sealed_paths`]).
     pub sealed_paths: Vec<String>,
+    /// `Some`: each pair runs as one Slurm array task (both arms on one node), through the
+    /// run executor's coordinator (`crucible::remote`); `None`: on this machine.
+    pub slurm: Option<crate::rollout::slurm::SlurmSettings>,
 }
 
 impl Campaign<'_> {
@@ -178,7 +181,7 @@ pub async fn run_campaign(
     let mut plans = plan_pairs(c, run_seed)?;
     let (kept, meter) = keep_resumed(c, &mut plans);
     let meter = Arc::new(meter);
-    let ran = run_pairs(c, plans, &meter, backend, observer, &cancel).await?;
+    let ran = run_pairs(c, plans, &meter, backend, observer, &cancel, run_seed).await?;
     let mut usage = meter
         .usage
         .lock()
@@ -228,7 +231,10 @@ fn begin_holdout(c: &Campaign<'_>) -> Result<(), CrucibleRunError> {
 
 /// Both arms of every (task, trial) on the same seed, the arm that goes first alternating from
 /// one pair to the next so drift of the machine cancels.
-fn plan_pairs(c: &Campaign<'_>, run_seed: u64) -> Result<Vec<(Arm, TrialPlan)>, CrucibleRunError> {
+pub(super) fn plan_pairs(
+    c: &Campaign<'_>,
+    run_seed: u64,
+) -> Result<Vec<(Arm, TrialPlan)>, CrucibleRunError> {
     let route = |arm| -> Result<Route, CrucibleRunError> {
         let (spec, _, label) = c.arm(arm);
         spec.model_route
@@ -308,6 +314,39 @@ fn keep_resumed(
     (kept, meter)
 }
 
+/// What every finished trial of a campaign goes through, whichever executor ran it: the meter,
+/// the journal, and the budget check that cancels the campaign.
+pub(super) struct Tally {
+    meter: Arc<Meter>,
+    journal: Mutex<std::fs::File>,
+    contract_hash: String,
+    replication: Option<u32>,
+    frozen: FrozenContract,
+    pub(super) cancel: CancellationToken,
+}
+
+impl Tally {
+    pub(super) fn finished(&self, arm: Arm, row: &TrialRow) {
+        let mut u = self.meter.usage.lock().unwrap_or_else(|p| p.into_inner());
+        add_usage(&mut u, row);
+        u.wall_seconds = self.meter.elapsed();
+        if row.outcome != geode_graders::TrialOutcome::Cancelled {
+            let line = Finished {
+                contract_hash: self.contract_hash.clone(),
+                replication: self.replication,
+                arm,
+                elapsed: u.wall_seconds,
+                row: row.clone(),
+            };
+            record_finished(&self.journal, &line);
+        }
+        if let Some(what) = over_budget(&u, &self.frozen) {
+            tracing::warn!("the campaign crossed its {what} budget; cancelling");
+            self.cancel.cancel();
+        }
+    }
+}
+
 /// Runs the remaining trials, journaling each finished one and cancelling the campaign when it
 /// crosses a budget.
 async fn run_pairs(
@@ -317,6 +356,7 @@ async fn run_pairs(
     backend: Arc<dyn Backend>,
     observer: Arc<dyn PhaseObserver>,
     cancel: &CancellationToken,
+    run_seed: u64,
 ) -> Result<Vec<(Arm, TrialRow)>, CrucibleRunError> {
     std::fs::create_dir_all(&c.dir).map_err(|e| CrucibleRunError::files(&c.dir, e))?;
     let journal_path = c.dir.join(TRIALS_JOURNAL);
@@ -325,40 +365,35 @@ async fn run_pairs(
         .append(true)
         .open(&journal_path)
         .map_err(|e| CrucibleRunError::files(&journal_path, e))?;
-    let journal = Arc::new(Mutex::new(journal));
-    let contract_hash = c.contract.hash().to_string();
+    let tally = Arc::new(Tally {
+        meter: meter.clone(),
+        journal: Mutex::new(journal),
+        contract_hash: c.contract.hash().to_string(),
+        replication: c.replication,
+        frozen: c.contract.clone(),
+        cancel: cancel.clone(),
+    });
+    if let Some(settings) = &c.slurm {
+        return super::remote::run_pairs(c, settings, plans, &tally, run_seed).await;
+    }
     let images = Arc::new(ImageCache::new());
-    let frozen = c.contract.clone();
-    let replication = c.replication;
     let ran = run_bounded(plans, c.concurrency, cancel, |(arm, plan)| {
-        let (backend, observer, images, meter, cancel, frozen) = (
+        let (backend, observer, images, tally) = (
             backend.clone(),
             observer.clone(),
             images.clone(),
-            meter.clone(),
-            cancel.clone(),
-            frozen.clone(),
+            tally.clone(),
         );
-        let (journal, contract_hash) = (journal.clone(), contract_hash.clone());
         async move {
-            let row = run_trial(&plan, backend.as_ref(), &images, observer.as_ref(), &cancel).await;
-            let mut u = meter.usage.lock().unwrap_or_else(|p| p.into_inner());
-            add_usage(&mut u, &row);
-            u.wall_seconds = meter.elapsed();
-            if row.outcome != geode_graders::TrialOutcome::Cancelled {
-                let line = Finished {
-                    contract_hash,
-                    replication,
-                    arm,
-                    elapsed: u.wall_seconds,
-                    row: row.clone(),
-                };
-                record_finished(&journal, &line);
-            }
-            if let Some(what) = over_budget(&u, &frozen) {
-                tracing::warn!("the campaign crossed its {what} budget; cancelling");
-                cancel.cancel();
-            }
+            let row = run_trial(
+                &plan,
+                backend.as_ref(),
+                &images,
+                observer.as_ref(),
+                &tally.cancel,
+            )
+            .await;
+            tally.finished(arm, &row);
             (arm, row)
         }
     })

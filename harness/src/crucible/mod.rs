@@ -7,6 +7,7 @@
 //! - [`open`]: the burn-once opening of a sealed pack for one test-stage campaign.
 //! - [`holdouts`]: the machine's holdout ledger, burn-once by the pack's content.
 //! - [`openings`]: the hash-chained openings ledger beside each commitment, and its audit.
+//! - [`remote`]: a campaign's pairs on Slurm, one array task per pair.
 //!
 //! The command line over all this is `cli/crucible/`; `geode search` uses it for its train and
 //! promotion campaigns.
@@ -18,6 +19,7 @@ pub mod holdouts;
 pub mod identity;
 pub mod open;
 pub mod openings;
+pub mod remote;
 pub mod sealing;
 
 pub use campaign::{Campaign, TRIALS_JOURNAL, run_campaign};

@@ -439,7 +439,7 @@ async fn run_trials(
     let cancel = shared.cancel.clone();
     let concurrency = shared.config.concurrency;
     let ended = match shared.config.slurm.clone() {
-        Some(settings) => vec![slurm::dispatch(&shared, &settings, plans, run_dir).await],
+        Some(settings) => vec![slurm::dispatch(&*shared, &settings, plans, run_dir).await],
         None => {
             schedule::run_bounded(plans, concurrency, &cancel, |plan| {
                 let shared = shared.clone();

@@ -185,6 +185,7 @@ async fn decide_on_holdout(
             .as_ref()
             .map(|o| o.sealed_paths())
             .unwrap_or_default(),
+        slurm: None,
     };
     let result = run_campaign(
         &campaign,

@@ -267,6 +267,7 @@ max_consecutive_rejected = 3
         observer: Arc::new(Quiet),
         cancel: CancellationToken::new(),
         timeout_multiplier: 1.0,
+        slurm: None,
     };
     let summary = run_search(&c, &env, &mut |_| {}).await.unwrap();
     assert_eq!(summary.stop, StopReason::ConsecutiveRejected);

@@ -17,6 +17,13 @@ use super::{RunArgs, exit, load_contract, load_scaffold, print_record};
 
 pub(super) async fn run_contract(a: RunArgs) -> anyhow::Result<ExitCode> {
     let contract = load_contract(&a.contract)?;
+    // Before anything is opened: a sealed pack's opening is burned on disk.
+    if contract.contract().stage == Stage::Test && a.executor.slurm_settings()?.is_some() {
+        bail!(
+            "--executor slurm runs train-stage contracts only: a sealed test pack is opened in a \
+             vault on this machine, which the cluster's nodes cannot read"
+        );
+    }
     let campaign_dir = a
         .jobs_dir
         .join("crucible")
@@ -121,6 +128,7 @@ async fn campaign(
         replication: None,
         attestation: opened.map(|o| o.attestation.clone()),
         sealed_paths: opened.map(|o| o.sealed_paths()).unwrap_or_default(),
+        slurm: a.executor.slurm_settings()?,
     };
     let evidence = run_campaign(&c, backend, Arc::new(Progress::new()), cancel).await?;
     write_atomic(

@@ -150,6 +150,9 @@ pub struct RunArgs {
     jobs_dir: PathBuf,
     #[arg(long, default_value_t = 1.0)]
     timeout_multiplier: f64,
+    /// Where the pairs run: each Slurm array task runs both arms of one pair on one node.
+    #[command(flatten)]
+    executor: super::run::ExecutorArgs,
 }
 
 #[derive(Debug, Args)]

@@ -99,6 +99,7 @@ async fn run_replica(
         replication: Some(index),
         attestation: None,
         sealed_paths: Vec::new(),
+        slurm: None,
     };
     let evidence = run_campaign(
         &c,

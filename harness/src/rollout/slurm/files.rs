@@ -33,6 +33,10 @@ pub struct ArraySpec {
     /// The jobs folder (shared), holding `<run_id>/config.json`.
     pub jobs_dir: PathBuf,
     pub groups: Vec<Vec<TrialTry>>,
+    /// A crucible campaign's plan file (`crucible::remote`): the worker plans the campaign's
+    /// pairs from it instead of from `config.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub campaign: Option<PathBuf>,
 }
 
 /// One trial's result as its worker wrote it.

@@ -1,8 +1,9 @@
-//! The Slurm executor: the coordinator's side of trials that run on a cluster. The run's plan,
-//! seeds, retry rule and store rows are the local executor's (`job.rs`); only dispatch
-//! differs. Trials go out as `sbatch` job arrays whose tasks run `geode worker` on their node
-//! (`worker.rs`); each trial comes back as a result file in the shared run folder, which this
-//! coordinator alone ingests into the run store, once per trial and try. An array task that
+//! The Slurm executor: the coordinator's side of trials that run on a cluster. The plan, seeds,
+//! retry rule and store rows are the local executor's (`job.rs` for a run, the crucible's
+//! campaign for a campaign, each an [`Owner`]); only dispatch differs. Trials go out as
+//! `sbatch` job arrays whose tasks run `geode worker` on their node (`worker.rs`); each trial
+//! comes back as a result file in the shared run folder, which this coordinator alone ingests
+//! (into the run store, or the campaign's journal), once per trial and try. An array task that
 //! ends without a result (its node died, Slurm's time limit, a failure of the worker) becomes
 //! an infrastructure outcome under the same bounded retry budget as a local trial.
 
@@ -11,6 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use geode_graders::TrialOutcome;
+use tokio_util::sync::CancellationToken;
 
 use super::job::{RunError, Shared};
 use super::trial::{TrialPlan, lost_trial};
@@ -38,9 +40,60 @@ pub enum SlurmError {
 /// How often the coordinator looks at the result files and the queue.
 const POLL: Duration = Duration::from_millis(300);
 
-/// A trial the coordinator waits for: its plan, the try now out, and where that try runs.
+/// What owns the trials the coordinator dispatches (a run or a crucible campaign): where its
+/// trials start and end, and what the worker needs to rebuild their plans.
+pub(crate) trait Owner: Sync {
+    /// The name of the run folder (`<jobs_dir>/<id>`), as the array spec records it.
+    fn id(&self) -> &str;
+    /// Array tasks running at once (`-n`).
+    fn at_once(&self) -> usize;
+    fn cancel(&self) -> &CancellationToken;
+    /// The campaign plan file the worker rebuilds its plans from; none for a run (the worker
+    /// reads the run's `config.json`).
+    fn campaign_plan(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+    /// Trials of the same group, out at the same time, share one array task (one node).
+    fn group(&self, plan: &TrialPlan) -> String {
+        plan.trial_name.clone()
+    }
+    fn begin(&self, plan: &TrialPlan) -> Result<(), RunError>;
+    fn retry_again(&self, row: &TrialRow, try_no: u32) -> bool;
+    /// The final row of a trial (cancelled ones too).
+    fn end(&self, row: &TrialRow) -> Result<(), RunError>;
+    fn queue(&self, _pending: usize, _running: usize) {}
+}
+
+impl Owner for Shared {
+    fn id(&self) -> &str {
+        &self.run_id
+    }
+    fn at_once(&self) -> usize {
+        self.config.concurrency
+    }
+    fn cancel(&self) -> &CancellationToken {
+        &self.cancel
+    }
+    fn begin(&self, plan: &TrialPlan) -> Result<(), RunError> {
+        super::job::begin_trial(self, plan)
+    }
+    fn retry_again(&self, row: &TrialRow, try_no: u32) -> bool {
+        super::job::retry_again(self, row, try_no)
+    }
+    fn end(&self, row: &TrialRow) -> Result<(), RunError> {
+        super::job::end_trial(self, row)
+    }
+    fn queue(&self, pending: usize, running: usize) {
+        self.observer.queue(pending, running);
+    }
+}
+
+/// A trial the coordinator waits for: its plan, its place in the plan and its group, the try
+/// now out, and where that try runs.
 struct Waiting {
     plan: TrialPlan,
+    order: usize,
+    group: String,
     try_no: u32,
     at: Option<(u64, usize)>,
 }
@@ -48,8 +101,8 @@ struct Waiting {
 /// Runs `plans` on the cluster: adopts the array tasks an earlier coordinator of this run
 /// submitted (from the ledger), submits the rest, and ingests until every trial has a final
 /// row or the run is cancelled (then `scancel`).
-pub(super) async fn dispatch(
-    shared: &Shared,
+pub(crate) async fn dispatch(
+    owner: &dyn Owner,
     settings: &SlurmSettings,
     plans: Vec<TrialPlan>,
     run_dir: &Path,
@@ -68,8 +121,8 @@ pub(super) async fn dispatch(
     let mut waiting = BTreeMap::new();
     let mut jobs = BTreeSet::new();
     let mut shown = (usize::MAX, usize::MAX);
-    for plan in plans {
-        super::job::begin_trial(shared, &plan)?;
+    for (order, plan) in plans.into_iter().enumerate() {
+        owner.begin(&plan)?;
         let (try_no, at) = match latest.get(&plan.trial_name) {
             Some(s) => {
                 jobs.insert(s.job);
@@ -77,25 +130,33 @@ pub(super) async fn dispatch(
             }
             None => (0, None),
         };
-        waiting.insert(plan.trial_name.clone(), Waiting { plan, try_no, at });
+        let group = owner.group(&plan);
+        let w = Waiting {
+            plan,
+            order,
+            group,
+            try_no,
+            at,
+        };
+        waiting.insert(w.plan.trial_name.clone(), w);
     }
-    submit_unplaced(shared, settings, run_dir, &mut waiting, &mut jobs)?;
+    submit_unplaced(owner, settings, run_dir, &mut waiting, &mut jobs)?;
     while !waiting.is_empty() {
         tokio::select! {
             _ = tokio::time::sleep(POLL) => {}
-            _ = shared.cancel.cancelled() => {}
+            _ = owner.cancel().cancelled() => {}
         }
-        if shared.cancel.is_cancelled() {
-            return cancel_all(shared, run_dir, &jobs, waiting);
+        if owner.cancel().is_cancelled() {
+            return cancel_all(owner, run_dir, &jobs, waiting);
         }
         let states = poll_states(&jobs)?;
         let queue = queue_counts(&states, &waiting);
         if queue != shown {
-            shared.observer.queue(queue.0, queue.1);
+            owner.queue(queue.0, queue.1);
             shown = queue;
         }
-        ingest(shared, run_dir, &states, &mut waiting)?;
-        submit_unplaced(shared, settings, run_dir, &mut waiting, &mut jobs)?;
+        ingest(owner, run_dir, &states, &mut waiting)?;
+        submit_unplaced(owner, settings, run_dir, &mut waiting, &mut jobs)?;
     }
     Ok(())
 }
@@ -132,7 +193,7 @@ fn queue_counts(states: &States, waiting: &BTreeMap<String, Waiting>) -> (usize,
 
 /// Takes in every result that arrived and every array task that ended without one.
 fn ingest(
-    shared: &Shared,
+    owner: &dyn Owner,
     run_dir: &Path,
     states: &States,
     waiting: &mut BTreeMap<String, Waiting>,
@@ -157,7 +218,7 @@ fn ingest(
                 ended => lost_row(&w.plan, ended),
             },
         };
-        settle(shared, waiting, &name, row)?;
+        settle(owner, waiting, &name, row)?;
     }
     Ok(())
 }
@@ -180,7 +241,7 @@ fn lost_row(plan: &TrialPlan, state: Option<JobState>) -> TrialRow {
 /// One ended try: again (a new try, submitted on the next round) when the local rule says so,
 /// else its final row.
 fn settle(
-    shared: &Shared,
+    owner: &dyn Owner,
     waiting: &mut BTreeMap<String, Waiting>,
     name: &str,
     mut row: TrialRow,
@@ -189,49 +250,53 @@ fn settle(
         return Ok(());
     };
     row.infra_retries = w.try_no;
-    if super::job::retry_again(shared, &row, w.try_no) {
+    if owner.retry_again(&row, w.try_no) {
         tracing::warn!("trial {name} ended in {}; retrying", row.outcome);
         w.try_no += 1;
         w.at = None;
         return Ok(());
     }
     waiting.remove(name);
-    super::job::end_trial(shared, &row)
+    owner.end(&row)
 }
 
-/// Submits one array per resource shape for the trials that have no array task out.
+/// Submits one array per resource shape for the trials that have no array task out; trials of
+/// one group share an array task, in plan order.
 fn submit_unplaced(
-    shared: &Shared,
+    owner: &dyn Owner,
     settings: &SlurmSettings,
     run_dir: &Path,
     waiting: &mut BTreeMap<String, Waiting>,
     jobs: &mut BTreeSet<u64>,
 ) -> Result<(), RunError> {
-    let mut shapes: BTreeMap<(u32, u64), Vec<String>> = BTreeMap::new();
-    for (name, w) in waiting.iter().filter(|(_, w)| w.at.is_none()) {
+    let mut unplaced: Vec<&Waiting> = waiting.values().filter(|w| w.at.is_none()).collect();
+    unplaced.sort_by_key(|w| w.order);
+    let mut shapes: BTreeMap<(u32, u64), Vec<Vec<TrialTry>>> = BTreeMap::new();
+    let mut slot: HashMap<(u32, u64, &str), usize> = HashMap::new();
+    for w in unplaced {
         let env = &w.plan.task.config.environment;
         let cpus = env.cpus.unwrap_or(1.0).ceil().max(1.0) as u32;
-        shapes
-            .entry((cpus, env.memory_mb.unwrap_or(1024)))
-            .or_default()
-            .push(name.clone());
+        let shape = (cpus, env.memory_mb.unwrap_or(1024));
+        let groups = shapes.entry(shape).or_default();
+        let at = *slot
+            .entry((shape.0, shape.1, w.group.as_str()))
+            .or_insert_with(|| {
+                groups.push(Vec::new());
+                groups.len() - 1
+            });
+        groups[at].push(TrialTry {
+            trial_name: w.plan.trial_name.clone(),
+            try_no: w.try_no,
+        });
     }
-    for ((cpus, memory_mb), names) in shapes {
-        let groups: Vec<Vec<TrialTry>> = names
-            .iter()
-            .filter_map(|n| waiting.get(n))
-            .map(|w| {
-                vec![TrialTry {
-                    trial_name: w.plan.trial_name.clone(),
-                    try_no: w.try_no,
-                }]
-            })
-            .collect();
-        let job = submit_array(shared, settings, run_dir, &groups, (cpus, memory_mb))?;
+    for (shape, groups) in shapes {
+        let job = submit_array(owner, settings, run_dir, &groups, shape)?;
         jobs.insert(job);
-        for (index, name) in names.iter().enumerate() {
-            if let Some(w) = waiting.get_mut(name) {
-                w.at = Some((job, index));
+        for (index, group) in groups.iter().enumerate() {
+            for t in group {
+                if let Some(w) = waiting.get_mut(&t.trial_name) {
+                    w.at = Some((job, index));
+                }
             }
         }
     }
@@ -240,7 +305,7 @@ fn submit_unplaced(
 
 /// Writes the array's spec and script, submits it, and records each task in the ledger.
 fn submit_array(
-    shared: &Shared,
+    owner: &dyn Owner,
     settings: &SlurmSettings,
     run_dir: &Path,
     groups: &[Vec<TrialTry>],
@@ -253,7 +318,7 @@ fn submit_array(
         &spec_path,
         &ArraySpec {
             schema: files::ARRAY_SCHEMA.into(),
-            run_id: shared.run_id.clone(),
+            run_id: owner.id().to_string(),
             // Absolute: the worker starts in whatever folder its node gives it.
             jobs_dir: std::path::absolute(run_dir.parent().unwrap_or(run_dir)).map_err(|e| {
                 SlurmError::Files {
@@ -262,6 +327,7 @@ fn submit_array(
                 }
             })?,
             groups: groups.to_vec(),
+            campaign: owner.campaign_plan(),
         },
     )?;
     let script = spec_path.with_extension("sh");
@@ -285,7 +351,7 @@ fn submit_array(
         &queue::Submission {
             script: &script,
             tasks: groups.len(),
-            at_once: shared.config.concurrency,
+            at_once: owner.at_once(),
             cpus,
             memory_mb,
             log_dir: &log_dir,
@@ -310,7 +376,7 @@ fn submit_array(
 /// other trials reported `cancelled` and left unfinished in the store, so a resume runs them
 /// again (as a local run leaves them).
 fn cancel_all(
-    shared: &Shared,
+    owner: &dyn Owner,
     run_dir: &Path,
     jobs: &BTreeSet<u64>,
     mut waiting: BTreeMap<String, Waiting>,
@@ -335,7 +401,7 @@ fn cancel_all(
                 "the run was cancelled; its Slurm array was cancelled with it",
             ),
         };
-        settle(shared, &mut waiting, &name, row)?;
+        settle(owner, &mut waiting, &name, row)?;
     }
     Ok(())
 }

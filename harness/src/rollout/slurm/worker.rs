@@ -1,8 +1,8 @@
 //! `geode worker`: what one array task runs on its node. It reads the array's spec and the
-//! run's `config.json` from the shared jobs folder, plans its trials with the coordinator's own
-//! planning (so seeds and folders are the same by construction), runs them one after the
-//! other in the node's sandbox with the node's image cache, and leaves each result as a file.
-//! It never opens the run store.
+//! run's `config.json` (or a campaign's plan file, `crucible::remote`) from the shared jobs
+//! folder, plans its trials with the coordinator's own planning (so seeds, pairs and folders
+//! are the same by construction), runs them one after the other in the node's sandbox with the
+//! node's image cache, and leaves each result as a file. It never opens the run store.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -16,10 +16,10 @@ use super::files::{self, ArraySpec, RESULT_SCHEMA, WorkerResult};
 use crate::env::Backend;
 use crate::rollout::images::ImageCache;
 use crate::rollout::job::{self, RunConfig, RunError};
-use crate::rollout::trial::{PhaseObserver, run_trial};
+use crate::rollout::trial::{PhaseObserver, TrialPlan, run_trial};
 
-/// The run configuration an array spec belongs to (the worker builds its backend from it).
-pub fn run_config(spec_path: &Path) -> Result<(ArraySpec, RunConfig), RunError> {
+/// The array spec at `spec_path`.
+pub fn read_spec(spec_path: &Path) -> Result<ArraySpec, RunError> {
     let spec: ArraySpec = files::read_json(spec_path)?;
     if spec.schema != files::ARRAY_SCHEMA {
         return Err(SlurmError::Files {
@@ -28,32 +28,24 @@ pub fn run_config(spec_path: &Path) -> Result<(ArraySpec, RunConfig), RunError> 
         }
         .into());
     }
-    let config = job::read_json(&spec.jobs_dir.join(&spec.run_id).join("config.json"))?;
-    Ok((spec, config))
+    Ok(spec)
 }
 
-/// Runs the trials of array task `index`, writing one result file per trial.
-pub async fn run_array_task(
-    spec_path: &Path,
-    index: usize,
-    backend: Arc<dyn Backend>,
-    observer: &dyn PhaseObserver,
-    cancel: &CancellationToken,
-) -> Result<(), RunError> {
-    let worker_started = chrono::Utc::now().to_rfc3339();
-    let (spec, config) = run_config(spec_path)?;
-    let group = spec
-        .groups
-        .get(index)
-        .ok_or_else(|| SlurmError::NoSuchTask {
-            path: spec_path.display().to_string(),
-            index,
-        })?;
+/// The run configuration a run's array spec belongs to (the worker builds its backend from it).
+pub fn run_config(spec: &ArraySpec) -> Result<RunConfig, RunError> {
+    job::read_json(&spec.jobs_dir.join(&spec.run_id).join("config.json"))
+}
+
+/// Every trial of the run, planned as the coordinator planned them, by trial name.
+pub fn run_plans(
+    spec: &ArraySpec,
+    config: &RunConfig,
+) -> Result<HashMap<String, TrialPlan>, RunError> {
     let route: Route = config.model.parse()?;
-    let pack = job::load_pack(&config)?;
+    let pack = job::load_pack(config)?;
     let run_dir = spec.jobs_dir.join(&spec.run_id);
-    let mut plans: HashMap<String, _> = job::plan_trials(
-        &config,
+    Ok(job::plan_trials(
+        config,
         &route,
         pack.tasks,
         &spec.run_id,
@@ -62,7 +54,28 @@ pub async fn run_array_task(
     )
     .into_iter()
     .map(|p| (p.trial_name.clone(), p))
-    .collect();
+    .collect())
+}
+
+/// Runs the trials of array task `index` from `plans`, writing one result file per trial.
+pub async fn run_array_task(
+    spec_path: &Path,
+    index: usize,
+    mut plans: HashMap<String, TrialPlan>,
+    backend: Arc<dyn Backend>,
+    observer: &dyn PhaseObserver,
+    cancel: &CancellationToken,
+) -> Result<(), RunError> {
+    let worker_started = chrono::Utc::now().to_rfc3339();
+    let spec = read_spec(spec_path)?;
+    let group = spec
+        .groups
+        .get(index)
+        .ok_or_else(|| SlurmError::NoSuchTask {
+            path: spec_path.display().to_string(),
+            index,
+        })?;
+    let run_dir = spec.jobs_dir.join(&spec.run_id);
     let node = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();

@@ -66,6 +66,8 @@ pub struct Env {
     pub observer: Arc<dyn PhaseObserver>,
     pub cancel: CancellationToken,
     pub timeout_multiplier: f64,
+    /// `Some`: the train campaigns run on Slurm, a pair per array task (`crucible::remote`).
+    pub slurm: Option<crate::rollout::slurm::SlurmSettings>,
 }
 
 fn id_of(index: usize) -> String {
@@ -95,6 +97,7 @@ pub(super) async fn run_train_campaign(
         replication: None,
         attestation: None,
         sealed_paths: Vec::new(),
+        slurm: env.slurm.clone(),
     };
     let evidence = run_campaign(
         &campaign,
