@@ -261,6 +261,35 @@ pub struct AssistantTurn {
     pub stop_reason: StopReason,
 }
 
+/// An assistant call and its result with one screenshot, as the loop appends them: what the
+/// adapters' tests put into each wire format.
+#[cfg(test)]
+pub(crate) fn screenshot_turn() -> Vec<Message> {
+    let result = ToolResult {
+        tool_use_id: "c1".into(),
+        content: "screenshot 1x1".into(),
+        is_error: false,
+        images: vec![Image {
+            media_type: ImageMediaType::Png,
+            data_b64: "iVBORw0K".into(),
+        }],
+    };
+    vec![
+        Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::ToolUse {
+                id: "c1".into(),
+                name: "computer".into(),
+                input: serde_json::json!({"action": "screenshot"}),
+            }],
+        },
+        Message {
+            role: Role::User,
+            content: result.into_blocks(),
+        },
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

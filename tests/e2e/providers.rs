@@ -3,20 +3,41 @@
 //! `--model cassette:DIR`.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::Output;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
-const KEY: &str = "sk-ant-e2e-0123456789";
+pub(super) const KEY: &str = "sk-ant-e2e-0123456789";
 
-fn sse(events: &[Value]) -> String {
+pub(super) fn sse(events: &[Value]) -> String {
     events
         .iter()
         .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
         .collect()
+}
+
+/// Reads one request off `stream` (head and body, so the reply goes to a complete request);
+/// returns its head.
+pub(super) fn read_request(stream: &TcpStream) -> String {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut head = String::new();
+    let mut len = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+            break;
+        }
+        if let Some(v) = line.to_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+        head.push_str(&line);
+    }
+    let mut body = vec![0u8; len];
+    reader.read_exact(&mut body).unwrap();
+    head
 }
 
 fn reply(blocks: Vec<Value>, deltas: Vec<Value>, stop: &str) -> String {
@@ -47,23 +68,8 @@ fn serve(bodies: Vec<String>) -> (String, Arc<Mutex<Vec<String>>>) {
         let mut bodies = bodies.into_iter();
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { return };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
             // One request per connection: answer with `connection: close`.
-            let mut head = String::new();
-            let mut len = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                if let Some(v) = line.to_lowercase().strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-                head.push_str(&line);
-            }
-            let mut body = vec![0u8; len];
-            reader.read_exact(&mut body).unwrap();
-            log.lock().unwrap().push(head);
+            log.lock().unwrap().push(read_request(&stream));
             let body = bodies.next().unwrap_or_default();
             let response = format!(
                 "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",

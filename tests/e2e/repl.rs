@@ -150,37 +150,12 @@ text = "All done."
 /// `geode --local --model scripted:script.toml` in a pseudo-terminal in `d`: the process, the
 /// terminal's input side, and its screen.
 fn repl_in_a_terminal(d: &std::path::Path) -> (Repl, File, Screen) {
-    let pty = nix::pty::openpty(None, None).unwrap();
-    let slave = File::from(pty.slave);
-    let child = Repl(
-        super::common::geode_bin()
-            .args(["--local", "--model", "scripted:script.toml"])
-            .current_dir(d)
-            .env("GEODE_HOME", d.join("home"))
-            .env("TERM", "xterm")
-            .env_remove("GEODE_MODEL")
-            .stdin(Stdio::from(slave.try_clone().unwrap()))
-            .stdout(Stdio::from(slave.try_clone().unwrap()))
-            .stderr(Stdio::from(slave))
-            .spawn()
-            .unwrap(),
-    );
-    let master = File::from(pty.master);
-    let mut reader = master.try_clone().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
-                break;
-            }
-        }
-    });
-    let screen = Screen {
-        rx,
-        text: String::new(),
-    };
-    (child, master, screen)
+    let mut cmd = super::common::geode_bin();
+    cmd.args(["--local", "--model", "scripted:script.toml"])
+        .current_dir(d)
+        .env("GEODE_HOME", d.join("home"))
+        .env_remove("GEODE_MODEL");
+    in_terminal(cmd)
 }
 
 #[test]

@@ -2,40 +2,15 @@
 //! chunk and holds the rest until the test has seen that chunk's text on the pseudo-terminal.
 //! A client that waits for the whole reply never shows it, and the test fails.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
+use std::net::TcpListener;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
+use super::providers::{KEY, read_request, sse};
 use super::repl::in_terminal;
-
-const KEY: &str = "sk-ant-e2e-0123456789";
-
-fn sse(events: &[Value]) -> String {
-    events
-        .iter()
-        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
-        .collect()
-}
-
-/// Read one request off `stream` (head and body), so the reply goes to a complete request.
-fn read_request(stream: &TcpStream) {
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut len = 0usize;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-            break;
-        }
-        if let Some(v) = line.to_lowercase().strip_prefix("content-length:") {
-            len = v.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0u8; len];
-    reader.read_exact(&mut body).unwrap();
-}
 
 /// The first reply in two chunks: thinking and the first words, then (after `go`) the rest
 /// and the end of the message. Later requests get a whole short reply at once.

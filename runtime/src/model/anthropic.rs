@@ -407,34 +407,7 @@ impl Assembler for StreamState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::conversation::{Image, ImageMediaType, ToolResult};
-
-    /// An assistant call and its result with one screenshot, as the loop appends them.
-    fn screenshot_turn() -> Vec<Message> {
-        let result = ToolResult {
-            tool_use_id: "c1".into(),
-            content: "screenshot 1x1".into(),
-            is_error: false,
-            images: vec![Image {
-                media_type: ImageMediaType::Png,
-                data_b64: "iVBORw0K".into(),
-            }],
-        };
-        vec![
-            Message {
-                role: Role::Assistant,
-                content: vec![ContentBlock::ToolUse {
-                    id: "c1".into(),
-                    name: "computer".into(),
-                    input: json!({"action": "screenshot"}),
-                }],
-            },
-            Message {
-                role: Role::User,
-                content: result.into_blocks(),
-            },
-        ]
-    }
+    use crate::conversation::screenshot_turn;
 
     #[test]
     fn a_screenshot_goes_inside_its_tool_result() {
