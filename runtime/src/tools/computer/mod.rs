@@ -127,6 +127,9 @@ pub enum ComputerError {
     Png(#[from] png::EncodingError),
     #[error("the display worker stopped: {0}")]
     Worker(String),
+    /// What the display's side inside a sandbox reported (its own error, as text).
+    #[error("{0}")]
+    Sandbox(String),
 }
 
 /// The input of `computer` as the model sends it: one flat object, because the providers take
