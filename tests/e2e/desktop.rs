@@ -30,7 +30,8 @@ fn screenshots(trial: &Path) -> Vec<PathBuf> {
         };
         for part in results
             .iter()
-            .flat_map(|r| r["content"].as_array().unwrap())
+            .filter_map(|r| r["content"].as_array())
+            .flatten()
         {
             if part["type"] == "image" {
                 assert_eq!(part["source"]["media_type"], "image/png");
@@ -96,4 +97,51 @@ fn the_desktop_task_passes_with_the_oracle_through_the_screen_and_fails_with_nop
     let (nop, run_dir) = run(dir.path(), "nop");
     assert_eq!(nop["summary"]["outcomes"]["failed"], 1, "{nop}");
     assert!(screenshots(&run_dir.join("geode-xterm-echo__0")).is_empty());
+}
+
+/// The grant follows the task's key: the same scripted screenshot call is denied in a copy of
+/// the task without `display`, and answered with a screenshot with it.
+#[test]
+fn computer_is_granted_only_to_a_trial_whose_task_declares_a_display() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        r#"{"repeat_last": true, "turns": [
+            {"tool_calls": [{"name": "computer", "input": {"action": "screenshot"}}]},
+            {"text": "The computer tool is not available in this session."}
+        ]}"#,
+    )
+    .unwrap();
+    let model = format!("scripted:{}", script.display());
+    let src = repo().join("tasks/geode-desktop/xterm-echo");
+    for (pack, display) in [("with", true), ("without", false)] {
+        let task = dir.path().join(pack).join("xterm-echo");
+        super::common::copy_tree(&src, &task);
+        if !display {
+            let toml = std::fs::read_to_string(task.join("task.toml")).unwrap();
+            let kept: Vec<&str> = toml.lines().filter(|l| !l.starts_with("display")).collect();
+            std::fs::write(task.join("task.toml"), kept.join("\n")).unwrap();
+        }
+        let cmd = super::common::geode_in(dir.path());
+        let (summary, run_dir) = super::common::run_model_with(
+            cmd,
+            &dir.path().join(pack),
+            &dir.path().join("jobs"),
+            &model,
+            &[],
+        );
+        let trial = run_dir.join("geode-xterm-echo__0");
+        let result: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(trial.join("result.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            summary["summary"]["outcomes"]["failed"], 1,
+            "{pack}: {result}"
+        );
+        let trajectory = std::fs::read_to_string(trial.join("agent/trajectory.json")).unwrap();
+        let denied = trajectory.contains("denied at scope: tool computer is not allowed");
+        assert_eq!(denied, !display, "{pack}: {trajectory}");
+        assert_eq!(screenshots(&trial).len(), usize::from(display), "{pack}");
+    }
 }
