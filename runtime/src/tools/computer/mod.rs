@@ -3,8 +3,9 @@
 //!
 //! The action is typed ([`ComputerAction`]); where it runs is the workspace's business
 //! ([`Workspace::computer`](crate::tools::workspace::Workspace::computer)): a local workspace
-//! talks to `$DISPLAY`, a sandbox would talk to the display inside it. Every action answers
-//! with a fresh screenshot, so the model always sees the effect of what it just did.
+//! talks to `$DISPLAY`, a sandbox asks its inside to act on the sandbox's own Xvfb. Every
+//! action answers with a fresh screenshot, so the model always sees the effect of what it just
+//! did.
 //! Coordinates are in the screenshot's pixels; the display side maps them to the screen.
 
 pub mod keys;
