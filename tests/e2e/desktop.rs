@@ -59,8 +59,13 @@ fn the_desktop_task_passes_with_the_oracle_through_the_screen_and_fails_with_nop
     let dir = tempfile::tempdir().unwrap();
 
     let (oracle, run_dir) = run(dir.path(), "oracle");
-    assert_eq!(oracle["summary"]["outcomes"]["passed"], 1, "{oracle}");
     let trial = run_dir.join("geode-xterm-echo__0");
+    let result = std::fs::read_to_string(trial.join("result.json")).unwrap_or_default();
+    let said = std::fs::read_to_string(trial.join("verifier/test-stdout.txt")).unwrap_or_default();
+    assert_eq!(
+        oracle["summary"]["outcomes"]["passed"], 1,
+        "{oracle}\n{result}\n{said}"
+    );
     let shots = screenshots(&trial);
     // One screenshot per action of solution/computer.json (identical ones share a file).
     assert_eq!(shots.len(), 4, "{shots:?}");
