@@ -16,6 +16,10 @@ pub const XSESSION: &str = "/etc/geode/xsession";
 
 /// The shell script that starts Xvfb at `width`x`height`, waits for its socket, then starts
 /// the image's [`XSESSION`] when there is one. Exit code 0 means the display is up.
+///
+/// The script waits for a sign of life from each (the socket; the session's pid file, written
+/// after `setsid`) because its own process group is killed when it exits: a child of
+/// `setsid -f` that had not yet left the group would die with it.
 pub(crate) fn start_script(width: u32, height: u32) -> String {
     format!(
         r#"set -u
@@ -29,7 +33,15 @@ while [ ! -S /tmp/.X11-unix/X99 ]; do
   sleep 0.05
 done
 if [ -x {XSESSION} ]; then
-  DISPLAY={DISPLAY} setsid -f {XSESSION} </dev/null >/tmp/.geode-xsession.log 2>&1
+  rm -f /tmp/.geode-xsession.pid
+  DISPLAY={DISPLAY} setsid -f sh -c 'echo $$ >/tmp/.geode-xsession.pid; exec {XSESSION}' \
+    </dev/null >/tmp/.geode-xsession.log 2>&1
+  i=0
+  while [ ! -s /tmp/.geode-xsession.pid ]; do
+    i=$((i + 1))
+    if [ "$i" -gt 400 ]; then echo "{XSESSION} did not start" >&2; exit 1; fi
+    sleep 0.05
+  done
 fi
 "#
     )
@@ -45,7 +57,8 @@ mod tests {
         assert!(script.contains("Xvfb :99 -screen 0 800x600x24 -nolisten tcp"));
         let xvfb = script.find("setsid -f Xvfb").unwrap();
         let wait = script.find("-S /tmp/.X11-unix/X99").unwrap();
-        let session = script.find("setsid -f /etc/geode/xsession").unwrap();
-        assert!(xvfb < wait && wait < session, "{script}");
+        let session = script.find("exec /etc/geode/xsession").unwrap();
+        let alive = script.find("-s /tmp/.geode-xsession.pid").unwrap();
+        assert!(xvfb < wait && wait < session && session < alive, "{script}");
     }
 }
