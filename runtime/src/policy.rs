@@ -199,6 +199,15 @@ impl SessionPolicy {
         self
     }
 
+    /// Lifts `computer` from the deny list for a benchmark trial whose task declared a display:
+    /// the task's author asked for a desktop, and the display lives inside the trial's sandbox,
+    /// so the tool reaches nothing the sandbox's shell could not. Approval still follows the
+    /// unattended ceiling ([`SessionPolicy::grant_unattended`]).
+    pub fn grant_task_display(mut self) -> Self {
+        self.deny_list.remove(COMPUTER_TOOL);
+        self
+    }
+
     /// Whether the operator's switch approves this call without a human: DAEMON mode, the
     /// switch on, and the computer tool itself.
     pub fn operator_allows_computer(&self, tool: &str) -> bool {
@@ -282,6 +291,16 @@ mod tests {
         let mut forced = SessionPolicy::for_mode(SessionMode::Headless);
         forced.operator_computer_use = true;
         assert!(!forced.operator_allows_computer(COMPUTER_TOOL));
+    }
+
+    #[test]
+    fn a_trial_grant_of_dangerous_keeps_computer_denied_until_the_task_has_a_display() {
+        let trial = SessionPolicy::for_mode(SessionMode::Headless)
+            .grant_unattended(SafetyLevel::Dangerous, "benchmark trial");
+        assert!(trial.deny_list.contains(COMPUTER_TOOL));
+        let desktop = trial.grant_task_display();
+        assert!(!desktop.deny_list.contains(COMPUTER_TOOL));
+        assert!(!desktop.deny_list.contains("bash"));
     }
 
     #[test]

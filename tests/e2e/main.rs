@@ -12,6 +12,7 @@ mod crucible_sealed;
 mod daily;
 mod daily_cli;
 mod datasets;
+mod desktop;
 mod docker;
 #[path = "../support/docker.rs"]
 mod dockerd;

@@ -202,6 +202,16 @@ pub trait Sandbox: Send + Sync {
         None
     }
 
+    /// Start a private X display of `width`x`height` inside the sandbox and the image's X
+    /// application on it, and give the workspace's `computer` tool that display. Only a
+    /// backend whose agent can reach the display from inside has one.
+    async fn start_display(&self, width: u32, height: u32) -> Result<(), EnvError> {
+        let _ = (width, height);
+        Err(EnvError::Unsupported(
+            "environment.display: this backend cannot give a sandbox an X display".into(),
+        ))
+    }
+
     /// Kill every process the agent's commands left (its background services included).
     /// Trials no longer call it before the verifier, whose semantics keep the services
     /// running; teardown ends everything regardless. Returns how many were killed.

@@ -261,6 +261,53 @@ pub struct EnvironmentSection {
     pub workdir: Option<String>,
     /// Values for the Dockerfile's ARGs (`docker build --build-arg NAME=VALUE`).
     pub build_args: BTreeMap<String, String>,
+    /// GEODE's key (Harbor ignores it): the task asks for an X display of this size inside
+    /// its sandbox, and with it grants its agent the `computer` tool.
+    pub display: Option<DisplaySize>,
+}
+
+/// The size of a sandbox's X display, `"WIDTHxHEIGHT"` in task.toml.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct DisplaySize {
+    pub width: u32,
+    pub height: u32,
+}
+
+impl DisplaySize {
+    /// Xvfb's limits are larger, but a screen beyond 4K is no desktop a task needs, and a
+    /// tiny one cannot show a window.
+    const RANGE: std::ops::RangeInclusive<u32> = 64..=4096;
+}
+
+impl TryFrom<String> for DisplaySize {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "display = {text:?}: expected \"WIDTHxHEIGHT\" such as \"1024x768\", each 64 to 4096"
+            )
+        };
+        let (w, h) = text.split_once('x').ok_or_else(bad)?;
+        let (width, height) = (w.parse().map_err(|_| bad())?, h.parse().map_err(|_| bad())?);
+        if !Self::RANGE.contains(&width) || !Self::RANGE.contains(&height) {
+            return Err(bad());
+        }
+        Ok(DisplaySize { width, height })
+    }
+}
+
+impl From<DisplaySize> for String {
+    fn from(size: DisplaySize) -> String {
+        size.to_string()
+    }
+}
+
+impl std::fmt::Display for DisplaySize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.width, self.height)
+    }
 }
 
 /// Harbor's size strings: a number and `G`, `M` or `K` (case-insensitive), in MiB.

@@ -17,8 +17,8 @@ mod load;
 mod validate;
 
 pub use config::{
-    AgentSection, ArtifactEntry, CollectHook, EnvironmentSection, Healthcheck, MinReward,
-    SolutionSection, StepRewards, StepSection, TaskConfig, TaskSection, VerifierMode,
+    AgentSection, ArtifactEntry, CollectHook, DisplaySize, EnvironmentSection, Healthcheck,
+    MinReward, SolutionSection, StepRewards, StepSection, TaskConfig, TaskSection, VerifierMode,
     VerifierSection,
 };
 pub use hash::{PackHash, TaskHash, hash_task_dir, pack_hash};

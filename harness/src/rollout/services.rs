@@ -258,6 +258,10 @@ impl Sandbox for ServiceGroup {
         self.main.verifier_decoy()
     }
 
+    async fn start_display(&self, width: u32, height: u32) -> Result<(), EnvError> {
+        self.main.start_display(width, height).await
+    }
+
     async fn kill_all_processes(&self) -> Result<usize, EnvError> {
         self.main.kill_all_processes().await
     }

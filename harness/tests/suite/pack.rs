@@ -451,3 +451,34 @@ fn tb1_tasks_that_cannot_import(src: &Path) {
         "services:\n  client:\n    build: .\n  db:\n    image: postgres:15\n",
     );
 }
+
+#[test]
+fn a_display_is_read_as_a_size_and_a_bad_one_names_file_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    task(dir.path(), "desk", "[environment]\ndisplay = \"800x600\"\n");
+    task(dir.path(), "plain", "[environment]\ncpus = 1\n");
+    task(
+        dir.path(),
+        "huge",
+        "[environment]\ndisplay = \"9000x600\"\n",
+    );
+    task(dir.path(), "word", "[environment]\ndisplay = \"big\"\n");
+    let pack = TaskPack::load(dir.path()).unwrap();
+    let by = |name: &str| pack.tasks.iter().find(|t| t.id == name).unwrap();
+    let size = by("desk").config.environment.display.unwrap();
+    assert_eq!((size.width, size.height), (800, 600));
+    assert_eq!(size.to_string(), "800x600");
+    assert_eq!(by("plain").config.environment.display, None);
+    let broken: Vec<String> = pack.broken.iter().map(|b| b.to_string()).collect();
+    assert_eq!(broken.len(), 2, "{broken:?}");
+    for folder in ["huge", "word"] {
+        assert!(
+            broken
+                .iter()
+                .any(|b| b.contains(&format!("{folder}/task.toml"))
+                    && b.contains("display")
+                    && b.contains("WIDTHxHEIGHT")),
+            "{folder}: {broken:?}"
+        );
+    }
+}

@@ -8,6 +8,7 @@
 pub mod anthropic;
 pub mod catalog;
 pub mod chat_compat;
+pub mod computer_oracle;
 pub mod credentials;
 pub mod effort;
 pub mod embedded;

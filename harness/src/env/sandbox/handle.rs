@@ -320,6 +320,27 @@ impl Sandbox for SandboxHandle {
         self.install(host_src, sandbox_dst, false).await
     }
 
+    async fn start_display(&self, width: u32, height: u32) -> Result<(), EnvError> {
+        let req = ExecRequest {
+            command: super::display::start_script(width, height),
+            cwd: None,
+            timeout: Duration::from_secs(60),
+            output_cap: 4096,
+            env: Vec::new(),
+        };
+        let out = self
+            .exec_as(req, None, None, CancellationToken::new())
+            .await?;
+        if out.exit_code != Some(0) {
+            return Err(EnvError::SetupFailed {
+                step: format!("environment.display = \"{width}x{height}\""),
+                message: format!("{}{}", out.stdout, out.stderr).trim().to_string(),
+            });
+        }
+        self.workspace.set_display(super::display::DISPLAY);
+        Ok(())
+    }
+
     async fn copy_out(
         &self,
         sandbox_src: &str,

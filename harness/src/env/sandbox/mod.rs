@@ -21,6 +21,7 @@ use crate::env::cgroup::Limits;
 use crate::env::{EnvError, EnvironmentSpec, ImageRoot, NetworkPolicy, PreparedImage};
 
 mod client;
+pub mod display;
 mod handle;
 pub(crate) mod inside;
 mod launch;

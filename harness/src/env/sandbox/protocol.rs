@@ -188,6 +188,12 @@ pub enum Op {
     /// Packets the sandbox's network namespace had no route for: attempts to reach beyond
     /// `lo` in a sandbox without network.
     UnroutedPackets,
+    /// A `computer` action on the X display `display` (`:99`), whose socket exists only in the
+    /// sandbox's mount view: the agent connects there and answers with the screenshot.
+    Computer {
+        display: String,
+        action: geode_runtime::tools::computer::ComputerAction,
+    },
     /// Kill everything, unmount, exit.
     Shutdown,
 }
@@ -239,6 +245,14 @@ pub enum Reply {
     },
     Counted {
         count: u64,
+    },
+    /// The screenshot after a `computer` action (PNG, base64).
+    Screenshot {
+        png_b64: String,
+        width: u32,
+        height: u32,
+        screen_width: u32,
+        screen_height: u32,
     },
     Error(ReplyError),
 }

@@ -6,9 +6,10 @@
 //! commands land in the trial's own layer wherever they go, never on the host.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
+use geode_runtime::tools::computer::{ComputerAction, ComputerError, Screenshot};
 use geode_runtime::tools::workspace::{
     DirEntryInfo, ExecOutput, ExecRequest, ScopeViolation, Workspace, WorkspaceError,
     resolve_lexically,
@@ -23,11 +24,24 @@ use crate::env::EnvError;
 pub struct SandboxWorkspace {
     client: Arc<ServerClient>,
     root: PathBuf,
+    /// The sandbox's own X display, once the trial started one; until then (and for every
+    /// task without a display) `computer` is refused.
+    display: Arc<OnceLock<String>>,
 }
 
 impl SandboxWorkspace {
     pub(crate) fn new(client: Arc<ServerClient>, root: PathBuf) -> Self {
-        SandboxWorkspace { client, root }
+        SandboxWorkspace {
+            client,
+            root,
+            display: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// From now on `computer` acts on `display`, inside the sandbox.
+    pub(crate) fn set_display(&self, display: &str) {
+        // A second display for one sandbox is never started; the first stays.
+        let _ = self.display.set(display.to_string());
     }
 
     fn scope(&self) -> Option<String> {
@@ -171,6 +185,35 @@ impl Workspace for SandboxWorkspace {
             }
             Err(EnvError::Io { source, .. }) => Err(WorkspaceError::Spawn(source)),
             Err(e) => Err(WorkspaceError::Spawn(std::io::Error::other(e.to_string()))),
+        }
+    }
+
+    /// The action goes to the sandbox's agent, which connects to the display inside.
+    async fn computer(&self, action: &ComputerAction) -> Result<Screenshot, ComputerError> {
+        let Some(display) = self.display.get() else {
+            return Err(ComputerError::NoDisplay);
+        };
+        let req = Op::Computer {
+            display: display.clone(),
+            action: action.clone(),
+        };
+        match self.client.call(req).await {
+            Ok(Reply::Screenshot {
+                png_b64,
+                width,
+                height,
+                screen_width,
+                screen_height,
+            }) => Ok(Screenshot {
+                png: protocol::decode(&png_b64).map_err(ComputerError::Worker)?,
+                width,
+                height,
+                screen_width,
+                screen_height,
+            }),
+            Ok(Reply::Error(e)) => Err(ComputerError::Sandbox(e.message)),
+            Ok(other) => Err(ComputerError::Worker(format!("unexpected reply {other:?}"))),
+            Err(e) => Err(ComputerError::Worker(e.to_string())),
         }
     }
 }

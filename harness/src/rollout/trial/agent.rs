@@ -8,6 +8,7 @@ use std::sync::Arc;
 use geode_runtime::agent::TerminationReason;
 use geode_runtime::model::Model;
 use geode_runtime::model::catalog::{EmbeddedRoute, Route};
+use geode_runtime::model::computer_oracle::{COMPUTER_SOLUTION, ComputerOracle};
 use geode_runtime::model::embedded::OracleModel;
 use geode_runtime::model::flaky::FlakyOracle;
 use geode_runtime::policy::{SafetyLevel, SessionMode, SessionPolicy};
@@ -43,10 +44,14 @@ pub(super) async fn run_agent(
             source: std::io::Error::other(e.to_string()),
         })?,
     );
-    let policy = SessionPolicy::for_mode(SessionMode::Headless).grant_unattended(
+    let mut policy = SessionPolicy::for_mode(SessionMode::Headless).grant_unattended(
         SafetyLevel::Dangerous,
         "benchmark trial: tools act only inside the trial's sandbox",
     );
+    // The task asked for a desktop, and its display lives inside the sandbox.
+    if plan.task.config.environment.display.is_some() {
+        policy = policy.grant_task_display();
+    }
     let skills_dir = plan.task.config.environment.skills_dir.as_deref();
     let skills = Arc::new(super::skills::task_skills(skills_dir, sandbox, rec).await?);
     if !skills.is_empty() {
@@ -138,6 +143,13 @@ async fn trial_model(
         )));
     };
     let dir = solution.parent().unwrap_or(&plan.task.dir);
+    let on_screen = dir.join(COMPUTER_SOLUTION);
+    if flaky.is_none() && on_screen.is_file() {
+        // The reference solution is a list of actions on the screen: nothing to copy in.
+        return ComputerOracle::load(&on_screen)
+            .map(|m| Arc::new(m) as Arc<dyn Model>)
+            .map_err(|e| EnvError::Unsupported(e.to_string()));
+    }
     sandbox.copy_in(dir, SOLUTION_DIR).await?;
     let solve = PathBuf::from(SOLUTION_DIR).join("solve.sh");
     Ok(match flaky {

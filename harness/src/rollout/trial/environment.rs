@@ -225,6 +225,9 @@ pub(super) async fn start(
             };
             sandbox = services::start_group(start, sandbox).await?;
         }
+        if let Some(size) = task.config.environment.display {
+            sandbox.start_display(size.width, size.height).await?;
+        }
         Ok::<_, EnvError>((image, sandbox))
     }
     .await;

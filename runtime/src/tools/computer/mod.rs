@@ -3,8 +3,9 @@
 //!
 //! The action is typed ([`ComputerAction`]); where it runs is the workspace's business
 //! ([`Workspace::computer`](crate::tools::workspace::Workspace::computer)): a local workspace
-//! talks to `$DISPLAY`, a sandbox would talk to the display inside it. Every action answers
-//! with a fresh screenshot, so the model always sees the effect of what it just did.
+//! talks to `$DISPLAY`, a sandbox asks its inside to act on the sandbox's own Xvfb. Every
+//! action answers with a fresh screenshot, so the model always sees the effect of what it just
+//! did.
 //! Coordinates are in the screenshot's pixels; the display side maps them to the screen.
 
 pub mod keys;
@@ -127,6 +128,9 @@ pub enum ComputerError {
     Png(#[from] png::EncodingError),
     #[error("the display worker stopped: {0}")]
     Worker(String),
+    /// What the display's side inside a sandbox reported (its own error, as text).
+    #[error("{0}")]
+    Sandbox(String),
 }
 
 /// The input of `computer` as the model sends it: one flat object, because the providers take

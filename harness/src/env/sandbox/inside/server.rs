@@ -299,10 +299,32 @@ fn handle(server: &Server, id: u64, op: Op) -> Reply {
         Op::UnroutedPackets => Ok(Reply::Counted {
             count: crate::env::sandbox::netns::unrouted_packets(),
         }),
+        Op::Computer { display, action } => computer(&display, &action),
         Op::Cancel { .. } | Op::KillAll | Op::Shutdown => Err(ReplyError {
             kind: ErrorKind::InvalidInput,
             message: "handled inline".into(),
         }),
     };
     result.unwrap_or_else(Reply::Error)
+}
+
+/// The display is the sandbox's own Xvfb: this process sees its socket in the sandbox's
+/// `/tmp/.X11-unix`, which no process outside the sandbox can reach.
+fn computer(
+    display: &str,
+    action: &geode_runtime::tools::computer::ComputerAction,
+) -> Result<Reply, ReplyError> {
+    match geode_runtime::tools::computer::x11::perform(Some(display), action) {
+        Ok(shot) => Ok(Reply::Screenshot {
+            png_b64: crate::env::sandbox::protocol::encode(&shot.png),
+            width: shot.width,
+            height: shot.height,
+            screen_width: shot.screen_width,
+            screen_height: shot.screen_height,
+        }),
+        Err(e) => Err(ReplyError {
+            kind: ErrorKind::Other,
+            message: e.to_string(),
+        }),
+    }
 }
