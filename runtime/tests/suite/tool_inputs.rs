@@ -3,6 +3,7 @@
 //! tool's spec declares.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use geode_runtime::cognition::CognitiveState;
 use geode_runtime::conversation::ToolCall;
 use geode_runtime::hooks::HookRegistry;
 use geode_runtime::ids::{CorrelationId, PlanHash, SessionId, StepSnapshot};
-use geode_runtime::policy::{PersonalDataClass, SafetyLevel};
+use geode_runtime::policy::{PersonalDataClass, SafetyLevel, SessionPolicy};
 use geode_runtime::store::timeline::{CallOutcome, PipelineStep};
 use geode_runtime::tools::approval::NoHuman;
 use geode_runtime::tools::builtin::builtin_tools;
@@ -247,13 +248,18 @@ fn shell_like(declared: bool) -> BoundTool {
     }
 }
 
-async fn call_shell(declared: bool, input: Value) -> CallRecord {
-    let dir = tempfile::tempdir().unwrap();
-    let executor = ToolExecutor::new(ExecutorParts {
-        session_id: SessionId::new("inputs"),
-        plan: BoundToolPlan::new(1, vec![shell_like(declared)]),
-        policy: headless(SafetyLevel::Dangerous),
-        workspace: Arc::new(LocalWorkspace::new(dir.path()).unwrap()),
+/// An executor over `dir` whose plan is the one `tool`, with no hooks, human or timeline.
+fn executor_over(
+    dir: &Path,
+    session: &str,
+    tool: BoundTool,
+    policy: SessionPolicy,
+) -> ToolExecutor {
+    ToolExecutor::new(ExecutorParts {
+        session_id: SessionId::new(session),
+        plan: BoundToolPlan::new(1, vec![tool]),
+        policy,
+        workspace: Arc::new(LocalWorkspace::new(dir).unwrap()),
         hooks: Arc::new(HookRegistry::new()),
         approver: Arc::new(NoHuman),
         middleware: vec![],
@@ -261,7 +267,17 @@ async fn call_shell(declared: bool, input: Value) -> CallRecord {
         cognition: Arc::new(Mutex::new(CognitiveState::default())),
         config: ExecutorConfig::default(),
     })
-    .unwrap();
+    .unwrap()
+}
+
+async fn call_shell(declared: bool, input: Value) -> CallRecord {
+    let dir = tempfile::tempdir().unwrap();
+    let executor = executor_over(
+        dir.path(),
+        "inputs",
+        shell_like(declared),
+        headless(SafetyLevel::Dangerous),
+    );
     let step = StepContext {
         turn: 1,
         snapshot: StepSnapshot {
@@ -315,19 +331,7 @@ fn late_tools_join_as_a_new_generation_and_only_when_new_and_allowed() {
     let dir = tempfile::tempdir().unwrap();
     let mut policy = headless(SafetyLevel::Dangerous);
     policy.deny_list.insert("denied".into());
-    let mut executor = ToolExecutor::new(ExecutorParts {
-        session_id: SessionId::new("late"),
-        plan: BoundToolPlan::new(1, vec![named("shell")]),
-        policy,
-        workspace: Arc::new(LocalWorkspace::new(dir.path()).unwrap()),
-        hooks: Arc::new(HookRegistry::new()),
-        approver: Arc::new(NoHuman),
-        middleware: vec![],
-        timeline: None,
-        cognition: Arc::new(Mutex::new(CognitiveState::default())),
-        config: ExecutorConfig::default(),
-    })
-    .unwrap();
+    let mut executor = executor_over(dir.path(), "late", named("shell"), policy);
     let (generation, hash) = (executor.plan().generation(), executor.plan().hash().clone());
 
     // Nothing new: the plan and its hash stay.
