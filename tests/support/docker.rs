@@ -86,8 +86,54 @@ impl Engine {
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
+        engine.remove_leftover_trials();
         engine.import_bases().await;
         engine
+    }
+
+    /// The engine's state outlives a test run killed half-way (a machine shut down under CI
+    /// leaves its trials' containers behind), and only one test holds the engine at a time: any
+    /// GEODE trial container found now belongs to no one.
+    fn remove_leftover_trials(&self) {
+        let ids = self.trial_containers(None);
+        if ids.is_empty() {
+            return;
+        }
+        let out = self
+            .docker()
+            .args(["rm", "--force", "--volumes"])
+            .args(&ids)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "removing leftover trial containers {ids:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The ids of the engine's GEODE trial containers, running or not; with `under`, only those
+    /// of trials in that folder.
+    pub fn trial_containers(&self, under: Option<&std::path::Path>) -> Vec<String> {
+        let out = self
+            .docker()
+            .args(["ps", "--all", "--filter", "label=geode.trial"])
+            .args(["--format", "{{.ID}} {{.Label \"geode.trial\"}}"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| line.split_once(' '))
+            .filter(|(_, trial)| {
+                under.is_none_or(|dir| std::path::Path::new(trial).starts_with(dir))
+            })
+            .map(|(id, _)| id.to_string())
+            .collect()
     }
 
     /// Each base the engine lacks: from the test store (bootstrapped there on first use),
