@@ -38,9 +38,19 @@ pub(super) async fn offer<W: AsyncWrite + Unpin>(
         screen.line(&numbered(&sessions, now));
         return Ok(true);
     }
-    let picked = tokio::task::spawn_blocking(move || pick(Picker::new(sessions), now)).await??;
-    let Some(id) = picked else {
-        return Ok(true);
+    let listed = sessions.clone();
+    let picked = tokio::task::spawn_blocking(move || pick(Picker::new(sessions), now)).await?;
+    let id = match picked {
+        Ok(Some(id)) => id,
+        Ok(None) => return Ok(true),
+        // A terminal the picker cannot drive still gets the list `/resume N` picks from.
+        Err(e) => {
+            screen.line(&format!(
+                "geode: no picker ({e})\n{}",
+                numbered(&listed, now)
+            ));
+            return Ok(true);
+        }
     };
     let msg = ClientMessage::Command {
         name: "resume".into(),
@@ -205,7 +215,9 @@ impl Picker {
     }
 }
 
-/// The terminal in raw mode (keys one by one, no echo) until dropped, also on an error.
+/// The terminal in raw mode (keys one by one, no echo), the cursor hidden and long lines cut
+/// at the margin rather than wrapped (so every line drawn is one row to erase), until
+/// dropped, also on an error.
 struct RawMode {
     saved: Termios,
 }
@@ -217,12 +229,19 @@ impl RawMode {
         let mut raw = saved.clone();
         cfmakeraw(&mut raw);
         tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw)?;
-        Ok(RawMode { saved })
+        let mode = RawMode { saved };
+        let mut out = std::io::stdout();
+        out.write_all(b"\x1b[?7l\x1b[?25l")?;
+        out.flush()?;
+        Ok(mode)
     }
 }
 
 impl Drop for RawMode {
     fn drop(&mut self) {
+        let mut out = std::io::stdout();
+        let _ = out.write_all(b"\x1b[?7h\x1b[?25h");
+        let _ = out.flush();
         let _ = tcsetattr(std::io::stdin().as_fd(), SetArg::TCSANOW, &self.saved);
     }
 }
@@ -232,8 +251,6 @@ impl Drop for RawMode {
 fn pick(mut picker: Picker, now: DateTime<Utc>) -> anyhow::Result<Option<SessionId>> {
     let _raw = RawMode::enter()?;
     let mut out = std::io::stdout();
-    // Long lines are cut at the margin rather than wrapped, so every line is one row to erase.
-    out.write_all(b"\x1b[?7l\x1b[?25l")?;
     let mut drawn = draw(&mut out, &picker.lines(now), 0)?;
     let step = loop {
         match picker.key(read_key()?) {
@@ -242,8 +259,6 @@ fn pick(mut picker: Picker, now: DateTime<Utc>) -> anyhow::Result<Option<Session
         }
     };
     draw(&mut out, &[], drawn)?;
-    out.write_all(b"\x1b[?7h\x1b[?25h")?;
-    out.flush()?;
     Ok(match step {
         Step::Chosen(id) => Some(id),
         Step::Redraw | Step::Cancelled => None,
@@ -321,15 +336,26 @@ fn read_utf8(first: u8) -> anyhow::Result<char> {
         .unwrap_or(char::REPLACEMENT_CHARACTER))
 }
 
+/// Bytes from stdin, read again when a signal (a window resize) interrupts the wait.
 fn read_stdin(buf: &mut [u8]) -> anyhow::Result<usize> {
-    Ok(nix::unistd::read(std::io::stdin().as_fd(), buf)?)
+    loop {
+        match nix::unistd::read(std::io::stdin().as_fd(), buf) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            done => return Ok(done?),
+        }
+    }
 }
 
 /// Whether another byte arrives on stdin within `ms` milliseconds.
 fn more_within(ms: u8) -> anyhow::Result<bool> {
     let stdin = std::io::stdin();
     let mut fds = [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)];
-    Ok(poll(&mut fds, PollTimeout::from(ms))? > 0)
+    loop {
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            ready => return Ok(ready? > 0),
+        }
+    }
 }
 
 #[cfg(test)]
