@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Figures of the daily CLI: `geode --version` start time, the REPL's first prompt (in a
-pseudo-terminal, until `geode> ` is printed), the time from a streamed reply's first text byte
+pseudo-terminal, until `geode> ` is printed) and its greeting (printed above the prompt once
+the session is set up, nothing typed), the time from a streamed reply's first text byte
 leaving a loopback Anthropic peer to its glyph on the REPL's terminal, `geode exec --model nop`
 wall time, and the serve daemon's RSS at rest.
 
@@ -41,7 +42,9 @@ def version_ms(exe, runs):
 
 
 def first_prompt_ms(exe, runs):
-    times = []
+    """Until `geode> ` is printed, and until the session's greeting is (above the prompt,
+    with nothing typed)."""
+    times, greetings = [], []
     for _ in range(runs):
         home = tempfile.mkdtemp()
         t0 = time.perf_counter()
@@ -49,16 +52,13 @@ def first_prompt_ms(exe, runs):
         if pid == 0:
             os.chdir(home)
             os.execve(exe, [exe, "--local"], env_for(home))
-        seen = b""
-        while b"geode> " not in seen:
-            ready, _, _ = select.select([fd], [], [], 10)
-            if not ready:
-                raise SystemExit(f"no prompt after 10 s: {seen!r}")
-            seen += os.read(fd, 4096)
-        times.append((time.perf_counter() - t0) * 1e3)
+        at, seen = read_until(fd, b"geode> ")
+        times.append((at - t0) * 1e3)
+        at, _ = read_until(fd, b"/help for commands", seen)
+        greetings.append((at - t0) * 1e3)
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-    return times
+    return times, greetings
 
 
 def read_until(fd, needle, seen=b"", timeout=10):
@@ -180,9 +180,11 @@ def main():
     args = ap.parse_args()
     exe = os.path.abspath(args.geode)
     v = version_ms(exe, args.runs)
-    p = first_prompt_ms(exe, max(5, args.runs // 2))
+    p, greeting = first_prompt_ms(exe, max(5, args.runs // 2))
     print(f"geode --version: median {statistics.median(v):.1f} ms over {len(v)} runs")
     print(f"REPL first prompt: median {statistics.median(p):.1f} ms over {len(p)} runs")
+    print(f"REPL greeting (nothing typed): median {statistics.median(greeting):.1f} ms "
+          f"over {len(greeting)} runs")
     g = first_glyph_ms(exe, max(10, args.runs // 5))
     print(f"first streamed byte to glyph: median {statistics.median(g):.1f} ms "
           f"over {len(g)} runs")

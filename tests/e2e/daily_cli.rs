@@ -309,15 +309,21 @@ fn sessions_are_listed_newest_first_with_their_first_prompt_and_cost() {
     let mut cmd = geode(d);
     cmd.arg("sessions");
     super::common::ends_quietly_on_a_closed_pipe(cmd);
-    // In the REPL, /resume without an id offers the recent ones.
+    // In the REPL on a pipe, /resume without an id lists the recent ones, numbered for
+    // `/resume N`.
     let out = repl_typed(
         d,
         &["--model", "scripted:answer.toml"],
-        b"/resume\n/model\n/exit\n",
+        b"/resume\n/resume 2\n/model\n/exit\n",
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("  write the release notes\n"), "{text}");
-    assert!(text.contains("/resume ID continues one"), "{text}");
+    assert!(text.contains("\n 1. write the release notes "), "{text}");
+    assert!(text.contains("\n 2. fix the flaky test in ci "), "{text}");
+    assert!(
+        text.contains("/resume N or /resume ID continues one"),
+        "{text}"
+    );
+    assert!(text.contains("resumed first-one ("), "{text}");
     // /model names the routes one may switch to, from the catalog.
     assert!(
         text.contains("routes (/model ROUTE):\n  anthropic:"),

@@ -1,5 +1,6 @@
 //! `geode` with no arguments, driven in a pseudo-terminal as a person would: a scripted turn with
-//! an approval prompt, a slash command, /quit.
+//! an approval prompt, a slash command, /quit; the greeting above the first prompt; `/resume`'s
+//! picker.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -22,6 +23,14 @@ impl Screen {
                 Ok(bytes) => self.text.push_str(&String::from_utf8_lossy(&bytes)),
                 Err(_) => panic!("no {needle:?} on the screen:\n{}", self.text),
             }
+        }
+    }
+
+    /// Wait for the next output, whatever it is.
+    pub(super) fn wait_for_more(&mut self) {
+        match self.rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(bytes) => self.text.push_str(&String::from_utf8_lossy(&bytes)),
+            Err(_) => panic!("no more output on the screen:\n{}", self.text),
         }
     }
 
@@ -200,6 +209,108 @@ text = "Edited."
     assert_eq!(
         std::fs::read_to_string(d.join("lib.rs")).unwrap(),
         "fn main() {\n    let x = 2;\n}\n"
+    );
+    screen.wait_for("geode> ");
+    master.write_all(b"/quit\r").unwrap();
+}
+
+/// A checkpointed `geode exec` session `id` in `d` whose first prompt is `prompt`.
+fn exec_session(d: &std::path::Path, id: &str, prompt: &str) {
+    let out = super::common::geode_in(d)
+        .args([
+            "exec",
+            "--model",
+            "scripted:script.toml",
+            "--session-id",
+            id,
+        ])
+        .arg(prompt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Last activity is the list's order: the next session is the newer one.
+    std::thread::sleep(Duration::from_millis(20));
+}
+
+/// The session id the screen's last greeting names.
+fn greeted_id(screen: &Screen) -> String {
+    let at = screen.text.rfind("geode: session ").expect(&screen.text) + 15;
+    let rest = &screen.text[at..];
+    rest[..rest.find(' ').unwrap()].to_string()
+}
+
+#[test]
+fn the_greeting_is_above_the_first_prompt_before_anything_is_typed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("script.toml"), "[[turns]]\ntext = \"Fine.\"\n").unwrap();
+    let (_child, mut master, mut screen) = repl_in_a_terminal(d);
+    screen.wait_for("geode> ");
+    // Nothing typed: the greeting comes by itself, and the prompt is drawn again under it.
+    screen.wait_for("(model scripted); /help for commands");
+    let greeting = screen.text.rfind("/help for commands").unwrap();
+    while !screen.text[greeting..].contains("geode> ") {
+        screen.wait_for_more();
+    }
+    master.write_all(b"/quit\r").unwrap();
+}
+
+#[test]
+fn resume_without_an_id_picks_a_session_with_the_arrow_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("script.toml"), "[[turns]]\ntext = \"Fine.\"\n").unwrap();
+    exec_session(d, "older-one", "fix the flaky test");
+    exec_session(d, "newer-one", "write the release notes");
+    let (_child, mut master, mut screen) = repl_in_a_terminal(d);
+    screen.wait_for("/help for commands");
+    let own = greeted_id(&screen);
+    screen.wait_for("geode> ");
+    // Esc leaves the picker with nothing changed.
+    screen.clear();
+    master.write_all(b"/resume\r").unwrap();
+    screen.wait_for("Esc cancels");
+    screen.wait_for("fix the flaky test");
+    // Cleared first: the line editor's last paint of `geode> /resume` is not the next prompt.
+    screen.clear();
+    master.write_all(b"\x1b").unwrap();
+    screen.wait_for("geode> ");
+    screen.clear();
+    master.write_all(b"/status\r").unwrap();
+    screen.wait_for("system prompt ");
+    assert!(
+        screen.text.contains(&format!("session {own}\r\n")),
+        "{}",
+        screen.text
+    );
+    screen.wait_for("geode> ");
+    // Newest first, the highlighted line marked; Down, then Enter resumes the older one.
+    screen.clear();
+    master.write_all(b"/resume\r").unwrap();
+    screen.wait_for("fix the flaky test");
+    assert!(
+        screen.text.contains("\x1b[7m> write the release notes"),
+        "{}",
+        screen.text
+    );
+    assert!(!screen.text.contains(&own), "{}", screen.text);
+    master.write_all(b"\x1b[B").unwrap();
+    screen.wait_for("\x1b[7m> fix the flaky test");
+    screen.clear();
+    master.write_all(b"\r").unwrap();
+    screen.wait_for("resumed older-one (");
+    screen.wait_for("geode> ");
+    screen.clear();
+    master.write_all(b"/status\r").unwrap();
+    screen.wait_for("system prompt ");
+    assert!(
+        screen.text.contains("session older-one\r\n"),
+        "{}",
+        screen.text
     );
     screen.wait_for("geode> ");
     master.write_all(b"/quit\r").unwrap();

@@ -12,12 +12,15 @@ use anyhow::Context;
 use geode_runtime::policy::SafetyLevel;
 use geode_runtime::server::protocol::{ClientMessage, ServerMessage, encode};
 use geode_runtime::tools::approval::ApprovalAnswer;
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, Lines};
 
 use super::input::{Input, LineInput};
 use super::render::Screen;
 
-async fn send<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ClientMessage) -> anyhow::Result<()> {
+pub(super) async fn send<W: AsyncWrite + Unpin>(
+    wr: &mut W,
+    msg: &ClientMessage,
+) -> anyhow::Result<()> {
     wr.write_all(encode(msg).as_bytes()).await?;
     wr.flush().await?;
     Ok(())
@@ -26,7 +29,7 @@ async fn send<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ClientMessage) -> anyhow:
 /// Drive one session: prompts and slash commands in, rendered output out. `first` is sent
 /// before anything typed (`--continue`'s `/resume ID`). `early`: draw the prompt at once,
 /// while the session is still being set up (its stores created); what is typed meanwhile
-/// waits in the pipe, and the greeting is shown when the first answer is read.
+/// waits in the pipe, and the greeting is printed above the prompt when it arrives.
 pub async fn drive<R, W>(
     rd: R,
     mut wr: W,
@@ -52,10 +55,19 @@ where
     // greeting ends a wait.
     let mut waiting = !early;
     let mut greeted = early;
+    let mut closed = false;
     let mut screen = Screen::new();
     loop {
         if !waiting {
-            match send_next(input, first.take(), &mut wr).await? {
+            let read = match first.take() {
+                Some(line) => Input::Line(line),
+                None => read_meanwhile(input, &mut lines, &mut closed).await?,
+            };
+            if closed {
+                screen.line("geode: the session closed");
+                return Ok(ExitCode::from(1));
+            }
+            match send_next(read, &mut wr).await? {
                 Sent::Nothing => continue,
                 Sent::Quit => return Ok(ExitCode::SUCCESS),
                 Sent::Request => waiting = true,
@@ -86,6 +98,43 @@ where
     }
 }
 
+/// The person's next message at the main prompt. What the session says meanwhile (with no
+/// request out, only the greeting of a session still being set up, or an error) is printed
+/// above the prompt; `closed` is set when the session ends meanwhile.
+async fn read_meanwhile<R: AsyncRead + Unpin>(
+    input: &LineInput,
+    lines: &mut Lines<BufReader<R>>,
+    closed: &mut bool,
+) -> anyhow::Result<Input> {
+    let reading = input.message("geode> ");
+    tokio::pin!(reading);
+    loop {
+        tokio::select! {
+            read = &mut reading => return Ok(read),
+            line = lines.next_line(), if !*closed => match line? {
+                Some(line) => input.print_above(&notice(&line)),
+                None => *closed = true,
+            },
+        }
+    }
+}
+
+/// A message that arrived with no request out, as the line printed for it.
+fn notice(line: &str) -> String {
+    match serde_json::from_str(line) {
+        Ok(ServerMessage::Session {
+            session_id, model, ..
+        }) => greeting(&session_id, &model),
+        Ok(ServerMessage::Error { message, .. }) => format!("geode: {message}"),
+        Ok(other) => format!("geode: unexpected while idle: {other:?}"),
+        Err(e) => format!("geode: unreadable message ({e}): {line}"),
+    }
+}
+
+fn greeting(session_id: &str, model: &str) -> String {
+    format!("geode: session {session_id} (model {model}); /help for commands")
+}
+
 /// What the user's next line sent.
 enum Sent {
     /// Nothing (an empty line, an interrupt): ask again.
@@ -96,16 +145,8 @@ enum Sent {
     Quit,
 }
 
-/// Sends `queued`, else the user's next line, as a prompt or a slash command.
-async fn send_next<W: AsyncWrite + Unpin>(
-    input: &LineInput,
-    queued: Option<String>,
-    wr: &mut W,
-) -> anyhow::Result<Sent> {
-    let read = match queued {
-        Some(line) => Input::Line(line),
-        None => input.message("geode> ").await,
-    };
+/// Sends what was `read` (a queued line or the user's) as a prompt or a slash command.
+async fn send_next<W: AsyncWrite + Unpin>(read: Input, wr: &mut W) -> anyhow::Result<Sent> {
     let text = match read {
         Input::Line(l) => l,
         Input::Interrupted => return Ok(Sent::Nothing),
@@ -153,9 +194,7 @@ async fn show<W: AsyncWrite + Unpin>(
         ServerMessage::Session {
             session_id, model, ..
         } => {
-            screen.line(&format!(
-                "geode: session {session_id} (model {model}); /help for commands"
-            ));
+            screen.line(&greeting(&session_id, &model));
             if !*greeted {
                 *greeted = true;
                 return Ok(true);
@@ -213,6 +252,9 @@ async fn show<W: AsyncWrite + Unpin>(
         ServerMessage::CommandResult { text, .. } => {
             screen.line(&text);
             return Ok(true);
+        }
+        ServerMessage::Sessions { sessions } => {
+            return super::picker::offer(sessions, wr, screen).await;
         }
         ServerMessage::Error {
             message,

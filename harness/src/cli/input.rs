@@ -7,6 +7,7 @@
 //! exists). Tab completes slash commands at the start of a line and `@path` mentions anywhere.
 
 use std::borrow::Cow;
+use std::io::Write as _;
 
 use anyhow::Context as _;
 use geode_runtime::server::commands::HELP;
@@ -16,7 +17,7 @@ use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
 use rustyline::history::DefaultHistory;
 use rustyline::validate::Validator;
-use rustyline::{Context, Editor, Helper};
+use rustyline::{Context, Editor, ExternalPrinter, Helper};
 use tokio::sync::{mpsc, oneshot};
 
 use super::exec::geode_home;
@@ -41,6 +42,9 @@ struct Request {
 /// A line-editing thread; each request shows a prompt and answers with one line (or message).
 pub struct LineInput {
     tx: mpsc::UnboundedSender<Request>,
+    /// Prints above the line being edited and draws the prompt again under it (a terminal
+    /// only; `None` on a pipe, where there is no prompt to keep).
+    printer: Option<std::sync::Mutex<Box<dyn ExternalPrinter + Send>>>,
 }
 
 impl LineInput {
@@ -49,6 +53,10 @@ impl LineInput {
         let mut editor: Editor<Completion, DefaultHistory> =
             Editor::new().context("starting the line editor")?;
         editor.set_helper(Some(Completion::default()));
+        let printer = editor
+            .create_external_printer()
+            .ok()
+            .map(|p| std::sync::Mutex::new(Box::new(p) as Box<dyn ExternalPrinter + Send>));
         let history = geode_home().join("history");
         let _ = editor.load_history(&history);
         std::thread::spawn(move || {
@@ -70,7 +78,25 @@ impl LineInput {
                 }
             }
         });
-        Ok(LineInput { tx })
+        Ok(LineInput { tx, printer })
+    }
+
+    /// Show `text` (whole lines) while the prompt may be up: above it on a terminal, as shells
+    /// show the notices of background jobs, plainly on a pipe.
+    pub fn print_above(&self, text: &str) {
+        let mut text = text.to_string();
+        if !text.ends_with('\n') {
+            text.push('\n');
+        }
+        if let Some(printer) = &self.printer {
+            let mut printer = printer.lock().unwrap_or_else(|p| p.into_inner());
+            if printer.print(text.clone()).is_ok() {
+                return;
+            }
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
     }
 
     /// One message at the main prompt.

@@ -23,6 +23,7 @@ mod input;
 mod login;
 mod markdown;
 mod mcp;
+mod picker;
 mod progress;
 mod receipts;
 mod render;

@@ -228,8 +228,11 @@ impl SessionFactory for CliFactory {
         self.mcp.tools()
     }
 
-    fn describe_sessions(&self) -> String {
-        super::sessions::recent(&checkpoint_root(None), 10)
+    fn recent_sessions(
+        &self,
+        limit: usize,
+    ) -> Option<Vec<geode_runtime::server::protocol::SessionEntry>> {
+        Some(super::sessions::recent(&checkpoint_root(None), limit))
     }
 
     fn describe_hooks(&self) -> String {

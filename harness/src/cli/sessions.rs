@@ -10,7 +10,8 @@ use clap::Args;
 use geode_runtime::agent::restore::load_checkpoint;
 use geode_runtime::conversation::{ContentBlock, Message, Role};
 use geode_runtime::model::catalog::cost_text;
-use geode_runtime::store::checkpoint::CheckpointStore;
+use geode_runtime::server::protocol::SessionEntry;
+use geode_runtime::store::checkpoint::{CheckpointStore, SessionRow};
 
 use super::exec::checkpoint_root;
 
@@ -49,24 +50,34 @@ pub(super) fn title(messages: &[Message]) -> String {
     shown
 }
 
-/// The `limit` newest sessions under `root` as lines a person picks from (`/resume`).
-pub(super) fn recent(root: &std::path::Path, limit: usize) -> String {
-    let (rows, _) = CheckpointStore::list(root);
-    if rows.is_empty() {
-        return format!("no sessions under {}", root.display());
+/// What a person picks a session by, read from its checkpoint (an unreadable one says why in
+/// its title).
+fn entry(root: &std::path::Path, row: &SessionRow) -> SessionEntry {
+    let (title, turns, cost_usd) = match load_checkpoint(root, &row.session_id) {
+        Ok(c) => (
+            title(&c.messages),
+            c.state.turn_number,
+            c.state.session_usage.cost_usd,
+        ),
+        Err(e) => (format!("(unreadable: {e})"), 0, 0.0),
+    };
+    SessionEntry {
+        session_id: row.session_id.clone(),
+        title,
+        updated_at: row.updated_at.clone(),
+        turns,
+        model: row.model.clone(),
+        cost_usd,
     }
-    let mut lines: Vec<String> = rows
-        .iter()
+}
+
+/// The `limit` most recently active sessions under `root`, for `/resume`.
+pub(super) fn recent(root: &std::path::Path, limit: usize) -> Vec<SessionEntry> {
+    let (rows, _) = CheckpointStore::list(root);
+    rows.iter()
         .take(limit)
-        .map(|row| {
-            let title = load_checkpoint(root, &row.session_id)
-                .map(|c| title(&c.messages))
-                .unwrap_or_else(|e| format!("(unreadable: {e})"));
-            format!("{}  {}  {title}", row.session_id, row.updated_at)
-        })
-        .collect();
-    lines.push("/resume ID continues one".into());
-    lines.join("\n")
+        .map(|row| entry(root, row))
+        .collect()
 }
 
 pub fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
@@ -87,10 +98,11 @@ pub fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     for row in rows.iter().take(args.limit) {
-        let (title, cost) = match load_checkpoint(&root, &row.session_id) {
-            Ok(c) => (title(&c.messages), c.state.session_usage.cost_usd),
-            Err(e) => (format!("(unreadable: {e})"), 0.0),
-        };
+        let SessionEntry {
+            title,
+            cost_usd: cost,
+            ..
+        } = entry(&root, row);
         if args.json {
             let line = serde_json::json!({
                 "session_id": row.session_id.as_str(),

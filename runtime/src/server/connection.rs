@@ -181,8 +181,12 @@ impl Conn {
         })
     }
 
-    fn resume(&self, id: &str) -> Result<(Live, String), ServerError> {
-        let (cfg, events) = self.wire(self.shared.factory.resume(&SessionId::new(id))?);
+    /// Switch to the session `/resume ARG` means (see `resume::resolve`), from `live`.
+    fn resume(&self, arg: &str, live: &SessionId) -> Result<(Live, String), ServerError> {
+        let factory = self.shared.factory.as_ref();
+        let listed = super::resume::resumable(factory, live).unwrap_or_default();
+        let id = super::resume::resolve(arg, &listed).map_err(ServerError::NoSuchSession)?;
+        let (cfg, events) = self.wire(factory.resume(&id)?);
         let (lp, report) = resume_session(cfg)?;
         let text = format!(
             "resumed {} ({} messages{}{})",
@@ -271,6 +275,11 @@ where
                 if name == "quit" || name == "exit" {
                     break;
                 }
+                if name == "resume" && args.trim().is_empty() {
+                    let factory = conn.shared.factory.as_ref();
+                    conn.send(super::resume::listing(factory, live.lp.session_id()));
+                    continue;
+                }
                 let text = run_command(&conn, &mut live, &name, &args).await;
                 conn.send(ServerMessage::CommandResult { name, text });
             }
@@ -304,16 +313,17 @@ where
     Ok(())
 }
 
-/// Answer one slash command other than quit/exit; `/clear` and `/resume` replace the live
+/// Answer one slash command other than quit/exit and the `/resume` listing; `/clear` and
+/// `/resume ARG` replace the live
 /// session (closing the old one) and greet the client again.
 async fn run_command(conn: &Conn, live: &mut Live, name: &str, args: &str) -> String {
     match name {
-        "resume" if args.trim().is_empty() => conn.shared.factory.describe_sessions(),
         "clear" | "resume" => {
             let next = if name == "clear" {
                 conn.open().map(|l| (l, "new session".to_string()))
             } else {
-                conn.resume(args.trim())
+                let live_id = live.lp.session_id().clone();
+                conn.resume(args.trim(), &live_id)
             };
             match next {
                 Ok((l, text)) => {

@@ -7,6 +7,7 @@ pub mod commands;
 pub mod connection;
 pub mod ipc;
 pub mod protocol;
+mod resume;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +35,9 @@ pub enum ServerError {
     /// The driver could not assemble a session (model route, workspace, config).
     #[error("{0}")]
     Setup(String),
+    /// `/resume ARG` names no session, or more than one.
+    #[error("{0}")]
+    NoSuchSession(String),
 }
 
 /// How the driver (the `geode` binary) builds sessions: the model, workspace, hooks,
@@ -46,9 +50,11 @@ pub trait SessionFactory: Send + Sync {
     fn describe_hooks(&self) -> String {
         "no hooks configured".into()
     }
-    /// The recent sessions one may resume, one per line, for `/resume` without an id.
-    fn describe_sessions(&self) -> String {
-        "no session list here: /resume SESSION_ID".into()
+    /// The `limit` most recently active sessions one may resume, newest first, for `/resume`
+    /// without an id and `/resume N`; `None` when this server keeps no list.
+    fn recent_sessions(&self, limit: usize) -> Option<Vec<protocol::SessionEntry>> {
+        let _ = limit;
+        None
     }
     /// One line per skill, for `/skills`.
     fn describe_skills(&self) -> String {

@@ -7,6 +7,8 @@
 //! `tool_start`, `tool_end`, `tokens`, `turn_end`), possibly
 //! `approval_request` (answered by the client's `approval_response`, denied on timeout with an
 //! `approval_timeout` notice), and finally `result` (with the turn's token usage and cost). `command_result` answers a `command`;
+//! `sessions` answers `/resume` without an id (the sessions one may resume, for the client to
+//! offer as a picker or a numbered list);
 //! `error` reports a bad line or a refused request without closing the connection.
 //!
 //! Client -> server: `client_capability` (optional, first), `prompt`, `command` (a slash
@@ -17,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::{LoopEvent, TerminationReason};
 use crate::conversation::Usage;
+use crate::ids::SessionId;
 use crate::policy::{SafetyLevel, SessionMode};
 use crate::store::timeline::CallOutcome;
 use crate::tools::approval::ApprovalAnswer;
@@ -122,6 +125,11 @@ pub enum ServerMessage {
         name: String,
         text: String,
     },
+    /// The answer to `/resume` without an id: newest first, the live session left out.
+    /// `/resume N` resumes the Nth of this list.
+    Sessions {
+        sessions: Vec<SessionEntry>,
+    },
     Error {
         message: String,
         /// True when the error answers a `prompt` or `command` (the client may send the next
@@ -129,6 +137,20 @@ pub enum ServerMessage {
         #[serde(default)]
         ends_request: bool,
     },
+}
+
+/// A checkpointed session as a person picks it: what it was about, when it was last active,
+/// how far it went and what it cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionEntry {
+    pub session_id: SessionId,
+    /// The first line of its first prompt.
+    pub title: String,
+    /// RFC 3339, as the checkpoint store writes it.
+    pub updated_at: String,
+    pub turns: u32,
+    pub model: String,
+    pub cost_usd: f64,
 }
 
 impl ServerMessage {

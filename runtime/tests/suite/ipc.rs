@@ -8,7 +8,7 @@ use geode_runtime::ids::SessionId;
 use geode_runtime::model::embedded::ScriptedModel;
 use geode_runtime::policy::{SessionMode, SessionPolicy};
 use geode_runtime::server::connection::serve_connection;
-use geode_runtime::server::protocol::{ClientMessage, ServerMessage, encode};
+use geode_runtime::server::protocol::{ClientMessage, ServerMessage, SessionEntry, encode};
 use geode_runtime::server::{ServerError, SessionFactory, Shared};
 use geode_runtime::session::SessionConfig;
 use geode_runtime::tools::workspace::LocalWorkspace;
@@ -34,6 +34,19 @@ impl SessionFactory for Factory {
 
     fn resume(&self, id: &SessionId) -> Result<SessionConfig, ServerError> {
         Err(ServerError::Setup(format!("{id}: not durable here")))
+    }
+
+    fn recent_sessions(&self, limit: usize) -> Option<Vec<SessionEntry>> {
+        let entry = |id: &str, title: &str| SessionEntry {
+            session_id: SessionId::new(id),
+            title: title.into(),
+            updated_at: "2026-03-02T12:00:00Z".into(),
+            turns: 2,
+            model: "scripted".into(),
+            cost_usd: 0.0,
+        };
+        let listed = [entry("newer-1", "the newer"), entry("older-2", "the older")];
+        Some(listed.into_iter().take(limit).collect())
     }
 }
 
@@ -191,9 +204,14 @@ async fn compact_summarises_the_older_messages_on_request() {
 
 /// Send a slash command; the text of its result.
 async fn command(p: &mut Peer, name: &str) -> String {
+    command_with(p, name, "").await
+}
+
+/// Send a slash command with its arguments; the text of its result.
+async fn command_with(p: &mut Peer, name: &str, args: &str) -> String {
     p.send(ClientMessage::Command {
         name: name.into(),
-        args: String::new(),
+        args: args.into(),
     })
     .await;
     loop {
@@ -233,4 +251,31 @@ async fn deltas_come_before_the_whole_text_and_the_result_counts_tokens() {
     assert_eq!((usage.input_tokens, usage.output_tokens), (40, 7));
     p.send(ClientMessage::Exit).await;
     task.await.unwrap().unwrap();
+}
+
+/// `/resume` without an id answers with the sessions as data, newest first; `/resume N`
+/// resumes the Nth of them and `/resume PREFIX` the one whose id starts so.
+#[tokio::test]
+async fn resume_lists_the_sessions_and_takes_a_number_or_a_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut p, _task) = start(dir.path(), json!({"turns": [{"text": "ok"}]}));
+    assert!(matches!(p.recv().await, ServerMessage::Session { .. }));
+    p.send(ClientMessage::Command {
+        name: "resume".into(),
+        args: String::new(),
+    })
+    .await;
+    let ServerMessage::Sessions { sessions } = p.recv().await else {
+        panic!("no sessions list")
+    };
+    let titles: Vec<&str> = sessions.iter().map(|e| e.title.as_str()).collect();
+    assert_eq!(titles, ["the newer", "the older"]);
+    // The factory refuses every resume, naming the id it was asked for.
+    let text = command_with(&mut p, "resume", "2").await;
+    assert_eq!(text, "error: older-2: not durable here");
+    let text = command_with(&mut p, "resume", "new").await;
+    assert_eq!(text, "error: newer-1: not durable here");
+    let text = command_with(&mut p, "resume", "3").await;
+    assert_eq!(text, "error: no session 3: /resume lists 1 to 2");
+    p.send(ClientMessage::Exit).await;
 }
