@@ -474,7 +474,9 @@ impl AgenticLoop {
         turn.tool_calls += records.len() as u32;
         let mut results = Vec::with_capacity(records.len());
         for r in records {
-            self.emit(LoopEvent::tool_ended(r));
+            for event in LoopEvent::call_ended(r) {
+                self.emit(event);
+            }
             results.extend(r.result.clone().into_blocks());
         }
         self.evidence_for(records);
