@@ -40,6 +40,8 @@ mod checks;
 mod gate;
 mod late_tools;
 
+pub use late_tools::ToolSource;
+
 /// A trusted rewrite of tool requests before policy (the `tool_request` join point).
 pub trait ToolRequestMiddleware: Send + Sync {
     fn name(&self) -> &str;
