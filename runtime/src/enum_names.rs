@@ -8,7 +8,7 @@ use check::{names_agree, parses_back};
 #[test]
 fn strum_and_serde_names_agree() {
     use crate::conversation::ImageMediaType;
-    use crate::hooks::HookEventKind;
+    use crate::hooks::{HookDecisionKind, HookEventKind};
     use crate::model::effort::Effort;
     use crate::model::errors::ErrorClass;
     use crate::policy::{SafetyLevel, SessionMode};
@@ -32,6 +32,8 @@ fn strum_and_serde_names_agree() {
     parses_back::<SessionMode>();
     names_agree::<HookEventKind>();
     parses_back::<HookEventKind>();
+    names_agree::<HookDecisionKind>();
+    parses_back::<HookDecisionKind>();
     names_agree::<PipelineStep>();
     parses_back::<PipelineStep>();
     names_agree::<ActionKind>();

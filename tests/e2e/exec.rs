@@ -6,7 +6,7 @@ use std::process::Output;
 use geode_runtime::ids::SessionId;
 use geode_runtime::store::timeline::SessionTimeline;
 
-fn geode(dir: &Path, args: &[&str]) -> Output {
+pub(super) fn geode(dir: &Path, args: &[&str]) -> Output {
     super::common::geode_bin()
         .args(args)
         .current_dir(dir)
@@ -21,14 +21,14 @@ fn stdout(o: &Output) -> String {
 }
 
 /// The `--json` events of an exec run.
-fn json_events(o: &Output) -> Vec<serde_json::Value> {
+pub(super) fn json_events(o: &Output) -> Vec<serde_json::Value> {
     stdout(o)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
 
-fn stderr(o: &Output) -> String {
+pub(super) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 

@@ -18,6 +18,7 @@ mod docker;
 mod dockerd;
 mod exec;
 mod harbor;
+mod hook_events;
 mod images;
 mod mcp;
 mod mcp_background;

@@ -361,3 +361,82 @@ fn a_server_that_dies_mid_call_ends_the_call_with_an_error_and_comes_back() {
     c.mcp_until("fixture  connected (3 tools)");
     assert_eq!(lines(&d.join("started.log")).len(), 2);
 }
+
+const SUBAGENT_SCRIPT: &str = r#"
+[[turns]]
+[[turns.tool_calls]]
+id = "d1"
+name = "delegate_task"
+input = { task = "echo through the fixture server" }
+[[turns]]
+[[turns.tool_calls]]
+id = "b1"
+name = "bash"
+input = { command = "true" }
+[[turns]]
+[[turns.tool_calls]]
+id = "e1"
+name = "mcp__fixture__echo"
+input = { text = "from the child" }
+[[turns]]
+text = "The sub-agent echoed."
+[[turns]]
+text = "Delegated the echo."
+"#;
+
+#[test]
+fn a_sub_agent_started_before_its_server_connected_calls_its_tools_once_it_is_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let gate = setup(d, SUBAGENT_SCRIPT);
+    let _daemon = start_daemon(d);
+    let mut c = Client::open(d);
+    writeln!(c.wr, "{}", json!({"type": "prompt", "text": "delegate"})).unwrap();
+    // The child's first round asks to run `bash`; left unanswered, it holds the child, which
+    // was built while the server's gate was still shut.
+    let asked = loop {
+        let mut line = String::new();
+        c.rd.read_line(&mut line).unwrap();
+        assert!(!line.is_empty(), "the daemon closed");
+        let m: Value = serde_json::from_str(&line).unwrap();
+        if m["type"] == "approval_request" {
+            break m;
+        }
+    };
+    assert_eq!(asked["tool_name"], "bash", "{asked}");
+    assert!(!d.join("started.log").exists(), "the server started early");
+
+    std::fs::write(&gate, "").unwrap();
+    Client::open(d).mcp_until("fixture  connected (3 tools)");
+    let answer = json!({"type": "approval_response",
+        "approval_id": asked["approval_id"], "decision": "y"});
+    writeln!(c.wr, "{answer}").unwrap();
+    let seen = c.until("result");
+    assert_eq!(
+        seen.last().unwrap()["text"],
+        "Delegated the echo.",
+        "{seen:?}"
+    );
+
+    assert_eq!(
+        lines(&d.join("calls.log")).len(),
+        1,
+        "the child never called echo"
+    );
+    let db = d.join("home").join("timeline.db");
+    let child = completed(&db, &format!("{}.sub1", c.session));
+    assert_eq!(
+        child.last(),
+        Some(&(
+            "mcp__fixture__echo".to_string(),
+            false,
+            "echo: from the child".to_string()
+        )),
+        "{child:?}"
+    );
+    let parent = completed(&db, &c.session);
+    assert!(
+        parent.iter().all(|(_, is_error, _)| !is_error),
+        "{parent:?}"
+    );
+}

@@ -375,6 +375,16 @@ fn log_event(event: &LoopEvent) {
         LoopEvent::ToolEnded { tool, outcome, .. } => {
             eprintln!("geode: tool {tool} -> {outcome:?}")
         }
+        LoopEvent::HookDecision {
+            event,
+            hook,
+            decision,
+            reason,
+            ..
+        } => match reason {
+            Some(why) => eprintln!("geode: {event} hook {hook}: {decision}: {why}"),
+            None => eprintln!("geode: {event} hook {hook}: {decision}"),
+        },
         LoopEvent::Verification {
             verdict, misses, ..
         } if !misses.is_empty() => {

@@ -199,6 +199,9 @@ impl CliFactory {
                 .map_err(setup)?;
         }
         cfg.extra_tools.extend(self.mcp.tools());
+        // Sub-agents run inside a turn, so they take servers that connect later themselves.
+        let mcp = self.mcp.clone();
+        cfg.late_tools = Some(Arc::new(move || mcp.tools()));
         cfg.skills = self.skills.clone();
         cfg.timeline = open_timeline(false, None).map_err(setup)?;
         cfg.checkpoint =

@@ -35,7 +35,7 @@ use crate::model::{Model, ModelRequest, ModelSlot};
 use crate::scaffold::{ReflectionMode, Scaffold};
 use crate::store::checkpoint::SessionStatus;
 use crate::store::timeline::{SessionTimeline, TimelineEvent};
-use crate::tools::executor::{CallRecord, StepContext, ToolExecutor};
+use crate::tools::executor::{CallRecord, StepContext, ToolExecutor, ToolSource};
 
 use super::reflection::reflect;
 
@@ -80,6 +80,9 @@ pub struct AgenticLoop {
     pub(super) counters: SessionCounters,
     pub(super) lifecycle: Lifecycle,
     pub(super) durable: DurableSession,
+    /// A sub-agent's parent's later tools, taken before each round (`None`: between turns,
+    /// by the driver).
+    late_tools: Option<ToolSource>,
 }
 
 impl AgenticLoop {
@@ -92,7 +95,15 @@ impl AgenticLoop {
             counters: SessionCounters::default(),
             lifecycle: Lifecycle::default(),
             durable: DurableSession::default(),
+            late_tools: None,
         }
+    }
+
+    /// Take the tools `source` adds before every round, not only between turns: a sub-agent
+    /// runs inside one of its parent's turns, so it would otherwise never see a server that
+    /// connects while it works.
+    pub(crate) fn take_late_tools_each_round(&mut self, source: ToolSource) {
+        self.late_tools = Some(source);
     }
 
     /// Make this new session durable (`create_session`).
@@ -207,6 +218,11 @@ impl AgenticLoop {
             let usage = self.counters.usage();
             if let Some(reason) = self.guards.before_round(turn.rounds, &usage) {
                 return self.end_turn(&mut turn, Ending::stopped(reason));
+            }
+            if let Some(source) = self.late_tools.clone()
+                && let Err(e) = self.add_tools(source())
+            {
+                tracing::warn!("late tools not added: {e}");
             }
             turn.rounds += 1;
             let force_text = self.guards.must_wrap_up(turn.rounds);
@@ -474,7 +490,9 @@ impl AgenticLoop {
         turn.tool_calls += records.len() as u32;
         let mut results = Vec::with_capacity(records.len());
         for r in records {
-            self.emit(LoopEvent::tool_ended(r));
+            for event in LoopEvent::call_ended(r) {
+                self.emit(event);
+            }
             results.extend(r.result.clone().into_blocks());
         }
         self.evidence_for(records);

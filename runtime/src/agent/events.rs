@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::termination::TerminationReason;
 use super::verify::Verdict;
 use crate::conversation::Usage;
+use crate::hooks::{HookDecided, HookDecisionKind, HookEventKind};
 use crate::model::ModelDelta;
 use crate::store::timeline::CallOutcome;
 use crate::tools::executor::CallRecord;
@@ -70,6 +71,21 @@ pub enum LoopEvent {
         /// The error's first line, when the call failed.
         error: Option<String>,
     },
+    /// A hook decided something (continue is nothing). A tool call's decisions come before its
+    /// `ToolEnded`; `tool` and `call_id` are absent for the turn's own events (UserPromptSubmit,
+    /// PreVerify, PostVerify, Stop, PreCompact).
+    HookDecision {
+        event: HookEventKind,
+        /// The handler's name (`command: ...`).
+        hook: String,
+        tool: Option<String>,
+        call_id: Option<String>,
+        decision: HookDecisionKind,
+        reason: Option<String>,
+        /// The rewritten tool input or prompt, for a `rewrite`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        input: Option<Value>,
+    },
     /// A model call failed with a transient error; attempt `attempt` follows after `wait_ms`.
     ModelRetry {
         attempt: u32,
@@ -99,7 +115,32 @@ impl LoopEvent {
         }
     }
 
-    /// The event a finished call is reported with.
+    /// A hook's decision; `call` names the tool call (tool, call id) it was about.
+    pub fn hook_decision(decided: &HookDecided, call: Option<(&str, &str)>) -> LoopEvent {
+        LoopEvent::HookDecision {
+            event: decided.event,
+            hook: decided.hook.clone(),
+            tool: call.map(|(tool, _)| tool.to_string()),
+            call_id: call.map(|(_, id)| id.to_string()),
+            decision: decided.decision,
+            reason: decided.reason.clone(),
+            input: decided.input.clone(),
+        }
+    }
+
+    /// The events a finished call is reported with: its hooks' decisions, then its end.
+    pub fn call_ended(record: &CallRecord) -> Vec<LoopEvent> {
+        let call = (record.tool.as_str(), record.result.tool_use_id.as_str());
+        let mut events: Vec<LoopEvent> = record
+            .hooks
+            .iter()
+            .map(|d| LoopEvent::hook_decision(d, Some(call)))
+            .collect();
+        events.push(LoopEvent::tool_ended(record));
+        events
+    }
+
+    /// The event a finished call's end is reported with.
     pub fn tool_ended(record: &CallRecord) -> LoopEvent {
         let result = &record.result;
         LoopEvent::ToolEnded {

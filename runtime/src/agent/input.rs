@@ -83,7 +83,9 @@ impl AgenticLoop {
         let mut records = self.execute_calls(vec![call], &snapshot, cancel).await;
         // The executor answers every call it is given with exactly one record.
         let record = records.remove(0);
-        self.emit(LoopEvent::tool_ended(&record));
+        for event in LoopEvent::call_ended(&record) {
+            self.emit(event);
+        }
         record
     }
 }

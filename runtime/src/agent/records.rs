@@ -143,6 +143,9 @@ impl AgenticLoop {
             self.record(row);
             self.durable.evidence("hook_failed", evidence);
         }
+        for decided in &outcome.decided {
+            self.emit(LoopEvent::hook_decision(decided, None));
+        }
         outcome
     }
 

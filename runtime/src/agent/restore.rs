@@ -261,6 +261,8 @@ fn settled_record(
         },
         outcome,
         duration: Duration::ZERO,
+        // Its hooks, if any ran, answered before the crash; their words were not kept.
+        hooks: Vec::new(),
     })
 }
 

@@ -19,7 +19,8 @@
 //! PreVerify `misses: [..]`; for PostVerify `decision: "accept" | "revise" | "escalate"`; for
 //! PreCompact `decision: "defer"` or `keep_recent: N`.
 //!
-//! A hook cannot grant what the approval step would refuse: `allow` and `approve` mean continue.
+//! A hook cannot grant what the approval step would refuse: a PreToolUse `allow` or `approve` is
+//! recorded as the hook's decision (a `hook_decision` event) and the approval step still decides.
 //!
 //! A matcher may name Claude Code's tools (`Bash`, `Read`, `Write`, `Edit`, `MultiEdit`, `Glob`,
 //! `Grep`, `LS`, `Task`, `TodoWrite`): each is read as the GEODE tool that does the same, so a
@@ -285,12 +286,18 @@ fn json_decision(kind: HookEventKind, v: &Value, reason: String) -> HookDecision
                 return HookDecision::Block(perm_reason);
             }
             if let Some(input) = specific.get("updatedInput") {
-                return HookDecision::Rewrite(input.clone());
+                let reason = str_field(&specific, "permissionDecisionReason")
+                    .or_else(|| str_field(v, "reason"));
+                return HookDecision::Rewrite {
+                    input: input.clone(),
+                    reason: reason.map(str::to_string),
+                };
             }
-            if perm == Some("ask") {
-                return HookDecision::RequestPermission(perm_reason);
+            match (perm, decision) {
+                (Some("ask"), _) => HookDecision::RequestPermission(perm_reason),
+                (Some("allow"), _) | (None, Some("approve")) => HookDecision::Allow,
+                _ => HookDecision::Continue,
             }
-            HookDecision::Continue
         }
         HookEventKind::PostToolUse | HookEventKind::UserPromptSubmit => {
             if decision == Some("block") {
@@ -364,14 +371,26 @@ mod tests {
             parse_answer(k, deny).unwrap(),
             HookDecision::Block("no rm".into())
         );
-        let rewrite = r#"{"hookSpecificOutput":{"updatedInput":{"command":"ls"}}}"#;
+        let rewrite = r#"{"hookSpecificOutput":{"updatedInput":{"command":"ls"},"permissionDecisionReason":"list instead"}}"#;
         assert_eq!(
             parse_answer(k, rewrite).unwrap(),
-            HookDecision::Rewrite(serde_json::json!({"command":"ls"}))
+            HookDecision::Rewrite {
+                input: serde_json::json!({"command":"ls"}),
+                reason: Some("list instead".into()),
+            }
         );
+        // Recorded as the hook's word; the approval step still decides.
         assert_eq!(
             parse_answer(k, r#"{"decision":"approve"}"#).unwrap(),
-            HookDecision::Continue
+            HookDecision::Allow
+        );
+        assert_eq!(
+            parse_answer(
+                k,
+                r#"{"hookSpecificOutput":{"permissionDecision":"allow"}}"#
+            )
+            .unwrap(),
+            HookDecision::Allow
         );
     }
 

@@ -200,8 +200,12 @@ pub struct HookEnvelope {
 #[serde(tag = "decision", content = "value", rename_all = "snake_case")]
 pub enum HookDecision {
     Continue,
-    /// Replace the tool input (PreToolUse) or the prompt (UserPromptSubmit, a string value).
-    Rewrite(Value),
+    /// Replace the tool input (PreToolUse) or the prompt (UserPromptSubmit, a string value),
+    /// with the hook's reason when it gave one.
+    Rewrite {
+        input: Value,
+        reason: Option<String>,
+    },
     Block(String),
     RequestPermission(String),
     AddContext(String),
@@ -231,9 +235,20 @@ impl HookDecision {
             return true;
         }
         match kind {
-            K::PreToolUse => matches!(self, D::Rewrite(_) | D::Block(_) | D::RequestPermission(_)),
+            // A PreToolUse allow is recorded and changes nothing: the approval step decides.
+            K::PreToolUse => matches!(
+                self,
+                D::Rewrite { .. } | D::Block(_) | D::RequestPermission(_) | D::Allow
+            ),
             K::PostToolUse => matches!(self, D::AddContext(_) | D::Block(_)),
-            K::UserPromptSubmit => matches!(self, D::Rewrite(Value::String(_)) | D::Block(_)),
+            K::UserPromptSubmit => matches!(
+                self,
+                D::Rewrite {
+                    input: Value::String(_),
+                    ..
+                } | D::Block(_)
+                    | D::AddContext(_)
+            ),
             K::PermissionRequest => matches!(self, D::Allow | D::Deny(_) | D::Ask),
             K::PreCompact => matches!(self, D::KeepRecent(_) | D::Defer),
             K::PreVerify => matches!(self, D::Strengthen(_)),

@@ -2,8 +2,10 @@
 //! them in priority order, and command hooks configured the way Claude Code users write them.
 
 pub mod command;
+pub mod decided;
 pub mod events;
 pub mod registry;
 
+pub use decided::{HookDecided, HookDecisionKind};
 pub use events::{HookDecision, HookEnvelope, HookEvent, HookEventKind};
 pub use registry::{HookFailure, HookHandler, HookOutcome, HookRegistry};

@@ -10,6 +10,7 @@ use regex::Regex;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::decided::HookDecided;
 use super::events::{HookDecision, HookEnvelope, HookEvent, HookEventKind};
 
 #[async_trait]
@@ -39,6 +40,8 @@ pub struct HookOutcome {
     pub added_context: Vec<String>,
     pub added_misses: Vec<String>,
     pub failures: Vec<HookFailure>,
+    /// Each handler's decision other than continue, in run order, for the driver's events.
+    pub decided: Vec<HookDecided>,
 }
 
 impl HookOutcome {
@@ -49,6 +52,7 @@ impl HookOutcome {
             added_context: Vec::new(),
             added_misses: Vec::new(),
             failures: Vec::new(),
+            decided: Vec::new(),
         }
     }
 }
@@ -111,7 +115,7 @@ fn as_configured(re: &Regex) -> &str {
 fn rank(d: &HookDecision) -> u8 {
     match d {
         HookDecision::Continue | HookDecision::AddContext(_) | HookDecision::Strengthen(_) => 0,
-        HookDecision::Rewrite(_) => 0,
+        HookDecision::Rewrite { .. } => 0,
         HookDecision::Accept | HookDecision::Finalize | HookDecision::Allow => 1,
         HookDecision::Ask | HookDecision::Defer | HookDecision::KeepRecent(_) => 2,
         HookDecision::RequestPermission(_)
@@ -246,12 +250,14 @@ impl HookRegistry {
                 )));
                 continue;
             }
+            out.decided
+                .extend(HookDecided::new(kind, hook.handler.name(), &decision));
             match decision {
                 HookDecision::AddContext(text) => out.added_context.push(text),
                 HookDecision::Strengthen(misses) => out.added_misses.extend(misses),
-                HookDecision::Rewrite(value) => {
-                    apply_rewrite(&mut envelope.event, &value);
-                    out.rewrite = Some(value);
+                HookDecision::Rewrite { input, .. } => {
+                    apply_rewrite(&mut envelope.event, &input);
+                    out.rewrite = Some(input);
                 }
                 d if d.stops_chain() => {
                     out.decision = d;
@@ -357,8 +363,23 @@ mod tests {
         let mut r = HookRegistry::new();
         reg(&mut r, None, 5, HookDecision::Block("second".into()));
         reg(&mut r, None, 1, HookDecision::Block("first".into()));
+        reg(&mut r, None, 0, HookDecision::Continue);
         let out = r.dispatch(envelope("bash")).await;
         assert_eq!(out.decision, HookDecision::Block("first".into()));
+        // Who decided is kept; no opinion and the handler the block cut off leave nothing.
+        let who: Vec<_> = out
+            .decided
+            .iter()
+            .map(|d| (d.hook.as_str(), d.decision, d.reason.as_deref()))
+            .collect();
+        assert_eq!(
+            who,
+            [(
+                "fixed Block(\"first\")",
+                crate::hooks::HookDecisionKind::Deny,
+                Some("first")
+            )]
+        );
     }
 
     #[tokio::test]

@@ -11,6 +11,12 @@
 //! It lives on the session floor, not among the tools, because it builds a session
 //! (`create_session`): a tool below the session layer must not reach up to it.
 //!
+//! MCP tools that connect after the parent started (servers come up in the background) reach a
+//! child as they reach its parent: a child asks the parent's `late_tools` source before each of
+//! its rounds, so a child started while a server was still connecting can call its tools once
+//! it is up. A call that names no `tools` gives the child the parent's allow rules (late tools
+//! included); one that names them gives it exactly those.
+//!
 //! The call is effectful: the child may have changed the workspace, so a parent that crashes
 //! mid-delegation marks the call uncertain instead of running the child again.
 
@@ -30,7 +36,7 @@ use crate::scaffold::Scaffold;
 use crate::session::{SessionConfig, create_session};
 use crate::store::timeline::SessionTimeline;
 use crate::tools::approval::Approver;
-use crate::tools::executor::ToolRequestMiddleware;
+use crate::tools::executor::{ToolRequestMiddleware, ToolSource};
 use crate::tools::plan::{
     BoundTool, ResourceKeyRule, ToolContext, ToolHandler, ToolOutput, ToolSpec,
 };
@@ -57,6 +63,8 @@ pub struct ChildTemplate {
     pub timeline: Option<Arc<SessionTimeline>>,
     /// The parent's tools beyond the built-in and cognitive ones (MCP tools).
     pub extra_tools: Vec<BoundTool>,
+    /// Where the parent's later tools come from; a child asks before each round.
+    pub late_tools: Option<ToolSource>,
     pub middleware: Vec<Arc<dyn ToolRequestMiddleware>>,
     pub scaffold: Scaffold,
     pub skills: Arc<crate::skills::SkillSet>,
@@ -117,17 +125,20 @@ impl DelegateTool {
         }
     }
 
-    /// The child's tool allow-list: the requested tools that the parent has, never this one.
-    fn child_tools(&self, input: &Value) -> Result<BTreeSet<String>, String> {
-        let mut allowed: BTreeSet<String> = self.parent_tools.clone();
-        allowed.remove(DELEGATE_TOOL);
-        if let Some(parent_list) = &self.template.policy.tool_allow_list {
-            allowed.retain(|t| parent_list.contains(t));
-        }
-        allowed.retain(|t| !self.template.policy.deny_list.contains(t));
+    /// The child's tool allow-list: the requested tools that the parent has now (its late
+    /// tools included), never this one. `None` when the call names none: the child keeps the
+    /// parent's allow rules, so tools that connect later reach it too.
+    fn child_tools(&self, input: &Value) -> Result<Option<BTreeSet<String>>, String> {
         let Some(requested) = input.get("tools").and_then(Value::as_array) else {
-            return Ok(allowed);
+            return Ok(None);
         };
+        let mut allowed: BTreeSet<String> = self.parent_tools.clone();
+        if let Some(late) = &self.template.late_tools {
+            allowed.extend(late().into_iter().map(|t| t.spec.name));
+        }
+        allowed.remove(DELEGATE_TOOL);
+        let policy = &self.template.policy;
+        allowed.retain(|t| policy.allows_tool(t) && !policy.deny_list.contains(t));
         let mut narrowed = BTreeSet::new();
         for name in requested.iter().filter_map(Value::as_str) {
             if !allowed.contains(name) {
@@ -139,7 +150,7 @@ impl DelegateTool {
             }
             narrowed.insert(name.to_string());
         }
-        Ok(narrowed)
+        Ok(Some(narrowed))
     }
 
     fn child_config(
@@ -149,10 +160,10 @@ impl DelegateTool {
         id: SessionId,
     ) -> Result<SessionConfig, String> {
         let t = &self.template;
-        let mut policy = t
-            .policy
-            .clone()
-            .with_tool_allow_list(self.child_tools(input)?);
+        let mut policy = match self.child_tools(input)? {
+            Some(tools) => t.policy.clone().with_tool_allow_list(tools),
+            None => t.policy.clone(),
+        };
         policy.deny_list.insert(DELEGATE_TOOL.into());
         let mut scaffold = t.scaffold.clone();
         scaffold.guards.max_rounds = input
@@ -217,6 +228,9 @@ impl ToolHandler for DelegateTool {
             Ok(child) => child,
             Err(e) => return ToolOutput::error(format!("delegate_task: {e}")),
         };
+        if let Some(late) = &self.template.late_tools {
+            child.take_late_tools_each_round(late.clone());
+        }
         let subagent = || id.to_string();
         self.announce(
             ctx,

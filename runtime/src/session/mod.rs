@@ -32,7 +32,7 @@ use crate::tools::approval::{Approver, NoHuman};
 use crate::tools::builtin::builtin_tools;
 use crate::tools::cognitive::cognitive_tools;
 use crate::tools::executor::{
-    ExecutorConfig, ExecutorError, ExecutorParts, ToolExecutor, ToolRequestMiddleware,
+    ExecutorConfig, ExecutorError, ExecutorParts, ToolExecutor, ToolRequestMiddleware, ToolSource,
 };
 use crate::tools::plan::{BoundTool, BoundToolPlan};
 use crate::tools::workspace::Workspace;
@@ -50,6 +50,10 @@ pub struct SessionConfig {
     pub approver: Arc<dyn Approver>,
     /// Tools beyond the built-in and cognitive ones (MCP tools, test tools).
     pub extra_tools: Vec<BoundTool>,
+    /// Tools that connect later (MCP servers in the background). The session's own plan takes
+    /// them from its driver between turns; its sub-agents, which run inside one of its turns,
+    /// ask here before each of their rounds.
+    pub late_tools: Option<ToolSource>,
     /// The session's skills, shared by the executor (`load_skill`, their folders readable) and
     /// the loop (the prompt's list, the scaffold hash). Empty: none of that is added.
     pub skills: Arc<SkillSet>,
@@ -92,6 +96,7 @@ impl SessionConfig {
             hooks: HookRegistry::new(),
             approver: Arc::new(NoHuman),
             extra_tools: Vec::new(),
+            late_tools: None,
             skills: Arc::new(SkillSet::default()),
             middleware: Vec::new(),
             events: None,
@@ -180,6 +185,7 @@ fn build(
             hooks: hooks.clone(),
             timeline: cfg.timeline.clone(),
             extra_tools: cfg.extra_tools,
+            late_tools: cfg.late_tools,
             skills: cfg.skills,
             middleware: cfg.middleware.clone(),
             scaffold: cfg.scaffold.clone(),

@@ -25,7 +25,7 @@ use crate::cognition::CognitiveState;
 use crate::conversation::{ToolCall, ToolResult};
 use crate::hooks::events::ToolResponsePayload;
 use crate::hooks::{
-    HookDecision, HookEnvelope, HookEvent, HookEventKind, HookOutcome, HookRegistry,
+    HookDecided, HookDecision, HookEnvelope, HookEvent, HookEventKind, HookOutcome, HookRegistry,
 };
 use crate::ids::{SessionId, StepSnapshot};
 use crate::policy::{Classification, SafetyLevel, SessionPolicy};
@@ -39,6 +39,8 @@ use crate::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent};
 mod checks;
 mod gate;
 mod late_tools;
+
+pub use late_tools::ToolSource;
 
 /// A trusted rewrite of tool requests before policy (the `tool_request` join point).
 pub trait ToolRequestMiddleware: Send + Sync {
@@ -85,6 +87,8 @@ pub struct CallRecord {
     pub result: ToolResult,
     pub outcome: CallOutcome,
     pub duration: Duration,
+    /// What the call's hooks decided (PreToolUse, PermissionRequest, PostToolUse), in order.
+    pub hooks: Vec<HookDecided>,
 }
 
 /// Per model step: which turn, which snapshot, which cancellation.
@@ -258,7 +262,9 @@ impl ToolExecutor {
             input: call.input.clone(),
             classification: self.plan.get(&call.name).map(|t| t.spec.classification()),
         });
-        let (tool, input, mut result, outcome) = match self.authorize(&call, step).await {
+        let mut hooks = Vec::new();
+        let (tool, input, mut result, outcome) = match self.authorize(&call, step, &mut hooks).await
+        {
             Err(denial) => (
                 call.name.clone(),
                 call.input.clone(),
@@ -273,7 +279,7 @@ impl ToolExecutor {
                 },
             ),
             Ok(pending) => {
-                let (output, outcome) = self.run(&pending, step).await;
+                let (output, outcome) = self.run(&pending, step, &mut hooks).await;
                 (
                     pending.tool.spec.name.clone(),
                     pending.input,
@@ -294,6 +300,7 @@ impl ToolExecutor {
             },
             outcome,
             duration: started.elapsed(),
+            hooks,
         };
         self.record(TimelineEvent::ToolCompleted {
             call_id: record.result.tool_use_id.clone(),
@@ -312,18 +319,25 @@ impl ToolExecutor {
         &'p self,
         call: &ToolCall,
         step: &StepContext,
+        hooks: &mut Vec<HookDecided>,
     ) -> Result<Pending<'p>, Denial> {
         let pending = self.check_scope(&call.id, &call.name, call.input.clone())?;
         let pending = self.apply_request_middleware(pending)?;
         self.check_policy(&pending)?;
         self.check_schema(&pending)?;
-        let (pending, permission_asked) = self.run_pre_tool_use_hooks(pending, step).await?;
-        self.approve(&pending, permission_asked, step).await?;
+        let (pending, permission_asked) = self.run_pre_tool_use_hooks(pending, step, hooks).await?;
+        self.approve(&pending, permission_asked, step, hooks)
+            .await?;
         Ok(pending)
     }
 
     /// Steps 7 to 10: effect receipt, locks, dispatch, PostToolUse.
-    async fn run(&self, pending: &Pending<'_>, step: &StepContext) -> (ToolOutput, CallOutcome) {
+    async fn run(
+        &self,
+        pending: &Pending<'_>,
+        step: &StepContext,
+        hooks: &mut Vec<HookDecided>,
+    ) -> (ToolOutput, CallOutcome) {
         let receipted = match self.accept_receipt(pending, step) {
             Ok(r) => r,
             Err(d) => {
@@ -356,7 +370,7 @@ impl ToolExecutor {
                 tracing::warn!("effect receipt of {}: {e}", pending.id);
             }
         }
-        self.run_post_tool_use_hooks(pending, output, outcome, step)
+        self.run_post_tool_use_hooks(pending, (output, outcome), step, hooks)
             .await
     }
 
@@ -471,9 +485,9 @@ impl ToolExecutor {
     async fn run_post_tool_use_hooks(
         &self,
         pending: &Pending<'_>,
-        mut output: ToolOutput,
-        outcome: CallOutcome,
+        (mut output, outcome): (ToolOutput, CallOutcome),
         step: &StepContext,
+        hooks: &mut Vec<HookDecided>,
     ) -> (ToolOutput, CallOutcome) {
         if !self.hooks.has(HookEventKind::PostToolUse) {
             return (output, outcome);
@@ -490,6 +504,7 @@ impl ToolExecutor {
                     },
                 },
                 step,
+                hooks,
             )
             .await;
         if let HookDecision::Block(reason) = hook.decision {
@@ -509,7 +524,13 @@ impl ToolExecutor {
 
     // --- records ----------------------------------------------------------------------------
 
-    async fn dispatch_hook(&self, event: HookEvent, step: &StepContext) -> HookOutcome {
+    /// Run one event's hooks for the call whose decisions `decided` gathers.
+    async fn dispatch_hook(
+        &self,
+        event: HookEvent,
+        step: &StepContext,
+        decided: &mut Vec<HookDecided>,
+    ) -> HookOutcome {
         let outcome = self
             .hooks
             .dispatch(HookEnvelope {
@@ -529,6 +550,7 @@ impl ToolExecutor {
                 ledger.record("hook_failed", evidence);
             }
         }
+        decided.extend(outcome.decided.iter().cloned());
         outcome
     }
 

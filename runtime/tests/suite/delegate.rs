@@ -197,3 +197,67 @@ async fn a_model_switch_moves_the_sub_agents_too() {
         "{content}"
     );
 }
+
+/// A safe tool that answers who it is: one that joins after the session started.
+struct LateNote;
+
+#[async_trait]
+impl geode_runtime::tools::plan::ToolHandler for LateNote {
+    async fn call(
+        &self,
+        _: &serde_json::Value,
+        _: &geode_runtime::tools::plan::ToolContext,
+    ) -> geode_runtime::tools::plan::ToolOutput {
+        geode_runtime::tools::plan::ToolOutput::ok("the late tool answered")
+    }
+}
+
+fn late_note() -> geode_runtime::tools::plan::BoundTool {
+    use geode_runtime::tools::plan::{BoundTool, ResourceKeyRule, ToolSpec};
+    BoundTool {
+        spec: ToolSpec {
+            name: "late_note".into(),
+            description: "A tool that connected late.".into(),
+            input_schema: json!({"type": "object"}),
+            safety: SafetyLevel::Safe,
+            personal_data: geode_runtime::policy::PersonalDataClass::None,
+            resource_keys: ResourceKeyRule::None,
+            path_args: vec![],
+            effectful: false,
+            command_arg: None,
+            deadline_arg: None,
+        },
+        binding: "test:late_note".into(),
+        handler: Arc::new(LateNote),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_child_may_name_a_tool_that_joined_after_its_parent_started() {
+    let f = Fixture::new();
+    let script = json!({"turns": [
+        {"tool_calls": [{"name": "delegate_task", "input": {"task": "note", "tools": ["late_note"]}}]},
+        {"tool_calls": [{"name": "late_note", "input": {}}]},
+        {"text": "The late tool answered."},
+        {"text": "Delegated."}
+    ]});
+    let model = Arc::new(geode_runtime::model::embedded::ScriptedModel::from_json(script).unwrap());
+    let mut cfg = f.config(model, SessionPolicy::for_mode(SessionMode::Repl));
+    cfg.approver = Arc::new(Yes);
+    let arrived = Arc::new(Mutex::new(Vec::new()));
+    let source = arrived.clone();
+    cfg.late_tools = Some(Arc::new(move || source.lock().unwrap().clone()));
+    let mut parent = create_session(cfg).unwrap();
+    // The tool connects after the parent was built; no driver hands it to the parent's plan.
+    arrived.lock().unwrap().push(late_note());
+    let outcome = run(&mut parent, "delegate").await;
+    assert_eq!(outcome.text, "Delegated.", "{outcome:?}");
+    assert!(parent.tool_plan().get("late_note").is_none());
+    let (content, is_error) = tool_result_for(&parent, "call_1_0");
+    assert!(!is_error, "{content}");
+    f.timeline.flush().unwrap();
+    let child = SessionId::new(format!("{}.sub1", parent.session_id()));
+    let outcomes = completed(&f.timeline.rows(&child).unwrap());
+    assert_eq!(outcomes.len(), 1, "{outcomes:?}");
+    assert!(outcomes[0].1.dispatched(), "{outcomes:?}");
+}

@@ -1,7 +1,7 @@
 //! Steps 5-6 of the pipeline: PreToolUse hooks (a rewrite goes back through the checks) and
 //! the approval gate.
 
-use crate::hooks::{HookDecision, HookEvent, HookEventKind};
+use crate::hooks::{HookDecided, HookDecision, HookEvent, HookEventKind};
 use crate::tools::approval::{
     ApprovalAnswer, ApprovalRequest, GateDecision, always_prompts, preview,
 };
@@ -16,6 +16,7 @@ impl ToolExecutor {
         &'p self,
         pending: Pending<'p>,
         step: &StepContext,
+        hooks: &mut Vec<HookDecided>,
     ) -> Result<(Pending<'p>, Option<String>), Denial> {
         if !self.hooks.has(HookEventKind::PreToolUse) {
             return Ok((pending, None));
@@ -28,6 +29,7 @@ impl ToolExecutor {
                     tool_use_id: pending.id.clone(),
                 },
                 step,
+                hooks,
             )
             .await;
         let asked = match outcome.decision {
@@ -53,6 +55,7 @@ impl ToolExecutor {
         pending: &Pending<'_>,
         asked: Option<String>,
         step: &StepContext,
+        hooks: &mut Vec<HookDecided>,
     ) -> Result<(), Denial> {
         let name = &pending.tool.spec.name;
         match self.gate.decide(
@@ -76,6 +79,7 @@ impl ToolExecutor {
                         reason: asked.clone(),
                     },
                     step,
+                    hooks,
                 )
                 .await;
             match outcome.decision {

@@ -2,7 +2,13 @@
 //! (in the background) after the session started. The plan stays immutable per generation;
 //! this builds the next one.
 
+use std::sync::Arc;
+
 use super::{BoundTool, BoundToolPlan, ExecutorError, ToolExecutor};
+
+/// Where tools that join after a session started come from (the MCP manager's connected
+/// servers): every call answers the tools available now, those seen before included.
+pub type ToolSource = Arc<dyn Fn() -> Vec<BoundTool> + Send + Sync>;
 
 impl ToolExecutor {
     /// A new plan generation with those of `tools` the plan lacks and the policy allows (an
