@@ -19,6 +19,7 @@ mod dockerd;
 mod exec;
 mod harbor;
 mod images;
+mod live_output;
 mod mcp;
 mod mcp_background;
 mod mcp_server;
