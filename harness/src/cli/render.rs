@@ -1,8 +1,8 @@
 //! What a person watching a turn sees: the reply as it streams (Markdown on a terminal), the
 //! model's thinking dimmed, a running command's output under its call (`live_tail.rs`), a
 //! spinner with the elapsed time while the model or a tool works, and each turn's tokens and
-//! cost. Without a terminal (plain mode) the text goes out as is and
-//! nothing transient is drawn, so pipes and logs get clean lines.
+//! cost. Without a terminal (plain mode) the text goes out as is and nothing transient is
+//! drawn, so pipes and logs get clean lines.
 
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
