@@ -104,6 +104,7 @@ fn bench_pipeline(c: &mut Criterion) {
             round: 1,
         },
         cancel: CancellationToken::new(),
+        output: Default::default(),
     };
     let call = ToolCall {
         id: "c".into(),

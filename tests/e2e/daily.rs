@@ -184,6 +184,35 @@ fn an_approval_round_trip_runs_the_call() {
     );
 }
 
+/// A thin client gets a running command's output as `tool_output_delta` lines while the
+/// command still waits for a file only the test creates.
+#[test]
+fn a_running_command_s_output_reaches_the_client_before_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"
+[[turns]]
+[[turns.tool_calls]]
+id = "b1"
+name = "bash"
+input = { command = "echo first-$((40+2)); while [ ! -e release ]; do sleep 0.05; done" }
+[[turns]]
+text = "Done."
+"#;
+    let daemon = Daemon::start(dir.path(), script, &[]);
+    let mut c = Client::connect(&daemon.socket);
+    c.send(json!({"type": "prompt", "text": "run it"}));
+    let req = c.until("approval_request").pop().unwrap();
+    c.send(
+        json!({"type": "approval_response", "approval_id": req["approval_id"], "decision": "y"}),
+    );
+    let delta = c.until("tool_output_delta").pop().unwrap();
+    assert!(!dir.path().join("release").exists());
+    assert_eq!(delta["call_id"], "b1");
+    assert_eq!(delta["text"], "first-42\n");
+    std::fs::write(dir.path().join("release"), "").unwrap();
+    assert_eq!(c.until("result").pop().unwrap()["text"], "Done.");
+}
+
 #[test]
 fn a_refusal_with_a_reason_reaches_the_model_and_reads_as_words() {
     let dir = tempfile::tempdir().unwrap();

@@ -20,6 +20,7 @@ mod exec;
 mod harbor;
 mod hook_events;
 mod images;
+mod live_output;
 mod mcp;
 mod mcp_background;
 mod mcp_server;

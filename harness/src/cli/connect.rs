@@ -211,6 +211,7 @@ async fn show<W: AsyncWrite + Unpin>(
             screen.line(&format!("  > {tool} {input}"));
             screen.wait(&format!("running {tool}"));
         }
+        ServerMessage::ToolOutputDelta { call_id, text } => screen.tool_output(&call_id, &text),
         ServerMessage::ToolEnd {
             tool,
             outcome,

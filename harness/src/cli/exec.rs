@@ -371,6 +371,12 @@ fn show_live(md: &mut Markdown, event: &LoopEvent) -> bool {
 
 fn log_event(event: &LoopEvent) {
     match event {
+        // A person at a terminal watches a long command; a log gets the result only.
+        LoopEvent::ToolOutputDelta { text, .. } if std::io::stderr().is_terminal() => {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\x1b[2m{text}\x1b[0m");
+            let _ = err.flush();
+        }
         LoopEvent::ToolStarted { tool, input, .. } => eprintln!("geode: tool {tool} {input}"),
         LoopEvent::ToolEnded { tool, outcome, .. } => {
             eprintln!("geode: tool {tool} -> {outcome:?}")

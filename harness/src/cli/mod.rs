@@ -20,6 +20,7 @@ mod exec;
 mod external;
 mod image;
 mod input;
+mod live_tail;
 mod login;
 mod markdown;
 mod mcp;

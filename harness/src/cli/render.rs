@@ -1,7 +1,8 @@
 //! What a person watching a turn sees: the reply as it streams (Markdown on a terminal), the
-//! model's thinking dimmed, a spinner with the elapsed time while the model or a tool works,
-//! and each turn's tokens and cost. Without a terminal (plain mode) the text goes out as is and
-//! nothing transient is drawn, so pipes and logs get clean lines.
+//! model's thinking dimmed, a running command's output under its call (`live_tail.rs`), a
+//! spinner with the elapsed time while the model or a tool works, and each turn's tokens and
+//! cost. Without a terminal (plain mode) the text goes out as is and nothing transient is
+//! drawn, so pipes and logs get clean lines.
 
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 use geode_runtime::conversation::Usage;
 use geode_runtime::model::catalog::cost_text;
 
+use super::live_tail::LiveTail;
 use super::markdown::Markdown;
 
 const DIM: &str = "\x1b[2m";
@@ -45,6 +47,8 @@ pub struct Screen {
     /// This round's text was shown as it streamed; its whole copy is not shown again.
     streamed: bool,
     turn_started: Option<Instant>,
+    /// The running command's output shown so far.
+    tail: LiveTail,
 }
 
 impl Screen {
@@ -60,6 +64,7 @@ impl Screen {
             thinking: false,
             streamed: false,
             turn_started: None,
+            tail: LiveTail::default(),
         }
     }
 
@@ -78,7 +83,16 @@ impl Screen {
     /// A whole line, after whatever was streaming.
     pub fn line(&mut self, text: &str) {
         self.end_reply();
-        self.write(&format!("{text}\n"), true);
+        let rest = self.tail.end(self.tty);
+        self.write(&format!("{rest}{text}\n"), true);
+    }
+
+    /// A piece of a running call's output, under its tool line; the spinner goes on.
+    pub fn tool_output(&mut self, call_id: &str, text: &str) {
+        let shown = self.tail.push(call_id, text, self.tty);
+        if !shown.is_empty() {
+            self.write(&shown, false);
+        }
     }
 
     /// Show the spinner (on a terminal) until the next output: the model or a tool works.

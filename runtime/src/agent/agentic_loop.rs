@@ -481,6 +481,7 @@ impl AgenticLoop {
             turn: self.counters.turn(),
             snapshot: snapshot.clone(),
             cancel: cancel.clone(),
+            output: self.tool_output_sink(),
         };
         self.p.executor.execute_batch(calls, &step).await
     }

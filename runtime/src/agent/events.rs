@@ -60,6 +60,13 @@ pub enum LoopEvent {
         tool: String,
         input: Value,
     },
+    /// A piece of a running call's output (its stdout and stderr as read, interleaved), at
+    /// most [`LIVE_OUTPUT_CAP`](crate::tools::output::LIVE_OUTPUT_CAP) bytes per call;
+    /// `tool_ended` still carries the result.
+    ToolOutputDelta {
+        call_id: String,
+        text: String,
+    },
     ToolEnded {
         call_id: String,
         tool: String,

@@ -14,6 +14,7 @@ use crate::model::DeltaSink;
 use crate::store::checkpoint::SavePoint;
 use crate::store::timeline::{CallOutcome, TimelineEvent};
 use crate::tools::executor::{CallRecord, hook_failure_rows};
+use crate::tools::output::ToolOutputSink;
 
 impl AgenticLoop {
     pub(super) fn append_user(&mut self, message: Message) {
@@ -198,6 +199,19 @@ impl AgenticLoop {
         };
         DeltaSink::new(move |delta| {
             let _ = tx.send(LoopEvent::delta(delta));
+        })
+    }
+
+    /// Where running tools' output goes: on to the driver as events, as it is read.
+    pub(super) fn tool_output_sink(&self) -> ToolOutputSink {
+        let Some(tx) = self.p.events.clone() else {
+            return ToolOutputSink::default();
+        };
+        ToolOutputSink::new(move |call_id, text| {
+            let _ = tx.send(LoopEvent::ToolOutputDelta {
+                call_id: call_id.to_string(),
+                text: text.to_string(),
+            });
         })
     }
 

@@ -4,7 +4,8 @@
 //! Server -> client: first a `session` greeting; then, per prompt, `text_delta` and
 //! `thinking_delta` as the model streams, `stream` (a round's whole assistant text, after its
 //! deltas, so a client that showed the deltas need not show it again), events (`round_start`,
-//! `tool_start`, `tool_end`, `tokens`, `turn_end`), possibly
+//! `tool_start`, `tool_output_delta` (a running command's output as it is read), `tool_end`,
+//! `tokens`, `turn_end`), possibly
 //! `approval_request` (answered by the client's `approval_response`, denied on timeout with an
 //! `approval_timeout` notice), and finally `result` (with the turn's token usage and cost). `command_result` answers a `command`;
 //! `sessions` answers `/resume` without an id (the sessions one may resume, for the client to
@@ -84,6 +85,12 @@ pub enum ServerMessage {
         call_id: String,
         tool: String,
         input: serde_json::Value,
+    },
+    /// A piece of a running call's output, at most 64 KiB per call (the runtime's
+    /// `LIVE_OUTPUT_CAP`); `tool_end` follows when the call is done.
+    ToolOutputDelta {
+        call_id: String,
+        text: String,
     },
     ToolEnd {
         call_id: String,
@@ -181,6 +188,10 @@ impl ServerMessage {
                 call_id: call_id.clone(),
                 tool: tool.clone(),
                 input: input.clone(),
+            },
+            LoopEvent::ToolOutputDelta { call_id, text } => ServerMessage::ToolOutputDelta {
+                call_id: call_id.clone(),
+                text: text.clone(),
             },
             LoopEvent::ToolEnded {
                 call_id,
@@ -310,6 +321,19 @@ mod tests {
         ] {
             assert_eq!(serde_json::to_value(mode).unwrap(), mode.as_str());
         }
+    }
+
+    #[test]
+    fn a_running_call_s_output_travels_as_tool_output_delta() {
+        let event = LoopEvent::ToolOutputDelta {
+            call_id: "c1".into(),
+            text: "building\n".into(),
+        };
+        let line = encode(&ServerMessage::from_event(&event).unwrap());
+        assert_eq!(
+            line,
+            "{\"type\":\"tool_output_delta\",\"call_id\":\"c1\",\"text\":\"building\\n\"}\n"
+        );
     }
 
     /// `tool_end` keeps the outcome's words on the wire and reads them back typed.

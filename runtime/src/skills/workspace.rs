@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 use super::SkillSet;
+use crate::tools::output::OutputSink;
 use crate::tools::workspace::{
     DirEntryInfo, ExecOutput, ExecRequest, ScopeViolation, Workspace, WorkspaceError,
 };
@@ -136,5 +137,14 @@ impl Workspace for SkillWorkspace {
         cancel: CancellationToken,
     ) -> Result<ExecOutput, WorkspaceError> {
         self.inner.exec(req, cancel).await
+    }
+
+    async fn exec_live(
+        &self,
+        req: ExecRequest,
+        cancel: CancellationToken,
+        live: OutputSink,
+    ) -> Result<ExecOutput, WorkspaceError> {
+        self.inner.exec_live(req, cancel, live).await
     }
 }

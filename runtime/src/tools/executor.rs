@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::approval::{ApprovalGate, Approver};
 use super::locks::{ResourceClaim, ResourceLocks};
+use super::output::ToolOutputSink;
 use super::plan::{BoundTool, BoundToolPlan, ResourceKeyRule, ToolContext, ToolOutput};
 use super::workspace::Workspace;
 use crate::cognition::CognitiveState;
@@ -97,6 +98,8 @@ pub struct StepContext {
     pub turn: u32,
     pub snapshot: StepSnapshot,
     pub cancel: CancellationToken,
+    /// Where the step's calls send their output while they run (a person watching).
+    pub output: ToolOutputSink,
 }
 
 #[derive(Debug, Clone)]
@@ -456,6 +459,7 @@ impl ToolExecutor {
             deadline,
             cancel: cancel.clone(),
             cognition: self.cognition.clone(),
+            output: step.output.for_call(&pending.id),
         };
         let call = pending.tool.handler.call(&pending.input, &ctx);
         match tokio::time::timeout(deadline + DEADLINE_GRACE, call).await {

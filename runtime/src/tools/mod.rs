@@ -7,5 +7,6 @@ pub mod computer;
 pub mod executor;
 pub mod input;
 pub mod locks;
+pub mod output;
 pub mod plan;
 pub mod workspace;

@@ -18,6 +18,7 @@ use crate::cognition::CognitiveState;
 use crate::conversation::Image;
 use crate::ids::{CorrelationId, PlanHash, SessionId, canonical_sha256};
 use crate::policy::{Classification, PersonalDataClass, SafetyLevel};
+use crate::tools::output::OutputSink;
 use crate::tools::workspace::Workspace;
 
 /// How a call's resource keys are derived; calls sharing a key never run at the same time.
@@ -126,6 +127,9 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Plan, hypotheses and confidence, for the cognitive tools.
     pub cognition: Arc<Mutex<CognitiveState>>,
+    /// Where output goes while the call runs, for a person watching; never what the model
+    /// reads (that is the returned `ToolOutput`).
+    pub output: OutputSink,
 }
 
 impl ToolContext {

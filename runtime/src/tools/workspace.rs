@@ -11,6 +11,8 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::tools::computer::{ComputerAction, ComputerError, Screenshot, x11};
+pub use crate::tools::output::OutputCapture;
+use crate::tools::output::OutputSink;
 
 /// A model-supplied path that does not stay inside the workspace root.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -93,6 +95,19 @@ pub trait Workspace: Send + Sync + std::fmt::Debug {
         req: ExecRequest,
         cancel: CancellationToken,
     ) -> Result<ExecOutput, WorkspaceError>;
+
+    /// `exec`, also handing the output to `live` as it is read, for a person watching a long
+    /// command. The result is the one `exec` returns. Workspaces that cannot stream (the
+    /// benchmark sandboxes, where nobody watches) run `exec`, which is the default.
+    async fn exec_live(
+        &self,
+        req: ExecRequest,
+        cancel: CancellationToken,
+        live: OutputSink,
+    ) -> Result<ExecOutput, WorkspaceError> {
+        let _ = live;
+        self.exec(req, cancel).await
+    }
 
     /// Performs a `computer` action on this workspace's display and returns the screenshot
     /// after it. Workspaces without a display refuse, which is the default.
@@ -253,73 +268,6 @@ impl LocalWorkspace {
     }
 }
 
-/// Collects at most `cap` bytes of one output stream; what is cut is still read and dropped.
-/// Every workspace (this one, the harness's sandbox) reports output through it, so the model
-/// sees one truncation format.
-pub struct OutputCapture {
-    buf: Vec<u8>,
-    cap: usize,
-    truncated: bool,
-}
-
-impl OutputCapture {
-    pub fn new(cap: usize) -> Self {
-        OutputCapture {
-            buf: Vec::new(),
-            cap,
-            truncated: false,
-        }
-    }
-
-    pub fn push(&mut self, chunk: &[u8]) {
-        let room = self.cap.saturating_sub(self.buf.len());
-        if chunk.len() > room {
-            self.truncated = true;
-        }
-        self.buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
-    }
-
-    /// Whether anything was cut.
-    pub fn truncated(&self) -> bool {
-        self.truncated
-    }
-
-    /// Read `pipe` to its end.
-    pub async fn pump<R: tokio::io::AsyncRead + Unpin>(&mut self, pipe: Option<R>) {
-        use tokio::io::AsyncReadExt;
-        let Some(mut pipe) = pipe else { return };
-        let mut chunk = [0u8; 8192];
-        loop {
-            match pipe.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => self.push(&chunk[..n]),
-            }
-        }
-    }
-
-    /// Lossy text with a visible marker where it was cut; a character split by the cut is
-    /// dropped rather than shown as a replacement character.
-    pub fn into_text(mut self) -> String {
-        if self.truncated
-            && let Err(e) = std::str::from_utf8(&self.buf)
-            && e.error_len().is_none()
-        {
-            self.buf.truncate(e.valid_up_to());
-        }
-        let mut text = String::from_utf8_lossy(&self.buf).into_owned();
-        if self.truncated {
-            if !text.is_empty() && !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str(&format!(
-                "[... output truncated at {} bytes ...]\n",
-                self.cap
-            ));
-        }
-        text
-    }
-}
-
 /// A process group of ours (a command's, an MCP server's): killed when the guard drops, so
 /// even an abandoned `exec` future leaves nothing running, and by the [`Reaper`] if this
 /// process dies first.
@@ -470,6 +418,15 @@ impl Workspace for LocalWorkspace {
         req: ExecRequest,
         cancel: CancellationToken,
     ) -> Result<ExecOutput, WorkspaceError> {
+        self.exec_live(req, cancel, OutputSink::default()).await
+    }
+
+    async fn exec_live(
+        &self,
+        req: ExecRequest,
+        cancel: CancellationToken,
+        live: OutputSink,
+    ) -> Result<ExecOutput, WorkspaceError> {
         let cwd = match &req.cwd {
             None => self.root.clone(),
             Some(dir) => self.resolve(&dir.to_string_lossy())?,
@@ -499,7 +456,8 @@ impl Workspace for LocalWorkspace {
         let mut err = OutputCapture::new(req.output_cap);
 
         let (status, timed_out, cancelled) = {
-            let reading = async { tokio::join!(out.pump(stdout), err.pump(stderr)) };
+            let reading =
+                async { tokio::join!(out.pump_live(stdout, &live), err.pump_live(stderr, &live)) };
             tokio::pin!(reading);
             let sleep = tokio::time::sleep(req.timeout);
             tokio::pin!(sleep);
@@ -526,7 +484,7 @@ impl Workspace for LocalWorkspace {
             (status, timed_out, cancelled)
         };
 
-        let truncated = out.truncated || err.truncated;
+        let truncated = out.truncated() || err.truncated();
         Ok(ExecOutput {
             exit_code: status.code(),
             stdout: out.into_text(),
@@ -550,21 +508,6 @@ impl Workspace for LocalWorkspace {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn capture_marks_truncation_and_drops_a_split_character() {
-        let mut c = super::OutputCapture::new(4);
-        c.push(b"abcdef");
-        let text = c.into_text();
-        assert!(
-            text.starts_with("abcd\n[... output truncated at 4 bytes ...]"),
-            "{text}"
-        );
-        // Five bytes cut the second two-byte character in half: it is dropped, not mangled.
-        let mut c = super::OutputCapture::new(5);
-        c.push("ab\u{e9}\u{e9}".as_bytes());
-        assert!(c.into_text().starts_with("ab\u{e9}\n["));
-    }
-
     use super::*;
 
     #[test]

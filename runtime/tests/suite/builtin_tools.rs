@@ -31,6 +31,7 @@ fn context(ws: &Arc<LocalWorkspace>, cancel: CancellationToken) -> ToolContext {
         deadline: Duration::from_secs(60),
         cancel,
         cognition: Arc::new(Mutex::new(CognitiveState::default())),
+        output: Default::default(),
     }
 }
 

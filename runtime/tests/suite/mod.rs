@@ -9,6 +9,7 @@ mod durable;
 mod durable_fuzz;
 mod durable_store;
 mod ipc;
+mod live_output;
 mod loopback;
 mod pipeline;
 mod providers;

@@ -153,6 +153,7 @@ fn context(ws: Arc<LocalWorkspace>) -> ToolContext {
         deadline: Duration::from_secs(60),
         cancel: CancellationToken::new(),
         cognition: Arc::new(Mutex::new(CognitiveState::default())),
+        output: Default::default(),
     }
 }
 
@@ -288,6 +289,7 @@ async fn call_shell(declared: bool, input: Value) -> CallRecord {
             round: 1,
         },
         cancel: CancellationToken::new(),
+        output: Default::default(),
     };
     let call = ToolCall {
         id: "c".into(),

@@ -192,7 +192,7 @@ impl BashTool {
         };
         let out = ctx
             .workspace
-            .exec(req, ctx.cancel.clone())
+            .exec_live(req, ctx.cancel.clone(), ctx.output.clone())
             .await
             .map_err(failed)?;
         let mut text = out.stdout;
