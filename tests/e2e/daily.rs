@@ -213,6 +213,30 @@ text = "Done."
     assert_eq!(c.until("result").pop().unwrap()["text"], "Done.");
 }
 
+/// The same for a command the person typed as `!COMMAND`.
+#[test]
+fn a_person_s_shell_command_streams_its_output_before_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), "[[turns]]\ntext = \"Seen.\"\n", &[]);
+    let mut c = Client::connect(&daemon.socket);
+    c.send(json!({"type": "shell",
+        "command": "echo typed-$((40+2)); while [ ! -e release ]; do sleep 0.05; done"}));
+    // The person's own command passes the same approval step as the model's.
+    let req = c.until("approval_request").pop().unwrap();
+    c.send(
+        json!({"type": "approval_response", "approval_id": req["approval_id"], "decision": "y"}),
+    );
+    let seen = c.until("tool_output_delta");
+    assert!(!dir.path().join("release").exists());
+    assert_eq!(seen.last().unwrap()["text"], "typed-42\n");
+    std::fs::write(dir.path().join("release"), "").unwrap();
+    let answer = c.until("command_result").pop().unwrap();
+    assert!(
+        answer["text"].as_str().unwrap().contains("typed-42"),
+        "{answer}"
+    );
+}
+
 #[test]
 fn a_refusal_with_a_reason_reaches_the_model_and_reads_as_words() {
     let dir = tempfile::tempdir().unwrap();

@@ -350,17 +350,33 @@ async fn run_shell(conn: &Conn, live: &mut Live, command: &str) -> String {
     let Ok(_lane) = conn.shared.lanes.acquire(&key).await else {
         return "the daemon is draining: no new commands".into();
     };
-    let record = live
-        .lp
-        .run_user_command(command, &CancellationToken::new())
-        .await;
-    while let Ok(ev) = live.events.try_recv() {
+    let Live {
+        lp,
+        events,
+        shell_context,
+        ..
+    } = &mut *live;
+    let cancel = CancellationToken::new();
+    let run = lp.run_user_command(command, &cancel);
+    tokio::pin!(run);
+    // Relayed while the command runs, so its output shows as it comes.
+    let record = loop {
+        tokio::select! {
+            record = &mut run => break record,
+            Some(ev) = events.recv() => {
+                if let Some(m) = ServerMessage::from_event(&ev) {
+                    conn.send(m);
+                }
+            }
+        }
+    };
+    while let Ok(ev) = events.try_recv() {
         if let Some(m) = ServerMessage::from_event(&ev) {
             conn.send(m);
         }
     }
     let output = record.result.content;
-    live.shell_context.push(format!(
+    shell_context.push(format!(
         "The user ran `{command}` in the workspace ({}):\n{output}",
         record.outcome
     ));
