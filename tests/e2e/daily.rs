@@ -501,6 +501,21 @@ fn a_claude_code_bash_hook_blocks_rm_in_the_daemon() {
         "{seen:?}"
     );
     assert_eq!(ends[1]["is_error"], false, "{seen:?}");
+    // The client is told which hook decided, before the call's end.
+    let decided: Vec<usize> = (0..seen.len())
+        .filter(|&i| seen[i]["type"] == "hook_decision")
+        .collect();
+    assert_eq!(decided.len(), 1, "{seen:?}");
+    let decision = &seen[decided[0]];
+    assert_eq!(decision["event"], "PreToolUse", "{decision}");
+    assert_eq!(decision["decision"], "deny", "{decision}");
+    assert_eq!(decision["tool"], "bash", "{decision}");
+    assert!(
+        decision["reason"].as_str().unwrap().contains("no rm here"),
+        "{decision}"
+    );
+    let first_end = seen.iter().position(|m| m["type"] == "tool_end").unwrap();
+    assert!(decided[0] < first_end, "{seen:?}");
     assert!(d.join("keep.txt").exists(), "rm ran");
     assert!(d.join("made.txt").exists(), "the shell never ran");
 }

@@ -469,6 +469,10 @@ fn a_claude_code_bash_hook_blocks_rm_in_the_repl() {
         stdout.contains("no rm here"),
         "the refusal is not shown: {stdout}"
     );
+    assert!(
+        stdout.contains("! PreToolUse hook command: ") && stdout.contains(" on bash: deny: "),
+        "which hook refused is not shown: {stdout}"
+    );
 }
 
 #[test]

@@ -212,6 +212,17 @@ async fn show<W: AsyncWrite + Unpin>(
             screen.wait(&format!("running {tool}"));
         }
         ServerMessage::ToolOutputDelta { call_id, text } => screen.tool_output(&call_id, &text),
+        ServerMessage::HookDecision {
+            event,
+            hook,
+            tool,
+            decision,
+            reason,
+        } => {
+            let on = tool.map(|t| format!(" on {t}")).unwrap_or_default();
+            let why = reason.map(|r| format!(": {r}")).unwrap_or_default();
+            screen.line(&format!("  ! {event} hook {hook}{on}: {decision}{why}"));
+        }
         ServerMessage::ToolEnd {
             tool,
             outcome,

@@ -4,10 +4,11 @@
 //! Server -> client: first a `session` greeting; then, per prompt, `text_delta` and
 //! `thinking_delta` as the model streams, `stream` (a round's whole assistant text, after its
 //! deltas, so a client that showed the deltas need not show it again), events (`round_start`,
-//! `tool_start`, `tool_output_delta` (a running command's output as it is read), `tool_end`,
-//! `tokens`, `turn_end`), possibly
+//! `tool_start`, `tool_output_delta` (a running command's output as it is read), `hook_decision`
+//! (a hook denied, rewrote, asked or added context), `tool_end`, `tokens`, `turn_end`), possibly
 //! `approval_request` (answered by the client's `approval_response`, denied on timeout with an
-//! `approval_timeout` notice), and finally `result` (with the turn's token usage and cost). `command_result` answers a `command`;
+//! `approval_timeout` notice), and finally `result` (with the turn's token usage and cost).
+//! `command_result` answers a `command`;
 //! `sessions` answers `/resume` without an id (the sessions one may resume, for the client to
 //! offer as a picker or a numbered list);
 //! `error` reports a bad line or a refused request without closing the connection.
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::{LoopEvent, TerminationReason};
 use crate::conversation::Usage;
+use crate::hooks::{HookDecisionKind, HookEventKind};
 use crate::ids::SessionId;
 use crate::policy::{SafetyLevel, SessionMode};
 use crate::store::timeline::CallOutcome;
@@ -91,6 +93,15 @@ pub enum ServerMessage {
     ToolOutputDelta {
         call_id: String,
         text: String,
+    },
+    /// A hook decided something (denied, rewrote, asked, added context): shown so a person
+    /// knows why a call or prompt changed.
+    HookDecision {
+        event: HookEventKind,
+        hook: String,
+        tool: Option<String>,
+        decision: HookDecisionKind,
+        reason: Option<String>,
     },
     ToolEnd {
         call_id: String,
@@ -204,6 +215,20 @@ impl ServerMessage {
                 tool: tool.clone(),
                 outcome: outcome.clone(),
                 is_error: *is_error,
+            },
+            LoopEvent::HookDecision {
+                event,
+                hook,
+                tool,
+                decision,
+                reason,
+                ..
+            } => ServerMessage::HookDecision {
+                event: *event,
+                hook: hook.clone(),
+                tool: tool.clone(),
+                decision: *decision,
+                reason: reason.clone(),
             },
             LoopEvent::TurnEnded { termination, .. } => ServerMessage::TurnEnd {
                 termination: *termination,
