@@ -27,7 +27,7 @@ fn repl_typed(dir: &Path, args: &[&str], typed: &[u8]) -> std::process::Output {
 }
 
 /// A checkpointed `geode exec` session `id` on `answer.toml`, a little older than the next.
-fn exec_session(dir: &Path, id: &str, prompt: &str) {
+pub(super) fn exec_session(dir: &Path, id: &str, prompt: &str) {
     let out = geode(dir)
         .args([
             "exec",

@@ -214,28 +214,6 @@ text = "Edited."
     master.write_all(b"/quit\r").unwrap();
 }
 
-/// A checkpointed `geode exec` session `id` in `d` whose first prompt is `prompt`.
-fn exec_session(d: &std::path::Path, id: &str, prompt: &str) {
-    let out = super::common::geode_in(d)
-        .args([
-            "exec",
-            "--model",
-            "scripted:script.toml",
-            "--session-id",
-            id,
-        ])
-        .arg(prompt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // Last activity is the list's order: the next session is the newer one.
-    std::thread::sleep(Duration::from_millis(20));
-}
-
 /// The session id the screen's last greeting names.
 fn greeted_id(screen: &Screen) -> String {
     let at = screen.text.rfind("geode: session ").expect(&screen.text) + 15;
@@ -263,9 +241,11 @@ fn the_greeting_is_above_the_first_prompt_before_anything_is_typed() {
 fn resume_without_an_id_picks_a_session_with_the_arrow_keys() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("script.toml"), "[[turns]]\ntext = \"Fine.\"\n").unwrap();
-    exec_session(d, "older-one", "fix the flaky test");
-    exec_session(d, "newer-one", "write the release notes");
+    for script in ["answer.toml", "script.toml"] {
+        std::fs::write(d.join(script), "[[turns]]\ntext = \"Fine.\"\n").unwrap();
+    }
+    super::daily_cli::exec_session(d, "older-one", "fix the flaky test");
+    super::daily_cli::exec_session(d, "newer-one", "write the release notes");
     let (_child, mut master, mut screen) = repl_in_a_terminal(d);
     screen.wait_for("/help for commands");
     let own = greeted_id(&screen);
