@@ -117,10 +117,7 @@ async fn the_built_in_packs_give_the_same_verdicts_under_docker_as_in_the_sandbo
         "{log}"
     );
     // No container outlives its trial.
-    assert_eq!(
-        engine.trial_containers(Some(dir.path())),
-        Vec::<String>::new()
-    );
+    assert_eq!(engine.trial_containers(dir.path()), Vec::<String>::new());
 }
 
 /// The attacks module's task (the honest answer is `/app/answer.txt` = 42), whose test writes

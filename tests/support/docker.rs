@@ -86,54 +86,49 @@ impl Engine {
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
-        engine.remove_leftover_trials();
+        engine.remove_leftover_containers();
         engine.import_bases().await;
         engine
     }
 
     /// The engine's state outlives a test run killed half-way (a machine shut down under CI
-    /// leaves its trials' containers behind), and only one test holds the engine at a time: any
-    /// GEODE trial container found now belongs to no one.
-    fn remove_leftover_trials(&self) {
-        let ids = self.trial_containers(None);
-        if ids.is_empty() {
-            return;
+    /// leaves its trials' containers behind, GEODE's and Harbor's), and only one test holds the
+    /// engine at a time: any container found now belongs to no one.
+    fn remove_leftover_containers(&self) {
+        let listed = self.output(&["ps", "--all", "--quiet"]);
+        let ids: Vec<&str> = listed.split_whitespace().collect();
+        if !ids.is_empty() {
+            self.output(&[&["rm", "--force", "--volumes"][..], &ids].concat());
         }
-        let out = self
-            .docker()
-            .args(["rm", "--force", "--volumes"])
-            .args(&ids)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "removing leftover trial containers {ids:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
     }
 
-    /// The ids of the engine's GEODE trial containers, running or not; with `under`, only those
-    /// of trials in that folder.
-    pub fn trial_containers(&self, under: Option<&std::path::Path>) -> Vec<String> {
-        let out = self
-            .docker()
-            .args(["ps", "--all", "--filter", "label=geode.trial"])
-            .args(["--format", "{{.ID}} {{.Label \"geode.trial\"}}"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
+    /// The ids of the engine's GEODE trial containers under `dir`, running or not.
+    pub fn trial_containers(&self, dir: &std::path::Path) -> Vec<String> {
+        let listed = self.output(&[
+            "ps",
+            "--all",
+            "--filter",
+            "label=geode.trial",
+            "--format",
+            "{{.ID}} {{.Label \"geode.trial\"}}",
+        ]);
+        listed
             .lines()
             .filter_map(|line| line.split_once(' '))
-            .filter(|(_, trial)| {
-                under.is_none_or(|dir| std::path::Path::new(trial).starts_with(dir))
-            })
+            .filter(|(_, trial)| std::path::Path::new(trial).starts_with(dir))
             .map(|(id, _)| id.to_string())
             .collect()
+    }
+
+    /// What `docker ARGS` printed; a failure fails the test.
+    fn output(&self, args: &[&str]) -> String {
+        let out = self.docker().args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "docker {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Each base the engine lacks: from the test store (bootstrapped there on first use),
@@ -168,12 +163,7 @@ impl Engine {
                 vec!["tag", &served, base],
                 vec!["rmi", &served],
             ] {
-                let out = self.docker().args(&args).output().unwrap();
-                assert!(
-                    out.status.success(),
-                    "docker {args:?}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                self.output(&args);
             }
         }
     }
