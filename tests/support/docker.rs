@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -19,13 +20,17 @@ const SOCKET: &str = "/run/geode-test-docker.sock";
 /// The images the built-in pack and the tests' tasks start from.
 pub const BASES: [&str; 2] = ["debian:bookworm-slim", "python:3.11-slim-bookworm"];
 
-/// One docker test at a time: they share the engine and its images.
+/// One docker test at a time: they share the engine and its images. The mutex orders the
+/// tests of one binary; the file lock orders test processes (two checkouts testing at once,
+/// or a runner that starts one process per test), which share the socket and the state folder.
 static ENGINE_LOCK: Mutex<()> = Mutex::new(());
+const MACHINE_LOCK: &str = "/run/geode-test-docker.lock";
 
 /// The engine, for as long as one test holds it; the engine the tests started stops with it.
 pub struct Engine {
     dockerd: Option<Child>,
     _lock: MutexGuard<'static, ()>,
+    _machine_lock: std::fs::File,
 }
 
 impl Engine {
@@ -53,9 +58,16 @@ impl Engine {
     /// The engine, started when none answers on the test socket, with [`BASES`] in it.
     pub async fn start() -> Engine {
         let lock = ENGINE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+        let machine_lock = std::fs::File::create(MACHINE_LOCK).unwrap();
+        // Released when the file closes, so a killed test process frees it too.
+        assert_eq!(
+            unsafe { libc::flock(machine_lock.as_raw_fd(), libc::LOCK_EX) },
+            0
+        );
         let mut engine = Engine {
             dockerd: None,
             _lock: lock,
+            _machine_lock: machine_lock,
         };
         if !engine.answers() {
             assert!(
