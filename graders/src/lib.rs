@@ -10,6 +10,7 @@
 // what reaches stdout and stderr.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod compare;
 #[cfg(test)]
 mod enum_names;
 pub mod grade;

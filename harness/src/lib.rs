@@ -19,3 +19,4 @@ pub mod search;
 pub mod store;
 pub mod summary;
 pub mod tb1;
+pub mod view;

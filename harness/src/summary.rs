@@ -11,7 +11,7 @@ use geode_graders::TrialOutcome;
 use geode_graders::summary;
 use serde::Serialize;
 
-use crate::store::TrialRow;
+use crate::store::{TrialRow, TrialUsage};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskScore {
@@ -43,17 +43,42 @@ pub struct RunSummary {
     pub cost_usd: f64,
 }
 
+/// One trial as the summary counts it.
+#[derive(Debug, Clone, Copy)]
+pub struct Counted<'a> {
+    pub task_id: &'a str,
+    pub outcome: TrialOutcome,
+    pub reward: Option<f64>,
+    pub usage: &'a TrialUsage,
+}
+
 /// The run's summary, counted by the graders' one score summary (`geode_graders::summary`), so
 /// `geode report` on the same store prints the same figures.
 pub fn summarize(trials: &[TrialRow]) -> RunSummary {
+    summarize_counted(trials.iter().map(|t| Counted {
+        task_id: &t.task_id,
+        outcome: t.outcome,
+        reward: t.reward,
+        usage: &t.usage,
+    }))
+}
+
+/// [`summarize`] over trials read some other way than as whole rows (`geode view` reads only
+/// the columns it counts).
+pub fn summarize_counted<'a>(trials: impl IntoIterator<Item = Counted<'a>>) -> RunSummary {
     let mut by_task: BTreeMap<&str, Vec<(TrialOutcome, Option<f64>)>> = BTreeMap::new();
     let mut outcomes: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut n, mut input_tokens, mut output_tokens, mut cost_usd) = (0usize, 0u64, 0u64, 0f64);
     for t in trials {
+        n += 1;
         by_task
-            .entry(t.task_id.as_str())
+            .entry(t.task_id)
             .or_default()
             .push((t.outcome, t.reward));
         *outcomes.entry(t.outcome.as_str().to_string()).or_default() += 1;
+        input_tokens += t.usage.input_tokens;
+        output_tokens += t.usage.output_tokens;
+        cost_usd += t.usage.cost_usd;
     }
     let mut points = Vec::new();
     let mut per_task = Vec::new();
@@ -74,7 +99,7 @@ pub fn summarize(trials: &[TrialRow]) -> RunSummary {
     let scores = summary::scores(&points);
     RunSummary {
         tasks: by_task.len(),
-        trials: trials.len(),
+        trials: n,
         accuracy: scores.accuracy.unwrap_or(f64::NAN),
         tb_stderr: scores.tb_stderr.unwrap_or(f64::NAN),
         ci95: scores.ci95,
@@ -82,9 +107,9 @@ pub fn summarize(trials: &[TrialRow]) -> RunSummary {
         pass_at_k: summary::pass_at_k_curve(&points),
         outcomes,
         per_task,
-        input_tokens: trials.iter().map(|t| t.usage.input_tokens).sum(),
-        output_tokens: trials.iter().map(|t| t.usage.output_tokens).sum(),
-        cost_usd: trials.iter().map(|t| t.usage.cost_usd).sum(),
+        input_tokens,
+        output_tokens,
+        cost_usd,
     }
 }
 

@@ -19,8 +19,7 @@ pub mod frames;
 pub mod load;
 pub mod render;
 pub mod report;
-pub mod stats;
-pub mod synth;
+pub use geode_graders::run_store::synth;
 
 pub use error::ReportError;
 pub use load::{Loaded, RewardKey, RunRef, Store, TrialColumns, load, load_scoring, resolve_run};

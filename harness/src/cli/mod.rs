@@ -39,6 +39,7 @@ mod show;
 mod skills;
 mod tasks;
 mod trust;
+mod view;
 mod worker;
 
 #[derive(Debug, Parser)]
@@ -100,6 +101,8 @@ pub enum Command {
     Crucible(crucible::CrucibleCommand),
     /// Print a trial's outcome and the verifier's named checks.
     Show(show::ShowArgs),
+    /// A local web UI over a jobs folder: runs, trials, transcripts, comparisons, decisions.
+    View(view::ViewArgs),
     /// Re-grade the stored trials of a run without running agents again.
     Grade(show::GradeArgs),
     /// Inspect, hash and import task packs.
@@ -184,6 +187,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(cmd) => runtime.block_on(bench::run(cmd)),
         Command::Tasks(cmd) => runtime.block_on(tasks::run(cmd)),
         Command::Show(args) => show::show(args),
+        Command::View(args) => runtime.block_on(view::run(args)),
         Command::Grade(args) => runtime.block_on(show::grade(args)),
         Command::Dataset(cmd) => dataset::run(cmd),
         Command::Curate(args) => runtime.block_on(curate::run(args)),

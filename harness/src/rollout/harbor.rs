@@ -20,6 +20,7 @@ use crate::env::kind::BackendKind;
 use crate::pack::{Task, TaskPack, VerifierMode};
 use crate::store::TrialRow;
 use crate::summary::RunSummary;
+use geode_graders::TrialOutcome;
 
 /// The agent name Harbor sees: GEODE's own loop, whatever model drives it.
 const AGENT_NAME: &str = "geode";
@@ -157,6 +158,41 @@ fn verifier_mode(task: &Task) -> &'static str {
         VerifierMode::Separate => "separate",
         VerifierMode::Shared => "shared",
     }
+}
+
+/// Harbor's exception class for the outcomes it names, in both directions: GEODE writes these
+/// into `exception_info` (so `harbor jobs resume -f CLASS` and `geode resume --rerun CLASS`
+/// name the same trials) and `geode view` reads a Harbor trial's class back into an outcome.
+const EXCEPTION_CLASSES: [(TrialOutcome, &str); 8] = [
+    (TrialOutcome::RewardMissing, "RewardFileNotFoundError"),
+    (TrialOutcome::RewardMalformed, "VerifierOutputParseError"),
+    (TrialOutcome::VerifierTimeout, "VerifierTimeoutError"),
+    (TrialOutcome::AgentTimeout, "AgentTimeoutError"),
+    (TrialOutcome::AgentError, "NonZeroAgentExitCodeError"),
+    (
+        TrialOutcome::EnvironmentSetupFailed,
+        "EnvironmentStartTimeoutError",
+    ),
+    (TrialOutcome::Cancelled, "CancelledError"),
+    // Read only: Harbor's name for an empty reward file, which GEODE counts as missing.
+    (TrialOutcome::RewardMissing, "RewardFileEmptyError"),
+];
+
+/// The class Harbor gives `outcome`, when it has one.
+pub fn exception_class(outcome: TrialOutcome) -> Option<&'static str> {
+    EXCEPTION_CLASSES
+        .iter()
+        .find(|(o, _)| *o == outcome)
+        .map(|(_, class)| *class)
+}
+
+/// The outcome a Harbor exception class stands for (`None` for a class Harbor's trial code does
+/// not name here, which a reader must decide about itself).
+pub fn outcome_of_exception(class: &str) -> Option<TrialOutcome> {
+    EXCEPTION_CLASSES
+        .iter()
+        .find(|(_, c)| *c == class)
+        .map(|(o, _)| *o)
 }
 
 /// Harbor's `ExceptionInfo` for a GEODE failure class.
@@ -345,6 +381,20 @@ mod tests {
             matches!(&parts[3][..1], "8" | "9" | "a" | "b"),
             "{a}: variant"
         );
+    }
+
+    #[test]
+    fn exception_classes_read_back_as_the_outcome_they_were_written_for() {
+        for outcome in TrialOutcome::ALL {
+            if let Some(class) = exception_class(outcome) {
+                assert_eq!(outcome_of_exception(class), Some(outcome), "{class}");
+            }
+        }
+        assert_eq!(
+            outcome_of_exception("RewardFileEmptyError"),
+            Some(TrialOutcome::RewardMissing)
+        );
+        assert_eq!(outcome_of_exception("SomethingElse"), None);
     }
 
     #[test]

@@ -109,7 +109,9 @@ fn is_loopback_name(host: &str) -> bool {
 
 /// Whether a request's `Host` and `Origin` are ones this server answers: on loopback, loopback
 /// names only; elsewhere, an `Origin` (when sent) naming the host the request was sent to.
-fn own_origin(loopback: bool, host: Option<&str>, origin: Option<&str>) -> bool {
+/// Public so every HTTP face of GEODE on a person's machine (`geode view` too) applies the one
+/// rule against DNS rebinding.
+pub fn own_origin(loopback: bool, host: Option<&str>, origin: Option<&str>) -> bool {
     let host = host.map(host_name);
     if loopback && host.is_some_and(|h| !is_loopback_name(h)) {
         return false;
@@ -148,7 +150,7 @@ async fn require_own_origin(
 }
 
 /// Constant-time comparison, so the token cannot be guessed byte by byte from timings.
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -318,10 +318,5 @@ fn grade(plan: &TrialPlan, rec: &mut Record) -> Result<(f64, BTreeMap<String, f6
 /// The exception class Harbor gives a verifier that left no usable reward, so `harbor jobs
 /// resume -f CLASS` and `geode resume --rerun CLASS` name the same trials.
 fn verifier_exception_class(outcome: TrialOutcome) -> &'static str {
-    match outcome {
-        TrialOutcome::RewardMissing => "RewardFileNotFoundError",
-        TrialOutcome::RewardMalformed => "VerifierOutputParseError",
-        TrialOutcome::VerifierTimeout => "VerifierTimeoutError",
-        _ => "VerifierResultError",
-    }
+    crate::rollout::harbor::exception_class(outcome).unwrap_or("VerifierResultError")
 }

@@ -1,16 +1,22 @@
-//! Writing run stores: the fixtures of the tests and the synthetic million-trial store of the
-//! benchmark. The tables are the one run-store schema (`geode_graders::run_store`), the
-//! harness's too.
+//! Writing run stores: the fixtures of the tests and the synthetic stores of the benchmarks
+//! (the reports' million trials, the viewer's ten thousand). The tables are the one run-store
+//! schema ([`super::create_tables`]), the harness's too.
 //!
 //! Everything is deterministic: values come from the caller or from a seeded SplitMix64, and
 //! timestamps from a fixed epoch.
 
 use std::path::Path;
 
-use geode_graders::run_store;
 use rusqlite::{Connection, Statement, params};
 
-use crate::error::ReportError;
+/// A synthetic store that could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {source}", path.display())]
+pub struct SynthError {
+    pub path: std::path::PathBuf,
+    #[source]
+    pub source: rusqlite::Error,
+}
 
 /// A run row.
 #[derive(Debug, Clone)]
@@ -51,8 +57,8 @@ pub struct Writer {
     path: std::path::PathBuf,
 }
 
-fn sqlite(path: &Path) -> impl Fn(rusqlite::Error) -> ReportError + '_ {
-    move |source| ReportError::Sqlite {
+fn sqlite(path: &Path) -> impl Fn(rusqlite::Error) -> SynthError + '_ {
+    move |source| SynthError {
         path: path.to_path_buf(),
         source,
     }
@@ -84,16 +90,16 @@ pub fn rfc3339_ms(ms: i64) -> String {
 
 impl Writer {
     /// Creates (or opens) the store at `path` with the harness's tables.
-    pub fn create(path: &Path) -> Result<Writer, ReportError> {
+    pub fn create(path: &Path) -> Result<Writer, SynthError> {
         let conn = Connection::open(path).map_err(sqlite(path))?;
-        run_store::create_tables(&conn).map_err(sqlite(path))?;
+        super::create_tables(&conn).map_err(sqlite(path))?;
         Ok(Writer {
             conn,
             path: path.to_path_buf(),
         })
     }
 
-    pub fn insert_run(&self, r: &RunRecord<'_>) -> Result<(), ReportError> {
+    pub fn insert_run(&self, r: &RunRecord<'_>) -> Result<(), SynthError> {
         self.conn
             .execute(
                 "INSERT INTO runs VALUES (?1, ?2, 'packs/synthetic', ?3, ?4, ?5, ?6, ?7, ?8, '{}', ?9)",
@@ -117,7 +123,7 @@ impl Writer {
     pub fn insert_trials<'a>(
         &mut self,
         trials: impl IntoIterator<Item = TrialRecord<'a>>,
-    ) -> Result<(), ReportError> {
+    ) -> Result<(), SynthError> {
         let path = self.path.clone();
         let tx = self.conn.transaction().map_err(sqlite(&path))?;
         {
@@ -213,7 +219,7 @@ const DIFFICULTIES: [&str; 3] = ["easy", "medium", "hard"];
 /// Fills a new store at `path` with `runs x tasks x attempts` trials: task difficulty varies,
 /// each later run is a little better, 2 % of trials are infrastructure failures and 3 % time
 /// out. Returns the run ids.
-pub fn synthetic_store(path: &Path, spec: SynthSpec) -> Result<Vec<String>, ReportError> {
+pub fn synthetic_store(path: &Path, spec: SynthSpec) -> Result<Vec<String>, SynthError> {
     let mut w = Writer::create(path)?;
     let mut rng = SplitMix::new(spec.seed);
     let base = 1_767_225_600_000i64; // 2026-01-01T00:00:00Z

@@ -1,9 +1,12 @@
 //! The run store's tables, `geode.runstore.v1`: one SQLite file per jobs folder with a row per
 //! run, a row per trial and a row per re-grade. Defined once, here, below both the harness
 //! (which writes runs and trials through `geode_harness::store::RunStore`) and the reports
-//! (which read stores and write synthetic ones), so the two cannot drift apart.
+//! (which read stores), so the two cannot drift apart. [`synth`] writes synthetic stores for the
+//! tests and benchmarks of both.
 
 use rusqlite::{Connection, params};
+
+pub mod synth;
 
 /// The schema name the store records in its `meta` table.
 pub const SCHEMA: &str = "geode.runstore.v1";

@@ -1,0 +1,602 @@
+//! The viewer's questions to a run store, in SQL over the run store's columns: every run with
+//! its summary (counted by the harness's one summary, so the page shows what `geode run`
+//! printed), one page of a run's trials under a filter and a sort, and two runs paired task by
+//! task through the graders' one comparison (`geode compare`'s own).
+//!
+//! A filter names its fields with typed values (an outcome class, an integrity signal, a sort
+//! column), never SQL: every value is a bound parameter and every column name comes from a
+//! closed enum. Only a transcript search reads files: the trajectories of the trials the other
+//! filters left, one at a time, never all of a run up front.
+
+use std::collections::BTreeMap;
+
+use geode_graders::TrialOutcome;
+use geode_graders::compare::{Comparison, RunColumns};
+use rusqlite::types::Value as Sql;
+use rusqlite::{Row, params_from_iter};
+use serde::{Deserialize, Serialize};
+
+use super::ViewError;
+use super::catalog::{Catalog, Origin, RunEntry, Source};
+use crate::store::TrialUsage;
+use crate::summary::{Counted, RunSummary, summarize_counted};
+
+/// A run as the runs page shows it.
+#[derive(Debug, Serialize)]
+pub struct RunView {
+    pub key: String,
+    pub run_id: String,
+    pub origin: Origin,
+    pub created: String,
+    pub pack: String,
+    pub model: String,
+    pub seed: u64,
+    pub attempts: u32,
+    pub status: String,
+    pub finished_trials: usize,
+    pub running_trials: usize,
+    /// First trial start to last trial end, seconds.
+    pub duration_seconds: Option<f64>,
+    pub summary: RunSummary,
+}
+
+fn sql(source: &Source) -> impl Fn(rusqlite::Error) -> ViewError + '_ {
+    ViewError::sqlite(&source.path)
+}
+
+/// Every run of the catalog with its summary over its finished trials.
+pub fn runs(c: &Catalog) -> Result<Vec<RunView>, ViewError> {
+    let mut out = Vec::new();
+    for run in c.runs() {
+        out.push(run_view(c, run)?);
+    }
+    Ok(out)
+}
+
+/// One run with its summary.
+pub fn run_view(c: &Catalog, run: &RunEntry) -> Result<RunView, ViewError> {
+    let s = c.source_of(run);
+    let err = sql(s);
+    let mut view = s
+        .conn
+        .prepare_cached(
+            "SELECT created, pack_path, model_route, seed, attempts, status FROM runs
+             WHERE run_id = ?1",
+        )
+        .map_err(&err)?
+        .query_row([&run.run_id], |r| {
+            Ok(RunView {
+                key: run.key.clone(),
+                run_id: run.run_id.clone(),
+                origin: s.origin,
+                created: r.get(0)?,
+                pack: r.get(1)?,
+                model: r.get(2)?,
+                seed: r.get::<_, i64>(3)? as u64,
+                attempts: r.get(4)?,
+                status: r.get(5)?,
+                finished_trials: 0,
+                running_trials: 0,
+                duration_seconds: None,
+                summary: summarize_counted([]),
+            })
+        })
+        .map_err(&err)?;
+    let mut st = s
+        .conn
+        .prepare_cached(
+            "SELECT task_id, status, outcome, reward, input_tokens, cached_tokens, output_tokens,
+                    cost_usd, started, finished FROM trials WHERE run_id = ?1",
+        )
+        .map_err(&err)?;
+    let mut rows = st.query([&run.run_id]).map_err(&err)?;
+    let mut counted: Vec<(String, TrialOutcome, Option<f64>, TrialUsage)> = Vec::new();
+    let (mut first, mut last): (Option<String>, Option<String>) = (None, None);
+    while let Some(r) = rows.next().map_err(&err)? {
+        let status: String = r.get(1).map_err(&err)?;
+        let outcome: Option<String> = r.get(2).map_err(&err)?;
+        let started: Option<String> = r.get(8).map_err(&err)?;
+        if let Some(t) = started
+            && first.as_ref().is_none_or(|f| t < *f)
+        {
+            first = Some(t);
+        }
+        let outcome = match (
+            status.as_str(),
+            outcome.as_deref().and_then(TrialOutcome::parse),
+        ) {
+            ("finished", Some(o)) => o,
+            _ => {
+                view.running_trials += 1;
+                continue;
+            }
+        };
+        if let Some(t) = r.get::<_, Option<String>>(9).map_err(&err)?
+            && last.as_ref().is_none_or(|l| t > *l)
+        {
+            last = Some(t);
+        }
+        let int = |i| {
+            r.get::<_, Option<i64>>(i)
+                .map(|v| v.unwrap_or(0).max(0) as u64)
+        };
+        counted.push((
+            r.get(0).map_err(&err)?,
+            outcome,
+            r.get(3).map_err(&err)?,
+            TrialUsage {
+                input_tokens: int(4).map_err(&err)?,
+                cached_tokens: int(5).map_err(&err)?,
+                output_tokens: int(6).map_err(&err)?,
+                cost_usd: r.get::<_, Option<f64>>(7).map_err(&err)?.unwrap_or(0.0),
+                model_calls: 0,
+            },
+        ));
+    }
+    view.finished_trials = counted.len();
+    view.duration_seconds = first.zip(last).and_then(|(a, b)| seconds_between(&a, &b));
+    view.summary =
+        summarize_counted(
+            counted
+                .iter()
+                .map(|(task, outcome, reward, usage)| Counted {
+                    task_id: task,
+                    outcome: *outcome,
+                    reward: *reward,
+                    usage,
+                }),
+        );
+    Ok(view)
+}
+
+fn seconds_between(a: &str, b: &str) -> Option<f64> {
+    let parse = |s: &str| {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .map(|d| d.naive_utc())
+            .or_else(|_| chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f"))
+            .ok()
+    };
+    Some((parse(b)? - parse(a)?).num_milliseconds() as f64 / 1000.0)
+}
+
+/// Which outcomes a filter keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeFilter {
+    One(TrialOutcome),
+    /// The outcomes that count in scores.
+    Agent,
+    /// The infrastructure outcomes, left out of scores.
+    Infrastructure,
+    /// Trials still running (no outcome yet).
+    Running,
+}
+
+impl<'de> Deserialize<'de> for OutcomeFilter {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.as_str() {
+            "agent" => Ok(OutcomeFilter::Agent),
+            "infrastructure" => Ok(OutcomeFilter::Infrastructure),
+            "running" => Ok(OutcomeFilter::Running),
+            other => TrialOutcome::parse(other)
+                .map(OutcomeFilter::One)
+                .ok_or_else(|| {
+                    serde::de::Error::custom(format!(
+                        "outcome {other:?} is not an outcome class, `agent`, `infrastructure` or \
+                     `running`"
+                    ))
+                }),
+        }
+    }
+}
+
+/// The integrity signal a filter asks for (the run store's `integrity` keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, strum::IntoStaticStr, strum::EnumIter)]
+#[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
+pub enum IntegrityFlag {
+    /// Any signal at all.
+    Any,
+    DeniedDangerousCalls,
+    RewardTampering,
+    NetworkAttempts,
+    UncertainEffects,
+    SealedDataAccess,
+}
+
+/// The columns a trial page sorts by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SortKey {
+    #[default]
+    Trial,
+    Task,
+    Category,
+    Outcome,
+    Reward,
+    Duration,
+    Cost,
+    Started,
+}
+
+impl SortKey {
+    fn sql(self) -> &'static str {
+        match self {
+            SortKey::Trial => "trial_name",
+            SortKey::Task => "task_id, attempt",
+            SortKey::Category => "category, task_id",
+            SortKey::Outcome => "outcome, task_id",
+            SortKey::Reward => "reward",
+            SortKey::Duration => "duration",
+            SortKey::Cost => "cost_usd",
+            SortKey::Started => "started",
+        }
+    }
+}
+
+fn default_limit() -> usize {
+    100
+}
+
+/// The largest page a request may ask for.
+pub const MAX_PAGE: usize = 1000;
+
+/// A page of a run's trials: filters (all optional, all must hold), a sort and a window.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrialQuery {
+    pub run: String,
+    /// Part of the task's name.
+    pub task: Option<String>,
+    pub category: Option<String>,
+    pub outcome: Option<OutcomeFilter>,
+    /// The exception class (Harbor's `exception_type`).
+    pub exception: Option<String>,
+    pub reward_min: Option<f64>,
+    pub reward_max: Option<f64>,
+    pub integrity: Option<IntegrityFlag>,
+    pub min_seconds: Option<f64>,
+    pub max_seconds: Option<f64>,
+    /// Text the trial's transcript must contain (case-insensitive): reads trajectories.
+    pub q: Option<String>,
+    #[serde(default)]
+    pub sort: SortKey,
+    #[serde(default)]
+    pub desc: bool,
+    #[serde(default)]
+    pub offset: usize,
+    #[serde(default = "default_limit")]
+    pub limit: usize,
+}
+
+/// One trial in a list.
+#[derive(Debug, Serialize)]
+pub struct TrialItem {
+    pub trial_name: String,
+    pub task_id: String,
+    pub category: String,
+    pub attempt: u32,
+    pub status: String,
+    pub outcome: Option<String>,
+    pub infrastructure: bool,
+    pub reward: Option<f64>,
+    pub exception_class: Option<String>,
+    pub duration_seconds: Option<f64>,
+    pub cost_usd: f64,
+    pub started: Option<String>,
+    pub integrity: BTreeMap<String, u64>,
+}
+
+/// What the filter controls offer, with counts over the whole run.
+#[derive(Debug, Default, Serialize)]
+pub struct Facets {
+    pub categories: BTreeMap<String, usize>,
+    pub outcomes: BTreeMap<String, usize>,
+    pub exceptions: BTreeMap<String, usize>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TrialPage {
+    pub run: String,
+    /// Trials of the run that pass the filters.
+    pub total: usize,
+    /// Trials of the run.
+    pub run_total: usize,
+    pub offset: usize,
+    pub items: Vec<TrialItem>,
+    pub facets: Facets,
+}
+
+const DURATION: &str = "(julianday(finished) - julianday(started)) * 86400.0";
+
+/// The WHERE clause and its parameters for `q`'s filters (not the transcript search).
+fn where_clause(q: &TrialQuery, s: &Source, run_id: &str) -> (String, Vec<Sql>) {
+    let mut clauses = vec!["run_id = ?".to_owned()];
+    let mut params = vec![Sql::Text(run_id.to_owned())];
+    if let Some(t) = q.task.as_deref().filter(|t| !t.is_empty()) {
+        clauses.push("instr(lower(task_id), lower(?)) > 0".into());
+        params.push(Sql::Text(t.to_owned()));
+    }
+    if let Some(c) = &q.category {
+        clauses.push("category = ?".into());
+        params.push(Sql::Text(c.clone()));
+    }
+    match q.outcome {
+        None => {}
+        Some(OutcomeFilter::One(o)) => {
+            clauses.push("status = 'finished' AND outcome = ?".into());
+            params.push(Sql::Text(o.as_str().to_owned()));
+        }
+        Some(OutcomeFilter::Running) => clauses.push("status <> 'finished'".into()),
+        Some(f @ (OutcomeFilter::Agent | OutcomeFilter::Infrastructure)) => {
+            let infra = f == OutcomeFilter::Infrastructure;
+            let names: Vec<&str> = TrialOutcome::ALL
+                .iter()
+                .filter(|o| o.is_infrastructure() == infra)
+                .map(|o| o.as_str())
+                .collect();
+            clauses.push(format!(
+                "status = 'finished' AND outcome IN ({})",
+                vec!["?"; names.len()].join(", ")
+            ));
+            params.extend(names.into_iter().map(|n| Sql::Text(n.to_owned())));
+        }
+    }
+    if let Some(e) = &q.exception {
+        clauses.push("exception_class = ?".into());
+        params.push(Sql::Text(e.clone()));
+    }
+    if let Some(v) = q.reward_min {
+        clauses.push("reward >= ?".into());
+        params.push(Sql::Real(v));
+    }
+    if let Some(v) = q.reward_max {
+        clauses.push("reward <= ?".into());
+        params.push(Sql::Real(v));
+    }
+    if let Some(v) = q.min_seconds {
+        clauses.push(format!("{DURATION} >= ?"));
+        params.push(Sql::Real(v));
+    }
+    if let Some(v) = q.max_seconds {
+        clauses.push(format!("{DURATION} <= ?"));
+        params.push(Sql::Real(v));
+    }
+    if let Some(flag) = q.integrity {
+        let column = s.column("integrity");
+        let keys: Vec<&'static str> = match flag {
+            IntegrityFlag::Any => {
+                use strum::IntoEnumIterator;
+                IntegrityFlag::iter()
+                    .filter(|f| *f != IntegrityFlag::Any)
+                    .map(<&'static str>::from)
+                    .collect()
+            }
+            one => vec![one.into()],
+        };
+        let sum: Vec<String> = keys
+            .iter()
+            .map(|k| format!("coalesce(json_extract(CASE WHEN json_valid({column}) THEN {column} END, '$.{k}'), 0)"))
+            .collect();
+        clauses.push(format!("({}) > 0", sum.join(" + ")));
+    }
+    (clauses.join(" AND "), params)
+}
+
+fn item(r: &Row<'_>) -> rusqlite::Result<TrialItem> {
+    let outcome: Option<String> = r.get(5)?;
+    let integrity: String = r.get::<_, Option<String>>(11)?.unwrap_or_default();
+    let integrity: BTreeMap<String, u64> =
+        serde_json::from_str::<BTreeMap<String, serde_json::Value>>(&integrity)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(k, v)| v.as_u64().filter(|n| *n > 0).map(|n| (k, n)))
+            .collect();
+    Ok(TrialItem {
+        infrastructure: outcome
+            .as_deref()
+            .and_then(TrialOutcome::parse)
+            .is_some_and(TrialOutcome::is_infrastructure),
+        trial_name: r.get(0)?,
+        task_id: r.get(1)?,
+        category: r.get(2)?,
+        attempt: r.get(3)?,
+        status: r.get(4)?,
+        outcome,
+        reward: r.get(6)?,
+        exception_class: r.get(7)?,
+        duration_seconds: r.get(8)?,
+        cost_usd: r.get::<_, Option<f64>>(9)?.unwrap_or(0.0),
+        started: r.get(10)?,
+        integrity,
+    })
+}
+
+/// One page of `q.run`'s trials.
+pub fn trials(c: &Catalog, q: &TrialQuery) -> Result<TrialPage, ViewError> {
+    if q.limit == 0 || q.limit > MAX_PAGE {
+        return Err(ViewError::BadRequest {
+            field: "limit",
+            message: format!("{} is not in 1..={MAX_PAGE}", q.limit),
+        });
+    }
+    let run = c.run(&q.run)?;
+    let s = c.source_of(run);
+    let err = sql(s);
+    let (filter, params) = where_clause(q, s, &run.run_id);
+    let order = format!(
+        "{} {}, trial_name",
+        q.sort.sql(),
+        if q.desc { "DESC" } else { "ASC" }
+    );
+    let columns = format!(
+        "trial_name, task_id, category, attempt, status, outcome, reward, exception_class,
+         {DURATION} AS duration, cost_usd, started, {}",
+        s.column("integrity")
+    );
+    let search = q.q.as_deref().map(str::trim).filter(|t| !t.is_empty());
+    let (total, items) = match search {
+        None => {
+            let total: i64 = s
+                .conn
+                .prepare_cached(&format!("SELECT count(*) FROM trials WHERE {filter}"))
+                .map_err(&err)?
+                .query_row(params_from_iter(params.iter()), |r| r.get(0))
+                .map_err(&err)?;
+            let mut paged = params.clone();
+            paged.push(Sql::Integer(q.limit as i64));
+            paged.push(Sql::Integer(q.offset as i64));
+            let items = s
+                .conn
+                .prepare_cached(&format!(
+                    "SELECT {columns} FROM trials WHERE {filter} ORDER BY {order} LIMIT ? OFFSET ?"
+                ))
+                .map_err(&err)?
+                .query_map(params_from_iter(paged.iter()), item)
+                .map_err(&err)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(&err)?;
+            (total as usize, items)
+        }
+        Some(text) => {
+            let all = s
+                .conn
+                .prepare_cached(&format!(
+                    "SELECT {columns} FROM trials WHERE {filter} ORDER BY {order}"
+                ))
+                .map_err(&err)?
+                .query_map(params_from_iter(params.iter()), item)
+                .map_err(&err)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(&err)?;
+            let dir = c.run_dir(run);
+            let needle = text.to_lowercase();
+            let hits: Vec<TrialItem> = all
+                .into_iter()
+                .filter(|t| super::trial::transcript_contains(&dir, &t.trial_name, &needle))
+                .collect();
+            let total = hits.len();
+            (
+                total,
+                hits.into_iter().skip(q.offset).take(q.limit).collect(),
+            )
+        }
+    };
+    let run_total: i64 = s
+        .conn
+        .prepare_cached("SELECT count(*) FROM trials WHERE run_id = ?1")
+        .map_err(&err)?
+        .query_row([&run.run_id], |r| r.get(0))
+        .map_err(&err)?;
+    Ok(TrialPage {
+        run: run.key.clone(),
+        total,
+        run_total: run_total as usize,
+        offset: q.offset,
+        items,
+        facets: facets(s, &run.run_id)?,
+    })
+}
+
+fn facets(s: &Source, run_id: &str) -> Result<Facets, ViewError> {
+    let err = sql(s);
+    let mut f = Facets::default();
+    let mut st = s
+        .conn
+        .prepare_cached(
+            "SELECT category, CASE WHEN status = 'finished' THEN outcome ELSE 'running' END,
+                    exception_class, count(*)
+             FROM trials WHERE run_id = ?1 GROUP BY 1, 2, 3",
+        )
+        .map_err(&err)?;
+    let mut rows = st.query([run_id]).map_err(&err)?;
+    while let Some(r) = rows.next().map_err(&err)? {
+        let n = r.get::<_, i64>(3).map_err(&err)? as usize;
+        let category: String = r.get(0).map_err(&err)?;
+        *f.categories.entry(category).or_default() += n;
+        if let Some(o) = r.get::<_, Option<String>>(1).map_err(&err)? {
+            *f.outcomes.entry(o).or_default() += n;
+        }
+        if let Some(e) = r.get::<_, Option<String>>(2).map_err(&err)? {
+            *f.exceptions.entry(e).or_default() += n;
+        }
+    }
+    Ok(f)
+}
+
+/// A run's finished trials as the comparison's columns, sorted by (task, attempt).
+struct Side {
+    task: Vec<String>,
+    category: Vec<String>,
+    attempt: Vec<i64>,
+    infra: Vec<bool>,
+    reward: Vec<f64>,
+}
+
+fn side(c: &Catalog, key: &str) -> Result<Side, ViewError> {
+    let run = c.run(key)?;
+    let s = c.source_of(run);
+    let err = sql(s);
+    let mut st = s
+        .conn
+        .prepare_cached(
+            "SELECT task_id, category, attempt, outcome, reward FROM trials
+             WHERE run_id = ?1 AND status = 'finished' ORDER BY task_id, attempt",
+        )
+        .map_err(&err)?;
+    let mut rows = st.query([&run.run_id]).map_err(&err)?;
+    let mut out = Side {
+        task: Vec::new(),
+        category: Vec::new(),
+        attempt: Vec::new(),
+        infra: Vec::new(),
+        reward: Vec::new(),
+    };
+    while let Some(r) = rows.next().map_err(&err)? {
+        let outcome: Option<String> = r.get(3).map_err(&err)?;
+        out.task.push(r.get(0).map_err(&err)?);
+        out.category.push(r.get(1).map_err(&err)?);
+        out.attempt.push(r.get(2).map_err(&err)?);
+        // An outcome this build does not know cannot be scored: it counts as infrastructure.
+        out.infra.push(
+            outcome
+                .as_deref()
+                .and_then(TrialOutcome::parse)
+                .is_none_or(TrialOutcome::is_infrastructure),
+        );
+        out.reward
+            .push(r.get::<_, Option<f64>>(4).map_err(&err)?.unwrap_or(0.0));
+    }
+    Ok(out)
+}
+
+/// The paired comparison of run `candidate` with run `baseline` (`geode compare`'s).
+pub fn compare(c: &Catalog, baseline: &str, candidate: &str) -> Result<Comparison, ViewError> {
+    let (a, b) = (side(c, baseline)?, side(c, candidate)?);
+    let (at, ac) = (strs(&a.task), strs(&a.category));
+    let (bt, bc) = (strs(&b.task), strs(&b.category));
+    geode_graders::compare::compare(
+        (baseline, a.columns(&at, &ac)),
+        (candidate, b.columns(&bt, &bc)),
+    )
+    .map_err(|e| ViewError::BadRequest {
+        field: "runs",
+        message: e.to_string(),
+    })
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+impl Side {
+    fn columns<'a>(&'a self, task: &'a [&'a str], category: &'a [&'a str]) -> RunColumns<'a> {
+        RunColumns {
+            task,
+            category,
+            attempt: &self.attempt,
+            infra: &self.infra,
+            reward: &self.reward,
+        }
+    }
+}
