@@ -2,6 +2,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod attacks;
+#[path = "../support/browser.rs"]
+mod browser;
 mod channel;
 mod codex_login;
 mod common;
@@ -39,3 +41,4 @@ mod slurm_cluster;
 mod slurm_crucible;
 mod streaming;
 mod validity;
+mod view;

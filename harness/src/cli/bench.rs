@@ -6,6 +6,7 @@
 //! - `geode bench image REF`: the first pull and unpack of an image into an empty store, then
 //!   sandbox start + `true` + teardown on it; with `--docker` (a reachable docker engine),
 //!   `docker pull` and `docker run --rm IMAGE true` of the same reference, and the ratios.
+//! - `geode bench view`: the viewer's answers over a synthetic jobs folder (`bench_view.rs`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,6 +44,8 @@ pub enum BenchCommand {
         #[arg(long)]
         docker: bool,
     },
+    /// `geode view` on a synthetic jobs folder: listing runs and trials, filters, transcript search.
+    View(super::bench_view::BenchViewArgs),
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -92,6 +95,9 @@ async fn cycle(
 }
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
+    if let BenchCommand::View(args) = cmd {
+        return super::bench_view::run(args).await;
+    }
     let settings = ImageSettings::load()?;
     let scratch = tempfile_dir(&settings.store)?;
     let result = match cmd {
@@ -101,6 +107,8 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
             repeat,
             docker,
         } => bench_image(&settings, &scratch, &reference, repeat, docker).await,
+        // Answered above, before any image settings are read.
+        BenchCommand::View(_) => Ok(()),
     };
     let _ = std::fs::remove_dir_all(&scratch);
     result.map(|()| ExitCode::SUCCESS)

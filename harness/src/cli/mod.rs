@@ -11,6 +11,7 @@ use strum::IntoEnumIterator;
 
 mod backends;
 mod bench;
+mod bench_view;
 mod config;
 mod connect;
 mod crucible;

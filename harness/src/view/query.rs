@@ -267,6 +267,9 @@ pub struct TrialQuery {
     pub offset: usize,
     #[serde(default = "default_limit")]
     pub limit: usize,
+    /// The viewer's token, when a request carries it in the query (the guard checked it).
+    #[serde(default, skip_serializing)]
+    pub token: Option<String>,
 }
 
 /// One trial in a list.
