@@ -7,7 +7,6 @@
 
 #![allow(dead_code)]
 
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -30,7 +29,7 @@ const MACHINE_LOCK: &str = "/run/geode-test-docker.lock";
 pub struct Engine {
     dockerd: Option<Child>,
     _lock: MutexGuard<'static, ()>,
-    _machine_lock: std::fs::File,
+    _machine_lock: nix::fcntl::Flock<std::fs::File>,
 }
 
 impl Engine {
@@ -58,12 +57,13 @@ impl Engine {
     /// The engine, started when none answers on the test socket, with [`BASES`] in it.
     pub async fn start() -> Engine {
         let lock = ENGINE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        let machine_lock = std::fs::File::create(MACHINE_LOCK).unwrap();
         // Released when the file closes, so a killed test process frees it too.
-        assert_eq!(
-            unsafe { libc::flock(machine_lock.as_raw_fd(), libc::LOCK_EX) },
-            0
-        );
+        let machine_lock = nix::fcntl::Flock::lock(
+            std::fs::File::create(MACHINE_LOCK).unwrap(),
+            nix::fcntl::FlockArg::LockExclusive,
+        )
+        .map_err(|(_, e)| e)
+        .unwrap();
         let mut engine = Engine {
             dockerd: None,
             _lock: lock,
