@@ -1,5 +1,5 @@
 //! A docker engine for the docker backend's tests: Debian's `dockerd` (the `docker.io`
-//! package, which `.ci/run` installs), started by the tests on a socket of their own when
+//! package, which `scripts/test` installs), started by the tests on a socket of their own when
 //! none answers there, its state in `/var/cache/geode-test/docker` so images and build cache
 //! last between runs on one machine. Docker Hub is out of reach, so the Debian-based images
 //! the tasks name come from the machine-wide test store, pushed to a loopback registry and
@@ -72,7 +72,7 @@ impl Engine {
         if !engine.answers() {
             assert!(
                 std::path::Path::new("/usr/sbin/dockerd").exists(),
-                "/usr/sbin/dockerd is missing: `apt-get install docker.io` (.ci/run installs it)"
+                "/usr/sbin/dockerd is missing: `apt-get install docker.io` (scripts/test installs it)"
             );
             let state = PathBuf::from("/var/cache/geode-test/docker");
             std::fs::create_dir_all(&state).unwrap();
