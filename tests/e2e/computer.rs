@@ -43,7 +43,7 @@ impl Xvfb {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .expect("Xvfb (Debian package xvfb; .ci/run installs it)");
+                .expect("Xvfb (Debian package xvfb; scripts/test installs it)");
             let mut server = Guard(child);
             let deadline = Instant::now() + Duration::from_secs(20);
             while Instant::now() < deadline {
@@ -122,7 +122,7 @@ fn xterm(display: &str, dir: &Path) -> Guard {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("xterm (Debian package xterm; .ci/run installs it)");
+        .expect("xterm (Debian package xterm; scripts/test installs it)");
     let term = Guard(child);
     // Ready when the prompt shows: the test looks through the same X client the tool uses.
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -1,5 +1,5 @@
 //! A docker engine for the docker backend's tests: Debian's `dockerd` (the `docker.io`
-//! package, which `.ci/run` installs), started by the tests on a socket of their own when
+//! package, which `scripts/test` installs), started by the tests on a socket of their own when
 //! none answers there, its state in `/var/cache/geode-test/docker` so images and build cache
 //! last between runs on one machine. Docker Hub is out of reach, so the Debian-based images
 //! the tasks name come from the machine-wide test store, pushed to a loopback registry and
@@ -7,7 +7,6 @@
 
 #![allow(dead_code)]
 
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -30,7 +29,7 @@ const MACHINE_LOCK: &str = "/run/geode-test-docker.lock";
 pub struct Engine {
     dockerd: Option<Child>,
     _lock: MutexGuard<'static, ()>,
-    _machine_lock: std::fs::File,
+    _machine_lock: nix::fcntl::Flock<std::fs::File>,
 }
 
 impl Engine {
@@ -58,12 +57,13 @@ impl Engine {
     /// The engine, started when none answers on the test socket, with [`BASES`] in it.
     pub async fn start() -> Engine {
         let lock = ENGINE_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-        let machine_lock = std::fs::File::create(MACHINE_LOCK).unwrap();
         // Released when the file closes, so a killed test process frees it too.
-        assert_eq!(
-            unsafe { libc::flock(machine_lock.as_raw_fd(), libc::LOCK_EX) },
-            0
-        );
+        let machine_lock = nix::fcntl::Flock::lock(
+            std::fs::File::create(MACHINE_LOCK).unwrap(),
+            nix::fcntl::FlockArg::LockExclusive,
+        )
+        .map_err(|(_, e)| e)
+        .unwrap();
         let mut engine = Engine {
             dockerd: None,
             _lock: lock,
@@ -72,7 +72,7 @@ impl Engine {
         if !engine.answers() {
             assert!(
                 std::path::Path::new("/usr/sbin/dockerd").exists(),
-                "/usr/sbin/dockerd is missing: `apt-get install docker.io` (.ci/run installs it)"
+                "/usr/sbin/dockerd is missing: `apt-get install docker.io` (scripts/test installs it)"
             );
             let state = PathBuf::from("/var/cache/geode-test/docker");
             std::fs::create_dir_all(&state).unwrap();

@@ -45,7 +45,7 @@ impl Registry {
     pub fn start() -> Registry {
         assert!(
             Path::new(REGISTRY_BIN).exists(),
-            "{REGISTRY_BIN} is missing: `apt-get install docker-registry` (.ci/run installs it)"
+            "{REGISTRY_BIN} is missing: `apt-get install docker-registry` (scripts/test installs it)"
         );
         let storage = tempfile::tempdir().unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
