@@ -10,7 +10,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -37,7 +37,10 @@ impl View {
             .read_line(&mut line)
             .unwrap();
         let url = line.trim().to_string();
-        assert!(url.starts_with("http://127.0.0.1:") && url.contains("/?token="), "{url:?}");
+        assert!(
+            url.starts_with("http://127.0.0.1:") && url.contains("/?token="),
+            "{url:?}"
+        );
         View { child, url }
     }
 
@@ -81,7 +84,10 @@ pub(super) fn raw_get(base: &str, path: &str, headers: &[(&str, &str)]) -> (u16,
         .find(|(k, _)| k.eq_ignore_ascii_case("host"))
         .map_or(authority, |(_, v)| v);
     let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    for (k, v) in headers.iter().filter(|(k, _)| !k.eq_ignore_ascii_case("host")) {
+    for (k, v) in headers
+        .iter()
+        .filter(|(k, _)| !k.eq_ignore_ascii_case("host"))
+    {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str("\r\n");
@@ -96,7 +102,10 @@ pub(super) fn raw_get(base: &str, path: &str, headers: &[(&str, &str)]) -> (u16,
         .unwrap_or(0);
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     // Chunked bodies (axum's JSON): join the chunks.
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         let mut out = String::new();
         let mut rest = body;
         while let Some((size, tail)) = rest.split_once("\r\n") {
@@ -208,7 +217,16 @@ fn a_researcher_reads_runs_transcripts_filters_comparisons_and_decisions_in_a_br
     let mut live = super::common::geode_in(dir)
         .arg("run")
         .arg(&pack)
-        .args(["--model", "oracle", "-k", "2", "-n", "2", "--json", "--jobs-dir"])
+        .args([
+            "--model",
+            "oracle",
+            "-k",
+            "2",
+            "-n",
+            "2",
+            "--json",
+            "--jobs-dir",
+        ])
         .arg(&jobs)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -219,7 +237,11 @@ fn a_researcher_reads_runs_transcripts_filters_comparisons_and_decisions_in_a_br
         Duration::from_secs(300),
     );
     let mut out = String::new();
-    live.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    live.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
     assert!(live.wait().unwrap().success(), "{out}");
     let summary: Value = serde_json::from_str(&out).unwrap();
     let oracle = PathBuf::from(summary["run_dir"].as_str().unwrap());
@@ -231,9 +253,16 @@ fn a_researcher_reads_runs_transcripts_filters_comparisons_and_decisions_in_a_br
         ),
         Duration::from_secs(60),
     );
-    assert_eq!(b.eval("window.__noReload"), Value::from(1), "the page reloaded");
+    assert_eq!(
+        b.eval("window.__noReload"),
+        Value::from(1),
+        "the page reloaded"
+    );
     assert!(
-        b.eval("Number(document.body.dataset.redraws || 0)").as_f64().unwrap() >= 1.0,
+        b.eval("Number(document.body.dataset.redraws || 0)")
+            .as_f64()
+            .unwrap()
+            >= 1.0,
         "the runs list never redrew"
     );
 
@@ -244,9 +273,11 @@ fn a_researcher_reads_runs_transcripts_filters_comparisons_and_decisions_in_a_br
     b.route("#/");
     b.wait_for(
         &format!(
-            "document.querySelectorAll('[data-test=runs] tr[data-run]').length === 2 && \
-             document.querySelector('tr[data-decision={}]')",
-            js(&decision)
+            "document.querySelectorAll('[data-test=runs] tr[data-run]').length === 4 && \
+             document.querySelector('tr[data-decision={}]') && \
+             document.querySelector('tr[data-run={}]')",
+            js(&decision),
+            js(&format!("{decision}/candidate"))
         ),
         Duration::from_secs(30),
     );
@@ -269,7 +300,10 @@ fn a_researcher_reads_runs_transcripts_filters_comparisons_and_decisions_in_a_br
 fn transcript_with_a_tool_call_s_output(b: &mut Browser, dir: &Path, run_dir: &Path, run: &str) {
     let trial = "geode-c-rle-bugs__0";
     b.route(&format!("#/trial?run={run}&trial={trial}"));
-    b.wait_for("document.querySelector('[data-test=transcript] [data-test=tool-call]')", Duration::from_secs(30));
+    b.wait_for(
+        "document.querySelector('[data-test=transcript] [data-test=tool-call]')",
+        Duration::from_secs(30),
+    );
     let traj: Value = serde_json::from_str(
         &std::fs::read_to_string(run_dir.join(trial).join("agent/trajectory.json")).unwrap(),
     )
@@ -278,7 +312,12 @@ fn transcript_with_a_tool_call_s_output(b: &mut Browser, dir: &Path, run_dir: &P
         .as_array()
         .unwrap()
         .iter()
-        .flat_map(|s| s["observation"]["results"].as_array().cloned().unwrap_or_default())
+        .flat_map(|s| {
+            s["observation"]["results"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
         .map(|r| r["content"].as_str().unwrap().to_string())
         .collect();
     assert!(!recorded.is_empty(), "the oracle made no tool call: {traj}");
@@ -295,7 +334,10 @@ fn transcript_with_a_tool_call_s_output(b: &mut Browser, dir: &Path, run_dir: &P
     // The verifier's checks and the record beside the transcript.
     let checks = b.eval("document.querySelectorAll('[data-test=checks] tr').length");
     assert!(checks.as_u64().unwrap() >= 1, "no checks shown");
-    assert_eq!(b.eval("document.querySelector('[data-test=outcome]').textContent"), Value::from("passed"));
+    assert_eq!(
+        b.eval("document.querySelector('[data-test=outcome]').textContent"),
+        Value::from("passed")
+    );
     let timeline = b.eval("document.querySelector('[data-test=timeline]') !== null");
     assert_eq!(timeline, Value::from(true));
     shot(b, dir, "trial.png");
@@ -309,21 +351,43 @@ fn markup_stays_text(b: &mut Browser, run: &str) {
         Duration::from_secs(30),
     );
     assert!(
-        text.as_str().unwrap().contains("<img src=x onerror=\"window.__pwned=1\"><script>"),
+        text.as_str()
+            .unwrap()
+            .contains("<img src=x onerror=\"window.__pwned=1\"><script>"),
         "{text}"
     );
     assert_eq!(b.eval("typeof window.__pwned"), Value::from("undefined"));
-    assert_eq!(b.eval("document.querySelectorAll('main img, main script, main b').length"), Value::from(0));
+    let made =
+        b.eval("document.querySelectorAll('[data-test=transcript] :is(img, script, b)').length");
+    assert_eq!(
+        made,
+        Value::from(0),
+        "elements made from the agent's output"
+    );
 }
 
 /// The flaky run's failed trials, picked with the page's own outcome filter: the count is the
 /// store's, and every row shown failed.
 fn filter_by_outcome(b: &mut Browser, dir: &Path, jobs: &Path, run: &str) {
-    let failed = sql_count(jobs, "SELECT count(*) FROM trials WHERE run_id = ?1 AND outcome = 'failed'", run);
-    let passed = sql_count(jobs, "SELECT count(*) FROM trials WHERE run_id = ?1 AND outcome = 'passed'", run);
-    assert!(failed > 0 && passed > 0, "seed 3 should give both outcomes: {failed} failed, {passed} passed");
+    let failed = sql_count(
+        jobs,
+        "SELECT count(*) FROM trials WHERE run_id = ?1 AND outcome = 'failed'",
+        run,
+    );
+    let passed = sql_count(
+        jobs,
+        "SELECT count(*) FROM trials WHERE run_id = ?1 AND outcome = 'passed'",
+        run,
+    );
+    assert!(
+        failed > 0 && passed > 0,
+        "seed 3 should give both outcomes: {failed} failed, {passed} passed"
+    );
     b.route(&format!("#/run?run={run}"));
-    b.wait_for("document.querySelectorAll('[data-test=trials] tr[data-trial]').length === 8", Duration::from_secs(30));
+    b.wait_for(
+        "document.querySelectorAll('[data-test=trials] tr[data-trial]').length === 8",
+        Duration::from_secs(30),
+    );
     b.eval(
         "const s = document.querySelector('select[data-filter=outcome]'); s.value = 'failed'; \
          s.dispatchEvent(new Event('change')); true",
@@ -332,7 +396,10 @@ fn filter_by_outcome(b: &mut Browser, dir: &Path, jobs: &Path, run: &str) {
         &format!("document.querySelectorAll('[data-test=trials] tr[data-trial]').length === {failed} && location.hash.includes('outcome=failed')"),
         Duration::from_secs(30),
     );
-    b.wait_for("document.body.dataset.state === 'ready'", Duration::from_secs(30));
+    b.wait_for(
+        "document.body.dataset.state === 'ready'",
+        Duration::from_secs(30),
+    );
     let outcomes = b.eval("[...document.querySelectorAll('[data-test=trials] tr[data-trial]')].map(r => r.dataset.outcome)");
     let outcomes: Vec<String> = serde_json::from_value(outcomes).unwrap();
     assert!(outcomes.iter().all(|o| o == "failed"), "{outcomes:?}");
@@ -348,10 +415,16 @@ fn filter_by_outcome(b: &mut Browser, dir: &Path, jobs: &Path, run: &str) {
 fn paired_comparison(b: &mut Browser, dir: &Path, jobs: &Path, baseline: &str, candidate: &str) {
     b.route("#/");
     for run in [baseline, candidate] {
-        b.eval(&format!("document.querySelector('input[data-pick={}]').click(); true", js(run)));
+        b.eval(&format!(
+            "document.querySelector('input[data-pick={}]').click(); true",
+            js(run)
+        ));
     }
     b.eval("document.querySelector('[data-test=compare-picked]').click(); true");
-    b.wait_for("document.querySelectorAll('[data-test=compare-tasks] tr[data-task]').length === 4", Duration::from_secs(30));
+    b.wait_for(
+        "document.querySelectorAll('[data-test=compare-tasks] tr[data-task]').length === 4",
+        Duration::from_secs(30),
+    );
     let conn = rusqlite::Connection::open(jobs.join("geode.db")).unwrap();
     let mean = |run: &str, task: &str| -> f64 {
         conn.query_row(
@@ -379,7 +452,11 @@ fn campaign(dir: &Path, pack: &Path, jobs: &Path) -> String {
     let train = dir.join("train");
     let test = dir.join("test");
     for entry in std::fs::read_dir(pack).unwrap().flatten() {
-        let to = if entry.file_name() == "cron-next" { &test } else { &train };
+        let to = if entry.file_name() == "cron-next" {
+            &test
+        } else {
+            &train
+        };
         super::common::copy_tree(&entry.path(), &to.join(entry.file_name()));
     }
     std::fs::write(dir.join("base.toml"), "repair_budget = 0\n").unwrap();
@@ -393,14 +470,42 @@ fn campaign(dir: &Path, pack: &Path, jobs: &Path) -> String {
         );
     };
     geode(&[
-        "crucible", "freeze", "--stage", "train", "--train", "train", "--test", "test",
-        "--baseline-scaffold", "base.toml", "--candidate-scaffold", "cand.toml",
-        "--model", "flaky-oracle:0.5", "--seed", "5", "-k", "1", "--out", "contract.json",
+        "crucible",
+        "freeze",
+        "--stage",
+        "train",
+        "--train",
+        "train",
+        "--test",
+        "test",
+        "--baseline-scaffold",
+        "base.toml",
+        "--candidate-scaffold",
+        "cand.toml",
+        "--model",
+        "flaky-oracle:0.5",
+        "--seed",
+        "5",
+        "-k",
+        "1",
+        "--out",
+        "contract.json",
     ]);
     let jobs_arg = jobs.to_str().unwrap();
     geode(&[
-        "crucible", "run", "contract.json", "--pack", "train", "--baseline-scaffold",
-        "base.toml", "--candidate-scaffold", "cand.toml", "-n", "2", "--jobs-dir", jobs_arg,
+        "crucible",
+        "run",
+        "contract.json",
+        "--pack",
+        "train",
+        "--baseline-scaffold",
+        "base.toml",
+        "--candidate-scaffold",
+        "cand.toml",
+        "-n",
+        "2",
+        "--jobs-dir",
+        jobs_arg,
     ]);
     let h = std::fs::read_dir(jobs.join("crucible"))
         .unwrap()
@@ -419,12 +524,17 @@ fn crucible_decision(b: &mut Browser, dir: &Path, jobs: &Path, id: &str) {
     )
     .unwrap();
     b.route(&format!("#/decision?id={id}"));
-    b.wait_for("document.querySelector('[data-test=verdict]')", Duration::from_secs(30));
+    b.wait_for(
+        "document.querySelector('[data-test=verdict]')",
+        Duration::from_secs(30),
+    );
     assert_eq!(
         b.eval("document.querySelector('[data-test=verdict]').textContent"),
         record["verdict"]
     );
-    let reasons = b.eval("[...document.querySelectorAll('[data-test=reasons] .badge')].map(x => x.textContent)");
+    let reasons = b.eval(
+        "[...document.querySelectorAll('[data-test=reasons] .badge')].map(x => x.textContent)",
+    );
     assert_eq!(reasons, record["reasons"]);
     let rule = b.eval(
         "Object.fromEntries([...document.querySelectorAll('[data-test=rule] > table > tr')].map(r => \
@@ -440,5 +550,169 @@ fn crucible_decision(b: &mut Browser, dir: &Path, jobs: &Path, id: &str) {
     shot(b, dir, "decision.png");
     // The arms open as a paired view.
     b.eval("document.querySelector('[data-test=arms]').click(); true");
-    b.wait_for("document.querySelectorAll('[data-test=compare-tasks] tr[data-task]').length === 3", Duration::from_secs(30));
+    b.wait_for(
+        "document.querySelectorAll('[data-test=compare-tasks] tr[data-task]').length === 3",
+        Duration::from_secs(30),
+    );
+}
+
+/// A Harbor-shaped job folder written by hand: one trial whose agent planted a link to a host
+/// file as its trajectory and a FIFO as its verifier output, and one plain trial.
+fn hostile_harbor_folder(jobs: &Path) {
+    let job = jobs.join("harbor-job");
+    std::fs::create_dir_all(&job).unwrap();
+    std::fs::write(
+        job.join("config.json"),
+        r#"{"job_name": "harbor-job", "n_attempts": 1, "agents": [{"name": "oracle"}],
+            "datasets": [{"path": "tasks/x"}]}"#,
+    )
+    .unwrap();
+    for (name, reward) in [("hello__AbCd123", 1.0), ("hello__ZzZz999", 0.0)] {
+        let t = job.join(name);
+        std::fs::create_dir_all(t.join("agent")).unwrap();
+        std::fs::create_dir_all(t.join("verifier")).unwrap();
+        std::fs::write(
+            t.join("result.json"),
+            serde_json::json!({
+                "task_name": "hello", "trial_name": name,
+                "started_at": "2026-01-01T00:00:00.000000", "finished_at": "2026-01-01T00:00:30.000000",
+                "verifier_result": {"rewards": {"reward": reward}},
+                "agent_info": {"name": "oracle", "version": "1.0"},
+                "agent_result": {"n_input_tokens": 0, "cost_usd": 0.0},
+                "exception_info": null,
+            })
+            .to_string(),
+        )
+        .unwrap();
+    }
+    let bad = job.join("hello__ZzZz999");
+    std::os::unix::fs::symlink("/etc/passwd", bad.join("agent/trajectory.json")).unwrap();
+    nix::unistd::mkfifo(
+        &bad.join("verifier/test-stdout.txt"),
+        nix::sys::stat::Mode::from_bits_truncate(0o644),
+    )
+    .unwrap();
+}
+
+/// The guards: the token (in the query or the cookie it sets), the host and origin rule, names
+/// that are not the catalog's, planted links and FIFOs, and typed filters with errors that name
+/// the field. Also the Harbor layout read without a store.
+#[test]
+fn the_viewer_answers_only_its_token_and_host_and_never_leaves_the_jobs_folder() {
+    let d = tempfile::tempdir().unwrap();
+    let jobs = d.path().join("jobs");
+    hostile_harbor_folder(&jobs);
+    let view = View::start(d.path(), &jobs);
+    let (base, token) = (view.base().to_string(), view.token().to_string());
+    let with = |p: &str| {
+        format!(
+            "{p}{}token={token}",
+            if p.contains('?') { '&' } else { '?' }
+        )
+    };
+
+    assert_eq!(raw_get(&base, "/api/runs", &[]).0, 403);
+    assert_eq!(raw_get(&base, "/", &[]).0, 403);
+    assert_eq!(raw_get(&base, "/api/runs?token=0123", &[]).0, 403);
+    let cookie = format!("geode-view-{}", base.rsplit(':').next().unwrap());
+    assert_eq!(
+        raw_get(&base, "/api/runs", &[("Cookie", &format!("{cookie}=nope"))]).0,
+        403
+    );
+    assert_eq!(
+        raw_get(
+            &base,
+            "/api/runs",
+            &[("Cookie", &format!("{cookie}={token}"))]
+        )
+        .0,
+        200
+    );
+    assert_eq!(
+        raw_get(&base, &with("/api/runs"), &[("Host", "evil.example")]).0,
+        403
+    );
+    assert_eq!(
+        raw_get(
+            &base,
+            &with("/api/runs"),
+            &[("Origin", "http://evil.example")]
+        )
+        .0,
+        403
+    );
+    assert_eq!(raw_get(&base, &with("/assets/main.js"), &[]).0, 200);
+
+    // The Harbor job, read without a store: its trials, outcomes and rewards.
+    let page = view.api("/api/trials?run=harbor-job&sort=reward");
+    let items: Vec<(String, String, f64)> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["trial_name"].as_str().unwrap().into(),
+                t["outcome"].as_str().unwrap().into(),
+                t["reward"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        items,
+        [
+            ("hello__ZzZz999".into(), "failed".into(), 0.0),
+            ("hello__AbCd123".into(), "passed".into(), 1.0)
+        ]
+    );
+    let runs = view.api("/api/runs");
+    assert_eq!(runs["runs"][0]["origin"], "harbor");
+    assert_eq!(runs["runs"][0]["model"], "oracle");
+
+    // A planted link is no trajectory, a FIFO no output, and neither hangs the server.
+    let detail = view.api("/api/trial?run=harbor-job&trial=hello__ZzZz999");
+    assert_eq!(detail["has_trajectory"], false);
+    assert!(detail["verifier"]["stdout"].is_null(), "{detail}");
+    let (status, body) = raw_get(
+        &base,
+        &with("/api/trajectory?run=harbor-job&trial=hello__ZzZz999"),
+        &[],
+    );
+    assert_eq!(status, 404, "{body}");
+    assert!(!body.contains("root:"), "{body}");
+
+    // Names not in the catalog are refused before any path is made.
+    for path in [
+        "/api/trial?run=harbor-job&trial=..%2F..%2Fetc",
+        "/api/trial?run=..&trial=passwd",
+        "/api/screenshot?run=harbor-job&trial=hello__AbCd123&file=..%2Fresult.json",
+        "/api/decision?id=..%2F..%2Fetc",
+    ] {
+        assert_eq!(raw_get(&base, &with(path), &[]).0, 404, "{path}");
+    }
+    // Filters are typed: a wrong value or an unknown field is a 400 that names it.
+    let (status, body) = raw_get(&base, &with("/api/trials?run=harbor-job&outcome=won"), &[]);
+    assert_eq!(status, 400);
+    assert!(body.contains("won"), "{body}");
+    let (status, body) = raw_get(
+        &base,
+        &with("/api/trials?run=harbor-job&sortby=reward"),
+        &[],
+    );
+    assert_eq!(status, 400);
+    assert!(body.contains("sortby"), "{body}");
+
+    // Off loopback only when asked; a missing folder is named.
+    let o = super::common::geode_in(d.path())
+        .args(["view", "--addr", "0.0.0.0:0"])
+        .arg(&jobs)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--allow-remote"));
+    let o = super::common::geode_in(d.path())
+        .args(["view", "no-such-jobs"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no-such-jobs"));
 }

@@ -139,7 +139,9 @@ impl Browser {
     pub fn wait_for(&mut self, expression: &str, timeout: Duration) -> Value {
         let start = Instant::now();
         loop {
-            let v = self.eval(&format!("(() => {{ try {{ return {expression}; }} catch (_) {{ return null; }} }})()"));
+            let v = self.eval(&format!(
+                "(() => {{ try {{ return {expression}; }} catch (_) {{ return null; }} }})()"
+            ));
             let truthy = match &v {
                 Value::Null => false,
                 Value::Bool(b) => *b,
@@ -175,7 +177,10 @@ impl Browser {
         let metrics = self.page("Page.getLayoutMetrics", json!({}));
         let size = &metrics["cssContentSize"];
         let width = size["width"].as_f64().unwrap_or(1400.0).max(1400.0);
-        let height = size["height"].as_f64().unwrap_or(1000.0).clamp(600.0, 8000.0);
+        let height = size["height"]
+            .as_f64()
+            .unwrap_or(1000.0)
+            .clamp(600.0, 8000.0);
         let shot = self.page(
             "Page.captureScreenshot",
             json!({"format": "png", "captureBeyondViewport": true,

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use geode_graders::run_store::synth::{SynthSpec, synthetic_store};
 use geode_graders::run_store::STORE_FILE;
+use geode_graders::run_store::synth::{SynthSpec, synthetic_store};
 use geode_harness::view::{ViewOptions, Viewer};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -153,7 +153,10 @@ pub async fn run(a: BenchViewArgs) -> anyhow::Result<ExitCode> {
             "filter task + category + reward",
             q("&task=task-00&category=web&reward_max=0.5"),
         ),
-        ("filter duration >= 200 s, page 3", q("&min_seconds=200&offset=200")),
+        (
+            "filter duration >= 200 s, page 3",
+            q("&min_seconds=200&offset=200"),
+        ),
         ("transcript search (reads every trajectory)", q("&q=needle")),
     ];
     let mut measures = Vec::new();

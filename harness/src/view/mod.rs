@@ -32,7 +32,37 @@ pub mod trial;
 
 use std::path::PathBuf;
 
+use serde_json::Value;
+
 pub use server::{ViewOptions, Viewer};
+
+/// The largest integer a browser's numbers hold exactly (2^53 - 1).
+const JS_SAFE: u64 = (1 << 53) - 1;
+
+/// `value` with every integer a browser would round (seeds are u64) as its decimal text, so
+/// a seed on the page is the seed in the record.
+pub fn exact_in_browsers(value: Value) -> Value {
+    match value {
+        Value::Number(n) => {
+            let big = n
+                .as_u64()
+                .map(|u| u > JS_SAFE)
+                .or_else(|| n.as_i64().map(|i| i.unsigned_abs() > JS_SAFE));
+            if big == Some(true) {
+                Value::String(n.to_string())
+            } else {
+                Value::Number(n)
+            }
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(exact_in_browsers).collect()),
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| (k, exact_in_browsers(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
 
 /// What the viewer could not do, named by the file or field at fault.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +112,22 @@ pub enum ViewError {
     },
     #[error("the viewer's server stopped: {0}")]
     Serve(#[source] std::io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_a_browser_would_round_travel_as_text() {
+        let v = serde_json::json!({"seed": 9396120259312708001u64, "small": 7, "neg": -9007199254740993i64,
+                                   "list": [1.5, 9007199254740991u64]});
+        let out = exact_in_browsers(v);
+        assert_eq!(out["seed"], "9396120259312708001");
+        assert_eq!(out["neg"], "-9007199254740993");
+        assert_eq!(out["small"], 7);
+        assert_eq!(out["list"], serde_json::json!([1.5, 9007199254740991u64]));
+    }
 }
 
 impl ViewError {

@@ -286,10 +286,14 @@ async fn with_catalog<T: Serialize + Send + 'static>(
         f(&catalog, &shared.roots)
     })
     .await;
-    match done {
-        Ok(Ok(v)) => axum::Json(v).into_response(),
-        Ok(Err(e)) => e.into_response(),
-        Err(e) => ViewError::Serve(std::io::Error::other(e.to_string())).into_response(),
+    let value = match done {
+        Ok(Ok(v)) => serde_json::to_value(v),
+        Ok(Err(e)) => return e.into_response(),
+        Err(e) => return ViewError::Serve(std::io::Error::other(e.to_string())).into_response(),
+    };
+    match value {
+        Ok(v) => axum::Json(super::exact_in_browsers(v)).into_response(),
+        Err(e) => ViewError::Serve(std::io::Error::other(e)).into_response(),
     }
 }
 

@@ -120,15 +120,15 @@ export async function trialView(params) {
   const rewards = row.rewards && Object.keys(row.rewards).length ? row.rewards : (res.verifier_result || {}).rewards;
   const infra = !["passed", "failed", "agent_timeout", "agent_error"].includes(row.outcome);
   const header = el("div", { class: "grid", "data-test": "trial-record" },
-    el("div", {}, el("span", {}, "outcome"), el("b", { class: outcomeClass(row.outcome, infra), "data-test": "outcome" }, row.outcome || row.status)),
-    el("div", {}, el("span", {}, "reward"), num(row.reward, 3)),
-    el("div", {}, el("span", {}, "task"), row.task_id, row.category ? ` (${row.category})` : ""),
-    el("div", {}, el("span", {}, "attempt / seed"), `${row.attempt} / ${row.seed}`),
-    el("div", {}, el("span", {}, "model"), row.model_route || "–"),
-    el("div", {}, el("span", {}, "tokens in / cached / out"), `${row.input_tokens ?? 0} / ${row.cached_tokens ?? 0} / ${row.output_tokens ?? 0}`),
-    el("div", {}, el("span", {}, "cost"), usd(row.cost_usd)),
-    el("div", {}, el("span", {}, "started"), row.started || "–"),
-    row.exception_class ? el("div", {}, el("span", {}, "exception"), el("b", { class: "failed" }, row.exception_class), " ", row.exception_message || "") : null);
+    el("div", {}, el("span", { class: "label" }, "outcome"), el("b", { class: outcomeClass(row.outcome, infra), "data-test": "outcome" }, row.outcome || row.status)),
+    el("div", {}, el("span", { class: "label" }, "reward"), num(row.reward, 3)),
+    el("div", {}, el("span", { class: "label" }, "task"), row.task_id, row.category ? ` (${row.category})` : ""),
+    el("div", {}, el("span", { class: "label" }, "attempt / seed"), `${row.attempt} / ${row.seed}`),
+    el("div", {}, el("span", { class: "label" }, "model"), row.model_route || "–"),
+    el("div", {}, el("span", { class: "label" }, "tokens in / cached / out"), `${row.input_tokens ?? 0} / ${row.cached_tokens ?? 0} / ${row.output_tokens ?? 0}`),
+    el("div", {}, el("span", { class: "label" }, "cost"), usd(row.cost_usd)),
+    el("div", {}, el("span", { class: "label" }, "started"), row.started || "–"),
+    row.exception_class ? el("div", {}, el("span", { class: "label" }, "exception"), el("b", { class: "failed" }, row.exception_class), " ", row.exception_message || "") : null);
   const phases = row.phases && typeof row.phases === "object" ? row.phases : {};
   const timings = el("table", { "data-test": "phases" }, el("tbody", {}, Object.entries(phases).map(([k, v]) =>
     el("tr", {}, el("td", {}, k), el("td", { class: "num" }, seconds(v)),
