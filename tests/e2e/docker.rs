@@ -300,6 +300,7 @@ async fn harbor_run_under_docker_gives_geode_s_verdicts_and_harbor_lint_one_kept
             String::from_utf8_lossy(&out.stderr)
         );
         let theirs = harbor_rewards(&jobs);
+        the_viewer_reads_harbor_s_own_folder(dir.path(), &jobs, &theirs);
         let (ours, _) = run(dir.path(), &engine, &pack, model, "docker");
         let ours: BTreeMap<String, String> = ours
             .into_iter()
@@ -316,4 +317,53 @@ async fn harbor_run_under_docker_gives_geode_s_verdicts_and_harbor_lint_one_kept
             "{model}: {theirs:?}"
         );
     }
+}
+
+/// `geode view` on the folder `harbor run -o` wrote (no run store there): the job is listed as
+/// a Harbor run with every trial, each with the reward Harbor recorded, and a trial opens with
+/// its record and Harbor's phase timings.
+fn the_viewer_reads_harbor_s_own_folder(
+    dir: &Path,
+    jobs: &Path,
+    theirs: &BTreeMap<String, String>,
+) {
+    assert!(!jobs.join("geode.db").exists());
+    let view = super::view::View::start(dir, jobs);
+    let runs = view.api("/api/runs");
+    let listed = runs["runs"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{runs}");
+    assert_eq!(listed[0]["origin"], "harbor");
+    assert_eq!(listed[0]["finished_trials"], theirs.len());
+    let key = listed[0]["key"].as_str().unwrap();
+    let page = view.api(&format!("/api/trials?run={key}&limit=1000"));
+    let shown: BTreeMap<String, String> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["task_id"].as_str().unwrap().to_string(),
+                serde_json::to_string(&t["reward"]).unwrap(),
+            )
+        })
+        .collect();
+    let theirs_as_numbers: BTreeMap<String, String> = theirs
+        .iter()
+        .map(|(t, r)| {
+            (
+                t.clone(),
+                serde_json::to_string(&r.parse::<f64>().ok()).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(shown, theirs_as_numbers);
+    let first = page["items"][0]["trial_name"].as_str().unwrap();
+    let detail = view.api(&format!("/api/trial?run={key}&trial={first}"));
+    assert!(detail["result"]["verifier_result"].is_object(), "{detail}");
+    assert!(
+        detail["row"]["phases"]
+            .as_object()
+            .is_some_and(|p| !p.is_empty()),
+        "{detail}"
+    );
 }

@@ -114,22 +114,6 @@ pub enum ViewError {
     Serve(#[source] std::io::Error),
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn integers_a_browser_would_round_travel_as_text() {
-        let v = serde_json::json!({"seed": 9396120259312708001u64, "small": 7, "neg": -9007199254740993i64,
-                                   "list": [1.5, 9007199254740991u64]});
-        let out = exact_in_browsers(v);
-        assert_eq!(out["seed"], "9396120259312708001");
-        assert_eq!(out["neg"], "-9007199254740993");
-        assert_eq!(out["small"], 7);
-        assert_eq!(out["list"], serde_json::json!([1.5, 9007199254740991u64]));
-    }
-}
-
 impl ViewError {
     pub(crate) fn sqlite(path: &std::path::Path) -> impl Fn(rusqlite::Error) -> ViewError + '_ {
         move |source| ViewError::Sqlite {
@@ -143,5 +127,21 @@ impl ViewError {
             path: path.to_path_buf(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_a_browser_would_round_travel_as_text() {
+        let v = serde_json::json!({"seed": 9396120259312708001u64, "small": 7, "neg": -9007199254740993i64,
+                                   "list": [1.5, 9007199254740991u64]});
+        let out = exact_in_browsers(v);
+        assert_eq!(out["seed"], "9396120259312708001");
+        assert_eq!(out["neg"], "-9007199254740993");
+        assert_eq!(out["small"], 7);
+        assert_eq!(out["list"], serde_json::json!([1.5, 9007199254740991u64]));
     }
 }

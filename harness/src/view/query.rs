@@ -603,3 +603,164 @@ impl Side {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use geode_graders::run_store::synth::{SynthSpec, synthetic_store};
+
+    /// A synthetic store of one run (40 tasks x 5 attempts) with integrity signals on two
+    /// trials, and its catalog.
+    fn catalog() -> (tempfile::TempDir, Catalog, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("geode.db");
+        let spec = SynthSpec {
+            runs: 1,
+            tasks: 40,
+            attempts: 5,
+            seed: 3,
+        };
+        let run = synthetic_store(&store, spec).unwrap().pop().unwrap();
+        let conn = rusqlite::Connection::open(&store).unwrap();
+        conn.execute(
+            "UPDATE trials SET integrity = '{\"reward_tampering\": 2, \"network_attempts\": 0}'
+             WHERE trial_name IN ('synth__task-00003__1', 'synth__task-00007__4')",
+            [],
+        )
+        .unwrap();
+        drop(conn);
+        let c = Catalog::open(dir.path()).unwrap();
+        (dir, c, run)
+    }
+
+    fn query(run: &str) -> TrialQuery {
+        TrialQuery {
+            run: run.to_owned(),
+            limit: 100,
+            ..TrialQuery::default()
+        }
+    }
+
+    fn count(c: &Catalog, sql: &str) -> usize {
+        let s = c.source_of(&c.runs()[0]);
+        s.conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap() as usize
+    }
+
+    #[test]
+    fn outcome_classes_filter_as_the_store_counts_them() {
+        let (_d, c, run) = catalog();
+        let mut q = query(&run);
+        q.outcome = Some(OutcomeFilter::One(TrialOutcome::Failed));
+        let page = trials(&c, &q).unwrap();
+        assert_eq!(
+            page.total,
+            count(&c, "SELECT count(*) FROM trials WHERE outcome = 'failed'")
+        );
+        assert!(
+            page.items
+                .iter()
+                .all(|t| t.outcome.as_deref() == Some("failed"))
+        );
+        q.outcome = Some(OutcomeFilter::Infrastructure);
+        let infra = trials(&c, &q).unwrap();
+        assert_eq!(
+            infra.total,
+            count(
+                &c,
+                "SELECT count(*) FROM trials WHERE outcome = 'sandbox_lost'"
+            )
+        );
+        assert!(infra.total > 0 && infra.items.iter().all(|t| t.infrastructure));
+        q.outcome = Some(OutcomeFilter::Agent);
+        assert_eq!(trials(&c, &q).unwrap().total + infra.total, page.run_total);
+    }
+
+    #[test]
+    fn integrity_sort_and_pages() {
+        let (_d, c, run) = catalog();
+        let mut q = query(&run);
+        q.integrity = Some(IntegrityFlag::Any);
+        let flagged = trials(&c, &q).unwrap();
+        let names: Vec<&str> = flagged
+            .items
+            .iter()
+            .map(|t| t.trial_name.as_str())
+            .collect();
+        assert_eq!(names, ["synth__task-00003__1", "synth__task-00007__4"]);
+        assert_eq!(flagged.items[0].integrity.get("reward_tampering"), Some(&2));
+        q.integrity = Some(IntegrityFlag::NetworkAttempts);
+        assert_eq!(trials(&c, &q).unwrap().total, 0);
+
+        let mut q = query(&run);
+        q.sort = SortKey::Duration;
+        q.desc = true;
+        q.limit = 7;
+        q.offset = 7;
+        let page = trials(&c, &q).unwrap();
+        assert_eq!(page.items.len(), 7);
+        let d: Vec<f64> = page
+            .items
+            .iter()
+            .map(|t| t.duration_seconds.unwrap())
+            .collect();
+        assert!(d.windows(2).all(|w| w[0] >= w[1]), "{d:?}");
+        let longest: f64 = {
+            let s = c.source_of(&c.runs()[0]);
+            s.conn
+                .query_row(
+                    &format!("SELECT {DURATION} AS d FROM trials ORDER BY d DESC LIMIT 1 OFFSET 7"),
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+        assert!((d[0] - longest).abs() < 1e-6);
+        q.limit = MAX_PAGE + 1;
+        assert!(matches!(
+            trials(&c, &q),
+            Err(ViewError::BadRequest { field: "limit", .. })
+        ));
+    }
+
+    #[test]
+    fn text_filters_are_parameters_not_sql() {
+        let (_d, c, run) = catalog();
+        let mut q = query(&run);
+        q.task = Some("task-0001".into());
+        let page = trials(&c, &q).unwrap();
+        assert_eq!(page.total, 50);
+        q.task = Some("' OR 1=1 --".into());
+        assert_eq!(trials(&c, &q).unwrap().total, 0);
+        q.task = None;
+        q.category = Some("web".into());
+        q.reward_min = Some(1.0);
+        let page = trials(&c, &q).unwrap();
+        assert!(
+            page.items
+                .iter()
+                .all(|t| t.category == "web" && t.reward == Some(1.0))
+        );
+        assert_eq!(
+            page.total,
+            count(
+                &c,
+                "SELECT count(*) FROM trials WHERE category = 'web' AND reward >= 1.0"
+            )
+        );
+    }
+
+    #[test]
+    fn a_run_summary_is_the_harness_summary() {
+        let (_d, c, _run) = catalog();
+        let runs = runs(&c).unwrap();
+        assert_eq!(runs.len(), 1);
+        let r = &runs[0];
+        assert_eq!(r.finished_trials, 200);
+        assert_eq!(r.summary.tasks, 40);
+        assert_eq!(
+            r.summary.outcomes.values().sum::<usize>(),
+            r.finished_trials
+        );
+        assert!(r.summary.ci95.is_some() && r.duration_seconds.is_some());
+    }
+}

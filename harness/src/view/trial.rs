@@ -421,3 +421,50 @@ pub fn transcript_contains(run_dir: &Path, trial: &str, needle: &str) -> bool {
     }
     serde_json::from_slice::<Value>(&bytes).is_ok_and(|v| any_string(&v, needle))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_fifos_and_linked_folders_are_not_files_of_the_trial() {
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path();
+        std::fs::create_dir_all(t.join("agent")).unwrap();
+        std::fs::write(t.join("agent/plain.txt"), "hello").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", t.join("agent/link.txt")).unwrap();
+        nix::unistd::mkfifo(
+            &t.join("agent/fifo.txt"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/etc", t.join("linked")).unwrap();
+        assert!(open_inside(t, &["agent", "plain.txt"]).unwrap().is_some());
+        assert!(open_inside(t, &["agent", "link.txt"]).unwrap().is_none());
+        // A FIFO opens without blocking and is refused as not a regular file.
+        assert!(open_inside(t, &["agent", "fifo.txt"]).unwrap().is_none());
+        assert!(open_inside(t, &["linked", "passwd"]).unwrap().is_none());
+        assert!(open_inside(t, &["agent", "missing"]).unwrap().is_none());
+    }
+
+    #[test]
+    fn long_text_keeps_its_end_and_says_what_it_left_out() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("out.txt"), "a".repeat(10) + "END").unwrap();
+        let f = read_tail(d.path(), &["out.txt"], 5).unwrap().unwrap();
+        assert_eq!((f.text.as_str(), f.omitted_bytes), ("aaEND", 8));
+    }
+
+    #[test]
+    fn a_transcript_search_finds_text_json_escapes() {
+        let d = tempfile::tempdir().unwrap();
+        let agent = d.path().join("t__0/agent");
+        std::fs::create_dir_all(&agent).unwrap();
+        let doc = serde_json::json!({"steps": [{"message": "He said \"Done\"\nthen left"}]});
+        std::fs::write(agent.join("trajectory.json"), doc.to_string()).unwrap();
+        assert!(transcript_contains(d.path(), "t__0", "\"done\"\nthen"));
+        assert!(transcript_contains(d.path(), "t__0", "said"));
+        assert!(!transcript_contains(d.path(), "t__0", "absent"));
+        assert!(!transcript_contains(d.path(), "../t__0", "said"));
+    }
+}
