@@ -5,8 +5,10 @@
 //! DOM against what the run store and the trial files hold, and writes a screenshot (under the
 //! test's folder, copied to `target/view-screenshots/` for people to look at).
 //!
-//! One set-up serves every step (three small runs and one small campaign on three tasks of the
-//! built-in pack plus one task whose solution prints markup), so the whole is one test.
+//! One set-up serves every step (two small runs and one small campaign on three tasks of the
+//! built-in pack plus one task whose solution prints markup), so the whole is one test. The
+//! tasks are ones whose images have no RUN step (the bootstrapped bases as they are), so the
+//! test does not wait on package builds.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -197,7 +199,7 @@ fn a_researcher_reads_runs_transcripts_filters_comparisons_and_decisions_in_a_br
     std::fs::create_dir_all(&jobs).unwrap();
     let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tasks/geode-core");
     let pack = dir.join("pack");
-    for task in ["c-fix-makefile", "c-rle-bugs", "cron-next"] {
+    for task in ["json-flatten", "semver-sort", "cron-next"] {
         super::common::copy_tree(&core.join(task), &pack.join(task));
     }
     markup_task(&pack);
@@ -285,7 +287,15 @@ fn a_researcher_reads_runs_transcripts_filters_comparisons_and_decisions_in_a_br
         "document.querySelector('tr[data-run={}] [data-test=accuracy]').textContent",
         js(&oracle_id)
     ));
-    assert_eq!(accuracy, Value::from("1.000 [1.000, 1.000]"));
+    let conn = rusqlite::Connection::open(jobs.join("geode.db")).unwrap();
+    let ended: Vec<String> = conn
+        .prepare("SELECT trial_name || ' ' || outcome || ' ' || coalesce(exception_message, '') FROM trials WHERE run_id = ?1")
+        .unwrap()
+        .query_map([&oracle_id], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(accuracy, Value::from("1.000 [1.000, 1.000]"), "{ended:#?}");
     shot(&mut b, dir, "runs.png");
 
     transcript_with_a_tool_call_s_output(&mut b, dir, &oracle, &oracle_id);
@@ -298,7 +308,7 @@ fn a_researcher_reads_runs_transcripts_filters_comparisons_and_decisions_in_a_br
 /// A trial of the oracle: its transcript shows the bash call the oracle made and exactly the
 /// output the trajectory file recorded for it.
 fn transcript_with_a_tool_call_s_output(b: &mut Browser, dir: &Path, run_dir: &Path, run: &str) {
-    let trial = "geode-c-rle-bugs__0";
+    let trial = "geode-json-flatten__0";
     b.route(&format!("#/trial?run={run}&trial={trial}"));
     b.wait_for(
         "document.querySelector('[data-test=transcript] [data-test=tool-call]')",
@@ -585,6 +595,22 @@ fn hostile_harbor_folder(jobs: &Path) {
         )
         .unwrap();
     }
+    // A trial whose result file is cut short, and a search folder with a torn lineage line.
+    std::fs::create_dir_all(job.join("hello__Torn000")).unwrap();
+    std::fs::write(job.join("hello__Torn000/result.json"), "{\"task_name\": ").unwrap();
+    let search = jobs.join("search-out");
+    std::fs::create_dir_all(search.join("candidates/c0001")).unwrap();
+    std::fs::write(
+        search.join("lineage.jsonl"),
+        "{\"id\": \"c0000\", \"kind\": \"baseline\", \"champion\": \"c0000\"}\n\
+         {\"id\": \"c0001\", \"kind\": \"candidate\", \"verdict\": \"KEEP\", \"champion\": \"c0001\", \"next_step\": \"promote\"}\n{\"id\": \"c00",
+    )
+    .unwrap();
+    std::fs::write(
+        search.join("candidates/c0001/decision.json"),
+        r#"{"verdict": "KEEP", "stage": "train", "reasons": [], "rule": {"min_tasks": 2, "bound": {"method": "t", "value": 0.01}}}"#,
+    )
+    .unwrap();
     let bad = job.join("hello__ZzZz999");
     std::os::unix::fs::symlink("/etc/passwd", bad.join("agent/trajectory.json")).unwrap();
     nix::unistd::mkfifo(
@@ -667,6 +693,23 @@ fn the_viewer_answers_only_its_token_and_host_and_never_leaves_the_jobs_folder()
     let runs = view.api("/api/runs");
     assert_eq!(runs["runs"][0]["origin"], "harbor");
     assert_eq!(runs["runs"][0]["model"], "oracle");
+    let problems = runs["problems"].to_string();
+    assert!(
+        problems.contains("hello__Torn000/result.json"),
+        "{problems}"
+    );
+    assert!(problems.contains("lineage.jsonl: line 3"), "{problems}");
+    // The search and its candidate's decision, every key of the record kept (one this build
+    // has no field for, `bound`, `next_step`, included).
+    assert_eq!(runs["searches"][0]["id"], "search-out");
+    assert_eq!(runs["searches"][0]["entries"], 2);
+    assert_eq!(runs["searches"][0]["champion"], "c0001");
+    let search = view.api("/api/search?id=search-out");
+    assert_eq!(search["lineage"][1]["next_step"], "promote");
+    assert_eq!(search["decisions"][0], "search-out/candidates/c0001");
+    let decision = view.api("/api/decision?id=search-out/candidates/c0001");
+    assert_eq!(decision["decision"]["rule"]["bound"]["method"], "t");
+    assert_eq!(decision["verdict"], "KEEP");
 
     // A planted link is no trajectory, a FIFO no output, and neither hangs the server.
     let detail = view.api("/api/trial?run=harbor-job&trial=hello__ZzZz999");
@@ -715,4 +758,40 @@ fn the_viewer_answers_only_its_token_and_host_and_never_leaves_the_jobs_folder()
         .unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("no-such-jobs"));
+}
+
+/// `geode bench view` on a small synthetic folder: what each measured answer matched is what
+/// the store and the trajectories hold (the timings themselves are the report's, not asserted).
+#[test]
+fn the_viewer_benchmark_answers_what_the_store_holds() {
+    let d = tempfile::tempdir().unwrap();
+    let folder = d.path().join("bench");
+    let o = super::common::geode_in(d.path())
+        .args([
+            "bench", "view", "--trials", "2000", "-r", "1", "--json", "--dir",
+        ])
+        .arg(&folder)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let matched = |name: &str| {
+        report["measures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"].as_str().unwrap().starts_with(name))
+            .unwrap()["matched"]
+            .as_i64()
+            .unwrap()
+    };
+    let conn = rusqlite::Connection::open(folder.join("geode.db")).unwrap();
+    let count = |sql: &str| -> i64 { conn.query_row(sql, [], |r| r.get(0)).unwrap() };
+    assert_eq!(matched("list trials"), 2000);
+    assert_eq!(matched("list runs"), 1);
+    assert_eq!(
+        matched("filter outcome=failed"),
+        count("SELECT count(*) FROM trials WHERE outcome = 'failed'")
+    );
+    assert_eq!(matched("transcript search"), 200);
 }

@@ -167,6 +167,9 @@ pub struct Catalog {
     parsed: HashMap<PathBuf, Parsed>,
     /// Files that could not be read, each named with why; shown on the runs page.
     pub problems: Vec<String>,
+    /// The Harbor files that could not be read when the index was last built (kept with it,
+    /// since a refresh that finds nothing changed does not read them again).
+    harbor_problems: Vec<String>,
     stamp: u64,
 }
 
@@ -186,6 +189,7 @@ impl Catalog {
             harbor_fingerprint: 0,
             parsed: HashMap::new(),
             problems: Vec::new(),
+            harbor_problems: Vec::new(),
             stamp: 0,
         };
         c.refresh()?;
@@ -300,9 +304,14 @@ impl Catalog {
         {
             Some(s)
         } else {
+            self.harbor_problems.clear();
             Some(self.index_harbor(&jobs)?)
         };
         self.harbor_fingerprint = fingerprint;
+        if jobs.is_empty() {
+            self.harbor_problems.clear();
+        }
+        self.problems.extend(self.harbor_problems.iter().cloned());
         if let Some(h) = harbor {
             let at = sources.len();
             match run_ids(&h.conn) {
@@ -397,7 +406,7 @@ impl Catalog {
                     Err(e) => problems.push(e),
                 }
             }
-            self.problems.extend(problems);
+            self.harbor_problems.extend(problems);
             read.push(HarborJob {
                 name: job.name.clone(),
                 config,

@@ -326,6 +326,9 @@ async fn runs(State(shared): State<Arc<Shared>>) -> Response {
         let runs = query::runs(c)?;
         let decisions = decisions::decisions(c, roots, &mut problems);
         let searches = decisions::searches(c, roots, &mut problems);
+        // Decisions and searches both read the lineages: one line per file at fault.
+        problems.sort();
+        problems.dedup();
         Ok(RunsPage {
             jobs: c.jobs().display().to_string(),
             runs,
