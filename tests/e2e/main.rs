@@ -42,3 +42,4 @@ mod slurm_crucible;
 mod streaming;
 mod validity;
 mod view;
+mod view_guards;

@@ -51,6 +51,11 @@ pub struct Source {
 }
 
 impl Source {
+    /// An SQLite error of this source, named by its file.
+    pub fn sqlite_err(&self) -> impl Fn(rusqlite::Error) -> ViewError + '_ {
+        ViewError::sqlite(&self.path)
+    }
+
     /// The expression that reads `column`, or its stand-in when the store predates it.
     pub fn column(&self, column: &'static str) -> &'static str {
         match column {

@@ -46,8 +46,9 @@ fn number(v: &Value, path: &[&str]) -> Option<f64> {
         .and_then(Value::as_f64)
 }
 
-/// Seconds between two timestamps as Harbor writes them (ISO 8601, with or without an offset).
-fn seconds_between(start: &str, end: &str) -> Option<f64> {
+/// Seconds between two timestamps as GEODE (RFC 3339) and Harbor (ISO 8601, with or without
+/// an offset) write them.
+pub fn seconds_between(start: &str, end: &str) -> Option<f64> {
     let parse = |s: &str| {
         chrono::DateTime::parse_from_rfc3339(s)
             .map(|d| d.naive_utc())
@@ -121,8 +122,8 @@ pub fn index(conn: &Connection, jobs: &[HarborJob]) -> rusqlite::Result<()> {
         let config = job.config.as_ref().unwrap_or(&empty);
         let result = job.result.as_ref().unwrap_or(&empty);
         let first_trial = job.trials.first().map(|t| &t.result).unwrap_or(&empty);
-        let model = text(config, &["agents", "0", "model_name"])
-            .or_else(|| config["agents"][0]["model_name"].as_str())
+        let model = config["agents"][0]["model_name"]
+            .as_str()
             .or_else(|| config["agents"][0]["name"].as_str())
             .or_else(|| text(first_trial, &["agent_info", "model_info", "name"]))
             .or_else(|| text(first_trial, &["agent_info", "name"]))

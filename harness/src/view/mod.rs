@@ -18,15 +18,17 @@
 //!
 //! - [`catalog`]: which stores and Harbor folders the jobs folder holds, and its change stamp;
 //! - [`harbor`]: a Harbor trial's `result.json` as a run-store row;
-//! - [`query`]: runs with their summaries, a run's trial page, the paired comparison;
+//! - [`runs`]: runs with their summaries, the paired comparison of two;
+//! - [`filter`]: a page of a run's trials under typed filters and a sort;
 //! - [`trial`]: one trial's record, transcript, timeline and verifier output;
 //! - [`decisions`]: crucible decision folders and search lineages, shown key by key;
 //! - [`server`]: the HTTP face (axum), its guards and the embedded assets.
 
 pub mod catalog;
 pub mod decisions;
+pub mod filter;
 pub mod harbor;
-pub mod query;
+pub mod runs;
 pub mod server;
 pub mod trial;
 

@@ -28,7 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::catalog::Catalog;
 use super::decisions::{self, Roots};
-use super::query::{self, TrialQuery};
+use super::filter::{self, TrialQuery};
+use super::runs;
 use super::{ViewError, trial};
 
 /// How to serve.
@@ -314,7 +315,7 @@ async fn stamp(State(shared): State<Arc<Shared>>) -> Response {
 #[derive(Serialize)]
 struct RunsPage {
     jobs: String,
-    runs: Vec<query::RunView>,
+    runs: Vec<runs::RunView>,
     decisions: Vec<decisions::DecisionItem>,
     searches: Vec<decisions::SearchItem>,
     problems: Vec<String>,
@@ -323,7 +324,7 @@ struct RunsPage {
 async fn runs(State(shared): State<Arc<Shared>>) -> Response {
     with_catalog(shared, |c, roots| {
         let mut problems = c.problems.clone();
-        let runs = query::runs(c)?;
+        let runs = runs::runs(c)?;
         let decisions = decisions::decisions(c, roots, &mut problems);
         let searches = decisions::searches(c, roots, &mut problems);
         // Decisions and searches both read the lineages: one line per file at fault.
@@ -354,7 +355,7 @@ async fn trials(
     q: Result<Query<TrialQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
     match q {
-        Ok(Query(q)) => with_catalog(shared, move |c, _| query::trials(c, &q)).await,
+        Ok(Query(q)) => with_catalog(shared, move |c, _| filter::trials(c, &q)).await,
         Err(e) => bad_query(e),
     }
 }
@@ -365,8 +366,6 @@ struct TrialRef {
     trial: String,
     /// Only for screenshots: the file under `agent/`.
     file: Option<String>,
-    #[allow(dead_code)]
-    token: Option<String>,
 }
 
 macro_rules! trial_route {
@@ -420,17 +419,17 @@ async fn compare(
 ) -> Response {
     #[derive(Serialize)]
     struct Paired {
-        baseline: query::RunView,
-        candidate: query::RunView,
+        baseline: runs::RunView,
+        candidate: runs::RunView,
         comparison: geode_graders::compare::Comparison,
     }
     match q {
         Ok(Query(r)) => {
             with_catalog(shared, move |c, _| {
                 Ok(Paired {
-                    baseline: query::run_view(c, c.run(&r.baseline)?)?,
-                    candidate: query::run_view(c, c.run(&r.candidate)?)?,
-                    comparison: query::compare(c, &r.baseline, &r.candidate)?,
+                    baseline: runs::run_view(c, c.run(&r.baseline)?)?,
+                    candidate: runs::run_view(c, c.run(&r.candidate)?)?,
+                    comparison: runs::compare(c, &r.baseline, &r.candidate)?,
                 })
             })
             .await

@@ -1,7 +1,7 @@
 // Two runs paired task by task: the comparison `geode compare` prints (the graders' one pairing
 // with the crucible's statistics), then every shared task's delta with its interval.
 
-import { el, api, href, num, badge, kv } from "./dom.js";
+import { el, api, href, num, kv } from "./dom.js";
 
 export async function compareView(params) {
   const { baseline, candidate } = params;
@@ -47,4 +47,3 @@ export async function compareView(params) {
   };
 }
 
-export { badge };

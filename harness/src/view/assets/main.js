@@ -1,7 +1,7 @@
 // The router: the hash names a view and its parameters; a view draws into <main>. A view marked
 // live is drawn again when the jobs folder's stamp changes, without reloading the page.
 
-import { el, errorBox } from "./dom.js";
+import { errorBox } from "./dom.js";
 import { runsView, runView } from "./runs.js";
 import { trialView } from "./trial.js";
 import { compareView } from "./compare.js";
@@ -24,6 +24,14 @@ function route() {
 
 let drawing = 0;
 let lastStamp = null;
+// A redraw owed while the person is typing in a filter: drawn when the field loses focus, so
+// a live page never takes the text out from under the cursor.
+let owed = false;
+
+function typing() {
+  const a = document.activeElement;
+  return a && (a.tagName === "INPUT" || a.tagName === "SELECT") && document.getElementById("main").contains(a);
+}
 
 async function draw() {
   const { name, params } = route();
@@ -55,8 +63,12 @@ async function poll() {
       if (lastStamp !== null && stamp !== lastStamp) {
         const view = views[route().name];
         if (view && view.live && document.body.dataset.state === "ready") {
-          document.body.dataset.redraws = String(Number(document.body.dataset.redraws || 0) + 1);
-          await draw();
+          if (typing()) {
+            owed = true;
+          } else {
+            document.body.dataset.redraws = String(Number(document.body.dataset.redraws || 0) + 1);
+            await draw();
+          }
         }
       }
       lastStamp = stamp;
@@ -71,7 +83,12 @@ async function poll() {
 if (new URLSearchParams(location.search).has("token")) {
   history.replaceState(null, "", location.pathname + location.hash);
 }
-window.addEventListener("hashchange", draw);
+window.addEventListener("hashchange", () => { owed = false; draw(); });
+document.addEventListener("focusout", () => setTimeout(() => {
+  if (owed && !typing()) {
+    owed = false;
+    draw();
+  }
+}, 0));
 draw();
 poll();
-export { el };

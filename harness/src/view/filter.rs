@@ -1,7 +1,4 @@
-//! The viewer's questions to a run store, in SQL over the run store's columns: every run with
-//! its summary (counted by the harness's one summary, so the page shows what `geode run`
-//! printed), one page of a run's trials under a filter and a sort, and two runs paired task by
-//! task through the graders' one comparison (`geode compare`'s own).
+//! One page of a run's trials under a filter and a sort, in SQL over the run store's columns.
 //!
 //! A filter names its fields with typed values (an outcome class, an integrity signal, a sort
 //! column), never SQL: every value is a bound parameter and every column name comes from a
@@ -11,153 +8,12 @@
 use std::collections::BTreeMap;
 
 use geode_graders::TrialOutcome;
-use geode_graders::compare::{Comparison, RunColumns};
 use rusqlite::types::Value as Sql;
 use rusqlite::{Row, params_from_iter};
 use serde::{Deserialize, Serialize};
 
 use super::ViewError;
-use super::catalog::{Catalog, Origin, RunEntry, Source};
-use crate::store::TrialUsage;
-use crate::summary::{Counted, RunSummary, summarize_counted};
-
-/// A run as the runs page shows it.
-#[derive(Debug, Serialize)]
-pub struct RunView {
-    pub key: String,
-    pub run_id: String,
-    pub origin: Origin,
-    pub created: String,
-    pub pack: String,
-    pub model: String,
-    pub seed: u64,
-    pub attempts: u32,
-    pub status: String,
-    pub finished_trials: usize,
-    pub running_trials: usize,
-    /// First trial start to last trial end, seconds.
-    pub duration_seconds: Option<f64>,
-    pub summary: RunSummary,
-}
-
-fn sql(source: &Source) -> impl Fn(rusqlite::Error) -> ViewError + '_ {
-    ViewError::sqlite(&source.path)
-}
-
-/// Every run of the catalog with its summary over its finished trials.
-pub fn runs(c: &Catalog) -> Result<Vec<RunView>, ViewError> {
-    let mut out = Vec::new();
-    for run in c.runs() {
-        out.push(run_view(c, run)?);
-    }
-    Ok(out)
-}
-
-/// One run with its summary.
-pub fn run_view(c: &Catalog, run: &RunEntry) -> Result<RunView, ViewError> {
-    let s = c.source_of(run);
-    let err = sql(s);
-    let mut view = s
-        .conn
-        .prepare_cached(
-            "SELECT created, pack_path, model_route, seed, attempts, status FROM runs
-             WHERE run_id = ?1",
-        )
-        .map_err(&err)?
-        .query_row([&run.run_id], |r| {
-            Ok(RunView {
-                key: run.key.clone(),
-                run_id: run.run_id.clone(),
-                origin: s.origin,
-                created: r.get(0)?,
-                pack: r.get(1)?,
-                model: r.get(2)?,
-                seed: r.get::<_, i64>(3)? as u64,
-                attempts: r.get(4)?,
-                status: r.get(5)?,
-                finished_trials: 0,
-                running_trials: 0,
-                duration_seconds: None,
-                summary: summarize_counted([]),
-            })
-        })
-        .map_err(&err)?;
-    let mut st = s
-        .conn
-        .prepare_cached(
-            "SELECT task_id, status, outcome, reward, input_tokens, cached_tokens, output_tokens,
-                    cost_usd, started, finished FROM trials WHERE run_id = ?1",
-        )
-        .map_err(&err)?;
-    let mut rows = st.query([&run.run_id]).map_err(&err)?;
-    let mut counted: Vec<(String, TrialOutcome, Option<f64>, TrialUsage)> = Vec::new();
-    let (mut first, mut last): (Option<String>, Option<String>) = (None, None);
-    while let Some(r) = rows.next().map_err(&err)? {
-        let status: String = r.get(1).map_err(&err)?;
-        let outcome: Option<String> = r.get(2).map_err(&err)?;
-        let started: Option<String> = r.get(8).map_err(&err)?;
-        if let Some(t) = started
-            && first.as_ref().is_none_or(|f| t < *f)
-        {
-            first = Some(t);
-        }
-        let outcome = match (
-            status.as_str(),
-            outcome.as_deref().and_then(TrialOutcome::parse),
-        ) {
-            ("finished", Some(o)) => o,
-            _ => {
-                view.running_trials += 1;
-                continue;
-            }
-        };
-        if let Some(t) = r.get::<_, Option<String>>(9).map_err(&err)?
-            && last.as_ref().is_none_or(|l| t > *l)
-        {
-            last = Some(t);
-        }
-        let int = |i| {
-            r.get::<_, Option<i64>>(i)
-                .map(|v| v.unwrap_or(0).max(0) as u64)
-        };
-        counted.push((
-            r.get(0).map_err(&err)?,
-            outcome,
-            r.get(3).map_err(&err)?,
-            TrialUsage {
-                input_tokens: int(4).map_err(&err)?,
-                cached_tokens: int(5).map_err(&err)?,
-                output_tokens: int(6).map_err(&err)?,
-                cost_usd: r.get::<_, Option<f64>>(7).map_err(&err)?.unwrap_or(0.0),
-                model_calls: 0,
-            },
-        ));
-    }
-    view.finished_trials = counted.len();
-    view.duration_seconds = first.zip(last).and_then(|(a, b)| seconds_between(&a, &b));
-    view.summary =
-        summarize_counted(
-            counted
-                .iter()
-                .map(|(task, outcome, reward, usage)| Counted {
-                    task_id: task,
-                    outcome: *outcome,
-                    reward: *reward,
-                    usage,
-                }),
-        );
-    Ok(view)
-}
-
-fn seconds_between(a: &str, b: &str) -> Option<f64> {
-    let parse = |s: &str| {
-        chrono::DateTime::parse_from_rfc3339(s)
-            .map(|d| d.naive_utc())
-            .or_else(|_| chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f"))
-            .ok()
-    };
-    Some((parse(b)? - parse(a)?).num_milliseconds() as f64 / 1000.0)
-}
+use super::catalog::{Catalog, Source};
 
 /// Which outcomes a filter keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -425,7 +281,7 @@ pub fn trials(c: &Catalog, q: &TrialQuery) -> Result<TrialPage, ViewError> {
     }
     let run = c.run(&q.run)?;
     let s = c.source_of(run);
-    let err = sql(s);
+    let err = s.sqlite_err();
     let (filter, params) = where_clause(q, s, &run.run_id);
     let order = format!(
         "{} {}, trial_name",
@@ -502,7 +358,7 @@ pub fn trials(c: &Catalog, q: &TrialQuery) -> Result<TrialPage, ViewError> {
 }
 
 fn facets(s: &Source, run_id: &str) -> Result<Facets, ViewError> {
-    let err = sql(s);
+    let err = s.sqlite_err();
     let mut f = Facets::default();
     let mut st = s
         .conn
@@ -525,83 +381,6 @@ fn facets(s: &Source, run_id: &str) -> Result<Facets, ViewError> {
         }
     }
     Ok(f)
-}
-
-/// A run's finished trials as the comparison's columns, sorted by (task, attempt).
-struct Side {
-    task: Vec<String>,
-    category: Vec<String>,
-    attempt: Vec<i64>,
-    infra: Vec<bool>,
-    reward: Vec<f64>,
-}
-
-fn side(c: &Catalog, key: &str) -> Result<Side, ViewError> {
-    let run = c.run(key)?;
-    let s = c.source_of(run);
-    let err = sql(s);
-    let mut st = s
-        .conn
-        .prepare_cached(
-            "SELECT task_id, category, attempt, outcome, reward FROM trials
-             WHERE run_id = ?1 AND status = 'finished' ORDER BY task_id, attempt",
-        )
-        .map_err(&err)?;
-    let mut rows = st.query([&run.run_id]).map_err(&err)?;
-    let mut out = Side {
-        task: Vec::new(),
-        category: Vec::new(),
-        attempt: Vec::new(),
-        infra: Vec::new(),
-        reward: Vec::new(),
-    };
-    while let Some(r) = rows.next().map_err(&err)? {
-        let outcome: Option<String> = r.get(3).map_err(&err)?;
-        out.task.push(r.get(0).map_err(&err)?);
-        out.category.push(r.get(1).map_err(&err)?);
-        out.attempt.push(r.get(2).map_err(&err)?);
-        // An outcome this build does not know cannot be scored: it counts as infrastructure.
-        out.infra.push(
-            outcome
-                .as_deref()
-                .and_then(TrialOutcome::parse)
-                .is_none_or(TrialOutcome::is_infrastructure),
-        );
-        out.reward
-            .push(r.get::<_, Option<f64>>(4).map_err(&err)?.unwrap_or(0.0));
-    }
-    Ok(out)
-}
-
-/// The paired comparison of run `candidate` with run `baseline` (`geode compare`'s).
-pub fn compare(c: &Catalog, baseline: &str, candidate: &str) -> Result<Comparison, ViewError> {
-    let (a, b) = (side(c, baseline)?, side(c, candidate)?);
-    let (at, ac) = (strs(&a.task), strs(&a.category));
-    let (bt, bc) = (strs(&b.task), strs(&b.category));
-    geode_graders::compare::compare(
-        (baseline, a.columns(&at, &ac)),
-        (candidate, b.columns(&bt, &bc)),
-    )
-    .map_err(|e| ViewError::BadRequest {
-        field: "runs",
-        message: e.to_string(),
-    })
-}
-
-fn strs(v: &[String]) -> Vec<&str> {
-    v.iter().map(String::as_str).collect()
-}
-
-impl Side {
-    fn columns<'a>(&'a self, task: &'a [&'a str], category: &'a [&'a str]) -> RunColumns<'a> {
-        RunColumns {
-            task,
-            category,
-            attempt: &self.attempt,
-            infra: &self.infra,
-            reward: &self.reward,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -750,9 +529,9 @@ mod tests {
     }
 
     #[test]
-    fn a_run_summary_is_the_harness_summary() {
+    fn a_run_s_summary_is_the_harness_summary() {
         let (_d, c, _run) = catalog();
-        let runs = runs(&c).unwrap();
+        let runs = crate::view::runs::runs(&c).unwrap();
         assert_eq!(runs.len(), 1);
         let r = &runs[0];
         assert_eq!(r.finished_trials, 200);
