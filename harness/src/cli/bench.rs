@@ -7,8 +7,8 @@
 //!   sandbox start + `true` + teardown on it; with `--docker` (a reachable docker engine),
 //!   `docker pull` and `docker run --rm IMAGE true` of the same reference, and the ratios.
 
+use super::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -91,7 +91,7 @@ async fn cycle(
     Ok((up, ran, t.elapsed()))
 }
 
-pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
     let settings = ImageSettings::load()?;
     let scratch = tempfile_dir(&settings.store)?;
     let result = match cmd {
@@ -103,7 +103,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         } => bench_image(&settings, &scratch, &reference, repeat, docker).await,
     };
     let _ = std::fs::remove_dir_all(&scratch);
-    result.map(|()| ExitCode::SUCCESS)
+    result.map(|()| Exit::Success)
 }
 
 /// Scratch beside the store (one filesystem, as the sandbox's layers want).

@@ -1,7 +1,7 @@
 //! `geode dataset`: privacy scan, releases and their verification, split isolation.
 
+use super::exit::Exit;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use clap::Subcommand;
 use geode_harness::datasets::allowlist::Allowlist;
@@ -114,7 +114,7 @@ fn default_waivers(pack: &Path, explicit: Option<PathBuf>) -> anyhow::Result<Wai
     })
 }
 
-pub fn run(cmd: DatasetCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cmd: DatasetCommand) -> anyhow::Result<Exit> {
     match cmd {
         DatasetCommand::Scan {
             pack,
@@ -183,11 +183,7 @@ pub fn run(cmd: DatasetCommand) -> anyhow::Result<ExitCode> {
 }
 
 /// `scan`: the pack's tasks and the trajectories through the privacy review.
-fn scan(
-    pack: &Path,
-    waivers: Option<PathBuf>,
-    trajectories: &[PathBuf],
-) -> anyhow::Result<ExitCode> {
+fn scan(pack: &Path, waivers: Option<PathBuf>, trajectories: &[PathBuf]) -> anyhow::Result<Exit> {
     let waivers = default_waivers(pack, waivers)?;
     let loaded = TaskPack::load(pack)?;
     let mut scopes: Vec<(String, &Path)> = loaded
@@ -226,14 +222,14 @@ fn scan(
         open
     );
     Ok(if open == 0 {
-        ExitCode::SUCCESS
+        Exit::Success
     } else {
-        ExitCode::FAILURE
+        Exit::Findings
     })
 }
 
 /// `release`: the release written, and where it is and what it is called.
-fn write_release(req: &ReleaseRequest<'_>) -> anyhow::Result<ExitCode> {
+fn write_release(req: &ReleaseRequest<'_>) -> anyhow::Result<Exit> {
     let (dir, manifest) = release(req)?;
     println!(
         "released {} {} ({} tasks) at {}\nrelease_id {}\npack_hash {}",
@@ -244,11 +240,11 @@ fn write_release(req: &ReleaseRequest<'_>) -> anyhow::Result<ExitCode> {
         manifest.release_id,
         manifest.pack_hash
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// `verify`: the release re-hashed; every changed task and file named.
-fn verify_release(release: &Path) -> anyhow::Result<ExitCode> {
+fn verify_release(release: &Path) -> anyhow::Result<Exit> {
     let (manifest, problems) = verify(release)?;
     if problems.is_empty() {
         println!(
@@ -258,12 +254,12 @@ fn verify_release(release: &Path) -> anyhow::Result<ExitCode> {
             manifest.tasks.len(),
             manifest.release_id
         );
-        Ok(ExitCode::SUCCESS)
+        Ok(Exit::Success)
     } else {
         for p in &problems {
             println!("FAIL {p}");
         }
-        Ok(ExitCode::FAILURE)
+        Ok(Exit::Findings)
     }
 }
 
@@ -275,7 +271,7 @@ fn split(
     params: MinHashParams,
     out: Option<PathBuf>,
     packs: Option<PathBuf>,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let file = split_pack(pack, ratios, seed, params)?;
     for (name, list) in &file.splits {
         eprintln!("{name}: {} tasks", list.len());
@@ -289,11 +285,11 @@ fn split(
             eprintln!("wrote {}", written.display());
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// `check-splits`: the splits file against its pack; every mismatch and leak listed.
-fn check_splits(splits: &Path, pack: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+fn check_splits(splits: &Path, pack: Option<PathBuf>) -> anyhow::Result<Exit> {
     let file = load_splits(splits)?;
     let pack = pack.unwrap_or_else(|| resolve_pack(splits, &file));
     let check = check_against_pack(splits, &file, &pack)?;
@@ -309,8 +305,8 @@ fn check_splits(splits: &Path, pack: Option<PathBuf>) -> anyhow::Result<ExitCode
             check.tasks,
             pack.display()
         );
-        Ok(ExitCode::SUCCESS)
+        Ok(Exit::Success)
     } else {
-        Ok(ExitCode::FAILURE)
+        Ok(Exit::Findings)
     }
 }

@@ -1,7 +1,7 @@
 //! `geode image`: the image store by hand: pull, load (air-gapped), list, remove, prune.
 
+use super::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -31,7 +31,7 @@ pub enum ImageCommand {
     Prune,
 }
 
-pub async fn run(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: ImageCommand) -> anyhow::Result<Exit> {
     let settings = ImageSettings::load()?;
     let store = ImageStore::open(&settings.store)
         .with_context(|| format!("image store {}", settings.store.display()))?;
@@ -79,7 +79,7 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
             let reference = Reference::parse(&reference)?;
             if !store.remove(&reference)? {
                 eprintln!("geode: no image {reference} in the store");
-                return Ok(ExitCode::from(1));
+                return Ok(Exit::Failed);
             }
             println!("removed {reference}");
         }
@@ -88,7 +88,7 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
             println!("freed {:.1} MB", freed as f64 / 1e6);
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 fn line(image: &StoredImage) -> String {

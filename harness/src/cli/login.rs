@@ -2,8 +2,8 @@
 //! the `openai-codex:MODEL` route uses. The flows live in `geode_runtime::model::login`; this
 //! module only shows the URL or the device code, tries a browser, and reports the outcome.
 
+use super::exit::Exit;
 use std::path::Path;
-use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -39,7 +39,7 @@ fn settings(provider: LoginProvider) -> OAuthSettings {
     }
 }
 
-pub async fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
+pub async fn login(args: LoginArgs) -> anyhow::Result<Exit> {
     let settings = settings(args.provider);
     let store = settings.store();
     let client = OAuthClient::new(settings)?;
@@ -65,17 +65,17 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
         "signed in to ChatGPT; openai-codex:MODEL routes may be used (tokens in {})",
         store.path().display()
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
-pub fn logout(args: LogoutArgs) -> anyhow::Result<ExitCode> {
+pub fn logout(args: LogoutArgs) -> anyhow::Result<Exit> {
     let store = settings(args.provider).store();
     if store.remove()? {
         println!("signed out: removed {}", store.path().display());
     } else {
         println!("not signed in (no {})", store.path().display());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// Hand the URL to `xdg-open` when there is one; the printed URL is the fallback either way.

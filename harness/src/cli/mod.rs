@@ -17,6 +17,7 @@ mod crucible;
 mod curate;
 mod dataset;
 mod exec;
+mod exit;
 mod external;
 mod image;
 mod input;
@@ -26,6 +27,7 @@ mod markdown;
 mod mcp;
 mod picker;
 mod progress;
+mod providers;
 mod receipts;
 mod render;
 mod repl;
@@ -166,7 +168,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         None => {
             let cfg = daily_config(&cli.model, cli.effort)?;
             let first = cli.continue_last.then(continue_command).transpose()?;
-            return runtime.block_on(interactive(cli.connect, cli.local, cfg, first));
+            return runtime
+                .block_on(interactive(cli.connect, cli.local, cfg, first))
+                .map(ExitCode::from);
         }
     };
     match command {
@@ -198,11 +202,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Skills(cmd) => runtime.block_on(skills::run(cmd)),
         Command::Login(args) => runtime.block_on(login::login(args)),
         Command::Logout(args) => login::logout(args),
-        // These replace this process (exec), so the runtime above is never used by them.
-        Command::Report(pass) => external::dispatch("report", &["report"], &pass.args),
-        Command::Compare(pass) => external::dispatch("report", &["compare"], &pass.args),
-        Command::External(argv) => external::dispatch_unknown(&argv),
+        // These replace this process (exec): the child's own status is geode's.
+        Command::Report(pass) => return external::dispatch("report", &["report"], &pass.args),
+        Command::Compare(pass) => return external::dispatch("report", &["compare"], &pass.args),
+        Command::External(argv) => return external::dispatch_unknown(&argv),
     }
+    .map(ExitCode::from)
 }
 
 /// `--effort LEVEL`, parsed once by clap: a bad level is a usage error that lists the levels.
@@ -251,7 +256,7 @@ async fn interactive(
     local: bool,
     cfg: geode_runtime::config::Config,
     first: Option<String>,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<exit::Exit> {
     let socket = serve::socket_path(&cfg);
     if connect || (!local && tokio::net::UnixStream::connect(&socket).await.is_ok()) {
         return connect::run(socket, first).await;

@@ -1,7 +1,7 @@
 //! `geode run`: a benchmark run of a task pack (tasks x attempts), resumable.
 
+use super::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
@@ -106,7 +106,7 @@ pub struct RunArgs {
     json: bool,
 }
 
-pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
@@ -168,9 +168,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         print!("{}", outcome.summary.render());
     }
     Ok(if outcome.cancelled {
-        ExitCode::from(130)
+        Exit::Cancelled
     } else {
-        ExitCode::SUCCESS
+        Exit::Success
     })
 }
 

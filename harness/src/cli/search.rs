@@ -3,8 +3,8 @@
 //!
 //! Exit codes of `promote`: 0 KEEP (promoted), 1 REJECT or nothing to promote, 2 INVALID.
 
+use super::exit::Exit;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
@@ -64,7 +64,7 @@ fn env(out: &Path, timeout_multiplier: f64, slurm: Option<SlurmSettings>) -> any
     })
 }
 
-pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: SearchCommand) -> anyhow::Result<Exit> {
     match cmd {
         SearchCommand::Run(a) => {
             let config = SearchConfig::load(&a.config)?;
@@ -75,7 +75,7 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
             )?;
             let summary = run_search(&config, &env, &mut |l| eprintln!("search: {l}")).await?;
             println!("{}", serde_json::to_string(&summary)?);
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         SearchCommand::Status { out } => {
             let r = load_resolved(&out)?;
@@ -111,7 +111,7 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
                 );
             }
             print!("{}", table(&lineage.entries));
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         SearchCommand::Promote(a) => {
             // The holdout is opened in a vault on this machine; promotion runs here.
@@ -130,7 +130,19 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
                 ),
                 (None, None) => println!("nothing to promote: the champion is the baseline"),
             }
-            Ok(ExitCode::from(p.exit_code()))
+            // Not promoted without a holdout decision (the champion is the baseline, or it did
+            // not confirm) is a decision not to promote, as a REJECT is.
+            Ok(
+                match p
+                    .verdict
+                    .as_deref()
+                    .map(str::parse::<geode_crucible::Verdict>)
+                {
+                    Some(Ok(v)) => Exit::verdict(v),
+                    Some(Err(_)) => Exit::Failed,
+                    None => Exit::Reject,
+                },
+            )
         }
     }
 }

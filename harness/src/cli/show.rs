@@ -3,8 +3,8 @@
 //! grader's content hash, in the trial folder (`grades/<kind>-<hash>.json`) and in the run
 //! store's `grades` table, where `geode report` finds it.
 
+use super::exit::Exit;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -59,7 +59,7 @@ fn trial_dir(arg: &str, jobs: &Path) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-pub fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
+pub fn show(a: ShowArgs) -> anyhow::Result<Exit> {
     let dir = trial_dir(&a.trial, &a.jobs_dir)?;
     let result: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("result.json"))?)
@@ -97,7 +97,7 @@ pub fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         );
         print_checks(&dir.join("steps").join(name))?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// The checks a verifier left in `dir` (a trial, or one step of it), one per line.
@@ -207,7 +207,7 @@ async fn grade_in_sandbox(
     grade
 }
 
-pub async fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
+pub async fn grade(a: GradeArgs) -> anyhow::Result<Exit> {
     let run_dir = a.jobs_dir.join(&a.run);
     let cfg_path = run_dir.join("config.json");
     let config: RunConfig = serde_json::from_str(
@@ -304,5 +304,5 @@ pub async fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
             trials.len()
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

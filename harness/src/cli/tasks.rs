@@ -1,8 +1,8 @@
 //! `geode tasks`: list, hash and import task packs.
 
+use super::exit::Exit;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Subcommand;
@@ -42,7 +42,7 @@ pub enum TasksCommand {
     },
 }
 
-pub async fn run(cmd: TasksCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: TasksCommand) -> anyhow::Result<Exit> {
     match cmd {
         TasksCommand::List { pack } => {
             let pack = TaskPack::load(&pack)?;
@@ -91,16 +91,16 @@ pub async fn run(cmd: TasksCommand) -> anyhow::Result<ExitCode> {
             );
             // Some tasks converted and some not is still a partial failure the caller should see.
             Ok(if imported.skipped.is_empty() {
-                ExitCode::SUCCESS
+                Exit::Success
             } else {
-                ExitCode::FAILURE
+                Exit::Findings
             })
         }
     }
 }
 
 /// One oracle run and one nop run of the pack, folded into a validity report.
-async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Result<ExitCode> {
+async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Result<Exit> {
     let pack_dir = std::fs::canonicalize(pack)?;
     let backend = super::backends::sandbox(jobs_dir)?;
     let mut per_task: BTreeMap<String, TaskTrials> = BTreeMap::new();
@@ -156,19 +156,19 @@ async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Res
     print!("{}", report.render_text());
     println!("report {}", path.display());
     Ok(if report.all_ok() {
-        ExitCode::SUCCESS
+        Exit::Success
     } else {
-        ExitCode::from(1)
+        Exit::Findings
     })
 }
 
-fn report_broken(pack: &TaskPack) -> anyhow::Result<ExitCode> {
+fn report_broken(pack: &TaskPack) -> anyhow::Result<Exit> {
     for b in &pack.broken {
         eprintln!("geode: broken task: {b}");
     }
     Ok(if pack.broken.is_empty() {
-        ExitCode::SUCCESS
+        Exit::Success
     } else {
-        ExitCode::from(1)
+        Exit::Findings
     })
 }

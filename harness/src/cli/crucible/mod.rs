@@ -4,9 +4,9 @@
 //! Exit codes of `run`, `decide` and `replicate`: 0 KEEP, 1 REJECT, 2 INVALID (errors: 1 with a
 //! message on stderr, before any verdict is printed).
 
+use crate::cli::exit::Exit;
 use geode_runtime::model::catalog::Route;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
@@ -293,11 +293,11 @@ fn print_record(record: &DecisionRecord) {
     }
 }
 
-fn exit(record: &DecisionRecord) -> ExitCode {
-    ExitCode::from(u8::try_from(record.exit_code()).unwrap_or(1))
+fn exit(record: &DecisionRecord) -> Exit {
+    Exit::verdict(record.verdict)
 }
 
-pub async fn run(cmd: CrucibleCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: CrucibleCommand) -> anyhow::Result<Exit> {
     match cmd {
         CrucibleCommand::Freeze(a) => freeze::freeze(*a),
         CrucibleCommand::Run(a) => campaign::run_contract(a).await,
@@ -310,7 +310,7 @@ pub async fn run(cmd: CrucibleCommand) -> anyhow::Result<ExitCode> {
 }
 
 /// `decide`: the campaign's contract and evidence, decided again.
-fn decide_again(campaign: &Path) -> anyhow::Result<ExitCode> {
+fn decide_again(campaign: &Path) -> anyhow::Result<Exit> {
     let contract = load_contract(&campaign.join("contract.json"))?;
     let p = campaign.join("evidence.json");
     let evidence: Evidence = serde_json::from_str(
@@ -324,7 +324,7 @@ fn decide_again(campaign: &Path) -> anyhow::Result<ExitCode> {
 }
 
 /// `power`: the design (a contract's, or the flags') through simulated campaigns.
-fn simulate_power(a: PowerArgs) -> anyhow::Result<ExitCode> {
+fn simulate_power(a: PowerArgs) -> anyhow::Result<Exit> {
     let contract = a.contract.as_deref().map(load_contract).transpose()?;
     let trials = match (&contract, a.trials) {
         (Some(c), _) => c.contract().trials_per_task,
@@ -374,11 +374,11 @@ fn simulate_power(a: PowerArgs) -> anyhow::Result<ExitCode> {
             None => println!("minimum detectable effect: n/a"),
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// `seal`: the holdout pack encrypted at rest, its commitment published.
-fn seal(a: SealArgs) -> anyhow::Result<ExitCode> {
+fn seal(a: SealArgs) -> anyhow::Result<Exit> {
     let key = if a.new_key {
         sealing::new_key(&a.key)?
     } else {
@@ -396,11 +396,11 @@ fn seal(a: SealArgs) -> anyhow::Result<ExitCode> {
         files.published.commitment,
         files.commitment.display()
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// `audit`: commitments, ledgers, seal states and decision records checked against each other.
-fn audit(a: AuditArgs) -> anyhow::Result<ExitCode> {
+fn audit(a: AuditArgs) -> anyhow::Result<Exit> {
     let decisions = if a.decisions.is_empty() {
         vec![PathBuf::from("jobs/crucible")]
     } else {
@@ -430,8 +430,8 @@ fn audit(a: AuditArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(if report.problems.is_empty() {
-        ExitCode::SUCCESS
+        Exit::Success
     } else {
-        ExitCode::FAILURE
+        Exit::Findings
     })
 }
