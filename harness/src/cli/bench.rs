@@ -29,6 +29,7 @@ use super::backends::ImageSettings;
 pub enum BenchCommand {
     /// Per-trial environment set-up + teardown over a pack, images cached.
     Env {
+        /// The task pack whose images the sandboxes start from.
         pack: PathBuf,
         /// Sandboxes per task.
         #[arg(short = 'r', long, default_value_t = 10)]
@@ -36,7 +37,9 @@ pub enum BenchCommand {
     },
     /// First pull + unpack of an image, then sandbox start/exec/teardown on it.
     Image {
+        /// The image reference to pull into a fresh store.
         reference: String,
+        /// Sandboxes started on the pulled image.
         #[arg(short = 'r', long, default_value_t = 10)]
         repeat: usize,
         /// Also time `docker pull` and `docker run --rm` of the same reference.

@@ -43,7 +43,7 @@ pub async fn run(args: CurateArgs) -> anyhow::Result<Exit> {
             backend_kind: geode_harness::env::kind::BackendKind::Sandbox,
         }),
         Err(e) => {
-            eprintln!("geode: no sandbox backend ({e:#}); the pilot phase cannot run");
+            say!("geode: no sandbox backend ({e:#}); the pilot phase cannot run");
             None
         }
     };

@@ -16,8 +16,9 @@ use geode_harness::pack::TaskPack;
 
 #[derive(Debug, Subcommand)]
 pub enum DatasetCommand {
-    /// Privacy review of a pack (and trajectories): list findings; exit 1 on any open one.
+    /// Privacy review of a pack (and trajectories): list findings; exit 10 on any open one.
     Scan {
+        /// The task pack to review.
         pack: PathBuf,
         /// Waiver file (geode.waivers.v1); default datasets/waivers/PACKNAME.toml in the nearest
         /// folder at or above the pack that has one.
@@ -29,11 +30,14 @@ pub enum DatasetCommand {
     },
     /// Write an immutable, content-addressed release of a pack.
     Release {
+        /// The task pack to release.
         pack: PathBuf,
+        /// The release's name.
         #[arg(long)]
         name: String,
         #[arg(long)]
         version: String,
+        /// Where the release folder is written (never replaced).
         #[arg(long, default_value = "datasets/releases")]
         out: PathBuf,
         /// SPDX license of the released tasks.
@@ -46,8 +50,10 @@ pub enum DatasetCommand {
         /// at or above the pack that has one, else builtin:* only.
         #[arg(long)]
         allowlist: Option<PathBuf>,
+        /// Waiver file (geode.waivers.v1); default datasets/waivers/PACKNAME.toml in the nearest folder at or above the pack that has one.
         #[arg(long)]
         waivers: Option<PathBuf>,
+        /// Folders of trajectories to scan as well.
         #[arg(long = "trajectories")]
         trajectories: Vec<PathBuf>,
         /// A parent release folder (lineage); repeatable.
@@ -57,17 +63,25 @@ pub enum DatasetCommand {
         #[arg(long = "transform")]
         transformations: Vec<String>,
     },
-    /// Re-hash a release; exit 1 naming each changed task and file.
-    Verify { release: PathBuf },
+    /// Re-hash a release; exit 10 naming each changed task and file.
+    Verify {
+        /// The release folder (as `geode dataset release` wrote it).
+        release: PathBuf,
+    },
     /// Split a pack into train / holdout / test, isolating near-duplicates.
     Split {
+        /// The task pack to split.
         pack: PathBuf,
+        /// Share of tasks in the train split.
         #[arg(long, default_value_t = 0.6)]
         train: f64,
+        /// Share of tasks in the holdout split.
         #[arg(long, default_value_t = 0.2)]
         holdout: f64,
+        /// Share of tasks in the test split.
         #[arg(long, default_value_t = 0.2)]
         test: f64,
+        /// The seed of the split's shuffle.
         #[arg(long)]
         seed: u64,
         /// Estimated Jaccard at or above which tasks are near-duplicates.
@@ -81,8 +95,9 @@ pub enum DatasetCommand {
         packs: Option<PathBuf>,
     },
     /// Check a splits file against its pack (hashes and signatures re-derived from the tasks);
-    /// exit 1 listing every disagreement and every leak across splits.
+    /// exit 10 listing every disagreement and every leak across splits.
     CheckSplits {
+        /// The splits file (`geode dataset split --out`).
         splits: PathBuf,
         /// The pack to check against (default: the one the file names).
         #[arg(long)]
@@ -106,7 +121,7 @@ fn default_waivers(pack: &Path, explicit: Option<PathBuf>) -> anyhow::Result<Wai
         .unwrap_or_default();
     let path = explicit.or_else(|| beside_pack(pack, &format!("datasets/waivers/{name}.toml")));
     if let Some(p) = &path {
-        eprintln!("waivers: {}", p.display());
+        say!("waivers: {}", p.display());
     }
     Ok(match path {
         Some(p) => Waivers::load(&p)?,
@@ -208,10 +223,10 @@ fn scan(pack: &Path, waivers: Option<PathBuf>, trajectories: &[PathBuf]) -> anyh
         );
     }
     for w in &r.unused_waivers {
-        eprintln!("warning: waiver {w} matches no finding (stale)");
+        say!("warning: waiver {w} matches no finding (stale)");
     }
     for f in &r.skipped {
-        eprintln!("not scanned (binary): {f}");
+        say!("not scanned (binary): {f}");
     }
     let open = r.open().len();
     println!(
@@ -274,7 +289,7 @@ fn split(
 ) -> anyhow::Result<Exit> {
     let file = split_pack(pack, ratios, seed, params)?;
     for (name, list) in &file.splits {
-        eprintln!("{name}: {} tasks", list.len());
+        say!("{name}: {} tasks", list.len());
     }
     match out {
         Some(path) => write_new_json(&path, &file)?,
@@ -282,7 +297,7 @@ fn split(
     }
     if let Some(dir) = packs {
         for written in write_split_packs(&file, pack, &dir)? {
-            eprintln!("wrote {}", written.display());
+            say!("wrote {}", written.display());
         }
     }
     Ok(Exit::Success)

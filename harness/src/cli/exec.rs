@@ -77,6 +77,9 @@ impl TurnFlags {
         model: Arc<dyn geode_runtime::model::Model>,
     ) -> anyhow::Result<(SessionConfig, UnboundedReceiver<LoopEvent>)> {
         let mut policy = SessionPolicy::for_mode(SessionMode::Headless);
+        policy.shell_grant_hint = Some(format!(
+            "`geode {command} --allow dangerous` allows the shell; no human is asked in headless mode"
+        ));
         if self.allow > SafetyLevel::Safe {
             let reason = format!("geode {command} --allow {}", self.allow);
             policy = policy.grant_unattended(self.allow, reason);
@@ -277,7 +280,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Exit> {
     let mcp = super::mcp::client_manager(&cwd).await?;
     cfg.extra_tools.extend(mcp.tools());
     let mut session = create_session(cfg)?;
-    eprintln!("geode: session {}", session.session_id());
+    say!("geode: session {}", session.session_id());
     let driver = Driver::start(args.turn.json, rx);
     let outcome = session.run_turn(&prompt, &driver.cancel).await;
     driver.finish(session, outcome).await
@@ -319,7 +322,7 @@ impl Driver {
         let on_signal = cancel.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("geode: cancelling the turn (Ctrl-C)");
+                say!("geode: cancelling the turn (Ctrl-C)");
                 on_signal.cancel();
             }
         });
@@ -344,9 +347,9 @@ impl Driver {
             writeln!(out, "{}", outcome.text)?;
         }
         if let Some(error) = &outcome.error {
-            eprintln!("geode: error: {error}");
+            say!("geode: error: {error}");
         }
-        eprintln!(
+        say!(
             "geode: {} (verification {}), {} rounds, {} tool calls, {} tokens",
             outcome.termination,
             outcome.verdict.name(),
@@ -379,9 +382,9 @@ fn log_event(event: &LoopEvent) {
             let _ = write!(err, "\x1b[2m{text}\x1b[0m");
             let _ = err.flush();
         }
-        LoopEvent::ToolStarted { tool, input, .. } => eprintln!("geode: tool {tool} {input}"),
+        LoopEvent::ToolStarted { tool, input, .. } => say!("geode: tool {tool} {input}"),
         LoopEvent::ToolEnded { tool, outcome, .. } => {
-            eprintln!("geode: tool {tool} -> {outcome:?}")
+            say!("geode: tool {tool} -> {outcome:?}")
         }
         LoopEvent::HookDecision {
             event,
@@ -390,13 +393,13 @@ fn log_event(event: &LoopEvent) {
             reason,
             ..
         } => match reason {
-            Some(why) => eprintln!("geode: {event} hook {hook}: {decision}: {why}"),
-            None => eprintln!("geode: {event} hook {hook}: {decision}"),
+            Some(why) => say!("geode: {event} hook {hook}: {decision}: {why}"),
+            None => say!("geode: {event} hook {hook}: {decision}"),
         },
         LoopEvent::Verification {
             verdict, misses, ..
         } if !misses.is_empty() => {
-            eprintln!("geode: verification {verdict}: {}", misses.join("; "))
+            say!("geode: verification {verdict}: {}", misses.join("; "))
         }
         _ => {}
     }

@@ -21,6 +21,7 @@ pub enum LoginProvider {
 
 #[derive(Debug, Args)]
 pub struct LoginArgs {
+    /// The provider to sign in to: `openai` (the ChatGPT subscription).
     provider: LoginProvider,
     /// Sign in with a device code (a machine without a browser): open the printed URL on any
     /// device and enter the code.
@@ -30,6 +31,7 @@ pub struct LoginArgs {
 
 #[derive(Debug, Args)]
 pub struct LogoutArgs {
+    /// The provider whose sign-in is removed: `openai`.
     provider: LoginProvider,
 }
 
@@ -45,15 +47,16 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<Exit> {
     let client = OAuthClient::new(settings)?;
     let tokens = if args.device {
         let code = client.request_device_code().await?;
-        eprintln!(
+        say!(
             "To sign in to ChatGPT, open {} on any device and enter the code {} \
              (it expires in 15 minutes; never share it).",
-            code.verification_url, code.user_code
+            code.verification_url,
+            code.user_code
         );
         client.complete_device(&code, MAX_WAIT).await?
     } else {
         let login = BrowserLogin::start(&client, CALLBACK_PORT).await?;
-        eprintln!(
+        say!(
             "Open this URL to sign in to ChatGPT (no browser here? use --device):\n{}",
             login.url
         );

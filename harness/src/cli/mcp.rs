@@ -95,11 +95,11 @@ pub async fn run(args: McpArgs, cfg: Config) -> anyhow::Result<Exit> {
             let endpoint = match HttpEndpoint::bind(addr, args.token).await {
                 Ok(e) => e,
                 Err(e) => {
-                    eprintln!("geode: error: {e}");
+                    say!("geode: error: {e}");
                     return Ok(Exit::Usage);
                 }
             };
-            eprintln!(
+            say!(
                 "geode: MCP (streamable HTTP) on http://{}{MCP_PATH}, model {}",
                 endpoint.local_addr()?,
                 settings.model_route
@@ -107,7 +107,7 @@ pub async fn run(args: McpArgs, cfg: Config) -> anyhow::Result<Exit> {
             endpoint.serve(settings, shutdown).await?;
         }
         None => {
-            eprintln!(
+            say!(
                 "geode: MCP on stdio, model {}, workspace {}",
                 settings.model_route,
                 settings.workspace.display()

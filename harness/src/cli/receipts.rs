@@ -32,6 +32,7 @@ pub enum ReceiptsCommand {
     Reconcile {
         /// The call id of the uncertain receipt.
         call_id: String,
+        /// What the effect really did: `done` or `not-done`.
         #[arg(long, value_enum)]
         outcome: Outcome,
         /// The session (needed when several sessions have this call id).
@@ -166,7 +167,7 @@ fn reconcile(
         }
     };
     let r = store.reconcile(call_id, outcome, note)?;
-    eprintln!(
+    say!(
         "geode: receipt {} of session {} reconciled: {}",
         r.call_id,
         r.session_id,

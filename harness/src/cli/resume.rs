@@ -100,7 +100,7 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<Exit> {
 
 /// What the resume found, on stderr: above all, every effect whose outcome is unknown.
 fn print_report(r: &RestoreReport) {
-    eprintln!(
+    say!(
         "geode: resuming session {} (was {}; {} messages{})",
         r.session_id,
         r.from_status,
@@ -122,16 +122,21 @@ fn print_report(r: &RestoreReport) {
             Disposition::Reconciled => "reconciled by hand; not run again".to_string(),
             Disposition::Rerun => "never started (or has no effect); running it now".to_string(),
         };
-        eprintln!(
+        say!(
             "geode: pending call {} ({}): {what}",
-            call.call_id, call.tool
+            call.call_id,
+            call.tool
         );
     }
     for receipt in &r.unresolved {
-        eprintln!(
+        say!(
             "geode: uncertain effect {} ({} {}): check it, then `geode receipts reconcile {} \
              --session {} --outcome done|not-done`",
-            receipt.call_id, receipt.tool, receipt.input, receipt.call_id, r.session_id
+            receipt.call_id,
+            receipt.tool,
+            receipt.input,
+            receipt.call_id,
+            r.session_id
         );
     }
 }

@@ -12,14 +12,24 @@ use geode_harness::search::space::diff;
 pub enum ScaffoldCommand {
     /// Print the scaffold (TOML, all fields); without FILE, the default scaffold.
     Show {
+        /// The scaffold (TOML); default: the default scaffold.
         file: Option<PathBuf>,
+        /// Print it as JSON instead of TOML.
         #[arg(long)]
         json: bool,
     },
     /// Print the scaffold's hash (SHA-256 of its canonical JSON), the fingerprint search uses.
-    Hash { file: Option<PathBuf> },
-    /// List changed fields as `path: before -> after`; exit 0 if equal, 1 if different.
-    Diff { a: PathBuf, b: PathBuf },
+    Hash {
+        /// The scaffold (TOML); default: the default scaffold.
+        file: Option<PathBuf>,
+    },
+    /// List changed fields as `path: before -> after`; exit 0 if equal, 10 if different.
+    Diff {
+        /// The scaffold compared from (TOML).
+        a: PathBuf,
+        /// The scaffold compared to (TOML).
+        b: PathBuf,
+    },
 }
 
 pub fn run(cmd: ScaffoldCommand) -> anyhow::Result<Exit> {

@@ -22,14 +22,19 @@ pub enum SearchCommand {
     /// Run a search from its configuration (`geode.search.v1`); resumes if its output exists.
     Run(RunArgs),
     /// Print a search's progress and its lineage table.
-    Status { out: PathBuf },
+    Status {
+        /// The search's output folder (`out` of its configuration).
+        out: PathBuf,
+    },
     /// Compare the final champion with the baseline on the sealed holdout (once).
     Promote(PromoteArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// The search's configuration (`search.toml`, `geode.search.v1`).
     config: PathBuf,
+    /// Multiply every task's agent and verifier timeouts (a slow machine); recorded.
     #[arg(long, default_value_t = 1.0)]
     timeout_multiplier: f64,
     /// Where the train campaigns' pairs run: each Slurm array task runs both arms of one pair
@@ -40,7 +45,9 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct PromoteArgs {
+    /// The search's output folder.
     out: PathBuf,
+    /// Multiply every task's agent and verifier timeouts (a slow machine); recorded.
     #[arg(long, default_value_t = 1.0)]
     timeout_multiplier: f64,
 }
@@ -73,7 +80,7 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<Exit> {
                 a.timeout_multiplier,
                 a.executor.slurm_settings()?,
             )?;
-            let summary = run_search(&config, &env, &mut |l| eprintln!("search: {l}")).await?;
+            let summary = run_search(&config, &env, &mut |l| say!("search: {l}")).await?;
             println!("{}", serde_json::to_string(&summary)?);
             Ok(Exit::Success)
         }

@@ -71,8 +71,8 @@ async fn bind_channels(args: &ServeArgs) -> anyhow::Result<Option<(Webhook, Chan
         None => DEFAULT_WEBHOOK.parse()?,
     };
     let webhook = Webhook::bind(addr).await?;
-    eprintln!("geode: webhook on http://{}", webhook.local_addr());
-    eprintln!(
+    say!("geode: webhook on http://{}", webhook.local_addr());
+    say!(
         "geode: channels: {}",
         channels.names().collect::<Vec<_>>().join(", ")
     );
@@ -113,7 +113,7 @@ pub fn configured_hooks(cfg: &Config, cwd: &Path) -> anyhow::Result<Vec<PathBuf>
         Source::Project(_) => {
             let trust = TrustStore::new(&geode_home()).check(cwd)?;
             if !trust.is_trusted() {
-                eprintln!(
+                say!(
                     "geode: the project's hooks ({}) are not loaded: {}",
                     setting.value,
                     trust.explain(cwd)
@@ -139,7 +139,7 @@ pub fn configured_hooks(cfg: &Config, cwd: &Path) -> anyhow::Result<Vec<PathBuf>
 pub fn warn_matchers_matching_no_tool(hooks: &geode_runtime::hooks::HookRegistry, source: &str) {
     let tools = geode_runtime::session::standard_tool_names();
     for warning in hooks.matchers_matching_no_tool(&tools) {
-        eprintln!("geode: warning: {source}: {warning}");
+        say!("geode: warning: {source}: {warning}");
     }
 }
 
@@ -343,7 +343,7 @@ pub async fn run(args: ServeArgs, cfg: Config) -> anyhow::Result<Exit> {
     // Before the socket: a bad channels file or a taken port leaves no socket file behind.
     let channels = bind_channels(&args).await?;
     let socket = DaemonSocket::bind(&path).await?;
-    eprintln!("geode: serving on {}", socket.path().display());
+    say!("geode: serving on {}", socket.path().display());
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
@@ -352,7 +352,7 @@ pub async fn run(args: ServeArgs, cfg: Config) -> anyhow::Result<Exit> {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
         }
-        eprintln!("geode: draining (running turns finish, no new ones)");
+        say!("geode: draining (running turns finish, no new ones)");
         on_signal.cancel();
     });
     let drain = Duration::from_secs(args.drain_timeout);
@@ -371,14 +371,14 @@ pub async fn run(args: ServeArgs, cfg: Config) -> anyhow::Result<Exit> {
         webhook
     );
     if turns_left > 0 {
-        eprintln!("geode: {turns_left} channel turns still running at the drain deadline");
+        say!("geode: {turns_left} channel turns still running at the drain deadline");
     }
     if left > 0 {
-        eprintln!("geode: {left} connections still open at the drain deadline");
+        say!("geode: {left} connections still open at the drain deadline");
     }
     if left > 0 || turns_left > 0 {
         return Ok(Exit::Failed);
     }
-    eprintln!("geode: stopped");
+    say!("geode: stopped");
     Ok(Exit::Success)
 }

@@ -84,7 +84,7 @@ pub fn run(args: SessionsArgs) -> anyhow::Result<Exit> {
     let root = checkpoint_root(args.checkpoint_dir.as_ref());
     let (rows, problems) = CheckpointStore::list(&root);
     for p in problems {
-        eprintln!("geode: skipped an unreadable session: {p}");
+        say!("geode: skipped an unreadable session: {p}");
     }
     let mut out = std::io::stdout().lock();
     if rows.is_empty() && !args.json {

@@ -28,16 +28,19 @@ use tokio_util::sync::CancellationToken;
 pub struct ShowArgs {
     /// `RUN/TRIAL` inside the jobs folder, or a trial folder's path.
     trial: String,
+    /// The jobs folder `RUN/TRIAL` is looked up in.
     #[arg(long, default_value = "jobs")]
     jobs_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
 pub struct GradeArgs {
+    /// The run id (a folder of the jobs folder), or a run folder's path.
     run: String,
     /// `tests`, `rubric:FILE` or `judge:ROUTE[:VOTES][@TEMPLATE]`.
     #[arg(long, default_value = "tests")]
     grader: String,
+    /// The jobs folder the run is looked up in.
     #[arg(long, default_value = "jobs")]
     jobs_dir: PathBuf,
 }
@@ -196,7 +199,7 @@ async fn grade_in_sandbox(
             g
         }
         Err(e) => {
-            eprintln!(
+            say!(
                 "{}: no sandbox for the command criteria: {e}",
                 trial.display()
             );
@@ -223,7 +226,7 @@ pub async fn grade(a: GradeArgs) -> anyhow::Result<Exit> {
     let store = match RunStore::open(&store_path) {
         Ok(s) if s.run(&a.run)?.is_some() => Some(s),
         _ => {
-            eprintln!(
+            say!(
                 "warning: run {} is not in {}: grades are written to the trial folders only",
                 a.run,
                 store_path.display()

@@ -17,6 +17,7 @@ pub enum SkillsCommand {
     List(SkillsArgs),
     /// One skill's front matter, body and files.
     Show {
+        /// The skill's name (its front matter's `name`).
         name: String,
         #[command(flatten)]
         args: SkillsArgs,
@@ -44,7 +45,7 @@ pub(super) async fn local_skills(project: &Path) -> anyhow::Result<SkillSet> {
         .await
         .context("reading skills")?;
     for w in set.warnings() {
-        eprintln!("geode: {w}");
+        say!("geode: {w}");
     }
     Ok(set)
 }

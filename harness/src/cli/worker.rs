@@ -27,7 +27,7 @@ struct LogLines;
 
 impl PhaseObserver for LogLines {
     fn phase(&self, trial: &str, phase: PhaseEvent<'_>) {
-        eprintln!("{trial}: {phase}");
+        say!("{trial}: {phase}");
     }
 }
 

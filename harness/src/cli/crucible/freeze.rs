@@ -99,7 +99,7 @@ fn warn_if_infeasible(
             &loaded
         }
         (Stage::Test, _) => {
-            eprintln!(
+            say!(
                 "note: the sealed test pack's size is hidden; check the design with \
                  `geode crucible power --contract {} --tasks N`",
                 a.out.display()
@@ -115,7 +115,7 @@ fn warn_if_infeasible(
         families: families.len() as u32,
     };
     for obstacle in geode_crucible::obstacles(&c.decision_rule, &c.vetoes, design) {
-        eprintln!("warning: this campaign cannot KEEP: {obstacle}");
+        say!("warning: this campaign cannot KEEP: {obstacle}");
     }
     Ok(())
 }

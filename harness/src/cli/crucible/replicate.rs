@@ -132,7 +132,7 @@ fn say_how_many_agree(
         .map(|r| r.index)
         .collect::<std::collections::BTreeSet<_>>()
         .len();
-    eprintln!(
+    say!(
         "replication {index}: the verdict {}; of {started} replications started, {} finished \
          and {agreeing} agree with the original {}",
         if agreed {
