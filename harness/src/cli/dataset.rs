@@ -35,6 +35,7 @@ pub enum DatasetCommand {
         /// The release's name.
         #[arg(long)]
         name: String,
+        /// The release's version (a release name and version are written once, never replaced).
         #[arg(long)]
         version: String,
         /// Where the release folder is written (never replaced).

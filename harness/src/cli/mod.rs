@@ -325,7 +325,14 @@ mod tests {
     fn undocumented(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
         for arg in cmd.get_arguments() {
             let id = arg.get_id().as_str();
-            if arg.is_hide_set() || id == "help" || id == "version" {
+            let generated = matches!(
+                arg.get_action(),
+                clap::ArgAction::Help
+                    | clap::ArgAction::HelpShort
+                    | clap::ArgAction::HelpLong
+                    | clap::ArgAction::Version
+            );
+            if arg.is_hide_set() || generated {
                 continue;
             }
             let text = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
