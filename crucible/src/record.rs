@@ -72,11 +72,6 @@ pub struct DecisionRecord {
 }
 
 impl DecisionRecord {
-    /// Exit code of `geode crucible decide`: 0 KEEP, 1 REJECT, 2 INVALID.
-    pub fn exit_code(&self) -> i32 {
-        self.verdict.exit_code()
-    }
-
     /// Pretty JSON for the run folder; refuses non-finite numbers instead of writing `null`.
     pub fn to_json(&self) -> Result<String, CanonicalError> {
         // Canonicalizing first runs the non-finite check with a field path.

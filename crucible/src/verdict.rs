@@ -24,17 +24,6 @@ pub enum Verdict {
     Invalid,
 }
 
-impl Verdict {
-    /// Exit code of `geode crucible decide`: 0 KEEP, 1 REJECT, 2 INVALID.
-    pub fn exit_code(self) -> i32 {
-        match self {
-            Verdict::Keep => 0,
-            Verdict::Reject => 1,
-            Verdict::Invalid => 2,
-        }
-    }
-}
-
 /// Why the statistics have no interval: reported instead of pretending one exists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,8 +1,21 @@
 //! The `geode` binary: parses arguments and calls library functions; nothing else lives here.
 
+// Only `say!` writes to stderr: `eprintln!` panics when stderr is closed (`geode ... 2>&1 | true`),
+// ending a command over a line nobody reads.
+#![deny(clippy::print_stderr)]
+
 use std::process::ExitCode;
 
 use clap::Parser;
+
+/// A line for the person, on stderr. A closed or failing stderr loses the line instead of ending
+/// the command: diagnostics nobody can read must not stop the work or lose its results.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 
 mod cli;
 
@@ -19,10 +32,27 @@ fn main() -> ExitCode {
         // A subcommand that writes with `write!` (not `println!`) fails with the EPIPE instead.
         Err(_) if stdout_reader_gone() => ExitCode::from(141),
         Err(e) => {
-            eprintln!("geode: error: {e:#}");
+            say!("geode: error: {}", cli::printable(&one_sentence(&e)));
             ExitCode::from(1)
         }
     }
+}
+
+/// The error and its causes joined by `: `, each said once: an error whose message already
+/// quotes its cause (`cannot read x: No such file or directory (os error 2)`) does not repeat it.
+fn one_sentence(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if part.is_empty() || text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }
 
 /// Standard output is a pipe whose reader has gone. Asked of the descriptor itself rather than

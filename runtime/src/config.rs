@@ -30,8 +30,8 @@ pub struct KeySpec {
 pub const KEYS: &[KeySpec] = &[
     KeySpec {
         key: "model",
-        default: "nop",
-        help: "model route (provider:model, scripted:FILE, nop)",
+        default: "",
+        help: "model route (provider:model, scripted:FILE, nop); empty: none configured yet",
     },
     KeySpec {
         key: "effort",

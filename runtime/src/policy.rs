@@ -157,7 +157,13 @@ pub struct SessionPolicy {
     /// [`COMPUTER_TOOL`]: the approval gate then approves it unattended. Set it with
     /// [`SessionPolicy::enable_operator_computer_use`], which also lifts it from the deny list.
     pub operator_computer_use: bool,
+    /// How this session's driver grants the shell (`geode exec --allow dangerous`), told to
+    /// whoever meets the shell's scope denial, so the refusal says what would allow it.
+    pub shell_grant_hint: Option<String>,
 }
+
+/// The tools an unattended grant of the dangerous level lifts from a mode's deny list.
+pub const GRANTED_BY_DANGEROUS: &[&str] = &["bash"];
 
 /// The name of the computer-use tool: on the deny list of every mode without a human, and the
 /// one exception an operator may enable in DAEMON sessions.
@@ -180,6 +186,7 @@ impl SessionPolicy {
             grant_reason: None,
             tool_allow_list: None,
             operator_computer_use: false,
+            shell_grant_hint: None,
         }
     }
 
@@ -214,6 +221,17 @@ impl SessionPolicy {
         self.mode == SessionMode::Daemon && self.operator_computer_use && tool == COMPUTER_TOOL
     }
 
+    /// Why `tool` is refused at the scope step of this session, for the model and the person.
+    pub fn scope_denial(&self, tool: &str) -> String {
+        let mut text = format!("tool {tool} is not allowed in {} sessions", self.mode);
+        if GRANTED_BY_DANGEROUS.contains(&tool)
+            && let Some(hint) = &self.shell_grant_hint
+        {
+            text.push_str(&format!(" ({hint})"));
+        }
+        text
+    }
+
     /// True when the allow-list (if any) admits `tool`.
     pub fn allows_tool(&self, tool: &str) -> bool {
         self.tool_allow_list
@@ -226,7 +244,9 @@ impl SessionPolicy {
     pub fn grant_unattended(mut self, ceiling: SafetyLevel, reason: impl Into<String>) -> Self {
         self.unattended_approval_ceiling = ceiling;
         if ceiling >= SafetyLevel::Dangerous {
-            self.deny_list.remove("bash");
+            for tool in GRANTED_BY_DANGEROUS {
+                self.deny_list.remove(*tool);
+            }
         }
         self.grant_reason = Some(reason.into());
         self

@@ -122,7 +122,7 @@ fn a_larger_repair_budget_is_kept_and_a_tampering_candidate_is_vetoed() {
         ],
     );
     let (code, out, err) = s.run("tamper.json", &["--pack", "train"]);
-    assert_eq!(code, 1, "expected REJECT:\n{out}\n{err}");
+    assert_eq!(code, 6, "expected REJECT:\n{out}\n{err}");
     assert!(out.contains("veto:safety"), "{out}");
     // The candidate still scored higher: the veto holds whatever the gain.
     let line = |k: &str| -> f64 {
@@ -277,7 +277,7 @@ fn replications_are_recorded_once(s: &Study, campaign: &str) {
     let err = String::from_utf8_lossy(&o.stderr);
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let agreed = report["verdict_replicated"].as_bool().unwrap();
-    assert_eq!(o.status.code(), Some(if agreed { 0 } else { 1 }), "{err}");
+    assert_eq!(o.status.code(), Some(if agreed { 0 } else { 9 }), "{err}");
     assert!(err.contains("replication 1: the verdict"), "{err}");
     let log = std::fs::read_to_string(format!("{campaign}/replications.jsonl")).unwrap();
     let lines: Vec<serde_json::Value> = log

@@ -77,7 +77,7 @@ fn a_split_file_is_checked_against_its_pack() {
     first["hash"] = serde_json::json!("0".repeat(64));
     std::fs::write(&path, serde_json::to_string(&file).unwrap()).unwrap();
     let (code, stdout) = check(&elsewhere);
-    assert_eq!(code, Some(1), "{stdout}");
+    assert_eq!(code, Some(10), "{stdout}");
     assert!(stdout.contains("MISMATCH hash: train/"), "{stdout}");
     assert!(stdout.contains("MISMATCH signature: train/"), "{stdout}");
 }

@@ -390,7 +390,11 @@ command = "grep -q blocked.txt && { echo 'not that file' >&2; exit 2; } || exit 
 fn bad_input_gets_a_clear_error_and_exit_code() {
     let dir = tempfile::tempdir().unwrap();
     let out = geode(dir.path(), &["exec", "--model", "gpt-banana", "hi"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a flag that does not parse is a usage error"
+    );
     assert!(stderr(&out).contains("gpt-banana"), "{}", stderr(&out));
 
     std::fs::write(dir.path().join("bad.json"), "{\"turns\": [{\"txet\": 1}]}").unwrap();

@@ -26,6 +26,7 @@ mod live_output;
 mod mcp;
 mod mcp_background;
 mod mcp_server;
+mod newcomer;
 mod providers;
 #[path = "../support/registry.rs"]
 mod registry;

@@ -192,12 +192,14 @@ fn exec_runs_on_anthropic_over_loopback_and_replays_the_recording() {
 #[test]
 fn exec_refuses_subscription_routes_and_unknown_ids() {
     let dir = tempfile::tempdir().unwrap();
-    for (route, says) in [
-        ("openai-codex:gpt-6-sol", "geode login openai"),
-        ("anthropic:claude-sonnet-9", "claude-sonnet-5"),
+    // No sign-in is a set-up error (1); an id the catalog does not list is a route that does
+    // not parse, a usage error (2) like any bad flag value.
+    for (route, says, code) in [
+        ("openai-codex:gpt-6-sol", "geode login openai", 1),
+        ("anthropic:claude-sonnet-9", "claude-sonnet-5", 2),
     ] {
         let out = geode(dir.path(), dir.path(), route, &[], &[]);
-        assert_eq!(out.status.code(), Some(1), "{route}");
+        assert_eq!(out.status.code(), Some(code), "{route}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(says), "{route}: {stderr}");
     }

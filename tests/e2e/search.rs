@@ -314,7 +314,7 @@ fn a_search_over_neutral_knobs_promotes_nothing() {
         assert_eq!(e["verdict"], "REJECT", "{e}");
     }
     let o = s.geode(&["search", "promote", "out"]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(6), "{}", text(&o));
     assert!(text(&o).contains("nothing to promote"), "{}", text(&o));
     // The holdout was not opened: it stays available for a later search.
     let state: serde_json::Value = serde_json::from_str(

@@ -26,7 +26,6 @@ fn clear_win_is_kept_with_every_statistic() {
     let (c, e) = base();
     let r = decide(&c, &e);
     assert_eq!(r.verdict, Verdict::Keep, "{:?} {:?}", r.reasons, r.details);
-    assert_eq!(r.exit_code(), 0);
     let s = r.statistics.as_ref().unwrap();
     assert_eq!(s.tasks, 12);
     assert_eq!(s.families, 3);
@@ -337,7 +336,6 @@ fn every_reason_code_is_produced_by_a_real_input() {
             Verdict::Reject
         };
         assert_eq!(r.verdict, want, "{name}");
-        assert_eq!(r.exit_code(), if code.is_invalid() { 2 } else { 1 });
         if code.is_invalid() {
             assert!(r.statistics.is_none(), "{name}: INVALID must not compare");
             assert!(!r.details.is_empty(), "{name}: INVALID must say why");

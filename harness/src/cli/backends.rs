@@ -69,7 +69,7 @@ impl ImageSettings {
 
 /// Progress of long set-ups (pulls, bootstraps, builds) as the user sees it.
 pub fn stderr_progress() -> Progress {
-    Progress(Arc::new(|line: &str| eprintln!("geode: {line}")))
+    Progress(Arc::new(|line: &str| say!("geode: {line}")))
 }
 
 /// The default backend, as the commands that do not take `--env` use it.

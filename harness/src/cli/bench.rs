@@ -8,8 +8,8 @@
 //!   `docker pull` and `docker run --rm IMAGE true` of the same reference, and the ratios.
 //! - `geode bench view`: the viewer's answers over a synthetic jobs folder (`bench_view.rs`).
 
+use super::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,7 @@ use super::backends::ImageSettings;
 pub enum BenchCommand {
     /// Per-trial environment set-up + teardown over a pack, images cached.
     Env {
+        /// The task pack whose images the sandboxes start from.
         pack: PathBuf,
         /// Sandboxes per task.
         #[arg(short = 'r', long, default_value_t = 10)]
@@ -37,7 +38,9 @@ pub enum BenchCommand {
     },
     /// First pull + unpack of an image, then sandbox start/exec/teardown on it.
     Image {
+        /// The image reference to pull into a fresh store.
         reference: String,
+        /// Sandboxes started on the pulled image.
         #[arg(short = 'r', long, default_value_t = 10)]
         repeat: usize,
         /// Also time `docker pull` and `docker run --rm` of the same reference.
@@ -94,7 +97,7 @@ async fn cycle(
     Ok((up, ran, t.elapsed()))
 }
 
-pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
     if let BenchCommand::View(args) = cmd {
         return super::bench_view::run(args).await;
     }
@@ -111,7 +114,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::View(_) => Ok(()),
     };
     let _ = std::fs::remove_dir_all(&scratch);
-    result.map(|()| ExitCode::SUCCESS)
+    result.map(|()| Exit::Success)
 }
 
 /// Scratch beside the store (one filesystem, as the sandbox's layers want).

@@ -5,8 +5,8 @@
 //! (every run's summary), the first page of the run's trials, filtered pages, and a transcript
 //! search. Medians and maxima of `--repeat` requests each, in milliseconds.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -17,13 +17,14 @@ use geode_harness::view::{ViewOptions, Viewer};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
+use super::exit::Exit;
+
 #[derive(Debug, Args)]
 pub struct BenchViewArgs {
     /// Trials in the synthetic run (tasks x 5 attempts).
     #[arg(long, default_value_t = 10_000)]
     trials: usize,
     /// Where the synthetic jobs folder is kept (made when missing, reused when present).
-    #[arg(long, default_value = "jobs-bench-view")]
     dir: PathBuf,
     /// Requests per measurement.
     #[arg(short = 'r', long, default_value_t = 20)]
@@ -103,11 +104,11 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-pub async fn run(a: BenchViewArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(a: BenchViewArgs) -> anyhow::Result<Exit> {
     let t = Instant::now();
     let run = make_folder(&a.dir, a.trials)?;
     if !a.json {
-        eprintln!(
+        say!(
             "{}: {} trials ready in {:.1} s",
             a.dir.display(),
             a.trials,
@@ -187,19 +188,22 @@ pub async fn run(a: BenchViewArgs) -> anyhow::Result<ExitCode> {
         first_list_ms: ms(first),
         measures,
     };
+    let mut out = std::io::stdout().lock();
     if a.json {
-        println!("{}", serde_json::to_string(&report)?);
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
     } else {
-        println!(
+        writeln!(
+            out,
             "geode view over {} trials (one run): first runs list {:.1} ms",
             report.trials, report.first_list_ms
-        );
+        )?;
         for m in &report.measures {
-            println!(
+            writeln!(
+                out,
                 "  {:<48} median {:>8.1} ms  max {:>8.1} ms  ({} matched)",
                 m.name, m.median_ms, m.max_ms, m.matched
-            );
+            )?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

@@ -1,6 +1,6 @@
 //! `geode config explain`: every effective value and the layer it came from.
 
-use std::process::ExitCode;
+use super::exit::Exit;
 
 use clap::Subcommand;
 use geode_runtime::config::Config;
@@ -11,9 +11,9 @@ pub enum ConfigCommand {
     Explain,
 }
 
-pub fn run(cmd: ConfigCommand, cfg: &Config) -> anyhow::Result<ExitCode> {
+pub fn run(cmd: ConfigCommand, cfg: &Config) -> anyhow::Result<Exit> {
     match cmd {
         ConfigCommand::Explain => print!("{}", cfg.explain()),
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

@@ -5,8 +5,8 @@
 //! Input comes from a line-editing thread (input.rs). Ctrl-C during a turn cancels the turn, not the program; at an
 //! approval prompt it answers "n"; at the main prompt it clears the line.
 
+use super::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use anyhow::Context;
 use geode_runtime::policy::SafetyLevel;
@@ -36,7 +36,7 @@ pub async fn drive<R, W>(
     input: &LineInput,
     mut first: Option<String>,
     early: bool,
-) -> anyhow::Result<ExitCode>
+) -> anyhow::Result<Exit>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -65,11 +65,11 @@ where
             };
             if closed {
                 screen.line("geode: the session closed");
-                return Ok(ExitCode::from(1));
+                return Ok(Exit::Failed);
             }
             match send_next(read, &mut wr).await? {
                 Sent::Nothing => continue,
-                Sent::Quit => return Ok(ExitCode::SUCCESS),
+                Sent::Quit => return Ok(Exit::Success),
                 Sent::Request => waiting = true,
             }
         }
@@ -83,7 +83,7 @@ where
         };
         let Some(line) = line else {
             screen.line("geode: the session closed");
-            return Ok(ExitCode::from(1));
+            return Ok(Exit::Failed);
         };
         let msg: ServerMessage = match serde_json::from_str(&line) {
             Ok(m) => m,
@@ -113,7 +113,12 @@ async fn read_meanwhile<R: AsyncRead + Unpin>(
             read = &mut reading => return Ok(read),
             line = lines.next_line(), if !*closed => match line? {
                 Some(line) => input.print_above(&notice(&line)),
-                None => *closed = true,
+                None => {
+                    // The line editor cannot be stopped mid-line (it owns the terminal's mode
+                    // until it returns), so say how to leave rather than leave a dead prompt.
+                    input.print_above("geode: the session ended; press Enter or Ctrl-D to leave");
+                    *closed = true;
+                }
             },
         }
     }
@@ -123,16 +128,24 @@ async fn read_meanwhile<R: AsyncRead + Unpin>(
 fn notice(line: &str) -> String {
     match serde_json::from_str(line) {
         Ok(ServerMessage::Session {
-            session_id, model, ..
-        }) => greeting(&session_id, &model),
+            session_id,
+            model,
+            model_unavailable,
+            ..
+        }) => greeting(&session_id, &model, model_unavailable.as_deref()),
         Ok(ServerMessage::Error { message, .. }) => format!("geode: {message}"),
         Ok(other) => format!("geode: unexpected while idle: {other:?}"),
         Err(e) => format!("geode: unreadable message ({e}): {line}"),
     }
 }
 
-fn greeting(session_id: &str, model: &str) -> String {
-    format!("geode: session {session_id} (model {model}); /help for commands")
+/// The line a session starts with; when its model cannot answer, why, and what to do, first.
+fn greeting(session_id: &str, model: &str, unavailable: Option<&str>) -> String {
+    let line = format!("geode: session {session_id} (model {model}); /help for commands");
+    match unavailable {
+        Some(why) => format!("{why}\n{line}"),
+        None => line,
+    }
 }
 
 /// What the user's next line sent.
@@ -192,9 +205,12 @@ async fn show<W: AsyncWrite + Unpin>(
 ) -> anyhow::Result<bool> {
     match msg {
         ServerMessage::Session {
-            session_id, model, ..
+            session_id,
+            model,
+            model_unavailable,
+            ..
         } => {
-            screen.line(&greeting(&session_id, &model));
+            screen.line(&greeting(&session_id, &model, model_unavailable.as_deref()));
             if !*greeted {
                 *greeted = true;
                 return Ok(true);
@@ -275,6 +291,9 @@ async fn show<W: AsyncWrite + Unpin>(
             screen.line(&format!("geode: {message}"));
             return Ok(ends_request);
         }
+        ServerMessage::TurnEnd {
+            error: Some(error), ..
+        } => screen.line(&format!("geode: {error}")),
         ServerMessage::Tokens { .. } | ServerMessage::TurnEnd { .. } => {}
     }
     Ok(false)
@@ -322,7 +341,7 @@ fn render_preview(detail: &str) -> String {
 }
 
 /// `geode --connect`: the daemon on `socket`.
-pub async fn run(socket: PathBuf, first: Option<String>) -> anyhow::Result<ExitCode> {
+pub async fn run(socket: PathBuf, first: Option<String>) -> anyhow::Result<Exit> {
     let stream = tokio::net::UnixStream::connect(&socket)
         .await
         .with_context(|| format!("no geode daemon answers on {}", socket.display()))?;

@@ -1,7 +1,7 @@
 //! `geode curate CONFIG`: the checkpointed, resumable curation pipeline.
 
+use super::exit::Exit;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use clap::Args;
 use geode_harness::curate::pilot::RunPilot;
@@ -22,7 +22,7 @@ pub struct CurateArgs {
     pub jobs_dir: PathBuf,
 }
 
-pub async fn run(args: CurateArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: CurateArgs) -> anyhow::Result<Exit> {
     let until = match &args.until {
         Some(name) => Some(
             Phase::parse(name)
@@ -43,7 +43,7 @@ pub async fn run(args: CurateArgs) -> anyhow::Result<ExitCode> {
             backend_kind: geode_harness::env::kind::BackendKind::Sandbox,
         }),
         Err(e) => {
-            eprintln!("geode: no sandbox backend ({e:#}); the pilot phase cannot run");
+            say!("geode: no sandbox backend ({e:#}); the pilot phase cannot run");
             None
         }
     };
@@ -56,5 +56,5 @@ pub async fn run(args: CurateArgs) -> anyhow::Result<ExitCode> {
         };
         println!("{:<12} {:<8} {}", r.phase.name(), status, r.summary);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

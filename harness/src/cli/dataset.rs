@@ -1,7 +1,7 @@
 //! `geode dataset`: privacy scan, releases and their verification, split isolation.
 
+use super::exit::Exit;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use clap::Subcommand;
 use geode_harness::datasets::allowlist::Allowlist;
@@ -16,8 +16,9 @@ use geode_harness::pack::TaskPack;
 
 #[derive(Debug, Subcommand)]
 pub enum DatasetCommand {
-    /// Privacy review of a pack (and trajectories): list findings; exit 1 on any open one.
+    /// Privacy review of a pack (and trajectories): list findings; exit 10 on any open one.
     Scan {
+        /// The task pack to review.
         pack: PathBuf,
         /// Waiver file (geode.waivers.v1); default datasets/waivers/PACKNAME.toml in the nearest
         /// folder at or above the pack that has one.
@@ -29,11 +30,15 @@ pub enum DatasetCommand {
     },
     /// Write an immutable, content-addressed release of a pack.
     Release {
+        /// The task pack to release.
         pack: PathBuf,
+        /// The release's name.
         #[arg(long)]
         name: String,
+        /// The release's version (a release name and version are written once, never replaced).
         #[arg(long)]
         version: String,
+        /// Where the release folder is written (never replaced).
         #[arg(long, default_value = "datasets/releases")]
         out: PathBuf,
         /// SPDX license of the released tasks.
@@ -46,8 +51,10 @@ pub enum DatasetCommand {
         /// at or above the pack that has one, else builtin:* only.
         #[arg(long)]
         allowlist: Option<PathBuf>,
+        /// Waiver file (geode.waivers.v1); default datasets/waivers/PACKNAME.toml in the nearest folder at or above the pack that has one.
         #[arg(long)]
         waivers: Option<PathBuf>,
+        /// Folders of trajectories to scan as well.
         #[arg(long = "trajectories")]
         trajectories: Vec<PathBuf>,
         /// A parent release folder (lineage); repeatable.
@@ -57,17 +64,25 @@ pub enum DatasetCommand {
         #[arg(long = "transform")]
         transformations: Vec<String>,
     },
-    /// Re-hash a release; exit 1 naming each changed task and file.
-    Verify { release: PathBuf },
+    /// Re-hash a release; exit 10 naming each changed task and file.
+    Verify {
+        /// The release folder (as `geode dataset release` wrote it).
+        release: PathBuf,
+    },
     /// Split a pack into train / holdout / test, isolating near-duplicates.
     Split {
+        /// The task pack to split.
         pack: PathBuf,
+        /// Share of tasks in the train split.
         #[arg(long, default_value_t = 0.6)]
         train: f64,
+        /// Share of tasks in the holdout split.
         #[arg(long, default_value_t = 0.2)]
         holdout: f64,
+        /// Share of tasks in the test split.
         #[arg(long, default_value_t = 0.2)]
         test: f64,
+        /// The seed of the split's shuffle.
         #[arg(long)]
         seed: u64,
         /// Estimated Jaccard at or above which tasks are near-duplicates.
@@ -81,8 +96,9 @@ pub enum DatasetCommand {
         packs: Option<PathBuf>,
     },
     /// Check a splits file against its pack (hashes and signatures re-derived from the tasks);
-    /// exit 1 listing every disagreement and every leak across splits.
+    /// exit 10 listing every disagreement and every leak across splits.
     CheckSplits {
+        /// The splits file (`geode dataset split --out`).
         splits: PathBuf,
         /// The pack to check against (default: the one the file names).
         #[arg(long)]
@@ -106,7 +122,7 @@ fn default_waivers(pack: &Path, explicit: Option<PathBuf>) -> anyhow::Result<Wai
         .unwrap_or_default();
     let path = explicit.or_else(|| beside_pack(pack, &format!("datasets/waivers/{name}.toml")));
     if let Some(p) = &path {
-        eprintln!("waivers: {}", p.display());
+        say!("waivers: {}", p.display());
     }
     Ok(match path {
         Some(p) => Waivers::load(&p)?,
@@ -114,7 +130,7 @@ fn default_waivers(pack: &Path, explicit: Option<PathBuf>) -> anyhow::Result<Wai
     })
 }
 
-pub fn run(cmd: DatasetCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cmd: DatasetCommand) -> anyhow::Result<Exit> {
     match cmd {
         DatasetCommand::Scan {
             pack,
@@ -183,11 +199,7 @@ pub fn run(cmd: DatasetCommand) -> anyhow::Result<ExitCode> {
 }
 
 /// `scan`: the pack's tasks and the trajectories through the privacy review.
-fn scan(
-    pack: &Path,
-    waivers: Option<PathBuf>,
-    trajectories: &[PathBuf],
-) -> anyhow::Result<ExitCode> {
+fn scan(pack: &Path, waivers: Option<PathBuf>, trajectories: &[PathBuf]) -> anyhow::Result<Exit> {
     let waivers = default_waivers(pack, waivers)?;
     let loaded = TaskPack::load(pack)?;
     let mut scopes: Vec<(String, &Path)> = loaded
@@ -212,10 +224,10 @@ fn scan(
         );
     }
     for w in &r.unused_waivers {
-        eprintln!("warning: waiver {w} matches no finding (stale)");
+        say!("warning: waiver {w} matches no finding (stale)");
     }
     for f in &r.skipped {
-        eprintln!("not scanned (binary): {f}");
+        say!("not scanned (binary): {f}");
     }
     let open = r.open().len();
     println!(
@@ -226,14 +238,14 @@ fn scan(
         open
     );
     Ok(if open == 0 {
-        ExitCode::SUCCESS
+        Exit::Success
     } else {
-        ExitCode::FAILURE
+        Exit::Findings
     })
 }
 
 /// `release`: the release written, and where it is and what it is called.
-fn write_release(req: &ReleaseRequest<'_>) -> anyhow::Result<ExitCode> {
+fn write_release(req: &ReleaseRequest<'_>) -> anyhow::Result<Exit> {
     let (dir, manifest) = release(req)?;
     println!(
         "released {} {} ({} tasks) at {}\nrelease_id {}\npack_hash {}",
@@ -244,11 +256,11 @@ fn write_release(req: &ReleaseRequest<'_>) -> anyhow::Result<ExitCode> {
         manifest.release_id,
         manifest.pack_hash
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// `verify`: the release re-hashed; every changed task and file named.
-fn verify_release(release: &Path) -> anyhow::Result<ExitCode> {
+fn verify_release(release: &Path) -> anyhow::Result<Exit> {
     let (manifest, problems) = verify(release)?;
     if problems.is_empty() {
         println!(
@@ -258,12 +270,12 @@ fn verify_release(release: &Path) -> anyhow::Result<ExitCode> {
             manifest.tasks.len(),
             manifest.release_id
         );
-        Ok(ExitCode::SUCCESS)
+        Ok(Exit::Success)
     } else {
         for p in &problems {
             println!("FAIL {p}");
         }
-        Ok(ExitCode::FAILURE)
+        Ok(Exit::Findings)
     }
 }
 
@@ -275,10 +287,10 @@ fn split(
     params: MinHashParams,
     out: Option<PathBuf>,
     packs: Option<PathBuf>,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let file = split_pack(pack, ratios, seed, params)?;
     for (name, list) in &file.splits {
-        eprintln!("{name}: {} tasks", list.len());
+        say!("{name}: {} tasks", list.len());
     }
     match out {
         Some(path) => write_new_json(&path, &file)?,
@@ -286,14 +298,14 @@ fn split(
     }
     if let Some(dir) = packs {
         for written in write_split_packs(&file, pack, &dir)? {
-            eprintln!("wrote {}", written.display());
+            say!("wrote {}", written.display());
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// `check-splits`: the splits file against its pack; every mismatch and leak listed.
-fn check_splits(splits: &Path, pack: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+fn check_splits(splits: &Path, pack: Option<PathBuf>) -> anyhow::Result<Exit> {
     let file = load_splits(splits)?;
     let pack = pack.unwrap_or_else(|| resolve_pack(splits, &file));
     let check = check_against_pack(splits, &file, &pack)?;
@@ -309,8 +321,8 @@ fn check_splits(splits: &Path, pack: Option<PathBuf>) -> anyhow::Result<ExitCode
             check.tasks,
             pack.display()
         );
-        Ok(ExitCode::SUCCESS)
+        Ok(Exit::Success)
     } else {
-        Ok(ExitCode::FAILURE)
+        Ok(Exit::Findings)
     }
 }

@@ -1,18 +1,15 @@
 //! `geode exec`: one headless turn.
 //!
-//! Exit codes: 0 the turn ended with an accepted answer; 1 model or setup error (or the
-//! checkpoint could not be saved); 2 bad arguments; 3 a guard or budget stopped the turn; 4 the
-//! prompt was blocked by a hook; 5 verification failed or asked for an outside check; 130
-//! cancelled (Ctrl-C).
+//! The turn's end becomes the exit code through `exit_code` (the codes: `exit.rs`).
 //!
 //! The session is checkpointed under `$GEODE_HOME/sessions/<id>/` unless `--no-checkpoint`:
 //! `geode resume` continues it after a crash, and effects get receipts (`geode receipts`).
 //! Crash tests stop it at an exact point with `GEODE_FAULT_PAUSE` / `GEODE_FAULT_MARKER`
 //! (runtime `agent::durable::FaultInjection`).
 
+use super::exit::Exit;
 use std::io::{IsTerminal, Read, Write};
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
@@ -80,6 +77,9 @@ impl TurnFlags {
         model: Arc<dyn geode_runtime::model::Model>,
     ) -> anyhow::Result<(SessionConfig, UnboundedReceiver<LoopEvent>)> {
         let mut policy = SessionPolicy::for_mode(SessionMode::Headless);
+        policy.shell_grant_hint = Some(format!(
+            "`geode {command} --allow dangerous` allows the shell; no human is asked in headless mode"
+        ));
         if self.allow > SafetyLevel::Safe {
             let reason = format!("geode {command} --allow {}", self.allow);
             policy = policy.grant_unattended(self.allow, reason);
@@ -105,11 +105,10 @@ impl TurnFlags {
 #[derive(Debug, Args)]
 pub struct ExecArgs {
     /// Model route: nop, scripted:FILE, oracle:SOLVE_SH, replay:TIMELINE_DB[#SESSION], or a
-    /// provider route; else `model` of the configuration (`geode config explain`).
-    /// Text here, not a clap-parsed `Route`: exec promises exit 1 for a bad route (clap's
-    /// usage errors exit 2), so it is parsed once below, after the configuration's layers.
+    /// provider route; else `model` of the configuration (`geode config explain`). A route that
+    /// does not parse is a usage error (exit 2), as for every flag.
     #[arg(long, env = "GEODE_MODEL")]
-    model: Option<String>,
+    model: Option<Route>,
     /// Workspace root (default: the current directory).
     #[arg(long)]
     cwd: Option<PathBuf>,
@@ -173,15 +172,18 @@ pub(super) fn load_scaffold(
 }
 
 /// The checkpoint settings of a session built from `route`.
+/// Where a session's checkpoints go and what they record of its model; `route` is `None` for a
+/// person's session with no model configured (recorded as an empty route, which a resume
+/// replaces by the configuration's).
 pub(super) fn checkpoint_settings(
     root: PathBuf,
-    route: &Route,
+    route: Option<&Route>,
     effort: Option<Effort>,
 ) -> anyhow::Result<CheckpointSettings> {
     Ok(CheckpointSettings {
         root,
-        model_route: route.to_string(),
-        provider: route.provider_label().to_string(),
+        model_route: route.map(Route::to_string).unwrap_or_default(),
+        provider: route.map_or("none", Route::provider_label).to_string(),
         effort,
         faults: FaultInjection::from_env().map_err(anyhow::Error::msg)?,
     })
@@ -220,7 +222,7 @@ pub(super) fn open_timeline(
     Ok(Some(Arc::new(SessionTimeline::open(&path)?)))
 }
 
-pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: ExecArgs) -> anyhow::Result<Exit> {
     let prompt = read_prompt(&args.prompt)?;
     let cwd = match &args.cwd {
         Some(c) => c.clone(),
@@ -232,14 +234,14 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     // One resolved configuration, as the REPL reads it: flags > env > project > user > defaults.
     let mut flags = Vec::new();
     if let Some(route) = &args.model {
-        flags.push(("model".to_string(), route.clone()));
+        flags.push(("model".to_string(), route.to_string()));
     }
     if let Some(n) = args.turn.max_rounds {
         flags.push(("max_rounds".to_string(), n.to_string()));
     }
     let resolved = Config::resolve(&Layers::discover(flags, &cwd, &geode_home()))?;
     // The configuration's layers are text; the route is parsed here, once, whichever won.
-    let route: Route = resolved.value("model").parse()?;
+    let route = super::providers::required_route(resolved.value("model"))?;
     let effort = match args.effort {
         Some(e) => Some(e),
         None => resolved.effort()?,
@@ -272,13 +274,13 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<ExitCode> {
     }
     if !args.no_checkpoint {
         let root = checkpoint_root(args.checkpoint_dir.as_ref());
-        cfg.checkpoint = Some(checkpoint_settings(root, &route, effort)?);
+        cfg.checkpoint = Some(checkpoint_settings(root, Some(&route), effort)?);
     }
     // The configured MCP servers (project ones only when trusted); they live until we return.
     let mcp = super::mcp::client_manager(&cwd).await?;
     cfg.extra_tools.extend(mcp.tools());
     let mut session = create_session(cfg)?;
-    eprintln!("geode: session {}", session.session_id());
+    say!("geode: session {}", session.session_id());
     let driver = Driver::start(args.turn.json, rx);
     let outcome = session.run_turn(&prompt, &driver.cancel).await;
     driver.finish(session, outcome).await
@@ -320,7 +322,7 @@ impl Driver {
         let on_signal = cancel.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("geode: cancelling the turn (Ctrl-C)");
+                say!("geode: cancelling the turn (Ctrl-C)");
                 on_signal.cancel();
             }
         });
@@ -335,7 +337,7 @@ impl Driver {
         self,
         mut session: AgenticLoop,
         outcome: TurnOutcome,
-    ) -> anyhow::Result<ExitCode> {
+    ) -> anyhow::Result<Exit> {
         session.close(outcome.termination.as_str()).await;
         drop(session);
         // The sender lives in the session; once it is dropped the printer drains and ends.
@@ -344,7 +346,10 @@ impl Driver {
             let mut out = std::io::stdout().lock();
             writeln!(out, "{}", outcome.text)?;
         }
-        eprintln!(
+        if let Some(error) = &outcome.error {
+            say!("geode: error: {error}");
+        }
+        say!(
             "geode: {} (verification {}), {} rounds, {} tool calls, {} tokens",
             outcome.termination,
             outcome.verdict.name(),
@@ -352,7 +357,7 @@ impl Driver {
             outcome.tool_calls,
             outcome.usage.total_tokens()
         );
-        Ok(ExitCode::from(exit_code(&outcome)))
+        Ok(exit_code(&outcome))
     }
 }
 
@@ -377,9 +382,9 @@ fn log_event(event: &LoopEvent) {
             let _ = write!(err, "\x1b[2m{text}\x1b[0m");
             let _ = err.flush();
         }
-        LoopEvent::ToolStarted { tool, input, .. } => eprintln!("geode: tool {tool} {input}"),
+        LoopEvent::ToolStarted { tool, input, .. } => say!("geode: tool {tool} {input}"),
         LoopEvent::ToolEnded { tool, outcome, .. } => {
-            eprintln!("geode: tool {tool} -> {outcome:?}")
+            say!("geode: tool {tool} -> {outcome:?}")
         }
         LoopEvent::HookDecision {
             event,
@@ -388,29 +393,29 @@ fn log_event(event: &LoopEvent) {
             reason,
             ..
         } => match reason {
-            Some(why) => eprintln!("geode: {event} hook {hook}: {decision}: {why}"),
-            None => eprintln!("geode: {event} hook {hook}: {decision}"),
+            Some(why) => say!("geode: {event} hook {hook}: {decision}: {why}"),
+            None => say!("geode: {event} hook {hook}: {decision}"),
         },
         LoopEvent::Verification {
             verdict, misses, ..
         } if !misses.is_empty() => {
-            eprintln!("geode: verification {verdict}: {}", misses.join("; "))
+            say!("geode: verification {verdict}: {}", misses.join("; "))
         }
         _ => {}
     }
 }
 
-fn exit_code(o: &TurnOutcome) -> u8 {
+fn exit_code(o: &TurnOutcome) -> Exit {
     use TerminationReason as T;
     match o.termination {
         T::Natural | T::ForcedText => match o.verdict {
-            Verdict::Failed { .. } | Verdict::Escalated { .. } => 5,
-            _ => 0,
+            Verdict::Failed { .. } | Verdict::Escalated { .. } => Exit::Unverified,
+            _ => Exit::Success,
         },
-        T::ExternalVerificationRequired => 5,
-        T::InputBlocked => 4,
-        T::UserCancelled => 130,
-        T::LlmError | T::BillingError | T::CheckpointFailed => 1,
-        _ => 3,
+        T::ExternalVerificationRequired => Exit::Unverified,
+        T::InputBlocked => Exit::HookBlocked,
+        T::UserCancelled => Exit::Cancelled,
+        T::LlmError | T::BillingError | T::CheckpointFailed => Exit::Failed,
+        _ => Exit::TurnStopped,
     }
 }

@@ -12,6 +12,7 @@ use anyhow::bail;
 /// Arguments handed through untouched (flags included) to the external program.
 #[derive(Debug, clap::Args)]
 pub struct PassThrough {
+    /// The arguments handed to the program as they are.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     pub args: Vec<OsString>,
 }

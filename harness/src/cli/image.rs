@@ -1,7 +1,7 @@
 //! `geode image`: the image store by hand: pull, load (air-gapped), list, remove, prune.
 
+use super::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -13,12 +13,23 @@ use super::backends::ImageSettings;
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
     /// Pull an image from its registry (through the configured mirrors first).
-    Pull { reference: String },
+    Pull {
+        /// The image reference (`debian:bookworm-slim`, `REGISTRY/NAME@sha256:...`).
+        reference: String,
+    },
     /// Load a `docker save` tarball or an OCI image layout (directory or tar), offline.
-    Load { file: PathBuf },
+    Load {
+        /// A `docker save` tarball, or an OCI image layout (a folder or its tar).
+        file: PathBuf,
+    },
     /// Write an image as a `docker save` tarball (for `geode image load` or `docker load`
     /// elsewhere).
-    Save { reference: String, file: PathBuf },
+    Save {
+        /// The stored image to write.
+        reference: String,
+        /// The tarball to write (never replaced).
+        file: PathBuf,
+    },
     /// List the images in the store.
     Ls {
         /// One JSON object per image.
@@ -26,12 +37,15 @@ pub enum ImageCommand {
         json: bool,
     },
     /// Forget an image (its layers go at the next prune).
-    Rm { reference: String },
+    Rm {
+        /// The image reference to forget.
+        reference: String,
+    },
     /// Delete layers and blobs that no recorded image uses (build-step layers included).
     Prune,
 }
 
-pub async fn run(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: ImageCommand) -> anyhow::Result<Exit> {
     let settings = ImageSettings::load()?;
     let store = ImageStore::open(&settings.store)
         .with_context(|| format!("image store {}", settings.store.display()))?;
@@ -41,7 +55,7 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
             let opts = PullOptions {
                 mirrors: settings.mirrors.clone(),
                 docker_config: None,
-                progress: Some(Arc::new(|line: &str| eprintln!("geode: {line}"))),
+                progress: Some(Arc::new(|line: &str| say!("geode: {line}"))),
             };
             let image = store.pull(&reference, &opts).await?;
             println!("{}", line(&image));
@@ -78,8 +92,8 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
         ImageCommand::Rm { reference } => {
             let reference = Reference::parse(&reference)?;
             if !store.remove(&reference)? {
-                eprintln!("geode: no image {reference} in the store");
-                return Ok(ExitCode::from(1));
+                say!("geode: no image {reference} in the store");
+                return Ok(Exit::Failed);
             }
             println!("removed {reference}");
         }
@@ -88,7 +102,7 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<ExitCode> {
             println!("freed {:.1} MB", freed as f64 / 1e6);
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 fn line(image: &StoredImage) -> String {

@@ -2,8 +2,8 @@
 //! the `openai-codex:MODEL` route uses. The flows live in `geode_runtime::model::login`; this
 //! module only shows the URL or the device code, tries a browser, and reports the outcome.
 
+use super::exit::Exit;
 use std::path::Path;
-use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -21,6 +21,7 @@ pub enum LoginProvider {
 
 #[derive(Debug, Args)]
 pub struct LoginArgs {
+    /// The provider to sign in to: `openai` (the ChatGPT subscription).
     provider: LoginProvider,
     /// Sign in with a device code (a machine without a browser): open the printed URL on any
     /// device and enter the code.
@@ -30,6 +31,7 @@ pub struct LoginArgs {
 
 #[derive(Debug, Args)]
 pub struct LogoutArgs {
+    /// The provider whose sign-in is removed: `openai`.
     provider: LoginProvider,
 }
 
@@ -39,21 +41,22 @@ fn settings(provider: LoginProvider) -> OAuthSettings {
     }
 }
 
-pub async fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
+pub async fn login(args: LoginArgs) -> anyhow::Result<Exit> {
     let settings = settings(args.provider);
     let store = settings.store();
     let client = OAuthClient::new(settings)?;
     let tokens = if args.device {
         let code = client.request_device_code().await?;
-        eprintln!(
+        say!(
             "To sign in to ChatGPT, open {} on any device and enter the code {} \
              (it expires in 15 minutes; never share it).",
-            code.verification_url, code.user_code
+            code.verification_url,
+            code.user_code
         );
         client.complete_device(&code, MAX_WAIT).await?
     } else {
         let login = BrowserLogin::start(&client, CALLBACK_PORT).await?;
-        eprintln!(
+        say!(
             "Open this URL to sign in to ChatGPT (no browser here? use --device):\n{}",
             login.url
         );
@@ -65,17 +68,17 @@ pub async fn login(args: LoginArgs) -> anyhow::Result<ExitCode> {
         "signed in to ChatGPT; openai-codex:MODEL routes may be used (tokens in {})",
         store.path().display()
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
-pub fn logout(args: LogoutArgs) -> anyhow::Result<ExitCode> {
+pub fn logout(args: LogoutArgs) -> anyhow::Result<Exit> {
     let store = settings(args.provider).store();
     if store.remove()? {
         println!("signed out: removed {}", store.path().display());
     } else {
         println!("not signed in (no {})", store.path().display());
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// Hand the URL to `xdg-open` when there is one; the printed URL is the fallback either way.

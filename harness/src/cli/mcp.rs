@@ -3,9 +3,9 @@
 //! everything else goes to stderr. `geode mcp list` shows the MCP servers GEODE itself would
 //! use as a client, with their state and tools.
 
+use super::exit::Exit;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use geode_runtime::config::{Config, Layers, mcp_settings};
@@ -55,13 +55,14 @@ pub(super) async fn client_manager(project: &Path) -> anyhow::Result<McpManager>
     Ok(McpManager::start(&settings, &TrustStore::new(&home), project).await)
 }
 
-pub async fn run(args: McpArgs, cfg: Config) -> anyhow::Result<ExitCode> {
+pub async fn run(args: McpArgs, cfg: Config) -> anyhow::Result<Exit> {
     let cwd = std::env::current_dir()?;
     if let Some(McpCommand::List) = args.command {
         let manager = McpManager::start(cfg.mcp(), &TrustStore::new(&geode_home()), &cwd).await;
         print!("{}", manager.describe());
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Success);
     }
+    super::providers::required_route(cfg.value("model"))?;
     let mut route_options = RouteOptions::from_env();
     route_options.effort = cfg.effort()?;
     let home = geode_home();
@@ -94,11 +95,11 @@ pub async fn run(args: McpArgs, cfg: Config) -> anyhow::Result<ExitCode> {
             let endpoint = match HttpEndpoint::bind(addr, args.token).await {
                 Ok(e) => e,
                 Err(e) => {
-                    eprintln!("geode: error: {e}");
-                    return Ok(ExitCode::from(2));
+                    say!("geode: error: {e}");
+                    return Ok(Exit::Usage);
                 }
             };
-            eprintln!(
+            say!(
                 "geode: MCP (streamable HTTP) on http://{}{MCP_PATH}, model {}",
                 endpoint.local_addr()?,
                 settings.model_route
@@ -106,7 +107,7 @@ pub async fn run(args: McpArgs, cfg: Config) -> anyhow::Result<ExitCode> {
             endpoint.serve(settings, shutdown).await?;
         }
         None => {
-            eprintln!(
+            say!(
                 "geode: MCP on stdio, model {}, workspace {}",
                 settings.model_route,
                 settings.workspace.display()
@@ -114,5 +115,5 @@ pub async fn run(args: McpArgs, cfg: Config) -> anyhow::Result<ExitCode> {
             serve_stdio(settings, shutdown).await?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

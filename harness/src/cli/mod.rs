@@ -18,6 +18,7 @@ mod crucible;
 mod curate;
 mod dataset;
 mod exec;
+mod exit;
 mod external;
 mod image;
 mod input;
@@ -27,6 +28,7 @@ mod markdown;
 mod mcp;
 mod picker;
 mod progress;
+mod providers;
 mod receipts;
 mod render;
 mod repl;
@@ -147,18 +149,50 @@ pub enum Command {
     External(Vec<OsString>),
 }
 
+/// Logging on stderr. By default people read warnings and errors as sentences (`geode: warning:
+/// ...`); `-v`, `-vv` or `RUST_LOG` turn it into a log (time, level, module) for whoever debugs.
 pub fn init_logging(verbose: u8) {
     let default = match verbose {
         0 => "warn",
         1 => "info",
         _ => "debug",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let from_env = tracing_subscriber::EnvFilter::try_from_default_env().ok();
+    let for_people = verbose == 0 && from_env.is_none();
+    let filter = from_env.unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    if for_people {
+        builder.event_format(Sentences).init();
+    } else {
+        builder.init();
+    }
+}
+
+/// A log event as a person reads it: `geode: warning: MESSAGE`, no time, no module path.
+struct Sentences;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for Sentences
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let kind = match *event.metadata().level() {
+            tracing::Level::ERROR => "error",
+            tracing::Level::WARN => "warning",
+            _ => "note",
+        };
+        write!(writer, "geode: {kind}: ")?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -170,7 +204,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         None => {
             let cfg = daily_config(&cli.model, cli.effort)?;
             let first = cli.continue_last.then(continue_command).transpose()?;
-            return runtime.block_on(interactive(cli.connect, cli.local, cfg, first));
+            return runtime
+                .block_on(interactive(cli.connect, cli.local, cfg, first))
+                .map(ExitCode::from);
         }
     };
     match command {
@@ -203,11 +239,32 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Skills(cmd) => runtime.block_on(skills::run(cmd)),
         Command::Login(args) => runtime.block_on(login::login(args)),
         Command::Logout(args) => login::logout(args),
-        // These replace this process (exec), so the runtime above is never used by them.
-        Command::Report(pass) => external::dispatch("report", &["report"], &pass.args),
-        Command::Compare(pass) => external::dispatch("report", &["compare"], &pass.args),
-        Command::External(argv) => external::dispatch_unknown(&argv),
+        // These replace this process (exec): the child's own status is geode's.
+        Command::Report(pass) => return external::dispatch("report", &["report"], &pass.args),
+        Command::Compare(pass) => return external::dispatch("report", &["compare"], &pass.args),
+        Command::External(argv) => return external::dispatch_unknown(&argv),
     }
+    .map(ExitCode::from)
+}
+
+/// Text from outside (a path, a task's error message, a server's reply) as it may reach a
+/// terminal: control characters other than newlines and tabs are escaped (`\u{1b}`), so an
+/// escape sequence in a file name or an error cannot rewrite the screen.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    text.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c.to_string(),
+            c if c.is_control() => c.escape_unicode().to_string(),
+            c => c.to_string(),
+        })
+        .collect::<String>()
+        .into()
 }
 
 /// `--effort LEVEL`, parsed once by clap: a bad level is a usage error that lists the levels.
@@ -256,10 +313,71 @@ async fn interactive(
     local: bool,
     cfg: geode_runtime::config::Config,
     first: Option<String>,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<exit::Exit> {
     let socket = serve::socket_path(&cfg);
     if connect || (!local && tokio::net::UnixStream::connect(&socket).await.is_ok()) {
         return connect::run(socket, first).await;
     }
     repl::run(cfg, first).await
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every subcommand and every argument of every subcommand, with a path like
+    /// `geode crucible run --pack`, that has no help text.
+    fn undocumented(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            let generated = matches!(
+                arg.get_action(),
+                clap::ArgAction::Help
+                    | clap::ArgAction::HelpShort
+                    | clap::ArgAction::HelpLong
+                    | clap::ArgAction::Version
+            );
+            if arg.is_hide_set() || generated {
+                continue;
+            }
+            let text = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            if text.trim().is_empty() {
+                missing.push(format!(
+                    "{path} {}",
+                    arg.get_long().map_or(id.to_string(), |l| format!("--{l}"))
+                ));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            if sub.is_hide_set() || sub.get_name() == "help" {
+                continue;
+            }
+            let sub_path = format!("{path} {}", sub.get_name());
+            if sub
+                .get_about()
+                .is_none_or(|a| a.to_string().trim().is_empty())
+            {
+                missing.push(sub_path.clone());
+            }
+            undocumented(sub, &sub_path, missing);
+        }
+    }
+
+    #[test]
+    fn every_subcommand_and_flag_has_help_text() {
+        let mut missing = Vec::new();
+        undocumented(&super::Cli::command(), "geode", &mut missing);
+        assert!(missing.is_empty(), "no help text:\n{}", missing.join("\n"));
+    }
+
+    #[test]
+    fn the_command_tree_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn control_characters_are_escaped_for_the_terminal() {
+        assert_eq!(super::printable("a\tb\nc"), "a\tb\nc");
+        assert_eq!(super::printable("x\u{1b}[2Jy\r"), "x\\u{1b}[2Jy\\u{d}");
+    }
 }

@@ -75,7 +75,7 @@ impl PhaseObserver for Progress {
                 });
                 bar.set_message(format!("{trial}: {phase}"));
             }
-            None => eprintln!("geode: {trial}: {phase}"),
+            None => say!("geode: {trial}: {phase}"),
         }
     }
 }
@@ -91,7 +91,7 @@ impl RunObserver for Progress {
                     "run {run_id}: {total} trials ({skipped} already finished)"
                 ));
             }
-            None => eprintln!("geode: run {run_id}: {total} trials ({skipped} already finished)"),
+            None => say!("geode: run {run_id}: {total} trials ({skipped} already finished)"),
         }
     }
 
@@ -99,7 +99,7 @@ impl RunObserver for Progress {
         let line = format!("slurm: {pending} array tasks pending, {running} running");
         match &self.bars {
             Some(b) => b.main.set_message(format!("{} | {line}", self.rate())),
-            None => eprintln!("geode: {line}"),
+            None => say!("geode: {line}"),
         }
     }
 
@@ -128,7 +128,7 @@ impl RunObserver for Progress {
                 b.main.set_message(self.rate());
                 b.main.println(line);
             }
-            None => eprintln!("geode: {line}; {}", self.rate()),
+            None => say!("geode: {line}; {}", self.rate()),
         }
     }
 

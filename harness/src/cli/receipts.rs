@@ -3,9 +3,9 @@
 //! the effect receipts of checkpointed sessions, and the by-hand resolution of the uncertain
 //! ones (an uncertain effect is never re-run automatically; a person decides).
 
+use super::exit::Exit;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
@@ -32,6 +32,7 @@ pub enum ReceiptsCommand {
     Reconcile {
         /// The call id of the uncertain receipt.
         call_id: String,
+        /// What the effect really did: `done` or `not-done`.
         #[arg(long, value_enum)]
         outcome: Outcome,
         /// The session (needed when several sessions have this call id).
@@ -54,7 +55,7 @@ pub enum Outcome {
     NotDone,
 }
 
-pub fn run(cmd: ReceiptsCommand) -> anyhow::Result<ExitCode> {
+pub fn run(cmd: ReceiptsCommand) -> anyhow::Result<Exit> {
     match cmd {
         ReceiptsCommand::List {
             session,
@@ -105,7 +106,7 @@ fn stores(root: &Path, session: Option<String>) -> anyhow::Result<Vec<ReceiptSto
         .collect()
 }
 
-fn list(root: &Path, session: Option<String>, json: bool) -> anyhow::Result<ExitCode> {
+fn list(root: &Path, session: Option<String>, json: bool) -> anyhow::Result<Exit> {
     let mut all: Vec<Receipt> = Vec::new();
     for store in stores(root, session)? {
         all.extend(store.list()?);
@@ -115,7 +116,7 @@ fn list(root: &Path, session: Option<String>, json: bool) -> anyhow::Result<Exit
         for r in &all {
             writeln!(out, "{}", serde_json::to_string(r)?)?;
         }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Success);
     }
     writeln!(out, "SESSION\tCALL\tTOOL\tSTATE\tOUTCOME\tACCEPTED\tINPUT")?;
     for r in &all {
@@ -135,7 +136,7 @@ fn list(root: &Path, session: Option<String>, json: bool) -> anyhow::Result<Exit
             input
         )?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 fn reconcile(
@@ -144,7 +145,7 @@ fn reconcile(
     outcome: ReconcileOutcome,
     session: Option<String>,
     note: Option<&str>,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Exit> {
     let mut holders = Vec::new();
     for store in stores(root, session)? {
         if store.get(call_id)?.is_some() {
@@ -166,11 +167,11 @@ fn reconcile(
         }
     };
     let r = store.reconcile(call_id, outcome, note)?;
-    eprintln!(
+    say!(
         "geode: receipt {} of session {} reconciled: {}",
         r.call_id,
         r.session_id,
         outcome.as_str()
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

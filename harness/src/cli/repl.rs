@@ -2,7 +2,7 @@
 //! in-memory pipe speaking the daemon's protocol, so the REPL and `geode --connect` share one
 //! renderer (connect.rs) and one session driver (runtime server::connection).
 
-use std::process::ExitCode;
+use super::exit::Exit;
 
 use geode_runtime::config::Config;
 use geode_runtime::policy::SessionMode;
@@ -13,7 +13,7 @@ use super::input::LineInput;
 use super::serve::shared;
 
 /// The REPL; `first` is sent before anything typed (see `connect::drive`).
-pub async fn run(cfg: Config, first: Option<String>) -> anyhow::Result<ExitCode> {
+pub async fn run(cfg: Config, first: Option<String>) -> anyhow::Result<Exit> {
     let cwd = std::env::current_dir()?;
     let shared = shared(cfg, &cwd, SessionMode::Repl).await?;
     let (client, server) = tokio::io::duplex(1 << 16);
@@ -22,9 +22,10 @@ pub async fn run(cfg: Config, first: Option<String>) -> anyhow::Result<ExitCode>
     let (rd, wr) = tokio::io::split(client);
     // Early: the prompt is drawn before the session's stores are created (most of the start).
     let code = drive(rd, wr, &input, first, true).await?;
-    // The session closes (and checkpoints) once the client said exit.
+    // The session closes (and checkpoints) once the client said exit. A session that could not
+    // start said why over the protocol, which the client has shown.
     if let Ok(Err(e)) = session.await {
-        eprintln!("geode: {e}");
+        tracing::debug!("the session ended with: {e}");
     }
     Ok(code)
 }

@@ -6,15 +6,14 @@
 //! turn (reopening a completed session). The model route, effort and workspace default to the
 //! ones the session was checkpointed with. Exit codes are those of `geode exec`.
 
+use super::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
 use geode_runtime::agent::restore::{Disposition, RestoreReport, latest_session, load_checkpoint};
 use geode_runtime::ids::SessionId;
-use geode_runtime::model::catalog::Route;
 use geode_runtime::model::effort::Effort;
 use geode_runtime::model::http::RouteOptions;
 use geode_runtime::model::model_for;
@@ -51,7 +50,7 @@ pub struct ResumeArgs {
     checkpoint_dir: Option<PathBuf>,
 }
 
-pub async fn run(args: ResumeArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: ResumeArgs) -> anyhow::Result<Exit> {
     let root = checkpoint_root(args.checkpoint_dir.as_ref());
     let id = match &args.session_id {
         Some(id) => SessionId::new(id.clone()),
@@ -68,11 +67,9 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<ExitCode> {
             saved.row.status
         );
     }
-    let route: Route = args
-        .model
-        .as_deref()
-        .unwrap_or(&saved.state.model_route)
-        .parse()?;
+    let route = super::providers::required_route(
+        args.model.as_deref().unwrap_or(&saved.state.model_route),
+    )?;
     let effort = args.effort.or(saved.state.effort);
     let cwd = args
         .cwd
@@ -90,7 +87,7 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<ExitCode> {
     // The session's MCP tools again, so its pending calls find the same plan.
     let mcp = super::mcp::client_manager(&cwd).await?;
     cfg.extra_tools.extend(mcp.tools());
-    cfg.checkpoint = Some(checkpoint_settings(root, &route, effort)?);
+    cfg.checkpoint = Some(checkpoint_settings(root, Some(&route), effort)?);
     let (mut session, report) =
         resume_session(cfg).with_context(|| format!("cannot resume session {id}"))?;
     print_report(&report);
@@ -103,7 +100,7 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<ExitCode> {
 
 /// What the resume found, on stderr: above all, every effect whose outcome is unknown.
 fn print_report(r: &RestoreReport) {
-    eprintln!(
+    say!(
         "geode: resuming session {} (was {}; {} messages{})",
         r.session_id,
         r.from_status,
@@ -125,16 +122,21 @@ fn print_report(r: &RestoreReport) {
             Disposition::Reconciled => "reconciled by hand; not run again".to_string(),
             Disposition::Rerun => "never started (or has no effect); running it now".to_string(),
         };
-        eprintln!(
+        say!(
             "geode: pending call {} ({}): {what}",
-            call.call_id, call.tool
+            call.call_id,
+            call.tool
         );
     }
     for receipt in &r.unresolved {
-        eprintln!(
+        say!(
             "geode: uncertain effect {} ({} {}): check it, then `geode receipts reconcile {} \
              --session {} --outcome done|not-done`",
-            receipt.call_id, receipt.tool, receipt.input, receipt.call_id, r.session_id
+            receipt.call_id,
+            receipt.tool,
+            receipt.input,
+            receipt.call_id,
+            r.session_id
         );
     }
 }

@@ -1,7 +1,7 @@
 //! `geode run`: a benchmark run of a task pack (tasks x attempts), resumable.
 
+use super::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
@@ -106,12 +106,12 @@ pub struct RunArgs {
     json: bool,
 }
 
-pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!(
+            say!(
                 "geode: stopping: no new trials, cancelling running ones (Ctrl-C again exits at once)"
             );
             on_signal.cancel();
@@ -164,13 +164,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or_default()
         );
     } else {
-        println!("run {} ({})", outcome.run_id, outcome.run_dir.display());
-        print!("{}", outcome.summary.render());
+        let text = format!(
+            "run {} ({})\n{}",
+            outcome.run_id,
+            outcome.run_dir.display(),
+            outcome.summary.render()
+        );
+        print!("{}", super::printable(&text));
     }
     Ok(if outcome.cancelled {
-        ExitCode::from(130)
+        Exit::Cancelled
     } else {
-        ExitCode::SUCCESS
+        Exit::Success
     })
 }
 
@@ -215,6 +220,17 @@ fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
     })
 }
 
+/// Whether an executable file `program` is in one of `PATH`'s folders.
+fn on_path(program: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(program))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
 impl ExecutorArgs {
     /// The Slurm settings of `--executor slurm`, none for a local run.
     pub fn slurm_settings(&self) -> anyhow::Result<Option<SlurmSettings>> {
@@ -232,6 +248,20 @@ impl ExecutorArgs {
                 Ok(None)
             }
             ExecutorKind::Slurm => {
+                // Before anything is made: without Slurm's clients the run could only fail
+                // later, with a half-made run folder and an OS error.
+                let missing: Vec<&str> = ["sbatch", "squeue", "scancel"]
+                    .into_iter()
+                    .filter(|program| !on_path(program))
+                    .collect();
+                if !missing.is_empty() {
+                    bail!(
+                        "--executor slurm needs Slurm's sbatch, squeue and scancel on PATH, and {} \
+                         is not there: run on a machine that submits to the cluster (a login \
+                         node), or use --executor local",
+                        missing.join(", ")
+                    );
+                }
                 let worker_bin = match &self.worker_bin {
                     Some(p) => std::fs::canonicalize(p)
                         .with_context(|| format!("--worker-bin {}", p.display()))?,

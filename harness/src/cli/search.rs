@@ -3,8 +3,8 @@
 //!
 //! Exit codes of `promote`: 0 KEEP (promoted), 1 REJECT or nothing to promote, 2 INVALID.
 
+use super::exit::Exit;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand};
@@ -22,14 +22,19 @@ pub enum SearchCommand {
     /// Run a search from its configuration (`geode.search.v1`); resumes if its output exists.
     Run(RunArgs),
     /// Print a search's progress and its lineage table.
-    Status { out: PathBuf },
+    Status {
+        /// The search's output folder (`out` of its configuration).
+        out: PathBuf,
+    },
     /// Compare the final champion with the baseline on the sealed holdout (once).
     Promote(PromoteArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// The search's configuration (`search.toml`, `geode.search.v1`).
     config: PathBuf,
+    /// Multiply every task's agent and verifier timeouts (a slow machine); recorded.
     #[arg(long, default_value_t = 1.0)]
     timeout_multiplier: f64,
     /// Where the train campaigns' pairs run: each Slurm array task runs both arms of one pair
@@ -40,7 +45,9 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct PromoteArgs {
+    /// The search's output folder.
     out: PathBuf,
+    /// Multiply every task's agent and verifier timeouts (a slow machine); recorded.
     #[arg(long, default_value_t = 1.0)]
     timeout_multiplier: f64,
 }
@@ -64,7 +71,7 @@ fn env(out: &Path, timeout_multiplier: f64, slurm: Option<SlurmSettings>) -> any
     })
 }
 
-pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: SearchCommand) -> anyhow::Result<Exit> {
     match cmd {
         SearchCommand::Run(a) => {
             let config = SearchConfig::load(&a.config)?;
@@ -73,9 +80,9 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
                 a.timeout_multiplier,
                 a.executor.slurm_settings()?,
             )?;
-            let summary = run_search(&config, &env, &mut |l| eprintln!("search: {l}")).await?;
+            let summary = run_search(&config, &env, &mut |l| say!("search: {l}")).await?;
             println!("{}", serde_json::to_string(&summary)?);
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         SearchCommand::Status { out } => {
             let r = load_resolved(&out)?;
@@ -111,7 +118,7 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
                 );
             }
             print!("{}", table(&lineage.entries));
-            Ok(ExitCode::SUCCESS)
+            Ok(Exit::Success)
         }
         SearchCommand::Promote(a) => {
             // The holdout is opened in a vault on this machine; promotion runs here.
@@ -130,7 +137,19 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<ExitCode> {
                 ),
                 (None, None) => println!("nothing to promote: the champion is the baseline"),
             }
-            Ok(ExitCode::from(p.exit_code()))
+            // Not promoted without a holdout decision (the champion is the baseline, or it did
+            // not confirm) is a decision not to promote, as a REJECT is.
+            Ok(
+                match p
+                    .verdict
+                    .as_deref()
+                    .map(str::parse::<geode_crucible::Verdict>)
+                {
+                    Some(Ok(v)) => Exit::verdict(v),
+                    Some(Err(_)) => Exit::Failed,
+                    None => Exit::Reject,
+                },
+            )
         }
     }
 }

@@ -5,9 +5,9 @@
 //! With `--channels FILE`, the daemon also serves the messaging channels bound in FILE on a
 //! loopback webhook (`--webhook`, runtime/src/server/channel.rs): each message a DAEMON turn.
 
+use super::exit::Exit;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,9 +20,12 @@ use geode_runtime::config::Config;
 use geode_runtime::ids::SessionId;
 use geode_runtime::mcp::{McpManager, TrustStore};
 use geode_runtime::model::catalog::Route;
+use geode_runtime::model::credentials::Env;
 use geode_runtime::model::effort::Effort;
+use geode_runtime::model::errors::ErrorClass;
 use geode_runtime::model::http::RouteOptions;
-use geode_runtime::model::model_for;
+use geode_runtime::model::unavailable::Unavailable;
+use geode_runtime::model::{Model, ModelError, model_for};
 use geode_runtime::policy::{HitlLevel, SessionMode, SessionPolicy};
 use geode_runtime::scaffold::Scaffold;
 use geode_runtime::server::channel::{Channels, Webhook};
@@ -68,8 +71,8 @@ async fn bind_channels(args: &ServeArgs) -> anyhow::Result<Option<(Webhook, Chan
         None => DEFAULT_WEBHOOK.parse()?,
     };
     let webhook = Webhook::bind(addr).await?;
-    eprintln!("geode: webhook on http://{}", webhook.local_addr());
-    eprintln!(
+    say!("geode: webhook on http://{}", webhook.local_addr());
+    say!(
         "geode: channels: {}",
         channels.names().collect::<Vec<_>>().join(", ")
     );
@@ -110,7 +113,7 @@ pub fn configured_hooks(cfg: &Config, cwd: &Path) -> anyhow::Result<Vec<PathBuf>
         Source::Project(_) => {
             let trust = TrustStore::new(&geode_home()).check(cwd)?;
             if !trust.is_trusted() {
-                eprintln!(
+                say!(
                     "geode: the project's hooks ({}) are not loaded: {}",
                     setting.value,
                     trust.explain(cwd)
@@ -136,7 +139,7 @@ pub fn configured_hooks(cfg: &Config, cwd: &Path) -> anyhow::Result<Vec<PathBuf>
 pub fn warn_matchers_matching_no_tool(hooks: &geode_runtime::hooks::HookRegistry, source: &str) {
     let tools = geode_runtime::session::standard_tool_names();
     for warning in hooks.matchers_matching_no_tool(&tools) {
-        eprintln!("geode: warning: {source}: {warning}");
+        say!("geode: warning: {source}: {warning}");
     }
 }
 
@@ -164,18 +167,54 @@ impl CliFactory {
     }
 
     /// The route and effort of a session: a resumed one goes on with the model it last used
-    /// (`/model` may have switched it), a new one starts from the configuration.
+    /// (`/model` may have switched it), a new one (or one that never had a model) starts from
+    /// the configuration. An empty route: none is configured.
     fn route(&self, id: Option<&SessionId>) -> Result<(String, Option<Effort>), ServerError> {
-        if let Some(saved) = id.and_then(|id| load_checkpoint(&checkpoint_root(None), id).ok()) {
+        if let Some(saved) = id.and_then(|id| load_checkpoint(&checkpoint_root(None), id).ok())
+            && !saved.state.model_route.is_empty()
+        {
             return Ok((saved.state.model_route, saved.state.effort));
         }
         Ok((self.cfg.value("model").to_string(), self.effort()?))
     }
 
+    /// The session's model, and the route its checkpoint records. A person's session starts
+    /// even when its model cannot answer yet (no model configured, a key missing): the model
+    /// then answers every prompt with why and what to do, and `/model` switches. A route that
+    /// does not parse, or that cannot be built for any other reason, stops the start.
+    fn model(
+        &self,
+        route: &str,
+        effort: Option<Effort>,
+    ) -> Result<(Arc<dyn Model>, Option<Route>), ServerError> {
+        if route.is_empty() {
+            let setup = super::providers::setup_hint(&Env::from_process());
+            let model = Unavailable::new("none", super::providers::NO_MODEL).with_notice(setup);
+            return Ok((Arc::new(model), None));
+        }
+        let route: Route = route.parse().map_err(setup)?;
+        let mut options = RouteOptions::from_env();
+        options.effort = effort;
+        match model_for(&route, &options) {
+            Ok(model) => Ok((model, Some(route))),
+            Err(ModelError::Provider {
+                class: ErrorClass::Auth,
+                message,
+                ..
+            }) => {
+                let reason = super::providers::unusable(&route.to_string(), &message);
+                Ok((
+                    Arc::new(Unavailable::new(route.to_string(), reason)),
+                    Some(route),
+                ))
+            }
+            Err(e) => Err(setup(e)),
+        }
+    }
+
     fn build(&self, id: Option<&SessionId>) -> Result<SessionConfig, ServerError> {
         let (route, effort) = self.route(id)?;
-        let route: Route = route.parse().map_err(setup)?;
-        let model = typed_switch(&route, effort)?.model;
+        let (model, route) = self.model(&route, effort)?;
         let workspace = Arc::new(LocalWorkspace::new(&self.cwd).map_err(setup)?);
         let mut policy = SessionPolicy::for_mode(self.mode);
         policy.hitl = match self.cfg.value("hitl") {
@@ -204,8 +243,9 @@ impl CliFactory {
         cfg.late_tools = Some(Arc::new(move || mcp.tools()));
         cfg.skills = self.skills.clone();
         cfg.timeline = open_timeline(false, None).map_err(setup)?;
-        cfg.checkpoint =
-            Some(checkpoint_settings(checkpoint_root(None), &route, effort).map_err(setup)?);
+        cfg.checkpoint = Some(
+            checkpoint_settings(checkpoint_root(None), route.as_ref(), effort).map_err(setup)?,
+        );
         Ok(cfg)
     }
 }
@@ -296,14 +336,14 @@ pub async fn shared(cfg: Config, cwd: &Path, mode: SessionMode) -> anyhow::Resul
     Ok(Arc::new(Shared::new(factory, lanes, timeout, mode)))
 }
 
-pub async fn run(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
+pub async fn run(args: ServeArgs, cfg: Config) -> anyhow::Result<Exit> {
     let path = socket_path(&cfg);
     let cwd = std::env::current_dir()?;
     let shared = shared(cfg, &cwd, SessionMode::Ipc).await?;
     // Before the socket: a bad channels file or a taken port leaves no socket file behind.
     let channels = bind_channels(&args).await?;
     let socket = DaemonSocket::bind(&path).await?;
-    eprintln!("geode: serving on {}", socket.path().display());
+    say!("geode: serving on {}", socket.path().display());
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
     let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
@@ -312,7 +352,7 @@ pub async fn run(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
         }
-        eprintln!("geode: draining (running turns finish, no new ones)");
+        say!("geode: draining (running turns finish, no new ones)");
         on_signal.cancel();
     });
     let drain = Duration::from_secs(args.drain_timeout);
@@ -331,14 +371,14 @@ pub async fn run(args: ServeArgs, cfg: Config) -> anyhow::Result<ExitCode> {
         webhook
     );
     if turns_left > 0 {
-        eprintln!("geode: {turns_left} channel turns still running at the drain deadline");
+        say!("geode: {turns_left} channel turns still running at the drain deadline");
     }
     if left > 0 {
-        eprintln!("geode: {left} connections still open at the drain deadline");
+        say!("geode: {left} connections still open at the drain deadline");
     }
     if left > 0 || turns_left > 0 {
-        return Ok(ExitCode::from(1));
+        return Ok(Exit::Failed);
     }
-    eprintln!("geode: stopped");
-    Ok(ExitCode::SUCCESS)
+    say!("geode: stopped");
+    Ok(Exit::Success)
 }

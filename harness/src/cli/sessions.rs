@@ -2,9 +2,9 @@
 //! person picks one by (its first prompt, when it was last active, its model and cost); `geode
 //! resume ID` or `/resume ID` continues one.
 
+use super::exit::Exit;
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::Args;
 use geode_runtime::agent::restore::load_checkpoint;
@@ -80,16 +80,16 @@ pub(super) fn recent(root: &std::path::Path, limit: usize) -> Vec<SessionEntry> 
         .collect()
 }
 
-pub fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: SessionsArgs) -> anyhow::Result<Exit> {
     let root = checkpoint_root(args.checkpoint_dir.as_ref());
     let (rows, problems) = CheckpointStore::list(&root);
     for p in problems {
-        eprintln!("geode: skipped an unreadable session: {p}");
+        say!("geode: skipped an unreadable session: {p}");
     }
     let mut out = std::io::stdout().lock();
     if rows.is_empty() && !args.json {
         writeln!(out, "no sessions under {}", root.display())?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Success);
     }
     if !args.json {
         writeln!(
@@ -127,5 +127,5 @@ pub fn run(args: SessionsArgs) -> anyhow::Result<ExitCode> {
             )?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

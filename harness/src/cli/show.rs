@@ -3,8 +3,8 @@
 //! grader's content hash, in the trial folder (`grades/<kind>-<hash>.json`) and in the run
 //! store's `grades` table, where `geode report` finds it.
 
+use super::exit::Exit;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -28,16 +28,19 @@ use tokio_util::sync::CancellationToken;
 pub struct ShowArgs {
     /// `RUN/TRIAL` inside the jobs folder, or a trial folder's path.
     trial: String,
+    /// The jobs folder `RUN/TRIAL` is looked up in.
     #[arg(long, default_value = "jobs")]
     jobs_dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
 pub struct GradeArgs {
+    /// The run id (a folder of the jobs folder), or a run folder's path.
     run: String,
     /// `tests`, `rubric:FILE` or `judge:ROUTE[:VOTES][@TEMPLATE]`.
     #[arg(long, default_value = "tests")]
     grader: String,
+    /// The jobs folder the run is looked up in.
     #[arg(long, default_value = "jobs")]
     jobs_dir: PathBuf,
 }
@@ -59,7 +62,7 @@ fn trial_dir(arg: &str, jobs: &Path) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-pub fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
+pub fn show(a: ShowArgs) -> anyhow::Result<Exit> {
     let dir = trial_dir(&a.trial, &a.jobs_dir)?;
     let result: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("result.json"))?)
@@ -97,7 +100,7 @@ pub fn show(a: ShowArgs) -> anyhow::Result<ExitCode> {
         );
         print_checks(&dir.join("steps").join(name))?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// The checks a verifier left in `dir` (a trial, or one step of it), one per line.
@@ -196,7 +199,7 @@ async fn grade_in_sandbox(
             g
         }
         Err(e) => {
-            eprintln!(
+            say!(
                 "{}: no sandbox for the command criteria: {e}",
                 trial.display()
             );
@@ -207,7 +210,7 @@ async fn grade_in_sandbox(
     grade
 }
 
-pub async fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
+pub async fn grade(a: GradeArgs) -> anyhow::Result<Exit> {
     let run_dir = a.jobs_dir.join(&a.run);
     let cfg_path = run_dir.join("config.json");
     let config: RunConfig = serde_json::from_str(
@@ -223,7 +226,7 @@ pub async fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
     let store = match RunStore::open(&store_path) {
         Ok(s) if s.run(&a.run)?.is_some() => Some(s),
         _ => {
-            eprintln!(
+            say!(
                 "warning: run {} is not in {}: grades are written to the trial folders only",
                 a.run,
                 store_path.display()
@@ -304,5 +307,5 @@ pub async fn grade(a: GradeArgs) -> anyhow::Result<ExitCode> {
             trials.len()
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

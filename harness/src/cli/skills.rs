@@ -2,8 +2,8 @@
 //! `$GEODE_HOME/skills`, then the project's `.geode/skills` (a project skill shadows a user
 //! skill of the same name, with a warning).
 
+use super::exit::Exit;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -17,6 +17,7 @@ pub enum SkillsCommand {
     List(SkillsArgs),
     /// One skill's front matter, body and files.
     Show {
+        /// The skill's name (its front matter's `name`).
         name: String,
         #[command(flatten)]
         args: SkillsArgs,
@@ -44,7 +45,7 @@ pub(super) async fn local_skills(project: &Path) -> anyhow::Result<SkillSet> {
         .await
         .context("reading skills")?;
     for w in set.warnings() {
-        eprintln!("geode: {w}");
+        say!("geode: {w}");
     }
     Ok(set)
 }
@@ -65,7 +66,7 @@ pub(super) fn describe(set: &SkillSet) -> String {
     lines.join("\n")
 }
 
-pub async fn run(cmd: SkillsCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: SkillsCommand) -> anyhow::Result<Exit> {
     let (args, name) = match &cmd {
         SkillsCommand::List(args) => (args, None),
         SkillsCommand::Show { name, args } => (args, Some(name)),
@@ -77,7 +78,7 @@ pub async fn run(cmd: SkillsCommand) -> anyhow::Result<ExitCode> {
     let set = local_skills(&project).await?;
     let Some(name) = name else {
         println!("{}", describe(&set));
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Success);
     };
     let Some(skill) = set.get(name) else {
         let names: Vec<&str> = set.iter().map(|s| s.name.as_str()).collect();
@@ -95,5 +96,5 @@ pub async fn run(cmd: SkillsCommand) -> anyhow::Result<ExitCode> {
         println!("  {}", path.display());
     }
     println!("\n{}", skill.body.trim_end());
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

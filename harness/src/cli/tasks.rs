@@ -1,8 +1,8 @@
 //! `geode tasks`: list, hash and import task packs.
 
+use super::exit::Exit;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Subcommand;
@@ -19,30 +19,43 @@ use super::progress::Progress;
 #[derive(Debug, Subcommand)]
 pub enum TasksCommand {
     /// List the tasks of a pack (and the broken ones, with why).
-    List { pack: PathBuf },
+    List {
+        /// The task pack (a folder of Harbor tasks, or one task).
+        pack: PathBuf,
+    },
     /// Print each task's content hash and the pack hash.
     Hash {
+        /// The task pack (a folder of Harbor tasks, or one task).
         pack: PathBuf,
         /// Trials per task, part of the pack hash.
         #[arg(short = 'k', long, default_value_t = 1)]
         trials: u32,
     },
     /// Convert Terminal-Bench 1 tasks (task.yaml, solution.sh, run-tests.sh) to Harbor layout.
-    ImportTb1 { src: PathBuf, dest: PathBuf },
+    ImportTb1 {
+        /// A Terminal-Bench 1 task folder, or a folder of them.
+        src: PathBuf,
+        /// Where the Harbor tasks are written (one folder per task, never replaced).
+        dest: PathBuf,
+    },
     /// Run the oracle and nop K times per task and flag tasks the oracle cannot pass, tasks nop
-    /// passes and flaky tasks; writes a validity report (exit 1 when any task is flagged).
+    /// passes and flaky tasks; writes a validity report (exit 10 when any task is flagged).
     Validate {
+        /// The task pack (a folder of Harbor tasks, or one task).
         pack: PathBuf,
+        /// Runs of the oracle and of nop per task.
         #[arg(short = 'k', long, default_value_t = 1)]
         trials: u32,
+        /// Trials running at once.
         #[arg(short = 'n', long, default_value_t = 1)]
         concurrency: usize,
+        /// Where the runs and the validity report are written.
         #[arg(long, default_value = "jobs")]
         jobs_dir: PathBuf,
     },
 }
 
-pub async fn run(cmd: TasksCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: TasksCommand) -> anyhow::Result<Exit> {
     match cmd {
         TasksCommand::List { pack } => {
             let pack = TaskPack::load(&pack)?;
@@ -82,25 +95,25 @@ pub async fn run(cmd: TasksCommand) -> anyhow::Result<ExitCode> {
                 println!("{}", dir.display());
             }
             for why in &imported.skipped {
-                eprintln!("not imported: {why}");
+                say!("not imported: {why}");
             }
-            eprintln!(
+            say!(
                 "{} imported, {} not imported",
                 imported.tasks.len(),
                 imported.skipped.len()
             );
             // Some tasks converted and some not is still a partial failure the caller should see.
             Ok(if imported.skipped.is_empty() {
-                ExitCode::SUCCESS
+                Exit::Success
             } else {
-                ExitCode::FAILURE
+                Exit::Findings
             })
         }
     }
 }
 
 /// One oracle run and one nop run of the pack, folded into a validity report.
-async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Result<ExitCode> {
+async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Result<Exit> {
     let pack_dir = std::fs::canonicalize(pack)?;
     let backend = super::backends::sandbox(jobs_dir)?;
     let mut per_task: BTreeMap<String, TaskTrials> = BTreeMap::new();
@@ -156,19 +169,19 @@ async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Res
     print!("{}", report.render_text());
     println!("report {}", path.display());
     Ok(if report.all_ok() {
-        ExitCode::SUCCESS
+        Exit::Success
     } else {
-        ExitCode::from(1)
+        Exit::Findings
     })
 }
 
-fn report_broken(pack: &TaskPack) -> anyhow::Result<ExitCode> {
+fn report_broken(pack: &TaskPack) -> anyhow::Result<Exit> {
     for b in &pack.broken {
-        eprintln!("geode: broken task: {b}");
+        say!("geode: broken task: {b}");
     }
     Ok(if pack.broken.is_empty() {
-        ExitCode::SUCCESS
+        Exit::Success
     } else {
-        ExitCode::from(1)
+        Exit::Findings
     })
 }

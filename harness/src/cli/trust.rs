@@ -3,8 +3,8 @@
 //! Trust is recorded per project path with the SHA-256 of the config file's bytes in
 //! `$GEODE_HOME/trust.json`; an edited file is untrusted again until `geode trust` runs anew.
 
+use super::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::Args;
 use geode_runtime::mcp::trust::{TrustState, TrustStore, project_config};
@@ -23,7 +23,7 @@ pub struct TrustArgs {
     project: Option<PathBuf>,
 }
 
-pub fn run(args: TrustArgs) -> anyhow::Result<ExitCode> {
+pub fn run(args: TrustArgs) -> anyhow::Result<Exit> {
     let project = match args.project {
         Some(p) => p,
         None => std::env::current_dir()?,
@@ -38,7 +38,7 @@ pub fn run(args: TrustArgs) -> anyhow::Result<ExitCode> {
             TrustState::NoConfig => "no-config",
         };
         println!("{word}: {}", state.explain(&project));
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Success);
     }
     if args.revoke {
         if store.revoke(&project)? {
@@ -46,7 +46,7 @@ pub fn run(args: TrustArgs) -> anyhow::Result<ExitCode> {
         } else {
             println!("{} was not trusted", project.display());
         }
-        return Ok(ExitCode::SUCCESS);
+        return Ok(Exit::Success);
     }
     let entry = store.trust(&project)?;
     println!(
@@ -54,5 +54,5 @@ pub fn run(args: TrustArgs) -> anyhow::Result<ExitCode> {
         project_config(&entry.project).display(),
         entry.sha256
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

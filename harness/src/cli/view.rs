@@ -5,11 +5,12 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::Args;
 use geode_harness::view::{ViewOptions, Viewer};
 use tokio_util::sync::CancellationToken;
+
+use super::exit::Exit;
 
 #[derive(Debug, Args)]
 pub struct ViewArgs {
@@ -29,7 +30,7 @@ pub struct ViewArgs {
     searches: Vec<PathBuf>,
 }
 
-pub async fn run(a: ViewArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(a: ViewArgs) -> anyhow::Result<Exit> {
     let viewer = Viewer::bind(ViewOptions {
         jobs: a.jobs.clone(),
         addr: a.addr,
@@ -41,7 +42,7 @@ pub async fn run(a: ViewArgs) -> anyhow::Result<ExitCode> {
     writeln!(out, "{}", viewer.url())?;
     out.flush()?;
     drop(out);
-    eprintln!(
+    say!(
         "geode view: {} on {} (open the address above; Ctrl-C stops)",
         a.jobs.display(),
         viewer.local_addr()
@@ -54,5 +55,5 @@ pub async fn run(a: ViewArgs) -> anyhow::Result<ExitCode> {
         }
     });
     viewer.serve(shutdown).await?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Cancelled)
 }

@@ -1,8 +1,8 @@
 //! `geode worker` (hidden): what a Slurm array task runs on its node. The coordinator writes
 //! the spec; Slurm says which of its tasks this is (`SLURM_ARRAY_TASK_ID`).
 
+use super::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::Args;
 use geode_harness::env::kind::BackendKind;
@@ -27,11 +27,11 @@ struct LogLines;
 
 impl PhaseObserver for LogLines {
     fn phase(&self, trial: &str, phase: PhaseEvent<'_>) {
-        eprintln!("{trial}: {phase}");
+        say!("{trial}: {phase}");
     }
 }
 
-pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: WorkerArgs) -> anyhow::Result<Exit> {
     let spec = read_spec(&args.spec)?;
     let (plans, backend) = match &spec.campaign {
         // A campaign runs in the sandbox, as `geode crucible run` does locally.
@@ -65,5 +65,5 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         }
     });
     run_array_task(&args.spec, args.index, plans, backend, &LogLines, &cancel).await?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }

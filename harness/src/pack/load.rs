@@ -134,8 +134,12 @@ impl Task {
         config
             .environment
             .resolve_sizes("environment", &toml_path)?;
+        config
+            .environment
+            .validate_resources("environment", &toml_path)?;
         if let Some(verifier) = config.verifier.environment.as_mut() {
             verifier.resolve_sizes("verifier.environment", &toml_path)?;
+            verifier.validate_resources("verifier.environment", &toml_path)?;
         }
         let compose = compose::load(&dir.join("environment")).map_err(|e| match e {
             ComposeError::Io { path, source } => PackError::Io { path, source },
@@ -166,8 +170,10 @@ impl Task {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let id = config.task.name.clone().unwrap_or(folder);
+        check_name(&id, &toml_path)?;
         Ok(Task {
-            id: config.task.name.clone().unwrap_or(folder),
+            id,
             dir: dir.to_path_buf(),
             hash: hash_task_dir(dir)?,
             config,
@@ -195,6 +201,27 @@ impl Task {
     pub fn has_test_script(&self) -> bool {
         self.tests_dir().join("test.sh").is_file()
     }
+}
+
+/// A task's name (`task.name`, else its folder's) is printed in progress lines, tables and
+/// folder names: control characters (an escape sequence that rewrites a terminal, a newline that
+/// forges a line of a report) make a task broken rather than reach any of them.
+fn check_name(name: &str, file: &Path) -> Result<(), PackError> {
+    if name.trim().is_empty() {
+        return Err(invalid(file, "task.name is empty"));
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control()) {
+        return Err(invalid(
+            file,
+            format!(
+                "task name {:?} holds the control character {:?}: names are printed to \
+                 terminals and reports",
+                name.escape_default().to_string(),
+                c
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A folder of tasks; broken tasks are kept as errors beside the good ones.

@@ -4,10 +4,22 @@
 
 use std::path::Path;
 
+use super::config::EnvironmentSection;
 use super::{PackError, TaskConfig, invalid};
 
 /// `Duration` cannot hold every float anyway (`1e300` would panic).
 const MAX_TIMEOUT_SEC: f64 = 7.0 * 24.0 * 3600.0;
+
+/// The sane range of each resource a task may ask for: below, nothing runs (no CPU, a few
+/// megabytes); above, no machine this runs on has it, and a number that large is a typo (a value
+/// in bytes, an extra digit) that would otherwise surface as a lost sandbox.
+const CPUS: std::ops::RangeInclusive<f64> = 0.01..=1024.0;
+/// 16 MiB to 16 TiB.
+const MEMORY_MB: std::ops::RangeInclusive<u64> = 16..=16 * 1024 * 1024;
+/// 16 MiB to 16 TiB (the trial's disk is a sparse file of this size).
+const STORAGE_MB: std::ops::RangeInclusive<u64> = 16..=16 * 1024 * 1024;
+/// GPUs are refused per trial anyway; a count past this is a typo.
+const GPUS: std::ops::RangeInclusive<u64> = 0..=64;
 
 /// What `network_mode` may say (Harbor's three, and `none` for `no-network`).
 const NETWORK_MODES: &[&str] = &["public", "no-network", "allowlist", "none"];
@@ -29,6 +41,43 @@ fn is_host(text: &str) -> bool {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-')
         })
+}
+
+impl EnvironmentSection {
+    /// `cpus`, `memory_mb`, `storage_mb` and `gpus` in their sane ranges (after `memory` and
+    /// `storage` strings were read into the `_mb` fields), each error naming `section.field`.
+    pub(super) fn validate_resources(&self, section: &str, file: &Path) -> Result<(), PackError> {
+        let out_of_range = |field: &str, value: String, range: String, unit: &str| {
+            invalid(
+                file,
+                format!("{section}.{field} = {value}: must be {range}{unit}"),
+            )
+        };
+        if let Some(cpus) = self.cpus
+            && !(cpus.is_finite() && CPUS.contains(&cpus))
+        {
+            let range = format!("from {} to {}", CPUS.start(), CPUS.end());
+            return Err(out_of_range("cpus", format!("{cpus:?}"), range, " CPUs"));
+        }
+        for (field, value, range) in [
+            ("memory_mb", self.memory_mb, MEMORY_MB),
+            ("storage_mb", self.storage_mb, STORAGE_MB),
+            ("gpus", self.gpus, GPUS),
+        ] {
+            if let Some(v) = value
+                && !range.contains(&v)
+            {
+                let unit = if field == "gpus" {
+                    ""
+                } else {
+                    " (MiB; 16 TiB at most)"
+                };
+                let range = format!("from {} to {}", range.start(), range.end());
+                return Err(out_of_range(field, v.to_string(), range, unit));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl TaskConfig {

@@ -62,17 +62,6 @@ pub struct Confirmation {
     pub selected_estimate: Option<f64>,
 }
 
-impl Promotion {
-    /// 0 promoted, 1 not promoted (REJECT or nothing to compare), 2 INVALID.
-    pub fn exit_code(&self) -> u8 {
-        match self.verdict.as_deref() {
-            Some("KEEP") => 0,
-            Some("INVALID") => 2,
-            _ => 1,
-        }
-    }
-}
-
 /// Compares the final champion with the baseline on the test pack, once.
 pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
     let r = load_resolved(out)?;

@@ -482,3 +482,72 @@ fn a_display_is_read_as_a_size_and_a_bad_one_names_file_and_field() {
         );
     }
 }
+
+#[test]
+fn resources_outside_their_sane_range_and_names_with_control_characters_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "no-cpu",
+            "[environment]\ncpus = 0\n",
+            "environment.cpus = 0.0",
+        ),
+        (
+            "many-cpus",
+            "[environment]\ncpus = 1e9\n",
+            "environment.cpus = 1000000000.0",
+        ),
+        (
+            "huge-memory",
+            "[environment]\nmemory_mb = 99999999999999\n",
+            "environment.memory_mb = 99999999999999",
+        ),
+        (
+            "huge-disk",
+            "[environment]\nstorage_mb = 1000000000000\n",
+            "environment.storage_mb = 1000000000000",
+        ),
+        (
+            "huge-disk-string",
+            "[environment]\nstorage = \"9000000G\"\n",
+            "environment.storage_mb = 9216000000",
+        ),
+        (
+            "tiny-verifier",
+            "[verifier.environment]\nmemory_mb = 1\n",
+            "verifier.environment.memory_mb = 1",
+        ),
+        (
+            "escape",
+            "[task]\nname = \"org/x\\u001b[2J\"\n",
+            "holds the control character",
+        ),
+    ];
+    for (folder, toml, _) in &cases {
+        task(dir.path(), folder, toml);
+    }
+    task(
+        dir.path(),
+        "fine",
+        "[environment]\ncpus = 0.5\nmemory_mb = 512\nstorage_mb = 300\n",
+    );
+    let pack = TaskPack::load(dir.path()).unwrap();
+    assert_eq!(
+        pack.tasks.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+        ["fine"]
+    );
+    let broken: Vec<String> = pack.broken.iter().map(|b| b.to_string()).collect();
+    assert_eq!(broken.len(), cases.len(), "{broken:#?}");
+    for (folder, _, says) in cases {
+        assert!(
+            broken
+                .iter()
+                .any(|b| b.contains(&format!("{folder}/task.toml")) && b.contains(says)),
+            "{folder}: {says:?} in {broken:#?}"
+        );
+    }
+    assert!(
+        broken.iter().all(|b| !b.contains('\u{1b}')),
+        "the name is quoted escaped: {broken:#?}"
+    );
+}

@@ -49,6 +49,8 @@ pub struct TurnOutcome {
     pub rounds: u32,
     pub tool_calls: u32,
     pub usage: Usage,
+    /// What failed, when the turn ended on a failure (a model call that could not be made).
+    pub error: Option<String>,
 }
 
 /// Everything a loop is built from; the session layer assembles it.
@@ -166,6 +168,11 @@ impl AgenticLoop {
         self.p.model.id()
     }
 
+    /// Why the session's model cannot answer, when it cannot (see `Model::unavailable`).
+    pub fn model_unavailable(&self) -> Option<&str> {
+        self.p.model.unavailable()
+    }
+
     /// Turns started so far.
     pub fn turns(&self) -> u32 {
         self.counters.turn()
@@ -236,7 +243,7 @@ impl AgenticLoop {
                 .await
             {
                 Ok(reply) => reply,
-                Err(reason) => return self.end_turn(&mut turn, Ending::stopped(reason)),
+                Err(ending) => return self.end_turn(&mut turn, ending),
             };
             let calls = reply.message.tool_calls();
             let text = reply.message.text();
@@ -387,14 +394,15 @@ impl AgenticLoop {
         force_text: bool,
         turn: &mut Turn,
         cancel: &CancellationToken,
-    ) -> Result<AssistantTurn, TerminationReason> {
+    ) -> Result<AssistantTurn, Ending> {
+        let stopped = |reason| Err(Ending::stopped(reason));
         let mut compacted_for_overflow = false;
         loop {
             let request = self.model_request(system, snapshot, force_text);
             let call = self.p.model.complete(&request);
             let budget = self.guards.time_left();
             let result = tokio::select! {
-                _ = cancel.cancelled() => return Err(TerminationReason::UserCancelled),
+                _ = cancel.cancelled() => return stopped(TerminationReason::UserCancelled),
                 r = async {
                     match budget {
                         Some(left) => tokio::time::timeout(left, call).await.ok(),
@@ -403,7 +411,7 @@ impl AgenticLoop {
                 } => r,
             };
             let Some(result) = result else {
-                return Err(TerminationReason::TimeBudgetExpired);
+                return stopped(TerminationReason::TimeBudgetExpired);
             };
             match result {
                 Ok(reply) => {
@@ -411,19 +419,28 @@ impl AgenticLoop {
                     turn.usage.add(&reply.usage);
                     self.counters.add_usage(&reply.usage);
                     if reply.stop_reason == StopReason::Refusal {
-                        return Err(TerminationReason::ModelRefusal);
+                        return stopped(TerminationReason::ModelRefusal);
                     }
                     return Ok(reply);
                 }
                 Err(e) => {
-                    tracing::warn!("model call failed: {e}");
+                    // Not a log line: a call that ends the turn says why in the turn's end.
+                    tracing::debug!("model call failed: {e}");
                     match e.class() {
                         // Retrying cannot help, and it is not the model's failure.
-                        Some(ErrorClass::Billing) => return Err(TerminationReason::BillingError),
+                        Some(ErrorClass::Billing) => {
+                            return Err(Ending::failed(
+                                TerminationReason::BillingError,
+                                e.to_string(),
+                            ));
+                        }
                         // Compact, then retry once; a context that cannot shrink is exhausted.
                         Some(ErrorClass::ContextOverflow) => {
                             if compacted_for_overflow || !self.compact_now(turn, system).await {
-                                return Err(TerminationReason::ContextExhausted);
+                                return Err(Ending::failed(
+                                    TerminationReason::ContextExhausted,
+                                    e.to_string(),
+                                ));
                             }
                             compacted_for_overflow = true;
                             continue;
@@ -432,7 +449,7 @@ impl AgenticLoop {
                     }
                     let failures = self.guards.llm_failed();
                     if !e.retryable() || failures > self.guards.limits().max_llm_retries {
-                        return Err(TerminationReason::LlmError);
+                        return Err(Ending::failed(TerminationReason::LlmError, e.to_string()));
                     }
                     let wait = Guards::llm_backoff(failures);
                     self.emit(LoopEvent::ModelRetry {
@@ -441,7 +458,7 @@ impl AgenticLoop {
                         wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                     });
                     tokio::select! {
-                        _ = cancel.cancelled() => return Err(TerminationReason::UserCancelled),
+                        _ = cancel.cancelled() => return stopped(TerminationReason::UserCancelled),
                         _ = tokio::time::sleep(wait) => {}
                     }
                 }

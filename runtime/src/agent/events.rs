@@ -111,6 +111,8 @@ pub enum LoopEvent {
         rounds: u32,
         tool_calls: u32,
         usage: Usage,
+        /// What failed, when the turn ended on a failure (a model call that could not be made).
+        error: Option<String>,
     },
 }
 

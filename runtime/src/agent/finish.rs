@@ -30,6 +30,9 @@ pub(super) struct Ending {
     termination: TerminationReason,
     text: String,
     verdict: Verdict,
+    /// What failed, in words, when the turn ended on a failure (a model call that could not be
+    /// made): drivers show it to the person instead of leaving it to a log line.
+    error: Option<String>,
 }
 
 impl Ending {
@@ -38,12 +41,21 @@ impl Ending {
             termination,
             text,
             verdict,
+            error: None,
         }
     }
 
     /// A turn stopped before an answer: no text, nothing verified.
     pub(super) fn stopped(termination: TerminationReason) -> Self {
         Ending::new(termination, String::new(), Verdict::Skipped)
+    }
+
+    /// A turn stopped by a failure, with what failed.
+    pub(super) fn failed(termination: TerminationReason, error: String) -> Self {
+        Ending {
+            error: Some(error),
+            ..Ending::stopped(termination)
+        }
     }
 }
 
@@ -157,6 +169,7 @@ impl AgenticLoop {
             termination,
             text,
             verdict,
+            error,
         } = ending;
         self.record(TimelineEvent::TurnEnded {
             termination: termination.to_string(),
@@ -190,6 +203,7 @@ impl AgenticLoop {
             rounds: turn.rounds,
             tool_calls: turn.tool_calls,
             usage: turn.usage,
+            error,
         };
         self.emit(LoopEvent::TurnEnded {
             termination,
@@ -198,6 +212,7 @@ impl AgenticLoop {
             rounds: outcome.rounds,
             tool_calls: outcome.tool_calls,
             usage: outcome.usage,
+            error: outcome.error.clone(),
         });
         outcome
     }

@@ -5,6 +5,7 @@
 //! |---|---|
 //! | rate_limit | wait as `retry-after` says (else backoff), bounded |
 //! | timeout, connection, server | retry with jittered exponential backoff, bounded |
+//! | (501, 505, 511) | bad_request: the server does not do this at all (often a wrong base URL) |
 //! | auth | stop, name the credential to check |
 //! | billing | stop, name the account to check |
 //! | plan_limit | stop: the subscription's usage limit; say when it resets, if the server says |
@@ -99,14 +100,19 @@ const BILLING_HINTS: [&str; 6] = [
 /// OpenAI, OpenRouter and Z.ai shapes, or plain text).
 pub fn classify(status: u16, body: &str) -> Failure {
     let parsed: Option<Value> = serde_json::from_str(body).ok();
-    let message = parsed
-        .as_ref()
-        .and_then(error_message)
-        .unwrap_or_else(|| body.trim().chars().take(500).collect());
+    let message = one_line(
+        &parsed
+            .as_ref()
+            .and_then(error_message)
+            .unwrap_or_else(|| body.to_string()),
+    );
     let error_type = parsed.as_ref().and_then(error_type).unwrap_or_default();
     let hay = format!("{error_type} {message}").to_lowercase();
     let mentions = |hints: &[&str]| hints.iter().any(|h| hay.contains(h));
     let class = match (status, error_type.as_str()) {
+        // Not implemented, HTTP version not supported, network authentication required: no
+        // retry makes these succeed.
+        (501 | 505 | 511, _) => ErrorClass::BadRequest,
         (_, "authentication_error" | "permission_error" | "invalid_api_key") => ErrorClass::Auth,
         (_, "billing_error" | "insufficient_quota") => ErrorClass::Billing,
         (_, "usage_limit_reached" | "usage_not_included") => ErrorClass::PlanLimit,
@@ -141,6 +147,37 @@ pub fn classify(status: u16, body: &str) -> Failure {
         failure.retry_after = parsed.as_ref().and_then(plan_reset);
     }
     failure
+}
+
+/// The longest error message kept from a response body.
+const MESSAGE_CHARS: usize = 200;
+
+/// A response body as one line a person reads: an HTML error page (a proxy's, a web server's at
+/// a wrong base URL) becomes its text without tags, whitespace runs become one space, and the
+/// rest is cut at [`MESSAGE_CHARS`], so a retry or an error never prints a page.
+fn one_line(body: &str) -> String {
+    let mut text = String::with_capacity(body.len().min(4 * MESSAGE_CHARS));
+    let mut in_tag = false;
+    let html = body.trim_start().starts_with('<');
+    for c in body.chars() {
+        match c {
+            '<' if html => in_tag = true,
+            '>' if html && in_tag => {
+                in_tag = false;
+                text.push(' ');
+            }
+            _ if in_tag => {}
+            c if c.is_whitespace() || c.is_control() => text.push(' '),
+            c => text.push(c),
+        }
+    }
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let line = words.join(" ");
+    if line.chars().count() <= MESSAGE_CHARS {
+        return line;
+    }
+    let cut: String = line.chars().take(MESSAGE_CHARS).collect();
+    format!("{cut}…")
 }
 
 /// When a plan limit resets, as the ChatGPT backend says it (`resets_in_seconds`, else the
@@ -272,6 +309,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_error_page_becomes_one_short_line() {
+        let page = format!(
+            "<!DOCTYPE HTML>\n<html>\n<head><title>Error response</title></head>\n<body>\n\
+             <h1>Error response</h1>\n<p>Error code: 501</p>\n<p>Message: Unsupported method \
+             ('POST').</p>\n{}</body></html>\n",
+            "<p>filler</p>\n".repeat(200)
+        );
+        let f = classify(501, &page);
+        assert!(
+            !f.message.contains('\n') && !f.message.contains('<'),
+            "{}",
+            f.message
+        );
+        assert!(
+            f.message
+                .starts_with("HTTP 501: Error response Error response Error code: 501 Message: Unsupported method ('POST')."),
+            "{}",
+            f.message
+        );
+        assert!(f.message.chars().count() <= "HTTP 501: ".len() + MESSAGE_CHARS + 1);
+        let json = classify(400, r#"{"error":{"message":"line one\nline two"}}"#);
+        assert_eq!(json.message, "HTTP 400: line one line two");
+    }
+
+    #[test]
     fn statuses_and_bodies_classify() {
         let c = |s, b: &str| classify(s, b).class;
         assert_eq!(
@@ -326,6 +388,16 @@ mod tests {
             ErrorClass::BadRequest
         );
         assert_eq!(c(502, "<html>bad gateway</html>"), ErrorClass::Server);
+        assert_eq!(c(503, "busy"), ErrorClass::Server);
+        assert!(ErrorClass::Server.retried());
+        for status in [501, 505, 511] {
+            assert_eq!(
+                c(status, "<html>nope</html>"),
+                ErrorClass::BadRequest,
+                "{status}"
+            );
+        }
+        assert!(!ErrorClass::BadRequest.retried());
         assert_eq!(c(418, "teapot"), ErrorClass::Unknown);
     }
 

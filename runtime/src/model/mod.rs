@@ -19,6 +19,7 @@ pub mod login;
 pub mod openai_responses;
 pub mod record;
 pub mod sse;
+pub mod unavailable;
 
 use std::sync::Arc;
 
@@ -110,6 +111,9 @@ pub enum ModelError {
     /// A cassette replay met a request it has no recording for.
     #[error("{model}: {message}")]
     Cassette { model: String, message: String },
+    /// The session's route cannot answer (none configured, no key): see `unavailable`.
+    #[error("{reason}")]
+    Unavailable { model: String, reason: String },
 }
 
 impl ModelError {
@@ -131,6 +135,12 @@ impl ModelError {
 pub trait Model: Send + Sync {
     /// The id written to snapshots and timelines (`scripted`, `oracle`, `anthropic:...`).
     fn id(&self) -> &str;
+
+    /// Why this model cannot answer at all, when it cannot (`unavailable::Unavailable`), as a
+    /// driver shows it when the session starts, before anyone types.
+    fn unavailable(&self) -> Option<&str> {
+        None
+    }
 
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<AssistantTurn, ModelError>;
 }

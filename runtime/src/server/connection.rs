@@ -161,6 +161,7 @@ impl Conn {
             session_id: live.lp.session_id().to_string(),
             model: live.lp.model_id().to_string(),
             mode: self.shared.mode,
+            model_unavailable: live.lp.model_unavailable().map(str::to_string),
         });
     }
 
@@ -247,8 +248,11 @@ where
                 message: e.to_string(),
             });
             drop(conn);
-            let _ = writer.await;
+            // The reader holds a sender of the writer's queue: it must end before the writer
+            // can, or a client that keeps its end open waits on both for ever.
             reader.abort();
+            let _ = reader.await;
+            let _ = writer.await;
             return Err(e);
         }
     };

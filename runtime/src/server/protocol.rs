@@ -70,6 +70,10 @@ pub enum ServerMessage {
         session_id: String,
         model: String,
         mode: SessionMode,
+        /// Why the session's model cannot answer (none configured, no key), for the client to
+        /// show before anything is typed; absent when it can.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model_unavailable: Option<String>,
     },
     Stream {
         text: String,
@@ -117,6 +121,9 @@ pub enum ServerMessage {
     },
     TurnEnd {
         termination: TerminationReason,
+        /// What failed, when the turn ended on a failure: the client shows it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
     ApprovalRequest {
         approval_id: String,
@@ -230,8 +237,11 @@ impl ServerMessage {
                 decision: *decision,
                 reason: reason.clone(),
             },
-            LoopEvent::TurnEnded { termination, .. } => ServerMessage::TurnEnd {
+            LoopEvent::TurnEnded {
+                termination, error, ..
+            } => ServerMessage::TurnEnd {
                 termination: *termination,
+                error: error.clone(),
             },
             _ => return None,
         })
@@ -332,10 +342,12 @@ mod tests {
             session_id: "s".into(),
             model: "nop".into(),
             mode: SessionMode::Ipc,
+            model_unavailable: None,
         });
         assert!(line.contains(r#""mode":"ipc""#), "{line}");
         let line = encode(&ServerMessage::TurnEnd {
             termination: TerminationReason::MaxRounds,
+            error: None,
         });
         assert!(line.contains(r#""termination":"max_rounds""#), "{line}");
         for mode in [

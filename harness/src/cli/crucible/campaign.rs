@@ -1,8 +1,8 @@
 //! `geode crucible run`: a contract's paired campaign on its stage's pack (a train pack, or a
 //! sealed test pack opened once for it), then its decision.
 
+use crate::cli::exit::Exit;
 use std::path::Path;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::bail;
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::super::progress::Progress;
 use super::{RunArgs, exit, load_contract, load_scaffold, print_record};
 
-pub(super) async fn run_contract(a: RunArgs) -> anyhow::Result<ExitCode> {
+pub(super) async fn run_contract(a: RunArgs) -> anyhow::Result<Exit> {
     let contract = load_contract(&a.contract)?;
     // Before anything is opened: a sealed pack's opening is burned on disk.
     if contract.contract().stage == Stage::Test && a.executor.slurm_settings()?.is_some() {

@@ -1,6 +1,7 @@
 //! `geode crucible freeze`: a contract from the flags, frozen (canonical JSON and its hash),
 //! with a warning for every rule its campaign could not pass on the pack at hand.
 
+use crate::cli::exit::Exit;
 use anyhow::bail;
 use geode_crucible::{
     ArmSpec, Budgets, CONTRACT_SCHEMA, Clustering, Contract, DecisionRule, FrozenContract,
@@ -9,11 +10,10 @@ use geode_crucible::{
 use geode_harness::crucible::sealing;
 use geode_harness::crucible::{pack_hash, scaffold_hash, tests_grader_hash, write_atomic};
 use geode_harness::pack::TaskPack;
-use std::process::ExitCode;
 
 use super::{FreezeArgs, StageArg, evaluator, load_scaffold};
 
-pub(super) fn freeze(a: FreezeArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn freeze(a: FreezeArgs) -> anyhow::Result<Exit> {
     let train = TaskPack::load(&a.train)?;
     let test = match (&a.test_sealed, &a.test) {
         (Some(p), _) => sealing::load_state(p)?.pack_hash.clone(),
@@ -80,7 +80,7 @@ pub(super) fn freeze(a: FreezeArgs) -> anyhow::Result<ExitCode> {
     warn_if_infeasible(&frozen, &a, &train)?;
     write_atomic(&a.out, frozen.canonical_json())?;
     println!("{}  {}", frozen.hash(), a.out.display());
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// Warns on stderr about every rule the contract's campaign cannot pass on its stage's pack
@@ -99,7 +99,7 @@ fn warn_if_infeasible(
             &loaded
         }
         (Stage::Test, _) => {
-            eprintln!(
+            say!(
                 "note: the sealed test pack's size is hidden; check the design with \
                  `geode crucible power --contract {} --tasks N`",
                 a.out.display()
@@ -115,7 +115,7 @@ fn warn_if_infeasible(
         families: families.len() as u32,
     };
     for obstacle in geode_crucible::obstacles(&c.decision_rule, &c.vetoes, design) {
-        eprintln!("warning: this campaign cannot KEEP: {obstacle}");
+        say!("warning: this campaign cannot KEEP: {obstacle}");
     }
     Ok(())
 }

@@ -1,12 +1,12 @@
 //! `geode crucible`: freeze a contract, run a paired campaign, decide, simulate power,
 //! replicate, seal a holdout pack.
 //!
-//! Exit codes of `run`, `decide` and `replicate`: 0 KEEP, 1 REJECT, 2 INVALID (errors: 1 with a
-//! message on stderr, before any verdict is printed).
+//! `run` and `decide` end with their verdict's exit code (`Exit::verdict`: 0 KEEP, 6 REJECT, 7
+//! INVALID), `replicate` with 0 or 9; an error is 1, with a message on stderr before any verdict.
 
+use crate::cli::exit::Exit;
 use geode_runtime::model::catalog::Route;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
@@ -28,20 +28,24 @@ pub enum CrucibleCommand {
     /// Run a contract's paired campaign, then decide.
     Run(RunArgs),
     /// Decide a campaign folder again from its contract and evidence.
-    Decide { campaign: PathBuf },
+    Decide {
+        /// A campaign folder (holding contract.json and evidence.json).
+        campaign: PathBuf,
+    },
     /// Simulate campaigns through the decision rule: P(KEEP) and the minimum detectable effect.
     Power(PowerArgs),
     /// Re-run a decided campaign with a fresh run seed and say whether the verdict replicates.
     Replicate(ReplicateArgs),
     /// Encrypt a holdout pack at rest and publish its commitment.
     Seal(SealArgs),
-    /// Check that commitments, openings ledgers, seal states and decision records agree; exit 1
+    /// Check that commitments, openings ledgers, seal states and decision records agree; exit 10
     /// naming each removed, rewritten or reset record.
     Audit(AuditArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {
+    /// The folder of commitments and openings ledgers.
     #[arg(long, default_value = "datasets/commitments")]
     commitments: PathBuf,
     /// The folder of the seal states (`<name>.seal-state.json`).
@@ -50,12 +54,14 @@ pub struct AuditArgs {
     /// Folders searched for decision.json records (repeatable; default jobs/crucible).
     #[arg(long = "decisions")]
     decisions: Vec<PathBuf>,
+    /// Print the report as JSON.
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct FreezeArgs {
+    /// `train` (compare on the train pack) or `test` (the one opening of the sealed holdout).
     #[arg(long)]
     stage: StageArg,
     /// The train pack.
@@ -67,29 +73,40 @@ pub struct FreezeArgs {
     /// A test pack that is not sealed (its hash is pinned; prefer a sealed one).
     #[arg(long)]
     test: Option<PathBuf>,
+    /// The baseline arm's scaffold (TOML; default: the default scaffold).
     #[arg(long)]
     baseline_scaffold: Option<PathBuf>,
+    /// The candidate arm's scaffold (TOML; default: the default scaffold).
     #[arg(long)]
     candidate_scaffold: Option<PathBuf>,
     /// Model route of both arms (or of the baseline with --candidate-model).
     #[arg(long)]
     model: Route,
+    /// The candidate arm's model route, when it differs from --model.
     #[arg(long)]
     candidate_model: Option<Route>,
+    /// Trials per task and arm.
     #[arg(short = 'k', long, default_value_t = 5)]
     trials: u32,
+    /// The campaign's seed: every trial seed and resample derives from it.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Confidence of the lower bound on the paired effect (between 0.5 and 1).
     #[arg(long, default_value_t = 0.95)]
     confidence: f64,
+    /// Bootstrap resamples of the BCa and percentile bounds.
     #[arg(long, default_value_t = 10_000)]
     resamples: u32,
+    /// The smallest gain worth keeping: KEEP needs the estimate at least this large.
     #[arg(long, default_value_t = 0.02)]
     materiality: f64,
+    /// Tasks with a valid pair that a KEEP needs.
     #[arg(long, default_value_t = 20)]
     min_tasks: u32,
+    /// Task families (categories) that a KEEP needs.
     #[arg(long, default_value_t = 2)]
     min_families: u32,
+    /// The lowest candidate mean a KEEP allows.
     #[arg(long, default_value_t = 0.0)]
     candidate_floor: f64,
     /// The bound the gate compares with zero: t_and_bca (the smaller of the two), t, bca or
@@ -100,22 +117,29 @@ pub struct FreezeArgs {
     /// category (the gate then also needs the family-clustered t bound positive).
     #[arg(long, default_value = "task")]
     cluster: String,
+    /// Wall-clock budget of the campaign in seconds; crossing it stops the campaign (INVALID).
     #[arg(long, default_value_t = 7200.0)]
     budget_wall: f64,
+    /// Budget of model calls over both arms.
     #[arg(long, default_value_t = 1_000_000)]
     budget_calls: u64,
+    /// Budget of tokens over both arms.
     #[arg(long, default_value_t = 1_000_000_000)]
     budget_tokens: u64,
+    /// Budget of cost in US dollars over both arms.
     #[arg(long, default_value_t = 100.0)]
     budget_cost: f64,
+    /// The safety veto: the upper bound of the candidate's excess of flagged trials must stay below this.
     #[arg(long, default_value_t = 0.05)]
     safety_tolerance: f64,
+    /// The largest share of trials lost to infrastructure before the campaign is INVALID.
     #[arg(long, default_value_t = 0.02)]
     infra_allowance: f64,
     /// Score this key of each trial's `reward.json` (a multi-reward task's `correctness`, say)
     /// instead of its headline reward; a trial without the key counts as infrastructure.
     #[arg(long, value_name = "KEY")]
     reward_key: Option<String>,
+    /// Where the contract is written (canonical JSON).
     #[arg(long)]
     out: PathBuf,
 }
@@ -128,6 +152,7 @@ enum StageArg {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// The frozen contract (from `geode crucible freeze`).
     contract: PathBuf,
     /// The stage's pack (train stage).
     #[arg(long)]
@@ -135,19 +160,25 @@ pub struct RunArgs {
     /// The sealed test pack's state file (test stage), with --key.
     #[arg(long)]
     sealed: Option<PathBuf>,
+    /// The sealed pack's key file (with --sealed).
     #[arg(long)]
     key: Option<PathBuf>,
     /// The folder of the sealed pack's public commitment, where its opening is recorded.
     #[arg(long, default_value = "datasets/commitments")]
     commitments: PathBuf,
+    /// The baseline arm's scaffold; its hash must be the contract's.
     #[arg(long)]
     baseline_scaffold: Option<PathBuf>,
+    /// The candidate arm's scaffold; its hash must be the contract's.
     #[arg(long)]
     candidate_scaffold: Option<PathBuf>,
+    /// Trials running at once.
     #[arg(short = 'n', long, default_value_t = 1)]
     concurrency: usize,
+    /// The folder campaigns are written under (`<jobs-dir>/crucible/<contract hash>/`).
     #[arg(long, default_value = "jobs")]
     jobs_dir: PathBuf,
+    /// Multiply every task's agent and verifier timeouts (a slow machine); recorded.
     #[arg(long, default_value_t = 1.0)]
     timeout_multiplier: f64,
     /// Where the pairs run: each Slurm array task runs both arms of one pair on one node.
@@ -157,10 +188,13 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct PowerArgs {
+    /// The baseline's expected success rate per task (0 to 1).
     #[arg(long)]
     baseline_rate: f64,
+    /// The candidate's true gain to detect (added to the baseline rate).
     #[arg(long)]
     effect: f64,
+    /// Tasks in the pack.
     #[arg(long)]
     tasks: u32,
     /// Trials per task per arm (a contract's own with --contract).
@@ -174,12 +208,16 @@ pub struct PowerArgs {
     /// default rule.
     #[arg(long)]
     contract: Option<PathBuf>,
+    /// Task families (default: the rule's minimum).
     #[arg(long)]
     families: Option<u32>,
+    /// Simulated campaigns.
     #[arg(long, default_value_t = 1000)]
     simulations: u32,
+    /// The simulation's seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Print the report as JSON.
     #[arg(long)]
     json: bool,
 }
@@ -192,18 +230,23 @@ pub struct ReplicateArgs {
     /// the next one not yet recorded. A recorded index is never run again.
     #[arg(long)]
     index: Option<u32>,
+    /// The campaign's pack (its hash must be the contract's).
     #[arg(long)]
     pack: PathBuf,
+    /// The baseline arm's scaffold; its hash must be the contract's.
     #[arg(long)]
     baseline_scaffold: Option<PathBuf>,
+    /// The candidate arm's scaffold; its hash must be the contract's.
     #[arg(long)]
     candidate_scaffold: Option<PathBuf>,
+    /// Trials running at once.
     #[arg(short = 'n', long, default_value_t = 1)]
     concurrency: usize,
 }
 
 #[derive(Debug, Args)]
 pub struct SealArgs {
+    /// The holdout pack to seal.
     pack: PathBuf,
     /// Key file (64 hex characters), kept outside the repository.
     #[arg(long)]
@@ -211,13 +254,16 @@ pub struct SealArgs {
     /// Create the key file (mode 0600) instead of reading it.
     #[arg(long)]
     new_key: bool,
+    /// The sealed pack's name (file names of its sealed archive, state and commitment).
     #[arg(long)]
     name: String,
     /// Trials per task the pack will be run with (part of its pack hash).
     #[arg(short = 'k', long, default_value_t = 5)]
     trials: u32,
+    /// Where the sealed archive and its state go.
     #[arg(long, default_value = "sealed")]
     out: PathBuf,
+    /// Where the public commitment and the openings ledger go (for version control).
     #[arg(long, default_value = "datasets/commitments")]
     commitments: PathBuf,
 }
@@ -293,11 +339,11 @@ fn print_record(record: &DecisionRecord) {
     }
 }
 
-fn exit(record: &DecisionRecord) -> ExitCode {
-    ExitCode::from(u8::try_from(record.exit_code()).unwrap_or(1))
+fn exit(record: &DecisionRecord) -> Exit {
+    Exit::verdict(record.verdict)
 }
 
-pub async fn run(cmd: CrucibleCommand) -> anyhow::Result<ExitCode> {
+pub async fn run(cmd: CrucibleCommand) -> anyhow::Result<Exit> {
     match cmd {
         CrucibleCommand::Freeze(a) => freeze::freeze(*a),
         CrucibleCommand::Run(a) => campaign::run_contract(a).await,
@@ -310,7 +356,7 @@ pub async fn run(cmd: CrucibleCommand) -> anyhow::Result<ExitCode> {
 }
 
 /// `decide`: the campaign's contract and evidence, decided again.
-fn decide_again(campaign: &Path) -> anyhow::Result<ExitCode> {
+fn decide_again(campaign: &Path) -> anyhow::Result<Exit> {
     let contract = load_contract(&campaign.join("contract.json"))?;
     let p = campaign.join("evidence.json");
     let evidence: Evidence = serde_json::from_str(
@@ -324,7 +370,7 @@ fn decide_again(campaign: &Path) -> anyhow::Result<ExitCode> {
 }
 
 /// `power`: the design (a contract's, or the flags') through simulated campaigns.
-fn simulate_power(a: PowerArgs) -> anyhow::Result<ExitCode> {
+fn simulate_power(a: PowerArgs) -> anyhow::Result<Exit> {
     let contract = a.contract.as_deref().map(load_contract).transpose()?;
     let trials = match (&contract, a.trials) {
         (Some(c), _) => c.contract().trials_per_task,
@@ -374,11 +420,11 @@ fn simulate_power(a: PowerArgs) -> anyhow::Result<ExitCode> {
             None => println!("minimum detectable effect: n/a"),
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// `seal`: the holdout pack encrypted at rest, its commitment published.
-fn seal(a: SealArgs) -> anyhow::Result<ExitCode> {
+fn seal(a: SealArgs) -> anyhow::Result<Exit> {
     let key = if a.new_key {
         sealing::new_key(&a.key)?
     } else {
@@ -396,11 +442,11 @@ fn seal(a: SealArgs) -> anyhow::Result<ExitCode> {
         files.published.commitment,
         files.commitment.display()
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(Exit::Success)
 }
 
 /// `audit`: commitments, ledgers, seal states and decision records checked against each other.
-fn audit(a: AuditArgs) -> anyhow::Result<ExitCode> {
+fn audit(a: AuditArgs) -> anyhow::Result<Exit> {
     let decisions = if a.decisions.is_empty() {
         vec![PathBuf::from("jobs/crucible")]
     } else {
@@ -430,8 +476,8 @@ fn audit(a: AuditArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(if report.problems.is_empty() {
-        ExitCode::SUCCESS
+        Exit::Success
     } else {
-        ExitCode::FAILURE
+        Exit::Findings
     })
 }

@@ -2,8 +2,8 @@
 //! with the original; every replication is logged before its first trial, so none goes
 //! unrecorded.
 
+use crate::cli::exit::Exit;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::super::progress::Progress;
 use super::{ReplicateArgs, load_contract, load_scaffold};
 
-pub(super) async fn replicate(a: ReplicateArgs) -> anyhow::Result<ExitCode> {
+pub(super) async fn replicate(a: ReplicateArgs) -> anyhow::Result<Exit> {
     let contract = load_contract(&a.campaign.join("contract.json"))?;
     let p = a.campaign.join("decision.json");
     let original = DecisionRecord::from_json(
@@ -57,9 +57,9 @@ pub(super) async fn replicate(a: ReplicateArgs) -> anyhow::Result<ExitCode> {
     // The exit code says whether this replication agrees, not what it decided: a replica that
     // KEEPs where the original REJECTed is a failure to replicate.
     Ok(if agreed {
-        ExitCode::SUCCESS
+        Exit::Success
     } else {
-        ExitCode::from(1)
+        Exit::NotReplicated
     })
 }
 
@@ -132,7 +132,7 @@ fn say_how_many_agree(
         .map(|r| r.index)
         .collect::<std::collections::BTreeSet<_>>()
         .len();
-    eprintln!(
+    say!(
         "replication {index}: the verdict {}; of {started} replications started, {} finished \
          and {agreeing} agree with the original {}",
         if agreed {

@@ -62,6 +62,9 @@ impl SandboxBackend {
     pub(crate) async fn launch(&self, launch: Launch) -> Result<SandboxHandle, EnvError> {
         let join_network = joined_namespace(&launch.group)?;
         let held = make_scratch(&launch)?;
+        // Every failure from here on (a disk the host cannot make, a layer it cannot hand over)
+        // takes the scratch folder with it; only a started sandbox keeps it.
+        let scratch = ScratchGuard(launch.remove_dir.then(|| launch.dir.clone()));
         let name = cgroup_name(&launch.dir);
         let hostname = format!("geode-{name}");
         let mut binds = launch.binds.clone();
@@ -124,6 +127,7 @@ impl SandboxBackend {
             },
             _ => None,
         };
+        scratch.keep();
         Ok(SandboxHandle::new(Arc::new(client), cgroups, launch, slirp, held).await)
     }
 
@@ -301,6 +305,23 @@ async fn hand_to_userns(launch: &Launch, binds: &[Bind]) -> Result<(), EnvError>
 }
 
 /// Undo a launch that failed after its cgroups were made.
+/// A sandbox's scratch folder while its launch may still fail: removed on drop unless kept.
+struct ScratchGuard(Option<PathBuf>);
+
+impl ScratchGuard {
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for ScratchGuard {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
 fn abandon(cgroups: &mut Cgroups, launch: &Launch) {
     cgroups.remove(Duration::from_secs(2));
     if launch.remove_dir {

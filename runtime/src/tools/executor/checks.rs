@@ -20,13 +20,7 @@ impl ToolExecutor {
         input: Value,
     ) -> Result<Pending<'p>, Denial> {
         if self.policy.deny_list.contains(name) {
-            return deny(
-                PipelineStep::Scope,
-                format!(
-                    "tool {name} is not allowed in {:?} sessions",
-                    self.policy.mode
-                ),
-            );
+            return deny(PipelineStep::Scope, self.policy.scope_denial(name));
         }
         if let Some(allowed) = &self.policy.tool_allow_list
             && !allowed.contains(name)
