@@ -210,9 +210,7 @@ fn the_viewer_benchmark_answers_what_the_store_holds() {
     let d = tempfile::tempdir().unwrap();
     let folder = d.path().join("bench");
     let o = super::common::geode_in(d.path())
-        .args([
-            "bench", "view", "--trials", "2000", "-r", "1", "--json", "--dir",
-        ])
+        .args(["bench", "view", "--trials", "2000", "-r", "1", "--json"])
         .arg(&folder)
         .output()
         .unwrap();
