@@ -103,7 +103,7 @@ pub fn is_plain_name(name: &str) -> bool {
 }
 
 /// Sorted names of the entries of `dir` that are folders themselves (not links to one).
-fn subfolders(dir: &Path) -> Vec<String> {
+pub fn subfolders(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()

@@ -14,33 +14,18 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::ViewError;
-use super::catalog::{Catalog, is_plain_name};
+use super::catalog::{Catalog, subfolders};
+use super::files;
 
 /// The most of a record file read.
 const RECORD_CAP: u64 = 64 << 20;
 
+/// A record file's JSON (`None` when absent), or why it could not be read.
 fn read_value(path: &Path) -> Result<Option<Value>, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Ok(None);
     };
-    if !file.metadata().is_ok_and(|m| m.is_file()) {
-        return Err(format!("{}: not a regular file", path.display()));
-    }
-    let mut text = String::new();
-    file.take(RECORD_CAP)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|e| format!("{}: {e}", path.display()))
+    files::read_json(dir, &[name], RECORD_CAP).map_err(|e| e.to_string())
 }
 
 /// One JSON value per line; a line that does not parse is named in `problems`.
@@ -64,19 +49,6 @@ fn read_lines(path: &Path, problems: &mut Vec<String>) -> Vec<Value> {
         }
     }
     out
-}
-
-fn subfolders(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-        .filter(|n| is_plain_name(n))
-        .collect();
-    names.sort();
-    names
 }
 
 /// A decision in a list.

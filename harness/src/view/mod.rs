@@ -21,11 +21,13 @@
 //! - [`runs`]: runs with their summaries, the paired comparison of two;
 //! - [`filter`]: a page of a run's trials under typed filters and a sort;
 //! - [`trial`]: one trial's record, transcript, timeline and verifier output;
+//! - [`files`]: files of folders others wrote, read without following links or blocking;
 //! - [`decisions`]: crucible decision folders and search lineages, shown key by key;
 //! - [`server`]: the HTTP face (axum), its guards and the embedded assets.
 
 pub mod catalog;
 pub mod decisions;
+pub mod files;
 pub mod filter;
 pub mod harbor;
 pub mod runs;
