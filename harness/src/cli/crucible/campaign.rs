@@ -13,12 +13,13 @@ use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
 
 use super::super::progress::Progress;
+use super::super::run::ExecutorKind;
 use super::{RunArgs, exit, load_contract, load_scaffold, print_record};
 
 pub(super) async fn run_contract(a: RunArgs) -> anyhow::Result<Exit> {
     let contract = load_contract(&a.contract)?;
     // Before anything is opened: a sealed pack's opening is burned on disk.
-    if contract.contract().stage == Stage::Test && a.executor.slurm_settings()?.is_some() {
+    if contract.contract().stage == Stage::Test && a.executor.executor == ExecutorKind::Slurm {
         bail!(
             "--executor slurm runs train-stage contracts only: a sealed test pack is opened in a \
              vault on this machine, which the cluster's nodes cannot read"
