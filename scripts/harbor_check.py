@@ -5,8 +5,9 @@ Usage: harbor_check.py PACK_DIR [JOBS_DIR [--view]]
 
 - every `task.toml` below PACK_DIR with `harbor.models.task.config.TaskConfig`;
 - below JOBS_DIR (if given), each run folder's `config.json` with `JobConfig`, `lock.json` with
-  `JobLock` and `result.json` with `JobResult`; each trial's `result.json` with `TrialResult`;
-  every `agent/trajectory.json` with `Trajectory`.
+  `JobLock` and `result.json` with `JobResult`; each trial's `result.json` with `TrialResult` and
+  its `lock.json` with `TrialLock` (which Harbor 0.26's viewer requires); every
+  `agent/trajectory.json` with `Trajectory`.
 
 With --view, `harbor view JOBS_DIR` is started on a free loopback port and its API is asked for
 every run, its trials with their rewards, and each trial's trajectory; each must match the files.
@@ -30,7 +31,7 @@ from harbor.models.trajectories.trajectory import Trajectory
 
 try:
     from harbor.models.job.config import JobConfig
-    from harbor.models.job.lock import JobLock
+    from harbor.models.job.lock import JobLock, TrialLock
     from harbor.models.job.result import JobResult
     from harbor.models.trial.result import TrialResult
 except Exception as e:  # typing.override and friends: Python 3.12+
@@ -136,13 +137,15 @@ def main():
         if not runs:
             sys.exit(f"{jobs}: no run folder (with lock.json) found")
         if JOB_MODELS:
-            print(f"harbor JobConfig, JobLock, JobResult, TrialResult: {JOB_MODELS}")
+            print(f"harbor JobConfig, JobLock, JobResult, TrialResult, TrialLock: {JOB_MODELS}")
         else:
             check("JobConfig", [r / "config.json" for r in runs], read_json, JobConfig, bad)
             check("JobLock", [r / "lock.json" for r in runs], read_json, JobLock, bad)
             check("JobResult", [r / "result.json" for r in runs], read_json, JobResult, bad)
             trials = sorted(t for r in runs for t in r.glob("*/result.json"))
             check("TrialResult", trials, read_json, TrialResult, bad)
+            locks = [t.parent / "lock.json" for t in trials]
+            check("TrialLock", locks, read_json, TrialLock, bad)
             if view:
                 check_view(jobs, runs, bad)
     for line in bad:

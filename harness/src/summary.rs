@@ -114,9 +114,20 @@ pub fn summarize_counted<'a>(trials: impl IntoIterator<Item = Counted<'a>>) -> R
 }
 
 impl RunSummary {
+    /// Trials ran but none reached a verdict (each ended before its agent or in
+    /// infrastructure): the run measured nothing.
+    pub fn measured_nothing(&self) -> bool {
+        self.trials > 0 && self.per_task.is_empty()
+    }
+
     /// Lines for the terminal.
     pub fn render(&self) -> String {
         let mut out = String::new();
+        if self.measured_nothing() {
+            out.push_str("accuracy n/a: no trial reached a verdict (see the outcomes below)\n");
+            out.push_str(&self.outcome_line());
+            return out;
+        }
         let ci = self
             .ci95
             .map(|(lo, hi)| format!(", 95% CI [{lo:.3}, {hi:.3}] (task-clustered t)"))
@@ -139,17 +150,7 @@ impl RunSummary {
         if !pk.is_empty() {
             out.push_str(&format!("{}\n", pk.join(", ")));
         }
-        let oc: Vec<String> = self
-            .outcomes
-            .iter()
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
-        out.push_str(&format!(
-            "{} tasks, {} trials: {}\n",
-            self.tasks,
-            self.trials,
-            oc.join(", ")
-        ));
+        out.push_str(&self.outcome_line());
         out.push_str(&format!(
             "tokens in {} out {}, cost ${:.4}\n",
             self.input_tokens, self.output_tokens, self.cost_usd
@@ -161,5 +162,20 @@ impl RunSummary {
             ));
         }
         out
+    }
+
+    /// `N tasks, M trials: passed 3, failed 1, ...`.
+    fn outcome_line(&self) -> String {
+        let oc: Vec<String> = self
+            .outcomes
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        format!(
+            "{} tasks, {} trials: {}\n",
+            self.tasks,
+            self.trials,
+            oc.join(", ")
+        )
     }
 }

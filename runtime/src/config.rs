@@ -197,9 +197,10 @@ fn parse_file(
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
-    // `[images]` (the image store and registry mirrors) belongs to the harness, which reads it
-    // itself; it is no setting of a session.
+    // `[images]` (the image store and registry mirrors) and `[environment]` (what trials
+    // trust) belong to the harness, which reads them itself; they are no setting of a session.
     table.remove("images");
+    table.remove("environment");
     let mcp = match table.remove("mcp") {
         Some(value) => parse_mcp_table(value, path, project)?,
         None => Vec::new(),

@@ -77,11 +77,24 @@ pub fn run_oracle_with(
 
 /// [`run_oracle_with`] with another model route.
 pub fn run_model_with(
+    cmd: Command,
+    pack: &Path,
+    jobs: &Path,
+    model: &str,
+    extra: &[&str],
+) -> (serde_json::Value, std::path::PathBuf) {
+    run_model_ending(cmd, pack, jobs, model, extra, 0)
+}
+
+/// [`run_model_with`] for a run that must end with exit code `code` (8: no trial reached a
+/// verdict).
+pub fn run_model_ending(
     mut cmd: Command,
     pack: &Path,
     jobs: &Path,
     model: &str,
     extra: &[&str],
+    code: i32,
 ) -> (serde_json::Value, std::path::PathBuf) {
     let out = cmd
         .arg("run")
@@ -92,8 +105,9 @@ pub fn run_model_with(
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
+    assert_eq!(
+        out.status.code(),
+        Some(code),
         "geode run: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -43,10 +43,10 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
         !state["opening"].is_null(),
         "the attestation is recorded: {state}"
     );
+    // Nowhere in the study: its jobs, its GEODE_HOME (the trials' scratch) or elsewhere.
     assert!(
-        !s.path("jobs/.sandbox")
-            .read_dir()
-            .unwrap()
+        !walkdir::WalkDir::new(s.path(""))
+            .into_iter()
             .flatten()
             .any(|e| e.file_name().to_string_lossy().starts_with("opened-")),
         "decrypted files were left behind"

@@ -51,7 +51,9 @@ fn run(
     model: &str,
     env: &str,
 ) -> (BTreeMap<String, (String, String)>, PathBuf) {
-    let jobs = dir.join(format!("jobs-{env}"));
+    // Relative, as the default `jobs` is: docker would read `jobs-docker/...` as a volume name
+    // if the backend handed it on as it came.
+    let jobs = PathBuf::from(format!("jobs-{env}"));
     let (_, run_dir) = super::common::run_model_with(
         geode(dir, engine),
         pack,

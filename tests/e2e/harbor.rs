@@ -150,6 +150,7 @@ fn harbor_models_accept_the_built_in_pack_our_jobs_trials_and_trajectories() {
     assert_eq!(counted(&report, "JobLock"), (3, 3));
     assert_eq!(counted(&report, "JobResult"), (3, 3));
     assert_eq!(counted(&report, "TrialResult"), (7, 7));
+    assert_eq!(counted(&report, "TrialLock"), (7, 7));
     let (valid, all) = counted(&report, "Trajectory");
     assert!(all >= 5 && valid == all, "{report}");
 
@@ -169,8 +170,15 @@ fn infrastructure_run(
     let task = broken.join("cron-next");
     super::common::copy_tree(&pack.join("cron-next"), &task);
     std::fs::write(task.join("tests/test.sh"), "#!/bin/sh\nexit 0\n").unwrap();
-    let (_, broken_run) =
-        super::common::run_oracle_with(super::common::geode_in(dir), broken, jobs, &["-k", "1"]);
+    // Its one trial ends without a verdict: the run measured nothing (exit 8).
+    let (_, broken_run) = super::common::run_model_ending(
+        super::common::geode_in(dir),
+        broken,
+        jobs,
+        "oracle",
+        &["-k", "1"],
+        8,
+    );
     let trial = super::common::trial_result(&broken_run, "geode-cron-next__0");
     assert_eq!(trial["outcome"], "reward_missing", "{trial}");
     assert_eq!(
@@ -190,12 +198,14 @@ fn scripted_run_with_a_bare_string_input(dir: &Path, broken: &Path, jobs: &Path)
          input = \"ls -la\"\n[[turns]]\ntext = \"Done.\"\n",
     )
     .unwrap();
-    let (_, scripted_run) = super::common::run_model_with(
+    // The broken task writes no reward: this run, too, measures nothing (exit 8).
+    let (_, scripted_run) = super::common::run_model_ending(
         super::common::geode_in(dir),
         broken,
         jobs,
         &format!("scripted:{}", script.display()),
         &["-k", "1"],
+        8,
     );
     let trajectory =
         std::fs::read_to_string(scripted_run.join("geode-cron-next__0/agent/trajectory.json"))

@@ -288,6 +288,8 @@ async fn an_image_that_cannot_be_had_is_environment_unsupported_with_the_fix() {
         .arg(home.path().join("jobs"))
         .output()
         .unwrap();
+    // No trial reached its agent: the run measured nothing, which its exit code says.
+    assert_eq!(out.status.code(), Some(8), "{out:?}");
     let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let run_dir = PathBuf::from(summary["run_dir"].as_str().unwrap());
     let result = trial_result(&run_dir, "test-ubuntu__0");
@@ -337,13 +339,22 @@ fn a_terminal_bench_1_task_on_its_python_base_imports_and_passes() {
         "{}",
         String::from_utf8_lossy(&imported.stderr)
     );
+    // A Harbor task on the same base with no WORKDIR of its own works in /app, as it does on
+    // the real image.
+    task(
+        &dir.path().join("pack"),
+        "in-app",
+        "FROM ghcr.io/laude-institute/t-bench/python-3-13:20250620\n",
+        "pwd > where.txt",
+        "[ \"$(cat /app/where.txt)\" = /app ]",
+    );
     let (summary, run_dir) = super::common::run_oracle_with(
         super::common::geode_in(dir.path()),
         &dir.path().join("pack"),
         &dir.path().join("jobs"),
         &[],
     );
-    assert_eq!(summary["summary"]["outcomes"]["passed"], 1, "{summary}");
+    assert_eq!(summary["summary"]["outcomes"]["passed"], 2, "{summary}");
     let trial = run_dir.join("tb1-hello__0");
     let log = std::fs::read_to_string(trial.join("verifier/run-tests.log")).unwrap();
     assert!(log.contains("Python 3.13."), "{log}");

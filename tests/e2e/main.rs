@@ -41,6 +41,7 @@ mod slurm;
 mod slurm_cluster;
 mod slurm_crucible;
 mod streaming;
+mod task_formats;
 mod validity;
 mod view;
 mod view_guards;

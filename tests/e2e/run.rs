@@ -65,7 +65,29 @@ fn the_oracle_passes_every_built_in_task_and_nop_fails_every_one() {
     assert_eq!(s["trials"], s["tasks"].as_u64().unwrap() * 2);
     let failing: Vec<_> = per_task(s).into_iter().filter(|(_, r)| *r < 1.0).collect();
     assert!(failing.is_empty(), "the oracle failed: {failing:?}");
-    assert_eq!(s["outcomes"]["passed"], s["trials"]);
+    // Every trial passed, none lost to infrastructure (which the per-task means leave out):
+    // on a mismatch, which trials and why.
+    let run_dir = PathBuf::from(oracle["run_dir"].as_str().unwrap());
+    let not_passed: Vec<String> = std::fs::read_dir(&run_dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("result.json")).ok())
+        .filter_map(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .filter(|r| r["outcome"] != "passed")
+        .map(|r| {
+            format!(
+                "{} {} {}",
+                r["trial_name"], r["outcome"], r["exception_info"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        s["outcomes"]["passed"],
+        s["trials"],
+        "{:?}\n{}",
+        s["outcomes"],
+        not_passed.join("\n")
+    );
 
     let nop = run_json(&[
         "run",
@@ -88,7 +110,6 @@ fn the_oracle_passes_every_built_in_task_and_nop_fails_every_one() {
     );
 
     // Harbor's layout is there for people's tooling.
-    let run_dir = PathBuf::from(oracle["run_dir"].as_str().unwrap());
     for f in ["config.json", "lock.json", "result.json"] {
         assert!(run_dir.join(f).is_file(), "{f}");
     }
@@ -295,7 +316,8 @@ fn a_run_killed_midway_resumes_to_the_same_results() {
     assert!((3..9).contains(&before), "killed after {before} trials");
     // What a killed harness leaves: the scratch folders of its running trials (their processes
     // die with the server's pipes). One more stands in for a run killed at a worse moment.
-    let scratch = jobs.path().join(".sandbox/sandboxes");
+    let scratch = geode_harness::home::scratch_dir(jobs.path()).join("sandboxes");
+    assert!(scratch.is_dir(), "{}", scratch.display());
     let stale = scratch.join("0123456789abcdef0123456789abcdef");
     std::fs::create_dir_all(stale.join("upper/app")).unwrap();
     std::fs::write(stale.join("lock"), "").unwrap();
@@ -317,6 +339,16 @@ fn a_run_killed_midway_resumes_to_the_same_results() {
     assert_eq!(resumed["summary"]["trials"], 9, "no trial counted twice");
     let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().flatten().collect();
     assert!(left.is_empty(), "scratch left behind: {left:?}");
+    // Harbor's viewer lists every folder of the jobs folder as a job: only runs are there.
+    for entry in std::fs::read_dir(jobs.path()).unwrap().flatten() {
+        if entry.path().is_dir() {
+            assert!(
+                entry.path().join("config.json").is_file(),
+                "not a run: {}",
+                entry.path().display()
+            );
+        }
+    }
 }
 
 #[test]

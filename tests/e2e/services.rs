@@ -123,7 +123,15 @@ fn a_sidecar_that_never_turns_healthy_fails_the_setup_and_a_broken_file_names_it
         "unhealthy",
         "services:\n  svc:\n    build: ./svc\n    healthcheck:\n      test: [\"CMD\", \"test\", \"-e\", \"/nowhere\"]\n      interval: 100ms\n      retries: 2\n",
     );
-    let (out, run_dir) = run(dir.path(), &pack, "oracle");
+    // Its one trial never reached its agent: the run measured nothing (exit 8).
+    let (out, run_dir) = super::common::run_model_ending(
+        super::common::geode_in(dir.path()),
+        &pack,
+        &dir.path().join("jobs"),
+        "oracle",
+        &[],
+        8,
+    );
     assert_eq!(
         out["summary"]["outcomes"]["environment_setup_failed"], 1,
         "{out}"

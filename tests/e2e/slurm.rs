@@ -298,10 +298,11 @@ fn slurm_a_trial_over_its_time_limit_is_recorded_as_such() {
     text.push_str("\nsleep 300\n");
     std::fs::write(&solve, text).unwrap();
     let jobs = dir.path().join("jobs");
-    let (summary, run_dir) = super::common::run_oracle_with(
+    let (summary, run_dir) = super::common::run_model_ending(
         geode(dir.path(), &cluster),
         &dir.path().join("pack"),
         &jobs,
+        "oracle",
         &[
             "--executor",
             "slurm",
@@ -310,6 +311,8 @@ fn slurm_a_trial_over_its_time_limit_is_recorded_as_such() {
             "--max-infra-retries",
             "0",
         ],
+        // Its one trial never reached a verdict: the run measured nothing.
+        8,
     );
     assert_eq!(
         summary["summary"]["outcomes"]["sandbox_lost"], 1,

@@ -67,6 +67,76 @@ impl ImageSettings {
     }
 }
 
+/// `[environment] extra_ca_certs` of `$GEODE_HOME/config.toml`: PEM files that trials with
+/// network trust beside the machine's own roots (off when absent). Behind a TLS-intercepting
+/// proxy a task's `pip` or `uv` then works at verify time as it does during builds.
+fn extra_ca_certs() -> anyhow::Result<Vec<PathBuf>> {
+    let file = super::exec::geode_home().join("config.toml");
+    if !file.is_file() {
+        return Ok(Vec::new());
+    }
+    let text =
+        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
+    let Some(environment) = table.get("environment") else {
+        return Ok(Vec::new());
+    };
+    let Some(environment) = environment.as_table() else {
+        bail!("{}: [environment] must be a table", file.display());
+    };
+    let mut out = Vec::new();
+    for (key, value) in environment {
+        match (key.as_str(), value) {
+            ("extra_ca_certs", toml::Value::Array(paths)) => {
+                for (i, p) in paths.iter().enumerate() {
+                    let Some(p) = p.as_str() else {
+                        bail!(
+                            "{}: environment.extra_ca_certs[{i}] must be a path string",
+                            file.display()
+                        );
+                    };
+                    out.push(PathBuf::from(p));
+                }
+            }
+            (other, _) => bail!(
+                "{}: environment.{other}: unknown or mistyped (extra_ca_certs = [\"PEM FILE\", ...])",
+                file.display()
+            ),
+        }
+    }
+    Ok(out)
+}
+
+/// One bundle for trials: the machine's roots, then each extra certificate file, written into
+/// the scratch folder (`None` when no extra certificate is configured).
+fn trial_ca_bundle(scratch: &Path) -> anyhow::Result<Option<PathBuf>> {
+    let extra = extra_ca_certs()?;
+    if extra.is_empty() {
+        return Ok(None);
+    }
+    let mut bundle =
+        std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+    for path in &extra {
+        let pem = std::fs::read_to_string(path)
+            .with_context(|| format!("environment.extra_ca_certs: reading {}", path.display()))?;
+        if !pem.contains("-----BEGIN CERTIFICATE-----") {
+            bail!(
+                "environment.extra_ca_certs: {} holds no PEM certificate",
+                path.display()
+            );
+        }
+        if !bundle.is_empty() && !bundle.ends_with('\n') {
+            bundle.push('\n');
+        }
+        bundle.push_str(&pem);
+    }
+    std::fs::create_dir_all(scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    let out = scratch.join("trial-ca.crt");
+    std::fs::write(&out, bundle).with_context(|| format!("writing {}", out.display()))?;
+    Ok(Some(out))
+}
+
 /// Progress of long set-ups (pulls, bootstraps, builds) as the user sees it.
 pub fn stderr_progress() -> Progress {
     Progress(Arc::new(|line: &str| say!("geode: {line}")))
@@ -77,8 +147,8 @@ pub fn sandbox(jobs_dir: &Path) -> anyhow::Result<Arc<dyn Backend>> {
     make_with_base(BackendKind::Sandbox, false, jobs_dir, BaseMode::Image)
 }
 
-/// `sandbox` keeps trial scratch (and `--base host` layers) under `<jobs>/.sandbox` and the
-/// images in the image store.
+/// `sandbox` keeps trial scratch (and `--base host` layers) in the jobs folder's scratch
+/// (`geode_harness::home::scratch_dir`) and the images in the image store.
 pub fn make_with_base(
     kind: BackendKind,
     allow_host: bool,
@@ -92,14 +162,18 @@ pub fn make_with_base(
         BackendKind::Sandbox => {
             let exe = std::env::current_exe().context("locating the geode executable")?;
             let images = ImageSettings::load()?;
-            let mut config = SandboxConfig::new(exe, jobs.join(".sandbox"), images.store);
+            let scratch = geode_harness::home::scratch_dir(&jobs);
+            let mut config = SandboxConfig::new(exe, &scratch, images.store);
+            config.trial_ca_bundle = trial_ca_bundle(&scratch)?;
             config.mirrors = images.mirrors;
             config.base = base;
             config.progress = stderr_progress();
             config.hide.push(jobs);
             Ok(Arc::new(SandboxBackend::new(config)?))
         }
-        BackendKind::Host if allow_host => Ok(Arc::new(HostBackend::new(jobs.join(".host")))),
+        BackendKind::Host if allow_host => Ok(Arc::new(HostBackend::new(
+            geode_harness::home::scratch_dir(&jobs).join("host"),
+        ))),
         BackendKind::Host => {
             bail!("the host backend runs tasks without isolation: pass --allow-host to use it")
         }

@@ -106,7 +106,11 @@ pub struct RunArgs {
     json: bool,
 }
 
-pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
+pub async fn run(mut args: RunArgs) -> anyhow::Result<Exit> {
+    // One absolute folder from here on: the run's records name it, and engines and workers
+    // started elsewhere (docker's volumes, Slurm's nodes) would read a relative one differently.
+    args.jobs_dir = std::path::absolute(&args.jobs_dir)
+        .with_context(|| format!("--jobs-dir {}", args.jobs_dir.display()))?;
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
@@ -174,6 +178,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     }
     Ok(if outcome.cancelled {
         Exit::Cancelled
+    } else if outcome.summary.measured_nothing() {
+        say!(
+            "geode: no trial reached a verdict: every one ended before its agent or in \
+             infrastructure (each trial's result.json under {} says why)",
+            outcome.run_dir.display()
+        );
+        Exit::NothingEvaluated
     } else {
         Exit::Success
     })

@@ -1,4 +1,4 @@
-//! `geode tasks`: list, hash and import task packs.
+//! `geode tasks`: list, hash, check, validate and import task packs.
 
 use super::exit::Exit;
 use std::collections::BTreeMap;
@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use clap::Subcommand;
 use geode_graders::{TaskTrials, ValidityReport};
-use geode_harness::pack::TaskPack;
+use geode_harness::pack::{TaskPack, preflight};
 use geode_harness::rollout::job::{CONFIG_SCHEMA, RunConfig, start_run};
 use geode_harness::store::RunStore;
 use geode_harness::tb1::import_tb1;
@@ -30,6 +30,17 @@ pub enum TasksCommand {
         /// Trials per task, part of the pack hash.
         #[arg(short = 'k', long, default_value_t = 1)]
         trials: u32,
+    },
+    /// Say, before anything runs, what GEODE will do with each task that Harbor would do
+    /// otherwise: task.toml keys it ignores, where each base image comes from (and what stands
+    /// in for it), compose fields it does not apply, and the tasks it refuses (exit 10 when
+    /// any is refused).
+    Check {
+        /// The task pack (a folder of Harbor tasks, or one task).
+        pack: PathBuf,
+        /// Print the findings as JSON on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// Convert Terminal-Bench 1 tasks (task.yaml, solution.sh, run-tests.sh) to Harbor layout.
     ImportTb1 {
@@ -83,6 +94,7 @@ pub async fn run(cmd: TasksCommand) -> anyhow::Result<Exit> {
             );
             report_broken(&pack)
         }
+        TasksCommand::Check { pack, json } => check(&pack, json),
         TasksCommand::Validate {
             pack,
             trials,
@@ -183,5 +195,69 @@ fn report_broken(pack: &TaskPack) -> anyhow::Result<Exit> {
         Exit::Success
     } else {
         Exit::Findings
+    })
+}
+
+/// `geode tasks check`: the preflight's findings, per task.
+fn check(pack: &Path, json: bool) -> anyhow::Result<Exit> {
+    let settings = super::backends::ImageSettings::load()?;
+    // Only read: a check never makes the store.
+    let store = if settings.store.is_dir() {
+        Some(geode_harness::env::image::ImageStore::open(
+            settings.store.clone(),
+        )?)
+    } else {
+        None
+    };
+    let checks = preflight::check_pack(pack, store.as_ref(), &settings.mirrors)?;
+    let refused = checks.iter().filter(|c| c.refused.is_some()).count();
+    let differing = checks
+        .iter()
+        .filter(|c| c.refused.is_none() && !c.differences.is_empty())
+        .count();
+    if json {
+        let rows: Vec<serde_json::Value> = checks
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "task": c.task,
+                    "refused": c.refused,
+                    "images": c.images,
+                    "differences": c.differences,
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).unwrap_or_default()
+        );
+    } else {
+        let mut text = String::new();
+        for c in &checks {
+            match &c.refused {
+                Some(why) => text.push_str(&format!("{}: refused: {why}\n", c.task)),
+                None if c.differences.is_empty() => {
+                    text.push_str(&format!("{}: runs as in Harbor\n", c.task))
+                }
+                None => text.push_str(&format!("{}: runs, with differences\n", c.task)),
+            }
+            for image in &c.images {
+                text.push_str(&format!("  image: {image}\n"));
+            }
+            for d in &c.differences {
+                text.push_str(&format!("  differs: {d}\n"));
+            }
+        }
+        text.push_str(&format!(
+            "{} tasks: {} as in Harbor, {differing} with differences, {refused} refused\n",
+            checks.len(),
+            checks.len() - differing - refused
+        ));
+        print!("{}", super::printable(&text));
+    }
+    Ok(if refused > 0 {
+        Exit::Findings
+    } else {
+        Exit::Success
     })
 }

@@ -97,7 +97,11 @@ pub fn open_sealed(
         .check_key(&blob, &key)
         .map_err(|e| invalid(&format!("{blob_path} with {}", key_path.display()), e))?;
     // Plaintext left on disk by an older version's crash: nothing may keep it.
-    if let Ok(old) = std::fs::read_dir(jobs_dir.join(".sandbox")) {
+    let legacy = [
+        jobs_dir.join(".sandbox"),
+        crate::home::scratch_dir(jobs_dir),
+    ];
+    for old in legacy.iter().filter_map(|d| std::fs::read_dir(d).ok()) {
         for dir in old.flatten() {
             if dir.file_name().to_string_lossy().starts_with("opened-") {
                 let _ = std::fs::remove_dir_all(dir.path());

@@ -89,8 +89,9 @@ impl<'a> Bases<'a> {
                 suite,
                 version,
                 extras,
+                workdir,
             }) => {
-                self.bootstrap_python(&reference, &suite, &version, extras)
+                self.bootstrap_python(&reference, &suite, &version, extras, workdir)
                     .await?
             }
             None => {
@@ -244,13 +245,15 @@ impl<'a> Bases<'a> {
 
     /// Debian's own Python over the bootstrapped base, made to behave like the official
     /// `python` images where tasks notice: `python` and `pip` on PATH, pip installing
-    /// system-wide (no EXTERNALLY-MANAGED marker), `PYTHON_VERSION` and `LANG=C.UTF-8` set.
+    /// system-wide (no EXTERNALLY-MANAGED marker), `PYTHON_VERSION` and `LANG=C.UTF-8` set,
+    /// and the working folder the original sets, if any.
     async fn bootstrap_python(
         &self,
         reference: &Reference,
         suite: &DebianSuite,
         version: &str,
         extras: &str,
+        workdir: Option<&str>,
     ) -> Result<StoredImage, EnvError> {
         let debian = format!("debian:{}-slim", suite.suite);
         let base = Box::pin(self.resolve(&debian)).await?;
@@ -269,8 +272,16 @@ impl<'a> Bases<'a> {
             "FROM base\n\
             RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
             python-is-python3 python3 python3-pip python3-venv {extras} && rm -rf \
-            /var/lib/apt/lists/* && rm -f /usr/lib/python3*/EXTERNALLY-MANAGED\n\
-            ENV LANG=C.UTF-8\n"
+            /var/lib/apt/lists/* && rm -f /usr/lib/python3*/EXTERNALLY-MANAGED{mkdir}\n\
+            ENV LANG=C.UTF-8\n{workdir_line}",
+            // WORKDIR makes no layer here, so the folder is made by the RUN step, as docker's
+            // WORKDIR would make it.
+            mkdir = workdir
+                .map(|w| format!(" && mkdir -p {w}"))
+                .unwrap_or_default(),
+            workdir_line = workdir
+                .map(|w| format!("WORKDIR {w}\n"))
+                .unwrap_or_default()
         );
         let steps = dockerfile::parse(&text)?;
         let spec = EnvironmentSpec {
@@ -305,6 +316,7 @@ impl<'a> Bases<'a> {
         env.push(("PYTHON_VERSION".into(), full.clone()));
         let config = ImageConfig {
             env,
+            working_dir: workdir.map(str::to_string),
             ..ImageConfig::default()
         };
         let with = if extras.is_empty() {
@@ -371,6 +383,56 @@ fn python_version(layers: &[PathBuf]) -> Option<String> {
 }
 
 /// What a bootstrapped image differs in from the official one it stands in for.
+/// Where `FROM raw` will come from, said before anything is fetched (`geode tasks check`): the
+/// store's copy, else the registry (through a configured mirror), and what stands in when that
+/// registry cannot be reached, or that nothing can.
+pub fn source_plan(
+    raw: &str,
+    store: Option<&ImageStore>,
+    mirrors: &std::collections::BTreeMap<String, String>,
+) -> String {
+    let reference = match Reference::parse(raw) {
+        Ok(reference) => reference,
+        Err(e) => return format!("FROM {raw}: refused: {e}"),
+    };
+    if let Some(image) = store.and_then(|s| s.get(&reference).ok().flatten()) {
+        return format!(
+            "{reference}: in the image store ({})",
+            describe(&image.source)
+        );
+    }
+    let registry = reference.registry();
+    let from = match mirrors.get(registry) {
+        Some(mirror) => format!("pulled from {registry} through the mirror {mirror}"),
+        None => format!("pulled from {registry}"),
+    };
+    match stand_in(&reference) {
+        Some(StandIn::Debian(suite)) => format!(
+            "{reference}: {from}; if it cannot be reached, bootstrapped from the Debian archive \
+             ({}), not the official image, and every result says so",
+            suite.suite
+        ),
+        Some(StandIn::Python {
+            suite,
+            version,
+            workdir,
+            ..
+        }) => format!(
+            "{reference}: {from}; if it cannot be reached, Debian {}'s python3 {version}{} \
+             stands in, not the official image, and every result says so",
+            suite.suite,
+            workdir
+                .map(|w| format!(" (WORKDIR {w})"))
+                .unwrap_or_default()
+        ),
+        None => format!(
+            "{reference}: {from}; nothing stands in for it{}, so the task cannot run without \
+             that registry: `geode image load FILE` or an [images] mirror",
+            unbootstrappable_hint(&reference)
+        ),
+    }
+}
+
 fn stand_in_notes(image: &StoredImage) -> Vec<String> {
     match &image.source {
         ImageSource::Bootstrapped { what } => vec![format!(
@@ -388,6 +450,8 @@ enum StandIn {
         suite: DebianSuite,
         version: String,
         extras: &'static str,
+        /// The original image's `WORKDIR`, which its tasks rely on without setting their own.
+        workdir: Option<&'static str>,
     },
 }
 
@@ -406,6 +470,7 @@ fn stand_in(reference: &Reference) -> Option<StandIn> {
             suite: bootstrap::suite_for("debian", "trixie")?,
             version: "3.13".into(),
             extras: "tmux asciinema",
+            workdir: Some("/app"),
         });
     }
     if reference.registry() != "docker.io" {
@@ -427,6 +492,7 @@ fn stand_in(reference: &Reference) -> Option<StandIn> {
                 suite,
                 version: version.to_string(),
                 extras: "",
+                workdir: None,
             })
         }
         _ => None,
@@ -459,9 +525,14 @@ mod tests {
                 suite,
                 version,
                 extras,
-            } => format!("python {version} {} {extras}", suite.suite)
-                .trim_end()
-                .to_string(),
+                workdir,
+            } => format!(
+                "python {version} {} {extras}{}",
+                suite.suite,
+                workdir.map(|w| format!(" in {w}")).unwrap_or_default()
+            )
+            .trim_end()
+            .to_string(),
         })
     }
 
@@ -486,7 +557,7 @@ mod tests {
         assert_eq!(kind("ghcr.io/x/debian:bookworm"), None);
         assert_eq!(
             kind("ghcr.io/laude-institute/t-bench/python-3-13:20250620").as_deref(),
-            Some("python 3.13 trixie tmux asciinema")
+            Some("python 3.13 trixie tmux asciinema in /app")
         );
         assert_eq!(
             kind("ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest"),

@@ -39,8 +39,8 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> EnvError {
 
 #[async_trait]
 impl Backend for HostBackend {
-    fn name(&self) -> &'static str {
-        "host"
+    fn kind(&self) -> crate::env::kind::BackendKind {
+        crate::env::kind::BackendKind::Host
     }
 
     async fn prepare(&self, spec: &EnvironmentSpec) -> Result<PreparedImage, EnvError> {

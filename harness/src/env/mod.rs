@@ -251,7 +251,8 @@ pub trait Sandbox: Send + Sync {
 /// Where trial environments come from.
 #[async_trait]
 pub trait Backend: Send + Sync {
-    fn name(&self) -> &'static str;
+    /// Which backend this is, as results and Harbor's locks name it.
+    fn kind(&self) -> kind::BackendKind;
 
     /// Build the task's image, or reuse the cached layer (keyed by the hash of the Dockerfile
     /// and its build context).
@@ -285,7 +286,7 @@ pub mod sandbox;
 mod steps;
 pub mod vault;
 
-pub use base::describe as describe_source;
+pub use base::{describe as describe_source, source_plan};
 pub use host::HostBackend;
 pub use sandbox::{BaseMode, Progress, SandboxBackend, SandboxConfig, SandboxHandle};
 pub use sandbox::{SandboxWorkspace, protocol, workspace};

@@ -107,17 +107,9 @@ impl Task {
         let text = std::fs::read_to_string(&toml_path).map_err(|e| io_err(&toml_path, e))?;
         let mut config: TaskConfig =
             toml::from_str(&text).map_err(|e| invalid(&toml_path, e.to_string().trim_end()))?;
-        if let Some(v) = config
-            .schema_version
-            .as_deref()
-            .or(config.version.as_deref())
-            && !v.starts_with('1')
-        {
-            return Err(invalid(
-                &toml_path,
-                format!("schema_version {v:?} is not a 1.x task format"),
-            ));
-        }
+        // Harbor 0.25 and 0.26 load any `schema_version` (the legacy top-level `version` is
+        // renamed to it) and check nothing of its value; third-party suites write "2.0" in every
+        // task, so refusing other values would refuse tasks Harbor runs.
         config.validate(&toml_path)?;
         let steps = load_steps(dir, &config)?;
         let instruction_path = dir.join("instruction.md");

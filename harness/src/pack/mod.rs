@@ -1,8 +1,9 @@
 //! Task packs in Harbor format, loaded exactly as users write them, and their content hashes.
 //!
 //! A task is a folder with `task.toml`, `instruction.md`, `environment/`, `tests/test.sh` and
-//! optionally `solution/solve.sh`. Any 1.x `task.toml` loads: unknown keys are ignored, known
-//! keys with a wrong type are an error naming the file and the field. A broken task is
+//! optionally `solution/solve.sh`. Any `task.toml` loads whatever its format version says (as in
+//! Harbor): unknown keys are ignored (`geode tasks check` lists them), known keys with a wrong
+//! type are an error naming the file and the field. A broken task is
 //! reported next to the pack; it never stops the others from loading.
 //!
 //! Identity: the task hash is SHA-256 over every file of the folder (relative path, mode and
@@ -14,6 +15,7 @@ use std::path::Path;
 mod config;
 mod hash;
 mod load;
+pub mod preflight;
 mod validate;
 
 pub use config::{

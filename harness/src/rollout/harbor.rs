@@ -123,19 +123,12 @@ pub fn job_lock(lock: &RunLock, config: &RunConfig, pack: &TaskPack, created: &s
     let mut trials = Vec::new();
     for task in &pack.tasks {
         for _ in 0..config.attempts {
-            trials.push(json!({
-                "task": {
-                    "name": task.id,
-                    "type": "local",
-                    "digest": format!("sha256:{}", task.hash.0),
-                    "source": source(&config.pack),
-                    "path": task.dir,
-                },
-                "timeout_multiplier": config.timeout_multiplier,
-                "agent": agent(&config.model),
-                "environment": environment(config.backend),
-                "verifier": {"environment_mode": verifier_mode(task)},
-            }));
+            trials.push(trial_lock(
+                task,
+                &config.model,
+                config.timeout_multiplier,
+                config.backend,
+            ));
         }
     }
     beside(
@@ -149,6 +142,31 @@ pub fn job_lock(lock: &RunLock, config: &RunConfig, pack: &TaskPack, created: &s
             "trials": trials,
         }),
     )
+}
+
+/// Harbor's `TrialLock` (schema 2): what one trial resolved to. The job's `lock.json` lists one
+/// per trial, and each trial folder holds its own, which Harbor 0.26's viewer requires.
+pub fn trial_lock(
+    task: &Task,
+    model_route: &str,
+    timeout_multiplier: f64,
+    backend: BackendKind,
+) -> Value {
+    let pack_dir = task.dir.parent().unwrap_or(&task.dir);
+    json!({
+        "schema_version": 2,
+        "task": {
+            "name": task.id,
+            "type": "local",
+            "digest": format!("sha256:{}", task.hash.0),
+            "source": source(pack_dir),
+            "path": task.dir,
+        },
+        "timeout_multiplier": timeout_multiplier,
+        "agent": agent(model_route),
+        "environment": environment(backend),
+        "verifier": {"environment_mode": verifier_mode(task)},
+    })
 }
 
 /// Whether the task's verifier runs in the agent's sandbox or its own (Harbor's

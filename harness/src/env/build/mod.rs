@@ -36,7 +36,7 @@ use super::{Backend, EnvError, EnvironmentSpec, ImageRoot, PreparedImage, Sandbo
 mod host_base;
 mod step;
 
-pub(crate) use self::step::clean_layer;
+pub(crate) use self::step::{ca_variables, clean_layer};
 
 /// Changes whenever the meaning of a step's layer changes, so old layers stop matching.
 const STEP_VERSION: &str = "geode.build.step.v1";
@@ -59,8 +59,8 @@ pub(crate) async fn prepare(
 /// The sandbox backend: its images are built here, its trials start in a sandbox.
 #[async_trait]
 impl Backend for SandboxBackend {
-    fn name(&self) -> &'static str {
-        "sandbox"
+    fn kind(&self) -> crate::env::kind::BackendKind {
+        crate::env::kind::BackendKind::Sandbox
     }
 
     async fn prepare(&self, spec: &EnvironmentSpec) -> Result<PreparedImage, EnvError> {

@@ -183,6 +183,12 @@ fn build_env() -> Vec<(String, String)> {
     if !Path::new(HOST_CA_BUNDLE).is_file() {
         return Vec::new();
     }
+    ca_variables(BUILD_CA_AT)
+}
+
+/// The variables through which the usual clients (OpenSSL, pip, requests, curl, git, node, uv)
+/// take a CA bundle, each naming `bundle`.
+pub(crate) fn ca_variables(bundle: &str) -> Vec<(String, String)> {
     [
         "SSL_CERT_FILE",
         "PIP_CERT",
@@ -192,7 +198,7 @@ fn build_env() -> Vec<(String, String)> {
         "NODE_EXTRA_CA_CERTS",
     ]
     .iter()
-    .map(|k| (k.to_string(), BUILD_CA_AT.to_string()))
+    .map(|k| (k.to_string(), bundle.to_string()))
     .collect()
 }
 

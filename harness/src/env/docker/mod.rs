@@ -249,8 +249,8 @@ impl DockerBackend {
 
 #[async_trait]
 impl Backend for DockerBackend {
-    fn name(&self) -> &'static str {
-        "docker"
+    fn kind(&self) -> crate::env::kind::BackendKind {
+        crate::env::kind::BackendKind::Docker
     }
 
     async fn prepare(&self, spec: &EnvironmentSpec) -> Result<PreparedImage, EnvError> {
@@ -355,6 +355,12 @@ impl Backend for DockerBackend {
                 "the docker backend runs images a docker engine holds".into(),
             ));
         };
+        // docker reads a relative `--volume` source (`jobs/...`, from the default relative
+        // `--jobs-dir`) as the name of a volume, not a folder: every path it gets is absolute.
+        let trial_dir = &std::path::absolute(trial_dir).map_err(|e| EnvError::Io {
+            context: format!("resolve {}", trial_dir.display()),
+            source: e,
+        })?;
         let mut args: Vec<String> = vec![
             "run".into(),
             "--detach".into(),

@@ -60,7 +60,14 @@ pub struct SandboxConfig {
     pub fresh_dirs: Vec<String>,
     /// Where progress of long set-ups (pulls, bootstraps, builds) is told.
     pub progress: Progress,
+    /// A CA bundle trials with network trust (`[environment] extra_ca_certs`): bound read-only
+    /// at [`TRIAL_CA_AT`] and named by the variables the usual clients read. `None`: trials
+    /// trust what their image trusts.
+    pub trial_ca_bundle: Option<PathBuf>,
 }
+
+/// Where a trial with network finds the CA bundle of `[environment] extra_ca_certs`.
+pub const TRIAL_CA_AT: &str = "/.geode-extra-ca.crt";
 
 /// A sink for progress lines. The default logs them (`tracing`, info); the `geode` binary
 /// prints them on standard error, prefixed `geode: `.
@@ -122,6 +129,7 @@ impl SandboxConfig {
                 .map(String::from)
                 .to_vec(),
             progress: Progress::default(),
+            trial_ca_bundle: None,
         }
     }
 }
@@ -184,6 +192,17 @@ impl SandboxBackend {
             }
         }
         let mut env = image.env.clone();
+        if let Some(bundle) = &self.config.trial_ca_bundle
+            && !spec.network.is_off()
+        {
+            binds.push(Bind {
+                host: bundle.clone(),
+                inside: TRIAL_CA_AT.into(),
+                read_only: true,
+            });
+            env.extend(crate::env::build::ca_variables(TRIAL_CA_AT));
+        }
+        // The task's own variables last: a task that names its own bundle keeps it.
         env.extend(spec.env.iter().cloned());
         let (network, allowed, allow_notes) = match &spec.network {
             NetworkPolicy::Off => (Network::None, Vec::new(), Vec::new()),

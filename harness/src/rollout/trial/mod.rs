@@ -158,6 +158,19 @@ async fn run_phases(
     if let Err(e) = fresh_trial_dir(&plan.trial_dir) {
         return Ending::infra(TrialOutcome::SandboxLost, "TrialDirError", e.to_string());
     }
+    let lock = crate::rollout::harbor::trial_lock(
+        task,
+        &plan.route.to_string(),
+        plan.timeout_multiplier,
+        backend.kind(),
+    );
+    let lock_path = plan.trial_dir.join("lock.json");
+    let text = serde_json::to_string_pretty(&lock).unwrap_or_default();
+    if let Err(e) = std::fs::write(&lock_path, text) {
+        // Harbor's tools need it; the trial itself does not, so it runs on with the gap said.
+        rec.notes
+            .push(format!("could not write {}: {e}", lock_path.display()));
+    }
     if let Err(unsupported) = environment::check_supported(task, rec) {
         return unsupported;
     }
