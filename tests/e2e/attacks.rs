@@ -174,6 +174,7 @@ fn sandbox_limit_attack_tasks(pack: &Path) {
         "{ unshare -U true && echo userns-made || echo userns-refused
          python3 -c 'import ctypes,os; l=ctypes.CDLL(None,use_errno=True);          r=l.mount(b\"none\",b\"/mnt\",b\"tmpfs\",0,None); print(\"mount\", r, os.strerror(ctypes.get_errno()))'
          python3 -c 'import ctypes,os; l=ctypes.CDLL(None,use_errno=True);          r=l.syscall(321,0,0,0); print(\"bpf\", r, os.strerror(ctypes.get_errno()))'
+         python3 -c 'import ctypes,os; l=ctypes.CDLL(None,use_errno=True);          r=l.syscall(425,4,ctypes.create_string_buffer(120)); print(\"io_uring\", r, os.strerror(ctypes.get_errno()))'
          grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status; } > /logs/artifacts/syscalls.txt 2>&1",
     );
     // Taking the sandbox down used to make a failing trial an excluded infrastructure error;
@@ -408,6 +409,7 @@ fn assert_the_sandbox_refuses_what_seccomp_refuses(run_dir: &Path) {
         "userns-refused",
         "mount -1 Operation not permitted",
         "bpf -1 Operation not permitted",
+        "io_uring -1 Operation not permitted",
         "Seccomp:\t2",
         "NoNewPrivs:\t1",
     ] {
@@ -544,4 +546,69 @@ text = "Done."
             .any(|f| f.starts_with("test_file_write: write_file")),
         "{flags:?}"
     );
+}
+
+/// `geode run` started from a person's terminal (a session leader on a pty, as a shell makes
+/// it): nothing inside a trial reaches that terminal. It used to be every trial's `/dev/tty`,
+/// where TIOCSTI types a command into the person's shell.
+#[test]
+fn the_terminal_geode_runs_in_is_out_of_reach_of_its_trials() {
+    let dir = tempfile::tempdir().unwrap();
+    let pack = dir.path().join("pack");
+    task(
+        &pack,
+        "tiocsti",
+        "",
+        "python3 - > /logs/artifacts/tty.txt 2>&1 <<'EOF'
+import fcntl, os, termios
+try:
+    fd = os.open('/dev/tty', os.O_RDWR)
+    print('tty opened')
+    try:
+        for c in 'echo PWNED-BY-TRIAL\\n':
+            fcntl.ioctl(fd, termios.TIOCSTI, c.encode())
+        print('sti typed')
+    except OSError as e:
+        print('sti', e.strerror)
+except OSError as e:
+    print('tty', e.strerror)
+for fd in (0, 1, 2):
+    try:
+        fcntl.ioctl(fd, termios.TIOCSTI, b'x')
+        print('sti%d typed' % fd)
+    except OSError as e:
+        print('sti%d' % fd, e.strerror)
+EOF",
+    );
+    // `setsid -c` makes geode a session leader whose controlling terminal is the pty.
+    let geode = super::common::geode_in(dir.path());
+    let mut cmd = std::process::Command::new("setsid");
+    cmd.arg("-c")
+        .arg(geode.get_program())
+        .current_dir(dir.path());
+    for (key, value) in geode.get_envs() {
+        match value {
+            Some(value) => cmd.env(key, value),
+            None => cmd.env_remove(key),
+        };
+    }
+    cmd.args(["run", "pack", "--model", "oracle", "--jobs-dir", "jobs"]);
+    let (mut child, _keys, mut screen) = super::repl::in_terminal(cmd);
+    screen.wait_for("1 tasks, 1 trials");
+    let status = child.0.wait().unwrap();
+    assert!(status.success(), "{}", screen.text);
+    let jobs = dir.path().join("jobs");
+    let run = std::fs::read_dir(&jobs)
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().is_dir())
+        .unwrap()
+        .path();
+    let tty = std::fs::read_to_string(run.join("atk-tiocsti__0/artifacts/tty.txt")).unwrap();
+    assert!(
+        tty.lines().any(|l| l == "tty No such device or address"),
+        "a trial opened the harness's terminal:\n{tty}"
+    );
+    assert!(!tty.contains("typed"), "{tty}");
+    assert!(!screen.text.contains("PWNED"), "{}", screen.text);
 }

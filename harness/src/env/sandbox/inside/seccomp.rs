@@ -5,8 +5,8 @@
 //!
 //! Most of these already fail for want of a capability (the bounding set has no
 //! CAP_SYS_ADMIN, CAP_SYS_MODULE ...); the filter holds where a capability is not needed at
-//! all: new user namespaces, `bpf`, `perf_event_open`, `userfaultfd`, the key ring, and the
-//! new mount API. It is installed, with `no_new_privs`, in every command the sandbox's agent
+//! all: new user namespaces, `bpf`, `perf_event_open`, `userfaultfd`, the key ring, the new
+//! mount API, `io_uring`, and `ioctl`s that type into a terminal. It is installed, with `no_new_privs`, in every command the sandbox's agent
 //! starts, between `fork` and `exec` ([`super::views`]).
 
 use std::collections::BTreeMap;
@@ -56,7 +56,16 @@ const DENIED: &[i64] = &[
     libc::SYS_adjtimex,
     libc::SYS_syslog,
     libc::SYS_vhangup,
+    // A second way to do I/O that seccomp cannot see into, with a long record of kernel
+    // escapes; docker's default profile refuses it too.
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
 ];
+
+/// `ioctl` requests refused: typing into a terminal's input (`TIOCSTI`) and the console's
+/// selection paste (`TIOCLINUX`), the two ways a process writes to what a person's shell reads.
+const DENIED_IOCTLS: &[u64] = &[libc::TIOCSTI, libc::TIOCLINUX];
 
 /// `clone` flags that make namespaces (a user namespace needs no capability).
 const NAMESPACE_FLAGS: u64 = (libc::CLONE_NEWUSER
@@ -89,6 +98,15 @@ pub(crate) fn programs() -> Result<[BpfProgram; 2], String> {
         clone_rules.push(SeccompRule::new(vec![condition]).map_err(|e| err(&e))?);
     }
     rules.insert(libc::SYS_clone, clone_rules);
+    let mut ioctl_rules = Vec::new();
+    for &request in DENIED_IOCTLS {
+        // The request is an `unsigned int`: compare its 32 bits only.
+        let condition =
+            SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, request)
+                .map_err(|e| err(&e))?;
+        ioctl_rules.push(SeccompRule::new(vec![condition]).map_err(|e| err(&e))?);
+    }
+    rules.insert(libc::SYS_ioctl, ioctl_rules);
     let deny = SeccompFilter::new(
         rules,
         SeccompAction::Allow,

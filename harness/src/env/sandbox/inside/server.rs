@@ -125,6 +125,13 @@ pub(crate) fn server_main(spec_json: &str) -> ExitCode {
         Ok(spec) => spec,
         Err(message) => return fail(message),
     };
+    // A session of its own, with no controlling terminal, before anything of the sandbox
+    // exists: `geode` started from a person's shell would otherwise leave that terminal as
+    // every trial's `/dev/tty`, where TIOCSTI types commands into the person's shell. setsid
+    // fails only for a process group leader, which the harness never makes of this process.
+    if let Err(e) = nix::unistd::setsid() {
+        return fail(format!("leave the harness's session (setsid): {e}"));
+    }
     let mut entered = match setup::enter(&spec) {
         Ok(entered) => entered,
         Err(message) => return fail(message),
