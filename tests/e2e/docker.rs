@@ -369,3 +369,55 @@ fn the_viewer_reads_harbor_s_own_folder(
         "{detail}"
     );
 }
+
+/// Tasks in the shape of public ones that GEODE once scored unlike Harbor
+/// (`tests/e2e/fixtures/harbor-fidelity`): Harbor 0.25's own `harbor run -e docker` and GEODE's
+/// sandbox give each the same reward, the oracle passing and nop failing.
+#[tokio::test(flavor = "multi_thread")]
+async fn harbor_shaped_tasks_score_as_harbor_scores_them() {
+    let engine = Engine::start().await;
+    let docker_config = engine.compose_config().await;
+    let harbor = super::harbor::harbor_python().with_file_name("harbor");
+    let dir = tempfile::tempdir().unwrap();
+    let pack = dir.path().join("fidelity");
+    super::common::copy_tree(&repo().join("tests/e2e/fixtures/harbor-fidelity"), &pack);
+    let tasks = std::fs::read_dir(&pack)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("task.toml").is_file())
+        .count();
+    for model in ["oracle", "nop"] {
+        let jobs = dir.path().join(format!("harbor-{model}"));
+        let out = Command::new(&harbor)
+            .args(["run", "--yes", "-e", "docker", "-n", "2", "-a", model, "-p"])
+            .arg(&pack)
+            .arg("-o")
+            .arg(&jobs)
+            .env("DOCKER_HOST", engine.host())
+            .env("DOCKER_CONFIG", &docker_config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "harbor run: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let theirs = harbor_rewards(&jobs);
+        let (ours, _) = run(dir.path(), &engine, &pack, model, "sandbox");
+        let ours: BTreeMap<String, String> = ours
+            .into_iter()
+            .map(|(task, (_, rewards))| {
+                let rewards: serde_json::Value = serde_json::from_str(&rewards).unwrap();
+                (task, rewards["reward"].to_string())
+            })
+            .collect();
+        assert_eq!(theirs.len(), tasks, "{theirs:?}");
+        assert_eq!(theirs, ours, "{model}");
+        let expected = if model == "oracle" { "1.0" } else { "0.0" };
+        assert!(
+            theirs.values().all(|r| r == expected),
+            "{model}: {theirs:?}"
+        );
+    }
+}
