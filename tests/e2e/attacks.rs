@@ -198,6 +198,14 @@ fn sandbox_limit_attack_tasks(pack: &Path) {
          python3 -c 'import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW)'; echo rc=$?
          } > /logs/artifacts/net.txt 2>&1",
     );
+    // A file the host binds in writable (/etc/hosts) used to take writes past the budget,
+    // onto the host's disk: now it is a copy on the trial's own 300 MB disk.
+    task(
+        pack,
+        "fill-hosts",
+        "[environment]\nstorage_mb = 300\n",
+        "head -c 600M /dev/zero >> /etc/hosts 2> /logs/artifacts/hosts.txt; echo rc=$? >> /logs/artifacts/hosts.txt",
+    );
     // The host's disk used to take whatever the agent wrote; the default disk is 10 GiB.
     task(
         pack,
@@ -291,6 +299,12 @@ fn assert_the_host_is_untouched(
         disk.contains("No space left on device") && disk.contains("rc=1"),
         "{disk}"
     );
+    let hosts =
+        std::fs::read_to_string(run_dir.join("atk-fill-hosts__0/artifacts/hosts.txt")).unwrap();
+    assert!(
+        hosts.contains("No space left on device") && hosts.contains("rc=1"),
+        "{hosts}"
+    );
     let lost = free_before.saturating_sub(free_bytes(host_dir));
     assert!(lost < 2 << 30, "the host lost {lost} bytes of disk");
     assert_eq!(
@@ -331,6 +345,7 @@ fn assert_the_attacks_score_nothing(run_dir: &Path, summary: &serde_json::Value)
         "atk-kill-everything__0",
         "atk-reward-service__0",
         "atk-fill-disk__0",
+        "atk-fill-hosts__0",
         "atk-phone-home__0",
         "atk-off-allowlist__0",
     ] {
@@ -343,7 +358,7 @@ fn assert_the_attacks_score_nothing(run_dir: &Path, summary: &serde_json::Value)
     }
     let reward = std::fs::read_to_string(run_dir.join("atk-reward-service__0/verifier/reward.txt"));
     assert_eq!(reward.unwrap(), "0\n");
-    assert_eq!(summary["summary"]["outcomes"]["failed"], 10, "{summary}");
+    assert_eq!(summary["summary"]["outcomes"]["failed"], 11, "{summary}");
     // The service task, the separate verifier's honest answer, and the two wrappers whose
     // forged rewards carry their flags below.
     assert_eq!(summary["summary"]["outcomes"]["passed"], 4, "{summary}");

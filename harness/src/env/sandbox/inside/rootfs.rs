@@ -52,7 +52,7 @@ pub(super) fn build(spec: &ServerSpec, notes: &mut Vec<String>) -> SetupResult<(
     ) {
         notes.push(format!("/sys not mounted: {e}"));
     }
-    mount_binds(spec, &scratch.join(&upper))?;
+    mount_binds(spec, scratch, &scratch.join(&upper))?;
     if let Some(host) = &host_root {
         hide_host_dirs(root, host.hide)?;
     }
@@ -194,18 +194,20 @@ fn mount_overlay(
 }
 
 /// The spec's binds, the verifier's hidden folders, and the read-only inbox.
-fn mount_binds(spec: &ServerSpec, upper: &Path) -> SetupResult<()> {
+fn mount_binds(spec: &ServerSpec, scratch: &Path, upper: &Path) -> SetupResult<()> {
     let root = &spec.root_mount;
-    for bind in &spec.binds {
+    for (i, bind) in spec.binds.iter().enumerate() {
         let target = inside(root, &bind.inside);
-        if bind.host.is_dir() {
+        let source = if bind.host.is_dir() {
             ctx(std::fs::create_dir_all(&target), || {
                 format!("create {}", bind.inside)
             })?;
+            bind.host.clone()
         } else {
             mount_point_file(&target, &bind.inside)?;
-        }
-        bind_mount(&bind.host, &target, bind.read_only)?;
+            on_trial_disk(spec, scratch, bind, i)?
+        };
+        bind_mount(&source, &target, bind.read_only)?;
     }
     if let Some(real) = &spec.verifier_logs {
         // Out of the agent's sight: only a verifier's view binds it at /logs/verifier.
@@ -226,6 +228,35 @@ fn mount_binds(spec: &ServerSpec, upper: &Path) -> SetupResult<()> {
         "create the inbox".into()
     })?;
     bind_mount(&spec.inbox, &inbox, true)
+}
+
+/// What a file bind shows: a writable one (`/etc/hosts`) is a copy on the trial's disk, so
+/// what the agent writes into it counts against the trial's storage like every other write
+/// (bound from the host, 1.5 GB went past a 300 MB budget onto the host's disk); a read-only
+/// one, or any without a trial disk, is the host file itself.
+fn on_trial_disk(
+    spec: &ServerSpec,
+    scratch: &Path,
+    bind: &crate::env::sandbox::protocol::Bind,
+    index: usize,
+) -> SetupResult<PathBuf> {
+    if bind.read_only || spec.disk.is_none() {
+        return Ok(bind.host.clone());
+    }
+    let dir = scratch.join("disk").join("binds");
+    ctx(std::fs::create_dir_all(&dir), || {
+        "create the binds' folder on the trial disk".into()
+    })?;
+    let copy = dir.join(index.to_string());
+    ctx(std::fs::copy(&bind.host, &copy), || {
+        format!("copy {} onto the trial disk", bind.inside)
+    })?;
+    if spec.userns {
+        ctx(crate::env::ids::give_to_root(&copy), || {
+            format!("give {} to the sandbox's root", bind.inside)
+        })?;
+    }
+    Ok(copy)
 }
 
 /// Cover the host folders a `--base host` sandbox must not see with an empty read-only tmpfs.
