@@ -627,3 +627,61 @@ EOF",
     assert!(!tty.contains("typed"), "{tty}");
     assert!(!screen.text.contains("PWNED"), "{}", screen.text);
 }
+
+/// A trial with public network, and a build step, reach the world through slirp4netns, which
+/// connects from the host: neither may reach the host's own addresses (a listener on all of
+/// them, here) nor, through slirp's gateway, its loopback. A build step used to run in the
+/// host's network namespace outright.
+#[test]
+fn neither_a_trial_nor_a_build_step_reaches_the_host_s_own_addresses() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&hits);
+    std::thread::spawn(move || {
+        for _ in listener.incoming() {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let host_ip = nix::ifaddrs::getifaddrs()
+        .unwrap()
+        .filter_map(|a| a.address?.as_sockaddr_in().map(|s| s.ip()))
+        .find(|ip| !ip.is_loopback())
+        .expect("a non-loopback IPv4 address on this machine");
+    let probe = format!(
+        "bash -c 'for h in {host_ip} 10.0.2.2 127.0.0.1; do timeout 3 bash -c \"echo > /dev/tcp/$h/{port}\" \
+         2>/dev/null && echo \"$h reached\" || echo \"$h refused\"; done'"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let pack = dir.path().join("pack");
+    let public = "[environment]\nnetwork_mode = \"public\"\n";
+    task(
+        &pack,
+        "lan",
+        public,
+        &format!("{probe} > /logs/artifacts/net.txt 2>&1"),
+    );
+    task(
+        &pack,
+        "build-lan",
+        public,
+        "cp /probe.txt /logs/artifacts/net.txt",
+    );
+    write(
+        &pack.join("build-lan/environment/Dockerfile"),
+        &format!("FROM python:3.11-slim-bookworm\nRUN {probe} > /probe.txt 2>&1\n"),
+    );
+    let (_, run_dir) = run(dir.path(), &pack);
+    for trial in ["atk-lan__0", "atk-build-lan__0"] {
+        let net = std::fs::read_to_string(run_dir.join(trial).join("artifacts/net.txt")).unwrap();
+        assert_eq!(net.lines().count(), 3, "{trial}: {net}");
+        assert!(!net.contains("reached"), "{trial}: {net}");
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "the host's listener was reached"
+    );
+}

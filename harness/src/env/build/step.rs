@@ -46,7 +46,10 @@ pub(super) async fn run_step(
                 workdir: builder.state.workdir.clone(),
                 env: build_env(),
                 user: None,
-                network: Network::Host,
+                // A namespace of its own with outbound NAT, fenced off the host as a trial's
+                // is: a task author's RUN step used to share the host's network namespace
+                // (its loopback services and abstract unix sockets).
+                network: Network::Private,
                 allowed: Vec::new(),
                 limits: Limits::default(),
                 binds: build_binds(),

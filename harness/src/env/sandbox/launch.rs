@@ -336,6 +336,14 @@ async fn start_network(
 ) -> Result<tokio::process::Child, EnvError> {
     let pid = client.pid().await;
     let slirp = netns::start_slirp(pid).await?;
+    if launch.network == Network::Private {
+        let pid = pid.ok_or_else(|| EnvError::Lost("the sandbox server has no pid".into()))?;
+        let host = netns::host_addresses();
+        netns::fence(pid, &host).map_err(|message| EnvError::SetupFailed {
+            step: "network".into(),
+            message,
+        })?;
+    }
     if launch.network == Network::Allowlist {
         let addrs: Vec<_> = launch.allowed.iter().map(|pin| pin.addr).collect();
         let pid = pid.ok_or_else(|| EnvError::Lost("the sandbox server has no pid".into()))?;

@@ -33,6 +33,7 @@ const RT_SCOPE_UNIVERSE: u8 = 0;
 /// In a delete: any scope.
 const RT_SCOPE_NOWHERE: u8 = 255;
 const RTN_UNICAST: u8 = 1;
+const RTN_UNREACHABLE: u8 = 7;
 const RTNH_F_ONLINK: u32 = 4;
 const RTA_DST: u16 = 1;
 const RTA_OIF: u16 = 4;
@@ -114,6 +115,85 @@ fn host_route(dst: Ipv4Addr, gateway: Ipv4Addr, oif: u32) -> Vec<u8> {
         RTNH_F_ONLINK,
         &[(RTA_DST, &dst), (RTA_GATEWAY, &gateway), (RTA_OIF, &oif)],
     )
+}
+
+/// A route that answers every packet to `dst/len` with "no route to host".
+fn unreachable_route(dst: Ipv4Addr, len: u8) -> Vec<u8> {
+    let rtmsg = [
+        AF_INET,
+        len,
+        0,
+        0,
+        RT_TABLE_MAIN,
+        RTPROT_STATIC,
+        RT_SCOPE_UNIVERSE,
+        RTN_UNREACHABLE,
+    ];
+    let dst = dst.octets();
+    route_message(
+        RTM_NEWROUTE,
+        NLM_F_CREATE | NLM_F_EXCL,
+        rtmsg,
+        0,
+        &[(RTA_DST, &dst)],
+    )
+}
+
+/// What a trial with public network may not reach through slirp4netns, which connects from
+/// the host and so would reach whatever the host reaches: the private ranges (RFC 1918),
+/// shared address space, link-local (cloud metadata services live there), and each of the
+/// host's own addresses. slirp's own subnet (its gateway and resolver) stays: a more specific
+/// route than 10.0.0.0/8.
+const FENCED: [(Ipv4Addr, u8); 6] = [
+    (Ipv4Addr::new(0, 0, 0, 0), 8),
+    (Ipv4Addr::new(10, 0, 0, 0), 8),
+    (Ipv4Addr::new(100, 64, 0, 0), 10),
+    (Ipv4Addr::new(169, 254, 0, 0), 16),
+    (Ipv4Addr::new(172, 16, 0, 0), 12),
+    (Ipv4Addr::new(192, 168, 0, 0), 16),
+];
+
+/// The host's own IPv4 addresses (every interface's), read where the harness runs.
+pub(crate) fn host_addresses() -> Vec<Ipv4Addr> {
+    let mut out: Vec<Ipv4Addr> = nix::ifaddrs::getifaddrs()
+        .map(|addrs| {
+            addrs
+                .filter_map(|a| a.address?.as_sockaddr_in().map(|s| s.ip()))
+                .filter(|ip| !ip.is_loopback())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Fence the network namespace of `pid` (a sandbox whose slirp4netns is up) off the host and
+/// the private ranges: [`FENCED`] and `host` are unreachable from inside; the rest of the
+/// world is not. Runs on a thread of its own, which alone enters the namespace.
+pub(crate) fn fence(pid: u32, host: &[Ipv4Addr]) -> Result<(), String> {
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
+        .map_err(|e| format!("open the sandbox's network namespace: {e}"))?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(|e| format!("enter the sandbox's network namespace: {e}"))?;
+                let sock = RouteSocket::open()?;
+                let hosts = host.iter().map(|addr| (*addr, 32));
+                for (dst, len) in FENCED.into_iter().chain(hosts) {
+                    match sock.request(&unreachable_route(dst, len)) {
+                        Ok(()) => {}
+                        // A host address inside a fenced range is fenced already.
+                        Err(e) if e.contains("File exists") => {}
+                        Err(e) => return Err(format!("fence {dst}/{len}: {e}")),
+                    }
+                }
+                Ok(())
+            })
+            .join()
+            .unwrap_or_else(|_| Err("the routing thread panicked".into()))
+    })
 }
 
 /// A route socket of the calling thread's network namespace.
