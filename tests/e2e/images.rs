@@ -193,6 +193,7 @@ async fn a_docker_save_tarball_loads_and_runs_offline() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert_no_host_privilege_in(&home.path().join("images"));
     let ls = geode(home.path()).args(["image", "ls"]).output().unwrap();
     let listing = String::from_utf8_lossy(&ls.stdout);
     assert!(
@@ -366,4 +367,40 @@ fn a_terminal_bench_1_task_on_its_python_base_imports_and_passes() {
             .contains("laude-institute/t-bench/python-3-13:20250620: bootstrapped"),
         "{result}"
     );
+}
+
+/// A store as a loaded image leaves it, before any sandbox used it: closed to other users, and
+/// no file in it that host root owns with a set-id bit or a file capability (the base has
+/// set-uid-root `su`, `passwd` and `mount`, which used to arrive as host root's).
+fn assert_no_host_privilege_in(store: &Path) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mode = std::fs::metadata(store).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "the store is open to others: {mode:o}");
+    let mut setid = 0;
+    for entry in walkdir::WalkDir::new(store.join("layers")).follow_links(false) {
+        let entry = entry.unwrap();
+        let meta = entry.path().symlink_metadata().unwrap();
+        if meta.file_type().is_symlink()
+            || !entry.path().components().any(|c| c.as_os_str() == "fs")
+        {
+            continue;
+        }
+        if meta.permissions().mode() & 0o6000 != 0 {
+            setid += 1;
+        }
+        assert!(
+            meta.uid() >= geode_harness::env::ids::HOST_BASE,
+            "{} is host uid {}",
+            entry.path().display(),
+            meta.uid()
+        );
+        assert!(
+            xattr::get(entry.path(), "security.capability")
+                .unwrap()
+                .is_none(),
+            "{} keeps a file capability",
+            entry.path().display()
+        );
+    }
+    assert!(setid > 0, "the base has set-id files; none seen");
 }

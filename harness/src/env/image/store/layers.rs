@@ -120,6 +120,7 @@ impl ImageStore {
                 ImageError::io(dir, "moving a layer into the store", e)
             }
         })?;
+        shift(&fs_dir)?;
         self.write_done(
             &layer_dir,
             &LayerInfo {
@@ -194,6 +195,7 @@ impl ImageStore {
         remove_dir_if_present(&fs_dir)?;
         fs::rename(&staged, &fs_dir)
             .map_err(|e| ImageError::io(&fs_dir, "moving an unpacked layer into place", e))?;
+        shift(&fs_dir)?;
         let _ = fs::remove_dir(&staging);
         self.write_done(
             &layer_dir,
@@ -279,4 +281,13 @@ impl ImageStore {
         };
         validate_id(&id).ok().map(|()| id)
     }
+}
+
+/// A layer enters the store with its owners already the sandbox's (container id `n` as host id
+/// `HOST_BASE + n`): never a set-id file of host root, and no file capability that host root
+/// would honour (the kernel drops `security.capability` on the change of owner), not even
+/// between a load and a first sandbox.
+fn shift(fs_dir: &Path) -> Result<(), ImageError> {
+    crate::env::ids::shift_layer(fs_dir)
+        .map_err(|e| ImageError::io(fs_dir, "giving a layer's files to the sandbox's ids", e))
 }

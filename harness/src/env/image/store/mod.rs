@@ -96,6 +96,16 @@ impl ImageStore {
         // same thing from any working directory.
         let root = fs::canonicalize(&root)
             .map_err(|e| ImageError::io(&root, "resolving the image store", e))?;
+        // Only its owner reads the store (sandboxes reach their layers through mounts its
+        // owner makes): a task's files are nobody else's on this machine. A store of someone
+        // else's, shared read-only, is left as it is.
+        if fs::metadata(&root).is_ok_and(|m| {
+            std::os::unix::fs::MetadataExt::uid(&m) == nix::unistd::geteuid().as_raw()
+        }) {
+            use std::os::unix::fs::PermissionsExt;
+            fs::set_permissions(&root, fs::Permissions::from_mode(0o700))
+                .map_err(|e| ImageError::io(&root, "closing the image store to others", e))?;
+        }
         Ok(ImageStore { root })
     }
 
