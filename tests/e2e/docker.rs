@@ -113,7 +113,7 @@ async fn the_built_in_packs_give_the_same_verdicts_under_docker_as_in_the_sandbo
     let trial = run_dir.join("geode-postgres-rls__0");
     let text = show(dir.path(), &engine, &trial);
     assert!(text.contains("19 passed, 0 failed"), "{text}");
-    let log = std::fs::read_to_string(trial.join("services/db/agent/service.log")).unwrap();
+    let log = std::fs::read_to_string(trial.join("services/db/agent/logs/service.log")).unwrap();
     assert!(
         log.contains("database system is ready to accept connections"),
         "{log}"

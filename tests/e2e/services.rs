@@ -49,7 +49,7 @@ fn the_postgres_sidecar_task_passes_with_the_oracle_and_fails_with_nop() {
     );
     assert!(text.contains("19 passed, 0 failed"), "{text}");
     // The sidecar ran its image's CMD as the image's user, and its output is kept.
-    let log = std::fs::read_to_string(trial.join("services/db/agent/service.log")).unwrap();
+    let log = std::fs::read_to_string(trial.join("services/db/agent/logs/service.log")).unwrap();
     assert!(
         log.contains("database system is ready to accept connections"),
         "{log}"

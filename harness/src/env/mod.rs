@@ -248,6 +248,14 @@ pub trait Sandbox: Send + Sync {
     }
 }
 
+/// The host folder a trial's processes see as `/logs/agent`: `agent/logs/` of the trial. The
+/// host's own records of the agent (its timeline, trajectory and images) sit in `agent/` above
+/// it, out of their reach: an agent that deleted its `timeline.db` used to leave a trial with
+/// no trajectory, no flags and no note.
+pub fn agent_logs(trial_dir: &Path) -> PathBuf {
+    trial_dir.join("agent").join("logs")
+}
+
 /// Where trial environments come from.
 #[async_trait]
 pub trait Backend: Send + Sync {
@@ -258,8 +266,9 @@ pub trait Backend: Send + Sync {
     /// and its build context).
     async fn prepare(&self, spec: &EnvironmentSpec) -> Result<PreparedImage, EnvError>;
 
-    /// Start one trial's sandbox. `trial_dir` holds `agent/`, `verifier/`, `artifacts/`, which
-    /// appear inside as `/logs/agent`, `/logs/verifier`, `/logs/artifacts`.
+    /// Start one trial's sandbox. `trial_dir` holds `agent/logs/` ([`agent_logs`]),
+    /// `verifier/`, `artifacts/`, which appear inside as `/logs/agent`, `/logs/verifier`,
+    /// `/logs/artifacts`.
     async fn start(
         &self,
         spec: &EnvironmentSpec,

@@ -125,7 +125,7 @@ async fn start_sidecar(
     let sandbox = start.backend.start(&spec, &image, &dir).await?;
     let running = async {
         // The service may run as any user of its image: let it write its log.
-        let logs = dir.join("agent");
+        let logs = crate::env::agent_logs(&dir);
         std::fs::set_permissions(&logs, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
             .map_err(|source| EnvError::Io {
                 context: format!("open {} to the service's user", logs.display()),

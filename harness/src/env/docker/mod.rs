@@ -407,7 +407,10 @@ impl Backend for DockerBackend {
             args.push(format!("--env={name}={value}"));
         }
         for folder in ["agent", "verifier", "artifacts"] {
-            let host = trial_dir.join(folder);
+            let host = match folder {
+                "agent" => crate::env::agent_logs(trial_dir),
+                _ => trial_dir.join(folder),
+            };
             std::fs::create_dir_all(&host)
                 .and_then(|()| {
                     use std::os::unix::fs::PermissionsExt;

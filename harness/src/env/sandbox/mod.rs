@@ -181,7 +181,10 @@ impl SandboxBackend {
     ) -> Result<SandboxHandle, EnvError> {
         let mut binds = Vec::new();
         for name in ["agent", "verifier", "artifacts"] {
-            let host = trial_dir.join(name);
+            let host = match name {
+                "agent" => crate::env::agent_logs(trial_dir),
+                _ => trial_dir.join(name),
+            };
             std::fs::create_dir_all(&host).map_err(io(format!("create {}", host.display())))?;
             if name != "verifier" {
                 binds.push(Bind {

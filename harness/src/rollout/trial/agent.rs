@@ -91,7 +91,15 @@ pub(super) async fn run_agent(
     let (images, image_errors) = atif::save_images(&agent_dir, session.messages());
     rec.notes.extend(image_errors);
     drop(session);
-    if let Ok(rows) = timeline.rows(&geode_runtime::ids::SessionId::new(session_id.clone())) {
+    let rows = timeline.rows(&geode_runtime::ids::SessionId::new(session_id.clone()));
+    if let Err(e) = &rows {
+        // The host writes the timeline where the agent's processes cannot reach: a timeline
+        // that cannot be read is never silence.
+        rec.integrity.push(format!(
+            "records_missing: the agent's timeline could not be read: {e}"
+        ));
+    }
+    if let Ok(rows) = rows {
         let denied = denied_dangerous_calls(&rows);
         if denied > 0 {
             rec.signals.denied_dangerous_calls += denied;
