@@ -171,6 +171,27 @@ echo \"$ok passed, $((1 - ok)) failed\"
         "",
         "echo 'import os' > /usr/lib/python3/dist-packages/zz-geode.pth",
     );
+    // Classes, not paths: the interpreter's own standard library, test-runner configuration
+    // above /tests, and a PATH folder replaced by a link to another folder.
+    task(
+        pack,
+        "stdlib-hook",
+        "",
+        "echo 'import sys' >> /usr/lib/python3.11/os.py",
+    );
+    task(
+        pack,
+        "root-conftest",
+        "",
+        "echo 'x = 1' > /conftest.py
+printf '[pytest]\\n' > /pytest.ini",
+    );
+    task(
+        pack,
+        "path-link",
+        "",
+        "mkdir -p /tmp/evil && rm -rf /usr/local/bin && ln -s /tmp/evil /usr/local/bin",
+    );
 }
 
 /// The sandbox's limits: refused syscalls, killing every process, the network, the disk.
@@ -382,7 +403,7 @@ fn assert_the_attacks_score_nothing(run_dir: &Path, summary: &serde_json::Value)
     }
     let reward = std::fs::read_to_string(run_dir.join("atk-reward-service__0/verifier/reward.txt"));
     assert_eq!(reward.unwrap(), "0\n");
-    assert_eq!(summary["summary"]["outcomes"]["failed"], 12, "{summary}");
+    assert_eq!(summary["summary"]["outcomes"]["failed"], 15, "{summary}");
     // The service task, the separate verifier's honest answer, and the two wrappers whose
     // forged rewards carry their flags below.
     assert_eq!(summary["summary"]["outcomes"]["passed"], 4, "{summary}");
@@ -490,6 +511,19 @@ fn assert_tampering_is_flagged(run_dir: &Path) {
         "{hook}"
     );
     assert_eq!(hook["outcome"], "failed", "{hook}");
+    for (trial, path) in [
+        ("atk-stdlib-hook__0", "/usr/lib/python3.11/os.py"),
+        ("atk-root-conftest__0", "/conftest.py"),
+        ("atk-root-conftest__0", "/pytest.ini"),
+        ("atk-path-link__0", "/usr/local/bin"),
+    ] {
+        let r = trial_result(run_dir, trial);
+        let flags = r["integrity"].to_string();
+        assert!(
+            flags.contains("verifier_inputs_changed") && flags.contains(path),
+            "{trial}: {path} not flagged in {flags}"
+        );
+    }
 }
 
 #[test]

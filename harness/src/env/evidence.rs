@@ -24,19 +24,45 @@ const EXECUTABLE_DIRS: &[&str] = &[
 /// Files that change how every program, or every Python, starts.
 const START_HOOKS: &[&str] = &["etc/ld.so.preload", "etc/ld.so.conf", "etc/environment"];
 
+/// Test-runner configuration that applies to `/tests` from the root, the one ancestor the
+/// tests' folder has (pytest reads its ini files and `conftest.py` there).
+const ROOT_TEST_CONFIG: &[&str] = &[
+    "conftest.py",
+    "pytest.ini",
+    "pyproject.toml",
+    "tox.ini",
+    "setup.cfg",
+    ".pytest.ini",
+];
+
+/// How much of a package's `entry_points.txt` is read to find a pytest plugin.
+const ENTRY_POINTS_READ: u64 = 64 << 10;
+
 /// Changed paths (as seen inside, `/usr/local/bin/pytest`) that the verifier may run, in
 /// `upper` (the trial's writable layer) and not below `exempt` (the task's own work folder,
-/// where changes are the task).
+/// where changes are the task). A layer that cannot be read is a finding itself: the check
+/// fails closed.
 pub fn verifier_inputs_changed(upper: &Path, exempt: &str) -> Vec<String> {
+    if !upper.is_dir() {
+        return vec![format!(
+            "(the writable layer {} could not be read)",
+            upper.display()
+        )];
+    }
     let exempt = exempt.trim_matches('/');
     let mut found = Vec::new();
     for entry in walkdir::WalkDir::new(upper)
         .follow_links(false)
         .min_depth(1)
         .sort_by_file_name()
-        .into_iter()
-        .flatten()
     {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => {
+                found.push(format!("(the writable layer could not be walked: {e})"));
+                break;
+            }
+        };
         let Ok(rel) = entry.path().strip_prefix(upper) else {
             continue;
         };
@@ -44,11 +70,14 @@ pub fn verifier_inputs_changed(upper: &Path, exempt: &str) -> Vec<String> {
         if entry.file_type().is_dir() {
             continue;
         }
-        if !exempt.is_empty() && (rel_text == exempt || rel_text.starts_with(&format!("{exempt}/")))
-        {
-            continue;
-        }
-        if is_verifier_input(rel) {
+        let in_work = !exempt.is_empty()
+            && (rel_text == exempt || rel_text.starts_with(&format!("{exempt}/")));
+        let found_here = if in_work {
+            is_program_input(rel)
+        } else {
+            is_verifier_input(rel)
+        };
+        if found_here || is_pytest_plugin(entry.path(), rel) {
             found.push(format!("/{rel_text}"));
         }
         if found.len() >= 50 {
@@ -66,17 +95,42 @@ pub fn verifier_inputs_among(changed: &[String], exempt: &str) -> Vec<String> {
         .iter()
         .map(|path| path.trim_start_matches('/'))
         .filter(|rel| {
-            exempt.is_empty() || !(*rel == exempt || rel.starts_with(&format!("{exempt}/")))
+            let in_work =
+                !exempt.is_empty() && (*rel == exempt || rel.starts_with(&format!("{exempt}/")));
+            if in_work {
+                is_program_input(Path::new(rel))
+            } else {
+                is_verifier_input(Path::new(rel))
+            }
         })
-        .filter(|rel| is_verifier_input(Path::new(rel)))
         .take(50)
         .map(|rel| format!("/{rel}"))
         .collect()
 }
 
-/// Whether a file (relative to the root) is something the verifier runs or that changes how
-/// it starts.
+/// Whether a non-folder entry (relative to the root) is something the verifier runs, or that
+/// changes how it starts or what its test runner loads. Classes, not a list of attacks:
+/// anything in a folder programs and libraries are looked up in, or in place of such a folder
+/// or one above it (a folder replaced by a link); the Python interpreters' own standard
+/// libraries, and the start hooks of their site folders; the files that change how every
+/// program starts; the tests; test-runner configuration above them.
 fn is_verifier_input(rel: &Path) -> bool {
+    let rel_text = rel.to_string_lossy();
+    let name = rel
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let top_level = rel.parent().is_none_or(|p| p.as_os_str().is_empty());
+    is_program_input(rel)
+        || rel_text.starts_with("tests/")
+        || rel_text == "tests"
+        || (top_level && ROOT_TEST_CONFIG.contains(&name.as_str()))
+}
+
+/// The part of [`is_verifier_input`] that holds even inside the task's work folder (a task
+/// whose WORKDIR is `/usr/local` still has its PATH folder judged): programs, libraries,
+/// start hooks, and the Pythons' own files.
+fn is_program_input(rel: &Path) -> bool {
     let rel_text = rel.to_string_lossy();
     let name = rel
         .file_name()
@@ -86,12 +140,72 @@ fn is_verifier_input(rel: &Path) -> bool {
         .parent()
         .map(|p| p.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let python_hook = rel_text.contains("python3")
-        && (name.ends_with(".pth") || name == "sitecustomize.py" || name == "usercustomize.py");
     EXECUTABLE_DIRS.contains(&parent.as_str())
+        || on_a_verifier_path(rel)
         || START_HOOKS.contains(&rel_text.as_ref())
-        || rel_text.starts_with("tests/")
-        || python_hook
+        || python_start(rel, &name)
+}
+
+/// A folder programs are looked up in, or one above it, that is now something else (only
+/// non-folders reach here): `/usr/local/bin` replaced by a link to another folder.
+fn on_a_verifier_path(rel: &Path) -> bool {
+    let rel_text = rel.to_string_lossy();
+    EXECUTABLE_DIRS
+        .iter()
+        .any(|dir| *dir == rel_text || dir.starts_with(&format!("{rel_text}/")))
+        || python_root(rel).is_some_and(|(root, rest)| rest.is_empty() && !root.is_empty())
+}
+
+/// `(interpreter folder, the rest)` for a path in a Python's library folder
+/// (`usr/lib/python3.11/...`, `usr/local/lib/python3.11/...`, Debian's `usr/lib/python3/...`).
+fn python_root(rel: &Path) -> Option<(String, String)> {
+    let mut parts = rel.components().map(|c| c.as_os_str().to_string_lossy());
+    let first: Vec<String> = parts.by_ref().take(3).map(|p| p.into_owned()).collect();
+    let lib = match first.as_slice() {
+        [usr, lib, py] if usr == "usr" && lib == "lib" && py.starts_with("python3") => py,
+        [usr, local, lib] if usr == "usr" && local == "local" && lib == "lib" => {
+            let py = parts.next()?.into_owned();
+            if !py.starts_with("python3") {
+                return None;
+            }
+            let rest: Vec<String> = parts.map(|p| p.into_owned()).collect();
+            return Some((format!("usr/local/lib/{py}"), rest.join("/")));
+        }
+        _ => return None,
+    };
+    let rest: Vec<String> = parts.map(|p| p.into_owned()).collect();
+    Some((format!("usr/lib/{lib}"), rest.join("/")))
+}
+
+/// What every Python runs when it starts, or imports from its own library: a module of the
+/// standard library (never a task's honest change), or a site folder's start hooks (`.pth`,
+/// `sitecustomize`, `usercustomize`). Packages installed into a site folder are not: tasks
+/// install them on purpose.
+fn python_start(rel: &Path, name: &str) -> bool {
+    let Some((_, rest)) = python_root(rel) else {
+        return false;
+    };
+    let in_site = rest.starts_with("site-packages/")
+        || rest.starts_with("dist-packages/")
+        || rest.contains("/site-packages/")
+        || rest.contains("/dist-packages/");
+    let hook = name.ends_with(".pth") || name == "sitecustomize.py" || name == "usercustomize.py";
+    let bytecode_cache = rest.contains("__pycache__/");
+    hook || (!in_site && !bytecode_cache)
+}
+
+/// A package in a site folder that registers a pytest plugin (`[pytest11]` in its
+/// `entry_points.txt`), which pytest loads into every run unasked.
+fn is_pytest_plugin(path: &Path, rel: &Path) -> bool {
+    use std::io::Read;
+    if rel.file_name().is_none_or(|n| n != "entry_points.txt") || python_root(rel).is_none() {
+        return false;
+    }
+    let mut text = String::new();
+    let read =
+        std::fs::File::open(path).and_then(|f| f.take(ENTRY_POINTS_READ).read_to_string(&mut text));
+    // Unreadable is suspicious enough to name.
+    read.is_err() || text.contains("[pytest11]")
 }
 
 #[cfg(test)]
@@ -114,23 +228,67 @@ mod tests {
             ("app/bin/tool", "#!/bin/sh\n"),
             ("tmp/scratch", "x\n"),
             ("usr/share/doc/readme", "x\n"),
+            ("usr/lib/python3.11/os.py", "import evil\n"),
+            ("usr/lib/python3.11/__pycache__/os.cpython-311.pyc", "x"),
+            (
+                "usr/local/lib/python3.11/site-packages/honest/__init__.py",
+                "x=1\n",
+            ),
+            (
+                "usr/local/lib/python3.11/site-packages/evil-1.0.dist-info/entry_points.txt",
+                "[pytest11]\nevil = evil\n",
+            ),
+            (
+                "usr/local/lib/python3.11/site-packages/ok-1.0.dist-info/entry_points.txt",
+                "[console_scripts]\nok = ok:main\n",
+            ),
+            ("conftest.py", "x=1\n"),
+            ("pytest.ini", "[pytest]\n"),
+            ("app/conftest.py", "x=1\n"),
         ] {
             let p = upper.path().join(path);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, text).unwrap();
         }
         std::os::unix::fs::symlink("/etc/passwd", upper.path().join("usr/local/bin/cmp")).unwrap();
+        // A folder of PATH replaced by a link to another folder.
+        std::os::unix::fs::symlink("/tmp/evil", upper.path().join("usr/sbin")).unwrap();
         let found = verifier_inputs_changed(upper.path(), "/app");
         assert_eq!(
             found,
             vec![
+                "/conftest.py",
                 "/etc/ld.so.preload",
+                "/pytest.ini",
                 "/tests/test.sh",
                 "/usr/lib/python3/dist-packages/zz.pth",
+                "/usr/lib/python3.11/os.py",
                 "/usr/local/bin/cmp",
                 "/usr/local/bin/pytest",
+                "/usr/local/lib/python3.11/site-packages/evil-1.0.dist-info/entry_points.txt",
                 "/usr/local/lib/python3.11/site-packages/sitecustomize.py",
+                "/usr/sbin",
             ]
+        );
+    }
+
+    #[test]
+    fn an_unreadable_layer_is_a_finding() {
+        let found = verifier_inputs_changed(Path::new("/nonexistent/layer"), "/app");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("could not be read"), "{found:?}");
+    }
+
+    #[test]
+    fn a_work_folder_that_holds_a_path_folder_is_not_exempt() {
+        let upper = tempfile::tempdir().unwrap();
+        let p = upper.path().join("usr/local/bin/pytest");
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, "#!/bin/sh\n").unwrap();
+        // A task whose WORKDIR is /usr/local is still judged on its PATH folder.
+        assert_eq!(
+            verifier_inputs_changed(upper.path(), "/usr/local"),
+            vec!["/usr/local/bin/pytest"]
         );
     }
 }
