@@ -177,7 +177,9 @@ async fn copy_in_and_logs_reach_the_right_places() {
     )
     .await;
     let trial = f.trials.path().join("copy");
-    assert!(trial.join("agent/x").exists() && trial.join("artifacts/y").exists());
+    // /logs/agent is the trial's agent/logs/, below the host's own records of the agent.
+    assert!(trial.join("agent/logs/x").exists() && trial.join("artifacts/y").exists());
+    assert!(!trial.join("agent/x").exists());
     // What the agent writes at /logs/verifier lands in a decoy, never in the trial's folder.
     assert!(!trial.join("verifier/reward.txt").exists());
     let decoy = sb.verifier_decoy().unwrap();
