@@ -163,6 +163,9 @@ pub trait Sandbox: Send + Sync {
     fn workspace(&self) -> Arc<dyn Workspace>;
 
     /// Run a shell command inside the sandbox (`cwd` relative to the workdir, or absolute).
+    /// A timeout or a cancel kills it with everything in its process group; what it leaves in
+    /// the background when it returns by itself (`server &`) keeps running, as under `docker
+    /// exec`, until teardown.
     async fn exec(
         &self,
         req: ExecRequest,

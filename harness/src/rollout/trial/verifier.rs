@@ -235,6 +235,17 @@ async fn run_test_script(
             }
             // Gone from outside (a crash, an OOM kill of its init): infrastructure.
             EnvError::Lost(_) => infra(TrialOutcome::SandboxLost, "SandboxError", e.to_string()),
+            // The agent's background processes hold every pid the trial may have.
+            EnvError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::WouldBlock => {
+                infra(
+                    TrialOutcome::VerifierCrashed,
+                    BROKEN_CLASS,
+                    format!(
+                        "the verifier could not start: the processes the agent left hold the \
+                         trial's pids: {e}"
+                    ),
+                )
+            }
             // The agent filled its disk and left the verifier no room to start.
             EnvError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::StorageFull => {
                 infra(
