@@ -171,6 +171,22 @@ async fn separate_verifier(
         .start(&spec, &image, &plan.trial_dir)
         .await
         .map_err(setup)?;
+    // A fresh environment of Harbor's comes up as the agent's did: ENTRYPOINT first.
+    if !image.entrypoint.is_empty() {
+        match crate::env::entrypoint::start(
+            verifier.as_ref(),
+            &image.entrypoint,
+            &CancellationToken::new(),
+        )
+        .await
+        {
+            Ok(notes) => rec.notes.extend(notes),
+            Err(e) => {
+                let _ = verifier.teardown().await;
+                return Err(setup(e));
+            }
+        }
+    }
     for (host, source) in collected {
         if let Err(e) = verifier.copy_in(&host, &source).await {
             rec.notes.push(format!(
