@@ -128,19 +128,26 @@ for proc in pathlib.Path("/proc").iterdir():
 pathlib.Path("/logs/verifier/nice.txt").write_text(" ".join(nice) + "\n")
 pathlib.Path("/logs/verifier/reward.txt").write_text("1\n")"#,
     );
-    // A holder that takes every pid the trial may have, and every one freed later: the
-    // verifier cannot start.
+    // A holder that takes every pid the trial may have (512), and every one freed later: the
+    // verifier cannot start. The solution waits with builtins only until the holder is full
+    // (the cap keeps a machine without a pids limit safe; the test then fails).
     inline_task(
         &pack,
         "pids",
         r#"python3 - geode-pid-holder > /dev/null 2>&1 <<'PY' &
-import subprocess
+import pathlib, subprocess
+held = 0
 while True:
     try:
-        subprocess.Popen(["sleep", "3600"])
+        if held < 1000:
+            subprocess.Popen(["sleep", "3600"])
+            held += 1
+            continue
     except OSError:
         pass
+    pathlib.Path("/tmp/full").touch()
 PY
+until [ -e /tmp/full ]; do :; done
 echo holding"#,
         r#"import pathlib
 pathlib.Path("/logs/verifier/reward.txt").write_text("1\n")"#,
@@ -162,6 +169,8 @@ pathlib.Path("/logs/verifier/reward.txt").write_text("1\n")"#,
         pids["exception_info"]["exception_type"], "SandboxBrokenByAgent",
         "{pids}"
     );
+    let why = pids["exception_info"]["exception_message"].to_string();
+    assert!(why.contains("hold the trial's pids"), "{pids}");
     assert_nothing_left(&["geode-busy-loop", "geode-pid-holder"]);
 }
 
