@@ -260,7 +260,11 @@ mod tests {
 
     #[test]
     fn an_entrypoint_in_the_foreground_is_still_starting_when_the_window_ends() {
-        let (launched, _dir) = launch(&["sleep", "30"], Duration::from_millis(300));
+        // A server in the foreground that never runs its arguments.
+        let (launched, _dir) = launch(
+            &["sh", "-c", "sleep 30", "entry"],
+            Duration::from_millis(300),
+        );
         let Launched::Starting { pid, .. } = launched.clone() else {
             panic!("{launched:?}");
         };
