@@ -105,7 +105,8 @@ pub struct PreparedImage {
     /// The image's USER, if any.
     pub user: Option<String>,
     /// What a container of the image runs: its ENTRYPOINT and CMD (exec form; empty when
-    /// unset). A trial's main sandbox never runs them; a compose sidecar does.
+    /// unset). A trial's main environment runs the ENTRYPOINT with Harbor's command in place
+    /// of the CMD ([`entrypoint`]); a compose sidecar runs both (or its service's).
     pub entrypoint: Vec<String>,
     pub cmd: Vec<String>,
     /// The base image as the Dockerfile's final `FROM` (or `docker_image`) names it.
@@ -163,6 +164,9 @@ pub trait Sandbox: Send + Sync {
     fn workspace(&self) -> Arc<dyn Workspace>;
 
     /// Run a shell command inside the sandbox (`cwd` relative to the workdir, or absolute).
+    /// A timeout or a cancel kills it with everything in its process group; what it leaves in
+    /// the background when it returns by itself (`server &`) keeps running, as under `docker
+    /// exec`, until teardown.
     async fn exec(
         &self,
         req: ExecRequest,
@@ -212,9 +216,10 @@ pub trait Sandbox: Send + Sync {
         ))
     }
 
-    /// Kill every process the agent's commands left (its background services included).
-    /// Trials no longer call it before the verifier, whose semantics keep the services
-    /// running; teardown ends everything regardless. Returns how many were killed.
+    /// Kill every process the agent's commands left (its background services included, and
+    /// the image ENTRYPOINT's). Trials no longer call it before the verifier, whose semantics
+    /// keep the services running; teardown ends everything regardless. Returns how many were
+    /// killed.
     async fn kill_all_processes(&self) -> Result<usize, EnvError>;
 
     /// Stop everything and remove the trial's writable layer.
@@ -285,6 +290,7 @@ pub mod compose;
 pub mod disk;
 pub mod docker;
 pub mod dockerfile;
+pub mod entrypoint;
 pub mod evidence;
 pub(crate) mod fsops;
 pub mod host;

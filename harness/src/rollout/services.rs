@@ -131,9 +131,9 @@ async fn start_sidecar(
                 context: format!("open {} to the service's user", logs.display()),
                 source,
             })?;
-        // A command's process group is killed when the command ends: the service leaves it
-        // with `setsid`, as an agent's own background server would, and the launcher waits
-        // until it has (else the kill could come first), so it lives until teardown.
+        // The service leads a session of its own (`setsid`), so nothing aimed at the
+        // launcher's process group (a timeout's kill) reaches it; the launcher waits until it
+        // has left the group, and it lives until teardown.
         let line: Vec<String> = argv.iter().map(|w| shell_quote(w)).collect();
         let launch = ExecRequest {
             command: format!(

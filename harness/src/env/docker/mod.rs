@@ -11,8 +11,10 @@
 //! integrity rule is the strict one: every process the agent left is killed before the tests
 //! arrive (frozen with the container's cgroup first, so none can fork away), `/logs/verifier`
 //! is emptied after that, and what the agent changed of the verifier's programs is read from
-//! `docker diff`. Background services therefore do not outlive the agent here. The engine must
-//! run on this machine: processes are found and killed through `/proc`.
+//! `docker diff`. Background services therefore do not outlive the agent here, nor do those the
+//! image's ENTRYPOINT started: the trial runs it with `docker exec` as the sandbox backend
+//! does (see `env::entrypoint`), while the container's own command stays `sleep infinity`.
+//! The engine must run on this machine: processes are found and killed through `/proc`.
 
 mod container;
 mod workspace;
@@ -322,6 +324,15 @@ impl Backend for DockerBackend {
              container has no view that keeps them from the reward)"
                 .to_string(),
         ];
+        if !strings("Entrypoint").is_empty() {
+            // The trial starts the ENTRYPOINT with `docker exec` (`entrypoint::start`), like
+            // the agent's commands, so the same rule reaches what it started.
+            notes.push(
+                "docker backend: the image's ENTRYPOINT runs before the agent, but what it \
+                 started is killed with the agent's processes before the verifier"
+                    .into(),
+            );
+        }
         if spec.storage_mb.is_some() {
             notes.push("docker backend: storage_mb is not enforced".into());
         }

@@ -115,7 +115,8 @@ impl SandboxHandle {
         &self.launch.workdir
     }
 
-    /// Run a command with a chosen shell and user (image builds: `/bin/sh -c`, USER).
+    /// Run a command with a chosen shell and user (image builds: `/bin/sh -c`, USER); its
+    /// whole process group ends with it, as a build step's container does.
     pub(crate) async fn exec_as(
         &self,
         req: ExecRequest,
@@ -271,6 +272,7 @@ fn exec_spec(
     view: View,
 ) -> ExecSpec {
     ExecSpec {
+        keep_background: false,
         command: req.command,
         shell,
         cwd: req.cwd.map(|c| c.to_string_lossy().into_owned()),
@@ -313,7 +315,12 @@ impl Sandbox for SandboxHandle {
         req: ExecRequest,
         cancel: CancellationToken,
     ) -> Result<ExecOutput, EnvError> {
-        self.exec_as(req, None, None, cancel).await.map(exec_output)
+        // A trial's command, as `docker exec` runs it: what it leaves in the background lives.
+        let spec = ExecSpec {
+            keep_background: true,
+            ..exec_spec(req, None, None, View::Tool)
+        };
+        self.client.exec(spec, cancel).await.map(exec_output)
     }
 
     async fn copy_in(&self, host_src: &Path, sandbox_dst: &str) -> Result<(), EnvError> {

@@ -214,6 +214,12 @@ pub struct ExecSpec {
     pub scope: Option<String>,
     #[serde(default)]
     pub view: View,
+    /// Processes the command leaves in the background (`cmd &`, `nohup cmd &`) live on after
+    /// it returns, as under `docker exec`, until `kill_all` or teardown; otherwise its whole
+    /// process group is killed when it returns (image build steps, the verifier). A timeout
+    /// or a cancel kills the group either way.
+    #[serde(default)]
+    pub keep_background: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -309,6 +315,8 @@ pub enum ErrorKind {
     InvalidInput,
     /// The trial's disk is full (ENOSPC).
     StorageFull,
+    /// No process could be made (EAGAIN from `fork`): the trial's pids are all held.
+    OutOfProcesses,
     /// Anything else, including failures to start a process.
     Other,
 }
@@ -324,6 +332,7 @@ impl ErrorKind {
             K::IsADirectory => ErrorKind::IsADirectory,
             K::InvalidInput => ErrorKind::InvalidInput,
             K::StorageFull => ErrorKind::StorageFull,
+            K::WouldBlock => ErrorKind::OutOfProcesses,
             _ => ErrorKind::Other,
         }
     }
@@ -338,6 +347,7 @@ impl ErrorKind {
             ErrorKind::IsADirectory => K::IsADirectory,
             ErrorKind::InvalidInput => K::InvalidInput,
             ErrorKind::StorageFull => K::StorageFull,
+            ErrorKind::OutOfProcesses => K::WouldBlock,
             ErrorKind::Other => K::Other,
         }
     }

@@ -172,6 +172,9 @@ impl Workspace for SandboxWorkspace {
             user: None,
             scope: self.scope(),
             view: super::protocol::View::Tool,
+            // The agent's commands, as Harbor's agents run them in the container: a service
+            // started with `cmd &` serves later commands and the tests.
+            keep_background: true,
         };
         match self.client.exec(spec, cancel).await {
             Ok(result) => Ok(super::exec_output(result)),

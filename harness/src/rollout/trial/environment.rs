@@ -1,6 +1,7 @@
 //! The trial's environment as a backend takes it (the agent's, and a separate verifier's),
-//! and its start: image, sandbox, the compose group's sidecars and the healthcheck. Commands
-//! a task.toml names run here too, with the timeouts the trial's multiplier scales.
+//! and its start: image, sandbox, the compose group's sidecars, the image's ENTRYPOINT and
+//! the healthcheck. Commands a task.toml names run here too, with the timeouts the trial's
+//! multiplier scales.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -225,13 +226,19 @@ pub(super) async fn start(
             };
             sandbox = services::start_group(start, sandbox).await?;
         }
+        // As docker runs `main` under Harbor's compose: ENTRYPOINT... sh -c "sleep infinity".
+        let entry_notes = if image.entrypoint.is_empty() {
+            Vec::new()
+        } else {
+            crate::env::entrypoint::start(sandbox.as_ref(), &image.entrypoint, cancel).await?
+        };
         if let Some(size) = task.config.environment.display {
             sandbox.start_display(size.width, size.height).await?;
         }
-        Ok::<_, EnvError>((image, sandbox))
+        Ok::<_, EnvError>((image, sandbox, entry_notes))
     }
     .await;
-    let (image, sandbox) = match started {
+    let (image, sandbox, entry_notes) = match started {
         Ok(s) => s,
         Err(e) => {
             rec.close_phase(TrialPhase::EnvironmentSetup, t);
@@ -248,6 +255,7 @@ pub(super) async fn start(
     };
     rec.close_phase(TrialPhase::EnvironmentSetup, t);
     rec.notes.extend(image.notes.iter().cloned());
+    rec.notes.extend(entry_notes);
     if let Some(compose) = &task.compose {
         rec.notes.extend(compose.notes.iter().cloned());
     }

@@ -171,6 +171,22 @@ async fn separate_verifier(
         .start(&spec, &image, &plan.trial_dir)
         .await
         .map_err(setup)?;
+    // A fresh environment of Harbor's comes up as the agent's did: ENTRYPOINT first.
+    if !image.entrypoint.is_empty() {
+        match crate::env::entrypoint::start(
+            verifier.as_ref(),
+            &image.entrypoint,
+            &CancellationToken::new(),
+        )
+        .await
+        {
+            Ok(notes) => rec.notes.extend(notes),
+            Err(e) => {
+                let _ = verifier.teardown().await;
+                return Err(setup(e));
+            }
+        }
+    }
     for (host, source) in collected {
         if let Err(e) = verifier.copy_in(&host, &source).await {
             rec.notes.push(format!(
@@ -235,6 +251,17 @@ async fn run_test_script(
             }
             // Gone from outside (a crash, an OOM kill of its init): infrastructure.
             EnvError::Lost(_) => infra(TrialOutcome::SandboxLost, "SandboxError", e.to_string()),
+            // The agent's background processes hold every pid the trial may have.
+            EnvError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::WouldBlock => {
+                infra(
+                    TrialOutcome::VerifierCrashed,
+                    BROKEN_CLASS,
+                    format!(
+                        "the verifier could not start: the processes the agent left hold the \
+                         trial's pids: {e}"
+                    ),
+                )
+            }
             // The agent filled its disk and left the verifier no room to start.
             EnvError::Io { ref source, .. } if source.kind() == std::io::ErrorKind::StorageFull => {
                 infra(

@@ -1,6 +1,7 @@
 //! What a command in a sandbox gets and keeps to: its workdir, environment, exit codes
-//! and capabilities; limits; background processes, which live until `kill_all` or teardown
-//! but never see the verifier.
+//! and capabilities; limits; background processes (`&`, `nohup`, `disown`, `setsid`), which
+//! live until `kill_all` or teardown, at the lowest priority once a verifier runs, and never
+//! see the verifier.
 
 use super::*;
 
@@ -94,6 +95,61 @@ async fn escaped_background_processes_die_with_kill_all_and_teardown() {
         processes_in(&ns)
     );
     assert!(!scratch.exists());
+}
+
+#[tokio::test]
+async fn what_a_command_leaves_in_the_background_lives_until_kill_all_and_busy_ones_yield() {
+    if !privileged() {
+        return;
+    }
+    let f = fixture();
+    let sb = f.start("keep").await;
+    // `&` with the command's pipes still held, `nohup`, a subshell's, `disown`, and a busy
+    // loop.
+    let started = Instant::now();
+    let out = sh(
+        &sb,
+        "sleep 300 & nohup sleep 301 > /dev/null 2>&1 & (sleep 302 &); sleep 303 & disown; \
+         sh -c 'while :; do :; done' > /dev/null 2>&1 & echo ok",
+    )
+    .await;
+    assert_eq!(out.stdout, "ok\n", "{out:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the held pipes kept the call waiting: {:?}",
+        started.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(processes_of(&sb).len(), BASELINE + 5);
+
+    // The verifier's own leftovers end with it; the busy loop yields it the CPU, the idle
+    // sleepers keep their priority.
+    let tests = f.trials.path().join("keep-tests");
+    std::fs::create_dir_all(&tests).unwrap();
+    std::fs::write(tests.join("test.sh"), "true\n").unwrap();
+    let out = sb
+        .run_verifier(&tests, req("sleep 305 & echo verified"))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, "verified\n", "{out:?}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut nice: Vec<String> = processes_of(&sb)
+        .iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter(|stat| stat.contains("(sleep)") || stat.contains("(sh)"))
+        .map(|stat| {
+            let (name, rest) = stat.rsplit_once(')').unwrap();
+            let name = name.rsplit_once('(').unwrap().1;
+            format!("{name} {}", rest.split_whitespace().nth(16).unwrap())
+        })
+        .collect();
+    nice.sort();
+    assert_eq!(nice, ["sh 19", "sleep 0", "sleep 0", "sleep 0", "sleep 0"]);
+
+    assert_eq!(sb.kill_all_processes().await.unwrap(), 5);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(processes_of(&sb).len(), BASELINE);
+    Box::new(sb).teardown().await.unwrap();
 }
 
 #[tokio::test]

@@ -1,15 +1,19 @@
 //! Running one command inside the sandbox (server side).
 //!
-//! The command leads its own process group; the group is killed on timeout, on cancel, and
-//! also once the command exits, which is the runtime's bash-tool contract (nothing a call
-//! starts outlives it). A process that leaves its group on purpose (`setsid`) lives on until
-//! `kill_all` or teardown, which the pid namespace makes total.
+//! The command leads its own process group; the group is killed on timeout and on cancel.
+//! When the command returns by itself, what it left in the background (`server &`, `nohup
+//! cmd &`, `disown`) lives on if the request says so (`keep_background`: the trial's commands,
+//! as under `docker exec`, where a solution's `python3 -m http.server &` serves the tests);
+//! otherwise the group is killed then too (image build steps, the verifier). A process that
+//! leaves its group (`setsid`) lives on either way. Whatever lives on ends at `kill_all` or
+//! teardown, which the pid namespace makes total.
 
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
@@ -17,12 +21,18 @@ use nix::unistd::Pid;
 
 use super::server::Server;
 use crate::env::fsops::check_scope;
-use crate::env::sandbox::protocol::{ErrorKind, ExecResult, ExecSpec, ReplyError};
+use crate::env::sandbox::protocol::{ErrorKind, ExecResult, ExecSpec, ReplyError, View};
 use geode_runtime::tools::workspace::OutputCapture;
 
 /// How long to keep reading output once the command's group is dead; a process that left the
 /// group can hold the pipes open forever.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
+
+/// How long to keep reading output once a command that keeps its background processes has
+/// returned. What the command itself wrote is in the pipe by then (a writer blocks until
+/// the pipe has room), so this only bounds the wait for background processes that still hold
+/// the pipe; what they write later is not the command's output.
+const BACKGROUND_DRAIN_GRACE: Duration = Duration::from_millis(500);
 
 pub(crate) const DEFAULT_PATH: &str =
     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -64,6 +74,10 @@ pub(crate) fn run(server: &Server, id: u64, spec: ExecSpec) -> Result<ExecResult
         .stderr(Stdio::piped())
         .process_group(0);
     let views = server.views()?;
+    if matches!(spec.view, View::Verifier { .. }) {
+        // What the agent left busy yields the CPU to the verifier; idle services keep theirs.
+        views.lower_busy_tools();
+    }
     let started = Instant::now();
     let mut child = views
         .spawn(&mut cmd, &spec.view, &cwd, user.as_ref())
@@ -80,26 +94,41 @@ pub(crate) fn run(server: &Server, id: u64, spec: ExecSpec) -> Result<ExecResult
             let _ = killpg(pgid, Signal::SIGKILL);
         }
     };
-    let out_rx = pump(child.stdout.take(), spec.output_cap);
-    let err_rx = pump(child.stderr.take(), spec.output_cap);
+    // Threads count against the trial's pids as processes do: when the agent's leftovers hold
+    // them all, the command fails with an answer instead of a panic that would leave its
+    // caller waiting.
+    let no_thread = |e: std::io::Error| {
+        kill_group();
+        fail(ErrorKind::of(&e), format!("could not watch {program}: {e}"))
+    };
+    let out_rx = pump(child.stdout.take(), spec.output_cap).map_err(no_thread)?;
+    let err_rx = pump(child.stderr.take(), spec.output_cap).map_err(no_thread)?;
 
     let (tx, rx) = mpsc::channel();
     server.register(id, tx.clone());
-    std::thread::spawn(move || {
+    let waiter = std::thread::Builder::new().spawn(move || {
         let _ = tx.send(ExecEvent::Exited(child.wait()));
     });
+    if let Err(e) = waiter {
+        server.unregister(id);
+        return Err(no_thread(e));
+    }
     let deadline = started + Duration::from_millis(spec.timeout_ms);
     let (status, timed_out, cancelled) = wait_for(&rx, deadline, kill_group);
     server.unregister(id);
-    kill_group();
+    let kept = spec.keep_background && !timed_out && !cancelled;
+    if !kept {
+        kill_group();
+    }
     let status = status.map_err(|e| fail(ErrorKind::Other, format!("wait: {e}")))?;
-    let grace = Instant::now() + DRAIN_GRACE;
-    let out = out_rx
-        .recv_timeout(grace.saturating_duration_since(Instant::now()))
-        .unwrap_or_else(|_| OutputCapture::new(spec.output_cap));
-    let err = err_rx
-        .recv_timeout(grace.saturating_duration_since(Instant::now()))
-        .unwrap_or_else(|_| OutputCapture::new(spec.output_cap));
+    let grace = Instant::now()
+        + if kept {
+            BACKGROUND_DRAIN_GRACE
+        } else {
+            DRAIN_GRACE
+        };
+    let out = out_rx.finish(grace, spec.output_cap);
+    let err = err_rx.finish(grace, spec.output_cap);
     let truncated = out.truncated() || err.truncated();
     Ok(ExecResult {
         exit_code: status.code(),
@@ -177,23 +206,54 @@ fn wait_for(
     (status, timed_out, cancelled)
 }
 
-/// Read a pipe to its end on a thread of its own; the capture arrives on the channel.
-fn pump<R: Read + Send + 'static>(pipe: Option<R>, cap: usize) -> mpsc::Receiver<OutputCapture> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut capture = OutputCapture::new(cap);
+/// A pipe read to its end on a thread of its own, so a writer never meets a closed pipe
+/// (a kept background server that logs each request would fail on EPIPE). What it read is
+/// taken by [`Pump::finish`]; anything read after that is dropped.
+struct Pump {
+    ended: mpsc::Receiver<()>,
+    capture: Arc<Mutex<Option<OutputCapture>>>,
+}
+
+fn pump<R: Read + Send + 'static>(pipe: Option<R>, cap: usize) -> std::io::Result<Pump> {
+    let (tx, ended) = mpsc::channel();
+    let capture = Arc::new(Mutex::new(Some(OutputCapture::new(cap))));
+    let shared = Arc::clone(&capture);
+    std::thread::Builder::new().spawn(move || {
         if let Some(mut pipe) = pipe {
             let mut chunk = [0u8; 8192];
             loop {
                 match pipe.read(&mut chunk) {
                     Ok(0) | Err(_) => break,
-                    Ok(n) => capture.push(&chunk[..n]),
+                    Ok(n) => {
+                        if let Some(c) = lock(&shared).as_mut() {
+                            c.push(&chunk[..n]);
+                        }
+                    }
                 }
             }
         }
-        let _ = tx.send(capture);
-    });
-    rx
+        let _ = tx.send(());
+    })?;
+    Ok(Pump { ended, capture })
+}
+
+impl Pump {
+    /// What was read by the end of the pipe or by `until`, whichever comes first.
+    fn finish(self, until: Instant, cap: usize) -> OutputCapture {
+        let _ = self
+            .ended
+            .recv_timeout(until.saturating_duration_since(Instant::now()));
+        lock(&self.capture)
+            .take()
+            .unwrap_or_else(|| OutputCapture::new(cap))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
 }
 
 pub(crate) struct User {

@@ -273,11 +273,22 @@ fn serve(server: &Arc<Server>) {
                 std::process::exit(0);
             }
             op => {
-                let server = Arc::clone(server);
-                std::thread::spawn(move || {
-                    let reply = handle(&server, id, op);
-                    server.send(id, reply);
+                let worker = Arc::clone(server);
+                let spawned = std::thread::Builder::new().spawn(move || {
+                    let reply = handle(&worker, id, op);
+                    worker.send(id, reply);
                 });
+                // The trial's pids are all held (threads count as processes): answer rather
+                // than panic, which would take the sandbox down.
+                if let Err(e) = spawned {
+                    server.send(
+                        id,
+                        Reply::Error(ReplyError {
+                            kind: ErrorKind::of(&e),
+                            message: format!("no thread for the request: {e}"),
+                        }),
+                    );
+                }
             }
         }
     }

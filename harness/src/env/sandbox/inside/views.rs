@@ -54,6 +54,11 @@ const KEEP_CAPS: &[caps::Capability] = &[
     caps::Capability::CAP_AUDIT_WRITE,
 ];
 
+/// How long the tool view's processes are watched before a verifier starts, and the CPU
+/// (clock ticks, 10 ms each at the usual 100 Hz) that makes one busy over that time.
+const BUSY_SAMPLE: std::time::Duration = std::time::Duration::from_millis(100);
+const BUSY_TICKS: u64 = 2;
+
 /// What every command is reduced to before it runs, prepared once.
 struct Confinement {
     drop_caps: Vec<libc::c_ulong>,
@@ -129,6 +134,9 @@ pub(crate) struct Views {
     own_pid_ns: OwnedFd,
     tool_pid_ns: OwnedFd,
     tool_mnt_ns: OwnedFd,
+    /// The inode of the tool view's pid namespace, by which its processes are told apart in
+    /// the sandbox's `/proc`.
+    tool_ns_ino: u64,
     /// Lines to the tool view's init (`kill`), and its answers.
     tool_ctl: Mutex<(std::fs::File, BufReader<std::fs::File>)>,
     confinement: Arc<Confinement>,
@@ -183,7 +191,12 @@ impl Views {
         if line.trim() != "ready" {
             return Err(format!("tool view's init failed: {}", line.trim()));
         }
+        let tool_ns_ino = std::os::unix::fs::MetadataExt::ino(
+            &std::fs::metadata(format!("/proc/{pid}/ns/pid"))
+                .map_err(|e| format!("read the tool view's pid namespace: {e}"))?,
+        );
         Ok(Views {
+            tool_ns_ino,
             tool_pid_ns: open_ns(&format!("/proc/{pid}/ns/pid"))?,
             tool_mnt_ns: open_ns(&format!("/proc/{pid}/ns/mnt"))?,
             own_pid_ns,
@@ -206,6 +219,56 @@ impl Views {
         let mut line = String::new();
         let _ = from.read_line(&mut line);
         line.trim().parse().unwrap_or(0)
+    }
+
+    /// Give the processes of the tool view that are busy on the CPU when a verifier starts
+    /// the lowest priority (nice 19); how many were lowered. A busy loop the agent left behind
+    /// then cannot starve the verifier into a timeout, while an idle service (a server waiting
+    /// for the tests' requests) keeps its priority, so a test that measures it measures what
+    /// it would under Harbor. Busy means at least [`BUSY_TICKS`] of CPU over [`BUSY_SAMPLE`];
+    /// the sample is skipped when the view holds nothing but its init. The agent's processes
+    /// hold no CAP_SYS_NICE, so none can raise itself back, and what a lowered one forks
+    /// inherits its value.
+    pub(crate) fn lower_busy_tools(&self) -> usize {
+        let before = self.tool_cpu_ticks();
+        if before.len() <= 1 {
+            return 0;
+        }
+        std::thread::sleep(BUSY_SAMPLE);
+        let mut lowered = 0;
+        for (pid, ticks) in self.tool_cpu_ticks() {
+            let used = ticks.saturating_sub(before.get(&pid).copied().unwrap_or(0));
+            let Ok(id) = libc::id_t::try_from(pid) else {
+                continue;
+            };
+            // SAFETY: setpriority with integer arguments; a process gone meanwhile is ESRCH.
+            if used >= BUSY_TICKS && unsafe { libc::setpriority(libc::PRIO_PROCESS, id, 19) } == 0 {
+                lowered += 1;
+            }
+        }
+        lowered
+    }
+
+    /// CPU time (user + system, in clock ticks) of every live process of the tool view, by
+    /// its pid in the sandbox's `/proc`.
+    fn tool_cpu_ticks(&self) -> std::collections::HashMap<i32, u64> {
+        use std::os::unix::fs::MetadataExt;
+        super::init::live_processes("/proc")
+            .into_iter()
+            .filter(|pid| {
+                std::fs::metadata(format!("/proc/{pid}/ns/pid"))
+                    .is_ok_and(|m| m.ino() == self.tool_ns_ino)
+            })
+            .filter_map(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                // Fields 14 and 15 (utime, stime), counted after the parenthesised name.
+                let (_, rest) = stat.rsplit_once(')')?;
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                let user: u64 = fields.get(11)?.parse().ok()?;
+                let system: u64 = fields.get(12)?.parse().ok()?;
+                Some((pid, user + system))
+            })
+            .collect()
     }
 
     /// Start `cmd` in `view`, in `cwd` (absolute), as `user`.
