@@ -53,9 +53,10 @@ fn entrypoint_and_background_servers_serve_the_tests_and_end_with_the_trial() {
     let (oracle, run_dir) = run_model_with(geode_in(dir.path()), &pack, &jobs, "oracle", &[]);
     assert_eq!(oracle["summary"]["outcomes"]["passed"], 2, "{oracle}");
     // The entrypoint ran before the agent, as the image's user would see it under docker.
-    let log =
-        std::fs::read_to_string(run_dir.join("fixtures-entrypoint-api__0/agent/entrypoint.log"))
-            .unwrap();
+    let log = std::fs::read_to_string(
+        run_dir.join("fixtures-entrypoint-api__0/agent/logs/entrypoint.log"),
+    )
+    .unwrap();
     assert_eq!(log, "api.internal is served on port 80\n");
     let entry = trial_result(&run_dir, "fixtures-entrypoint-api__0");
     let notes = entry["notes"].to_string();

@@ -87,13 +87,15 @@ pub fn verifier_inputs_changed(upper: &Path, exempt: &str) -> Vec<String> {
     found
 }
 
-/// The same finding from a list of changed files (absolute paths, folders left out), as a
-/// docker engine's `docker diff` gives them.
+/// The same finding from a list of changed paths (absolute), as a docker engine's `docker
+/// diff` gives them. A diff names a folder whose content changed as changed itself and says
+/// nothing of what it became, so the folders of PATH and above are left to their files here.
 pub fn verifier_inputs_among(changed: &[String], exempt: &str) -> Vec<String> {
     let exempt = exempt.trim_matches('/');
     changed
         .iter()
         .map(|path| path.trim_start_matches('/'))
+        .filter(|rel| !on_a_verifier_path(Path::new(rel)))
         .filter(|rel| {
             let in_work =
                 !exempt.is_empty() && (*rel == exempt || rel.starts_with(&format!("{exempt}/")));
@@ -190,8 +192,10 @@ fn python_start(rel: &Path, name: &str) -> bool {
         || rest.contains("/site-packages/")
         || rest.contains("/dist-packages/");
     let hook = name.ends_with(".pth") || name == "sitecustomize.py" || name == "usercustomize.py";
-    let bytecode_cache = rest.contains("__pycache__/");
-    hook || (!in_site && !bytecode_cache)
+    // What an import loads: source, bytecode (a forged `__pycache__` entry whose header
+    // matches its source is loaded as well), extension modules.
+    let module = [".py", ".pyc", ".so"].iter().any(|ext| name.ends_with(ext));
+    hook || (!in_site && module)
 }
 
 /// A package in a site folder that registers a pytest plugin (`[pytest11]` in its
@@ -230,6 +234,7 @@ mod tests {
             ("usr/share/doc/readme", "x\n"),
             ("usr/lib/python3.11/os.py", "import evil\n"),
             ("usr/lib/python3.11/__pycache__/os.cpython-311.pyc", "x"),
+            ("usr/lib/python3.11/lib2to3/Grammar.txt", "x"),
             (
                 "usr/local/lib/python3.11/site-packages/honest/__init__.py",
                 "x=1\n",
@@ -262,6 +267,7 @@ mod tests {
                 "/pytest.ini",
                 "/tests/test.sh",
                 "/usr/lib/python3/dist-packages/zz.pth",
+                "/usr/lib/python3.11/__pycache__/os.cpython-311.pyc",
                 "/usr/lib/python3.11/os.py",
                 "/usr/local/bin/cmp",
                 "/usr/local/bin/pytest",
