@@ -6,13 +6,15 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Subcommand;
-use geode_harness::env::image::{ImageStore, PullOptions, Reference, StoredImage};
+use geode_harness::env::image::{ImageError, ImageStore, PullOptions, Reference, StoredImage};
 
 use super::backends::ImageSettings;
 
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
-    /// Pull an image from its registry (through the configured mirrors first).
+    /// Pull an image from its registry (through the configured mirrors first), else under a
+    /// registry alias of its name (`[images] aliases`, ECR Public's `docker/library` for
+    /// Docker Hub's official images).
     Pull {
         /// The image reference (`debian:bookworm-slim`, `REGISTRY/NAME@sha256:...`).
         reference: String,
@@ -57,8 +59,29 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<Exit> {
                 docker_config: None,
                 progress: Some(Arc::new(|line: &str| say!("geode: {line}"))),
             };
-            let image = store.pull(&reference, &opts).await?;
-            println!("{}", line(&image));
+            // The name asked for, then its registry aliases: the first that serves it wins.
+            let mut last = None;
+            let names =
+                std::iter::once(reference.clone()).chain(settings.aliases.alternatives(&reference));
+            for name in names {
+                match store.pull(&name, &opts).await {
+                    Ok(image) => {
+                        println!("{}", line(&image));
+                        return Ok(Exit::Success);
+                    }
+                    // Wrong bytes from a source are an answer, not an absence.
+                    Err(
+                        e @ (ImageError::DigestMismatch { .. } | ImageError::BadManifest { .. }),
+                    ) => return Err(e.into()),
+                    Err(e) => {
+                        say!("geode: {name}: {e}");
+                        last = Some(e);
+                    }
+                }
+            }
+            if let Some(e) = last {
+                return Err(e.into());
+            }
         }
         ImageCommand::Load { file } => {
             let loaded = tokio::task::spawn_blocking(move || store.load(&file)).await??;

@@ -1,14 +1,19 @@
 //! Base images: where the image a task names comes from.
 //!
-//! In order: the image store (pulled, loaded or bootstrapped before), a registry (through the
-//! configured mirrors first), and, only for Debian-family references that a registry cannot
-//! serve here, an equivalent built from the Debian archive: `debian:SUITE[-slim]` by driving
+//! A reference is asked for under each of its names: the one written, then its registry
+//! aliases ([`super::image::Aliases`]: ECR Public's `docker/library` is Docker Hub's official
+//! images). In order: the image store (pulled, loaded or bootstrapped before), the mirrors, the
+//! registries themselves, and, only for Debian-family references that no source can serve
+//! here, an equivalent built from the Debian archive: `debian:SUITE[-slim]` by driving
 //! the host's apt into a new root ([`super::bootstrap`]), `python:3.X[-slim]` as that base plus
 //! Debian's Python where the suite's Python is 3.X. Such an image is recorded as bootstrapped
-//! and every result that uses it says so. Anything else that cannot be had is
-//! [`EnvError::Unsupported`] naming the reference and the command that would load it: never a
-//! silent stand-in.
+//! and every result that uses it says so. A reference pinned by digest is honoured exactly:
+//! whichever source serves it is verified against the pin, and a stand-in (which is not the
+//! pinned image) is used only under `[images] stand_in_pinned = true`, each result saying the
+//! pin was not honoured. Anything else that cannot be had is [`EnvError::Unsupported`] naming
+//! the reference and the command that would load it: never a silent stand-in.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +25,9 @@ use super::dockerfile;
 use super::image::{ImageConfig, ImageSource, ImageStore, PullOptions, Reference, StoredImage};
 use super::protocol::Network;
 use super::sandbox::{Launch, SandboxBackend};
-use super::{EnvError, EnvironmentSpec, GroupNetwork, ImageRoot, NetworkPolicy};
+use super::{
+    BaseOrigin, DigestPin, EnvError, EnvironmentSpec, GroupNetwork, ImageRoot, NetworkPolicy,
+};
 
 /// How long the finishing run of a Debian bootstrap (dpkg configuring ~100 packages) may take.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(1200);
@@ -55,54 +62,137 @@ impl<'a> Bases<'a> {
         (self.backend.config().progress.0)(line);
     }
 
-    /// The image `raw` names, as a stage base.
+    /// The image `raw` names, as a stage base: asked for under each of its names (the named
+    /// one, then its registry aliases) in the store, then from the mirrors, then from the
+    /// registries themselves; only then, for a Debian-family name, a bootstrap standing in.
     pub(crate) async fn resolve(&self, raw: &str) -> Result<Built, EnvError> {
         let reference = Reference::parse(raw).map_err(|e| EnvError::SetupFailed {
             step: format!("FROM {raw}"),
             message: e.to_string(),
         })?;
-        if let Some(image) = self.store.get(&reference).map_err(image_error)? {
-            return Ok(Built::from_image(raw, &image, stand_in_notes(&image)));
+        let config = self.backend.config();
+        let names: Vec<Reference> = std::iter::once(reference.clone())
+            .chain(config.aliases.alternatives(&reference))
+            .collect();
+        let origin = |name: &Reference, image: &StoredImage| BaseOrigin {
+            alias: (name != &reference).then(|| name.to_string()),
+            mirror: mirror_of(&config.mirrors, name, &image.source),
+            stand_in: matches!(image.source, ImageSource::Bootstrapped { .. }),
+            pin: reference.digest().map(|digest| DigestPin {
+                digest: digest.to_string(),
+                honoured: true,
+            }),
+        };
+        for name in &names {
+            if let Some(image) = self.store.get(name).map_err(image_error)? {
+                let origin = origin(name, &image);
+                return Ok(Built::from_image(
+                    raw,
+                    &image,
+                    stand_in_notes(&image),
+                    origin,
+                ));
+            }
         }
-        let opts = PullOptions {
-            mirrors: self.backend.config().mirrors.clone(),
-            docker_config: None,
-            progress: Some(Arc::clone(&self.backend.config().progress.0)),
-        };
-        let pull_error = match self.store.pull(&reference, &opts).await {
-            Ok(image) => return Ok(Built::from_image(raw, &image, Vec::new())),
-            // A registry that served the wrong bytes is not "unavailable": never fall back.
-            Err(
-                e @ (super::image::ImageError::DigestMismatch { .. }
-                | super::image::ImageError::BadManifest { .. }),
-            ) => {
-                return Err(EnvError::SetupFailed {
-                    step: format!("pull {reference}"),
-                    message: e.to_string(),
-                });
+        let mut failures = Vec::new();
+        // Every name's mirror before any registry: where Docker Hub is out of reach, its
+        // mirror is what serves an alias of its names.
+        for with_registry in [false, true] {
+            for name in &names {
+                if !with_registry && !config.mirrors.contains_key(name.registry()) {
+                    continue;
+                }
+                let opts = PullOptions {
+                    mirrors: if with_registry {
+                        Default::default()
+                    } else {
+                        config.mirrors.clone()
+                    },
+                    docker_config: None,
+                    progress: Some(Arc::clone(&config.progress.0)),
+                };
+                match self.store.pull_via(name, &opts, with_registry).await {
+                    Ok(image) => {
+                        let origin = origin(name, &image);
+                        return Ok(Built::from_image(raw, &image, Vec::new(), origin));
+                    }
+                    // A source that served the wrong bytes is not "unavailable": never fall
+                    // back.
+                    Err(
+                        e @ (super::image::ImageError::DigestMismatch { .. }
+                        | super::image::ImageError::BadManifest { .. }),
+                    ) => {
+                        return Err(EnvError::SetupFailed {
+                            step: format!("pull {name}"),
+                            message: e.to_string(),
+                        });
+                    }
+                    Err(e) => failures.push(e.to_string()),
+                }
             }
-            Err(e) => e,
+        }
+        let failures = failures.join("; ");
+        let Some((name, kind)) = names
+            .iter()
+            .find_map(|name| stand_in(name).map(|kind| (name, kind)))
+        else {
+            return Err(EnvError::Unsupported(format!(
+                "image {raw} cannot be had: {failures}{}. Load it with `geode image load FILE` \
+                 (a `docker save` tarball or an OCI layout), or set a registry mirror in \
+                 [images] mirrors",
+                names
+                    .iter()
+                    .map(unbootstrappable_hint)
+                    .find(|h| !h.is_empty())
+                    .unwrap_or_default()
+            )));
         };
-        let image = match stand_in(&reference) {
-            Some(StandIn::Debian(suite)) => self.bootstrap_debian(&reference, &suite).await?,
-            Some(StandIn::Python {
-                suite,
-                version,
-                extras,
-            }) => {
-                self.bootstrap_python(&reference, &suite, &version, extras)
-                    .await?
-            }
-            None => {
+        let pin = match reference.digest() {
+            None => None,
+            Some(digest) if config.stand_in_pinned => Some(DigestPin {
+                digest: digest.to_string(),
+                honoured: false,
+            }),
+            Some(digest) => {
                 return Err(EnvError::Unsupported(format!(
-                    "image {raw} cannot be had: {pull_error}{}. Load it with `geode image load \
-                     FILE` (a `docker save` tarball or an OCI layout), or set a registry mirror \
-                     in [images] mirrors",
-                    unbootstrappable_hint(&reference)
+                    "image {raw} is pinned by digest, and no source serves {digest} \
+                     ({failures}). A bootstrap from the Debian archive could stand in for {}, \
+                     but it is not the pinned image: set [images] stand_in_pinned = true to \
+                     accept it (every result says so), or load the image with `geode image \
+                     load FILE`",
+                    name.without_digest()
                 )));
             }
         };
-        Ok(Built::from_image(raw, &image, stand_in_notes(&image)))
+        // A stand-in is filed under the name it stands in for, never under a digest it is not.
+        let unpinned = name.without_digest();
+        let image = match kind {
+            StandIn::Debian(suite) => self.bootstrap_debian(&unpinned, &suite).await?,
+            StandIn::Python {
+                suite,
+                version,
+                extras,
+            } => {
+                self.bootstrap_python(&unpinned, &suite, &version, extras)
+                    .await?
+            }
+        };
+        let mut notes = stand_in_notes(&image);
+        if let Some(pin) = &pin {
+            notes.push(format!(
+                "{raw}: the digest pin {} was not honoured: no source serves it, and \
+                 [images] stand_in_pinned let a stand-in ({}) take its place",
+                pin.digest,
+                describe(&image.source)
+            ));
+        }
+        let origin = BaseOrigin {
+            alias: (name != &reference).then(|| unpinned.to_string()),
+            mirror: None,
+            stand_in: true,
+            pin,
+        };
+        Ok(Built::from_image(raw, &image, notes, origin))
     }
 
     /// One bootstrap per suite at a time across processes; the loser of a race finds the
@@ -276,6 +366,7 @@ impl<'a> Bases<'a> {
         let spec = EnvironmentSpec {
             task_name: reference.to_string(),
             environment_dir: self.store.root().to_path_buf(),
+            build: None,
             network: NetworkPolicy::Public,
             cpus: None,
             memory_mb: None,
@@ -341,6 +432,19 @@ impl<'a> Bases<'a> {
         ));
         Ok(image)
     }
+}
+
+/// The mirror (its base URL) `source` names, when it is one of `name`'s registry's mirrors.
+fn mirror_of(
+    mirrors: &BTreeMap<String, String>,
+    name: &Reference,
+    source: &ImageSource,
+) -> Option<String> {
+    let ImageSource::Pulled { registry_url } = source else {
+        return None;
+    };
+    let mirror = mirrors.get(name.registry())?.trim_end_matches('/');
+    (mirror == registry_url.trim_end_matches('/')).then(|| mirror.to_string())
 }
 
 fn build_id(parts: &[&str]) -> String {
@@ -491,6 +595,38 @@ mod tests {
         assert_eq!(
             kind("ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest"),
             None
+        );
+    }
+
+    #[test]
+    fn a_pull_s_mirror_is_named_only_when_it_is_the_name_s_registry_s_mirror() {
+        let mirrors = BTreeMap::from([("docker.io".to_string(), "http://m:5000/".to_string())]);
+        let hub = Reference::parse("debian:bookworm-slim").unwrap();
+        let ecr = Reference::parse("public.ecr.aws/docker/library/debian:bookworm-slim").unwrap();
+        let pulled = |url: &str| ImageSource::Pulled {
+            registry_url: url.into(),
+        };
+        assert_eq!(
+            mirror_of(&mirrors, &hub, &pulled("http://m:5000")).as_deref(),
+            Some("http://m:5000")
+        );
+        assert_eq!(
+            mirror_of(&mirrors, &hub, &pulled("https://registry-1.docker.io")),
+            None
+        );
+        assert_eq!(mirror_of(&mirrors, &ecr, &pulled("http://m:5000")), None);
+        assert_eq!(mirror_of(&mirrors, &hub, &ImageSource::Built), None);
+    }
+
+    #[test]
+    fn stand_ins_are_found_under_an_alias_of_docker_hub_s_names() {
+        let aliases = crate::env::image::Aliases::default();
+        let ecr = Reference::parse("public.ecr.aws/docker/library/debian:bookworm-slim").unwrap();
+        assert!(stand_in(&ecr).is_none());
+        let names = aliases.alternatives(&ecr);
+        assert_eq!(
+            kind(&names[0].to_string()).as_deref(),
+            Some("debian bookworm")
         );
     }
 
