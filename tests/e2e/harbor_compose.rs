@@ -1,6 +1,6 @@
 //! Harbor tasks as they are published (issue 37): a compose file that moves `main`'s build to
-//! the task's root (`context: ${CONTEXT_DIR}/..`, a Dockerfile that copies `app/`), under the
-//! sandbox and the docker backend; a hostile one whose context or Dockerfile leaves the task's
+//! the task's root (`context: ${CONTEXT_DIR}/..`, a Dockerfile that copies `app/`), beside a
+//! sidecar built from a Dockerfile of another name, under the sandbox and the docker backend; a hostile one whose context or Dockerfile leaves the task's
 //! folder; and bases named by ECR Public's copies of Docker Hub's official images
 //! (`public.ecr.aws/docker/library/...`, digest-pinned or not), served through a Docker Hub
 //! mirror under the built-in alias, with what was used recorded in each trial's `image`.
@@ -49,10 +49,16 @@ fn root_context_task(pack: &Path, name: &str) -> PathBuf {
         name,
         "FROM debian:bookworm-slim\nWORKDIR /app\nCOPY app/ /app/\nRUN chmod +x /app/greet.sh\n",
     );
+    // A sidecar built from a Dockerfile of another name, beside it.
     write(
         &dir.join("environment/docker-compose.yaml"),
         "services:\n  main:\n    build:\n      context: ${CONTEXT_DIR}/..\n      \
-         dockerfile: ${CONTEXT_DIR}/Dockerfile\n",
+         dockerfile: ${CONTEXT_DIR}/Dockerfile\n  helper:\n    build:\n      context: .\n      \
+         dockerfile: Dockerfile.helper\n",
+    );
+    write(
+        &dir.join("environment/Dockerfile.helper"),
+        "FROM debian:bookworm-slim\nCMD [\"sleep\", \"infinity\"]\n",
     );
     write(
         &dir.join("app/greet.sh"),
@@ -84,6 +90,8 @@ async fn main_s_build_moved_to_the_task_root_passes_with_the_oracle_and_fails_wi
         );
         let result = trial_result(&run_dir, "test-root-context__0");
         assert_eq!(result["outcome"], expected, "{model}: {result}");
+        let helper = run_dir.join("test-root-context__0/services/helper/agent/service.log");
+        assert!(helper.is_file(), "the sidecar did not run: {result}");
         let notes = result["notes"].to_string();
         assert!(!notes.contains("compose"), "{notes}");
     }
