@@ -270,6 +270,20 @@ async fn an_ecr_public_base_is_docker_hub_s_through_its_mirror_with_the_alias_re
         "{pinned}"
     );
 
+    // `geode image pull` asks under the alias too, into a store of its own.
+    let mut pull = super::common::geode_in(home.path());
+    let out = pull
+        .env("GEODE_IMAGES", home.path().join("pulled"))
+        .args(["image", "pull", ECR_DEBIAN])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.starts_with("docker.io/library/debian:bookworm-slim"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // No source serves the wrong pin, and a stand-in for a pin takes an explicit setting.
     let refused = trial_result(&run_dir, "test-ecr-wrong-pin__0");
     let text = refused.to_string();

@@ -59,28 +59,23 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<Exit> {
                 docker_config: None,
                 progress: Some(Arc::new(|line: &str| say!("geode: {line}"))),
             };
-            // The name asked for, then its registry aliases: the first that serves it wins.
-            let mut last = None;
-            let names =
-                std::iter::once(reference.clone()).chain(settings.aliases.alternatives(&reference));
-            for name in names {
-                match store.pull(&name, &opts).await {
+            // The name asked for, then its registry aliases: the first that serves it wins;
+            // each failure but the last is told as it happens, the last is the error.
+            let names: Vec<Reference> = std::iter::once(reference.clone())
+                .chain(settings.aliases.alternatives(&reference))
+                .collect();
+            for (i, name) in names.iter().enumerate() {
+                match store.pull(name, &opts).await {
                     Ok(image) => {
                         println!("{}", line(&image));
                         return Ok(Exit::Success);
                     }
-                    // Wrong bytes from a source are an answer, not an absence.
-                    Err(
-                        e @ (ImageError::DigestMismatch { .. } | ImageError::BadManifest { .. }),
-                    ) => return Err(e.into()),
-                    Err(e) => {
-                        say!("geode: {name}: {e}");
-                        last = Some(e);
+                    Err(e) if i + 1 < names.len() && !wrong_bytes(&e) => {
+                        say!("geode: {name}: {e}; trying {}", names[i + 1]);
                     }
+                    // Wrong bytes from a source are an answer, not an absence.
+                    Err(e) => return Err(e.into()),
                 }
-            }
-            if let Some(e) = last {
-                return Err(e.into());
             }
         }
         ImageCommand::Load { file } => {
@@ -136,5 +131,13 @@ fn line(image: &StoredImage) -> String {
         image.layers.len(),
         image.size_bytes as f64 / 1e6,
         geode_harness::env::describe_source(&image.source),
+    )
+}
+
+/// A source that served bytes other than the digest promised: never a reason to try another.
+fn wrong_bytes(e: &ImageError) -> bool {
+    matches!(
+        e,
+        ImageError::DigestMismatch { .. } | ImageError::BadManifest { .. }
     )
 }
