@@ -396,7 +396,13 @@ async fn harbor_shaped_tasks_score_as_harbor_scores_them() {
     .unwrap();
     // The engine holds the bases under their Docker Hub names; the fixtures name them as
     // public tasks do.
-    for (held, named) in [("python:3.11-slim-bookworm", "python:3.11-slim")] {
+    for (held, named) in [
+        ("python:3.11-slim-bookworm", "python:3.11-slim"),
+        (
+            "debian:bookworm-slim",
+            "public.ecr.aws/docker/library/debian:bookworm-slim",
+        ),
+    ] {
         let tagged = engine.docker().args(["tag", held, named]).status().unwrap();
         assert!(tagged.success(), "docker tag {held} {named}");
     }

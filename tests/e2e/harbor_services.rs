@@ -192,7 +192,9 @@ pathlib.Path("/logs/verifier/reward.txt").write_text("1\n")"#,
          ENTRYPOINT [\"sh\", \"-c\", \"echo cannot bind port $((40 + 40)) >&2; exit 3\"]\n",
     );
     let jobs = dir.path().join("jobs");
-    let (_, run_dir) = run_model_with(geode_in(dir.path()), &pack, &jobs, "oracle", &[]);
+    // Its one trial never reached its agent: the run measured nothing (exit 8).
+    let (_, run_dir) =
+        super::common::run_model_ending(geode_in(dir.path()), &pack, &jobs, "oracle", &[], 8);
     let result = trial_result(&run_dir, "test-entry-fails__0");
     assert_eq!(result["outcome"], "environment_setup_failed", "{result}");
     let message = result["exception_info"]["exception_message"].to_string();

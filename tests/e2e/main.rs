@@ -20,6 +20,7 @@ mod docker;
 mod dockerd;
 mod exec;
 mod harbor;
+mod harbor_compose;
 mod harbor_services;
 mod hook_events;
 mod images;

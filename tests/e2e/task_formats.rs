@@ -47,6 +47,11 @@ fn suite(pack: &Path) {
         "schema_version = \"2.0\"\n[task]\nname = \"formats/v2-schema\"\n\
          [environment]\nnetwork_mode = \"no-network\"\n",
     );
+    // Named as that suite names every base: ECR Public's copy of Docker Hub's official image.
+    write(
+        &pack.join("schema/environment/Dockerfile"),
+        "FROM public.ecr.aws/docker/library/debian:bookworm-slim\n",
+    );
     task(
         pack,
         "gpu",
@@ -78,6 +83,8 @@ fn a_suite_of_2_0_tasks_is_checked_before_it_runs_then_runs_as_in_harbor() {
         "broken: refused: ",
         "timeout_sec",
         "docker.io/library/debian:bookworm-slim: ",
+        "public.ecr.aws/docker/library/debian:bookworm-slim: in the image store as \
+         docker.io/library/debian:bookworm-slim",
         "4 tasks: 1 as in Harbor, 1 with differences, 2 refused",
     ] {
         assert!(text.contains(says), "{says:?} not in:\n{text}");
@@ -119,6 +126,12 @@ fn a_suite_of_2_0_tasks_is_checked_before_it_runs_then_runs_as_in_harbor() {
             format!("sha256:{}", result["task_checksum"].as_str().unwrap()),
         );
         assert_eq!(lock["agent"]["model_name"], "oracle", "{lock}");
+        if trial == "formats-v2-schema__0" {
+            assert_eq!(
+                result["image"]["alias"], "docker.io/library/debian:bookworm-slim",
+                "{result}"
+            );
+        }
         assert_eq!(lock["verifier"]["environment_mode"], "shared", "{lock}");
     }
 }

@@ -224,6 +224,7 @@ pub async fn stored_base(reference: &str) -> StoredImage {
     let spec = EnvironmentSpec {
         task_name: "test/base".into(),
         environment_dir: PathBuf::from("/nonexistent"),
+        build: None,
         network: NetworkPolicy::Off,
         cpus: None,
         memory_mb: None,

@@ -8,60 +8,100 @@ use anyhow::{Context, bail};
 use geode_harness::env::Backend;
 use geode_harness::env::docker::DockerBackend;
 use geode_harness::env::host::HostBackend;
+use geode_harness::env::image::Aliases;
 use geode_harness::env::kind::BackendKind;
 use geode_harness::env::sandbox::{BaseMode, Progress, SandboxBackend, SandboxConfig};
 
-/// Where images live and which registries mirror which: `[images]` in
-/// `$GEODE_HOME/config.toml` (`store = "/path"`, `mirrors = { "docker.io" = "http://..." }`),
-/// with `GEODE_IMAGES` overriding the store.
+/// Where images live, which registries mirror which, which repositories are other names of
+/// which, and whether a stand-in may take a digest pin's place: `[images]` in
+/// `$GEODE_HOME/config.toml` (`store = "/path"`, `mirrors = { "docker.io" = "http://..." }`,
+/// `aliases = { "REGISTRY/PREFIX" = "REGISTRY/PREFIX" }`, `stand_in_pinned = true`), with
+/// `GEODE_IMAGES` overriding the store.
 #[derive(Debug, Clone)]
 pub struct ImageSettings {
     pub store: PathBuf,
     pub mirrors: BTreeMap<String, String>,
+    /// The built-in rule (ECR Public's `docker/library` is Docker Hub's `library`) and the
+    /// file's.
+    pub aliases: Aliases,
+    pub stand_in_pinned: bool,
 }
 
 impl ImageSettings {
     pub fn load() -> anyhow::Result<Self> {
         let home = super::exec::geode_home();
-        let mut settings = ImageSettings {
-            store: home.join("images"),
-            mirrors: BTreeMap::new(),
-        };
         let file = home.join("config.toml");
-        if file.is_file() {
+        let mut settings = if file.is_file() {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("reading {}", file.display()))?;
             let table: toml::Table =
                 toml::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
-            if let Some(images) = table.get("images") {
-                let Some(images) = images.as_table() else {
-                    bail!("{}: [images] must be a table", file.display());
-                };
-                for (key, value) in images {
-                    match (key.as_str(), value) {
-                        ("store", toml::Value::String(s)) => settings.store = PathBuf::from(s),
-                        ("mirrors", toml::Value::Table(m)) => {
-                            for (registry, url) in m {
-                                let Some(url) = url.as_str() else {
-                                    bail!(
-                                        "{}: images.mirrors.{registry} must be a URL string",
-                                        file.display()
-                                    );
-                                };
-                                settings.mirrors.insert(registry.clone(), url.to_string());
-                            }
-                        }
-                        (other, _) => bail!(
-                            "{}: images.{other}: unknown or mistyped (store = \"PATH\", \
-                             mirrors = {{ REGISTRY = \"URL\" }})",
-                            file.display()
-                        ),
-                    }
-                }
-            }
-        }
+            ImageSettings::from_table(&table, &file, home.join("images"))?
+        } else {
+            ImageSettings::defaults(home.join("images"))
+        };
         if let Some(store) = std::env::var_os("GEODE_IMAGES") {
             settings.store = PathBuf::from(store);
+        }
+        Ok(settings)
+    }
+
+    fn defaults(store: PathBuf) -> Self {
+        ImageSettings {
+            store,
+            mirrors: BTreeMap::new(),
+            aliases: Aliases::default(),
+            stand_in_pinned: false,
+        }
+    }
+
+    /// The `[images]` table of `file`'s `table` (the defaults when it has none); a key that
+    /// is unknown or of the wrong type is an error naming the file and the key.
+    fn from_table(table: &toml::Table, file: &Path, store: PathBuf) -> anyhow::Result<Self> {
+        let mut settings = ImageSettings::defaults(store);
+        let Some(images) = table.get("images") else {
+            return Ok(settings);
+        };
+        let Some(images) = images.as_table() else {
+            bail!("{}: [images] must be a table", file.display());
+        };
+        for (key, value) in images {
+            match (key.as_str(), value) {
+                ("store", toml::Value::String(s)) => settings.store = PathBuf::from(s),
+                ("mirrors", toml::Value::Table(m)) => {
+                    for (registry, url) in m {
+                        let Some(url) = url.as_str() else {
+                            bail!(
+                                "{}: images.mirrors.{registry} must be a URL string",
+                                file.display()
+                            );
+                        };
+                        settings.mirrors.insert(registry.clone(), url.to_string());
+                    }
+                }
+                ("aliases", toml::Value::Table(m)) => {
+                    for (from, to) in m {
+                        let Some(to) = to.as_str() else {
+                            bail!(
+                                "{}: images.aliases.\"{from}\" must be a registry and \
+                                 repository prefix string (\"docker.io/library\")",
+                                file.display()
+                            );
+                        };
+                        settings.aliases =
+                            settings.aliases.clone().with(from, to).with_context(|| {
+                                format!("{}: images.aliases.\"{from}\"", file.display())
+                            })?;
+                    }
+                }
+                ("stand_in_pinned", toml::Value::Boolean(yes)) => settings.stand_in_pinned = *yes,
+                (other, _) => bail!(
+                    "{}: images.{other}: unknown or mistyped (store = \"PATH\", \
+                     mirrors = {{ REGISTRY = \"URL\" }}, aliases = {{ \"REGISTRY/PREFIX\" = \
+                     \"REGISTRY/PREFIX\" }}, stand_in_pinned = true|false)",
+                    file.display()
+                ),
+            }
         }
         Ok(settings)
     }
@@ -166,6 +206,8 @@ pub fn make_with_base(
             let mut config = SandboxConfig::new(exe, &scratch, images.store);
             config.trial_ca_bundle = trial_ca_bundle(&scratch)?;
             config.mirrors = images.mirrors;
+            config.aliases = images.aliases;
+            config.stand_in_pinned = images.stand_in_pinned;
             config.base = base;
             config.progress = stderr_progress();
             config.hide.push(jobs);
@@ -178,5 +220,61 @@ pub fn make_with_base(
             bail!("the host backend runs tasks without isolation: pass --allow-host to use it")
         }
         BackendKind::Docker => Ok(Arc::new(DockerBackend::connect()?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(text: &str) -> anyhow::Result<ImageSettings> {
+        let table: toml::Table = toml::from_str(text).unwrap();
+        ImageSettings::from_table(&table, Path::new("config.toml"), PathBuf::from("/s"))
+    }
+
+    #[test]
+    fn images_aliases_add_to_the_built_in_rule_and_stand_ins_for_pins_are_off_by_default() {
+        let defaults = parsed("").unwrap();
+        assert_eq!(defaults.aliases, Aliases::default());
+        assert!(!defaults.stand_in_pinned);
+        let s = parsed(
+            "[images]\naliases = { \"mirror.gcr.io/library\" = \"docker.io/library\" }\n\
+             stand_in_pinned = true\n",
+        )
+        .unwrap();
+        assert!(s.stand_in_pinned);
+        let rules = s.aliases.describe();
+        assert_eq!(
+            rules,
+            [
+                "public.ecr.aws/docker/library <-> docker.io/library",
+                "mirror.gcr.io/library <-> docker.io/library",
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_images_settings_name_the_file_and_key() {
+        for (text, names) in [
+            (
+                "[images]\naliases = { \"library\" = \"docker.io/library\" }\n",
+                "images.aliases.\"library\"",
+            ),
+            (
+                "[images]\naliases = { \"x.io/a\" = 3 }\n",
+                "images.aliases.\"x.io/a\"",
+            ),
+            (
+                "[images]\nstand_in_pinned = \"yes\"\n",
+                "images.stand_in_pinned",
+            ),
+            ("[images]\nalias = {}\n", "images.alias"),
+        ] {
+            let err = format!("{:#}", parsed(text).unwrap_err());
+            assert!(
+                err.starts_with("config.toml: ") && err.contains(names),
+                "{text}: {err}"
+            );
+        }
     }
 }

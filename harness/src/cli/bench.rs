@@ -65,6 +65,8 @@ fn backend(store: PathBuf, state: &std::path::Path) -> anyhow::Result<SandboxBac
     let settings = ImageSettings::load()?;
     let mut config = SandboxConfig::new(exe, state, store);
     config.mirrors = settings.mirrors;
+    config.aliases = settings.aliases;
+    config.stand_in_pinned = settings.stand_in_pinned;
     config.progress = super::backends::stderr_progress();
     Ok(SandboxBackend::new(config)?)
 }
@@ -194,6 +196,7 @@ async fn bench_image(
     let spec = EnvironmentSpec {
         task_name: "bench".into(),
         environment_dir: scratch.to_path_buf(),
+        build: None,
         network: NetworkPolicy::Off,
         cpus: None,
         memory_mb: None,

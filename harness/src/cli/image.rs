@@ -6,13 +6,15 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Subcommand;
-use geode_harness::env::image::{ImageStore, PullOptions, Reference, StoredImage};
+use geode_harness::env::image::{ImageError, ImageStore, PullOptions, Reference, StoredImage};
 
 use super::backends::ImageSettings;
 
 #[derive(Debug, Subcommand)]
 pub enum ImageCommand {
-    /// Pull an image from its registry (through the configured mirrors first).
+    /// Pull an image from its registry (through the configured mirrors first), else under a
+    /// registry alias of its name (`[images] aliases`, ECR Public's `docker/library` for
+    /// Docker Hub's official images).
     Pull {
         /// The image reference (`debian:bookworm-slim`, `REGISTRY/NAME@sha256:...`).
         reference: String,
@@ -57,8 +59,24 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<Exit> {
                 docker_config: None,
                 progress: Some(Arc::new(|line: &str| say!("geode: {line}"))),
             };
-            let image = store.pull(&reference, &opts).await?;
-            println!("{}", line(&image));
+            // The name asked for, then its registry aliases: the first that serves it wins;
+            // each failure but the last is told as it happens, the last is the error.
+            let names: Vec<Reference> = std::iter::once(reference.clone())
+                .chain(settings.aliases.alternatives(&reference))
+                .collect();
+            for (i, name) in names.iter().enumerate() {
+                match store.pull(name, &opts).await {
+                    Ok(image) => {
+                        println!("{}", line(&image));
+                        return Ok(Exit::Success);
+                    }
+                    Err(e) if i + 1 < names.len() && !wrong_bytes(&e) => {
+                        say!("geode: {name}: {e}; trying {}", names[i + 1]);
+                    }
+                    // Wrong bytes from a source are an answer, not an absence.
+                    Err(e) => return Err(e.into()),
+                }
+            }
         }
         ImageCommand::Load { file } => {
             let loaded = tokio::task::spawn_blocking(move || store.load(&file)).await??;
@@ -113,5 +131,13 @@ fn line(image: &StoredImage) -> String {
         image.layers.len(),
         image.size_bytes as f64 / 1e6,
         geode_harness::env::describe_source(&image.source),
+    )
+}
+
+/// A source that served bytes other than the digest promised: never a reason to try another.
+fn wrong_bytes(e: &ImageError) -> bool {
+    matches!(
+        e,
+        ImageError::DigestMismatch { .. } | ImageError::BadManifest { .. }
     )
 }

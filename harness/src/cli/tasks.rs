@@ -209,7 +209,13 @@ fn check(pack: &Path, json: bool) -> anyhow::Result<Exit> {
     } else {
         None
     };
-    let checks = preflight::check_pack(pack, store.as_ref(), &settings.mirrors)?;
+    let rules = geode_harness::env::SourceRules {
+        store: store.as_ref(),
+        mirrors: &settings.mirrors,
+        aliases: &settings.aliases,
+        stand_in_pinned: settings.stand_in_pinned,
+    };
+    let checks = preflight::check_pack(pack, &rules)?;
     let refused = checks.iter().filter(|c| c.refused.is_some()).count();
     let differing = checks
         .iter()

@@ -1,14 +1,19 @@
 //! Base images: where the image a task names comes from.
 //!
-//! In order: the image store (pulled, loaded or bootstrapped before), a registry (through the
-//! configured mirrors first), and, only for Debian-family references that a registry cannot
-//! serve here, an equivalent built from the Debian archive: `debian:SUITE[-slim]` by driving
+//! A reference is asked for under each of its names: the one written, then its registry
+//! aliases ([`super::image::Aliases`]: ECR Public's `docker/library` is Docker Hub's official
+//! images). In order: the image store (pulled, loaded or bootstrapped before), the mirrors, the
+//! registries themselves, and, only for Debian-family references that no source can serve
+//! here, an equivalent built from the Debian archive: `debian:SUITE[-slim]` by driving
 //! the host's apt into a new root ([`super::bootstrap`]), `python:3.X[-slim]` as that base plus
 //! Debian's Python where the suite's Python is 3.X. Such an image is recorded as bootstrapped
-//! and every result that uses it says so. Anything else that cannot be had is
-//! [`EnvError::Unsupported`] naming the reference and the command that would load it: never a
-//! silent stand-in.
+//! and every result that uses it says so. A reference pinned by digest is honoured exactly:
+//! whichever source serves it is verified against the pin, and a stand-in (which is not the
+//! pinned image) is used only under `[images] stand_in_pinned = true`, each result saying the
+//! pin was not honoured. Anything else that cannot be had is [`EnvError::Unsupported`] naming
+//! the reference and the command that would load it: never a silent stand-in.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +25,9 @@ use super::dockerfile;
 use super::image::{ImageConfig, ImageSource, ImageStore, PullOptions, Reference, StoredImage};
 use super::protocol::Network;
 use super::sandbox::{Launch, SandboxBackend};
-use super::{EnvError, EnvironmentSpec, GroupNetwork, ImageRoot, NetworkPolicy};
+use super::{
+    BaseOrigin, DigestPin, EnvError, EnvironmentSpec, GroupNetwork, ImageRoot, NetworkPolicy,
+};
 
 /// How long the finishing run of a Debian bootstrap (dpkg configuring ~100 packages) may take.
 const FINISH_TIMEOUT: Duration = Duration::from_secs(1200);
@@ -55,55 +62,138 @@ impl<'a> Bases<'a> {
         (self.backend.config().progress.0)(line);
     }
 
-    /// The image `raw` names, as a stage base.
+    /// The image `raw` names, as a stage base: asked for under each of its names (the named
+    /// one, then its registry aliases) in the store, then from the mirrors, then from the
+    /// registries themselves; only then, for a Debian-family name, a bootstrap standing in.
     pub(crate) async fn resolve(&self, raw: &str) -> Result<Built, EnvError> {
         let reference = Reference::parse(raw).map_err(|e| EnvError::SetupFailed {
             step: format!("FROM {raw}"),
             message: e.to_string(),
         })?;
-        if let Some(image) = self.store.get(&reference).map_err(image_error)? {
-            return Ok(Built::from_image(raw, &image, stand_in_notes(&image)));
-        }
-        let opts = PullOptions {
-            mirrors: self.backend.config().mirrors.clone(),
-            docker_config: None,
-            progress: Some(Arc::clone(&self.backend.config().progress.0)),
+        let config = self.backend.config();
+        let names: Vec<Reference> = std::iter::once(reference.clone())
+            .chain(config.aliases.alternatives(&reference))
+            .collect();
+        let origin = |name: &Reference, image: &StoredImage| BaseOrigin {
+            alias: (name != &reference).then(|| name.to_string()),
+            mirror: mirror_of(&config.mirrors, name, &image.source),
+            stand_in: matches!(image.source, ImageSource::Bootstrapped { .. }),
+            pin: reference.digest().map(|digest| DigestPin {
+                digest: digest.to_string(),
+                honoured: true,
+            }),
         };
-        let pull_error = match self.store.pull(&reference, &opts).await {
-            Ok(image) => return Ok(Built::from_image(raw, &image, Vec::new())),
-            // A registry that served the wrong bytes is not "unavailable": never fall back.
-            Err(
-                e @ (super::image::ImageError::DigestMismatch { .. }
-                | super::image::ImageError::BadManifest { .. }),
-            ) => {
-                return Err(EnvError::SetupFailed {
-                    step: format!("pull {reference}"),
-                    message: e.to_string(),
-                });
+        for name in &names {
+            if let Some(image) = self.store.get(name).map_err(image_error)? {
+                let origin = origin(name, &image);
+                return Ok(Built::from_image(
+                    raw,
+                    &image,
+                    stand_in_notes(&image),
+                    origin,
+                ));
             }
-            Err(e) => e,
+        }
+        let mut failures = Vec::new();
+        // Every name's mirror before any registry: where Docker Hub is out of reach, its
+        // mirror is what serves an alias of its names.
+        for with_registry in [false, true] {
+            for name in &names {
+                if !with_registry && !config.mirrors.contains_key(name.registry()) {
+                    continue;
+                }
+                let opts = PullOptions {
+                    mirrors: if with_registry {
+                        Default::default()
+                    } else {
+                        config.mirrors.clone()
+                    },
+                    docker_config: None,
+                    progress: Some(Arc::clone(&config.progress.0)),
+                };
+                match self.store.pull_via(name, &opts, with_registry).await {
+                    Ok(image) => {
+                        let origin = origin(name, &image);
+                        return Ok(Built::from_image(raw, &image, Vec::new(), origin));
+                    }
+                    // A source that served the wrong bytes is not "unavailable": never fall
+                    // back.
+                    Err(
+                        e @ (super::image::ImageError::DigestMismatch { .. }
+                        | super::image::ImageError::BadManifest { .. }),
+                    ) => {
+                        return Err(EnvError::SetupFailed {
+                            step: format!("pull {name}"),
+                            message: e.to_string(),
+                        });
+                    }
+                    Err(e) => failures.push(e.to_string()),
+                }
+            }
+        }
+        let failures = failures.join("; ");
+        let Some((name, kind)) = names
+            .iter()
+            .find_map(|name| stand_in(name).map(|kind| (name, kind)))
+        else {
+            return Err(EnvError::Unsupported(format!(
+                "image {raw} cannot be had: {failures}{}. Load it with `geode image load FILE` \
+                 (a `docker save` tarball or an OCI layout), or set a registry mirror in \
+                 [images] mirrors",
+                names
+                    .iter()
+                    .map(unbootstrappable_hint)
+                    .find(|h| !h.is_empty())
+                    .unwrap_or_default()
+            )));
         };
-        let image = match stand_in(&reference) {
-            Some(StandIn::Debian(suite)) => self.bootstrap_debian(&reference, &suite).await?,
-            Some(StandIn::Python {
+        let pin = match reference.digest() {
+            None => None,
+            Some(digest) if config.stand_in_pinned => Some(DigestPin {
+                digest: digest.to_string(),
+                honoured: false,
+            }),
+            Some(digest) => {
+                return Err(EnvError::Unsupported(format!(
+                    "image {raw} is pinned by digest, and no source serves {digest} \
+                     ({failures}). A bootstrap from the Debian archive could stand in for {}, \
+                     but it is not the pinned image: set [images] stand_in_pinned = true to \
+                     accept it (every result says so), or load the image with `geode image \
+                     load FILE`",
+                    name.without_digest()
+                )));
+            }
+        };
+        // A stand-in is filed under the name it stands in for, never under a digest it is not.
+        let unpinned = name.without_digest();
+        let image = match kind {
+            StandIn::Debian(suite) => self.bootstrap_debian(&unpinned, &suite).await?,
+            StandIn::Python {
                 suite,
                 version,
                 extras,
                 workdir,
-            }) => {
-                self.bootstrap_python(&reference, &suite, &version, extras, workdir)
+            } => {
+                self.bootstrap_python(&unpinned, &suite, &version, extras, workdir)
                     .await?
             }
-            None => {
-                return Err(EnvError::Unsupported(format!(
-                    "image {raw} cannot be had: {pull_error}{}. Load it with `geode image load \
-                     FILE` (a `docker save` tarball or an OCI layout), or set a registry mirror \
-                     in [images] mirrors",
-                    unbootstrappable_hint(&reference)
-                )));
-            }
         };
-        Ok(Built::from_image(raw, &image, stand_in_notes(&image)))
+        let mut notes = stand_in_notes(&image);
+        if let Some(pin) = &pin {
+            notes.push(format!(
+                "{raw}: the digest pin {} was not honoured: no source serves it, and \
+                 [images] stand_in_pinned let a stand-in ({}) take its place",
+                pin.digest,
+                describe(&image.source)
+            ));
+        }
+        let origin = BaseOrigin {
+            alias: (name != &reference).then(|| unpinned.to_string()),
+            mirror: None,
+            stand_in: true,
+            pin,
+        };
+        Ok(Built::from_image(raw, &image, notes, origin))
     }
 
     /// One bootstrap per suite at a time across processes; the loser of a race finds the
@@ -287,6 +377,7 @@ impl<'a> Bases<'a> {
         let spec = EnvironmentSpec {
             task_name: reference.to_string(),
             environment_dir: self.store.root().to_path_buf(),
+            build: None,
             network: NetworkPolicy::Public,
             cpus: None,
             memory_mb: None,
@@ -355,6 +446,19 @@ impl<'a> Bases<'a> {
     }
 }
 
+/// The mirror (its base URL) `source` names, when it is one of `name`'s registry's mirrors.
+fn mirror_of(
+    mirrors: &BTreeMap<String, String>,
+    name: &Reference,
+    source: &ImageSource,
+) -> Option<String> {
+    let ImageSource::Pulled { registry_url } = source else {
+        return None;
+    };
+    let mirror = mirrors.get(name.registry())?.trim_end_matches('/');
+    (mirror == registry_url.trim_end_matches('/')).then(|| mirror.to_string())
+}
+
 fn build_id(parts: &[&str]) -> String {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
@@ -383,52 +487,91 @@ fn python_version(layers: &[PathBuf]) -> Option<String> {
 }
 
 /// What a bootstrapped image differs in from the official one it stands in for.
-/// Where `FROM raw` will come from, said before anything is fetched (`geode tasks check`): the
-/// store's copy, else the registry (through a configured mirror), and what stands in when that
-/// registry cannot be reached, or that nothing can.
-pub fn source_plan(
-    raw: &str,
-    store: Option<&ImageStore>,
-    mirrors: &std::collections::BTreeMap<String, String>,
-) -> String {
+/// What `geode tasks check` knows of where images come from: the store, its mirrors, its
+/// registry aliases and whether a stand-in may replace a digest-pinned base.
+pub struct SourceRules<'a> {
+    pub store: Option<&'a ImageStore>,
+    pub mirrors: &'a std::collections::BTreeMap<String, String>,
+    pub aliases: &'a super::image::Aliases,
+    pub stand_in_pinned: bool,
+}
+
+/// Where `FROM raw` will come from, said before anything is fetched (`geode tasks check`), in
+/// the order a build asks: the store's copy under any of its names, else the registries
+/// (through a mirror), and what stands in when they cannot be reached, or that nothing can.
+pub fn source_plan(raw: &str, rules: &SourceRules<'_>) -> String {
     let reference = match Reference::parse(raw) {
         Ok(reference) => reference,
         Err(e) => return format!("FROM {raw}: refused: {e}"),
     };
-    if let Some(image) = store.and_then(|s| s.get(&reference).ok().flatten()) {
-        return format!(
-            "{reference}: in the image store ({})",
-            describe(&image.source)
-        );
-    }
-    let registry = reference.registry();
-    let from = match mirrors.get(registry) {
-        Some(mirror) => format!("pulled from {registry} through the mirror {mirror}"),
-        None => format!("pulled from {registry}"),
+    let names: Vec<Reference> = std::iter::once(reference.clone())
+        .chain(rules.aliases.alternatives(&reference))
+        .collect();
+    let also = |name: &Reference| {
+        if name == &reference {
+            String::new()
+        } else {
+            format!(" as {name}")
+        }
     };
-    match stand_in(&reference) {
-        Some(StandIn::Debian(suite)) => format!(
-            "{reference}: {from}; if it cannot be reached, bootstrapped from the Debian archive \
-             ({}), not the official image, and every result says so",
-            suite.suite
-        ),
-        Some(StandIn::Python {
+    for name in &names {
+        if let Some(image) = rules.store.and_then(|s| s.get(name).ok().flatten()) {
+            return format!(
+                "{reference}: in the image store{} ({})",
+                also(name),
+                describe(&image.source)
+            );
+        }
+    }
+    let from: Vec<String> = names
+        .iter()
+        .map(|name| {
+            let registry = name.registry();
+            match rules.mirrors.get(registry) {
+                Some(mirror) => format!("{registry} (mirror {mirror})"),
+                None => registry.to_string(),
+            }
+        })
+        .collect();
+    let from = format!("pulled from {}", from.join(", then "));
+    let Some((name, kind)) = names
+        .iter()
+        .find_map(|name| stand_in(name).map(|kind| (name, kind)))
+    else {
+        return format!(
+            "{reference}: {from}; nothing stands in for it{}, so the task cannot run without \
+             those registries: `geode image load FILE` or an [images] mirror",
+            unbootstrappable_hint(&reference)
+        );
+    };
+    let what = match kind {
+        StandIn::Debian(suite) => {
+            format!("a bootstrap from the Debian archive ({})", suite.suite)
+        }
+        StandIn::Python {
             suite,
             version,
             workdir,
             ..
-        }) => format!(
-            "{reference}: {from}; if it cannot be reached, Debian {}'s python3 {version}{} \
-             stands in, not the official image, and every result says so",
+        } => format!(
+            "Debian {}'s python3 {version}{}",
             suite.suite,
             workdir
                 .map(|w| format!(" (WORKDIR {w})"))
                 .unwrap_or_default()
         ),
-        None => format!(
-            "{reference}: {from}; nothing stands in for it{}, so the task cannot run without \
-             that registry: `geode image load FILE` or an [images] mirror",
-            unbootstrappable_hint(&reference)
+    };
+    match reference.digest() {
+        Some(digest) if !rules.stand_in_pinned => format!(
+            "{reference}: {from}; pinned to {digest}, so {what} would stand in{} only with \
+             [images] stand_in_pinned = true: otherwise the task cannot run without those \
+             registries",
+            also(name)
+        ),
+        _ => format!(
+            "{reference}: {from}; if they cannot be reached, {what} stands in{}, not the \
+             official image, and every result says so",
+            also(name)
         ),
     }
 }
@@ -562,6 +705,38 @@ mod tests {
         assert_eq!(
             kind("ghcr.io/laude-institute/t-bench/ubuntu-24-04:latest"),
             None
+        );
+    }
+
+    #[test]
+    fn a_pull_s_mirror_is_named_only_when_it_is_the_name_s_registry_s_mirror() {
+        let mirrors = BTreeMap::from([("docker.io".to_string(), "http://m:5000/".to_string())]);
+        let hub = Reference::parse("debian:bookworm-slim").unwrap();
+        let ecr = Reference::parse("public.ecr.aws/docker/library/debian:bookworm-slim").unwrap();
+        let pulled = |url: &str| ImageSource::Pulled {
+            registry_url: url.into(),
+        };
+        assert_eq!(
+            mirror_of(&mirrors, &hub, &pulled("http://m:5000")).as_deref(),
+            Some("http://m:5000")
+        );
+        assert_eq!(
+            mirror_of(&mirrors, &hub, &pulled("https://registry-1.docker.io")),
+            None
+        );
+        assert_eq!(mirror_of(&mirrors, &ecr, &pulled("http://m:5000")), None);
+        assert_eq!(mirror_of(&mirrors, &hub, &ImageSource::Built), None);
+    }
+
+    #[test]
+    fn stand_ins_are_found_under_an_alias_of_docker_hub_s_names() {
+        let aliases = crate::env::image::Aliases::default();
+        let ecr = Reference::parse("public.ecr.aws/docker/library/debian:bookworm-slim").unwrap();
+        assert!(stand_in(&ecr).is_none());
+        let names = aliases.alternatives(&ecr);
+        assert_eq!(
+            kind(&names[0].to_string()).as_deref(),
+            Some("debian bookworm")
         );
     }
 

@@ -59,6 +59,7 @@ impl Backend for HostBackend {
                  not remapped"
                     .into(),
             ],
+            origin: Default::default(),
             cache_hit: false,
             build_duration: std::time::Duration::ZERO,
         })

@@ -19,8 +19,13 @@ use tokio_util::sync::CancellationToken;
 pub struct EnvironmentSpec {
     /// `org/name`, for messages and cache keys.
     pub task_name: String,
-    /// The task's `environment/` folder: the Dockerfile and its build context.
+    /// The task's `environment/` folder: the Dockerfile and its build context, unless `build`
+    /// moves them.
     pub environment_dir: PathBuf,
+    /// Where a compose file's `build:` moves the context and the Dockerfile (checked, when the
+    /// file was read, to lie inside the task's folder); `None`: `environment_dir` and its
+    /// `Dockerfile`. `environment_dir` stays what the host backend copies as the workspace.
+    pub build: Option<BuildSource>,
     /// What the trial may reach. Builds always have the network, as `docker build` does.
     pub network: NetworkPolicy,
     pub cpus: Option<f64>,
@@ -41,6 +46,32 @@ pub struct EnvironmentSpec {
     pub build_log: Option<PathBuf>,
     /// The compose group this sandbox belongs to; the default is a trial of its own.
     pub group: GroupNetwork,
+}
+
+impl EnvironmentSpec {
+    /// The folder a build's COPY and ADD read from.
+    pub fn context(&self) -> &Path {
+        self.build
+            .as_ref()
+            .map_or(self.environment_dir.as_path(), |b| b.context.as_path())
+    }
+
+    /// The Dockerfile the image is built from.
+    pub fn dockerfile(&self) -> PathBuf {
+        match &self.build {
+            Some(build) => build.dockerfile.clone(),
+            None => self.environment_dir.join("Dockerfile"),
+        }
+    }
+}
+
+/// A build's context folder and Dockerfile when a compose file names them (Harbor's
+/// `build: { context: ${CONTEXT_DIR}/.., dockerfile: ... }`): both absolute, both inside the
+/// task's folder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuildSource {
+    pub context: PathBuf,
+    pub dockerfile: PathBuf,
 }
 
 /// How the sandboxes of one compose group share a network, as a pod's containers do: one
@@ -119,8 +150,35 @@ pub struct PreparedImage {
     /// What the trial's metadata should say about the image (ignored instructions, a stand-in's
     /// differences from the official image).
     pub notes: Vec<String>,
+    /// How the base was had beyond `source`: the alias, the mirror, the stand-in, the pin.
+    pub origin: BaseOrigin,
     pub cache_hit: bool,
     pub build_duration: Duration,
+}
+
+/// How a base image was had, as a trial's `image` metadata records it: which of its names
+/// served it, through which mirror, whether a bootstrap stood in for it, and whether its
+/// digest pin was honoured. The default says nothing beyond the image's `source`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct BaseOrigin {
+    /// The name that served the image, when it is a registry alias of the one named
+    /// (`docker.io/library/debian:bookworm-slim` for
+    /// `public.ecr.aws/docker/library/debian:bookworm-slim`).
+    pub alias: Option<String>,
+    /// The mirror (its base URL) that served the pull, when one did.
+    pub mirror: Option<String>,
+    /// A bootstrap from the Debian archive stood in for the image named.
+    pub stand_in: bool,
+    /// The digest the name pinned, when it pinned one.
+    pub pin: Option<DigestPin>,
+}
+
+/// A digest pin, and whether the image used is that image.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct DigestPin {
+    pub digest: String,
+    /// `false` only for a stand-in under `[images] stand_in_pinned = true`.
+    pub honoured: bool,
 }
 
 /// Failures of an environment: infrastructure, except [`EnvError::BrokenFromInside`].
@@ -301,7 +359,7 @@ pub mod sandbox;
 mod steps;
 pub mod vault;
 
-pub use base::{describe as describe_source, source_plan};
+pub use base::{SourceRules, describe as describe_source, source_plan};
 pub use host::HostBackend;
 pub use sandbox::{BaseMode, Progress, SandboxBackend, SandboxConfig, SandboxHandle};
 pub use sandbox::{SandboxWorkspace, protocol, workspace};

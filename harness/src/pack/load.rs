@@ -133,7 +133,7 @@ impl Task {
             verifier.resolve_sizes("verifier.environment", &toml_path)?;
             verifier.validate_resources("verifier.environment", &toml_path)?;
         }
-        let compose = compose::load(&dir.join("environment")).map_err(|e| match e {
+        let mut compose = compose::load(dir, &config.environment.env).map_err(|e| match e {
             ComposeError::Io { path, source } => PackError::Io { path, source },
             ComposeError::Invalid {
                 path,
@@ -144,18 +144,26 @@ impl Task {
                 message: format!("{field}: {message}"),
             },
         })?;
+        if let Some(c) = compose.as_mut()
+            && c.main.build.is_some()
+            && config.environment.docker_image.is_some()
+        {
+            c.notes.push(
+                "compose: services.main.build is not used: task.toml's [environment] \
+                 docker_image names the image"
+                    .into(),
+            );
+        }
         let dockerfile = dir.join("environment").join("Dockerfile");
+        let main = compose.as_ref().map(|c| &c.main);
         if !dockerfile.is_file()
             && config.environment.docker_image.is_none()
-            && compose
-                .as_ref()
-                .and_then(|c| c.main.image.as_ref())
-                .is_none()
+            && main.is_none_or(|m| m.image.is_none() && m.build.is_none())
         {
             return Err(invalid(
                 &dockerfile,
                 "missing: environment/ needs a Dockerfile, or task.toml an [environment] \
-                 docker_image, or docker-compose.yaml an image for `main`",
+                 docker_image, or docker-compose.yaml a build or an image for `main`",
             ));
         }
         let folder = dir

@@ -4,12 +4,11 @@
 //! what it refuses. People bringing a suite written for Harbor read this instead of finding out
 //! trial by trial.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::{PackError, Task, TaskConfig, TaskPack};
+use crate::env::SourceRules;
 use crate::env::dockerfile::{self, Instruction};
-use crate::env::image::ImageStore;
 
 /// One task's findings.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,18 +24,14 @@ pub struct TaskCheck {
     pub differences: Vec<String>,
 }
 
-/// Every task of the pack at `root`, loaded as a trial would load it; `store` is the image
-/// store a run would use (absent: nothing is taken as stored), `mirrors` its registry mirrors.
-pub fn check_pack(
-    root: &Path,
-    store: Option<&ImageStore>,
-    mirrors: &BTreeMap<String, String>,
-) -> Result<Vec<TaskCheck>, PackError> {
+/// Every task of the pack at `root`, loaded as a trial would load it; `images` are the rules a
+/// run would take its base images by (its store, mirrors, aliases).
+pub fn check_pack(root: &Path, images: &SourceRules<'_>) -> Result<Vec<TaskCheck>, PackError> {
     let pack = TaskPack::load(root)?;
     let mut out: Vec<TaskCheck> = pack
         .tasks
         .iter()
-        .map(|task| check_task(task, store, mirrors))
+        .map(|task| check_task(task, images))
         .collect();
     out.extend(pack.broken.iter().map(|e| TaskCheck {
         task: broken_folder(e, root),
@@ -47,11 +42,7 @@ pub fn check_pack(
     Ok(out)
 }
 
-fn check_task(
-    task: &Task,
-    store: Option<&ImageStore>,
-    mirrors: &BTreeMap<String, String>,
-) -> TaskCheck {
+fn check_task(task: &Task, images: &SourceRules<'_>) -> TaskCheck {
     let mut differences = ignored_keys(task);
     let env = &task.config.environment;
     if !env.mcp_servers.is_empty() {
@@ -66,7 +57,7 @@ fn check_task(
     let images = match base_images(task) {
         Ok(refs) => refs
             .iter()
-            .map(|r| crate::env::source_plan(r, store, mirrors))
+            .map(|r| crate::env::source_plan(r, images))
             .collect(),
         Err(why) => vec![why],
     };
@@ -148,7 +139,7 @@ fn base_images(task: &Task) -> Result<Vec<String>, String> {
 /// The `FROM` images of a Dockerfile that name a registry image (not an earlier stage), with
 /// the global `ARG` defaults substituted.
 fn from_images(steps: &[dockerfile::Step]) -> Vec<String> {
-    let mut args: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut args: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
     let mut stages: Vec<&str> = Vec::new();
     let mut out = Vec::new();
     for step in steps {
@@ -176,7 +167,7 @@ fn from_images(steps: &[dockerfile::Step]) -> Vec<String> {
 }
 
 /// `${NAME}` and `$NAME` replaced by the build argument's default, when it has one.
-fn substitute(text: &str, args: &BTreeMap<&str, &str>) -> String {
+fn substitute(text: &str, args: &std::collections::BTreeMap<&str, &str>) -> String {
     let mut out = text.to_string();
     for (name, value) in args {
         out = out

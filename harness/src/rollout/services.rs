@@ -183,17 +183,14 @@ fn sidecar_spec(
     network: &SharedNetwork,
 ) -> EnvironmentSpec {
     let main = start.main_spec;
-    let (environment_dir, docker_image, build_args) = match &service.build {
-        Some(build) => (build.context.clone(), None, build.args.clone()),
-        None => (
-            start.task.environment_dir(),
-            service.image.clone(),
-            Vec::new(),
-        ),
+    let (build, docker_image, build_args) = match &service.build {
+        Some(b) => (Some(b.source()), None, b.args.clone()),
+        None => (None, service.image.clone(), Vec::new()),
     };
     EnvironmentSpec {
         task_name: format!("{}/{}", start.task.id, service.name),
-        environment_dir,
+        environment_dir: start.task.environment_dir(),
+        build,
         network: main.network.clone(),
         cpus: None,
         memory_mb: None,

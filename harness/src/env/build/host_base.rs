@@ -42,7 +42,7 @@ pub(super) async fn prepare_on_host(
     backend: &SandboxBackend,
     spec: &EnvironmentSpec,
 ) -> Result<PreparedImage, EnvError> {
-    let dockerfile = spec.environment_dir.join("Dockerfile");
+    let dockerfile = spec.dockerfile();
     if !dockerfile.is_file() {
         return Ok(PreparedImage {
             root: ImageRoot::Host { layer: None },
@@ -55,6 +55,7 @@ pub(super) async fn prepare_on_host(
             source: HOST_SOURCE.into(),
             digest: None,
             notes: vec!["no environment/Dockerfile: the host root is the image".into()],
+            origin: Default::default(),
             cache_hit: false,
             build_duration: Duration::ZERO,
         });
@@ -63,11 +64,13 @@ pub(super) async fn prepare_on_host(
         .await
         .map_err(io(format!("read {}", dockerfile.display())))?;
     let steps = dockerfile::parse(&text)?;
-    let env_dir = spec.environment_dir.clone();
-    let key = tokio::task::spawn_blocking(move || cache_key(&env_dir))
+    let context = spec.context().to_path_buf();
+    // A Dockerfile a compose file names may lie outside the context: it is hashed too.
+    let named = spec.build.as_ref().map(|_| dockerfile.clone());
+    let key = tokio::task::spawn_blocking(move || cache_key(&context, named.as_deref()))
         .await
         .map_err(|e| EnvError::Lost(format!("hashing task: {e}")))?
-        .map_err(io(format!("hash {}", spec.environment_dir.display())))?;
+        .map_err(io(format!("hash {}", spec.context().display())))?;
 
     let lock = {
         let mut locks = match backend.build_locks.lock() {
@@ -100,6 +103,7 @@ pub(super) async fn prepare_on_host(
         source: HOST_SOURCE.into(),
         digest: None,
         notes: meta.notes,
+        origin: Default::default(),
         cache_hit,
         build_duration: Duration::from_millis(meta.build_duration_ms),
     })
@@ -115,9 +119,12 @@ fn load_meta(dir: &Path) -> Option<ImageMeta> {
         .filter(|m| m.schema == IMAGE_SCHEMA)
 }
 
-/// sha256 over the builder version and every entry of the build context, in path order.
-pub(crate) fn cache_key(env_dir: &Path) -> std::io::Result<String> {
-    digest_tree(BUILDER_VERSION, env_dir, &[env_dir.to_path_buf()])
+/// sha256 over the builder version and every entry of the build context, in path order (and
+/// the Dockerfile, when it is named apart from the context).
+pub(crate) fn cache_key(context: &Path, dockerfile: Option<&Path>) -> std::io::Result<String> {
+    let mut inputs = vec![context.to_path_buf()];
+    inputs.extend(dockerfile.map(Path::to_path_buf));
+    digest_tree(BUILDER_VERSION, context, &inputs)
 }
 
 async fn build_on_host(
@@ -151,7 +158,7 @@ async fn build_on_host(
         .await?;
     let deadline = started + spec.build_timeout;
     let mut builder = Builder::new(
-        &spec.environment_dir,
+        spec.context(),
         deadline,
         spec.build_timeout,
         StageState::from_image(&ImageConfig::default()),
@@ -353,17 +360,17 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("Dockerfile"), "FROM x\n").unwrap();
-        let a = cache_key(dir.path()).unwrap();
-        assert_eq!(a, cache_key(dir.path()).unwrap());
+        let a = cache_key(dir.path(), None).unwrap();
+        assert_eq!(a, cache_key(dir.path(), None).unwrap());
         std::fs::write(dir.path().join("data.txt"), "1").unwrap();
-        let b = cache_key(dir.path()).unwrap();
+        let b = cache_key(dir.path(), None).unwrap();
         assert_ne!(a, b);
         std::fs::set_permissions(
             dir.path().join("data.txt"),
             std::fs::Permissions::from_mode(0o600),
         )
         .unwrap();
-        assert_ne!(b, cache_key(dir.path()).unwrap());
+        assert_ne!(b, cache_key(dir.path(), None).unwrap());
     }
 
     #[test]

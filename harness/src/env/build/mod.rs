@@ -31,7 +31,7 @@ use super::dockerfile::{self, Instruction, Step};
 use super::image::{ImageConfig, ImageStore, StoredImage};
 use super::sandbox::{BaseMode, SandboxBackend};
 use super::steps::{Builder, StageState, step_name};
-use super::{Backend, EnvError, EnvironmentSpec, ImageRoot, PreparedImage, Sandbox};
+use super::{Backend, BaseOrigin, EnvError, EnvironmentSpec, ImageRoot, PreparedImage, Sandbox};
 
 mod host_base;
 mod step;
@@ -97,13 +97,20 @@ pub(crate) struct Built {
     pub source: String,
     pub digest: Option<String>,
     pub notes: Vec<String>,
+    /// How the base was had: the alias, the mirror, the stand-in, the pin.
+    pub origin: BaseOrigin,
     /// Every step's layer was in the store already.
     pub cache_hit: bool,
 }
 
 impl Built {
     /// A stage that starts from a stored image.
-    pub(crate) fn from_image(named: &str, image: &StoredImage, notes: Vec<String>) -> Self {
+    pub(crate) fn from_image(
+        named: &str,
+        image: &StoredImage,
+        notes: Vec<String>,
+        origin: BaseOrigin,
+    ) -> Self {
         let c = &image.config;
         Built {
             layers: image.layers.clone(),
@@ -113,6 +120,7 @@ impl Built {
             source: crate::env::base::describe(&image.source),
             digest: Some(image.digest.clone()),
             notes,
+            origin,
             cache_hit: true,
         }
     }
@@ -140,7 +148,7 @@ async fn prepare_image(
         let base = bases.resolve(image).await?;
         return Ok(prepared(base, spec, started));
     }
-    let dockerfile = spec.environment_dir.join("Dockerfile");
+    let dockerfile = spec.dockerfile();
     if !dockerfile.is_file() {
         return Err(EnvError::Unsupported(format!(
             "{}: no environment/Dockerfile and no [environment] docker_image: nothing names \
@@ -181,6 +189,7 @@ async fn prepare_image(
                 source: "scratch (empty)".into(),
                 digest: None,
                 notes: Vec::new(),
+                origin: BaseOrigin::default(),
                 cache_hit: true,
             },
             None => bases.resolve(&from).await?,
@@ -236,6 +245,7 @@ fn prepared(built: Built, spec: &EnvironmentSpec, started: Instant) -> PreparedI
         source: built.source,
         digest: built.digest,
         notes,
+        origin: built.origin,
         cache_hit: built.cache_hit,
         build_duration: started.elapsed(),
     }
@@ -347,7 +357,7 @@ pub(crate) async fn build_steps(
     let mut layers = base.layers.clone();
     let mut cache_hit = true;
     let mut builder = Builder::new(
-        &spec.environment_dir,
+        spec.context(),
         deadline,
         spec.build_timeout,
         base.state.clone(),
@@ -376,7 +386,7 @@ pub(crate) async fn build_steps(
                 }
                 None => {
                     let inputs = builder.copy_inputs(step)?;
-                    let context = spec.environment_dir.clone();
+                    let context = spec.context().to_path_buf();
                     let digest =
                         tokio::task::spawn_blocking(move || content_digest(&context, &inputs))
                             .await
@@ -417,6 +427,7 @@ pub(crate) async fn build_steps(
         source: base.source,
         digest: base.digest,
         notes: base.notes,
+        origin: base.origin,
         cache_hit: base.cache_hit && cache_hit,
     })
 }

@@ -1,21 +1,30 @@
 //! `environment/docker-compose.yaml`: the services of a multi-container task.
 //!
 //! Harbor reads the file as an overlay on its own base, where the service `main` is the agent's
-//! container, built from `environment/Dockerfile`; every other service is a sidecar (a
-//! database, an API, an MCP server). GEODE reads it the same way: `main` stays the task's own
-//! image (its `environment:` and `depends_on` are kept; its `image:` names the image only
-//! when the task has neither a Dockerfile nor `docker_image`), and each sidecar becomes a
-//! sandbox of its own image, started in `depends_on` order, its healthcheck waited for, on the
-//! group's one network (see [`super::GroupNetwork`]).
+//! container, built from `environment/Dockerfile` with `environment/` as its context; every
+//! other service is a sidecar (a database, an API, an MCP server). GEODE reads it the same way:
+//! `main` stays the task's own image (its `environment:` and `depends_on` are kept; its `build:`
+//! moves the build's context, Dockerfile and args, as the overlay does in Harbor; its `image:`
+//! names the image only when the task has neither a Dockerfile, a `build:` nor `docker_image`),
+//! and each sidecar becomes a sandbox of its own image, started in `depends_on` order, its
+//! healthcheck waited for, on the group's one network (see [`super::GroupNetwork`]).
 //!
 //! Read: `image`, `build` (a context string, or `context` / `dockerfile` / `args`),
 //! `entrypoint` and `command` (a string or a list), `environment` (a map or `K=V` list),
 //! `user`, `working_dir`, `healthcheck` (`test`, `interval`, `timeout`, `retries`,
 //! `start_period`, `start_interval`, `disable`) and `depends_on` (a list, or a map of
-//! conditions). Values interpolate `${VAR:-default}` / `${VAR-default}` to their default and
-//! `$$` to `$`; a variable without a default is empty, with a note. Keys GEODE does not use
-//! (`ports`, `volumes`, `networks`, ...) are noted, never an error.
+//! conditions). Values interpolate as compose does: `${CONTEXT_DIR}` is what Harbor sets it to
+//! (the task's `environment/`, absolute), task.toml's `[environment] env` values are seen,
+//! `${VAR:-default}` / `${VAR-default}` give their default otherwise, and `$$` is `$`; any
+//! other variable is empty, with a note (GEODE runs a task the same on every machine, so
+//! nothing is read from the host's environment). Keys GEODE
+//! does not use (`ports`, `volumes`, `networks`, ...) are noted, never an error.
+//!
+//! A build's context and Dockerfile are the task author's to name, and the task author may be
+//! hostile: each must resolve (links followed, `..` applied) to a path inside the task's
+//! folder, or the task is refused naming the file and the field.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_yaml_ng::Value;
@@ -27,6 +36,9 @@ mod raw;
 
 /// The file's name inside a task's `environment/`.
 pub const COMPOSE_FILE: &str = "docker-compose.yaml";
+
+/// The folder of a task that holds its Dockerfile and compose file.
+const ENVIRONMENT_DIR: &str = "environment";
 
 /// The service that is the agent's sandbox.
 pub const MAIN_SERVICE: &str = "main";
@@ -62,8 +74,11 @@ pub struct Compose {
 pub struct MainService {
     /// `environment:`, added to the task's.
     pub env: Vec<(String, String)>,
-    /// `image:`, used only when the task has no Dockerfile and no `docker_image`.
+    /// `image:`, used only when the task has no Dockerfile, no `build:` and no `docker_image`.
     pub image: Option<String>,
+    /// `build:`: where the task's image is built from, when the file moves it off
+    /// `environment/` and its `Dockerfile` (not used when task.toml names a `docker_image`).
+    pub build: Option<BuildContext>,
 }
 
 /// A sidecar service.
@@ -99,16 +114,32 @@ impl Service {
     }
 }
 
-/// `build:`: the context folder (inside `environment/`) and its Dockerfile.
+/// `build:`: the context folder and the Dockerfile (both resolved, absolute, inside the
+/// task's folder) and the build's args.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BuildContext {
     pub context: PathBuf,
+    pub dockerfile: PathBuf,
     pub args: Vec<(String, String)>,
 }
 
-/// Read `env_dir/docker-compose.yaml`; `Ok(None)` when the task has none.
-pub fn load(env_dir: &Path) -> Result<Option<Compose>, ComposeError> {
-    let path = env_dir.join(COMPOSE_FILE);
+impl BuildContext {
+    /// The context and Dockerfile, as a backend builds from them.
+    pub fn source(&self) -> crate::env::BuildSource {
+        crate::env::BuildSource {
+            context: self.context.clone(),
+            dockerfile: self.dockerfile.clone(),
+        }
+    }
+}
+
+/// Read `task_dir/environment/docker-compose.yaml`, with `task_env` (task.toml's
+/// `[environment] env`) among its variables; `Ok(None)` when the task has none.
+pub fn load(
+    task_dir: &Path,
+    task_env: &BTreeMap<String, String>,
+) -> Result<Option<Compose>, ComposeError> {
+    let path = task_dir.join(ENVIRONMENT_DIR).join(COMPOSE_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -119,12 +150,18 @@ pub fn load(env_dir: &Path) -> Result<Option<Compose>, ComposeError> {
             });
         }
     };
-    parse(&text, env_dir, &path.display().to_string()).map(Some)
+    parse(&text, task_dir, task_env, &path.display().to_string()).map(Some)
 }
 
-/// Parse a compose file's text; `env_dir` is where build contexts are resolved, `path` names
+/// Parse the compose file of the task in `task_dir` from its text (relative build contexts
+/// resolve against the task's `environment/`, as Harbor's `--project-directory`); `path` names
 /// the file in errors.
-pub fn parse(text: &str, env_dir: &Path, path: &str) -> Result<Compose, ComposeError> {
+pub fn parse(
+    text: &str,
+    task_dir: &Path,
+    task_env: &BTreeMap<String, String>,
+    path: &str,
+) -> Result<Compose, ComposeError> {
     let invalid = |field: &str, message: String| ComposeError::Invalid {
         path: path.to_string(),
         field: field.to_string(),
@@ -132,8 +169,10 @@ pub fn parse(text: &str, env_dir: &Path, path: &str) -> Result<Compose, ComposeE
     };
     let mut doc: Value =
         serde_yaml_ng::from_str(text).map_err(|e| invalid("(document)", e.to_string()))?;
+    let env_dir = task_dir.join(ENVIRONMENT_DIR);
+    let vars = harbor_variables(&env_dir, task_env);
     let mut notes = Vec::new();
-    interpolate(&mut doc, "", &mut notes);
+    interpolate(&mut doc, "", &vars, &mut notes);
     let file: RawFile =
         serde_yaml_ng::from_value(doc).map_err(|e| invalid("(document)", e.to_string()))?;
     for key in file.other.keys() {
@@ -154,9 +193,18 @@ pub fn parse(text: &str, env_dir: &Path, path: &str) -> Result<Compose, ComposeE
             .transpose()
             .map_err(|m| invalid(&field("environment"), m))?
             .unwrap_or_default();
+        let build = match raw.build {
+            None => None,
+            Some(build) => Some(
+                build
+                    .resolve(task_dir, &env_dir)
+                    .map_err(|(key, m)| invalid(&field(&format!("build.{key}")), m))?,
+            ),
+        };
         if name == MAIN_SERVICE {
             main.env = env;
             main.image = raw.image.filter(|i| !i.is_empty());
+            main.build = build;
             continue;
         }
         if !valid_name(&name) {
@@ -167,14 +215,6 @@ pub fn parse(text: &str, env_dir: &Path, path: &str) -> Result<Compose, ComposeE
                     .into(),
             ));
         }
-        let build = match raw.build {
-            None => None,
-            Some(build) => Some(
-                build
-                    .resolve(env_dir)
-                    .map_err(|m| invalid(&field("build"), m))?,
-            ),
-        };
         if raw.image.is_none() && build.is_none() {
             return Err(invalid(
                 &format!("services.{name}"),
@@ -254,15 +294,34 @@ fn start_order(mut pending: Vec<Service>) -> Result<Vec<Service>, (String, Strin
     Ok(ordered)
 }
 
-/// Replace `${VAR:-default}`, `${VAR-default}`, `${VAR}`, `$VAR` and `$$` in every string
-/// of the document. GEODE runs a task the same on every machine, so no variable is read from
-/// the environment: a default is used, and a variable without one is empty (noted).
-fn interpolate(value: &mut Value, at: &str, notes: &mut Vec<String>) {
+/// The variables Harbor sets for a task's compose file that mean the same on every machine:
+/// the task's `[environment] env`, and over it `CONTEXT_DIR`, the task's `environment/` as an
+/// absolute path (Harbor resolves it, links included). The host's own environment, which
+/// Harbor adds, is left out: a task runs the same wherever it runs.
+fn harbor_variables(env_dir: &Path, task_env: &BTreeMap<String, String>) -> Vars {
+    let dir = std::fs::canonicalize(env_dir)
+        .or_else(|_| std::path::absolute(env_dir))
+        .unwrap_or_else(|_| env_dir.to_path_buf());
+    let mut vars: Vars = task_env.clone();
+    vars.insert(CONTEXT_DIR.into(), dir.to_string_lossy().into_owned());
+    vars
+}
+
+/// Variable names and values for interpolation.
+type Vars = BTreeMap<String, String>;
+
+/// Harbor's variable for the folder its compose files build `main` from.
+const CONTEXT_DIR: &str = "CONTEXT_DIR";
+
+/// Replace `${VAR}`, `$VAR`, `${VAR:-default}`, `${VAR-default}`, `${VAR:?message}`,
+/// `${VAR:+alternative}` and `$$` in every string of the document, as compose does, with
+/// `vars` the only variables set.
+fn interpolate(value: &mut Value, at: &str, vars: &Vars, notes: &mut Vec<String>) {
     match value {
-        Value::String(s) => *s = substitute(s, at, notes),
+        Value::String(s) => *s = substitute(s, at, vars, notes),
         Value::Sequence(items) => {
             for (i, item) in items.iter_mut().enumerate() {
-                interpolate(item, &format!("{at}[{i}]"), notes);
+                interpolate(item, &format!("{at}[{i}]"), vars, notes);
             }
         }
         Value::Mapping(map) => {
@@ -273,14 +332,20 @@ fn interpolate(value: &mut Value, at: &str, notes: &mut Vec<String>) {
                 } else {
                     format!("{at}.{key}")
                 };
-                interpolate(v, &here, notes);
+                interpolate(v, &here, vars, notes);
             }
         }
         _ => {}
     }
 }
 
-fn substitute(s: &str, at: &str, notes: &mut Vec<String>) -> String {
+fn substitute(s: &str, at: &str, vars: &Vars, notes: &mut Vec<String>) -> String {
+    let lookup = |name: &str| vars.get(name).map(String::as_str);
+    let mut unset = |name: &str| {
+        notes.push(format!(
+            "compose: {at}: ${{{name}}} has no value here (left empty)"
+        ))
+    };
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(i) = rest.find('$') {
@@ -296,15 +361,26 @@ fn substitute(s: &str, at: &str, notes: &mut Vec<String>) -> String {
                 break;
             };
             let expr = &body[..end];
-            let (name, default) = match expr.split_once(":-").or_else(|| expr.split_once('-')) {
-                Some((name, default)) => (name, Some(default)),
-                None => (expr.split_once(":?").map_or(expr, |(n, _)| n), None),
-            };
-            match default {
-                Some(d) => out.push_str(d),
-                None => notes.push(format!(
-                    "compose: {at}: ${{{name}}} has no value here (left empty)"
-                )),
+            let name_len = expr
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(expr.len());
+            let (name, op) = expr.split_at(name_len);
+            let value = lookup(name);
+            let set_and_full = value.filter(|v| !v.is_empty());
+            if let Some(default) = op.strip_prefix(":-") {
+                out.push_str(set_and_full.unwrap_or(default));
+            } else if let Some(default) = op.strip_prefix('-') {
+                out.push_str(value.unwrap_or(default));
+            } else if let Some(alternative) = op.strip_prefix(":+") {
+                out.push_str(set_and_full.map_or("", |_| alternative));
+            } else if let Some(alternative) = op.strip_prefix('+') {
+                out.push_str(value.map_or("", |_| alternative));
+            } else {
+                // `${VAR}`, `${VAR:?message}`, `${VAR?message}`: the value, or nothing.
+                match value {
+                    Some(v) => out.push_str(v),
+                    None => unset(name),
+                }
             }
             rest = &body[end + 1..];
         } else {
@@ -314,10 +390,10 @@ fn substitute(s: &str, at: &str, notes: &mut Vec<String>) -> String {
             if len == 0 {
                 out.push('$');
             } else {
-                notes.push(format!(
-                    "compose: {at}: ${} has no value here (left empty)",
-                    &after[..len]
-                ));
+                match lookup(&after[..len]) {
+                    Some(v) => out.push_str(v),
+                    None => unset(&after[..len]),
+                }
             }
             rest = &after[len..];
         }
@@ -331,11 +407,117 @@ mod tests {
     use super::raw::duration_secs;
     use super::*;
 
-    fn parsed(text: &str) -> Result<Compose, ComposeError> {
+    /// A task folder with `environment/db/Dockerfile`, `environment/Dockerfile` and `app/`.
+    fn task_dir() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("db")).unwrap();
-        std::fs::write(dir.path().join("db/Dockerfile"), "FROM x\n").unwrap();
-        parse(text, dir.path(), "environment/docker-compose.yaml")
+        std::fs::create_dir_all(dir.path().join("environment/db")).unwrap();
+        std::fs::create_dir_all(dir.path().join("app")).unwrap();
+        std::fs::write(dir.path().join("environment/db/Dockerfile"), "FROM x\n").unwrap();
+        std::fs::write(dir.path().join("environment/Dockerfile"), "FROM x\n").unwrap();
+        dir
+    }
+
+    fn parsed(text: &str) -> Result<Compose, ComposeError> {
+        let dir = task_dir();
+        parse(
+            text,
+            dir.path(),
+            &Vars::new(),
+            "environment/docker-compose.yaml",
+        )
+    }
+
+    #[test]
+    fn main_s_build_moves_to_the_task_root_with_harbor_s_context_dir() {
+        let dir = task_dir();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let c = parse(
+            "services:\n  main:\n    build:\n      context: ${CONTEXT_DIR}/..\n      dockerfile: ${CONTEXT_DIR}/Dockerfile\n      args:\n        MODE: ${MODE:-slow}\n",
+            dir.path(),
+            // The task's `[environment] env` is seen; Harbor's own variable wins over it.
+            &Vars::from([
+                ("MODE".to_string(), "fast".to_string()),
+                ("CONTEXT_DIR".to_string(), "/etc".to_string()),
+            ]),
+            "f",
+        )
+        .unwrap();
+        let build = c.main.build.unwrap();
+        assert_eq!(build.context, root);
+        assert_eq!(build.dockerfile, root.join("environment/Dockerfile"));
+        assert_eq!(build.args, [("MODE".to_string(), "fast".to_string())]);
+        assert!(c.notes.is_empty(), "{:?}", c.notes);
+        // A relative context is the environment folder's (Harbor's project directory), and a
+        // relative Dockerfile the context's, as compose resolves them.
+        let c = parse(
+            "services:\n  main:\n    build:\n      context: ..\n      dockerfile: environment/Dockerfile\n",
+            dir.path(),
+            &Vars::new(),
+            "f",
+        )
+        .unwrap();
+        assert_eq!(
+            c.main.build.unwrap().dockerfile,
+            root.join("environment/Dockerfile")
+        );
+        let c = parse(
+            "services:\n  main:\n    build: db\n",
+            dir.path(),
+            &Vars::new(),
+            "f",
+        )
+        .unwrap();
+        assert_eq!(
+            c.main.build.unwrap().dockerfile,
+            root.join("environment/db/Dockerfile")
+        );
+    }
+
+    #[test]
+    fn a_build_that_leaves_the_task_folder_is_refused_naming_the_field() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("Dockerfile"), "FROM x\n").unwrap();
+        let dir = task_dir();
+        let env = dir.path().join("environment");
+        std::os::unix::fs::symlink(outside.path(), env.join("link")).unwrap();
+        std::os::unix::fs::symlink(
+            outside.path().join("Dockerfile"),
+            env.join("Dockerfile.out"),
+        )
+        .unwrap();
+        let o = outside.path().display();
+        let cases = [
+            (format!("services:\n  main:\n    build: {o}\n"), "services.main.build.context"),
+            ("services:\n  main:\n    build:\n      context: ../../../..\n".into(), "services.main.build.context"),
+            ("services:\n  main:\n    build:\n      context: ${CONTEXT_DIR}/link\n".into(), "services.main.build.context"),
+            ("services:\n  main:\n    build:\n      context: .\n      dockerfile: Dockerfile.out\n".into(), "services.main.build.dockerfile"),
+            (format!("services:\n  main:\n    build:\n      context: ..\n      dockerfile: {o}/Dockerfile\n"), "services.main.build.dockerfile"),
+            ("services:\n  db:\n    build: link\n".into(), "services.db.build.context"),
+            ("services:\n  main:\n    build: ..\n".into(), "services.main.build.dockerfile"),
+        ];
+        for (text, field) in cases {
+            let err = parse(
+                &text,
+                dir.path(),
+                &Vars::new(),
+                "environment/docker-compose.yaml",
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.starts_with(&format!("environment/docker-compose.yaml: {field}: ")),
+                "{text}: {err}"
+            );
+        }
+        let err = parse(
+            "services:\n  main:\n    build: link\n",
+            dir.path(),
+            &Vars::new(),
+            "f",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("outside the task's folder"), "{err}");
     }
 
     #[test]
@@ -383,7 +565,7 @@ mod tests {
             ("services:\n  a:\n    environment: {}\n", "services.a"),
             (
                 "services:\n  a:\n    build: ../outside\n",
-                "services.a.build",
+                "services.a.build.context",
             ),
             (
                 "services:\n  a:\n    image: x\n    healthcheck:\n      test: [\"CMD\"]\n",
@@ -432,10 +614,25 @@ mod tests {
     fn interpolation_uses_defaults_and_escapes() {
         let mut notes = Vec::new();
         assert_eq!(
-            substitute("${A:-x}-${B-y}-$$HOME-${C}", "f", &mut notes),
+            substitute("${A:-x}-${B-y}-$$HOME-${C}", "f", &Vars::new(), &mut notes),
             "x-y-$HOME-"
         );
         assert_eq!(notes.len(), 1);
+        let vars = Vars::from([
+            ("CONTEXT_DIR".to_string(), "/t/env".to_string()),
+            ("E".to_string(), String::new()),
+        ]);
+        let mut notes = Vec::new();
+        assert_eq!(
+            substitute(
+                "${CONTEXT_DIR}/..|$CONTEXT_DIR|${CONTEXT_DIR:-d}|${E:-d}|${E-d}|${E:+a}|${CONTEXT_DIR:+a}|${CONTEXT_DIR:?x}",
+                "f",
+                &vars,
+                &mut notes
+            ),
+            "/t/env/..|/t/env|/t/env|d|||a|/t/env"
+        );
+        assert!(notes.is_empty(), "{notes:?}");
         assert_eq!(duration_secs("1m30s"), Some(90.0));
         assert_eq!(duration_secs("250ms"), Some(0.25));
         assert_eq!(duration_secs("10"), None);

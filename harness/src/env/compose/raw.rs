@@ -3,7 +3,7 @@
 //! nothing of it outside this module but what [`super::parse`] asks for.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_yaml_ng::Value;
@@ -114,7 +114,15 @@ pub(super) enum RawBuild {
 }
 
 impl RawBuild {
-    pub(super) fn resolve(self, env_dir: &Path) -> Result<BuildContext, String> {
+    /// The context folder and Dockerfile as compose resolves them (a relative context from
+    /// `env_dir`, a relative Dockerfile from the context), each refused unless it resolves,
+    /// links and `..` followed, to a path inside `task_dir`. An error names the key at fault
+    /// (`context`, `dockerfile`, `args`).
+    pub(super) fn resolve(
+        self,
+        task_dir: &Path,
+        env_dir: &Path,
+    ) -> Result<BuildContext, (&'static str, String)> {
         let (context, dockerfile, args) = match self {
             RawBuild::Context(c) => (Some(c), None, None),
             RawBuild::Full {
@@ -123,31 +131,51 @@ impl RawBuild {
                 args,
             } => (context, dockerfile, args),
         };
+        let root = std::fs::canonicalize(task_dir).map_err(|e| {
+            (
+                "context",
+                format!("the task's folder {}: {e}", task_dir.display()),
+            )
+        })?;
         let context = context.unwrap_or_else(|| ".".into());
-        let rel = Path::new(&context);
-        if rel.is_absolute()
-            || rel
-                .components()
-                .any(|c| matches!(c, std::path::Component::ParentDir))
-        {
-            return Err(format!(
-                "context {context:?} must be a folder inside environment/"
-            ));
+        let dir = inside(&root, &env_dir.join(&context))
+            .map_err(|m| ("context", format!("{context:?} {m}")))?;
+        if !dir.is_dir() {
+            return Err(("context", format!("{context:?} is not a folder")));
         }
-        let dir = env_dir.join(rel);
-        if let Some(name) = dockerfile.filter(|d| d != "Dockerfile") {
-            return Err(format!(
-                "dockerfile {name:?}: GEODE builds a context's own `Dockerfile` only"
-            ));
-        }
-        if !dir.join("Dockerfile").is_file() {
-            return Err(format!("no Dockerfile in {}", dir.display()));
+        let name = dockerfile.unwrap_or_else(|| "Dockerfile".into());
+        let file =
+            inside(&root, &dir.join(&name)).map_err(|m| ("dockerfile", format!("{name:?} {m}")))?;
+        if !file.is_file() {
+            return Err(("dockerfile", format!("{name:?} is not a file")));
         }
         let args = args
             .map(|a| a.pairs("args"))
-            .transpose()?
+            .transpose()
+            .map_err(|m| ("args", m))?
             .unwrap_or_default();
-        Ok(BuildContext { context: dir, args })
+        Ok(BuildContext {
+            context: dir,
+            dockerfile: file,
+            args,
+        })
+    }
+}
+
+/// `path` resolved (links followed, `..` applied), when that lies inside `root` (itself
+/// resolved); else why not, as the end of a sentence naming the path.
+fn inside(root: &Path, path: &Path) -> Result<PathBuf, String> {
+    let resolved = std::fs::canonicalize(path)
+        .map_err(|e| format!("cannot be resolved ({}): {e}", path.display()))?;
+    if resolved.starts_with(root) {
+        Ok(resolved)
+    } else {
+        Err(format!(
+            "resolves to {}, outside the task's folder {}: a build reads only the task's own \
+             files",
+            resolved.display(),
+            root.display()
+        ))
     }
 }
 

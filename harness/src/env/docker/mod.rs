@@ -150,7 +150,8 @@ impl DockerBackend {
         })
     }
 
-    /// `docker build` of the task's `environment/`, its output appended to the build log.
+    /// `docker build` of the task's Dockerfile in its context (`environment/`, or where a
+    /// compose file's `build:` moves them), its output appended to the build log.
     /// Returns the image's id.
     async fn build(&self, spec: &EnvironmentSpec, tag: &str) -> Result<String, EnvError> {
         let scratch = tempfile::tempdir().map_err(|e| EnvError::Io {
@@ -182,7 +183,9 @@ impl DockerBackend {
             command.arg("--build-arg").arg(format!("{name}={value}"));
         }
         command
-            .arg(&spec.environment_dir)
+            .arg("--file")
+            .arg(spec.dockerfile())
+            .arg(spec.context())
             .stdout(open_log()?)
             .stderr(open_log()?);
         let mut child = command
@@ -273,7 +276,7 @@ impl Backend for DockerBackend {
                 let tag = format!("geode-task/{}", slug(&spec.task_name));
                 let before = self.image_id(&tag).await;
                 let id = self.build(spec, &tag).await?;
-                let from = final_from(&spec.environment_dir.join("Dockerfile"));
+                let from = final_from(&spec.dockerfile());
                 let hit = before.as_deref() == Some(id.as_str());
                 (id, from, hit)
             }
@@ -350,6 +353,7 @@ impl Backend for DockerBackend {
             },
             digest,
             notes,
+            origin: Default::default(),
             cache_hit,
             build_duration: started.elapsed(),
         })

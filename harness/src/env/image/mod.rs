@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+mod alias;
 mod archive;
 mod layer;
 mod manifest;
@@ -24,6 +25,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 
+pub use alias::Aliases;
 pub use reference::Reference;
 pub use save::{image_config, layer_tar, save};
 pub use store::ImageStore;

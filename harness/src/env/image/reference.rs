@@ -125,6 +125,15 @@ impl Reference {
             .unwrap_or("latest")
     }
 
+    /// The same name without its digest pin: the tag it named (`latest` when none).
+    pub fn without_digest(&self) -> Reference {
+        Reference {
+            tag: Some(self.tag.clone().unwrap_or_else(|| "latest".to_string())),
+            digest: None,
+            ..self.clone()
+        }
+    }
+
     /// The same repository at another digest (an index entry, a loaded manifest).
     pub fn with_digest(&self, digest: &str) -> Result<Reference, ImageError> {
         let digest = parse_digest(digest).map_err(|reason| ImageError::BadReference {

@@ -51,6 +51,12 @@ pub struct SandboxConfig {
     pub image_store: PathBuf,
     /// Registry mirrors, as docker's `registry-mirrors` (registry name -> base URL).
     pub mirrors: std::collections::BTreeMap<String, String>,
+    /// Registry aliases (`[images] aliases` and the built-in ECR Public rule): other names a
+    /// base is asked for under, before mirrors and stand-ins.
+    pub aliases: crate::env::image::Aliases,
+    /// `[images] stand_in_pinned`: a Debian bootstrap may stand in for a base pinned by digest
+    /// that no source serves (labelled so in every result); refused otherwise.
+    pub stand_in_pinned: bool,
     /// What the trial's root is built on.
     pub base: BaseMode,
     /// `--base host` only: host directories shown empty and read-only inside, besides
@@ -123,6 +129,8 @@ impl SandboxConfig {
             scratch_dir: state.join("sandboxes"),
             image_store: image_store.into(),
             mirrors: Default::default(),
+            aliases: Default::default(),
+            stand_in_pinned: false,
             base: BaseMode::Image,
             hide: Vec::new(),
             fresh_dirs: ["/tmp", "/var/tmp", "/root", "/run"]

@@ -19,7 +19,8 @@ use crate::rollout::images::ImageCache;
 use crate::rollout::services::{self, GroupStart};
 
 /// What `task` asks of its environment, as a backend takes it: with a compose file, what it
-/// adds to `main` (environment, the image when the task names none) and the group's names.
+/// adds to `main` (environment, where the image is built from, the image when the task names
+/// none) and the group's names.
 pub fn environment_spec(
     task: &Task,
     timeout_multiplier: f64,
@@ -33,14 +34,34 @@ pub fn environment_spec(
         timeout_multiplier,
         build_log,
     );
+    main_build(task, &mut spec);
     if let Some(compose) = &task.compose {
         spec.env.extend(compose.main.env.iter().cloned());
-        if spec.docker_image.is_none() && !task.environment_dir().join("Dockerfile").is_file() {
+        if spec.docker_image.is_none()
+            && spec.build.is_none()
+            && !task.environment_dir().join("Dockerfile").is_file()
+        {
             spec.docker_image = compose.main.image.clone();
         }
         spec.group.names = services::group_names(compose);
     }
     spec
+}
+
+/// The compose file's `build:` for `main`, when the task's image is built rather than named:
+/// its context and Dockerfile, and its args beneath task.toml's `build_args` (which win, as
+/// the later of two values for one ARG).
+fn main_build(task: &Task, spec: &mut EnvironmentSpec) {
+    let Some(build) = task.compose.as_ref().and_then(|c| c.main.build.as_ref()) else {
+        return;
+    };
+    if spec.docker_image.is_some() {
+        return;
+    }
+    spec.build = Some(build.source());
+    let mut args = build.args.clone();
+    args.append(&mut spec.build_args);
+    spec.build_args = args;
 }
 
 /// A separate verifier's environment, as Harbor resolves it, and the key its image is cached
@@ -67,6 +88,9 @@ pub(super) fn verifier_environment_spec(
     if own.is_some() && spec.docker_image.is_none() && !tests_build {
         spec.docker_image = task.config.environment.docker_image.clone();
     }
+    if spec.docker_image.is_none() && !tests_build {
+        main_build(task, &mut spec);
+    }
     if own.is_none() && !tests_build {
         return (spec, task.hash.clone());
     }
@@ -92,6 +116,7 @@ fn section_spec(
         build_timeout: scaled(task.config.build_timeout(), timeout_multiplier),
         env: environment.env.clone().into_iter().collect(),
         docker_image: environment.docker_image.clone(),
+        build: None,
         build_args: environment.build_args.clone().into_iter().collect(),
         build_log,
         group: Default::default(),
@@ -263,9 +288,82 @@ pub(super) async fn start(
         "from": image.from,
         "source": image.source,
         "digest": image.digest,
+        "alias": image.origin.alias,
+        "mirror": image.origin.mirror,
+        "stand_in": image.origin.stand_in,
+        "pin": image.origin.pin,
         "workdir": image.workdir,
         "cache_hit": image.cache_hit,
         "build_seconds": image.build_duration.as_secs_f64(),
     }));
     Ok((sandbox, healthy))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A task whose compose file moves `main`'s build to the task's root, with `toml_extra` in
+    /// its task.toml.
+    fn task(toml_extra: &str) -> (tempfile::TempDir, Task) {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |rel: &str, text: &str| {
+            let path = dir.path().join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write(
+            "task.toml",
+            &format!("[task]\nname = \"t/x\"\n{toml_extra}"),
+        );
+        write("instruction.md", "Do it.\n");
+        write(
+            "environment/Dockerfile",
+            "FROM debian:bookworm-slim\nCOPY app/ /app/\n",
+        );
+        write("app/run.sh", "true\n");
+        write(
+            "environment/docker-compose.yaml",
+            "services:\n  main:\n    build:\n      context: ${CONTEXT_DIR}/..\n      \
+             dockerfile: ${CONTEXT_DIR}/Dockerfile\n      args: {A: compose, B: compose}\n",
+        );
+        let task = Task::load(dir.path()).unwrap();
+        (dir, task)
+    }
+
+    #[test]
+    fn main_s_compose_build_is_what_the_backends_build_from() {
+        let (dir, task) = task("[environment.build_args]\nB = \"task\"\n");
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for spec in [
+            environment_spec(&task, 1.0, None),
+            verifier_environment_spec(&task, 1.0, None).0,
+        ] {
+            assert_eq!(spec.context(), root);
+            assert_eq!(spec.dockerfile(), root.join("environment/Dockerfile"));
+            // The workspace the host backend copies stays the environment folder.
+            assert_eq!(spec.environment_dir, task.environment_dir());
+            // task.toml's value comes last, so it is the one an ARG takes.
+            assert_eq!(
+                spec.build_args,
+                [("A", "compose"), ("B", "compose"), ("B", "task")]
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            );
+        }
+    }
+
+    #[test]
+    fn a_docker_image_in_task_toml_wins_over_main_s_compose_build_with_a_note() {
+        let (_dir, task) = task("[environment]\ndocker_image = \"debian:bookworm-slim\"\n");
+        let spec = environment_spec(&task, 1.0, None);
+        assert_eq!(spec.build, None);
+        assert_eq!(spec.docker_image.as_deref(), Some("debian:bookworm-slim"));
+        let notes = &task.compose.as_ref().unwrap().notes;
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("services.main.build is not used")),
+            "{notes:?}"
+        );
+    }
 }

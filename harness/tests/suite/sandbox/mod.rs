@@ -58,6 +58,7 @@ fn spec(env_dir: &Path) -> EnvironmentSpec {
     EnvironmentSpec {
         task_name: "test/sandbox".into(),
         environment_dir: env_dir.to_path_buf(),
+        build: None,
         network: NetworkPolicy::Off,
         cpus: None,
         memory_mb: None,
