@@ -381,19 +381,24 @@ async fn harbor_shaped_tasks_score_as_harbor_scores_them() {
     let dir = tempfile::tempdir().unwrap();
     let pack = dir.path().join("fidelity");
     super::common::copy_tree(&repo().join("tests/e2e/fixtures/harbor-fidelity"), &pack);
-    // The image ENTRYPOINT task, with the public network Harbor's docker needs here.
+    // The image ENTRYPOINT task, and main's build moved to the task root by its compose file
+    // (with a sidecar of its own Dockerfile), with the public network Harbor's docker needs
+    // here.
     let entry = pack.join("entrypoint");
     super::common::copy_tree(
         &repo().join("tests/e2e/fixtures/harbor-entrypoint-task"),
         &entry,
     );
-    let toml = entry.join("task.toml");
-    let text = std::fs::read_to_string(&toml).unwrap();
-    std::fs::write(
-        &toml,
-        text.replace("network_mode = \"no-network\"", "network_mode = \"public\""),
-    )
-    .unwrap();
+    let root_context = super::harbor_compose::root_context_task(&pack, "root-context");
+    for task in [&entry, &root_context] {
+        let toml = task.join("task.toml");
+        let text = std::fs::read_to_string(&toml).unwrap();
+        std::fs::write(
+            &toml,
+            text.replace("network_mode = \"no-network\"", "network_mode = \"public\""),
+        )
+        .unwrap();
+    }
     // The engine holds the bases under their Docker Hub names; the fixtures name them as
     // public tasks do.
     for (held, named) in [

@@ -43,7 +43,7 @@ fn task(pack: &Path, name: &str, dockerfile: &str) -> PathBuf {
 
 /// The pattern of issue 37: the Dockerfile sits in `environment/` and copies `app/` from the
 /// task's root, which the compose file makes the build context.
-fn root_context_task(pack: &Path, name: &str) -> PathBuf {
+pub(super) fn root_context_task(pack: &Path, name: &str) -> PathBuf {
     let dir = task(
         pack,
         name,
