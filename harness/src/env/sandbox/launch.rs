@@ -291,7 +291,7 @@ async fn hand_to_userns(launch: &Launch, binds: &[Bind]) -> Result<(), EnvError>
         .collect();
     tokio::task::spawn_blocking(move || {
         for layer in &lower {
-            shift_when_present(layer)
+            crate::env::ids::shift_layer(layer)
                 .map_err(io(format!("shift the owners of {}", layer.display())))?;
         }
         for host in &writable {
@@ -302,27 +302,6 @@ async fn hand_to_userns(launch: &Launch, binds: &[Bind]) -> Result<(), EnvError>
     })
     .await
     .map_err(|e| EnvError::Lost(format!("ownership task: {e}")))?
-}
-
-/// How long a layer named by the store may be missing before a launch gives up on it.
-const LAYER_APPEARS: Duration = Duration::from_secs(30);
-
-/// Shift a lower layer, waiting while it is missing: a layer another process is adopting
-/// under its lock (its folder replaced by the finished one) is briefly absent behind its
-/// short name, and two trials of a CI run failed on that window as `sandbox_lost`.
-fn shift_when_present(layer: &Path) -> std::io::Result<()> {
-    let deadline = std::time::Instant::now() + LAYER_APPEARS;
-    loop {
-        match crate::env::ids::shift_layer(layer) {
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound
-                    && std::time::Instant::now() < deadline =>
-            {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            other => return other,
-        }
-    }
 }
 
 /// Undo a launch that failed after its cgroups were made.
