@@ -230,6 +230,59 @@ fn harbor_rewards(jobs: &Path) -> BTreeMap<String, String> {
     out
 }
 
+/// `harbor run -e docker` of PACK with Harbor's agent `model` into `jobs`, `n` trials at once:
+/// each task's reward (a failed run or a trial with an exception fails the test).
+fn harbor_run(
+    harbor: &Path,
+    engine: &Engine,
+    docker_config: &Path,
+    pack: &Path,
+    jobs: &Path,
+    model: &str,
+    n: &str,
+) -> BTreeMap<String, String> {
+    let out = Command::new(harbor)
+        .args(["run", "--yes", "-e", "docker", "-n", n, "-a", model, "-p"])
+        .arg(pack)
+        .arg("-o")
+        .arg(jobs)
+        .env("DOCKER_HOST", engine.host())
+        .env("DOCKER_CONFIG", docker_config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "harbor run: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    harbor_rewards(jobs)
+}
+
+/// GEODE's verdicts as Harbor reports them: each task's `reward` key.
+fn headline_rewards(verdicts: BTreeMap<String, (String, String)>) -> BTreeMap<String, String> {
+    verdicts
+        .into_iter()
+        .map(|(task, (_, rewards))| {
+            let rewards: serde_json::Value = serde_json::from_str(&rewards).unwrap();
+            (task, rewards["reward"].to_string())
+        })
+        .collect()
+}
+
+/// A no-network task given the public network: Harbor enforces `no-network` in docker with an
+/// egress sidecar built from Docker Hub images, out of reach here.
+fn with_public_network(task: &Path) {
+    let toml = task.join("task.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    assert!(text.contains("network_mode = \"no-network\""), "{text}");
+    std::fs::write(
+        &toml,
+        text.replace("network_mode = \"no-network\"", "network_mode = \"public\""),
+    )
+    .unwrap();
+}
+
 /// Harbor 0.25's own CLI on the built-in pack, in the same engine: `harbor lint` reports only
 /// the rule we keep, and `harbor run` with Harbor's oracle and nop agents gives GEODE's
 /// verdicts. Harbor enforces `no-network` in docker with an egress sidecar built from
@@ -274,43 +327,16 @@ async fn harbor_run_under_docker_gives_geode_s_verdicts_and_harbor_lint_one_kept
     let pack = dir.path().join("pack");
     super::common::copy_tree(&core, &pack);
     for task in std::fs::read_dir(&pack).unwrap().flatten() {
-        let toml = task.path().join("task.toml");
-        if let Ok(text) = std::fs::read_to_string(&toml) {
-            assert!(text.contains("network_mode = \"no-network\""), "{text}");
-            std::fs::write(
-                &toml,
-                text.replace("network_mode = \"no-network\"", "network_mode = \"public\""),
-            )
-            .unwrap();
+        if task.path().join("task.toml").is_file() {
+            with_public_network(&task.path());
         }
     }
     for model in ["oracle", "nop"] {
         let jobs = dir.path().join(format!("harbor-{model}"));
-        let out = Command::new(&harbor)
-            .args(["run", "--yes", "-e", "docker", "-n", "4", "-a", model, "-p"])
-            .arg(&pack)
-            .arg("-o")
-            .arg(&jobs)
-            .env("DOCKER_HOST", engine.host())
-            .env("DOCKER_CONFIG", &docker_config)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "harbor run: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let theirs = harbor_rewards(&jobs);
+        let theirs = harbor_run(&harbor, &engine, &docker_config, &pack, &jobs, model, "4");
         the_viewer_reads_harbor_s_own_folder(dir.path(), &jobs, &theirs);
         let (ours, _) = run(dir.path(), &engine, &pack, model, "docker");
-        let ours: BTreeMap<String, String> = ours
-            .into_iter()
-            .map(|(task, (_, rewards))| {
-                let rewards: serde_json::Value = serde_json::from_str(&rewards).unwrap();
-                (task, rewards["reward"].to_string())
-            })
-            .collect();
+        let ours = headline_rewards(ours);
         assert_eq!(theirs.len(), tasks.len(), "{theirs:?}");
         assert_eq!(theirs, ours, "{model}");
         let expected = if model == "oracle" { "1.0" } else { "0.0" };
@@ -391,13 +417,7 @@ async fn harbor_shaped_tasks_score_as_harbor_scores_them() {
     );
     let root_context = super::harbor_compose::root_context_task(&pack, "root-context");
     for task in [&entry, &root_context] {
-        let toml = task.join("task.toml");
-        let text = std::fs::read_to_string(&toml).unwrap();
-        std::fs::write(
-            &toml,
-            text.replace("network_mode = \"no-network\"", "network_mode = \"public\""),
-        )
-        .unwrap();
+        with_public_network(task);
     }
     // The engine holds the bases under their Docker Hub names; the fixtures name them as
     // public tasks do.
@@ -418,30 +438,9 @@ async fn harbor_shaped_tasks_score_as_harbor_scores_them() {
         .count();
     for model in ["oracle", "nop"] {
         let jobs = dir.path().join(format!("harbor-{model}"));
-        let out = Command::new(&harbor)
-            .args(["run", "--yes", "-e", "docker", "-n", "2", "-a", model, "-p"])
-            .arg(&pack)
-            .arg("-o")
-            .arg(&jobs)
-            .env("DOCKER_HOST", engine.host())
-            .env("DOCKER_CONFIG", &docker_config)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "harbor run: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let theirs = harbor_rewards(&jobs);
+        let theirs = harbor_run(&harbor, &engine, &docker_config, &pack, &jobs, model, "2");
         let (ours, _) = run(dir.path(), &engine, &pack, model, "sandbox");
-        let ours: BTreeMap<String, String> = ours
-            .into_iter()
-            .map(|(task, (_, rewards))| {
-                let rewards: serde_json::Value = serde_json::from_str(&rewards).unwrap();
-                (task, rewards["reward"].to_string())
-            })
-            .collect();
+        let ours = headline_rewards(ours);
         assert_eq!(theirs.len(), tasks, "{theirs:?}");
         assert_eq!(theirs, ours, "{model}");
         let expected = if model == "oracle" { "1.0" } else { "0.0" };

@@ -4,12 +4,8 @@
 
 use std::path::Path;
 
+use super::attacks::write;
 use super::common::{geode_in, run_model_with};
-
-fn write(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
 
 /// A task whose honest answer is `/tmp/answer.txt` = 42; `toml` is the whole task.toml.
 fn task(pack: &Path, folder: &str, toml: &str) {
