@@ -31,17 +31,21 @@ pub fn is_file(path: &Path) -> bool {
 /// unlinked, never followed, and the new file is created exclusively, so a link planted in
 /// between makes the write fail instead of landing elsewhere.
 pub fn write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    create(path)?.write_all(bytes)
+}
+
+/// [`write`]'s new file, open for writing, for content that arrives in parts.
+pub fn create(path: &Path) -> std::io::Result<std::fs::File> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => std::fs::remove_dir_all(path)?,
         Ok(_) => std::fs::remove_file(path)?,
         Err(_) => {}
     }
-    let mut file = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .custom_flags(no_follow())
-        .open(path)?;
-    file.write_all(bytes)
+        .open(path)
 }
 
 #[cfg(test)]

@@ -109,19 +109,69 @@ fn scoped(path: &str, scope: Option<&str>) -> Result<PathBuf, ReplyError> {
     }
 }
 
+/// The most one `read_file` answers with: the server holds a file whole to send it, and the
+/// trial's memory limit is the server's too.
+pub(crate) const READ_FILE_MAX: u64 = 64 << 20;
+
+/// The most one `read_chunk` answers with.
+pub(crate) const CHUNK_MAX: u64 = 8 << 20;
+
 pub(crate) fn read_file(path: &str, scope: Option<&str>) -> Result<Reply, ReplyError> {
     let path = scoped(path, scope)?;
     // A fifo would block the server with no writer, a device has no end.
     let meta = std::fs::metadata(&path).map_err(|e| io_fail("stat", &path, &e))?;
     if !meta.is_file() && !meta.is_dir() {
+        return Err(not_regular(&path));
+    }
+    if meta.len() > READ_FILE_MAX {
         return Err(ReplyError {
             kind: ErrorKind::InvalidInput,
-            message: format!("{} is not a regular file", path.display()),
+            message: format!(
+                "{} is {} MiB, over the {} MiB read whole; read it in parts (head, tail, sed -n)",
+                path.display(),
+                meta.len() >> 20,
+                READ_FILE_MAX >> 20
+            ),
         });
     }
     let bytes = std::fs::read(&path).map_err(|e| io_fail("read", &path, &e))?;
     Ok(Reply::File {
         data_b64: protocol::encode(&bytes),
+    })
+}
+
+fn not_regular(path: &Path) -> ReplyError {
+    ReplyError {
+        kind: ErrorKind::InvalidInput,
+        message: format!("{} is not a regular file", path.display()),
+    }
+}
+
+/// Up to `len` (at most [`CHUNK_MAX`]) bytes of a regular file from `offset`. Opened without
+/// blocking (a fifo put in its place between calls has no writer) and checked after opening,
+/// so what is read is what was checked.
+pub(crate) fn read_chunk(path: &str, offset: u64, len: u64) -> Result<Reply, ReplyError> {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = Path::new(path);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| io_fail("open", path, &e))?;
+    let meta = file.metadata().map_err(|e| io_fail("stat", path, &e))?;
+    if !meta.is_file() {
+        return Err(not_regular(path));
+    }
+    file.seek(SeekFrom::Start(offset))
+        .map_err(|e| io_fail("seek", path, &e))?;
+    let mut bytes = Vec::new();
+    file.take(len.min(CHUNK_MAX))
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_fail("read", path, &e))?;
+    Ok(Reply::Chunk {
+        data_b64: protocol::encode(&bytes),
+        size: meta.len(),
     })
 }
 

@@ -23,8 +23,15 @@ use super::workspace::SandboxWorkspace;
 use crate::env::cgroup::Cgroups;
 use crate::env::{EnvError, ImageRoot, Sandbox, SharedNetwork, TeardownReport};
 
-/// The most one `copy_out` brings to the host.
+/// The most one `copy_out` brings to the host: bytes, and files (each an inode on the host).
 const MAX_COPY_OUT_BYTES: u64 = 1 << 30;
+const MAX_COPY_OUT_FILES: u64 = 100_000;
+
+/// What is left of one `copy_out`'s allowance.
+struct CopyBudget {
+    bytes: u64,
+    files: u64,
+}
 
 /// A server's refusal to read `path`, as an I/O error naming it.
 fn reply_io(path: &str, e: protocol::ReplyError) -> EnvError {
@@ -167,36 +174,76 @@ impl SandboxHandle {
         }
     }
 
-    /// One regular file out to `host` (created anew, never through a link), within `budget`.
+    /// One regular file out to `host` (created anew, never through a link), within `budget`,
+    /// in parts of at most [`crate::env::fsops::CHUNK_MAX`], each written as it
+    /// arrives: neither the server nor the harness ever holds the file whole. A file over what
+    /// is left of `budget` is left out (its size is what the server saw, so a sparse file counts
+    /// what it would take on the host).
     async fn copy_file_out(
         &self,
         path: &str,
         host: &Path,
-        budget: &mut u64,
+        budget: &mut CopyBudget,
         left_out: &mut Vec<String>,
     ) -> Result<(), EnvError> {
-        let op = Op::ReadFile {
-            path: path.to_string(),
-            scope: None,
-        };
-        let bytes = match self.client.call(op).await? {
-            Reply::File { data_b64 } => protocol::decode(&data_b64).map_err(EnvError::Lost)?,
-            Reply::Error(e) if e.kind == protocol::ErrorKind::InvalidInput => {
-                left_out.push(format!("{path}: {}", e.message));
-                return Ok(());
-            }
-            Reply::Error(e) => return Err(reply_io(path, e)),
-            other => return Err(EnvError::Lost(format!("unexpected reply {other:?}"))),
-        };
-        let Some(rest) = budget.checked_sub(bytes.len() as u64) else {
+        use std::io::Write;
+        if budget.files == 0 {
             left_out.push(format!(
-                "{path}: over the {} MiB copied out of one sandbox",
-                MAX_COPY_OUT_BYTES >> 20
+                "{path}: over the {MAX_COPY_OUT_FILES} files copied out of one sandbox"
             ));
             return Ok(());
-        };
-        *budget = rest;
-        geode_graders::safe_fs::write(host, &bytes).map_err(io(format!("write {}", host.display())))
+        }
+        budget.files -= 1;
+        let mut file: Option<std::fs::File> = None;
+        let mut offset = 0u64;
+        loop {
+            let op = Op::ReadChunk {
+                path: path.to_string(),
+                offset,
+                len: crate::env::fsops::CHUNK_MAX,
+            };
+            let (bytes, size) = match self.client.call(op).await? {
+                Reply::Chunk { data_b64, size } => {
+                    (protocol::decode(&data_b64).map_err(EnvError::Lost)?, size)
+                }
+                Reply::Error(e) if e.kind == protocol::ErrorKind::InvalidInput => {
+                    left_out.push(format!("{path}: {}", e.message));
+                    return Ok(());
+                }
+                Reply::Error(e) => return Err(reply_io(path, e)),
+                other => return Err(EnvError::Lost(format!("unexpected reply {other:?}"))),
+            };
+            let out = match file.as_mut() {
+                Some(out) => out,
+                None => {
+                    if size > budget.bytes {
+                        left_out.push(format!(
+                            "{path}: {} MiB, over the {} MiB left of what is copied out of one sandbox",
+                            size >> 20,
+                            budget.bytes >> 20
+                        ));
+                        return Ok(());
+                    }
+                    file.insert(
+                        geode_graders::safe_fs::create(host)
+                            .map_err(io(format!("create {}", host.display())))?,
+                    )
+                }
+            };
+            let n = bytes.len() as u64;
+            // The file grew past what was counted (a process still writing): cut it there.
+            let Some(rest) = budget.bytes.checked_sub(n) else {
+                left_out.push(format!("{path}: cut where it outgrew the copy's budget"));
+                return Ok(());
+            };
+            budget.bytes = rest;
+            out.write_all(&bytes)
+                .map_err(io(format!("write {}", host.display())))?;
+            offset += n;
+            if n == 0 || offset >= size {
+                return Ok(());
+            }
+        }
     }
 
     /// Stage `host_src` in the inbox and have the server copy it to `dst` inside.
@@ -355,7 +402,10 @@ impl Sandbox for SandboxHandle {
         skip: &(dyn for<'n> Fn(&'n str) -> bool + Sync),
     ) -> Result<Vec<String>, EnvError> {
         let mut left_out = Vec::new();
-        let mut budget = MAX_COPY_OUT_BYTES;
+        let mut budget = CopyBudget {
+            bytes: MAX_COPY_OUT_BYTES,
+            files: MAX_COPY_OUT_FILES,
+        };
         // The source itself may be a folder or a file (a link to either is followed: it is
         // what the task names).
         let mut pending = match self.list(sandbox_src).await? {

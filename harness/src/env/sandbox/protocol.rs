@@ -162,6 +162,13 @@ pub enum Op {
         path: String,
         scope: Option<String>,
     },
+    /// At most `len` bytes of the regular file `path` from `offset` (copies out, which stream
+    /// a file in parts instead of holding it whole).
+    ReadChunk {
+        path: String,
+        offset: u64,
+        len: u64,
+    },
     WriteFile {
         path: String,
         data_b64: String,
@@ -237,6 +244,11 @@ pub enum Reply {
     Exec(ExecResult),
     File {
         data_b64: String,
+    },
+    /// Part of a file, and the file's size when it was read.
+    Chunk {
+        data_b64: String,
+        size: u64,
     },
     Dir {
         entries: Vec<DirEntry>,

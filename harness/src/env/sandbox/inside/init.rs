@@ -150,15 +150,36 @@ fn reap_all() {
 }
 
 fn command_loop(ctl: impl Read, mut reply: impl Write) {
+    // Processes that were already stopped when the namespace was frozen stay stopped after.
+    let mut stopped_before = Vec::new();
     for line in std::io::BufReader::new(ctl).lines() {
-        match line {
-            Ok(line) if line.trim() == "kill" => {
-                let _ = writeln!(reply, "{}", kill_all_but_me());
-                let _ = reply.flush();
+        let answer = match line.as_deref().map(str::trim) {
+            Ok("kill") => kill_all_but_me().to_string(),
+            Ok("stop") => {
+                stopped_before = processes("/proc")
+                    .into_iter()
+                    .filter(|(_, state)| matches!(state.as_str(), "T" | "t"))
+                    .map(|(pid, _)| pid)
+                    .collect();
+                // kill(-1) signals the whole namespace at once: a fork in flight is restarted
+                // with the signal pending, so nothing new runs on unseen.
+                let _ = nix::sys::signal::kill(Pid::from_raw(-1), Signal::SIGSTOP);
+                "stopped".to_string()
             }
-            Ok(_) => {}
+            Ok("cont") => {
+                let me = i32::try_from(std::process::id()).unwrap_or(0);
+                for (pid, _) in processes("/proc") {
+                    if pid != me && pid != 1 && !stopped_before.contains(&pid) {
+                        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGCONT);
+                    }
+                }
+                "continued".to_string()
+            }
+            Ok(_) => continue,
             Err(_) => break,
-        }
+        };
+        let _ = writeln!(reply, "{answer}");
+        let _ = reply.flush();
     }
     // Whoever held the other end is gone: leaving takes the whole namespace down with us.
     std::process::exit(0)
@@ -179,6 +200,14 @@ pub(crate) fn kill_all_but_me() -> usize {
 
 /// Pids listed in a procfs that are not zombies.
 pub(crate) fn live_processes(proc_dir: &str) -> Vec<i32> {
+    processes(proc_dir)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// Pids listed in a procfs that are not zombies, with their state (`R`, `S`, `T` ...).
+fn processes(proc_dir: &str) -> Vec<(i32, String)> {
     let Ok(dir) = std::fs::read_dir(proc_dir) else {
         return Vec::new();
     };
@@ -196,10 +225,10 @@ pub(crate) fn live_processes(proc_dir: &str) -> Vec<i32> {
         let state = stat
             .rsplit_once(')')
             .and_then(|(_, rest)| rest.split_whitespace().next());
-        if matches!(state, Some("Z") | Some("X") | None) {
-            continue;
+        match state {
+            Some("Z" | "X") | None => continue,
+            Some(state) => pids.push((pid, state.to_string())),
         }
-        pids.push(pid);
     }
     pids
 }

@@ -298,6 +298,7 @@ fn handle(server: &Server, id: u64, op: Op) -> Reply {
     let result = match op {
         Op::Exec(spec) => exec::run(server, id, spec).map(Reply::Exec),
         Op::ReadFile { path, scope } => fsops::read_file(&path, scope.as_deref()),
+        Op::ReadChunk { path, offset, len } => fsops::read_chunk(&path, offset, len),
         Op::WriteFile {
             path,
             data_b64,
@@ -307,10 +308,18 @@ fn handle(server: &Server, id: u64, op: Op) -> Reply {
         Op::Install { from, to, merge } => fsops::install(&from, &to, merge),
         Op::ChangedInputs { exempt } => {
             let layer = std::path::Path::new(crate::env::sandbox::protocol::UPPER_MOUNT);
-            let paths = if layer.is_dir() {
-                crate::env::evidence::verifier_inputs_changed(layer, &exempt)
-            } else {
-                Vec::new()
+            let judge = || {
+                if layer.is_dir() {
+                    crate::env::evidence::verifier_inputs_changed(layer, &exempt)
+                } else {
+                    Vec::new()
+                }
+            };
+            // Judged with the agent's processes stopped: nothing it left running can move a
+            // file out of the walk's way while the layer is read.
+            let paths = match server.views() {
+                Ok(views) => views.with_tools_stopped(judge),
+                Err(_) => judge(),
             };
             Ok(Reply::Changed { paths })
         }

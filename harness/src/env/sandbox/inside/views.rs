@@ -208,17 +208,32 @@ impl Views {
 
     /// SIGKILL every process of the tool view but its init; how many were alive.
     pub(crate) fn kill_tools(&self) -> usize {
+        self.tell_tool_init("kill").parse().unwrap_or(0)
+    }
+
+    /// `what` with every process of the tool view stopped (SIGSTOP, which none can catch),
+    /// then continued: what the agent left running cannot change what `what` reads meanwhile.
+    /// A process the agent had stopped itself stays stopped.
+    pub(crate) fn with_tools_stopped<T>(&self, what: impl FnOnce() -> T) -> T {
+        self.tell_tool_init("stop");
+        let out = what();
+        self.tell_tool_init("cont");
+        out
+    }
+
+    /// One command to the tool view's init, and its one-line answer.
+    fn tell_tool_init(&self, command: &str) -> String {
         let mut ctl = match self.tool_ctl.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
         let (to, from) = &mut *ctl;
-        if writeln!(to, "kill").is_err() {
-            return 0;
+        if writeln!(to, "{command}").is_err() {
+            return String::new();
         }
         let mut line = String::new();
         let _ = from.read_line(&mut line);
-        line.trim().parse().unwrap_or(0)
+        line.trim().to_string()
     }
 
     /// Give the processes of the tool view that are busy on the CPU when a verifier starts
@@ -499,7 +514,9 @@ fn fresh_tests_dir() -> std::io::Result<()> {
         Ok(_) => std::fs::remove_file(dir)?,
         Err(_) => {}
     }
-    std::fs::create_dir(dir)
+    std::fs::create_dir(dir)?;
+    // Container root's, as a folder the image had would be.
+    crate::env::fsops::created(dir)
 }
 
 fn open_ns(path: &str) -> Result<OwnedFd, String> {
@@ -534,8 +551,24 @@ fn tool_init_main(ctl: OwnedFd, reply: OwnedFd) -> c_int {
             .map_err(|e| format!("unshare the tool mount namespace: {e}"))?;
         super::setup::make_private().map_err(|e| format!("make the tool view private: {e}"))?;
         // Absent in sandboxes without a verifier folder (image builds).
+        let verified = std::path::Path::new(VERIFIER_MOUNT).exists();
         for hidden in [VERIFIER_MOUNT, UPPER_MOUNT] {
             let _ = umount2(hidden, MntFlags::MNT_DETACH);
+        }
+        if verified {
+            // The verifier's private `/tests` is mounted on this folder in its own namespace;
+            // removing or renaming the folder from another namespace would detach that mount
+            // (the kernel allows it since 3.18) and give the verifier the agent's folder. A
+            // mount point in the agent's own namespace cannot be removed or renamed (EBUSY).
+            fresh_tests_dir().map_err(|e| format!("make {}: {e}", crate::env::TESTS_DIR))?;
+            mount(
+                Some(crate::env::TESTS_DIR),
+                crate::env::TESTS_DIR,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|e| format!("pin {}: {e}", crate::env::TESTS_DIR))?;
         }
         mount(
             Some("tmpfs"),
