@@ -20,9 +20,43 @@ const EXECUTABLE_DIRS: &[&str] = &[
     "usr/lib/x86_64-linux-gnu",
     "lib/x86_64-linux-gnu",
     "usr/local/lib",
+    // Where `pip install --user` and uv's installer put programs, and what a verifier that
+    // sources `$HOME/.local/bin/env` (Terminal-Bench's uv set-up) puts first on PATH.
+    "root/.local/bin",
 ];
-/// Files that change how every program, or every Python, starts.
-const START_HOOKS: &[&str] = &["etc/ld.so.preload", "etc/ld.so.conf", "etc/environment"];
+/// Files that change how every program, or every Python, starts; and where the package
+/// managers a verifier installs its test runner with take packages from (a verifier that runs
+/// `pip install pytest` gets whatever index or folder of wheels these name).
+const START_HOOKS: &[&str] = &[
+    "etc/ld.so.preload",
+    "etc/ld.so.conf",
+    "etc/environment",
+    "etc/pip.conf",
+    "root/.pip/pip.conf",
+    "root/.config/pip/pip.conf",
+    "etc/uv/uv.toml",
+    "root/.config/uv/uv.toml",
+    "root/.pydistutils.cfg",
+];
+
+/// Folders whose every file is a start hook: the loader reads each `ld.so.conf.d/*.conf`, and
+/// Debian's Pythons import `/etc/python3.X/sitecustomize.py` through a link in their standard
+/// library.
+const START_HOOK_DIRS: &[&str] = &[
+    "etc/ld.so.conf.d",
+    "etc/python3",
+    "etc/python3.9",
+    "etc/python3.10",
+    "etc/python3.11",
+    "etc/python3.12",
+    "etc/python3.13",
+    "etc/python3.14",
+];
+
+/// Where Debian's alternatives live: links a PATH program goes through (`/usr/bin/awk` ->
+/// `/etc/alternatives/awk` -> `/usr/bin/mawk`). A package install repoints them into the
+/// system's folders; one that leads anywhere else (`/tmp`, `/app`) is a wrapper in disguise.
+const ALTERNATIVES: &str = "etc/alternatives";
 
 /// Test-runner configuration that applies to `/tests` from the root, the one ancestor the
 /// tests' folder has (pytest reads its ini files and `conftest.py` there).
@@ -77,7 +111,10 @@ pub fn verifier_inputs_changed(upper: &Path, exempt: &str) -> Vec<String> {
         } else {
             is_verifier_input(rel)
         };
-        if found_here || is_pytest_plugin(entry.path(), rel) {
+        if found_here
+            || is_pytest_plugin(entry.path(), rel)
+            || is_foreign_alternative(entry.path(), rel)
+        {
             found.push(format!("/{rel_text}"));
         }
         if found.len() >= 50 {
@@ -145,7 +182,27 @@ fn is_program_input(rel: &Path) -> bool {
     EXECUTABLE_DIRS.contains(&parent.as_str())
         || on_a_verifier_path(rel)
         || START_HOOKS.contains(&rel_text.as_ref())
+        || START_HOOK_DIRS.contains(&parent.as_str())
         || python_start(rel, &name)
+}
+
+/// An alternatives link (see [`ALTERNATIVES`]) that leads outside the system's program and
+/// library folders.
+fn is_foreign_alternative(path: &Path, rel: &Path) -> bool {
+    if rel.parent().is_none_or(|p| p != Path::new(ALTERNATIVES)) {
+        return false;
+    }
+    match std::fs::read_link(path) {
+        Ok(target) => {
+            let target = target.to_string_lossy();
+            !["/usr/", "/bin/", "/sbin/", "/lib/", "/etc/alternatives/"]
+                .iter()
+                .any(|dir| target.starts_with(dir))
+                || target.contains("/../")
+        }
+        // A file in place of a link is foreign too.
+        Err(_) => true,
+    }
 }
 
 /// A folder programs are looked up in, or one above it, that is now something else (only
@@ -159,19 +216,28 @@ fn on_a_verifier_path(rel: &Path) -> bool {
 }
 
 /// `(interpreter folder, the rest)` for a path in a Python's library folder
-/// (`usr/lib/python3.11/...`, `usr/local/lib/python3.11/...`, Debian's `usr/lib/python3/...`).
+/// (`usr/lib/python3.11/...`, `usr/local/lib/python3.11/...`, Debian's `usr/lib/python3/...`,
+/// root's user site `root/.local/lib/python3.11/...`).
 fn python_root(rel: &Path) -> Option<(String, String)> {
     let mut parts = rel.components().map(|c| c.as_os_str().to_string_lossy());
     let first: Vec<String> = parts.by_ref().take(3).map(|p| p.into_owned()).collect();
     let lib = match first.as_slice() {
         [usr, lib, py] if usr == "usr" && lib == "lib" && py.starts_with("python3") => py,
-        [usr, local, lib] if usr == "usr" && local == "local" && lib == "lib" => {
+        // `/usr/local`'s Pythons, and root's user site, which every Python run as root reads
+        // (`.pth` hooks included).
+        [a, b, lib]
+            if lib == "lib"
+                && matches!(
+                    (a.as_str(), b.as_str()),
+                    ("usr", "local") | ("root", ".local")
+                ) =>
+        {
             let py = parts.next()?.into_owned();
             if !py.starts_with("python3") {
                 return None;
             }
             let rest: Vec<String> = parts.map(|p| p.into_owned()).collect();
-            return Some((format!("usr/local/lib/{py}"), rest.join("/")));
+            return Some((format!("{a}/{b}/lib/{py}"), rest.join("/")));
         }
         _ => return None,
     };
@@ -250,6 +316,18 @@ mod tests {
             ("conftest.py", "x=1\n"),
             ("pytest.ini", "[pytest]\n"),
             ("app/conftest.py", "x=1\n"),
+            (
+                "root/.local/lib/python3.11/site-packages/zz-user.pth",
+                "import os\n",
+            ),
+            (
+                "root/.local/lib/python3.11/site-packages/honest/__init__.py",
+                "x=1\n",
+            ),
+            ("root/.local/bin/uv", "#!/bin/sh\n"),
+            ("etc/ld.so.conf.d/evil.conf", "/tmp/lib\n"),
+            ("etc/python3.11/sitecustomize.py", "import evil\n"),
+            ("etc/pip.conf", "[global]\nfind-links = /tmp/wheels\n"),
         ] {
             let p = upper.path().join(path);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -258,13 +336,24 @@ mod tests {
         std::os::unix::fs::symlink("/etc/passwd", upper.path().join("usr/local/bin/cmp")).unwrap();
         // A folder of PATH replaced by a link to another folder.
         std::os::unix::fs::symlink("/tmp/evil", upper.path().join("usr/sbin")).unwrap();
+        // Alternatives: one repointed into the system (a package install), one out of it.
+        let alternatives = upper.path().join("etc/alternatives");
+        std::fs::create_dir_all(&alternatives).unwrap();
+        std::os::unix::fs::symlink("/usr/bin/mawk", alternatives.join("awk")).unwrap();
+        std::os::unix::fs::symlink("/tmp/evil/awk", alternatives.join("nawk")).unwrap();
         let found = verifier_inputs_changed(upper.path(), "/app");
         assert_eq!(
             found,
             vec![
                 "/conftest.py",
+                "/etc/alternatives/nawk",
+                "/etc/ld.so.conf.d/evil.conf",
                 "/etc/ld.so.preload",
+                "/etc/pip.conf",
+                "/etc/python3.11/sitecustomize.py",
                 "/pytest.ini",
+                "/root/.local/bin/uv",
+                "/root/.local/lib/python3.11/site-packages/zz-user.pth",
                 "/tests/test.sh",
                 "/usr/lib/python3/dist-packages/zz.pth",
                 "/usr/lib/python3.11/__pycache__/os.cpython-311.pyc",
