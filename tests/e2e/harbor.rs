@@ -170,12 +170,13 @@ fn infrastructure_run(
     let task = broken.join("cron-next");
     super::common::copy_tree(&pack.join("cron-next"), &task);
     std::fs::write(task.join("tests/test.sh"), "#!/bin/sh\nexit 0\n").unwrap();
-    // Its one trial ends without a verdict: the run measured nothing (exit 8).
+    // Its one trial ends without a verdict: the run measured nothing (exit 8). The agent does
+    // nothing (nop): after an agent that acted, a verifier's failure would be its own.
     let (_, broken_run) = super::common::run_model_ending(
         super::common::geode_in(dir),
         broken,
         jobs,
-        "oracle",
+        "nop",
         &["-k", "1"],
         8,
     );
@@ -236,7 +237,7 @@ fn assert_harbor_reads_what_geode_recorded(python: &Path, broken_run: &Path) {
     assert_eq!(
         read.trim(),
         format!(
-            "{} 1 1 1 geode__oracle__broken ['RewardFileNotFoundError']",
+            "{} 1 1 1 geode__nop__broken ['RewardFileNotFoundError']",
             job["id"].as_str().unwrap()
         )
     );

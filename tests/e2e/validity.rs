@@ -58,36 +58,37 @@ fn outcomes(jobs: &Path) -> Vec<(String, TrialOutcome, Option<f64>, u32)> {
         .collect()
 }
 
-#[test]
-fn each_infrastructure_class_comes_from_a_real_fault() {
-    let dir = tempfile::tempdir().unwrap();
-    let pack = dir.path().join("pack");
-    task(&pack, "no-test-script", None, 30);
+/// The faulty verifiers, one task each, and a healthy one.
+fn faulty_pack(pack: &Path) {
+    task(pack, "no-test-script", None, 30);
     task(
-        &pack,
+        pack,
         "slow-verifier",
         Some("sleep 30\necho 1 > /logs/verifier/reward.txt\n"),
         2,
     );
-    task(&pack, "no-reward", Some("echo 'ran, wrote nothing'\n"), 30);
+    task(pack, "no-reward", Some("echo 'ran, wrote nothing'\n"), 30);
     task(
-        &pack,
+        pack,
         "bad-reward",
         Some("echo yes > /logs/verifier/reward.txt\n"),
         30,
     );
-    task(&pack, "healthy", Some(HONEST), 30);
+    task(pack, "healthy", Some(HONEST), 30);
+}
+
+fn run_faults(dir: &Path, model: &str, jobs: &str) -> (Vec<(String, TrialOutcome)>, String) {
     let out = geode(
-        dir.path(),
+        dir,
         &[
             "run",
             "pack",
             "--model",
-            "oracle",
+            model,
             "-n",
             "2",
             "--jobs-dir",
-            "jobs",
+            jobs,
             "--max-infra-retries",
             "0",
         ],
@@ -97,26 +98,79 @@ fn each_infrastructure_class_comes_from_a_real_fault() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let got: Vec<(String, TrialOutcome)> = outcomes(&dir.path().join("jobs"))
+    let got = outcomes(&dir.join(jobs))
         .into_iter()
         .map(|(t, o, _, _)| (t, o))
         .collect();
-    let want = [
+    (got, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn named(want: &[(&str, TrialOutcome)]) -> Vec<(String, TrialOutcome)> {
+    want.iter().map(|(t, o)| (t.to_string(), *o)).collect()
+}
+
+/// An agent that did nothing (nop) meets each faulty verifier: each infrastructure class comes
+/// from its real fault, and is excluded from the score.
+#[test]
+fn each_infrastructure_class_comes_from_a_real_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    faulty_pack(&dir.path().join("pack"));
+    let (got, summary) = run_faults(dir.path(), "nop", "jobs");
+    let want = named(&[
         ("faults/bad-reward", TrialOutcome::RewardMalformed),
-        ("faults/healthy", TrialOutcome::Passed),
+        ("faults/healthy", TrialOutcome::Failed),
         ("faults/no-reward", TrialOutcome::RewardMissing),
         ("faults/no-test-script", TrialOutcome::VerifierCrashed),
         ("faults/slow-verifier", TrialOutcome::VerifierTimeout),
-    ];
-    let want: Vec<(String, TrialOutcome)> = want.iter().map(|(t, o)| (t.to_string(), *o)).collect();
+    ]);
     assert_eq!(got, want);
     // Infrastructure is excluded from the score, not counted as a failure.
-    let summary = String::from_utf8_lossy(&out.stdout);
-    assert!(summary.contains("accuracy 1.000"), "{summary}");
+    assert!(summary.contains("accuracy 0.000"), "{summary}");
     assert!(
-        summary.contains("accuracy with infrastructure failures as zero: 0.200"),
+        summary.contains("accuracy with infrastructure failures as zero: 0.000"),
         "{summary}"
     );
+}
+
+/// Once the agent has acted, only the host's own faults stay infrastructure: a verifier that
+/// times out or leaves no usable reward is the agent's failure (reward 0, flagged), since the
+/// agent could have made it so. A missing tests/test.sh is the task's, shown from the host.
+#[test]
+fn after_the_agent_acted_a_failing_verifier_is_its_failure_and_flagged() {
+    let dir = tempfile::tempdir().unwrap();
+    faulty_pack(&dir.path().join("pack"));
+    let (got, summary) = run_faults(dir.path(), "oracle", "jobs");
+    let want = named(&[
+        ("faults/bad-reward", TrialOutcome::Failed),
+        ("faults/healthy", TrialOutcome::Passed),
+        ("faults/no-reward", TrialOutcome::Failed),
+        ("faults/no-test-script", TrialOutcome::VerifierCrashed),
+        ("faults/slow-verifier", TrialOutcome::Failed),
+    ]);
+    assert_eq!(got, want);
+    assert!(summary.contains("accuracy 0.250"), "{summary}");
+    let run_dir = std::fs::read_dir(dir.path().join("jobs"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .unwrap();
+    for (trial, class) in [
+        ("faults-bad-reward__0", "VerifierOutputParseError"),
+        ("faults-no-reward__0", "RewardFileNotFoundError"),
+        ("faults-slow-verifier__0", "VerifierTimeoutError"),
+    ] {
+        let r = super::common::trial_result(&run_dir, trial);
+        assert_eq!(r["verifier_result"]["rewards"]["reward"], 0.0, "{r}");
+        // Harbor's class stays, for `resume -f CLASS`; the flag says what happened.
+        assert_eq!(r["exception_info"]["exception_type"], class, "{r}");
+        assert!(
+            r["integrity"]
+                .to_string()
+                .contains("verifier_failed_after_agent_acted"),
+            "{r}"
+        );
+    }
 }
 
 #[test]

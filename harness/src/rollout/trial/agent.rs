@@ -99,6 +99,11 @@ pub(super) async fn run_agent(
             "records_missing: the agent's timeline could not be read: {e}"
         ));
     }
+    rec.agent_acted = rows.as_ref().map_or(true, |rows| {
+        rows.iter().any(|r| {
+            matches!(&r.event, TimelineEvent::ToolCompleted { outcome, .. } if outcome.dispatched())
+        })
+    });
     if let Ok(rows) = rows {
         let denied = denied_dangerous_calls(&rows);
         if denied > 0 {

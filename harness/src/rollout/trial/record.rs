@@ -67,6 +67,10 @@ pub(super) struct Record {
     pub(super) agent: Option<AgentEnd>,
     /// The image the trial started from (base, cache hit, build time).
     pub(super) image: Option<serde_json::Value>,
+    /// The agent ran something in the sandbox (a dispatched tool call, or a timeline that
+    /// could not be read to show otherwise): from then on, a verifier that fails is its doing
+    /// unless the host shows a cause of its own.
+    pub(super) agent_acted: bool,
 }
 
 /// When a phase began, on the wall clock (for the record) and the monotonic one (for its length).
@@ -93,6 +97,26 @@ impl Record {
             .and_modify(|t| t[1] = ends[1].clone())
             .or_insert_with(|| ends.clone());
         self.last_times.insert(phase, ends);
+    }
+}
+
+/// A verifier that ran after the agent acted and could not finish, or left no usable reward
+/// (timed out, could not start its command, wrote nothing or garbage): the agent's failure,
+/// reward 0 with the flag naming what happened, never an excluded infrastructure error. What
+/// the host can show is its own (a missing tests/test.sh, a sandbox lost from outside, the
+/// verifier's own sandbox not starting) is never brought here. No integrity counter moves: the
+/// cause may be the task's, and the flag says which verifier failure it was.
+pub(super) fn verifier_failed_after_agent(rec: &mut Record, ending: Ending) -> Ending {
+    let (class, message) = ending.exception.unwrap_or_default();
+    rec.integrity.push(format!(
+        "verifier_failed_after_agent_acted: {} ({class}: {message})",
+        ending.outcome.as_str()
+    ));
+    Ending {
+        outcome: TrialOutcome::Failed,
+        reward: Some(0.0),
+        rewards: BTreeMap::from([("reward".to_string(), 0.0)]),
+        exception: Some((class, message)),
     }
 }
 

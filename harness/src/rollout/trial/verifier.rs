@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::artifacts::{collect_artifacts, keep_workspace};
 use super::environment::{scaled, task_command, verifier_environment_spec};
-use super::record::{BROKEN_CLASS, Ending, Record, env_outcome};
+use super::record::{BROKEN_CLASS, Ending, Record, env_outcome, verifier_failed_after_agent};
 use super::{Fresh, Stage, TrialPlan};
 use crate::env::compose::MAIN_SERVICE;
 use crate::env::{EnvError, Sandbox, TESTS_DIR};
@@ -198,7 +198,8 @@ async fn separate_verifier(
 }
 
 /// Run `tests/test.sh` in `sandbox` and grade what it left. `agent_layer`: the sandbox is
-/// the agent's, whose writable layer is read for changes to what the verifier runs.
+/// the agent's, whose writable layer is read for changes to what the verifier runs. Once the
+/// agent has acted, a verifier that fails is the agent's failure.
 async fn run_tests(
     plan: &TrialPlan,
     stage: &Stage<'_>,
@@ -206,13 +207,55 @@ async fn run_tests(
     agent_layer: bool,
     rec: &mut Record,
 ) -> Result<(f64, BTreeMap<String, f64>), Ending> {
-    let timeout = scaled(stage.verifier_timeout, plan.timeout_multiplier);
-    let out = run_test_script(stage, sandbox, timeout).await?;
-    keep_verifier_log(plan, &out, rec);
-    // After the verifier: what the agent's services changed while it ran counts too.
-    if agent_layer {
-        note_changed_inputs(sandbox, rec).await;
+    match run_and_grade(plan, stage, sandbox, agent_layer, rec).await {
+        Err(ending) if rec.agent_acted && is_verifier_failure(&ending) => {
+            Err(verifier_failed_after_agent(rec, ending))
+        }
+        graded => graded,
     }
+}
+
+/// A verifier that could not start its command, ran out of time or left no usable reward; not
+/// a sandbox lost from outside, nor one the agent took down (that is its own ending).
+fn is_verifier_failure(ending: &Ending) -> bool {
+    let host_class = ending
+        .exception
+        .as_ref()
+        .is_some_and(|(class, _)| class == "SandboxError" || class == BROKEN_CLASS);
+    !host_class
+        && matches!(
+            ending.outcome,
+            TrialOutcome::VerifierTimeout
+                | TrialOutcome::VerifierCrashed
+                | TrialOutcome::RewardMissing
+                | TrialOutcome::RewardMalformed
+        )
+}
+
+async fn run_and_grade(
+    plan: &TrialPlan,
+    stage: &Stage<'_>,
+    sandbox: &dyn Sandbox,
+    agent_layer: bool,
+    rec: &mut Record,
+) -> Result<(f64, BTreeMap<String, f64>), Ending> {
+    let timeout = scaled(stage.verifier_timeout, plan.timeout_multiplier);
+    let workdir = sandbox.workspace().root().to_string_lossy().into_owned();
+    // Judged twice from the host's side of the layer: as the agent handed over (a wrapper that
+    // deletes itself once it has forged is still there), and after the verifier (what the
+    // agent's services changed while it ran).
+    let before = if agent_layer {
+        sandbox.changed_verifier_inputs(&workdir).await
+    } else {
+        Vec::new()
+    };
+    let ran = run_test_script(stage, sandbox, timeout).await;
+    if agent_layer {
+        let after = sandbox.changed_verifier_inputs(&workdir).await;
+        note_changed_inputs(before, after, rec);
+    }
+    let out = ran?;
+    keep_verifier_log(plan, &out, rec);
     if out.timed_out {
         return Err(Ending::infra(
             TrialOutcome::VerifierTimeout,
@@ -291,12 +334,13 @@ fn keep_verifier_log(plan: &TrialPlan, out: &ExecOutput, rec: &mut Record) {
     }
 }
 
-/// Changes in the agent's writable layer to what the verifier runs are reward tampering.
-async fn note_changed_inputs(sandbox: &dyn Sandbox, rec: &mut Record) {
-    let workdir = sandbox.workspace().root().to_string_lossy().into_owned();
-    let changed = sandbox.changed_verifier_inputs(&workdir).await;
+/// Changes in the agent's writable layer to what the verifier runs are reward tampering: the
+/// paths seen before the verifier ran or after, each named once.
+fn note_changed_inputs(before: Vec<String>, after: Vec<String>, rec: &mut Record) {
+    let changed: std::collections::BTreeSet<String> = before.into_iter().chain(after).collect();
     if !changed.is_empty() {
         rec.signals.reward_tampering += 1;
+        let changed: Vec<String> = changed.into_iter().collect();
         rec.integrity
             .push(format!("verifier_inputs_changed: {}", changed.join(", ")));
     }
