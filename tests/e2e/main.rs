@@ -30,6 +30,7 @@ mod mcp_background;
 mod mcp_server;
 mod newcomer;
 mod providers;
+mod red_team;
 #[path = "../support/registry.rs"]
 mod registry;
 mod repl;
