@@ -359,15 +359,7 @@ fn assert_the_host_is_untouched(
     let found =
         std::fs::read_to_string(run_dir.join("atk-erase-records__0/artifacts/found.txt")).unwrap();
     assert_eq!(found, "done\n", "the agent found its timeline: {found}");
-    let erased = run_dir.join("atk-erase-records__0/agent");
-    assert!(erased.join("timeline.db").is_file());
-    let trajectory: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(erased.join("trajectory.json")).unwrap())
-            .unwrap();
-    assert_eq!(
-        trajectory["steps"][1]["tool_calls"][0]["function_name"], "bash",
-        "{trajectory}"
-    );
+    assert_records_kept(run_dir, "atk-erase-records__0");
     let upper = std::fs::read_to_string(run_dir.join("atk-core-pattern__0/artifacts/upper.txt"))
         .unwrap_or_default();
     // The overlay's upper is named relatively: no host path to aim the kernel at.
@@ -378,6 +370,19 @@ fn assert_the_host_is_untouched(
         std::fs::symlink_metadata(&trajectory_file)
             .unwrap()
             .is_file()
+    );
+}
+
+/// The host's timeline of `trial` is there and its trajectory shows the oracle's bash call.
+pub(super) fn assert_records_kept(run_dir: &Path, trial: &str) {
+    let agent = run_dir.join(trial).join("agent");
+    assert!(agent.join("timeline.db").is_file(), "{trial}");
+    let trajectory: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(agent.join("trajectory.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        trajectory["steps"][1]["tool_calls"][0]["function_name"], "bash",
+        "{trial}: {trajectory}"
     );
 }
 

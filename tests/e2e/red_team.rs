@@ -542,15 +542,7 @@ fn the_red_team_s_corpus_gains_nothing_and_leaves_nothing_on_the_host() {
     assert_eq!(host_leftovers(&scratch), Vec::<String>::new());
     // What the agent did is on record, whatever it erased or forged in its own folders.
     for trial in ["atk-hunt-records__0", "atk-forged-trajectory__0"] {
-        let agent = run_dir.join(trial).join("agent");
-        assert!(agent.join("timeline.db").is_file(), "{trial}");
-        let trajectory: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(agent.join("trajectory.json")).unwrap())
-                .unwrap();
-        assert_eq!(
-            trajectory["steps"][1]["tool_calls"][0]["function_name"], "bash",
-            "{trial}: {trajectory}"
-        );
+        super::attacks::assert_records_kept(&run_dir, trial);
     }
     // The sparse artifact was left out with a note, not copied (3 GiB) nor fatal.
     let sparse = trial_result(&run_dir, "atk-sparse-artifact__0");
