@@ -230,19 +230,22 @@ fn sandbox_limit_attack_tasks(pack: &Path) {
          } > /logs/artifacts/net.txt 2>&1",
     );
     // A file the host binds in writable (/etc/hosts) used to take writes past the budget,
-    // onto the host's disk: now it is a copy on the trial's own 300 MB disk.
+    // onto the host's disk: now it is a copy on the trial's own 300 MB disk. (The report
+    // waits in /dev/shm until the disk has room again: /logs/artifacts is on that disk too.)
     task(
         pack,
         "fill-hosts",
         "[environment]\nstorage_mb = 300\n",
-        "head -c 600M /dev/zero >> /etc/hosts 2> /logs/artifacts/hosts.txt; echo rc=$? >> /logs/artifacts/hosts.txt",
+        "head -c 600M /dev/zero >> /etc/hosts 2> /dev/shm/hosts.txt; echo rc=$? >> /dev/shm/hosts.txt
+         : > /etc/hosts; cp /dev/shm/hosts.txt /logs/artifacts/hosts.txt",
     );
     // The host's disk used to take whatever the agent wrote; the default disk is 10 GiB.
     task(
         pack,
         "fill-disk",
         "",
-        "fallocate -l 20G /app/huge > /logs/artifacts/disk.txt 2>&1; echo rc=$? >> /logs/artifacts/disk.txt",
+        "fallocate -l 20G /app/huge > /dev/shm/disk.txt 2>&1; echo rc=$? >> /dev/shm/disk.txt
+         rm -f /app/huge; cp /dev/shm/disk.txt /logs/artifacts/disk.txt",
     );
 }
 

@@ -84,6 +84,15 @@ fn probe(cmd: &str) -> String {
     )
 }
 
+/// 600 MB written to `path`, then removed (the full disk would take the probe's own lines),
+/// and whether the write went through.
+fn fill_then_probe(path: &str) -> String {
+    format!(
+        "head -c 600M /dev/zero > {path} 2>/tmp/err; rc=$?; rm -f {path}; \
+         {{ cat /tmp/err; echo \"rc=$rc\"; echo ran; }} > /logs/artifacts/out.txt"
+    )
+}
+
 /// One system call through ctypes; the probe prints its return value and errno.
 fn syscall(nr: u32, args: &str) -> String {
     format!(
@@ -172,6 +181,21 @@ fn host_attacks(marker: &HostMarker, socket_name: &str) -> Vec<Attack> {
             &probe("{ cat /proc/1/environ > /tmp/e && [ -s /tmp/e ]; } || cp /proc/1/exe /tmp/x"),
             Holds::Zero,
         )
+        .probed(),
+        // The folders the host keeps for the trial: on the trial's 300 MB disk, like the rest.
+        attack(
+            "fill-agent-logs",
+            &fill_then_probe("/logs/agent/fill"),
+            Holds::Zero,
+        )
+        .toml("[environment]\nstorage_mb = 300\n")
+        .probed(),
+        attack(
+            "fill-artifacts",
+            &fill_then_probe("/logs/artifacts/fill"),
+            Holds::Zero,
+        )
+        .toml("[environment]\nstorage_mb = 300\n")
         .probed(),
         // Memory the host pays for: a tmpfs the agent can fill.
         attack(

@@ -283,6 +283,14 @@ pub trait Sandbox: Send + Sync {
     /// Stop everything and remove the trial's writable layer.
     async fn teardown(self: Box<Self>) -> Result<TeardownReport, EnvError>;
 
+    /// Bring what the trial's processes wrote to `/logs/agent` and `/logs/artifacts` back to the
+    /// trial's folders where those live on the trial's own disk (bounded like every copy out;
+    /// what the host already holds there is kept). Once, with the agent's processes gone;
+    /// teardown does it if nobody did. Notes of what was left out.
+    async fn sync_logs(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// What the trial's writable layer shows of changes to what the verifier runs
     /// (interpreters, `PATH` folders, site-packages hooks, `/tests`), outside `exempt` (the
     /// workdir); empty where there is no layer to read.

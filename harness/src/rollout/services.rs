@@ -122,15 +122,19 @@ async fn start_sidecar(
         });
     }
     let dir = start.trial_dir.join(SERVICES_DIR).join(&service.name);
+    // The service may run as any user of its image: let it write its log (set before the
+    // start, which copies the folder, mode included, onto the sandbox's disk).
+    let logs = crate::env::agent_logs(&dir);
+    std::fs::create_dir_all(&logs)
+        .and_then(|()| {
+            std::fs::set_permissions(&logs, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+        })
+        .map_err(|source| EnvError::Io {
+            context: format!("open {} to the service's user", logs.display()),
+            source,
+        })?;
     let sandbox = start.backend.start(&spec, &image, &dir).await?;
     let running = async {
-        // The service may run as any user of its image: let it write its log.
-        let logs = crate::env::agent_logs(&dir);
-        std::fs::set_permissions(&logs, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
-            .map_err(|source| EnvError::Io {
-                context: format!("open {} to the service's user", logs.display()),
-                source,
-            })?;
         // The service leads a session of its own (`setsid`), so nothing aimed at the
         // launcher's process group (a timeout's kill) reaches it; the launcher waits until it
         // has left the group, and it lives until teardown.
@@ -152,18 +156,21 @@ async fn start_sidecar(
                 message: format!("could not start {:?}: {}", argv, out.stderr.trim()),
             });
         }
-        if let Some(check) = &service.healthcheck {
-            super::trial::wait_healthy(
+        if let Some(check) = &service.healthcheck
+            && let Err(message) = super::trial::wait_healthy(
                 sandbox.as_ref(),
                 check,
                 start.timeout_multiplier,
                 start.cancel,
             )
             .await
-            .map_err(|message| EnvError::SetupFailed {
+        {
+            // Its log lives on the sandbox's disk until brought back.
+            let _ = sandbox.sync_logs().await;
+            return Err(EnvError::SetupFailed {
                 step: step(".healthcheck"),
                 message: format!("{message}; its output: {}", service_log_tail(&logs)),
-            })?;
+            });
         }
         Ok(())
     }
@@ -261,6 +268,10 @@ impl Sandbox for ServiceGroup {
 
     async fn kill_all_processes(&self) -> Result<usize, EnvError> {
         self.main.kill_all_processes().await
+    }
+
+    async fn sync_logs(&self) -> Vec<String> {
+        self.main.sync_logs().await
     }
 
     async fn teardown(self: Box<Self>) -> Result<TeardownReport, EnvError> {

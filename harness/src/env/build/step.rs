@@ -110,6 +110,7 @@ async fn export(
                 host: out.to_path_buf(),
                 inside: AT.into(),
                 read_only: false,
+                on_disk: false,
             }],
             verifier_logs: None,
             disk_mb: None,
@@ -176,6 +177,7 @@ fn build_binds() -> Vec<Bind> {
             host: PathBuf::from(HOST_CA_BUNDLE),
             inside: BUILD_CA_AT.into(),
             read_only: true,
+            on_disk: false,
         }]
     } else {
         Vec::new()

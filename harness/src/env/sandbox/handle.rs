@@ -33,6 +33,25 @@ struct CopyBudget {
     files: u64,
 }
 
+/// Move what `from` holds into `to` where `to` has nothing of that name yet, folder by folder.
+fn merge_new(from: &Path, to: &Path) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(from) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let dest = to.join(entry.file_name());
+        match std::fs::symlink_metadata(&dest) {
+            Err(_) => std::fs::rename(entry.path(), &dest)?,
+            Ok(m) if m.is_dir() && entry.file_type()?.is_dir() => merge_new(&entry.path(), &dest)?,
+            Ok(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// A server's refusal to read `path`, as an I/O error naming it.
 fn reply_io(path: &str, e: protocol::ReplyError) -> EnvError {
     EnvError::Io {
@@ -59,6 +78,8 @@ pub struct SandboxHandle {
     /// Held while the sandbox lives (see [`super::scratch::remove_stale_sandboxes`]).
     _lock: Option<nix::fcntl::Flock<std::fs::File>>,
     torn_down: bool,
+    /// The `on_disk` folders were brought back to the host.
+    logs_synced: std::sync::atomic::AtomicBool,
 }
 
 impl SandboxHandle {
@@ -88,6 +109,7 @@ impl SandboxHandle {
             _slirp: slirp,
             _lock: held,
             torn_down: false,
+            logs_synced: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -284,6 +306,9 @@ impl SandboxHandle {
 
     pub(crate) async fn shutdown(&mut self) -> Result<TeardownReport, EnvError> {
         let started = Instant::now();
+        for note in self.sync_logs().await {
+            tracing::warn!("{note}");
+        }
         self.torn_down = true;
         let killed = match self.client.call(Op::Shutdown).await {
             Ok(Reply::Killed { count }) => count,
@@ -463,6 +488,39 @@ impl Sandbox for SandboxHandle {
 
     async fn teardown(mut self: Box<Self>) -> Result<TeardownReport, EnvError> {
         self.shutdown().await
+    }
+
+    async fn sync_logs(&self) -> Vec<String> {
+        use std::sync::atomic::Ordering;
+        if self.launch.disk_mb.is_none() || self.logs_synced.swap(true, Ordering::SeqCst) {
+            return Vec::new();
+        }
+        let mut notes = Vec::new();
+        for bind in self
+            .launch
+            .binds
+            .iter()
+            .filter(|b| b.on_disk && !b.read_only)
+        {
+            // Copied beside the host folder first, then merged in: a copy out makes its
+            // destination, and the host folder may hold what the harness put there.
+            let name = bind.host.file_name().unwrap_or_default().to_string_lossy();
+            let landing = bind.host.with_file_name(format!(".{name}.sync"));
+            let _ = remove_any(&landing);
+            match self.copy_out(&bind.inside, &landing, &|_| false).await {
+                Ok(left_out) => notes.extend(
+                    left_out
+                        .into_iter()
+                        .map(|l| format!("{}: left out {l}", bind.inside)),
+                ),
+                Err(e) => notes.push(format!("{} not brought back: {e}", bind.inside)),
+            }
+            if let Err(e) = merge_new(&landing, &bind.host) {
+                notes.push(format!("{} not brought back: {e}", bind.inside));
+            }
+            let _ = remove_any(&landing);
+        }
+        notes
     }
 
     async fn network_attempts(&self) -> u64 {

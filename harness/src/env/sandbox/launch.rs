@@ -75,6 +75,7 @@ impl SandboxBackend {
                 host: decoy,
                 inside: "/logs/verifier".into(),
                 read_only: false,
+                on_disk: false,
             });
         }
         let root = self.root_spec(&launch, &hostname, &mut binds)?;
@@ -244,6 +245,7 @@ fn container_files(launch: &Launch, hostname: &str) -> Result<Vec<Bind>, EnvErro
         host: hosts,
         inside: "/etc/hosts".into(),
         read_only: false,
+        on_disk: false,
     });
     match launch.network {
         Network::Host if Path::new("/etc/resolv.conf").exists() => {
@@ -251,6 +253,7 @@ fn container_files(launch: &Launch, hostname: &str) -> Result<Vec<Bind>, EnvErro
                 host: PathBuf::from("/etc/resolv.conf"),
                 inside: "/etc/resolv.conf".into(),
                 read_only: true,
+                on_disk: false,
             });
         }
         Network::Private | Network::Allowlist => {
@@ -265,6 +268,7 @@ fn container_files(launch: &Launch, hostname: &str) -> Result<Vec<Bind>, EnvErro
                 host: resolv,
                 inside: "/etc/resolv.conf".into(),
                 read_only: true,
+                on_disk: false,
             });
         }
         _ => {}

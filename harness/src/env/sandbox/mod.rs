@@ -199,6 +199,7 @@ impl SandboxBackend {
                     host,
                     inside: format!("/logs/{name}"),
                     read_only: false,
+                    on_disk: true,
                 });
             }
         }
@@ -210,6 +211,7 @@ impl SandboxBackend {
                 host: bundle.clone(),
                 inside: TRIAL_CA_AT.into(),
                 read_only: true,
+                on_disk: false,
             });
             env.extend(crate::env::build::ca_variables(TRIAL_CA_AT));
         }

@@ -109,6 +109,12 @@ pub struct Bind {
     /// Absolute path inside.
     pub inside: String,
     pub read_only: bool,
+    /// A writable folder whose content lives on the trial's disk when it has one: what the
+    /// agent writes there counts against its storage like any other write (bound from the
+    /// host, it went past the budget onto the host's disk), and comes back to `host`, bounded,
+    /// when the sandbox syncs or ends. `host`'s content at the start is copied in.
+    #[serde(default)]
+    pub on_disk: bool,
 }
 
 /// The id of the server's last line when the sandbox's agent died while its init lived: a

@@ -205,6 +205,7 @@ async fn run_phases(
 
     observer.phase(&plan.trial_name, PhaseEvent::Phase(TrialPhase::Teardown));
     let t = PhaseClock::start();
+    rec.notes.extend(sandbox.sync_logs().await);
     let torn = sandbox.teardown().await;
     rec.close_phase(TrialPhase::Teardown, t);
     match (torn, ending) {

@@ -155,6 +155,8 @@ async fn separate_verifier(
         .kill_all_processes()
         .await
         .map_err(|e| Ending::infra(TrialOutcome::SandboxLost, "SandboxError", e.to_string()))?;
+    // What the agent left in /logs/artifacts goes with the declared artifacts to the verifier.
+    rec.notes.extend(sandbox.sync_logs().await);
     let collected = collect_artifacts(plan, sandbox, rec).await;
     let (spec, key) = verifier_environment_spec(
         &plan.task,

@@ -202,7 +202,7 @@ fn mount_binds(spec: &ServerSpec, scratch: &Path, upper: &Path) -> SetupResult<(
             ctx(std::fs::create_dir_all(&target), || {
                 format!("create {}", bind.inside)
             })?;
-            bind.host.clone()
+            folder_on_trial_disk(spec, scratch, bind, i)?
         } else {
             mount_point_file(&target, &bind.inside)?;
             on_trial_disk(spec, scratch, bind, i)?
@@ -257,6 +257,49 @@ fn on_trial_disk(
         })?;
     }
     Ok(copy)
+}
+
+/// What a folder bind shows: an `on_disk` one is a folder on the trial's disk holding a copy
+/// of the host folder's content (regular files and folders; links are left out, never
+/// followed), given to the sandbox's root; any other, or any without a trial disk, is the host
+/// folder itself.
+fn folder_on_trial_disk(
+    spec: &ServerSpec,
+    scratch: &Path,
+    bind: &crate::env::sandbox::protocol::Bind,
+    index: usize,
+) -> SetupResult<PathBuf> {
+    if !bind.on_disk || bind.read_only || spec.disk.is_none() {
+        return Ok(bind.host.clone());
+    }
+    let copy = scratch.join("disk").join("binds").join(index.to_string());
+    ctx(copy_folder(&bind.host, &copy, spec.userns), || {
+        format!("copy {} onto the trial disk", bind.inside)
+    })?;
+    Ok(copy)
+}
+
+fn copy_folder(from: &Path, to: &Path, userns: bool) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    // Its mode too: a service's log folder is open to every user of its image.
+    std::fs::set_permissions(to, std::fs::metadata(from)?.permissions())?;
+    if userns {
+        crate::env::ids::give_to_root(to)?;
+    }
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let dest = to.join(entry.file_name());
+        if kind.is_dir() {
+            copy_folder(&entry.path(), &dest, userns)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &dest)?;
+            if userns {
+                crate::env::ids::give_to_root(&dest)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Cover the host folders a `--base host` sandbox must not see with an empty read-only tmpfs.
