@@ -2,8 +2,8 @@
 //! starts a server before it hands over to `sh -c "sleep infinity"`, and a solution that
 //! leaves servers behind with `cmd &`, `nohup cmd &` and `disown`. Both pass with the oracle
 //! and fail with nop, and nothing they started is left on the host after the run. What the
-//! agent leaves behind yields the CPU to the verifier, and holding every pid of the trial
-//! makes the trial the agent's failure, not an infrastructure error.
+//! agent leaves behind yields the CPU to the verifier, and holding every pid the agent's view
+//! may have leaves the verifier the pids kept for it.
 
 use std::path::{Path, PathBuf};
 
@@ -129,9 +129,10 @@ for proc in pathlib.Path("/proc").iterdir():
 pathlib.Path("/logs/verifier/nice.txt").write_text(" ".join(nice) + "\n")
 pathlib.Path("/logs/verifier/reward.txt").write_text("1\n")"#,
     );
-    // A holder that takes every pid the trial may have (512), and every one freed later: the
-    // verifier cannot start. The solution waits with builtins only until the holder is full
-    // (the cap keeps a machine without a pids limit safe; the test then fails).
+    // A holder that takes every pid the agent's view may have (448 of the trial's 512), and
+    // every one freed later: the verifier starts regardless, on the 64 kept for it. The
+    // solution waits with builtins only until the holder is full (the cap keeps a machine
+    // without a pids limit safe; the test then fails).
     inline_task(
         &pack,
         "pids",
@@ -164,14 +165,10 @@ pathlib.Path("/logs/verifier/reward.txt").write_text("1\n")"#,
         "{nice:?}"
     );
 
+    // The agent's view holds all it may; the verifier still starts, on the pids kept for it.
     let pids = trial_result(&run_dir, "test-pids__0");
-    assert_eq!(pids["outcome"], "failed", "{pids}");
-    assert_eq!(
-        pids["exception_info"]["exception_type"], "SandboxBrokenByAgent",
-        "{pids}"
-    );
-    let why = pids["exception_info"]["exception_message"].to_string();
-    assert!(why.contains("hold the trial's pids"), "{pids}");
+    assert_eq!(pids["outcome"], "passed", "{pids}");
+    assert_eq!(pids["verifier_result"]["rewards"]["reward"], 1.0, "{pids}");
     assert_nothing_left(&["geode-busy-loop", "geode-pid-holder"]);
 }
 

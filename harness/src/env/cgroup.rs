@@ -26,6 +26,9 @@ pub(crate) struct Cgroups {
     dirs: Vec<PathBuf>,
     /// `cgroup.procs` files for the server to join.
     pub procs: Vec<PathBuf>,
+    /// `cgroup.procs` files of the group below it that every process of the agent's view
+    /// joins: its pids limit leaves [`verifier_pids`] of the sandbox's to the verifier.
+    pub tool_procs: Vec<PathBuf>,
     /// Set when the memory limit could not go into a cgroup.
     pub rlimit_as: Option<u64>,
     pub notes: Vec<String>,
@@ -77,12 +80,14 @@ impl Cgroups {
                 ));
             }
         }
-        if let Some(max) = limits.pids_max
-            && !self.v1_group(root, "pids", name, &[("pids.max", max.to_string())])
-        {
-            self.notes.push(format!(
-                "pids limit {max} not applied (no writable pids cgroup)"
-            ));
+        if let Some(max) = limits.pids_max {
+            if self.v1_group(root, "pids", name, &[("pids.max", max.to_string())]) {
+                self.tool_group(max);
+            } else {
+                self.notes.push(format!(
+                    "pids limit {max} not applied (no writable pids cgroup)"
+                ));
+            }
         }
         if let Some(cpus) = limits.cpus {
             let quota = cpu_quota(cpus);
@@ -96,6 +101,30 @@ impl Cgroups {
                 ));
             }
         }
+    }
+
+    /// The agent's view's own pids group below the sandbox's (the last made), holding all but
+    /// [`verifier_pids`] of `max`: whatever the agent leaves running, the verifier can start.
+    /// Without it (a group that cannot be made) the agent's view shares the sandbox's limit.
+    fn tool_group(&mut self, max: u64) {
+        let Some(parent) = self.dirs.last().cloned() else {
+            return;
+        };
+        let dir = parent.join(TOOL_GROUP);
+        let limit = max.saturating_sub(verifier_pids(max)).max(1);
+        if std::fs::create_dir(&dir).is_err()
+            || std::fs::write(dir.join("pids.max"), limit.to_string()).is_err()
+        {
+            let _ = std::fs::remove_dir(&dir);
+            self.notes.push(format!(
+                "no pids kept for the verifier: the agent's view shares the limit of {max}"
+            ));
+            return;
+        }
+        self.tool_procs.push(dir.join("cgroup.procs"));
+        // Removed before its parent.
+        let at = self.dirs.len() - 1;
+        self.dirs.insert(at, dir);
     }
 
     /// Create `<root>/<controller>/geode/<name>` and write `files`; false (and nothing left
@@ -177,7 +206,9 @@ impl Cgroups {
         let mut candidates = vec![root.join("geode").join(name)];
         if let Ok(controllers) = std::fs::read_dir(root) {
             for c in controllers.flatten() {
-                candidates.push(c.path().join("geode").join(name));
+                let group = c.path().join("geode").join(name);
+                candidates.push(group.join(TOOL_GROUP));
+                candidates.push(group);
             }
         }
         groups.dirs = candidates.into_iter().filter(|d| d.is_dir()).collect();
@@ -212,7 +243,11 @@ impl Cgroups {
                     .ok()
                     .and_then(|t| t.elapsed().ok())
                     .is_some_and(|age| age >= min_age);
-                // rmdir refuses a group that gained a process meanwhile (EBUSY).
+                // rmdir refuses a group that gained a process meanwhile (EBUSY), and one
+                // whose agent's group is still there.
+                if empty && old {
+                    let _ = std::fs::remove_dir(group.join(TOOL_GROUP));
+                }
                 if empty && old && std::fs::remove_dir(&group).is_ok() {
                     removed.push(group);
                 }
@@ -241,6 +276,14 @@ impl Cgroups {
         }
         failures
     }
+}
+
+/// The group of the agent's view, below a sandbox's own.
+const TOOL_GROUP: &str = "tool";
+
+/// Pids of a sandbox's `max` that the agent's view can never take: the verifier's.
+pub(crate) fn verifier_pids(max: u64) -> u64 {
+    (max / 4).min(64)
 }
 
 fn cpu_quota(cpus: f64) -> u64 {
@@ -278,6 +321,31 @@ mod tests {
         let g = Cgroups::create_under(dir.path(), "t", limits);
         assert_eq!(g.rlimit_as, Some(64 << 20));
         assert_eq!(g.notes.len(), 1);
+    }
+
+    /// A pids limit makes the agent's view a group of its own below the sandbox's, holding
+    /// all but the verifier's share, and removed first.
+    #[test]
+    fn the_agent_s_view_leaves_pids_to_the_verifier() {
+        let dir = tempfile::tempdir().unwrap();
+        // A v1 layout: a pids controller folder with its procs file.
+        std::fs::create_dir_all(dir.path().join("pids")).unwrap();
+        std::fs::write(dir.path().join("pids/cgroup.procs"), "").unwrap();
+        let limits = Limits {
+            memory_bytes: None,
+            pids_max: Some(512),
+            cpus: None,
+        };
+        let g = Cgroups::create_under(dir.path(), "t", limits);
+        let group = dir.path().join("pids/geode/t");
+        assert_eq!(g.procs, vec![group.join("cgroup.procs")]);
+        assert_eq!(g.tool_procs, vec![group.join("tool/cgroup.procs")]);
+        assert_eq!(
+            std::fs::read_to_string(group.join("tool/pids.max")).unwrap(),
+            "448"
+        );
+        assert_eq!(g.dirs, vec![group.join("tool"), group]);
+        assert_eq!(verifier_pids(8), 2);
     }
 
     /// On the host's real cgroup file system (root only): an empty group goes, one with a

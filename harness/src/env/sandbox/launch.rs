@@ -102,6 +102,7 @@ impl SandboxBackend {
             network: launch.network,
             join_network,
             cgroup_procs: cgroups.procs.clone(),
+            tool_cgroup_procs: cgroups.tool_procs.clone(),
             rlimit_as: cgroups.rlimit_as,
             workdir: launch.workdir.clone(),
             env: launch.env.clone(),

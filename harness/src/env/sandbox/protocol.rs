@@ -45,6 +45,10 @@ pub struct ServerSpec {
     pub join_network: Option<PathBuf>,
     /// `cgroup.procs` files the server joins before it starts any process.
     pub cgroup_procs: Vec<PathBuf>,
+    /// `cgroup.procs` files every process of the agent's view joins (a pids group below the
+    /// sandbox's that leaves the verifier pids of its own).
+    #[serde(default)]
+    pub tool_cgroup_procs: Vec<PathBuf>,
     /// Fallback memory limit (bytes of address space per process) when no cgroup is writable.
     pub rlimit_as: Option<u64>,
     /// Work directory inside (created when missing).

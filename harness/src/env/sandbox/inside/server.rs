@@ -34,6 +34,8 @@ pub(crate) struct Server {
     running: Mutex<HashMap<u64, Sender<ExecEvent>>>,
     /// Made at the first request, on the main thread, before any other thread exists.
     views: OnceLock<Result<Views, String>>,
+    /// `cgroup.procs` of the agent's view's group, open for writing (see [`Views`]).
+    tool_cgroups: Vec<std::os::fd::OwnedFd>,
 }
 
 impl Server {
@@ -185,17 +187,6 @@ fn exits_within(child: &mut std::process::Child, grace: std::time::Duration) -> 
 }
 
 pub(crate) fn agent_main(spec_json: &str, ready_fd: Option<&str>) -> ExitCode {
-    // Running our own code means the loader is done with the host's libraries: the server
-    // may pivot now.
-    if let Some(fd) = ready_fd.and_then(|fd| fd.parse::<i32>().ok()) {
-        use std::io::Write;
-        use std::os::fd::FromRawFd;
-        // SAFETY: the server handed this descriptor to us alone (`setup::start_agent`), and
-        // it is owned, used and closed here.
-        #[allow(unsafe_code)]
-        let mut ready = unsafe { std::fs::File::from_raw_fd(fd) };
-        let _ = ready.write_all(b"1");
-    }
     init::hide_executable();
     let spec = match parse_spec(spec_json) {
         Ok(spec) => spec,
@@ -208,6 +199,31 @@ pub(crate) fn agent_main(spec_json: &str, ready_fd: Option<&str>) -> ExitCode {
             return ExitCode::from(3);
         }
     };
+    // The agent's view's pids group, opened while the host's cgroup tree is in reach: the
+    // server pivots once we say we run. One that cannot be opened leaves that view in the
+    // sandbox's group, sharing its limit.
+    let tool_cgroups: Vec<std::os::fd::OwnedFd> = spec
+        .tool_cgroup_procs
+        .iter()
+        .filter_map(|procs| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(procs)
+                .ok()
+                .map(Into::into)
+        })
+        .collect();
+    // Running our own code means the loader is done with the host's libraries: the server
+    // may pivot now.
+    if let Some(fd) = ready_fd.and_then(|fd| fd.parse::<i32>().ok()) {
+        use std::io::Write;
+        use std::os::fd::FromRawFd;
+        // SAFETY: the server handed this descriptor to us alone (`setup::start_agent`), and
+        // it is owned, used and closed here.
+        #[allow(unsafe_code)]
+        let mut ready = unsafe { std::fs::File::from_raw_fd(fd) };
+        let _ = ready.write_all(b"1");
+    }
     if spec.userns {
         fsops::give_created_entries_to_root();
     }
@@ -216,6 +232,7 @@ pub(crate) fn agent_main(spec_json: &str, ready_fd: Option<&str>) -> ExitCode {
         out: Mutex::new(std::io::stdout()),
         running: Mutex::new(HashMap::new()),
         views: OnceLock::new(),
+        tool_cgroups,
     });
     serve(&server);
     // End of input without `shutdown`: the harness is gone; take everything down.
@@ -249,9 +266,14 @@ fn serve(server: &Arc<Server>) {
         if !matches!(request.op, Op::Shutdown) {
             let raw_sockets = server.spec.network != Network::Allowlist;
             let userns = server.spec.userns;
+            let groups: Vec<i32> = server
+                .tool_cgroups
+                .iter()
+                .map(std::os::fd::AsRawFd::as_raw_fd)
+                .collect();
             server
                 .views
-                .get_or_init(|| Views::prepare(raw_sockets, userns));
+                .get_or_init(|| Views::prepare(raw_sockets, userns, groups));
         }
         match request.op {
             Op::Cancel { target } => {

@@ -5,7 +5,8 @@
 //! sandbox's commands live in two views of the same root:
 //! - **tool** (every agent command, and image builds): a pid namespace below the sandbox's
 //!   and a mount namespace in which `/logs/verifier` is a decoy and the inbox (where `/tests`
-//!   is staged) is an empty folder. `kill -9 -1` there reaches only the agent's own processes.
+//!   is staged) is an empty folder. `kill -9 -1` there reaches only the agent's own processes,
+//!   which share a pids group below the sandbox's that leaves the verifier pids of its own.
 //! - **verifier**: the sandbox's own pid namespace, from which the agent's services are visible
 //!   (`pgrep`, their ports on `lo`) while the verifier is invisible to them (no pid to signal
 //!   or to open under `/proc`), and a fresh mount namespace per run with the trial's real
@@ -140,6 +141,9 @@ pub(crate) struct Views {
     /// Lines to the tool view's init (`kill`), and its answers.
     tool_ctl: Mutex<(std::fs::File, BufReader<std::fs::File>)>,
     confinement: Arc<Confinement>,
+    /// Open `cgroup.procs` files of the agent's view's pids group (the server owns them for as
+    /// long as these views live): every process of the view joins it.
+    tool_cgroups: Arc<Vec<c_int>>,
     /// The user namespace every command enters last (container root = an unprivileged host
     /// uid); `None` for a sandbox on the host's own root.
     userns: Option<Arc<OwnedFd>>,
@@ -149,7 +153,11 @@ impl Views {
     /// Make the tool view. Must run while the process is single-threaded (a process whose
     /// children go to another pid namespace may not create threads), after the sandbox's
     /// `pivot_root` (the new mount namespace copies the current one).
-    pub(crate) fn prepare(raw_sockets: bool, userns: bool) -> Result<Views, String> {
+    pub(crate) fn prepare(
+        raw_sockets: bool,
+        userns: bool,
+        tool_cgroups: Vec<c_int>,
+    ) -> Result<Views, String> {
         let confinement = Arc::new(Confinement::new(raw_sockets)?);
         let userns = if userns {
             Some(Arc::new(create_userns()?))
@@ -172,6 +180,9 @@ impl Views {
         if pid == 0 {
             drop(ctl_w);
             drop(reply_r);
+            // What the tool view's init forks (the ENTRYPOINT's orphans it adopts) is in the
+            // group too. A failed join leaves it in the sandbox's.
+            let _ = join_groups(&tool_cgroups);
             let code = tool_init_main(ctl_r, reply_w);
             // SAFETY: _exit leaves without the parent's atexit handlers or destructors.
             unsafe { libc::_exit(code) };
@@ -202,6 +213,7 @@ impl Views {
             own_pid_ns,
             tool_ctl: Mutex::new((std::fs::File::from(ctl_w), reply)),
             confinement,
+            tool_cgroups: Arc::new(tool_cgroups),
             userns,
         })
     }
@@ -301,9 +313,11 @@ impl Views {
         match view {
             View::Tool => {
                 let mnt = self.tool_mnt_ns.as_raw_fd();
+                let groups = Arc::clone(&self.tool_cgroups);
                 // SAFETY: the closure makes only system calls.
                 unsafe {
                     cmd.pre_exec(move || {
+                        join_groups(&groups)?;
                         check(libc::setns(mnt, libc::CLONE_NEWNS))?;
                         check(libc::chdir(cwd.as_ptr()))?;
                         enter_userns(userns.as_deref())?;
@@ -517,6 +531,18 @@ fn fresh_tests_dir() -> std::io::Result<()> {
     std::fs::create_dir(dir)?;
     // Container root's, as a folder the image had would be.
     crate::env::fsops::created(dir)
+}
+
+/// Move the calling process into each group whose `cgroup.procs` is open as `fds` ("0" names
+/// the writer). Only system calls: it runs between `fork` and `exec`.
+fn join_groups(fds: &[c_int]) -> std::io::Result<()> {
+    for &fd in fds {
+        // SAFETY: write of a static buffer to a descriptor the server keeps open.
+        if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 fn open_ns(path: &str) -> Result<OwnedFd, String> {
