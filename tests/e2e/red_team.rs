@@ -342,6 +342,12 @@ fn infrastructure_attacks() -> Vec<Attack> {
             Holds::Zero,
         ),
         attack(
+            "memory-hog",
+            "cat /proc/self/cgroup > /logs/artifacts/cgroup.txt\nsetsid nohup python3 -c 'import time\nheld = []\nwhile True:\n  held.append(bytearray(16 << 20))\n  time.sleep(0.01)' > /dev/null 2>&1 < /dev/null &\nsleep 2",
+            Holds::Zero,
+        )
+        .toml("[environment]\nmemory_mb = 512\n"),
+        attack(
             "kill-loop",
             "setsid nohup bash -c 'while :; do kill -9 -1; done' > /dev/null 2>&1 < /dev/null &\nsleep 0.5",
             Holds::Zero,
@@ -573,6 +579,17 @@ fn the_red_team_s_corpus_gains_nothing_and_leaves_nothing_on_the_host() {
     );
     let scratch = dir.path().to_string_lossy().into_owned();
     assert_eq!(host_leftovers(&scratch), Vec::<String>::new());
+    // The agent's commands are in their own groups, below the trial's (the verifier's share).
+    let groups =
+        std::fs::read_to_string(run_dir.join("atk-memory-hog__0/artifacts/cgroup.txt")).unwrap();
+    for controller in ["pids", "memory"] {
+        assert!(
+            groups
+                .lines()
+                .any(|l| l.contains(&format!(":{controller}:")) && l.ends_with("/tool")),
+            "{controller} not in the agent's group:\n{groups}"
+        );
+    }
     let honest = trial_result(&run_dir, "atk-honest-system-changes__0");
     assert_eq!(honest["outcome"], "passed", "{honest}");
     assert_eq!(honest["integrity"], serde_json::json!([]), "{honest}");

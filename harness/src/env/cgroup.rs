@@ -26,8 +26,8 @@ pub(crate) struct Cgroups {
     dirs: Vec<PathBuf>,
     /// `cgroup.procs` files for the server to join.
     pub procs: Vec<PathBuf>,
-    /// `cgroup.procs` files of the group below it that every process of the agent's view
-    /// joins: its pids limit leaves [`verifier_pids`] of the sandbox's to the verifier.
+    /// `cgroup.procs` files of the groups below them that every process of the agent's view
+    /// joins: their limits leave [`verifier_pids`] and [`verifier_memory`] to the verifier.
     pub tool_procs: Vec<PathBuf>,
     /// Set when the memory limit could not go into a cgroup.
     pub rlimit_as: Option<u64>,
@@ -73,6 +73,10 @@ impl Cgroups {
                     let _ =
                         std::fs::write(dir.join("memory.memsw.limit_in_bytes"), bytes.to_string());
                 }
+                self.tool_group(
+                    "memory.limit_in_bytes",
+                    bytes.saturating_sub(verifier_memory(bytes)),
+                );
             } else {
                 self.rlimit_as = Some(bytes);
                 self.notes.push(format!(
@@ -82,7 +86,7 @@ impl Cgroups {
         }
         if let Some(max) = limits.pids_max {
             if self.v1_group(root, "pids", name, &[("pids.max", max.to_string())]) {
-                self.tool_group(max);
+                self.tool_group("pids.max", max.saturating_sub(verifier_pids(max)));
             } else {
                 self.notes.push(format!(
                     "pids limit {max} not applied (no writable pids cgroup)"
@@ -103,21 +107,22 @@ impl Cgroups {
         }
     }
 
-    /// The agent's view's own pids group below the sandbox's (the last made), holding all but
-    /// [`verifier_pids`] of `max`: whatever the agent leaves running, the verifier can start.
-    /// Without it (a group that cannot be made) the agent's view shares the sandbox's limit.
-    fn tool_group(&mut self, max: u64) {
+    /// The agent's view's own group below the sandbox's (the last made), limited by `file` to
+    /// `limit`: the rest of the sandbox's (see [`verifier_pids`], [`verifier_memory`]) is the
+    /// verifier's whatever the agent leaves running. Without it (a group that cannot be made)
+    /// the agent's view shares the sandbox's limit.
+    fn tool_group(&mut self, file: &str, limit: u64) {
         let Some(parent) = self.dirs.last().cloned() else {
             return;
         };
         let dir = parent.join(TOOL_GROUP);
-        let limit = max.saturating_sub(verifier_pids(max)).max(1);
         if std::fs::create_dir(&dir).is_err()
-            || std::fs::write(dir.join("pids.max"), limit.to_string()).is_err()
+            || std::fs::write(dir.join(file), limit.max(1).to_string()).is_err()
         {
             let _ = std::fs::remove_dir(&dir);
             self.notes.push(format!(
-                "no pids kept for the verifier: the agent's view shares the limit of {max}"
+                "nothing of {} kept for the verifier: the agent's view shares the sandbox's limit",
+                parent.display()
             ));
             return;
         }
@@ -286,6 +291,11 @@ pub(crate) fn verifier_pids(max: u64) -> u64 {
     (max / 4).min(64)
 }
 
+/// Bytes of a sandbox's memory limit that the agent's view can never take: the verifier's.
+pub(crate) fn verifier_memory(bytes: u64) -> u64 {
+    (bytes / 4).min(256 << 20)
+}
+
 fn cpu_quota(cpus: f64) -> u64 {
     // At least 1 ms per period: the kernel's minimum quota.
     ((cpus * CPU_PERIOD_US as f64) as u64).max(1000)
@@ -323,8 +333,8 @@ mod tests {
         assert_eq!(g.notes.len(), 1);
     }
 
-    /// A pids limit makes the agent's view a group of its own below the sandbox's, holding
-    /// all but the verifier's share, and removed first.
+    /// A limit makes the agent's view a group of its own below the sandbox's, holding all but
+    /// the verifier's share, and removed first.
     #[test]
     fn the_agent_s_view_leaves_pids_to_the_verifier() {
         let dir = tempfile::tempdir().unwrap();
@@ -346,6 +356,8 @@ mod tests {
         );
         assert_eq!(g.dirs, vec![group.join("tool"), group]);
         assert_eq!(verifier_pids(8), 2);
+        assert_eq!(verifier_memory(2 << 30), 256 << 20);
+        assert_eq!(verifier_memory(512 << 20), 128 << 20);
     }
 
     /// On the host's real cgroup file system (root only): an empty group goes, one with a
