@@ -533,6 +533,20 @@ fn the_red_team_s_corpus_gains_nothing_and_leaves_nothing_on_the_host() {
          mkdir -p /srv/data /opt/tool && cp /bin/true /opt/tool/t && echo 42 > /app/answer.txt",
     );
 
+    // And one whose verifier installs a tool of its own, as Terminal-Bench's do: not the
+    // agent's tampering.
+    task(
+        &pack,
+        "honest-verifier-installs",
+        "",
+        "echo 42 > /app/answer.txt",
+    );
+    write(
+        &pack.join("honest-verifier-installs/tests/test.sh"),
+        "#!/bin/bash\ncp /bin/true /usr/local/bin/helper\n\
+         if [ \"$(cat /app/answer.txt)\" = 42 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
+    );
+
     let mut corpus = host_attacks(&marker, &socket_name);
     corpus.extend(forgery_attacks());
     corpus.extend(infrastructure_attacks());
@@ -593,6 +607,14 @@ fn the_red_team_s_corpus_gains_nothing_and_leaves_nothing_on_the_host() {
     let honest = trial_result(&run_dir, "atk-honest-system-changes__0");
     assert_eq!(honest["outcome"], "passed", "{honest}");
     assert_eq!(honest["integrity"], serde_json::json!([]), "{honest}");
+    let installs = trial_result(&run_dir, "atk-honest-verifier-installs__0");
+    assert_eq!(installs["outcome"], "passed", "{installs}");
+    let flags = installs["integrity"].to_string();
+    assert!(
+        !flags.contains("verifier_inputs_changed:")
+            && flags.contains("verifier_inputs_changed_while_verifying: /usr/local/bin/helper"),
+        "{installs}"
+    );
     // What the agent did is on record, whatever it erased or forged in its own folders.
     for trial in ["atk-hunt-records__0", "atk-forged-trajectory__0"] {
         super::attacks::assert_records_kept(&run_dir, trial);
