@@ -177,7 +177,10 @@ async fn copy_in_and_logs_reach_the_right_places() {
     )
     .await;
     let trial = f.trials.path().join("copy");
-    // /logs/agent is the trial's agent/logs/, below the host's own records of the agent.
+    // /logs/agent and /logs/artifacts live on the trial's disk until they are brought back to
+    // the trial's agent/logs/ (below the host's own records of the agent) and artifacts/.
+    assert!(!trial.join("agent/logs/x").exists() && !trial.join("artifacts/y").exists());
+    assert_eq!(sb.sync_logs().await, Vec::<String>::new());
     assert!(trial.join("agent/logs/x").exists() && trial.join("artifacts/y").exists());
     assert!(!trial.join("agent/x").exists());
     // What the agent writes at /logs/verifier lands in a decoy, never in the trial's folder.
