@@ -255,6 +255,23 @@ fn trial_results(jobs: &Path, run_id: &str) -> Vec<(String, String, Option<f64>,
         .collect()
 }
 
+/// Each trial of a run that did not pass, with the exception its result.json names.
+fn not_passed(jobs: &Path, run_id: &str) -> String {
+    trial_results(jobs, run_id)
+        .into_iter()
+        .filter(|(_, outcome, _, _)| outcome != "passed")
+        .map(|(trial, outcome, _, _)| {
+            let result =
+                std::fs::read_to_string(jobs.join(run_id).join(&trial).join("result.json"))
+                    .unwrap_or_default();
+            let exception = serde_json::from_str::<serde_json::Value>(&result)
+                .map(|r| r["exception_info"].to_string())
+                .unwrap_or_default();
+            format!("{}/{trial}: {outcome} {exception}\n", jobs.display())
+        })
+        .collect()
+}
+
 #[test]
 fn a_run_killed_midway_resumes_to_the_same_results() {
     let args = [
@@ -333,8 +350,11 @@ fn a_run_killed_midway_resumes_to_the_same_results() {
     assert_eq!(resumed["run_id"], run_id.as_str());
     let got = trial_results(jobs.path(), &run_id);
     assert_eq!(
-        got, expected,
-        "resumed results differ from an uninterrupted run"
+        got,
+        expected,
+        "resumed results differ from an uninterrupted run; trials that did not pass:\n{}{}",
+        not_passed(reference.path(), full["run_id"].as_str().unwrap()),
+        not_passed(jobs.path(), &run_id)
     );
     assert_eq!(resumed["summary"]["trials"], 9, "no trial counted twice");
     let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().flatten().collect();

@@ -205,6 +205,27 @@ pub enum EnvError {
     },
 }
 
+/// When a trial's writable layer is judged for changes to what the verifier runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Judgment {
+    /// As the agent hands over to the verifier.
+    HandOver,
+    /// Once the verifier is done.
+    AfterVerifier,
+}
+
+/// What a judgment of the layer found among the verifier's inputs (absolute paths).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ChangedInputs {
+    /// Changed, and there as the layer was read.
+    pub present: Vec<String>,
+    /// Written while the verifier ran and gone again by the end: what a verifier installs
+    /// stays, so a file that came and went under it is a planted one covering its tracks.
+    #[serde(default)]
+    pub vanished: Vec<String>,
+}
+
 /// What teardown observed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TeardownReport {
@@ -293,10 +314,12 @@ pub trait Sandbox: Send + Sync {
 
     /// What the trial's writable layer shows of changes to what the verifier runs
     /// (interpreters, `PATH` folders, site-packages hooks, `/tests`), outside `exempt` (the
-    /// workdir); empty where there is no layer to read.
-    async fn changed_verifier_inputs(&self, exempt: &str) -> Vec<String> {
-        let _ = exempt;
-        Vec::new()
+    /// workdir); empty where there is no layer to read. `when` the layer is judged: at the
+    /// hand-over, where a backend that can also starts watching what is written next, and after
+    /// the verifier, where what was written meanwhile joins what is there.
+    async fn changed_verifier_inputs(&self, exempt: &str, when: Judgment) -> ChangedInputs {
+        let _ = (exempt, when);
+        ChangedInputs::default()
     }
 
     /// Packets sent towards hosts the sandbox may not reach: anything beyond `lo` without

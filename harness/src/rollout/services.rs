@@ -18,7 +18,8 @@ use super::images::ImageCache;
 use crate::env::compose::{Compose, Service};
 use crate::env::dockerfile::shell_quote;
 use crate::env::{
-    Backend, EnvError, EnvironmentSpec, GroupNetwork, Sandbox, SharedNetwork, TeardownReport,
+    Backend, ChangedInputs, EnvError, EnvironmentSpec, GroupNetwork, Judgment, Sandbox,
+    SharedNetwork, TeardownReport,
 };
 use crate::pack::{Task, TaskHash};
 
@@ -297,8 +298,8 @@ impl Sandbox for ServiceGroup {
         }
     }
 
-    async fn changed_verifier_inputs(&self, exempt: &str) -> Vec<String> {
-        self.main.changed_verifier_inputs(exempt).await
+    async fn changed_verifier_inputs(&self, exempt: &str, when: Judgment) -> ChangedInputs {
+        self.main.changed_verifier_inputs(exempt, when).await
     }
 
     async fn network_attempts(&self) -> u64 {

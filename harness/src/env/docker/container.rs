@@ -12,7 +12,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::Engine;
 use super::workspace::DockerWorkspace;
-use crate::env::{EnvError, Sandbox, SharedNetwork, TESTS_DIR, TeardownReport};
+use crate::env::{
+    ChangedInputs, EnvError, Judgment, Sandbox, SharedNetwork, TESTS_DIR, TeardownReport,
+};
 
 /// The variable every command's processes inherit, by which a timed-out or cancelled
 /// command's processes are found (its process group alone would miss `setsid`).
@@ -444,14 +446,17 @@ impl Sandbox for DockerSandbox {
         })
     }
 
-    async fn changed_verifier_inputs(&self, exempt: &str) -> Vec<String> {
+    async fn changed_verifier_inputs(&self, exempt: &str, _when: Judgment) -> ChangedInputs {
         let Ok(out) = self
             .container
             .engine
             .ok("docker diff", &["diff", &self.container.id])
             .await
         else {
-            return vec!["(docker diff failed: changes could not be read)".into()];
+            return ChangedInputs {
+                present: vec!["(docker diff failed: changes could not be read)".into()],
+                vanished: Vec::new(),
+            };
         };
         let text = String::from_utf8_lossy(&out);
         // The tests are the harness's own copy (whatever the agent put at `/tests` went with
@@ -476,7 +481,10 @@ impl Sandbox for DockerSandbox {
             })
             .map(|path| path.to_string())
             .collect();
-        crate::env::evidence::verifier_inputs_among(&files, exempt)
+        ChangedInputs {
+            present: crate::env::evidence::verifier_inputs_among(&files, exempt),
+            vanished: Vec::new(),
+        }
     }
 
     fn shared_network(&self) -> Option<SharedNetwork> {

@@ -21,7 +21,9 @@ use super::protocol::{self, ExecResult, ExecSpec, Network, Op, Reply, View};
 use super::scratch::remove_any;
 use super::workspace::SandboxWorkspace;
 use crate::env::cgroup::Cgroups;
-use crate::env::{EnvError, ImageRoot, Sandbox, SharedNetwork, TeardownReport};
+use crate::env::{
+    ChangedInputs, EnvError, ImageRoot, Judgment, Sandbox, SharedNetwork, TeardownReport,
+};
 
 /// The most one `copy_out` brings to the host: bytes, and files (each an inode on the host).
 const MAX_COPY_OUT_BYTES: u64 = 1 << 30;
@@ -538,13 +540,14 @@ impl Sandbox for SandboxHandle {
             .map(|pid| SharedNetwork::Namespace(PathBuf::from(format!("/proc/{pid}/ns/net"))))
     }
 
-    async fn changed_verifier_inputs(&self, exempt: &str) -> Vec<String> {
+    async fn changed_verifier_inputs(&self, exempt: &str, when: Judgment) -> ChangedInputs {
         let op = Op::ChangedInputs {
             exempt: exempt.to_string(),
+            when,
         };
         match self.client.call(op).await {
-            Ok(Reply::Changed { paths }) => paths,
-            _ => Vec::new(),
+            Ok(Reply::Changed(changed)) => changed,
+            _ => ChangedInputs::default(),
         }
     }
 }

@@ -201,6 +201,9 @@ pub enum Op {
     /// `exempt`, the workdir, are the agent's to change).
     ChangedInputs {
         exempt: String,
+        /// At the hand-over the server starts watching the layer; after the verifier it adds
+        /// what was written meanwhile.
+        when: crate::env::Judgment,
     },
     /// Packets the sandbox's network namespace had no route for: attempts to reach beyond
     /// `lo` in a sandbox without network.
@@ -268,9 +271,7 @@ pub enum Reply {
     Killed {
         count: usize,
     },
-    Changed {
-        paths: Vec<String>,
-    },
+    Changed(crate::env::ChangedInputs),
     Counted {
         count: u64,
     },

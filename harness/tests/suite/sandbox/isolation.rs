@@ -231,7 +231,26 @@ async fn the_trial_disk_is_a_hard_quota() {
         "echo 'import os' > /usr/lib/python3/dist-packages/zz.pth",
     )
     .await;
-    let changed = sb.changed_verifier_inputs("/app").await;
-    assert!(changed.iter().any(|p| p.ends_with("zz.pth")), "{changed:?}");
+    let changed = sb.changed_verifier_inputs("/app", Judgment::HandOver).await;
+    assert!(
+        changed.present.iter().any(|p| p.ends_with("zz.pth")),
+        "{changed:?}"
+    );
+    // Between the hand-over and the end, the watch sees what came and went: a wrapper planted
+    // and removed is gone, one written under a temporary name and renamed in place stayed.
+    sh(
+        &sb,
+        "echo x > /usr/local/bin/planted && rm /usr/local/bin/planted; \
+         echo y > /usr/local/bin/.kept.new && mv /usr/local/bin/.kept.new /usr/local/bin/kept",
+    )
+    .await;
+    let after = sb
+        .changed_verifier_inputs("/app", Judgment::AfterVerifier)
+        .await;
+    assert_eq!(after.vanished, vec!["/usr/local/bin/planted"], "{after:?}");
+    assert!(
+        after.present.contains(&"/usr/local/bin/kept".to_string()),
+        "{after:?}"
+    );
     Box::new(sb).teardown().await.unwrap();
 }

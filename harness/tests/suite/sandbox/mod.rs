@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use geode_harness::env::{
-    Backend, EnvError, EnvironmentSpec, ImageRoot, NetworkPolicy, PreparedImage, Sandbox,
+    Backend, EnvError, EnvironmentSpec, ImageRoot, Judgment, NetworkPolicy, PreparedImage, Sandbox,
     SandboxBackend, SandboxConfig, SandboxHandle,
 };
 use geode_runtime::tools::workspace::{ExecOutput, ExecRequest, Workspace, WorkspaceError};

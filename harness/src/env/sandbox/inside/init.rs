@@ -156,7 +156,7 @@ fn command_loop(ctl: impl Read, mut reply: impl Write) {
         let answer = match line.as_deref().map(str::trim) {
             Ok("kill") => kill_all_but_me().to_string(),
             Ok("stop") => {
-                stopped_before = processes("/proc")
+                stopped_before = namespace_processes()
                     .into_iter()
                     .filter(|(_, state)| matches!(state.as_str(), "T" | "t"))
                     .map(|(pid, _)| pid)
@@ -167,9 +167,8 @@ fn command_loop(ctl: impl Read, mut reply: impl Write) {
                 "stopped".to_string()
             }
             Ok("cont") => {
-                let me = i32::try_from(std::process::id()).unwrap_or(0);
-                for (pid, _) in processes("/proc") {
-                    if pid != me && pid != 1 && !stopped_before.contains(&pid) {
+                for (pid, _) in namespace_processes() {
+                    if pid != 1 && !stopped_before.contains(&pid) {
                         let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGCONT);
                     }
                 }
@@ -203,6 +202,34 @@ pub(crate) fn live_processes(proc_dir: &str) -> Vec<i32> {
     processes(proc_dir)
         .into_iter()
         .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// The processes of this process's own pid namespace, by their pids there, with their state.
+/// The `/proc` mounted here may be an outer namespace's (the tool view shares the sandbox's):
+/// each process's `NSpid` line lists its pid in every namespace from that procfs's down, so
+/// those with as many entries as ours are in ours, and the last entry is the pid here.
+fn namespace_processes() -> Vec<(i32, String)> {
+    let depth = |status: &str| -> Vec<i32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .map(|pids| {
+                pids.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mine = depth(&std::fs::read_to_string("/proc/self/status").unwrap_or_default()).len();
+    processes("/proc")
+        .into_iter()
+        .filter_map(|(pid, state)| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let ids = depth(&status);
+            let here = *ids.last()?;
+            (mine > 0 && ids.len() == mine).then_some((here, state))
+        })
         .collect()
 }
 

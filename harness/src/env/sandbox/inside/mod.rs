@@ -13,3 +13,4 @@ mod seccomp;
 pub(crate) mod server;
 pub(crate) mod setup;
 mod views;
+mod watch;

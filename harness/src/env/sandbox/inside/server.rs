@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -36,9 +37,64 @@ pub(crate) struct Server {
     views: OnceLock<Result<Views, String>>,
     /// `cgroup.procs` of the agent's view's group, open for writing (see [`Views`]).
     tool_cgroups: Vec<std::os::fd::OwnedFd>,
+    /// The watch of the layer while a verifier runs, or why it could not start.
+    watch: Mutex<Option<Result<super::watch::LayerWatch, String>>>,
 }
 
 impl Server {
+    /// At the hand-over, start watching `layer` (nothing to report yet). After the verifier,
+    /// the verifier's inputs written meanwhile that are gone by the end, absolute: not in
+    /// `present`, nor renamed into a place that is (an installer writes `curl.dpkg-new` and
+    /// renames it to `curl`; a wrapper planted and removed leaves nothing).
+    fn watch_layer(
+        &self,
+        layer: &Path,
+        exempt: &str,
+        when: crate::env::Judgment,
+        present: &[String],
+    ) -> Vec<String> {
+        let mut watch = match self.watch.lock() {
+            Ok(w) => w,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        match when {
+            crate::env::Judgment::HandOver => {
+                *watch = Some(super::watch::LayerWatch::start(layer).map_err(|e| e.to_string()));
+                Vec::new()
+            }
+            crate::env::Judgment::AfterVerifier => match watch.take() {
+                Some(Ok(running)) => {
+                    let seen = running.finish();
+                    let touched: Vec<String> =
+                        seen.touched.iter().map(|p| format!("/{p}")).collect();
+                    let stayed = |path: &str| {
+                        // Follow renames a few steps: a -> b -> c.
+                        let mut at = path.trim_start_matches('/').to_string();
+                        for _ in 0..8 {
+                            if present.contains(&format!("/{at}")) {
+                                return true;
+                            }
+                            match seen.renamed.get(&at) {
+                                Some(next) => at = next.clone(),
+                                None => return false,
+                            }
+                        }
+                        false
+                    };
+                    crate::env::evidence::verifier_inputs_among(&touched, exempt)
+                        .into_iter()
+                        .filter(|p| !stayed(p))
+                        .collect()
+                }
+                // A watch that could not start is named as a finding of its own.
+                Some(Err(e)) => vec![format!(
+                    "(what was written while the verifier ran was not watched: {e})"
+                )],
+                None => Vec::new(),
+            },
+        }
+    }
+
     fn send(&self, id: u64, reply: Reply) {
         let line = match serde_json::to_string(&Response { id, reply }) {
             Ok(line) => line,
@@ -233,6 +289,7 @@ pub(crate) fn agent_main(spec_json: &str, ready_fd: Option<&str>) -> ExitCode {
         running: Mutex::new(HashMap::new()),
         views: OnceLock::new(),
         tool_cgroups,
+        watch: Mutex::new(None),
     });
     serve(&server);
     // End of input without `shutdown`: the harness is gone; take everything down.
@@ -328,22 +385,24 @@ fn handle(server: &Server, id: u64, op: Op) -> Reply {
         } => fsops::write_file(&path, &data_b64, scope.as_deref()),
         Op::ListDir { path, scope } => fsops::list_dir(&path, scope.as_deref()),
         Op::Install { from, to, merge } => fsops::install(&from, &to, merge),
-        Op::ChangedInputs { exempt } => {
+        Op::ChangedInputs { exempt, when } => {
             let layer = std::path::Path::new(crate::env::sandbox::protocol::UPPER_MOUNT);
             let judge = || {
-                if layer.is_dir() {
-                    crate::env::evidence::verifier_inputs_changed(layer, &exempt)
-                } else {
-                    Vec::new()
+                if !layer.is_dir() {
+                    return crate::env::ChangedInputs::default();
                 }
+                let present = crate::env::evidence::verifier_inputs_changed(layer, &exempt);
+                let vanished = server.watch_layer(layer, &exempt, when, &present);
+                crate::env::ChangedInputs { present, vanished }
             };
             // Judged with the agent's processes stopped: nothing it left running can move a
-            // file out of the walk's way while the layer is read.
+            // file out of the walk's way while the layer is read, nor write between the walk
+            // and the start of the watch.
             let paths = match server.views() {
                 Ok(views) => views.with_tools_stopped(judge),
                 Err(_) => judge(),
             };
-            Ok(Reply::Changed { paths })
+            Ok(Reply::Changed(paths))
         }
         Op::UnroutedPackets => Ok(Reply::Counted {
             count: crate::env::sandbox::netns::unrouted_packets(),
