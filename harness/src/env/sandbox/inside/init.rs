@@ -156,7 +156,8 @@ fn command_loop(ctl: impl Read, mut reply: impl Write) {
         let answer = match line.as_deref().map(str::trim) {
             Ok("kill") => kill_all_but_me().to_string(),
             Ok("stop") => {
-                stopped_before = namespace_processes()
+                // The /proc here is this namespace's own (mounted by this init).
+                stopped_before = processes("/proc")
                     .into_iter()
                     .filter(|(_, state)| matches!(state.as_str(), "T" | "t"))
                     .map(|(pid, _)| pid)
@@ -167,7 +168,7 @@ fn command_loop(ctl: impl Read, mut reply: impl Write) {
                 "stopped".to_string()
             }
             Ok("cont") => {
-                for (pid, _) in namespace_processes() {
+                for (pid, _) in processes("/proc") {
                     if pid != 1 && !stopped_before.contains(&pid) {
                         let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGCONT);
                     }
@@ -202,34 +203,6 @@ pub(crate) fn live_processes(proc_dir: &str) -> Vec<i32> {
     processes(proc_dir)
         .into_iter()
         .map(|(pid, _)| pid)
-        .collect()
-}
-
-/// The processes of this process's own pid namespace, by their pids there, with their state.
-/// The `/proc` mounted here may be an outer namespace's (the tool view shares the sandbox's):
-/// each process's `NSpid` line lists its pid in every namespace from that procfs's down, so
-/// those with as many entries as ours are in ours, and the last entry is the pid here.
-fn namespace_processes() -> Vec<(i32, String)> {
-    let depth = |status: &str| -> Vec<i32> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("NSpid:"))
-            .map(|pids| {
-                pids.split_whitespace()
-                    .filter_map(|p| p.parse().ok())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let mine = depth(&std::fs::read_to_string("/proc/self/status").unwrap_or_default()).len();
-    processes("/proc")
-        .into_iter()
-        .filter_map(|(pid, state)| {
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-            let ids = depth(&status);
-            let here = *ids.last()?;
-            (mine > 0 && ids.len() == mine).then_some((here, state))
-        })
         .collect()
 }
 
