@@ -58,6 +58,9 @@ impl Server {
             Err(poisoned) => poisoned.into_inner(),
         };
         match when {
+            // Only a layer on the trial's own disk: a file-system mark on a layer kept on the
+            // host's disk (`--base host`) would watch everything the host writes there.
+            crate::env::Judgment::HandOver if self.spec.disk.is_none() => Vec::new(),
             crate::env::Judgment::HandOver => {
                 *watch = Some(super::watch::LayerWatch::start(layer).map_err(|e| e.to_string()));
                 Vec::new()
