@@ -60,11 +60,29 @@ impl ImageCache {
         let cell = {
             // Only inserts fresh cells; a poisoned map is still consistent.
             let mut cells = self.cells.lock().unwrap_or_else(|p| p.into_inner());
+            // An image one of whose layers is gone from the store since it was prepared (the
+            // store is shared with other processes) is prepared again: a retried trial must
+            // not start on the same missing layer it was lost to.
+            let stale = cells
+                .get(task)
+                .and_then(|cell| cell.get())
+                .is_some_and(|prepared| matches!(prepared, Ok(image) if !layers_present(image)));
+            if stale {
+                cells.remove(task);
+            }
             cells.entry(task.clone()).or_default().clone()
         };
         let result = cell
             .get_or_init(|| async { backend.prepare(spec).await.map_err(|e| Failure::from(&e)) })
             .await;
         result.clone().map_err(EnvError::from)
+    }
+}
+
+/// Whether every layer of a prepared image still resolves (a layer's short path is a link).
+fn layers_present(image: &PreparedImage) -> bool {
+    match &image.root {
+        crate::env::ImageRoot::Layers(layers) => layers.iter().all(|layer| layer.exists()),
+        _ => true,
     }
 }

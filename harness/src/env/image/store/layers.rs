@@ -98,7 +98,7 @@ impl ImageStore {
             });
         }
         let (layer_dir, _lock) = self.locked_layer_dir(id)?;
-        if layer_dir.join("done").is_file() {
+        if finished(&layer_dir) {
             fs::remove_dir_all(dir)
                 .map_err(|e| ImageError::io(dir, "discarding a duplicate layer", e))?;
             return self.link(id);
@@ -136,7 +136,7 @@ impl ImageStore {
     /// The short path of a finished layer.
     pub fn layer(&self, id: &str) -> Option<PathBuf> {
         validate_id(id).ok()?;
-        if !self.root.join("layers").join(id).join("done").is_file() {
+        if !finished(&self.root.join("layers").join(id)) {
             return None;
         }
         self.link(id).ok()
@@ -176,7 +176,7 @@ impl ImageStore {
     ) -> Result<PathBuf, ImageError> {
         validate_id(id)?;
         let (layer_dir, _lock) = self.locked_layer_dir(id)?;
-        if layer_dir.join("done").is_file() {
+        if finished(&layer_dir) {
             return self.link(id);
         }
         let staging = self.temp_dir()?;
@@ -281,6 +281,12 @@ impl ImageStore {
         };
         validate_id(&id).ok().map(|()| id)
     }
+}
+
+/// A layer marked done whose files are there: one whose `fs` went missing (removed by hand,
+/// or by what this store has not accounted for) is made again rather than handed out.
+fn finished(layer_dir: &Path) -> bool {
+    layer_dir.join("done").is_file() && layer_dir.join("fs").is_dir()
 }
 
 /// A layer enters the store with its owners already the sandbox's (container id `n` as host id
