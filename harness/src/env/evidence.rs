@@ -39,19 +39,12 @@ const START_HOOKS: &[&str] = &[
     "root/.pydistutils.cfg",
 ];
 
-/// Folders whose every file is a start hook: the loader reads each `ld.so.conf.d/*.conf`, and
+/// Folders whose every file is a start hook: the loader reads each `ld.so.conf.d/*.conf`.
+const START_HOOK_DIRS: &[&str] = &["etc/ld.so.conf.d"];
+
 /// Debian's Pythons import `/etc/python3.X/sitecustomize.py` through a link in their standard
-/// library.
-const START_HOOK_DIRS: &[&str] = &[
-    "etc/ld.so.conf.d",
-    "etc/python3",
-    "etc/python3.9",
-    "etc/python3.10",
-    "etc/python3.11",
-    "etc/python3.12",
-    "etc/python3.13",
-    "etc/python3.14",
-];
+/// library: every file of an `etc/python3*` folder is a start hook.
+const PYTHON_ETC: &str = "etc/python3";
 
 /// Where Debian's alternatives live: links a PATH program goes through (`/usr/bin/awk` ->
 /// `/etc/alternatives/awk` -> `/usr/bin/mawk`). A package install repoints them into the
@@ -183,6 +176,7 @@ fn is_program_input(rel: &Path) -> bool {
         || on_a_verifier_path(rel)
         || START_HOOKS.contains(&rel_text.as_ref())
         || START_HOOK_DIRS.contains(&parent.as_str())
+        || parent.starts_with(PYTHON_ETC)
         || python_start(rel, &name)
 }
 
