@@ -199,8 +199,57 @@ impl Cgroups {
         {
             self.notes.push(format!("cpu limit {cpus} not applied"));
         }
-        self.procs.push(dir.join("cgroup.procs"));
-        self.dirs.push(dir);
+        self.dirs.push(dir.clone());
+        if !self.v2_split(&dir, limits) {
+            self.procs.push(dir.join("cgroup.procs"));
+        }
+    }
+
+    /// v2 keeps processes out of a group that hands controllers to its children, so the
+    /// sandbox's group splits in two leaves: [`SERVER_GROUP`] (the server and the verifier,
+    /// the sandbox's whole limit) and [`TOOL_GROUP`] (the agent's view, less the verifier's
+    /// share). False, with a note and nothing left behind, when the split cannot be made; the
+    /// sandbox's group is then joined whole.
+    fn v2_split(&mut self, dir: &Path, limits: Limits) -> bool {
+        let tool = dir.join(TOOL_GROUP);
+        let server = dir.join(SERVER_GROUP);
+        let mut files = Vec::new();
+        if let Some(bytes) = limits.memory_bytes {
+            let kept = bytes.saturating_sub(verifier_memory(bytes)).max(1);
+            files.push(("memory", kept.to_string()));
+        }
+        if let Some(max) = limits.pids_max {
+            let kept = max.saturating_sub(verifier_pids(max)).max(1);
+            files.push(("pids", kept.to_string()));
+        }
+        if files.is_empty() {
+            // No memory or pids limit: no share to keep back for the verifier.
+            return false;
+        }
+        let controllers: Vec<String> = files.iter().map(|(c, _)| format!("+{c}")).collect();
+        let made = std::fs::write(dir.join("cgroup.subtree_control"), controllers.join(" "))
+            .is_ok()
+            && std::fs::create_dir(&server).is_ok()
+            && std::fs::create_dir(&tool).is_ok()
+            && files
+                .iter()
+                .all(|(c, value)| std::fs::write(tool.join(format!("{c}.max")), value).is_ok());
+        if !made {
+            let _ = std::fs::remove_dir(&tool);
+            let _ = std::fs::remove_dir(&server);
+            self.notes.push(format!(
+                "nothing of {} kept for the verifier: the agent's view shares the sandbox's limit",
+                dir.display()
+            ));
+            return false;
+        }
+        self.procs.push(server.join("cgroup.procs"));
+        self.tool_procs.push(tool.join("cgroup.procs"));
+        // Leaves are removed before their parent.
+        let at = self.dirs.len() - 1;
+        self.dirs.insert(at, server);
+        self.dirs.insert(at, tool);
+        true
     }
 
     /// The groups a sandbox named `name` may have left behind (its process was killed before
@@ -208,13 +257,15 @@ impl Cgroups {
     pub(crate) fn leftovers(name: &str) -> Cgroups {
         let root = Path::new(CGROUP_ROOT);
         let mut groups = Cgroups::default();
-        let mut candidates = vec![root.join("geode").join(name)];
+        let mut bases = vec![root.to_path_buf()];
         if let Ok(controllers) = std::fs::read_dir(root) {
-            for c in controllers.flatten() {
-                let group = c.path().join("geode").join(name);
-                candidates.push(group.join(TOOL_GROUP));
-                candidates.push(group);
-            }
+            bases.extend(controllers.flatten().map(|c| c.path()));
+        }
+        let mut candidates = Vec::new();
+        for base in bases {
+            let group = base.join("geode").join(name);
+            candidates.extend(LEAVES.iter().map(|leaf| group.join(leaf)));
+            candidates.push(group);
         }
         groups.dirs = candidates.into_iter().filter(|d| d.is_dir()).collect();
         groups
@@ -241,8 +292,13 @@ impl Cgroups {
             };
             // Groups are the folders; the control files beside them are not.
             for group in groups.flatten().map(|g| g.path()).filter(|g| g.is_dir()) {
+                // A missing leaf holds nothing; an unreadable group is not touched.
                 let empty = std::fs::read_to_string(group.join("cgroup.procs"))
-                    .is_ok_and(|procs| procs.trim().is_empty());
+                    .is_ok_and(|procs| procs.trim().is_empty())
+                    && LEAVES.iter().all(|leaf| {
+                        std::fs::read_to_string(group.join(leaf).join("cgroup.procs"))
+                            .map_or(true, |procs| procs.trim().is_empty())
+                    });
                 let old = std::fs::metadata(&group)
                     .and_then(|m| m.modified())
                     .ok()
@@ -251,7 +307,9 @@ impl Cgroups {
                 // rmdir refuses a group that gained a process meanwhile (EBUSY), and one
                 // whose agent's group is still there.
                 if empty && old {
-                    let _ = std::fs::remove_dir(group.join(TOOL_GROUP));
+                    for leaf in LEAVES {
+                        let _ = std::fs::remove_dir(group.join(leaf));
+                    }
                 }
                 if empty && old && std::fs::remove_dir(&group).is_ok() {
                     removed.push(group);
@@ -285,6 +343,10 @@ impl Cgroups {
 
 /// The group of the agent's view, below a sandbox's own.
 const TOOL_GROUP: &str = "tool";
+/// On v2, the group of the server and the verifier beside [`TOOL_GROUP`].
+const SERVER_GROUP: &str = "server";
+/// The groups below a sandbox's own, removed before it.
+const LEAVES: [&str; 2] = [TOOL_GROUP, SERVER_GROUP];
 
 /// Pids of a sandbox's `max` that the agent's view can never take: the verifier's.
 pub(crate) fn verifier_pids(max: u64) -> u64 {
@@ -358,6 +420,36 @@ mod tests {
         assert_eq!(verifier_pids(8), 2);
         assert_eq!(verifier_memory(2 << 30), 256 << 20);
         assert_eq!(verifier_memory(512 << 20), 128 << 20);
+    }
+
+    /// v2 holds no process in a group whose controllers pass to its children: the server
+    /// and the verifier join one leaf, the agent's view the other with less.
+    #[test]
+    fn on_v2_the_sandbox_splits_into_two_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("cgroup.controllers"), "memory pids cpu").unwrap();
+        let limits = Limits {
+            memory_bytes: Some(1 << 30),
+            pids_max: Some(100),
+            cpus: None,
+        };
+        let g = Cgroups::create_under(dir.path(), "t", limits);
+        let group = dir.path().join("geode/t");
+        assert_eq!(g.procs, vec![group.join("server/cgroup.procs")]);
+        assert_eq!(g.tool_procs, vec![group.join("tool/cgroup.procs")]);
+        let read = |f: &str| std::fs::read_to_string(group.join(f)).unwrap();
+        assert_eq!(read("pids.max"), "100");
+        assert_eq!(read("tool/pids.max"), "75");
+        assert_eq!(
+            read("tool/memory.max"),
+            ((1u64 << 30) - (256 << 20)).to_string()
+        );
+        assert_eq!(read("cgroup.subtree_control"), "+memory +pids");
+        assert_eq!(
+            g.dirs,
+            vec![group.join("tool"), group.join("server"), group.clone()]
+        );
+        assert!(g.notes.is_empty(), "{:?}", g.notes);
     }
 
     /// On the host's real cgroup file system (root only): an empty group goes, one with a

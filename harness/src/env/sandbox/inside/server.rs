@@ -258,7 +258,7 @@ pub(crate) fn agent_main(spec_json: &str, ready_fd: Option<&str>) -> ExitCode {
             return ExitCode::from(3);
         }
     };
-    // The agent's view's pids group, opened while the host's cgroup tree is in reach: the
+    // The agent's view's groups, opened while the host's cgroup tree is in reach: the
     // server pivots once we say we run. One that cannot be opened leaves that view in the
     // sandbox's group, sharing its limit.
     let tool_cgroups: Vec<std::os::fd::OwnedFd> = spec
@@ -321,6 +321,14 @@ fn serve(server: &Arc<Server>) {
             }
         };
         let id = request.id;
+        // Before the first command, a read of the sandbox's files (the logs brought back at
+        // teardown of a sandbox that never ran one) is answered here, on this thread: the
+        // views are not made for it, and no thread exists to keep them from being made later.
+        if server.views.get().is_none() && answers_without_views(&request.op) {
+            let reply = handle(server, id, request.op);
+            server.send(id, reply);
+            continue;
+        }
         // The sandbox has pivoted (requests come after `ready`) and no thread exists yet; a
         // sandbox that only ever shuts down needs no views.
         if !matches!(request.op, Op::Shutdown) {
@@ -374,6 +382,14 @@ fn serve(server: &Arc<Server>) {
             }
         }
     }
+}
+
+/// Reads of the sandbox's own files: no process of the trial is involved.
+fn answers_without_views(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::ListDir { scope: None, .. } | Op::ReadChunk { .. } | Op::ReadFile { scope: None, .. }
+    )
 }
 
 fn handle(server: &Server, id: u64, op: Op) -> Reply {
