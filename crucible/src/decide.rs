@@ -235,6 +235,7 @@ pub fn decide(contract: &FrozenContract, evidence: &Evidence) -> DecisionRecord 
         budget: None,
         coverage: None,
         ledger_entry: None,
+        holdout: None,
     };
     if !record.reasons.is_empty() {
         return record;

@@ -69,6 +69,23 @@ pub struct DecisionRecord {
     /// was made under (absent otherwise, so older records keep their form).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger_entry: Option<String>,
+    /// For a decision on a sealed pack: where its opening left the machine's holdout ledger.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holdout: Option<HoldoutReceipt>,
+}
+
+/// Where a sealed pack's opening left the machine's holdout ledger: the content opened and
+/// the hash of its ledger entry with the opening added. Two decisions that each claim the
+/// first opening of one content are found side by side by their receipts, even once the
+/// ledger itself is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldoutReceipt {
+    /// The content key, or the sealed pack's hash when the ledger had no record of its
+    /// sealing.
+    pub content: String,
+    /// The sealed file's pack hash (its content and trials per task).
+    pub sealed_pack_hash: String,
+    pub head: String,
 }
 
 impl DecisionRecord {

@@ -30,7 +30,7 @@ pub enum ReflectionMode {
 
 /// Limits of the loop's guards.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct GuardLimits {
     pub max_rounds: u32,
     /// Wall-clock budget of one user turn, in seconds.
@@ -68,7 +68,7 @@ impl Default for GuardLimits {
 
 /// When and how the context is compacted (agent/compaction.rs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct CompactionLimits {
     /// The model's context window, in tokens.
     pub context_window_tokens: u64,
@@ -111,7 +111,7 @@ impl GuardLimits {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Scaffold {
     pub schema: String,
     /// Static sections of the system prompt, joined by blank lines.
@@ -153,6 +153,17 @@ impl Default for Scaffold {
 }
 
 impl Scaffold {
+    /// A scaffold file's text: JSON when it starts with `{`, TOML otherwise. A key the scaffold
+    /// does not have is refused by name: a misspelled knob would otherwise run at its default
+    /// under a scaffold hash of its own.
+    pub fn parse(text: &str) -> Result<Scaffold, String> {
+        if text.trim_start().starts_with('{') {
+            serde_json::from_str(text).map_err(|e| e.to_string())
+        } else {
+            toml::from_str(text).map_err(|e| e.to_string())
+        }
+    }
+
     /// SHA-256 over the canonical JSON of the whole scaffold.
     pub fn hash(&self) -> String {
         match serde_json::to_value(self) {

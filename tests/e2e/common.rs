@@ -38,7 +38,9 @@ const TEST_TASKS: [&str; 8] = [
     "debug-build-order",
 ];
 
-/// Copies the built-in pack into `dir/train` (20 tasks) and `dir/test` (the 8 above).
+/// Copies the built-in pack into `dir/train` (20 tasks) and `dir/test` (the 8 above). The test
+/// split's content is made this call's own (a file beside one task's `task.toml`): the
+/// machine's holdout ledger burns a content once, for every test and every run of the suite.
 pub fn split_core_pack(dir: &Path) {
     let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tasks/geode-core");
     for split in ["train", "test"] {
@@ -62,6 +64,11 @@ pub fn split_core_pack(dir: &Path) {
             .unwrap();
         assert!(ok.success());
     }
+    std::fs::write(
+        dir.join("test").join(TEST_TASKS[0]).join("STUDY"),
+        format!("{}\n", uuid::Uuid::new_v4()),
+    )
+    .unwrap();
 }
 
 /// `cmd` (a `geode` command) running PACK with the oracle into `jobs`, as JSON: the summary

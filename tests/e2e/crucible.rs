@@ -93,6 +93,30 @@ fn a_larger_repair_budget_is_kept_and_a_tampering_candidate_is_vetoed() {
         "keep.json",
         &["--stage", "train", "--test", "test", "-k", "3"],
     );
+    // The wrong scaffold file is refused before the first trial, not found after the last.
+    std::fs::write(s.path("other.toml"), "repair_budget = 3\n").unwrap();
+    let o = s.geode(&[
+        "crucible",
+        "run",
+        "keep.json",
+        "--baseline-scaffold",
+        "base.toml",
+        "--candidate-scaffold",
+        "other.toml",
+        "--pack",
+        "train",
+        "--jobs-dir",
+        "jobs",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("candidate scaffold given hashes to"), "{err}");
+    let trials = walkdir::WalkDir::new(s.path("jobs"))
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_name() == "baseline" || e.file_name() == "candidate")
+        .count();
+    assert_eq!(trials, 0, "a trial ran for the wrong scaffold");
     let (code, out, err) = s.run("keep.json", &["--pack", "train"]);
     assert_eq!(code, 0, "expected KEEP:\n{out}\n{err}");
     assert!(out.contains("verdict KEEP"), "{out}");
@@ -192,6 +216,29 @@ fn a_campaign_that_cannot_keep_is_named_before_it_runs() {
     assert!(out.contains("P(KEEP) is 0 by rule: safety veto"), "{out}");
     assert!(out.contains("run at least 52 trials per arm"), "{out}");
     assert!(!out.contains("minimum detectable effect at"), "{out}");
+    // Run, it is refused before its first trial with what would lift the obstacle.
+    let o = s.geode(&[
+        "crucible",
+        "run",
+        "small.json",
+        "--pack",
+        "train",
+        "--jobs-dir",
+        "jobs",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("cannot KEEP whatever its trials show")
+            && err.contains("run at least 52 trials per arm")
+            && err.contains("--allow-infeasible"),
+        "{err}"
+    );
+    assert!(
+        !s.path("jobs/crucible")
+            .read_dir()
+            .is_ok_and(|mut d| d.any(|c| c.is_ok_and(|c| c.path().join("baseline").exists())))
+    );
 
     // Enough trials: no warning.
     let mut big = args;

@@ -91,6 +91,104 @@ fn a_sealed_test_pack_opens_once_and_tampering_is_detected() {
         err.contains("commitment") || err.contains("authenticat"),
         "{err}"
     );
+
+    reopenings_are_refused_or_caught(&s);
+}
+
+/// The machine's holdout ledger entry of the study's test content, named by the receipt in the
+/// decision record of its opening.
+fn machine_ledger_file(s: &Study) -> PathBuf {
+    let decision = walk(&s.path("jobs/crucible"))
+        .into_iter()
+        .find(|p| p.file_name().is_some_and(|f| f == "decision.json"))
+        .expect("a decision record");
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(decision).unwrap()).unwrap();
+    let content = record["holdout"]["content"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no holdout receipt: {record}"));
+    let file = PathBuf::from("/var/lib/geode/holdouts").join(format!("{content}.json"));
+    assert!(file.is_file(), "{} missing", file.display());
+    file
+}
+
+/// The three ways a burned holdout was reopened: sealed again under another `GEODE_HOME`, a
+/// copy with a fresh state and commitment folder, and every local record deleted. The first
+/// two are refused before anything burns; the third opens, and the audit over both decision
+/// folders finds one content opened twice.
+fn reopenings_are_refused_or_caught(s: &Study) {
+    let o = s
+        .command()
+        .env("GEODE_HOME", s.path("home2"))
+        .args([
+            "crucible", "seal", "test", "--key", "seal.key", "--name", "again",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "sealed again under another GEODE_HOME");
+    assert!(err.contains("is burned"), "{err}");
+
+    std::fs::create_dir_all(s.path("copy/commitments")).unwrap();
+    std::fs::copy(
+        s.path("sealed/holdout.sealed"),
+        s.path("copy/holdout.sealed"),
+    )
+    .unwrap();
+    std::fs::copy(
+        s.path("datasets/commitments/holdout.json"),
+        s.path("copy/commitments/holdout.json"),
+    )
+    .unwrap();
+    let mut state: serde_json::Value = seal_state(s);
+    state["opening"] = serde_json::Value::Null;
+    state["decision"] = serde_json::Value::Null;
+    std::fs::write(s.path("copy/holdout.seal-state.json"), state.to_string()).unwrap();
+    freeze_test(s, "test4.json", "copy/holdout.seal-state.json", "0.05");
+    // The first opening's own contract too, from a jobs folder that holds no decision.
+    for contract in ["test.json", "test4.json"] {
+        let o = s.geode(&[
+            "crucible",
+            "run",
+            contract,
+            "--baseline-scaffold",
+            "base.toml",
+            "--candidate-scaffold",
+            "cand.toml",
+            "--jobs-dir",
+            "elsewhere",
+            "--sealed",
+            "copy/holdout.seal-state.json",
+            "--key",
+            "seal.key",
+            "--commitments",
+            "copy/commitments",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{contract} reopened a copy: {err}"
+        );
+        assert!(err.contains("opened before"), "{err}");
+    }
+    let copy_state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(s.path("copy/holdout.seal-state.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(copy_state["opening"].is_null(), "the copy was burned");
+
+    // Every local record gone: the machine's entry, the openings ledger, the seal state.
+    std::fs::remove_file(machine_ledger_file(s)).unwrap();
+    std::fs::remove_file(s.path("datasets/commitments/holdout.openings.jsonl")).unwrap();
+    std::fs::write(s.path("sealed/holdout.seal-state.json"), state.to_string()).unwrap();
+    let (code, out, err) = open_holdout(s, "test4.json");
+    assert!(matches!(code, 0 | 6), "opened again:\n{out}\n{err}");
+    assert!(err.contains("holdout receipt: content"), "{err}");
+    let o = s.geode(&["crucible", "audit", "--decisions", "jobs/crucible"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(10), "{out}");
+    assert!(out.contains("was opened 2 times"), "{out}");
 }
 
 /// The decrypted holdout lives in a tmpfs that only a child of geode holds: `kill -9` of
@@ -110,6 +208,8 @@ fn a_killed_test_stage_run_leaves_no_plaintext() {
             "1",
             "--min-tasks",
             "5",
+            "--safety-tolerance",
+            "0.5",
         ],
     );
     let mut run = s
@@ -225,6 +325,66 @@ fn honest_mistakes_burn_nothing(s: &Study, keyfile: &Path) {
             "{key} burned the opening: {state}"
         );
     }
+    // The wrong scaffold file, a misspelled scaffold key, a rule no outcome of the sealed
+    // pack's size can pass: each refused by name before the opening.
+    std::fs::write(s.path("other.toml"), "repair_budget = 3\n").unwrap();
+    std::fs::write(s.path("typo.toml"), "repair_budgt = 2\n").unwrap();
+    s.freeze(
+        "too-big.json",
+        &[
+            "--stage",
+            "test",
+            "--test-sealed",
+            "sealed/holdout.seal-state.json",
+            "-k",
+            "1",
+            "--min-tasks",
+            "50",
+            "--safety-tolerance",
+            "0.5",
+        ],
+    );
+    for (contract, candidate, says) in [
+        (
+            "test.json",
+            "other.toml",
+            "candidate scaffold given hashes to",
+        ),
+        ("test.json", "typo.toml", "unknown field `repair_budgt`"),
+        (
+            "too-big.json",
+            "cand.toml",
+            "cannot KEEP whatever its trials show",
+        ),
+    ] {
+        let o = s.geode(&[
+            "crucible",
+            "run",
+            contract,
+            "--baseline-scaffold",
+            "base.toml",
+            "--candidate-scaffold",
+            candidate,
+            "--sealed",
+            "sealed/holdout.seal-state.json",
+            "--key",
+            "seal.key",
+            "--jobs-dir",
+            "jobs",
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{candidate}: {err}");
+        assert!(err.contains(says), "{contract} with {candidate}: {err}");
+        assert!(
+            seal_state(s)["opening"].is_null(),
+            "{contract} with {candidate} burned the opening"
+        );
+        assert!(
+            !s.path("datasets/commitments/holdout.openings.jsonl")
+                .exists(),
+            "{contract} with {candidate} recorded an opening"
+        );
+    }
     // The vault is this machine's, out of a Slurm node's reach: refused before the opening.
     let sealed = [
         "--sealed",
@@ -299,8 +459,8 @@ fn audit(s: &Study, what: &str) -> (Option<i32>, String) {
     (o.status.code(), out)
 }
 
-/// The reset of issue 23: the seal state's opening and decision set to null, on a machine
-/// whose holdout ledger never saw the pack. The openings ledger
+/// The reset of issue 23: the seal state's opening and decision set to null, with the machine's
+/// holdout ledger entry of the content out of the way. The openings ledger
 /// still refuses the second opening, and the audit names the reset.
 fn a_reset_is_refused_and_named(s: &Study, ledger: &str) {
     let state_path = s.path("sealed/holdout.seal-state.json");
@@ -309,15 +469,16 @@ fn a_reset_is_refused_and_named(s: &Study, ledger: &str) {
     state["opening"] = serde_json::Value::Null;
     state["decision"] = serde_json::Value::Null;
     std::fs::write(&state_path, state.to_string()).unwrap();
-    std::fs::rename(s.path("home/holdouts"), s.path("home/holdouts.away")).unwrap();
+    let machine = machine_ledger_file(s);
+    let away = machine.with_extension("away");
+    std::fs::rename(&machine, &away).unwrap();
     let (code, _, err) = open_holdout(s, "test2.json");
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("openings ledger records an opening"), "{err}");
     let state: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&state_path).unwrap()).unwrap();
     assert!(state["opening"].is_null(), "refused before anything burned");
-    std::fs::remove_dir_all(s.path("home/holdouts")).ok();
-    std::fs::rename(s.path("home/holdouts.away"), s.path("home/holdouts")).unwrap();
+    std::fs::rename(&away, &machine).unwrap();
     let (code, out) = audit(s, "after the reset");
     assert_eq!(code, Some(10), "{out}");
     assert!(out.contains("the state was reset"), "{out}");

@@ -507,6 +507,7 @@ fn campaign(dir: &Path, pack: &Path, jobs: &Path) -> String {
         "crucible",
         "run",
         "contract.json",
+        "--allow-infeasible",
         "--pack",
         "train",
         "--baseline-scaffold",

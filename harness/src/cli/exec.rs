@@ -158,7 +158,8 @@ pub(super) fn load_scaffold(
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read scaffold {}", path.display()))?;
-            toml::from_str(&text).with_context(|| format!("scaffold {}", path.display()))?
+            Scaffold::parse(&text)
+                .map_err(|e| anyhow::anyhow!("scaffold {}: {e}", path.display()))?
         }
         None => Scaffold::default(),
     };

@@ -31,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::CrucibleRunError;
 use super::identity::{pack_hash, scaffold_hash, tests_grader_hash};
+use super::preflight::{self, PlannedPack};
 use crate::env::Backend;
 use crate::pack::TaskPack;
 use crate::rollout::images::ImageCache;
@@ -72,6 +73,8 @@ pub struct Campaign<'a> {
     /// `Some`: each pair runs as one Slurm array task (both arms on one node), through the
     /// run executor's coordinator (`crucible::remote`); `None`: on this machine.
     pub slurm: Option<crate::rollout::slurm::SlurmSettings>,
+    /// Run even when the rule cannot KEEP on this design (see [`super::preflight`]).
+    pub allow_infeasible: bool,
 }
 
 impl Campaign<'_> {
@@ -172,7 +175,14 @@ pub async fn run_campaign(
     cancel: CancellationToken,
 ) -> Result<Evidence, CrucibleRunError> {
     let contract = c.contract.contract();
-    check_grader(contract)?;
+    let planned = PlannedPack::Loaded(c.pack);
+    preflight::check_identity(c.contract, &c.baseline, &c.candidate, &planned)?;
+    // An opened holdout was checked before its opening, by its public size; what its
+    // families add is reported, not refused: the opening is spent either way.
+    let allow = c.allow_infeasible || c.attestation.is_some();
+    for obstacle in preflight::check_design(c.contract, &planned, allow)? {
+        tracing::warn!("this campaign cannot KEEP: {obstacle}");
+    }
     begin_holdout(c)?;
     let run_seed = match c.replication {
         Some(k) => geode_crucible::replication_run_seed(c.contract.hash(), k),
@@ -192,24 +202,6 @@ pub async fn run_campaign(
     rows.extend(ran);
     write_store(c, &rows, run_seed, cancel.is_cancelled())?;
     build_evidence(c, rows, run_seed, usage)
-}
-
-/// A contract frozen for another grader would score its trials by a rule it never agreed to.
-fn check_grader(contract: &geode_crucible::Contract) -> Result<(), CrucibleRunError> {
-    let grader = tests_grader_hash(contract.reward_key.as_deref());
-    if contract.grader_config_hash == grader {
-        return Ok(());
-    }
-    Err(CrucibleRunError::Invalid(format!(
-        "the contract pins grader {} but GEODE's tests grader{} is {grader}: the contract was \
-         frozen for another grader",
-        contract.grader_config_hash,
-        contract
-            .reward_key
-            .as_ref()
-            .map(|k| format!(" scoring reward key {k:?}"))
-            .unwrap_or_default(),
-    )))
 }
 
 /// Recorded before the first trial: a test-stage campaign that never finishes still used the

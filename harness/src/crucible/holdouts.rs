@@ -8,14 +8,25 @@
 //! - a test-stage campaign is recorded before its first trial, finished or not, and any later
 //!   test-stage campaign on the same content under another contract is refused (the same
 //!   contract may resume, or be replicated);
-//! - an opening is refused before its seal state is burned when the ledger already knows the
-//!   sealed file's content as used.
+//! - an opening is refused before its seal state is burned when the ledger knows the sealed
+//!   file's content as opened before (from any copy, under any contract) or used by another
+//!   contract; the opening is recorded before anything is decrypted, and its receipt (the
+//!   content and the entry's hash with the opening added) goes into the decision record.
 //!
-//! Layout: `$GEODE_HOME/holdouts/<content>.json` (`geode.holdout.v1`), one per content,
-//! rewritten atomically under an exclusive lock on `<content>.lock`.
+//! Layout: [`SYSTEM_DIR`]`/<content>.json` (`geode.holdout.v1`), one per content, rewritten
+//! atomically under an exclusive lock on `<content>.lock`; a user who may not write there keeps
+//! it under their own home's `.local/state/geode/holdouts`. Not under `$GEODE_HOME`: a second
+//! setting of the variable would be a second, empty ledger.
+//!
+//! The limit of a local record: whoever can delete this folder and the seal state can open a
+//! holdout again. What survives is the receipts: two decisions on one content carry two
+//! different heads, and `geode crucible audit` over their folders names them; a receipt
+//! published where this machine cannot rewrite it (a commit, a post) makes the first one
+//! undeniable.
 
 use std::path::PathBuf;
 
+use geode_crucible::record::HoldoutReceipt;
 use serde::{Deserialize, Serialize};
 
 use crate::crucible::{CrucibleRunError, write_atomic};
@@ -23,9 +34,26 @@ use crate::pack::TaskPack;
 
 const SCHEMA: &str = "geode.holdout.v1";
 
+/// The machine-wide ledger's folder.
+pub const SYSTEM_DIR: &str = "/var/lib/geode/holdouts";
+
 /// The content key of a pack: its hash with the trials per task left out.
 pub fn content_key(pack: &TaskPack) -> String {
     pack.hash(0).0
+}
+
+fn refuse_opening(entry: &Entry, contract_hash: &str) -> Result<(), CrucibleRunError> {
+    if let Some(first) = entry.openings.first() {
+        return Err(opened_before(&entry.content, first));
+    }
+    match entry
+        .campaigns
+        .iter()
+        .find(|c| c.contract_hash != contract_hash)
+    {
+        Some(first) => Err(burned(&entry.content, first)),
+        None => Ok(()),
+    }
 }
 
 /// A sealed file of the content.
@@ -46,6 +74,15 @@ pub struct UsedBy {
     pub started_at: String,
 }
 
+/// An opening of a sealed copy of the content: a sealed pack gives one result, so any
+/// opening after it is refused, whatever the contract, the copy or its seal state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Opened {
+    pub sealed_pack_hash: String,
+    pub contract_hash: String,
+    pub opened_at: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Entry {
     schema: String,
@@ -54,6 +91,8 @@ struct Entry {
     sealed: Vec<SealedCopy>,
     #[serde(default)]
     campaigns: Vec<UsedBy>,
+    #[serde(default)]
+    openings: Vec<Opened>,
 }
 
 /// The ledger under one folder.
@@ -73,10 +112,33 @@ fn burned(content: &str, first: &UsedBy) -> CrucibleRunError {
     ))
 }
 
+fn opened_before(content: &str, first: &Opened) -> CrucibleRunError {
+    CrucibleRunError::Invalid(format!(
+        "this sealed pack's content ({}) was opened before, for contract {} on {}: a holdout \
+         opens once, whatever copy, seal state or GEODE_HOME it is opened from",
+        &content[..16.min(content.len())],
+        first.contract_hash,
+        first.opened_at
+    ))
+}
+
 impl HoldoutLedger {
-    /// The machine's ledger, `$GEODE_HOME/holdouts`.
+    /// The machine's ledger: [`SYSTEM_DIR`] where this user may keep it (root, or a folder an
+    /// administrator opened to the users), else the user's own state folder found from the
+    /// password database. Never under `$GEODE_HOME` or `$HOME`, which a second setting of the
+    /// variable would make into a second, empty ledger.
     pub fn for_this_machine() -> HoldoutLedger {
-        HoldoutLedger::at(crate::home::geode_home().join("holdouts"))
+        let system = std::path::Path::new(SYSTEM_DIR);
+        if std::fs::create_dir_all(system).is_ok()
+            && nix::unistd::access(system, nix::unistd::AccessFlags::W_OK).is_ok()
+        {
+            return HoldoutLedger::at(system);
+        }
+        let home = nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map_or_else(crate::home::geode_home, |u| u.dir);
+        HoldoutLedger::at(home.join(".local/state/geode/holdouts"))
     }
 
     pub fn at(dir: impl Into<PathBuf>) -> HoldoutLedger {
@@ -96,6 +158,7 @@ impl HoldoutLedger {
                 content: content.into(),
                 sealed: Vec::new(),
                 campaigns: Vec::new(),
+                openings: Vec::new(),
             }),
             Err(e) => Err(CrucibleRunError::files(&path, e)),
         }
@@ -125,20 +188,19 @@ impl HoldoutLedger {
             if let Some(first) = entry.campaigns.first() {
                 return Err(burned(&content, first));
             }
+            if let Some(first) = entry.openings.first() {
+                return Err(opened_before(&content, first));
+            }
             entry.sealed.push(copy);
             Ok(())
         })
     }
 
-    /// Refuses to open a sealed file whose content the ledger knows as used by another
-    /// contract (checked before the seal state is burned).
-    pub fn check_opening(
-        &self,
-        sealed_pack_hash: &str,
-        contract_hash: &str,
-    ) -> Result<(), CrucibleRunError> {
+    /// The content a sealed file was recorded under when it was sealed here; a file sealed
+    /// on another machine is known by its own pack hash.
+    fn content_of(&self, sealed_pack_hash: &str) -> Result<String, CrucibleRunError> {
         let Ok(dir) = std::fs::read_dir(&self.dir) else {
-            return Ok(());
+            return Ok(sealed_pack_hash.to_string());
         };
         for file in dir.flatten() {
             let path = file.path();
@@ -149,18 +211,50 @@ impl HoldoutLedger {
                 std::fs::read_to_string(&path).map_err(|e| CrucibleRunError::files(&path, e))?;
             let entry: Entry =
                 serde_json::from_str(&text).map_err(|e| CrucibleRunError::files(&path, e))?;
-            if !entry.sealed.iter().any(|s| s.pack_hash == sealed_pack_hash) {
-                continue;
-            }
-            if let Some(first) = entry
-                .campaigns
-                .iter()
-                .find(|c| c.contract_hash != contract_hash)
-            {
-                return Err(burned(&entry.content, first));
+            if entry.sealed.iter().any(|s| s.pack_hash == sealed_pack_hash) {
+                return Ok(entry.content);
             }
         }
-        Ok(())
+        Ok(sealed_pack_hash.to_string())
+    }
+
+    /// Refuses to open a sealed file whose content was opened before, or used by another
+    /// contract (checked before anything is burned).
+    pub fn check_opening(
+        &self,
+        sealed_pack_hash: &str,
+        contract_hash: &str,
+    ) -> Result<(), CrucibleRunError> {
+        let content = self.content_of(sealed_pack_hash)?;
+        let entry = self.read(&content)?;
+        refuse_opening(&entry, contract_hash)
+    }
+
+    /// Records the opening of a sealed file (after [`Self::check_opening`], before anything
+    /// is decrypted) and returns the receipt a decision under it carries.
+    pub fn record_opening(
+        &self,
+        sealed_pack_hash: &str,
+        contract_hash: &str,
+        opened_at: &str,
+    ) -> Result<HoldoutReceipt, CrucibleRunError> {
+        let content = self.content_of(sealed_pack_hash)?;
+        self.update(&content, |entry| {
+            refuse_opening(entry, contract_hash)?;
+            entry.openings.push(Opened {
+                sealed_pack_hash: sealed_pack_hash.to_string(),
+                contract_hash: contract_hash.to_string(),
+                opened_at: opened_at.to_string(),
+            });
+            let head = geode_crucible::canonical_sha256(&*entry)
+                .map(hex::encode)
+                .map_err(|e| CrucibleRunError::Invalid(format!("holdout ledger: {e}")))?;
+            Ok(HoldoutReceipt {
+                content: content.clone(),
+                sealed_pack_hash: sealed_pack_hash.to_string(),
+                head,
+            })
+        })
     }
 
     /// Records a test-stage campaign on `pack` before its first trial; refused when another
@@ -239,6 +333,15 @@ mod tests {
         assert!(ledger.record_sealed(&p, copy("c")).is_err());
         assert!(ledger.check_opening(&p.hash(5).0, "c2").is_err());
         ledger.check_opening(&p.hash(5).0, "c1").unwrap();
+        // An opening is recorded once: a second one is refused whatever its contract.
+        let receipt = ledger.record_opening(&p.hash(5).0, "c1", "now").unwrap();
+        assert_eq!(receipt.content, content_key(&p));
+        assert_eq!(receipt.head.len(), 64);
+        let err = ledger
+            .record_opening(&p.hash(5).0, "c1", "later")
+            .unwrap_err();
+        assert!(err.to_string().contains("opened before"), "{err}");
+        assert!(ledger.check_opening(&p.hash(5).0, "c1").is_err());
         // Another content is free.
         let other = pack(&tmp.path().join("other"), "bye");
         ledger.begin_campaign(&other, used("c2")).unwrap();

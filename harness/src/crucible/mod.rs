@@ -4,6 +4,7 @@
 //! - [`campaign`]: paired campaigns through the trial runner, metered, resumable, reportable.
 //! - [`identity`]: what a contract pins about GEODE itself (grader, scaffold, pack, evaluator).
 //! - [`sealing`]: sealing a holdout pack on disk (key, blob, burn-once state, commitment).
+//! - [`preflight`]: what is checked before a campaign's first trial or a holdout's opening.
 //! - [`open`]: the burn-once opening of a sealed pack for one test-stage campaign.
 //! - [`holdouts`]: the machine's holdout ledger, burn-once by the pack's content.
 //! - [`openings`]: the hash-chained openings ledger beside each commitment, and its audit.
@@ -19,6 +20,7 @@ pub mod holdouts;
 pub mod identity;
 pub mod open;
 pub mod openings;
+pub mod preflight;
 pub mod remote;
 pub mod sealing;
 

@@ -3,10 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
+use geode_crucible::record::HoldoutReceipt;
 use geode_crucible::{Attestation, DecisionRecord, FrozenContract, SealState};
 
 use crate::crucible::CrucibleRunError;
 use crate::crucible::openings::{Event, OpeningsLedger};
+use crate::crucible::preflight::{self, Plan, PlannedPack};
 use crate::crucible::sealing;
 use crate::env::vault::Vault;
 use crate::pack::TaskPack;
@@ -22,6 +24,8 @@ pub struct OpenedPack {
     ledger: OpeningsLedger,
     /// The hash of this opening's ledger entry; decisions name it.
     ledger_entry: String,
+    /// Where this opening left the machine's holdout ledger; decisions carry it.
+    receipt: HoldoutReceipt,
     plain: PathBuf,
     /// Holds `plain`: its tmpfs goes with it, or with this process however it ends.
     _vault: Vault,
@@ -36,9 +40,16 @@ impl OpenedPack {
         vec![state, blob, self.plain.to_string_lossy().into_owned()]
     }
 
-    /// The hash of this opening's entry in the openings ledger.
-    pub fn ledger_entry(&self) -> &str {
-        &self.ledger_entry
+    /// Where this opening left the machine's holdout ledger: a receipt to publish.
+    pub fn receipt(&self) -> &HoldoutReceipt {
+        &self.receipt
+    }
+
+    /// Marks `record` as decided under this opening: its openings-ledger entry and its
+    /// receipt from the machine's holdout ledger.
+    pub fn mark(&self, record: &mut DecisionRecord) {
+        record.ledger_entry = Some(self.ledger_entry.clone());
+        record.holdout = Some(self.receipt.clone());
     }
 }
 
@@ -61,6 +72,16 @@ fn sealed_name(state_path: &Path) -> Result<String, CrucibleRunError> {
         })
 }
 
+/// A sealed pack's hash and number of tasks, from its public commitment: what can be known of
+/// its design before it opens.
+pub fn sealed_size(
+    state_path: &Path,
+    commitments: &Path,
+) -> Result<(String, usize), CrucibleRunError> {
+    let ledger = OpeningsLedger::beside(commitments, &sealed_name(state_path)?)?;
+    Ok((ledger.commitment.pack_hash, ledger.commitment.tasks))
+}
+
 /// Burns the opening (recorded in the openings ledger beside the commitment and in the seal
 /// state before anything is decrypted, so a crash still counts as the one opening), decrypts
 /// the pack into a vault (hidden from trials) and loads it.
@@ -70,6 +91,7 @@ pub fn open_sealed(
     key_path: &Path,
     commitments: &Path,
     jobs_dir: &Path,
+    plan: &Plan<'_>,
 ) -> Result<OpenedPack, CrucibleRunError> {
     let key = sealing::read_key(key_path)?;
     let mut state = sealing::load_state(state_path)?;
@@ -87,6 +109,14 @@ pub fn open_sealed(
     }
     // A reset seal state does not make an opened pack new: the ledger remembers.
     ledger.check_unopened()?;
+    // The wrong scaffold, grader or pack, or a rule no outcome can pass, refused before
+    // anything is burned: by the public commitment's hash and size.
+    let sealed = PlannedPack::Sealed {
+        pack_hash: &ledger.commitment.pack_hash,
+        tasks: ledger.commitment.tasks,
+    };
+    preflight::check_identity(contract, plan.baseline, plan.candidate, &sealed)?;
+    preflight::check_design(contract, &sealed, plan.allow_infeasible)?;
     let blob_path = state_path
         .to_string_lossy()
         .replace(".seal-state.json", ".sealed");
@@ -108,9 +138,10 @@ pub fn open_sealed(
             }
         }
     }
-    // A sealed copy of a content another contract has used is not opened (nothing burned).
-    crate::crucible::holdouts::HoldoutLedger::for_this_machine()
-        .check_opening(state.pack_hash.as_str(), &contract.hash().to_string())?;
+    // A content opened before, from any copy, or used by another contract is not opened
+    // (nothing burned).
+    let holdouts = crate::crucible::holdouts::HoldoutLedger::for_this_machine();
+    holdouts.check_opening(state.pack_hash.as_str(), &contract.hash().to_string())?;
     let exe = std::env::current_exe().map_err(|e| invalid("the geode binary", e))?;
     // Where the plaintext will live, made before the opening is burned.
     let vault = Vault::open(&exe).map_err(|e| invalid("opened pack", e))?;
@@ -127,6 +158,11 @@ pub fn open_sealed(
         &opened_at,
     )?;
     sealing::save_state(state_path, &state)?;
+    let receipt = holdouts.record_opening(
+        state.pack_hash.as_str(),
+        &contract.hash().to_string(),
+        &opened_at,
+    )?;
     let entries = state
         .open(permit, &blob, &key)
         .map_err(|e| invalid(&blob_path, e))?;
@@ -142,6 +178,7 @@ pub fn open_sealed(
             state_path: state_path.to_path_buf(),
             ledger,
             ledger_entry: entry.hash,
+            receipt,
             plain,
             _vault: vault,
         }),

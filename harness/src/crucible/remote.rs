@@ -175,6 +175,8 @@ pub fn worker_plans(path: &Path) -> Result<HashMap<String, TrialPlan>, CrucibleR
         attestation: None,
         sealed_paths: Vec::new(),
         slurm: None,
+        // Only its plan is read here; the coordinator checked the campaign before it began.
+        allow_infeasible: true,
     };
     Ok(plan_pairs(&c, plan.run_seed)?
         .into_iter()

@@ -170,6 +170,10 @@ pub struct SearchConfig {
     pub test_rule: Option<Rule>,
     #[serde(default)]
     pub budgets: SearchBudgets,
+    /// Run campaigns whose rule cannot KEEP on their design (refused by default, before the
+    /// first trial, naming what would make them feasible).
+    #[serde(default)]
+    pub allow_infeasible: bool,
 }
 
 fn one() -> usize {
@@ -249,12 +253,7 @@ pub fn load_scaffold(path: Option<&Path>) -> Result<Scaffold, SearchError> {
         return Ok(Scaffold::default());
     };
     let text = std::fs::read_to_string(p).map_err(|e| SearchError::file(p, e))?;
-    let parsed = if text.trim_start().starts_with('{') {
-        serde_json::from_str(&text).map_err(|e| e.to_string())
-    } else {
-        toml::from_str(&text).map_err(|e| e.to_string())
-    };
-    parsed.map_err(|message| SearchError::Format {
+    Scaffold::parse(&text).map_err(|message| SearchError::Format {
         path: p.display().to_string(),
         message,
     })

@@ -156,7 +156,12 @@ async fn decide_on_holdout(
     champion: &Entry,
     env: &Env,
 ) -> Result<DecisionRecord, SearchError> {
-    let (opened, plain_pack) = test_pack(c, contract, out)?;
+    let plan = crate::crucible::preflight::Plan {
+        baseline: &baseline.scaffold,
+        candidate: &champion.scaffold,
+        allow_infeasible: c.allow_infeasible,
+    };
+    let (opened, plain_pack) = test_pack(c, contract, out, &plan)?;
     let Some(pack) = opened.as_ref().map(|o| &o.pack).or(plain_pack.as_ref()) else {
         return Err(SearchError::Refused("no test pack configured".into()));
     };
@@ -175,6 +180,7 @@ async fn decide_on_holdout(
             .map(|o| o.sealed_paths())
             .unwrap_or_default(),
         slurm: None,
+        allow_infeasible: c.allow_infeasible,
     };
     let result = run_campaign(
         &campaign,
@@ -195,7 +201,9 @@ async fn decide_on_holdout(
     let text = serde_json::to_string_pretty(&evidence).map_err(|e| SearchError::file(dir, e))?;
     write_atomic(&dir.join("evidence.json"), &text)?;
     let mut record = decide(contract, &evidence);
-    record.ledger_entry = opened.as_ref().map(|o| o.ledger_entry().to_string());
+    if let Some(o) = &opened {
+        o.mark(&mut record);
+    }
     let json = record
         .to_json()
         .map_err(|e| SearchError::Contract(e.to_string()))?;
@@ -211,6 +219,7 @@ fn test_pack(
     c: &SearchConfig,
     contract: &FrozenContract,
     out: &Path,
+    plan: &crate::crucible::preflight::Plan<'_>,
 ) -> Result<(Option<OpenedPack>, Option<TaskPack>), SearchError> {
     match (&c.test.sealed, &c.test.key, &c.test.pack) {
         (Some(state), Some(key), _) => {
@@ -220,7 +229,7 @@ fn test_pack(
                 .clone()
                 .unwrap_or_else(|| PathBuf::from("datasets/commitments"));
             Ok((
-                Some(open_sealed(contract, state, key, &commitments, out)?),
+                Some(open_sealed(contract, state, key, &commitments, out, plan)?),
                 None,
             ))
         }

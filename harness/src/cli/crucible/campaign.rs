@@ -81,7 +81,21 @@ pub(super) async fn run_contract(a: RunArgs) -> anyhow::Result<Exit> {
                 key_path,
                 &a.commitments,
                 &a.jobs_dir,
+                &geode_harness::crucible::preflight::Plan {
+                    baseline: &baseline,
+                    candidate: &candidate,
+                    allow_infeasible: a.allow_infeasible,
+                },
             )?;
+            // Published somewhere this machine cannot rewrite (a commit, a post), it shows the
+            // opening even if the machine's ledger is later deleted.
+            let receipt = opened.receipt();
+            say!(
+                "holdout receipt: content {} opened for contract {}; holdout ledger head {}",
+                receipt.content,
+                contract.hash(),
+                receipt.head
+            );
             let result = campaign(
                 &contract,
                 &opened.pack,
@@ -130,6 +144,7 @@ async fn campaign(
         attestation: opened.map(|o| o.attestation.clone()),
         sealed_paths: opened.map(|o| o.sealed_paths()).unwrap_or_default(),
         slurm: a.executor.slurm_settings()?,
+        allow_infeasible: a.allow_infeasible,
     };
     let evidence = run_campaign(&c, backend, Arc::new(Progress::new()), cancel).await?;
     write_atomic(
@@ -137,7 +152,9 @@ async fn campaign(
         &serde_json::to_string_pretty(&evidence)?,
     )?;
     let mut record = decide(contract, &evidence);
-    record.ledger_entry = opened.map(|o| o.ledger_entry().to_string());
+    if let Some(o) = opened {
+        o.mark(&mut record);
+    }
     write_atomic(&dir.join("decision.json"), &record.to_json()?)?;
     print_record(&record);
     Ok(record)

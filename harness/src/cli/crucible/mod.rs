@@ -184,6 +184,10 @@ pub struct RunArgs {
     /// Where the pairs run: each Slurm array task runs both arms of one pair on one node.
     #[command(flatten)]
     executor: super::run::ExecutorArgs,
+    /// Run even when the contract's rule cannot KEEP on this pack's design (refused by
+    /// default before the first trial or the holdout's opening).
+    #[arg(long)]
+    allow_infeasible: bool,
 }
 
 #[derive(Debug, Args)]
@@ -269,14 +273,9 @@ pub struct SealArgs {
 }
 
 fn load_scaffold(path: &Option<PathBuf>) -> anyhow::Result<Scaffold> {
-    match path {
-        None => Ok(Scaffold::default()),
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            toml::from_str(&text).with_context(|| format!("scaffold {}", p.display()))
-        }
-    }
+    Ok(geode_harness::search::config::load_scaffold(
+        path.as_deref(),
+    )?)
 }
 
 fn evaluator() -> EvaluatorIdentity {

@@ -100,6 +100,8 @@ async fn run_replica(
         attestation: None,
         sealed_paths: Vec::new(),
         slurm: None,
+        // The design was run once already: a replication repeats it as it was.
+        allow_infeasible: true,
     };
     let evidence = run_campaign(
         &c,

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use geode_crucible::record::HoldoutReceipt;
 use serde::Serialize;
 
 use super::{Entry, Event, OpeningsLedger, committed_names};
@@ -44,12 +45,39 @@ pub fn audit(
     for name in committed_names(commitments)? {
         audit_pack(&name, commitments, sealed, &mut known, &mut out)?;
     }
+    // Holdout (its content, and the sealed file apart: a ledger that lost the sealing knows
+    // only the file) -> the distinct openings (ledger heads) decided under, with where.
+    let mut receipts: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
     for dir in decisions {
         for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
             let entry = entry.map_err(|e| CrucibleRunError::files(dir, e))?;
-            if entry.file_name() == "decision.json" {
-                audit_decision(entry.path(), &known, &mut out)?;
+            if entry.file_name() == "decision.json"
+                && let Some(receipt) = audit_decision(entry.path(), &known, &mut out)?
+            {
+                for holdout in [receipt.content, receipt.sealed_pack_hash] {
+                    receipts
+                        .entry(holdout)
+                        .or_default()
+                        .entry(receipt.head.clone())
+                        .or_default()
+                        .push(entry.path().display().to_string());
+                }
             }
+        }
+    }
+    // One content opened under two ledger heads is two openings, whatever the ledgers and
+    // seal states say now (both may have been deleted or reset between them).
+    let mut named = std::collections::BTreeSet::new();
+    for (holdout, heads) in receipts.iter().filter(|(_, h)| h.len() > 1) {
+        let places: Vec<String> = heads.values().map(|p| p.join(" and ")).collect();
+        // The same decisions found twice (by content and by file) are one problem.
+        if named.insert(places.clone()) {
+            out.problems.push(format!(
+                "holdout {} was opened {} times: decisions {}; a holdout opens once",
+                &holdout[..16.min(holdout.len())],
+                heads.len(),
+                places.join("; ")
+            ));
         }
     }
     Ok(out)
@@ -156,14 +184,19 @@ fn audit_pack(
 }
 
 /// One decision record against the ledgers: a test-stage decision must name an opening some
-/// ledger holds, for its contract, with the verdict and evidence the ledger recorded.
-fn audit_decision(path: &Path, known: &Known, out: &mut Audit) -> Result<(), CrucibleRunError> {
+/// ledger holds, for its contract, with the verdict and evidence the ledger recorded. Returns
+/// its holdout receipt, for the check across decisions.
+fn audit_decision(
+    path: &Path,
+    known: &Known,
+    out: &mut Audit,
+) -> Result<Option<HoldoutReceipt>, CrucibleRunError> {
     use geode_crucible::{DecisionRecord, Stage};
     let text = std::fs::read_to_string(path).map_err(|e| CrucibleRunError::files(path, e))?;
     let record = DecisionRecord::from_json(&text).map_err(|e| CrucibleRunError::files(path, e))?;
     out.decisions += 1;
     if record.stage != Stage::Test {
-        return Ok(());
+        return Ok(None);
     }
     let shown = path.display();
     let Some(h) = &record.ledger_entry else {
@@ -171,7 +204,7 @@ fn audit_decision(path: &Path, known: &Known, out: &mut Audit) -> Result<(), Cru
             "{shown}: a test-stage decision that names no openings-ledger entry (an unsealed \
              test pack, or a record older than the ledger)"
         ));
-        return Ok(());
+        return Ok(record.holdout);
     };
     let problem = match known.opened.get(h) {
         None => Some(format!(
@@ -198,5 +231,5 @@ fn audit_decision(path: &Path, known: &Known, out: &mut Audit) -> Result<(), Cru
         }
     };
     out.problems.extend(problem);
-    Ok(())
+    Ok(record.holdout)
 }

@@ -27,6 +27,7 @@ pub use super::contract::{contract_for, derive_seed};
 use super::lineage::{Entry, EntryKind, LINEAGE_SCHEMA, Lineage, Spent};
 use super::mutate::PolicyKind;
 use super::proposer::{Proposer, failure_codes};
+use crate::crucible::preflight::{self, PlannedPack};
 use crate::crucible::{Campaign, run_campaign, write_atomic};
 use crate::env::Backend;
 use crate::pack::TaskPack;
@@ -98,6 +99,7 @@ pub(super) async fn run_train_campaign(
         attestation: None,
         sealed_paths: Vec::new(),
         slurm: env.slurm.clone(),
+        allow_infeasible: c.allow_infeasible,
     };
     let evidence = run_campaign(
         &campaign,
@@ -199,6 +201,58 @@ pub fn policy_name(p: PolicyKind) -> String {
     serde_name(&p)
 }
 
+/// Refuses, before the first trial, a search whose candidates' rule cannot KEEP on the train
+/// pack or whose promotion rule cannot KEEP on the test pack, whatever the trials show.
+fn check_designs(r: &Resolved, train: &TaskPack) -> Result<(), SearchError> {
+    let c = &r.config;
+    if c.allow_infeasible {
+        return Ok(());
+    }
+    let base = c.baseline_scaffold()?;
+    let probe = |stage, trials, rule: &super::config::Rule| {
+        contract_for(
+            stage,
+            &base,
+            &base,
+            &c.model,
+            &r.train_pack_hash,
+            &r.test_pack_hash,
+            trials,
+            0,
+            rule,
+        )
+    };
+    let per_candidate = c.rule.per_candidate(c.budgets.candidates);
+    let train_contract = probe(Stage::Train, c.trials, &per_candidate)?;
+    preflight::check_design(&train_contract, &PlannedPack::Loaded(train), false)
+        .map_err(|e| SearchError::Refused(format!("train campaigns: {e}")))?;
+    let test_rule = c.test_rule.clone().unwrap_or_else(|| c.rule.clone());
+    let test_contract = probe(Stage::Test, c.test.trials, &test_rule)?;
+    let plain;
+    let test = match (&c.test.sealed, &c.test.pack) {
+        (Some(state), _) => {
+            let commitments = c
+                .test
+                .commitments
+                .clone()
+                .unwrap_or_else(|| std::path::PathBuf::from("datasets/commitments"));
+            let (_, tasks) = crate::crucible::open::sealed_size(state, &commitments)?;
+            PlannedPack::Sealed {
+                pack_hash: &r.test_pack_hash,
+                tasks,
+            }
+        }
+        (None, Some(pack)) => {
+            plain = TaskPack::load(pack).map_err(|e| SearchError::Pack(e.to_string()))?;
+            PlannedPack::Loaded(&plain)
+        }
+        (None, None) => return Ok(()),
+    };
+    preflight::check_design(&test_contract, &test, false)
+        .map_err(|e| SearchError::Refused(format!("the promotion: {e}")))?;
+    Ok(())
+}
+
 /// Runs (or resumes) the search until a budget stops it. `log` receives one line per event.
 pub async fn run_search(
     config: &SearchConfig,
@@ -208,6 +262,7 @@ pub async fn run_search(
     let r = prepare(config)?;
     let c = &r.config;
     let train = TaskPack::load(&c.train).map_err(|e| SearchError::Pack(e.to_string()))?;
+    check_designs(&r, &train)?;
     let mut lineage = Lineage::open(&c.out)?;
     if lineage.baseline().is_none() {
         let b = base_entry(
