@@ -26,6 +26,11 @@ fn main() -> ExitCode {
     }
     quiet_on_closed_stdout();
     let args = cli::Cli::parse();
+    // Before the first thread; a failure is reported when a holdout is about to open, and
+    // refuses that opening (nothing burned), rather than here.
+    if cli::may_open_a_holdout(&args) {
+        let _ = geode_harness::env::vault::enter_private_mounts();
+    }
     cli::init_logging(args.verbose);
     match cli::run(args) {
         Ok(code) => code,

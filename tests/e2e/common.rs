@@ -64,11 +64,28 @@ pub fn split_core_pack(dir: &Path) {
             .unwrap();
         assert!(ok.success());
     }
+    let study = uuid::Uuid::new_v4().to_string();
     std::fs::write(
         dir.join("test").join(TEST_TASKS[0]).join("STUDY"),
-        format!("{}\n", uuid::Uuid::new_v4()),
+        format!("{study}\n"),
     )
     .unwrap();
+    // And in a file its environment copies into its image (the marker of `study_marker`).
+    std::fs::write(
+        dir.join("test/json-flatten/environment/files/.study"),
+        format!("{STUDY_MARKER}{study}\n"),
+    )
+    .unwrap();
+}
+
+/// What `split_core_pack` writes into one test task's image, followed by the study's id.
+pub const STUDY_MARKER: &str = "geode-study-marker-";
+
+/// The marker of the study split into `dir`, as it appears in its test task's image.
+pub fn study_marker(dir: &Path) -> String {
+    let study =
+        std::fs::read_to_string(dir.join("test").join(TEST_TASKS[0]).join("STUDY")).unwrap();
+    format!("{STUDY_MARKER}{}", study.trim())
 }
 
 /// `cmd` (a `geode` command) running PACK with the oracle into `jobs`, as JSON: the summary

@@ -237,8 +237,28 @@ fn a_killed_test_stage_run_leaves_no_plaintext() {
         .spawn()
         .unwrap();
     // The vault: geode's child running `__vault`, whose folder holds the opened pack.
+    let started = std::time::SystemTime::now();
     let geode_pid = run.id().to_string();
     let vault = vault_of(&geode_pid);
+    // Killed mid-campaign: once the trial of the task whose image holds the study's marker has
+    // started, seen through geode's own mount namespace (its trials are in memory there).
+    let trials = format!(
+        "/proc/{geode_pid}/root{}",
+        std::fs::canonicalize(s.path("jobs")).unwrap().display()
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !walk(std::path::Path::new(&trials))
+        .iter()
+        .any(|p| p.to_string_lossy().contains("json-flatten") && p.ends_with("timeline.db"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the json-flatten trial never started: {:?}",
+            walk(std::path::Path::new(&trials))
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
     run.kill().unwrap();
     run.wait().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -251,18 +271,54 @@ fn a_killed_test_stage_run_leaves_no_plaintext() {
         !std::path::Path::new(&format!("/proc/{vault}/root/tmp")).exists(),
         "the vault outlived geode"
     );
-    // Nothing of the plaintext on disk: no task folder of the test pack under the study.
-    let instruction = std::fs::read(s.path("test/cron-next/instruction.md")).unwrap();
-    let leaked = walk(&s.path("jobs"))
-        .into_iter()
-        .filter(|p| p.file_name().is_some_and(|n| n == "instruction.md"))
-        .any(|p| std::fs::read(&p).is_ok_and(|b| b == instruction));
-    assert!(!leaked, "the decrypted instruction is on disk under jobs/");
+    // Nothing of the plaintext on disk, in any file written since: not in the study (its
+    // jobs, its GEODE_HOME with the trials' scratch), not in the shared image store. Looked
+    // for: the instruction's text, the reference solution's, and the marker in the image.
+    let instruction = std::fs::read_to_string(s.path("test/json-flatten/instruction.md")).unwrap();
+    let solution = std::fs::read_to_string(s.path("test/json-flatten/solution/solve.sh")).unwrap();
+    let secrets = [
+        longest_line(&instruction),
+        longest_line(&solution),
+        super::common::study_marker(s.dir.path()),
+    ];
+    let store = super::registry::shared_store();
+    let mut written: Vec<PathBuf> = walk(&s.path("jobs"));
+    written.extend(walk(&s.path("home")));
+    written.extend(walk(&store).into_iter().filter(|p| {
+        std::fs::symlink_metadata(p)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t >= started)
+    }));
+    for file in &written {
+        assert!(
+            file.file_name().is_none_or(|n| n != "disk.img"),
+            "a trial's disk outlived geode: {}",
+            file.display()
+        );
+        let Ok(bytes) = std::fs::read(file) else {
+            continue;
+        };
+        for secret in &secrets {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{} holds the holdout's {secret:?}",
+                file.display()
+            );
+        }
+    }
     let state = seal_state(&s);
     assert!(
         !state["opening"].is_null(),
         "the started campaign is recorded: {state}"
     );
+}
+
+/// The longest line of `text`: distinctive enough to find it verbatim.
+fn longest_line(text: &str) -> String {
+    text.lines()
+        .max_by_key(|l| l.len())
+        .unwrap_or_default()
+        .to_string()
 }
 
 fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
@@ -528,4 +584,50 @@ fn burned_content_is_not_sealed_again(s: &Study) {
         assert!(err.contains("is burned"), "{err}");
         assert!(!s.path(&format!("sealed/{name}.sealed")).exists());
     }
+}
+
+/// A train pack holding a test task is not frozen against it: an exact copy by its id, a copy
+/// under another name as a near-duplicate, and the same against the sealed pack, compared by
+/// the tasks recorded when it was sealed here.
+#[test]
+fn a_train_pack_holding_a_test_task_is_not_frozen() {
+    let s = Study::new();
+    seal_holdout(&s, "seal.key");
+    let copy = s.path("train/cron-next");
+    super::common::copy_tree(&s.path("test/cron-next"), &copy);
+    let freeze = |test: [&str; 2]| {
+        s.geode(&[
+            "crucible", "freeze", "--stage", "train", "--train", "train", test[0], test[1],
+            "--model", "oracle", "-k", "3", "--out", "c.json",
+        ])
+    };
+    for test in [
+        ["--test", "test"],
+        ["--test-sealed", "sealed/holdout.seal-state.json"],
+    ] {
+        let o = freeze(test);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{test:?}: {err}");
+        assert!(err.contains("same_id: test/geode/cron-next"), "{err}");
+        assert!(!s.path("c.json").exists(), "frozen anyway");
+    }
+    // Renamed: its own id and hash, the same task.
+    let toml = std::fs::read_to_string(copy.join("task.toml")).unwrap();
+    std::fs::write(
+        copy.join("task.toml"),
+        toml.replace("geode/cron-next", "geode/cron-next-again"),
+    )
+    .unwrap();
+    for test in [
+        ["--test", "test"],
+        ["--test-sealed", "sealed/holdout.seal-state.json"],
+    ] {
+        let o = freeze(test);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{test:?}: {err}");
+        assert!(err.contains("near_duplicate"), "{err}");
+    }
+    std::fs::remove_dir_all(&copy).unwrap();
+    let o = freeze(["--test-sealed", "sealed/holdout.seal-state.json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

@@ -187,6 +187,13 @@ pub fn sandbox(jobs_dir: &Path) -> anyhow::Result<Arc<dyn Backend>> {
     make_with_base(BackendKind::Sandbox, false, jobs_dir, BaseMode::Image)
 }
 
+/// The sandbox backend of a sealed campaign: its environments are built into `store` (in
+/// memory, `crucible::open`), over the machine's image store, which is read and never
+/// written.
+pub fn sandbox_over(jobs_dir: &Path, store: &Path) -> anyhow::Result<Arc<dyn Backend>> {
+    make_sandbox(jobs_dir, BaseMode::Image, Some(store))
+}
+
 /// `sandbox` keeps trial scratch (and `--base host` layers) in the jobs folder's scratch
 /// (`geode_harness::home::scratch_dir`) and the images in the image store.
 pub fn make_with_base(
@@ -199,20 +206,7 @@ pub fn make_with_base(
         .with_context(|| format!("creating {}", jobs_dir.display()))?;
     let jobs = std::fs::canonicalize(jobs_dir)?;
     match kind {
-        BackendKind::Sandbox => {
-            let exe = std::env::current_exe().context("locating the geode executable")?;
-            let images = ImageSettings::load()?;
-            let scratch = geode_harness::home::scratch_dir(&jobs);
-            let mut config = SandboxConfig::new(exe, &scratch, images.store);
-            config.trial_ca_bundle = trial_ca_bundle(&scratch)?;
-            config.mirrors = images.mirrors;
-            config.aliases = images.aliases;
-            config.stand_in_pinned = images.stand_in_pinned;
-            config.base = base;
-            config.progress = stderr_progress();
-            config.hide.push(jobs);
-            Ok(Arc::new(SandboxBackend::new(config)?))
-        }
+        BackendKind::Sandbox => make_sandbox(jobs_dir, base, None),
         BackendKind::Host if allow_host => Ok(Arc::new(HostBackend::new(
             geode_harness::home::scratch_dir(&jobs).join("host"),
         ))),
@@ -221,6 +215,36 @@ pub fn make_with_base(
         }
         BackendKind::Docker => Ok(Arc::new(DockerBackend::connect()?)),
     }
+}
+
+/// The sandbox backend; with `over`, building into that store over the machine's.
+fn make_sandbox(
+    jobs_dir: &Path,
+    base: BaseMode,
+    over: Option<&Path>,
+) -> anyhow::Result<Arc<dyn Backend>> {
+    std::fs::create_dir_all(jobs_dir)
+        .with_context(|| format!("creating {}", jobs_dir.display()))?;
+    let jobs = std::fs::canonicalize(jobs_dir)?;
+    let exe = std::env::current_exe().context("locating the geode executable")?;
+    let images = ImageSettings::load()?;
+    let scratch = geode_harness::home::scratch_dir(&jobs);
+    let mut config = match over {
+        Some(store) => {
+            let mut c = SandboxConfig::new(exe, &scratch, store);
+            c.parent_image_store = Some(images.store);
+            c
+        }
+        None => SandboxConfig::new(exe, &scratch, images.store),
+    };
+    config.trial_ca_bundle = trial_ca_bundle(&scratch)?;
+    config.mirrors = images.mirrors;
+    config.aliases = images.aliases;
+    config.stand_in_pinned = images.stand_in_pinned;
+    config.base = base;
+    config.progress = stderr_progress();
+    config.hide.push(jobs);
+    Ok(Arc::new(SandboxBackend::new(config)?))
 }
 
 #[cfg(test)]

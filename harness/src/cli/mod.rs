@@ -195,6 +195,17 @@ where
     }
 }
 
+/// Whether `cli` may open a sealed holdout (`crucible run` of a test-stage contract with
+/// `--sealed`, `search promote`): such a command needs a mount namespace of its own, made
+/// before any thread exists, to keep the holdout's files in memory (`env::vault`).
+pub fn may_open_a_holdout(cli: &Cli) -> bool {
+    match &cli.command {
+        Some(Command::Crucible(crucible::CrucibleCommand::Run(a))) => a.opens_sealed(),
+        Some(Command::Search(search::SearchCommand::Promote(_))) => true,
+        _ => false,
+    }
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -68,6 +68,12 @@ fn env(out: &Path, timeout_multiplier: f64, slurm: Option<SlurmSettings>) -> any
         cancel,
         timeout_multiplier,
         slurm,
+        backend_over: Arc::new({
+            let out = out.to_path_buf();
+            move |store: &Path| {
+                super::backends::sandbox_over(&out, store).map_err(|e| format!("{e:#}"))
+            }
+        }),
     })
 }
 

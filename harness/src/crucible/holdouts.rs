@@ -30,6 +30,7 @@ use geode_crucible::record::HoldoutReceipt;
 use serde::{Deserialize, Serialize};
 
 use crate::crucible::{CrucibleRunError, write_atomic};
+use crate::datasets::split::SplitEntry;
 use crate::pack::TaskPack;
 
 const SCHEMA: &str = "geode.holdout.v1";
@@ -64,6 +65,10 @@ pub struct SealedCopy {
     pub pack_hash: String,
     pub state: String,
     pub sealed_at: String,
+    /// Its tasks' ids, hashes and MinHash signatures: what a train pack is checked against
+    /// for copies and near-copies while the pack stays sealed (kept on this machine only).
+    #[serde(default)]
+    pub tasks: Vec<SplitEntry>,
 }
 
 /// A test-stage campaign on the content.
@@ -129,9 +134,12 @@ impl HoldoutLedger {
     /// variable would make into a second, empty ledger.
     pub fn for_this_machine() -> HoldoutLedger {
         let system = std::path::Path::new(SYSTEM_DIR);
-        if std::fs::create_dir_all(system).is_ok()
-            && nix::unistd::access(system, nix::unistd::AccessFlags::W_OK).is_ok()
-        {
+        if !system.exists() && std::fs::create_dir_all(system).is_ok() {
+            // It names the holdouts' tasks: its maker's alone until an administrator opens it.
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(system, std::fs::Permissions::from_mode(0o700));
+        }
+        if system.is_dir() && nix::unistd::access(system, nix::unistd::AccessFlags::W_OK).is_ok() {
             return HoldoutLedger::at(system);
         }
         let home = nix::unistd::User::from_uid(nix::unistd::getuid())
@@ -216,6 +224,21 @@ impl HoldoutLedger {
             }
         }
         Ok(sealed_pack_hash.to_string())
+    }
+
+    /// The tasks of a sealed file recorded when it was sealed here (`None`: sealed elsewhere,
+    /// or before tasks were recorded).
+    pub fn sealed_tasks(
+        &self,
+        sealed_pack_hash: &str,
+    ) -> Result<Option<Vec<SplitEntry>>, CrucibleRunError> {
+        let content = self.content_of(sealed_pack_hash)?;
+        let entry = self.read(&content)?;
+        Ok(entry
+            .sealed
+            .into_iter()
+            .find(|c| c.pack_hash == sealed_pack_hash && !c.tasks.is_empty())
+            .map(|c| c.tasks))
     }
 
     /// Refuses to open a sealed file whose content was opened before, or used by another
@@ -320,6 +343,7 @@ mod tests {
             pack_hash: p.hash(5).0,
             state: format!("{name}.seal-state.json"),
             sealed_at: "now".into(),
+            tasks: Vec::new(),
         };
         ledger.record_sealed(&p, copy("a")).unwrap();
         ledger.record_sealed(&p, copy("b")).unwrap();

@@ -29,6 +29,10 @@ pub struct OpenedPack {
     plain: PathBuf,
     /// Holds `plain`: its tmpfs goes with it, or with this process however it ends.
     _vault: Vault,
+    /// The campaign's trial folders, in a tmpfs of this process's own mount namespace; sealed
+    /// with `key` into `<trials>.sealed` at [`OpenedPack::close`].
+    trials: PathBuf,
+    key: geode_crucible::SealKey,
 }
 
 impl OpenedPack {
@@ -38,6 +42,17 @@ impl OpenedPack {
         let state = self.state_path.to_string_lossy().into_owned();
         let blob = state.replace(".seal-state.json", ".sealed");
         vec![state, blob, self.plain.to_string_lossy().into_owned()]
+    }
+
+    /// Where the campaign's trials go: in memory until [`OpenedPack::close`] seals them.
+    pub fn trials_dir(&self) -> &Path {
+        &self.trials
+    }
+
+    /// The image store the campaign's environments are built into, in memory, over the
+    /// machine's (which is read and never written: `ImageStore::open_over`).
+    pub fn image_store(&self) -> PathBuf {
+        self.trials.with_extension("images")
     }
 
     /// Where this opening left the machine's holdout ledger: a receipt to publish.
@@ -142,6 +157,13 @@ pub fn open_sealed(
     // (nothing burned).
     let holdouts = crate::crucible::holdouts::HoldoutLedger::for_this_machine();
     holdouts.check_opening(state.pack_hash.as_str(), &contract.hash().to_string())?;
+    // Everything the campaign writes of the holdout (trials, the sandboxes' disks, layers
+    // built from its environments) in memory that goes with this process, made before the
+    // opening is burned: a process that cannot keep it off disk opens nothing.
+    let scratch = crate::home::scratch_dir(jobs_dir);
+    let images = plan.trials.with_extension("images");
+    crate::env::vault::keep_off_disk(&[plan.trials, &scratch, &images])
+        .map_err(|e| invalid("keeping the holdout off disk", e))?;
     let exe = std::env::current_exe().map_err(|e| invalid("the geode binary", e))?;
     // Where the plaintext will live, made before the opening is burned.
     let vault = Vault::open(&exe).map_err(|e| invalid("opened pack", e))?;
@@ -181,6 +203,8 @@ pub fn open_sealed(
             receipt,
             plain,
             _vault: vault,
+            trials: plan.trials.to_path_buf(),
+            key,
         }),
         Err(e) => {
             let _ = std::fs::remove_dir_all(&plain);
@@ -195,6 +219,9 @@ impl OpenedPack {
     /// only).
     pub fn close(mut self, record: Option<&DecisionRecord>) -> Result<(), CrucibleRunError> {
         let _ = std::fs::remove_dir_all(&self.plain);
+        let sealed_trials = self.seal_trials();
+        crate::env::vault::release(&self.trials);
+        crate::env::vault::release(&self.image_store());
         if let Some(r) = record {
             self.ledger.append(
                 Event::Decision {
@@ -210,6 +237,18 @@ impl OpenedPack {
                 .map_err(|e| invalid(&self.state_path.display().to_string(), e))?;
             sealing::save_state(&self.state_path, &self.state)?;
         }
-        Ok(())
+        sealed_trials
+    }
+
+    /// The campaign's trial folders (trajectories, logs, the run store), encrypted with the
+    /// holdout's key into `<trials>.sealed`: readable again only by whoever may open the pack.
+    fn seal_trials(&self) -> Result<(), CrucibleRunError> {
+        let entries = sealing::archive_entries(&self.trials)?;
+        // A nonce from the system's randomness, as for the pack's own sealing.
+        let mut rng = <rand_chacha::ChaCha20Rng as rand::SeedableRng>::from_os_rng();
+        let sealed = geode_crucible::seal(&entries, &self.state.pack_hash, &self.key, &mut rng)
+            .map_err(|e| invalid("sealing the campaign's trials", e))?;
+        let out = self.trials.with_extension("sealed");
+        std::fs::write(&out, &sealed.blob).map_err(|e| CrucibleRunError::files(&out, e))
     }
 }

@@ -16,6 +16,9 @@ pub struct Plan<'a> {
     pub baseline: &'a Scaffold,
     pub candidate: &'a Scaffold,
     pub allow_infeasible: bool,
+    /// Where the campaign's trial folders go; a sealed campaign keeps them in memory, and
+    /// the images built from its environments beside them (`<trials>.images`).
+    pub trials: &'a std::path::Path,
 }
 
 /// The pack a campaign will run, as far as it can be known before it starts.

@@ -140,6 +140,8 @@ pub fn seal_pack(
             pack_hash: hash.to_string(),
             state: state.display().to_string(),
             sealed_at: chrono::Utc::now().to_rfc3339(),
+            tasks: crate::datasets::split::entries_of(&pack, Default::default())
+                .map_err(|e| CrucibleRunError::files(pack_dir, e))?,
         },
     )?;
     std::fs::write(&blob, &sealed.blob).map_err(|e| CrucibleRunError::files(&blob, e))?;

@@ -218,8 +218,29 @@ pub fn load_splits(path: &Path) -> Result<SplitsFile, DatasetError> {
 /// Every leak across splits. Near-duplicates are compared on the whole signature with the file's
 /// own MinHash parameters (all pairs for small sets, LSH candidates beyond `EXHAUSTIVE_MAX`).
 pub fn check_splits(file: &SplitsFile) -> Vec<Leak> {
-    let flat: Vec<(&str, &SplitEntry)> = file
-        .splits
+    leaks(&file.splits, &file.minhash)
+}
+
+/// A pack's tasks as split entries (one cluster each): what [`leaks`] compares.
+pub fn entries_of(pack: &TaskPack, params: MinHashParams) -> Result<Vec<SplitEntry>, DatasetError> {
+    let hasher = MinHasher::new(params);
+    pack.tasks
+        .iter()
+        .enumerate()
+        .map(|(cluster, t)| {
+            Ok(SplitEntry {
+                id: t.id.clone(),
+                hash: t.hash.clone(),
+                cluster,
+                signature: hasher.signature(&task_text(t)?),
+            })
+        })
+        .collect()
+}
+
+/// Every task that appears, or nearly appears, in two of `splits` (by name).
+pub fn leaks(splits: &BTreeMap<String, Vec<SplitEntry>>, params: &MinHashParams) -> Vec<Leak> {
+    let flat: Vec<(&str, &SplitEntry)> = splits
         .iter()
         .flat_map(|(name, list)| list.iter().map(move |e| (name.as_str(), e)))
         .collect();
@@ -248,7 +269,7 @@ pub fn check_splits(file: &SplitsFile) -> Vec<Leak> {
         }
     }
     let sigs: Vec<Vec<u64>> = flat.iter().map(|(_, e)| e.signature.clone()).collect();
-    for (i, j) in candidate_pairs(&sigs, file.minhash.bands) {
+    for (i, j) in candidate_pairs(&sigs, params.bands) {
         if flat[i].0 == flat[j].0
             || flat[i].1.id == flat[j].1.id
             || flat[i].1.hash == flat[j].1.hash
@@ -256,7 +277,7 @@ pub fn check_splits(file: &SplitsFile) -> Vec<Leak> {
             continue;
         }
         let s = estimate(&sigs[i], &sigs[j]);
-        if s >= file.minhash.threshold {
+        if s >= params.threshold {
             leaks.push(Leak {
                 kind: "near_duplicate",
                 a: label(i),

@@ -50,7 +50,12 @@ pub(crate) struct Bases<'a> {
 
 impl<'a> Bases<'a> {
     pub(crate) fn open(backend: &'a SandboxBackend) -> Result<Self, EnvError> {
-        let store = ImageStore::open(backend.config().image_store.clone()).map_err(image_error)?;
+        let config = backend.config();
+        let store = match &config.parent_image_store {
+            Some(parent) => ImageStore::open_over(config.image_store.clone(), parent.clone()),
+            None => ImageStore::open(config.image_store.clone()),
+        }
+        .map_err(image_error)?;
         Ok(Bases { backend, store })
     }
 

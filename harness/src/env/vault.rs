@@ -120,3 +120,65 @@ fn private_tmpfs() -> Result<(), String> {
     )
     .map_err(|e| format!("mount a tmpfs at {MOUNT_POINT}: {e}"))
 }
+
+/// Set once this process has a mount namespace of its own ([`enter_private_mounts`]).
+static PRIVATE_MOUNTS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Give this process (and every process it starts from now on) a mount namespace of its own,
+/// so what [`keep_off_disk`] mounts is seen by it and its children only, and goes when the
+/// last of them does (`kill -9` included). Must run before any thread exists: a namespace
+/// unshared by one thread of many is that thread's alone.
+pub fn enter_private_mounts() -> Result<(), VaultError> {
+    unshare(CloneFlags::CLONE_NEWNS)
+        .map_err(|e| VaultError(format!("a mount namespace of our own (root only): {e}")))?;
+    super::sandbox::inside::setup::make_private()
+        .map_err(|e| VaultError(format!("make the mount namespace private: {e}")))?;
+    PRIVATE_MOUNTS.store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// Where a sealed campaign writes, kept in memory that goes with this process: a tmpfs over
+/// each of `fresh` (the trials, the sandboxes' scratch, the image store its environments are
+/// built into), which start empty. Refused without [`enter_private_mounts`]: those mounts
+/// would be the whole machine's and outlive a crash.
+pub fn keep_off_disk(fresh: &[&Path]) -> Result<(), VaultError> {
+    if !PRIVATE_MOUNTS.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(VaultError(
+            "this process has no mount namespace of its own to keep a holdout's files in".into(),
+        ));
+    }
+    for at in fresh {
+        // Files already at the top (the trials' CA bundle in the scratch) stay in view.
+        let kept: Vec<(std::ffi::OsString, Vec<u8>)> = std::fs::read_dir(at)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .filter_map(|e| Some((e.file_name(), std::fs::read(e.path()).ok()?)))
+            .collect();
+        tmpfs(at)?;
+        for (name, bytes) in kept {
+            let to = at.join(name);
+            std::fs::write(&to, bytes)
+                .map_err(|e| VaultError(format!("write {}: {e}", to.display())))?;
+        }
+    }
+    Ok(())
+}
+
+fn tmpfs(at: &Path) -> Result<(), VaultError> {
+    std::fs::create_dir_all(at).map_err(|e| VaultError(format!("create {}: {e}", at.display())))?;
+    mount(
+        Some("tmpfs"),
+        at,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0700"),
+    )
+    .map_err(|e| VaultError(format!("mount a tmpfs at {}: {e}", at.display())))
+}
+
+/// Unmount what [`keep_off_disk`] mounted at `at` (its content is gone with it).
+pub fn release(at: &Path) {
+    let _ = nix::mount::umount2(at, nix::mount::MntFlags::MNT_DETACH);
+}

@@ -156,10 +156,12 @@ async fn decide_on_holdout(
     champion: &Entry,
     env: &Env,
 ) -> Result<DecisionRecord, SearchError> {
+    let trials = dir.join("campaign");
     let plan = crate::crucible::preflight::Plan {
         baseline: &baseline.scaffold,
         candidate: &champion.scaffold,
         allow_infeasible: c.allow_infeasible,
+        trials: &trials,
     };
     let (opened, plain_pack) = test_pack(c, contract, out, &plan)?;
     let Some(pack) = opened.as_ref().map(|o| &o.pack).or(plain_pack.as_ref()) else {
@@ -170,7 +172,7 @@ async fn decide_on_holdout(
         pack,
         baseline: Arc::new(baseline.scaffold.clone()),
         candidate: Arc::new(champion.scaffold.clone()),
-        dir: dir.join("campaign"),
+        dir: trials.clone(),
         concurrency: c.concurrency,
         timeout_multiplier: env.timeout_multiplier,
         replication: None,
@@ -182,13 +184,20 @@ async fn decide_on_holdout(
         slurm: None,
         allow_infeasible: c.allow_infeasible,
     };
-    let result = run_campaign(
-        &campaign,
-        env.backend.clone(),
-        env.observer.clone(),
-        env.cancel.clone(),
-    )
-    .await;
+    // A sealed holdout's environments are built into its store in memory.
+    let backend = match &opened {
+        Some(o) => match (env.backend_over)(&o.image_store()) {
+            Ok(b) => b,
+            Err(e) => {
+                if let Some(o) = opened {
+                    o.close(None)?;
+                }
+                return Err(SearchError::Refused(format!("the holdout's backend: {e}")));
+            }
+        },
+        None => env.backend.clone(),
+    };
+    let result = run_campaign(&campaign, backend, env.observer.clone(), env.cancel.clone()).await;
     let evidence = match result {
         Ok(e) => e,
         Err(e) => {

@@ -252,6 +252,8 @@ model = "flaky-oracle:0.5"
 train = "{core}"
 trials = 1
 out = "out"
+# No campaign runs here (every proposal is refused first), so the design is not in question.
+allow_infeasible = true
 [test]
 pack = "{core}"
 trials = 1
@@ -268,6 +270,8 @@ max_consecutive_rejected = 3
         cancel: CancellationToken::new(),
         timeout_multiplier: 1.0,
         slurm: None,
+        // No holdout is opened here.
+        backend_over: Arc::new(|_: &std::path::Path| Err("no sealed campaign".to_string())),
     };
     let summary = run_search(&c, &env, &mut |_| {}).await.unwrap();
     assert_eq!(summary.stop, StopReason::ConsecutiveRejected);

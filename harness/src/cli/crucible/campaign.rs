@@ -85,6 +85,7 @@ pub(super) async fn run_contract(a: RunArgs) -> anyhow::Result<Exit> {
                     baseline: &baseline,
                     candidate: &candidate,
                     allow_infeasible: a.allow_infeasible,
+                    trials: &campaign_dir.join("trials"),
                 },
             )?;
             // Published somewhere this machine cannot rewrite (a commit, a post), it shows the
@@ -131,13 +132,17 @@ async fn campaign(
     opened: Option<&geode_harness::crucible::OpenedPack>,
     cancel: CancellationToken,
 ) -> anyhow::Result<DecisionRecord> {
-    let backend = super::super::backends::sandbox(&a.jobs_dir)?;
+    let backend = match opened {
+        Some(o) => super::super::backends::sandbox_over(&a.jobs_dir, &o.image_store())?,
+        None => super::super::backends::sandbox(&a.jobs_dir)?,
+    };
     let c = Campaign {
         contract,
         pack,
         baseline,
         candidate,
-        dir: dir.to_path_buf(),
+        // A sealed campaign's trials stay in memory until they are sealed at its close.
+        dir: opened.map_or_else(|| dir.to_path_buf(), |o| o.trials_dir().to_path_buf()),
         concurrency: a.concurrency,
         timeout_multiplier: a.timeout_multiplier,
         replication: None,

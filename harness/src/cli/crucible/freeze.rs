@@ -20,6 +20,7 @@ pub(super) fn freeze(a: FreezeArgs) -> anyhow::Result<Exit> {
         (None, Some(p)) => pack_hash(&TaskPack::load(p)?, a.trials)?,
         (None, None) => bail!("name the test pack: --test-sealed STATE or --test PACK"),
     };
+    check_contamination(&a, &train, &test.to_string())?;
     let Some(lower_bound) = LowerBoundMethod::parse(&a.lower_bound) else {
         bail!(
             "--lower-bound {:?}: use t_and_bca, t, bca or percentile",
@@ -118,4 +119,52 @@ fn warn_if_infeasible(
         say!("warning: this campaign cannot KEEP: {obstacle}");
     }
     Ok(())
+}
+
+/// Refuses a train pack that holds a test task, by id, by content or nearly (MinHash over the
+/// instruction, tests and solution): a gain measured on it is no evidence about the holdout. A
+/// sealed test pack is compared by the tasks recorded when it was sealed on this machine.
+fn check_contamination(a: &FreezeArgs, train: &TaskPack, test_hash: &str) -> anyhow::Result<()> {
+    use geode_harness::datasets::split::{entries_of, leaks};
+    let params = Default::default();
+    let test = match (&a.test_sealed, &a.test) {
+        (Some(state), _) => {
+            let ledger = geode_harness::crucible::holdouts::HoldoutLedger::for_this_machine();
+            match ledger.sealed_tasks(test_hash)? {
+                Some(tasks) => tasks,
+                None => {
+                    say!(
+                        "note: {} was not sealed on this machine; the train pack is not checked \
+                         against its tasks (run `geode dataset check-splits` where it was)",
+                        state.display()
+                    );
+                    return Ok(());
+                }
+            }
+        }
+        (None, Some(p)) => entries_of(&TaskPack::load(p)?, params)?,
+        (None, None) => return Ok(()),
+    };
+    let splits = [
+        ("train".to_string(), entries_of(train, params)?),
+        ("test".to_string(), test),
+    ]
+    .into_iter()
+    .collect();
+    let found = leaks(&splits, &params);
+    if found.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = found.iter().map(ToString::to_string).collect();
+    if a.allow_overlap {
+        for leak in &listed {
+            say!("warning: the train pack overlaps the test pack: {leak}");
+        }
+        return Ok(());
+    }
+    bail!(
+        "the train pack overlaps the test pack, nothing frozen: {} (move or remove these tasks; \
+         --allow-overlap freezes anyway)",
+        listed.join("; ")
+    )
 }

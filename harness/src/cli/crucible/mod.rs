@@ -142,6 +142,10 @@ pub struct FreezeArgs {
     /// Where the contract is written (canonical JSON).
     #[arg(long)]
     out: PathBuf,
+    /// Freeze even when the train pack holds a copy or near-copy of a test task (refused by
+    /// default: a result on a contaminated split says nothing about the holdout).
+    #[arg(long)]
+    allow_overlap: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -188,6 +192,12 @@ pub struct RunArgs {
     /// default before the first trial or the holdout's opening).
     #[arg(long)]
     allow_infeasible: bool,
+}
+
+impl RunArgs {
+    pub(crate) fn opens_sealed(&self) -> bool {
+        self.sealed.is_some()
+    }
 }
 
 #[derive(Debug, Args)]

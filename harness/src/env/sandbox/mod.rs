@@ -49,6 +49,9 @@ pub struct SandboxConfig {
     pub scratch_dir: PathBuf,
     /// The image store: pulled, loaded and bootstrapped images and the layers of build steps.
     pub image_store: PathBuf,
+    /// A store read, never written, where `image_store` has no such image or layer: the
+    /// machine's, under a sealed campaign's store in memory.
+    pub parent_image_store: Option<PathBuf>,
     /// Registry mirrors, as docker's `registry-mirrors` (registry name -> base URL).
     pub mirrors: std::collections::BTreeMap<String, String>,
     /// Registry aliases (`[images] aliases` and the built-in ECR Public rule): other names a
@@ -128,6 +131,7 @@ impl SandboxConfig {
             cache_dir: state.join("images"),
             scratch_dir: state.join("sandboxes"),
             image_store: image_store.into(),
+            parent_image_store: None,
             mirrors: Default::default(),
             aliases: Default::default(),
             stand_in_pinned: false,

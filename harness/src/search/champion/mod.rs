@@ -69,7 +69,13 @@ pub struct Env {
     pub timeout_multiplier: f64,
     /// `Some`: the train campaigns run on Slurm, a pair per array task (`crucible::remote`).
     pub slurm: Option<crate::rollout::slurm::SlurmSettings>,
+    /// The backend of a sealed campaign, building into the store given (in memory) over the
+    /// machine's.
+    pub backend_over: BackendOver,
 }
+
+/// Makes a backend that builds into a given image store over the machine's.
+pub type BackendOver = Arc<dyn Fn(&Path) -> Result<Arc<dyn Backend>, String> + Send + Sync>;
 
 fn id_of(index: usize) -> String {
     format!("c{index:04}")

@@ -137,7 +137,7 @@ impl ImageStore {
     pub fn layer(&self, id: &str) -> Option<PathBuf> {
         validate_id(id).ok()?;
         if !finished(&self.root.join("layers").join(id)) {
-            return None;
+            return self.parent.as_ref().and_then(|p| p.layer(id));
         }
         self.link(id).ok()
     }

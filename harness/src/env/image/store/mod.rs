@@ -62,6 +62,10 @@ const SHORT_ID: usize = 12;
 #[derive(Debug, Clone)]
 pub struct ImageStore {
     root: PathBuf,
+    /// A store read where this one has no such image or layer, and never written: a sealed
+    /// campaign builds into a store of its own in memory over the machine's (see
+    /// [`ImageStore::open_over`]).
+    parent: Option<Box<ImageStore>>,
 }
 
 /// An image record as written to disk: the public view plus what `prune` and `remove` need.
@@ -106,7 +110,18 @@ impl ImageStore {
             fs::set_permissions(&root, fs::Permissions::from_mode(0o700))
                 .map_err(|e| ImageError::io(&root, "closing the image store to others", e))?;
         }
-        Ok(ImageStore { root })
+        Ok(ImageStore { root, parent: None })
+    }
+
+    /// Opens the store at `root`, falling back to `parent` for images and layers it does not
+    /// hold; what is made goes into `root` alone.
+    pub fn open_over(
+        root: impl Into<PathBuf>,
+        parent: impl Into<PathBuf>,
+    ) -> Result<Self, ImageError> {
+        let mut store = Self::open(root)?;
+        store.parent = Some(Box::new(Self::open(parent)?));
+        Ok(store)
     }
 
     pub fn root(&self) -> &Path {
@@ -121,10 +136,14 @@ impl ImageStore {
             Some(digest) => self.digest_record_path(digest)?,
             None => self.ref_record_path(&reference.to_string()),
         };
-        Ok(self
+        let own = self
             .read_record(&path)?
             .map(|r| r.image)
-            .filter(|image| image.layers.iter().all(|l| l.is_dir())))
+            .filter(|image| image.layers.iter().all(|l| l.is_dir()));
+        match (own, &self.parent) {
+            (None, Some(parent)) => parent.get(reference),
+            (own, _) => Ok(own),
+        }
     }
 
     /// Loads a `docker save` tarball (legacy `manifest.json` form, or the newer one with an OCI
