@@ -236,8 +236,10 @@ pub fn decide(contract: &FrozenContract, evidence: &Evidence) -> DecisionRecord 
         coverage: None,
         ledger_entry: None,
         holdout: None,
+        explanation: None,
     };
     if !record.reasons.is_empty() {
+        record.explanation = Some(crate::explain::explain(&record));
         return record;
     }
     let judgment = judge(GateInput {
@@ -256,5 +258,6 @@ pub fn decide(contract: &FrozenContract, evidence: &Evidence) -> DecisionRecord 
     record.safety = Some(judgment.safety);
     record.budget = judgment.budget;
     record.coverage = Some(judgment.coverage);
+    record.explanation = Some(crate::explain::explain(&record));
     record
 }

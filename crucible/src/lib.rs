@@ -31,6 +31,7 @@ pub mod decide;
 mod enum_names;
 pub mod error;
 pub mod evidence;
+pub mod explain;
 pub mod feasibility;
 pub mod gate;
 pub mod ids;
@@ -58,6 +59,7 @@ pub use evidence::{
     Arm, EVIDENCE_SCHEMA, Evidence, IntegritySignals, ObservedIdentity, TaskRef, TrialOutcome,
     Usage, evidence_hash,
 };
+pub use explain::{Explanation, explain};
 pub use feasibility::{Design, Obstacle, obstacles};
 pub use gate::{GateInput, Judgment, judge};
 pub use ids::{

@@ -72,6 +72,10 @@ pub struct DecisionRecord {
     /// For a decision on a sealed pack: where its opening left the machine's holdout ledger.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holdout: Option<HoldoutReceipt>,
+    /// The decision in words (`explain`): the rule, each check, the power, the next step.
+    /// Absent from records older than it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explanation: Option<crate::explain::Explanation>,
 }
 
 /// Where a sealed pack's opening left the machine's holdout ledger: the content opened and

@@ -522,3 +522,41 @@ fn evidence_hash_ignores_row_order() {
         decide(&c, &changed).evidence_hash
     );
 }
+
+/// A KEEP names every check it passed with what it needed; a small positive gain the design
+/// cannot detect is a REJECT marked underpowered, with a next step that says so.
+#[test]
+fn decisions_explain_themselves() {
+    let (c, e) = base();
+    let keep = decide(&c, &e);
+    let x = keep.explanation.clone().expect("an explanation");
+    assert_eq!(x.verdict, Verdict::Keep);
+    assert!(x.checks.len() >= 7, "{x:?}");
+    assert!(x.checks.iter().all(|c| c.passed), "{x:?}");
+    let text = x.to_string();
+    assert!(text.contains("pass lower bound"), "{text}");
+    assert!(text.contains("(needs > 0)"), "{text}");
+    assert!(text.contains("materiality"), "{text}");
+    assert!(text.contains("next: confirm it"), "{text}");
+    assert!(!x.underpowered);
+    // One task in twelve better on one trial of three: a real but small gain.
+    let small = evidence(&c, &super::common::tasks(12, 3), |task, trial, arm| {
+        let base = f64::from(u8::from(trial == 0));
+        match arm {
+            Arm::Candidate if task == 0 && trial == 1 => 1.0,
+            _ => base,
+        }
+    });
+    let r = decide(&c, &small);
+    assert_eq!(r.verdict, Verdict::Reject, "{:?}", r.reasons);
+    let x = r.explanation.expect("an explanation");
+    assert!(x.underpowered, "{x:?}");
+    assert!(
+        x.checks
+            .iter()
+            .any(|c| !c.passed && c.name == "lower bound")
+    );
+    assert!(x.next_step.starts_with("underpowered"), "{}", x.next_step);
+    // Numbers for reading, not floating-point noise.
+    assert!(!x.to_string().contains("0000000"), "{x}");
+}

@@ -7,7 +7,9 @@ use super::exit::Exit;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::{Args, Subcommand};
+use geode_crucible::explain::round;
 use geode_harness::rollout::slurm::SlurmSettings;
 use geode_harness::search::champion::{Env, load_resolved, run_search};
 use geode_harness::search::config::SearchConfig;
@@ -107,10 +109,11 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<Exit> {
             let alpha = 1.0 - r.config.rule.confidence;
             let budget = r.config.budgets.candidates.max(1);
             println!(
-                "family-wise error of the train KEEPs <= {:.4} ({evaluated} of {budget} tests spent, \
-                 at most {alpha} over the budget): Bonferroni, each candidate at confidence {:.4}",
-                alpha * f64::from(evaluated as u32) / f64::from(budget),
-                r.config.rule.per_candidate(budget).confidence
+                "family-wise error of the train KEEPs <= {} ({evaluated} of {budget} tests spent, \
+                 at most {} over the budget): Bonferroni, each candidate at confidence {}",
+                round(alpha * f64::from(evaluated as u32) / f64::from(budget)),
+                round(alpha),
+                round(r.config.rule.per_candidate(budget).confidence)
             );
             println!(
                 "spent: {:.0} s wall, {} tokens, ${:.4}",
@@ -118,10 +121,29 @@ pub async fn run(cmd: SearchCommand) -> anyhow::Result<Exit> {
             );
             let promotion = out.join("promotion.json");
             if let Ok(text) = std::fs::read_to_string(&promotion) {
+                let p: serde_json::Value = serde_json::from_str(&text)
+                    .with_context(|| format!("reading {}", promotion.display()))?;
                 println!(
-                    "promotion: {}",
-                    text.split_whitespace().collect::<Vec<_>>().join(" ")
+                    "promotion: champion {} against baseline {}: {}{}",
+                    p["champion"].as_str().unwrap_or("-"),
+                    p["baseline"].as_str().unwrap_or("-"),
+                    p["verdict"].as_str().unwrap_or("nothing compared"),
+                    if p["promoted"].as_bool() == Some(true) {
+                        ", promoted"
+                    } else {
+                        ", not promoted"
+                    },
                 );
+                // The holdout's decision in words, when one was made.
+                let decision = out.join("promotion/decision.json");
+                if let Ok(text) = std::fs::read_to_string(&decision) {
+                    let record = geode_crucible::DecisionRecord::from_json(&text)
+                        .with_context(|| format!("reading {}", decision.display()))?;
+                    println!("{}", geode_crucible::explain(&record));
+                } else if let Some(reasons) = p["reasons"].as_array() {
+                    let reasons: Vec<&str> = reasons.iter().filter_map(|r| r.as_str()).collect();
+                    println!("reasons {}", reasons.join(", "));
+                }
             }
             print!("{}", table(&lineage.entries));
             Ok(Exit::Success)

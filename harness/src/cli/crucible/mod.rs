@@ -321,6 +321,11 @@ fn print_record(record: &DecisionRecord) {
     for d in &record.details {
         println!("  {d}");
     }
+    // Exact values are in decision.json; these are for reading.
+    let shown = |v: &serde_json::Value| match v.as_f64() {
+        Some(x) if !v.is_u64() => geode_crucible::explain::round(x),
+        _ => v.as_str().map_or_else(|| v.to_string(), str::to_string),
+    };
     for key in [
         "tasks",
         "pairs",
@@ -332,20 +337,19 @@ fn print_record(record: &DecisionRecord) {
         "lower_bound",
         "minimum_detectable_effect",
     ] {
-        if let Some(v) = stats.get(key) {
-            println!("{key} {v}");
+        if let Some(v) = stats.get(key).filter(|v| !v.is_null()) {
+            println!("{key} {}", shown(v));
         }
     }
     if let Some(p) = stats.get("permutation").and_then(|p| p.get("p_value")) {
-        println!("sign_flip_p_value {p}");
+        println!("sign_flip_p_value {}", shown(p));
     }
-    if let Some(safety) = &record.safety {
-        let v = serde_json::to_value(safety).unwrap_or_default();
-        println!(
-            "safety: flagged baseline {} candidate {}, upper bound of the excess {} (tolerance {})",
-            v["baseline"]["flagged"], v["candidate"]["flagged"], v["upper_bound"], v["tolerance"]
-        );
-    }
+    // A record older than explanations is explained now.
+    let explanation = record
+        .explanation
+        .clone()
+        .unwrap_or_else(|| geode_crucible::explain(record));
+    println!("{explanation}");
 }
 
 fn exit(record: &DecisionRecord) -> Exit {
