@@ -81,3 +81,25 @@ fn a_split_file_is_checked_against_its_pack() {
     assert!(stdout.contains("MISMATCH hash: train/"), "{stdout}");
     assert!(stdout.contains("MISMATCH signature: train/"), "{stdout}");
 }
+
+/// A curation that fails (here: its config names a field it does not have) leaves no jobs
+/// folder behind: the pilot's sandbox is made when the pilot phase first runs, not before.
+#[test]
+fn a_failing_curation_leaves_no_jobs_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("curate.toml"),
+        "schema = \"geode.curate.v1\"\nno_such_field = 1\n",
+    )
+    .unwrap();
+    let o = geode(dir.path())
+        .args(["curate", "curate.toml"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "the bad config was accepted");
+    assert!(
+        !dir.path().join("jobs").exists(),
+        "a failed curation made {}",
+        dir.path().join("jobs").display()
+    );
+}

@@ -17,9 +17,45 @@ pub struct CurateArgs {
     /// freeze); a later run resumes from the checkpoints.
     #[arg(long)]
     pub until: Option<String>,
-    /// Where pilot runs keep their jobs (sandbox scratch, run store).
-    #[arg(long, default_value = "jobs/curate")]
-    pub jobs_dir: PathBuf,
+    /// Where pilot runs keep their jobs (sandbox scratch, run store); default `jobs/curate`
+    /// beside the config, as every path the config names is read from its folder.
+    #[arg(long)]
+    pub jobs_dir: Option<PathBuf>,
+}
+
+/// The pilot's sandbox, made when the pilot phase first runs: a curation that fails before it
+/// (a bad config, an earlier phase) leaves no jobs folder behind.
+struct LazyPilot {
+    jobs_dir: PathBuf,
+    pilot: tokio::sync::OnceCell<Result<RunPilot, String>>,
+}
+
+#[async_trait::async_trait]
+impl PilotRunner for LazyPilot {
+    async fn run(
+        &self,
+        task_dir: &Path,
+        agent: &str,
+        trials: u32,
+        seed: u64,
+    ) -> Result<Vec<bool>, String> {
+        let pilot = self
+            .pilot
+            .get_or_init(|| async {
+                super::backends::sandbox(&self.jobs_dir)
+                    .map(|backend| RunPilot {
+                        backend,
+                        jobs_dir: self.jobs_dir.clone(),
+                        backend_kind: geode_harness::env::kind::BackendKind::Sandbox,
+                    })
+                    .map_err(|e| format!("no sandbox backend for the pilot phase: {e:#}"))
+            })
+            .await;
+        match pilot {
+            Ok(p) => p.run(task_dir, agent, trials, seed).await,
+            Err(e) => Err(e.clone()),
+        }
+    }
 }
 
 pub async fn run(args: CurateArgs) -> anyhow::Result<Exit> {
@@ -36,19 +72,20 @@ pub async fn run(args: CurateArgs) -> anyhow::Result<Exit> {
         .map(Path::to_path_buf)
         .unwrap_or_default();
     // Without a sandbox the pipeline still runs; only an enabled pilot phase then fails.
-    let pilot = match super::backends::sandbox(&args.jobs_dir) {
-        Ok(backend) => Some(RunPilot {
-            backend,
-            jobs_dir: args.jobs_dir.clone(),
-            backend_kind: geode_harness::env::kind::BackendKind::Sandbox,
-        }),
-        Err(e) => {
-            say!("geode: no sandbox backend ({e:#}); the pilot phase cannot run");
-            None
-        }
+    let pilot = LazyPilot {
+        jobs_dir: args
+            .jobs_dir
+            .clone()
+            .unwrap_or_else(|| base.join("jobs").join("curate")),
+        pilot: tokio::sync::OnceCell::new(),
     };
-    let pilot_ref = pilot.as_ref().map(|p| p as &dyn PilotRunner);
-    let reports = curate(&args.config, until, pilot_ref, &RouteFactory { base }).await?;
+    let reports = curate(
+        &args.config,
+        until,
+        Some(&pilot as &dyn PilotRunner),
+        &RouteFactory { base },
+    )
+    .await?;
     for r in &reports {
         let status = match r.status {
             PhaseStatus::Ran => "ran",

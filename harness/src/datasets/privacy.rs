@@ -5,7 +5,8 @@
 //! base64 characters assigned to a name like `aws_secret_access_key`), OpenAI/Anthropic style keys
 //! (`sk-` + 20 or more), GitHub tokens (`ghp_`, `gho_`, `ghu_`, `ghs_`, `ghr_`), Slack tokens
 //! (`xoxa-`, `xoxb-`, ...), bearer tokens (`Bearer` + 20 or more token characters), PEM private
-//! key headers, e-mail addresses, home paths (`/home/<user>`, `/Users/<user>`) and IPv4 addresses.
+//! key headers, e-mail addresses, home paths (`/home/<user>`, `/Users/<user>`), IPv4 addresses
+//! and phone numbers (digit groups apart: `+1 415 555 0100`, `(415) 555-0100`).
 //!
 //! Default policy (applied before waivers, recorded as `policy:` in the review), because these
 //! values identify no one and no system:
@@ -14,7 +15,8 @@
 //! - IPv4 loopback `127.0.0.0/8`, unspecified `0.0.0.0`, broadcast `255.255.255.255`, the
 //!   RFC 5737 documentation ranges `192.0.2.0/24`, `198.51.100.0/24`, `203.0.113.0/24`, and the
 //!   RFC 1918 private ranges `10/8`, `172.16/12`, `192.168/16` (they name no host outside its
-//!   own network).
+//!   own network), and an ascending run of single digits (`1.2.3.4`: a version or placeholder);
+//! - phone numbers reserved for fiction (NANP `555-0100`..`555-0199`, Ofcom `020 7946 0xxx`).
 //!
 //! Secrets are never waived by policy: a planted fake key in a task needs a waiver with a reason.
 //!
@@ -43,7 +45,7 @@ use sha2::{Digest, Sha256};
 
 use super::{DatasetError, check_schema, files_below, invalid, io_err};
 
-pub const RULES_VERSION: &str = "geode.privacy-rules.v2";
+pub const RULES_VERSION: &str = "geode.privacy-rules.v3";
 pub const WAIVERS_SCHEMA: &str = "geode.waivers.v1";
 pub const REVIEW_SCHEMA: &str = "geode.privacy.v1";
 
@@ -172,6 +174,12 @@ impl Scanner {
                 )?,
                 rule("home_path", r"/(?:home|Users)/[A-Za-z0-9._-]+")?,
                 rule("ipv4", r"\b(?:[0-9]{1,3}\.){3}[0-9]{1,3}\b")?,
+                // Groups apart (a bare run of ten digits is an id or a timestamp as often):
+                // +1 415 555 0100, (415) 555-0100, 415.555.0100, +44 20 7946 0958.
+                rule(
+                    "phone",
+                    r"(?:\+[0-9]{1,3}[ .-]?)?(?:\([0-9]{2,4}\)|\b[0-9]{2,4})[ .-][0-9]{3,4}[ .-][0-9]{4}\b",
+                )?,
             ],
         })
     }
@@ -328,8 +336,19 @@ pub fn policy_reason(rule: &str, matched: &str) -> Option<String> {
                 .any(|t| domain.ends_with(t));
             (reserved_domain || reserved_tld).then(|| format!("RFC 2606 reserved domain {domain}"))
         }
+        "phone" => {
+            // NANP's 555-0100..0199 are reserved for fiction; Ofcom's 020 7946 0xxx for drama.
+            let digits: String = matched.chars().filter(char::is_ascii_digit).collect();
+            let fictional = digits.len() >= 7
+                && (digits[digits.len() - 7..].starts_with("55501") || digits.contains("2079460"));
+            fictional.then(|| "a number reserved for fiction".to_string())
+        }
         "ipv4" => {
-            let [a, b, c, _] = octets(matched)?;
+            let [a, b, c, d] = octets(matched)?;
+            // 1.2.3.4, 0.1.2.3: an ascending run of digits is a version or a placeholder.
+            if d < 10 && b == a + 1 && c == b + 1 && d == c + 1 {
+                return Some("a placeholder or version (ascending single digits)".into());
+            }
             let why = match (a, b, c) {
                 (127, _, _) => "loopback 127.0.0.0/8",
                 (0, 0, 0) if matched == "0.0.0.0" => "unspecified 0.0.0.0",
@@ -414,6 +433,41 @@ pub fn review(
 mod tests {
     use super::*;
 
+    /// Phone numbers are found with their digit groups apart; ids, timestamps and versions
+    /// are not phone numbers, and `1.2.3.4` is not an address anyone has.
+    #[test]
+    fn phones_are_found_and_versions_are_not_addresses() {
+        let scanner = Scanner::new().unwrap();
+        let found = |text: &str| -> Vec<(&'static str, String)> {
+            scanner
+                .matches(text)
+                .into_iter()
+                .filter(|(rule, m, _)| policy_reason(rule, m).is_none())
+                .map(|(rule, m, _)| (rule, m))
+                .collect()
+        };
+        for phone in [
+            "call +1 415 867 5309 now",
+            "(415) 867-5309",
+            "tel 415.867.5309",
+        ] {
+            assert_eq!(found(phone).len(), 1, "{phone}: {:?}", found(phone));
+            assert_eq!(found(phone)[0].0, "phone");
+        }
+        for not_phone in [
+            "id 4158675309",
+            "at 2026-12-06 10:00:00",
+            "version 1.2.3.4",
+            "(555) 555-0123",
+        ] {
+            assert!(
+                found(not_phone).is_empty(),
+                "{not_phone}: {:?}",
+                found(not_phone)
+            );
+        }
+    }
+
     #[test]
     fn policy_covers_reserved_names_only() {
         assert!(policy_reason("email", "ana@example.com").is_some());
@@ -421,6 +475,10 @@ mod tests {
         assert!(policy_reason("email", "ana@gmail.com").is_none());
         assert!(policy_reason("ipv4", "203.0.113.5").is_some());
         assert!(policy_reason("ipv4", "8.8.8.8").is_none());
+        assert!(policy_reason("ipv4", "1.2.3.4").is_some());
+        assert!(policy_reason("ipv4", "1.2.3.5").is_none());
+        assert!(policy_reason("phone", "(415) 555-0134").is_some());
+        assert!(policy_reason("phone", "+1 415 867 5309").is_none());
         assert!(policy_reason("api_key_sk", "sk-aaaaaaaaaaaaaaaaaaaaaaaa").is_none());
     }
 

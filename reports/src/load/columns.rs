@@ -10,6 +10,8 @@ use rusqlite::types::ValueRef;
 enum Kind {
     Str,
     Int,
+    /// A seed: a u64 the store keeps in SQLite's signed integer, bits unchanged.
+    Seed,
     Float,
     Bool,
 }
@@ -48,7 +50,7 @@ const TRIAL_SPECS: &[Spec] = &[
     spec("category", "category", Kind::Str, true),
     spec("difficulty", "difficulty", Kind::Str, true),
     spec("attempt", "attempt", Kind::Int, true),
-    spec("seed", "seed", Kind::Int, false),
+    spec("seed", "seed", Kind::Seed, false),
     spec("outcome", "outcome", Kind::Str, true),
     spec("infra", INFRA_SQL, Kind::Bool, true),
     spec("reward", "reward", Kind::Float, true),
@@ -116,7 +118,7 @@ const RUN_SPECS: &[Spec] = &[
     spec("pack_hash", "pack_hash", Kind::Str, true),
     spec("model_route", "model_route", Kind::Str, true),
     spec("scaffold_hash", "scaffold_hash", Kind::Str, true),
-    spec("seed", "seed", Kind::Int, true),
+    spec("seed", "seed", Kind::Seed, true),
     spec("attempts", "attempts", Kind::Int, true),
     spec("status", "status", Kind::Str, true),
 ];
@@ -145,6 +147,7 @@ pub(super) const RUN_QUERY: Query = Query {
 pub(super) enum Builder {
     Str(StringChunkedBuilder),
     Int(PrimitiveChunkedBuilder<Int64Type>),
+    Seed(PrimitiveChunkedBuilder<UInt64Type>),
     Float(PrimitiveChunkedBuilder<Float64Type>),
     Bool(BooleanChunkedBuilder),
 }
@@ -157,6 +160,7 @@ impl Builder {
         match s.kind {
             Kind::Str => Builder::Str(StringChunkedBuilder::new(name, capacity)),
             Kind::Int => Builder::Int(PrimitiveChunkedBuilder::new(name, capacity)),
+            Kind::Seed => Builder::Seed(PrimitiveChunkedBuilder::new(name, capacity)),
             Kind::Float => Builder::Float(PrimitiveChunkedBuilder::new(name, capacity)),
             Kind::Bool => Builder::Bool(BooleanChunkedBuilder::new(name, capacity)),
         }
@@ -167,6 +171,7 @@ impl Builder {
         match (self, v) {
             (Builder::Str(b), ValueRef::Null) => b.append_null(),
             (Builder::Int(b), ValueRef::Null) => b.append_null(),
+            (Builder::Seed(b), ValueRef::Null) => b.append_null(),
             (Builder::Float(b), ValueRef::Null) => b.append_null(),
             (Builder::Bool(b), ValueRef::Null) => b.append_null(),
             (Builder::Bool(b), ValueRef::Integer(i)) => b.append_value(i != 0),
@@ -175,6 +180,8 @@ impl Builder {
                 b.append_value(s);
             }
             (Builder::Int(b), ValueRef::Integer(i)) => b.append_value(i),
+            // The same 64 bits read back as the u64 they were written from.
+            (Builder::Seed(b), ValueRef::Integer(i)) => b.append_value(i as u64),
             (Builder::Float(b), ValueRef::Real(x)) => b.append_value(x),
             // SQLite stores 1.0 in a REAL column as it likes; accept integers as floats.
             (Builder::Float(b), ValueRef::Integer(i)) => b.append_value(i as f64),
@@ -187,6 +194,7 @@ impl Builder {
         match self {
             Builder::Str(b) => b.finish().into_column(),
             Builder::Int(b) => b.finish().into_column(),
+            Builder::Seed(b) => b.finish().into_column(),
             Builder::Float(b) => b.finish().into_column(),
             Builder::Bool(b) => b.finish().into_column(),
         }

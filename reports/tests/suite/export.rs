@@ -38,3 +38,23 @@ fn csv_has_a_header_and_one_line_per_trial() {
     );
     assert_eq!(lines.count(), 24);
 }
+
+/// A seed above i64::MAX (the store keeps u64 seeds in SQLite's signed integer) exports as
+/// the u64 it is, not wrapped negative.
+#[test]
+fn seeds_export_as_the_unsigned_numbers_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = fixture::write(dir.path());
+    let big: u64 = u64::MAX - 5;
+    rusqlite::Connection::open(jobs.join("geode.db"))
+        .unwrap()
+        .execute(
+            "UPDATE trials SET seed = ?1 WHERE run_id = ?2",
+            rusqlite::params![big as i64, RUN_A],
+        )
+        .unwrap();
+    let loaded = load(&[resolve_run(RUN_A, &jobs)], TrialColumns::Export).unwrap();
+    let seeds = loaded.trials.column("seed").unwrap().u64().unwrap();
+    assert_eq!(seeds.len(), 24);
+    assert!((0..seeds.len()).all(|i| seeds.get(i) == Some(big)));
+}

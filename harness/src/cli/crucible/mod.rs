@@ -404,9 +404,16 @@ fn simulate_power(a: PowerArgs) -> anyhow::Result<Exit> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
+        // The one power figure: simulated under the contract's own rule and vetoes, with its
+        // Monte-Carlo interval. (The JSON report also has a normal-approximation minimum
+        // detectable effect, labelled as such; it is not printed here, where it read as a
+        // second power figure that disagreed with this one.)
         println!(
-            "P(KEEP) {:.3} (95% Wilson {:.3}..{:.3}) over {} simulated campaigns",
+            "P(KEEP) {:.3} at a true gain of {} over a baseline rate of {} (Monte-Carlo 95% \
+             Wilson interval {:.3}..{:.3}, {} simulated campaigns)",
             report.p_keep,
+            geode_crucible::explain::round(spec.effect),
+            geode_crucible::explain::round(spec.baseline_rate),
             report.p_keep_interval.lower,
             report.p_keep_interval.upper,
             spec.simulations
@@ -424,13 +431,6 @@ fn simulate_power(a: PowerArgs) -> anyhow::Result<Exit> {
         );
         for obstacle in &report.obstacles {
             println!("P(KEEP) is 0 by rule: {obstacle}");
-        }
-        match report.minimum_detectable_effect {
-            Some(m) => println!("minimum detectable effect at 80% power: {m:.4}"),
-            None if !report.obstacles.is_empty() => {
-                println!("minimum detectable effect: none (no campaign of this design can KEEP)")
-            }
-            None => println!("minimum detectable effect: n/a"),
         }
     }
     Ok(Exit::Success)

@@ -1,7 +1,7 @@
 //! The phases that gather and thin the candidates: synthesis (seed packs and generated
 //! tasks), near-duplicate removal, and pilot runs (the oracle must pass, nop must fail).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
@@ -21,8 +21,12 @@ pub(super) async fn synthesis(ctx: &Ctx<'_>) -> Result<(Value, String), CurateEr
         let dir = std::fs::canonicalize(&dir).map_err(io(&dir))?;
         let pack = TaskPack::load(&dir)?;
         let origin = pack_origin(&dir);
+        // Recorded from the output folder, so a study moved as a whole (config, output and
+        // seed packs together) keeps its checkpoints.
+        let from = std::fs::canonicalize(&ctx.out).unwrap_or_else(|_| ctx.out.clone());
         for t in &pack.tasks {
-            out.push(candidate(t, t.dir.display().to_string(), &origin));
+            let recorded = relative_to(&t.dir, &from).unwrap_or_else(|| t.dir.clone());
+            out.push(candidate(t, recorded.display().to_string(), &origin));
         }
     }
     let tasks_root = ctx.out.join("tasks");
@@ -75,6 +79,24 @@ pub(super) async fn synthesis(ctx: &Ctx<'_>) -> Result<(Value, String), CurateEr
         json!({"candidates": to_value(&out)?, "rejected": rejected}),
         summary,
     ))
+}
+
+/// `path` as seen from `base` (both absolute): `../../tasks/x` and the like; `None` when
+/// either is relative.
+fn relative_to(path: &Path, base: &Path) -> Option<PathBuf> {
+    if !path.is_absolute() || !base.is_absolute() {
+        return None;
+    }
+    let (p, b): (Vec<_>, Vec<_>) = (path.components().collect(), base.components().collect());
+    let common = p.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let mut rel = PathBuf::new();
+    for _ in common..b.len() {
+        rel.push("..");
+    }
+    for c in &p[common..] {
+        rel.push(c);
+    }
+    Some(rel)
 }
 
 fn candidate(t: &Task, dir: String, origin: &str) -> Candidate {
@@ -191,4 +213,24 @@ pub(super) async fn pilot(
         json!({"enabled": true, "results": results, "candidates": to_value(&kept)?}),
         summary,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::relative_to;
+    use std::path::{Path, PathBuf};
+
+    #[test]
+    fn seed_tasks_are_recorded_from_the_output_folder() {
+        let rel = |p: &str, b: &str| relative_to(Path::new(p), Path::new(b));
+        assert_eq!(
+            rel("/s/tasks/core/a", "/s/study/out"),
+            Some(PathBuf::from("../../tasks/core/a"))
+        );
+        assert_eq!(
+            rel("/s/out/tasks/a", "/s/out"),
+            Some(PathBuf::from("tasks/a"))
+        );
+        assert_eq!(rel("tasks/a", "/s/out"), None);
+    }
 }
