@@ -268,8 +268,9 @@ fn status_spends_the_alpha_over_the_candidates(s: &Study) {
     );
     // Two candidates share the search's alpha of 0.05.
     assert!(
-        out.contains("family-wise error of the train KEEPs <= 0.0500 (2 of 2 tests spent")
-            && out.contains("each candidate at confidence 0.9750"),
+        out.contains("family-wise error of the train KEEPs <= 0.05 (2 of 2 tests spent")
+            && out.contains("at most 0.05 over the budget")
+            && out.contains("each candidate at confidence 0.975"),
         "{out}"
     );
 }
@@ -295,6 +296,15 @@ fn promotion_confirms_then_burns_the_holdout_once(s: &Study, first: &serde_json:
     assert!(
         state.contains("KEEP"),
         "the seal state records the decision: {state}"
+    );
+    // Decided after the holdout opened, not stamped when the promotion began.
+    let opened: serde_json::Value = serde_json::from_str(&state).unwrap();
+    let at = |v: &serde_json::Value| {
+        chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap_or_default()).unwrap()
+    };
+    assert!(
+        at(&promotion["decided_at"]) >= at(&opened["opening"]["opened_at"]),
+        "{promotion} {state}"
     );
 
     // Burn-once: a second promotion is refused.

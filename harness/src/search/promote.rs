@@ -100,7 +100,7 @@ pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
     if champion.scaffold_hash == baseline.scaffold_hash {
         // No train KEEP: there is no candidate, and the holdout stays sealed for later use.
         p.reasons.push("no_train_keep".into());
-        write_summary(&summary_path, &p)?;
+        write_summary(&summary_path, &mut p)?;
         return Ok(p);
     }
     let confirmation = confirm(out, &r, &baseline.scaffold, champion, env).await?;
@@ -108,7 +108,7 @@ pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
     p.confirmation = Some(confirmation);
     if !confirmed {
         p.reasons.push("champion_not_confirmed".into());
-        write_summary(&summary_path, &p)?;
+        write_summary(&summary_path, &mut p)?;
         return Ok(p);
     }
     let rule = c.test_rule.clone().unwrap_or_else(|| c.rule.clone());
@@ -141,7 +141,7 @@ pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
         p.baseline_mean = s.baseline_mean;
         p.candidate_mean = s.candidate_mean;
     }
-    write_summary(&summary_path, &p)?;
+    write_summary(&summary_path, &mut p)?;
     Ok(p)
 }
 
@@ -310,7 +310,10 @@ async fn confirm(
     })
 }
 
-fn write_summary(path: &Path, p: &Promotion) -> Result<(), SearchError> {
+/// Writes the summary, stamped now: after the decision it reports (and the holdout's opening
+/// under it), never before.
+fn write_summary(path: &Path, p: &mut Promotion) -> Result<(), SearchError> {
+    p.decided_at = chrono::Utc::now().to_rfc3339();
     let text = serde_json::to_string_pretty(p).map_err(|e| SearchError::file(path, e))?;
     write_atomic(path, &text)?;
     Ok(())
