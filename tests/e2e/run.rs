@@ -214,7 +214,12 @@ fn a_harbor_style_task_builds_with_real_installs_and_reuses_its_layer() {
         "--jobs-dir",
         jobs_dir,
     ]);
-    assert_eq!(first["summary"]["outcomes"]["passed"], 2, "{first}");
+    assert_eq!(
+        first["summary"]["outcomes"]["passed"],
+        2,
+        "{first}\n{}",
+        not_passed(jobs.path(), first["run_id"].as_str().unwrap_or_default())
+    );
     let second = run_json(&["run", fixture, "--model", "oracle", "--jobs-dir", jobs_dir]);
     assert_eq!(second["summary"]["outcomes"]["passed"], 1, "{second}");
 
@@ -265,9 +270,22 @@ fn not_passed(jobs: &Path, run_id: &str) -> String {
                 std::fs::read_to_string(jobs.join(run_id).join(&trial).join("result.json"))
                     .unwrap_or_default();
             let exception = serde_json::from_str::<serde_json::Value>(&result)
-                .map(|r| r["exception_info"].to_string())
+                .map(|r| format!("{} {}", r["exception_info"], r["integrity"]))
                 .unwrap_or_default();
-            format!("{}/{trial}: {outcome} {exception}\n", jobs.display())
+            // What the verifier printed, its last lines: why a reward was 0.
+            let stdout = std::fs::read_to_string(
+                jobs.join(run_id)
+                    .join(&trial)
+                    .join("verifier/test-stdout.txt"),
+            )
+            .unwrap_or_default();
+            let tail: Vec<&str> = stdout.lines().rev().take(30).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            format!(
+                "{}/{trial}: {outcome} {exception}\nverifier output:\n{}\n",
+                jobs.display(),
+                tail.join("\n")
+            )
         })
         .collect()
 }
