@@ -52,7 +52,7 @@ impl OpenedPack {
     /// The image store the campaign's environments are built into, in memory, over the
     /// machine's (which is read and never written: `ImageStore::open_over`).
     pub fn image_store(&self) -> PathBuf {
-        self.trials.with_extension("images")
+        build_store_beside(&self.trials)
     }
 
     /// Where this opening left the machine's holdout ledger: a receipt to publish.
@@ -85,6 +85,11 @@ fn sealed_name(state_path: &Path) -> Result<String, CrucibleRunError> {
                 "not a NAME.seal-state.json file",
             )
         })
+}
+
+/// The store a sealed campaign builds its environments into, beside its trials.
+fn build_store_beside(trials: &Path) -> PathBuf {
+    trials.with_extension("images")
 }
 
 /// A sealed pack's hash and number of tasks, from its public commitment: what can be known of
@@ -161,7 +166,7 @@ pub fn open_sealed(
     // built from its environments) in memory that goes with this process, made before the
     // opening is burned: a process that cannot keep it off disk opens nothing.
     let scratch = crate::home::scratch_dir(jobs_dir);
-    let images = plan.trials.with_extension("images");
+    let images = build_store_beside(plan.trials);
     crate::env::vault::keep_off_disk(&[plan.trials, &scratch, &images])
         .map_err(|e| invalid("keeping the holdout off disk", e))?;
     let exe = std::env::current_exe().map_err(|e| invalid("the geode binary", e))?;
