@@ -601,16 +601,20 @@ fn a_train_pack_holding_a_test_task_is_not_frozen() {
             "--model", "oracle", "-k", "3", "--out", "c.json",
         ])
     };
-    for test in [
-        ["--test", "test"],
-        ["--test-sealed", "sealed/holdout.seal-state.json"],
-    ] {
-        let o = freeze(test);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(1), "{test:?}: {err}");
-        assert!(err.contains("same_id: test/geode/cron-next"), "{err}");
-        assert!(!s.path("c.json").exists(), "frozen anyway");
-    }
+    // Refused against the plain test pack and the sealed one alike, naming `says`.
+    let refused_by_both = |says: &str| {
+        for test in [
+            ["--test", "test"],
+            ["--test-sealed", "sealed/holdout.seal-state.json"],
+        ] {
+            let o = freeze(test);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{test:?}: {err}");
+            assert!(err.contains(says), "{err}");
+            assert!(!s.path("c.json").exists(), "frozen anyway");
+        }
+    };
+    refused_by_both("same_id: test/geode/cron-next");
     // Renamed: its own id and hash, the same task.
     let toml = std::fs::read_to_string(copy.join("task.toml")).unwrap();
     std::fs::write(
@@ -618,15 +622,7 @@ fn a_train_pack_holding_a_test_task_is_not_frozen() {
         toml.replace("geode/cron-next", "geode/cron-next-again"),
     )
     .unwrap();
-    for test in [
-        ["--test", "test"],
-        ["--test-sealed", "sealed/holdout.seal-state.json"],
-    ] {
-        let o = freeze(test);
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(1), "{test:?}: {err}");
-        assert!(err.contains("near_duplicate"), "{err}");
-    }
+    refused_by_both("near_duplicate");
     std::fs::remove_dir_all(&copy).unwrap();
     let o = freeze(["--test-sealed", "sealed/holdout.seal-state.json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
