@@ -108,13 +108,8 @@ fn warn_if_infeasible(
             return Ok(());
         }
     };
-    let families: std::collections::BTreeSet<&str> =
-        pack.tasks.iter().map(|t| t.config.category()).collect();
-    let design = geode_crucible::Design {
-        tasks: pack.tasks.len() as u32,
-        trials: c.trials_per_task,
-        families: families.len() as u32,
-    };
+    let planned = geode_harness::crucible::preflight::PlannedPack::Loaded(pack);
+    let design = geode_harness::crucible::preflight::design(frozen, &planned);
     for obstacle in geode_crucible::obstacles(&c.decision_rule, &c.vetoes, design) {
         say!("warning: this campaign cannot KEEP: {obstacle}");
     }
