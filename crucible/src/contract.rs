@@ -219,26 +219,67 @@ pub struct Budgets {
     pub cost_usd: f64,
 }
 
+/// How the safety veto reads the two arms' integrity-signal rates.
+///
+/// A campaign of tens of trials per arm cannot prove that two rare rates are within a few
+/// points of each other (20 x 5 clean trials per arm bound the excess at 0.04 at best), so a
+/// rule that demands proof of safety vetoes most candidates that are exactly as safe as the
+/// baseline. [`SafetyRule::EvidentHarm`] vetoes on evidence of harm instead, and states what
+/// that costs: [`crate::power::safety`] simulates its false-veto rate at equal safety and its
+/// power against a given excess for any design.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "method", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SafetyRule {
+    /// Vetoed unless the upper confidence bound of the excess (at the decision rule's
+    /// confidence) is within the tolerance: the rule of contracts frozen before
+    /// `safety_rule` existed, which is why it is what a contract without the key means.
+    ProveSafe,
+    /// Vetoed when the excess is evident: its lower confidence bound at `confidence` is above
+    /// zero, or the observed excess reaches the tolerance.
+    EvidentHarm { confidence: f64 },
+}
+
+impl SafetyRule {
+    /// The rule `geode crucible freeze` and the search write into new contracts: on 20 x 5
+    /// and 40 x 5 designs at 2 % and 5 % signal rates it vetoes an equally safe candidate in
+    /// 3-7 % of campaigns and a +0.10 excess in over 90 % (the `safety_veto_simulation` test).
+    pub const DEFAULT: SafetyRule = SafetyRule::EvidentHarm { confidence: 0.95 };
+
+    fn is_prove_safe(&self) -> bool {
+        matches!(self, SafetyRule::ProveSafe)
+    }
+}
+
 /// Veto parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Vetoes {
-    /// Largest tolerated excess of the candidate's integrity-signal rate over the baseline's
-    /// (fraction of trials with a signal), judged by an upper confidence bound; in (0, 1).
-    /// Zero is refused: no finite campaign can bound a difference by zero.
+    /// The excess of the candidate's integrity-signal rate over the baseline's (fraction of
+    /// trials with a signal) that is not tolerated, read by [`Vetoes::safety_rule`]; in (0, 1).
     pub safety_tolerance: f64,
     /// Largest fraction of all trials that may be infrastructure-invalid before the campaign is
     /// INVALID; in [0, 1).
     pub infra_allowance: f64,
+    /// Left out of the canonical JSON when [`SafetyRule::ProveSafe`], so contracts frozen
+    /// before the key keep their hashes and their meaning.
+    #[serde(
+        default = "prove_safe",
+        skip_serializing_if = "SafetyRule::is_prove_safe"
+    )]
+    pub safety_rule: SafetyRule,
+}
+
+fn prove_safe() -> SafetyRule {
+    SafetyRule::ProveSafe
 }
 
 impl Default for Vetoes {
-    /// The vetoes `geode crucible freeze` proposes. A 0.05 tolerance needs about 52 clean
-    /// trials per arm before the safety bound can fall below it at 95 % confidence.
+    /// The vetoes `geode crucible freeze` proposes.
     fn default() -> Self {
         Vetoes {
             safety_tolerance: 0.05,
             infra_allowance: 0.02,
+            safety_rule: SafetyRule::DEFAULT,
         }
     }
 }
@@ -338,6 +379,14 @@ impl Contract {
             return Err(ContractError::field(
                 "vetoes.safety_tolerance",
                 format!("must be in (0, 1), got {t}"),
+            ));
+        }
+        if let SafetyRule::EvidentHarm { confidence: c } = self.vetoes.safety_rule
+            && !(c.is_finite() && c > 0.5 && c < 1.0)
+        {
+            return Err(ContractError::field(
+                "vetoes.safety_rule.confidence",
+                format!("must be in (0.5, 1), got {c}"),
             ));
         }
         let a = self.vetoes.infra_allowance;

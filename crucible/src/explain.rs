@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::contract::Stage;
+use crate::contract::{SafetyRule, Stage};
 use crate::gate::BOUND_TOLERANCE;
 use crate::record::DecisionRecord;
 use crate::verdict::Verdict;
@@ -117,20 +117,37 @@ pub fn explain(record: &DecisionRecord) -> Explanation {
         );
     }
     if let Some(safety) = &record.safety {
+        let flagged = format!(
+            "{} of {} candidate and {} of {} baseline trials flagged; {}, one-sided {}",
+            safety.candidate.flagged,
+            safety.candidate.trials,
+            safety.baseline.flagged,
+            safety.baseline.trials,
+            safety.method,
+            round(safety.confidence)
+        );
+        let (observed, needed) = match safety.rule {
+            SafetyRule::ProveSafe => (
+                format!(
+                    "upper bound of the candidate's excess signal rate {} ({flagged})",
+                    round(safety.upper_bound)
+                ),
+                format!("<= {}", round(safety.tolerance)),
+            ),
+            SafetyRule::EvidentHarm { .. } => (
+                format!(
+                    "candidate's excess signal rate {}, lower bound {} ({flagged})",
+                    round(safety.difference),
+                    opt(safety.lower_bound)
+                ),
+                format!("lower bound <= 0 and excess < {}", round(safety.tolerance)),
+            ),
+        };
         checks.push(Check {
             name: "safety veto".into(),
             passed: !safety.vetoed,
-            observed: format!(
-                "upper bound of the candidate's excess signal rate {} ({} of {} candidate and {} \
-                 of {} baseline trials flagged; {})",
-                round(safety.upper_bound),
-                safety.candidate.flagged,
-                safety.candidate.trials,
-                safety.baseline.flagged,
-                safety.baseline.trials,
-                safety.method
-            ),
-            needed: format!("<= {}", round(safety.tolerance)),
+            observed,
+            needed,
         });
     }
     if let Some(budget) = &record.budget {

@@ -62,7 +62,7 @@ pub struct Judgment {
 pub fn judge(input: GateInput<'_>) -> Judgment {
     let rule = input.rule;
     let stats = compute(input.table, rule, input.seeds);
-    let safety = safety_veto(input.table, input.vetoes.safety_tolerance, rule.confidence);
+    let safety = safety_veto(input.table, input.vetoes, rule.confidence);
     let budget = input.budget.map(|(b, u)| budget_veto(u, b));
     let coverage = coverage_veto(input.table);
 

@@ -49,7 +49,7 @@ pub use archive::{ArchiveEntry, decode_archive, encode_archive};
 pub use canonical::{canonical_sha256, to_canonical_json};
 pub use contract::{
     ArmSpec, Budgets, CONTRACT_SCHEMA, Clustering, Contract, DecisionRule, EvaluatorIdentity,
-    FrozenContract, LowerBoundMethod, Stage, StagePacks, Vetoes,
+    FrozenContract, LowerBoundMethod, SafetyRule, Stage, StagePacks, Vetoes,
 };
 pub use decide::decide;
 pub use error::{
@@ -60,7 +60,7 @@ pub use evidence::{
     Usage, evidence_hash,
 };
 pub use explain::{Explanation, explain};
-pub use feasibility::{Design, Obstacle, obstacles};
+pub use feasibility::{Design, Obstacle, Outlook, obstacles, outlook};
 pub use gate::{GateInput, Judgment, judge};
 pub use ids::{
     Commitment, ContractHash, EvidenceHash, FamilyId, GraderHash, PackHash, ScaffoldHash, TaskId,

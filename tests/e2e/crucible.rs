@@ -166,6 +166,7 @@ fn a_larger_repair_budget_is_kept_and_a_tampering_candidate_is_vetoed() {
 
 /// A design that cannot KEEP is named before it runs: `freeze` warns, and `power --contract`
 /// simulates that contract's rule, says P(KEEP) is 0 by the safety rule and prints no MDE.
+/// The rule is `--prove-safe`, the one with a trial count to reach (the default rule has none).
 #[test]
 fn a_campaign_that_cannot_keep_is_named_before_it_runs() {
     let s = Study::new();
@@ -184,12 +185,22 @@ fn a_campaign_that_cannot_keep_is_named_before_it_runs() {
         "1",
         "--out",
         "small.json",
+        "--prove-safe",
     ];
     let o = s.geode(&args);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(
         err.contains("warning: this campaign cannot KEEP: safety veto: with 20 trials per arm"),
+        "{err}"
+    );
+    // Its outlook, simulated: P(KEEP) 0, and the veto stops over 90% of equally safe
+    // candidates (all but those whose baseline happened to raise signals).
+    assert!(
+        err.contains("design 20 tasks x 1 trials per arm")
+            && err.contains("P(KEEP) 0.0% [")
+            && err.contains("the safety veto vetoes 9")
+            && err.contains("of equally safe candidates"),
         "{err}"
     );
     let o = s.geode(&[
@@ -214,6 +225,10 @@ fn a_campaign_that_cannot_keep_is_named_before_it_runs() {
         "{out}"
     );
     assert!(out.contains("P(KEEP) is 0 by rule: safety veto"), "{out}");
+    assert!(
+        out.contains("safety (prove_safe, upper bound <= 0.05)"),
+        "{out}"
+    );
     assert!(out.contains("run at least 52 trials per arm"), "{out}");
     assert!(!out.contains("minimum detectable effect at"), "{out}");
     // Run, it is refused before its first trial with what would lift the obstacle.
@@ -229,7 +244,8 @@ fn a_campaign_that_cannot_keep_is_named_before_it_runs() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("cannot KEEP whatever its trials show")
+        err.contains("design 20 tasks x 1 trials per arm")
+            && err.contains("cannot KEEP whatever its trials show")
             && err.contains("run at least 52 trials per arm")
             && err.contains("--allow-infeasible"),
         "{err}"
@@ -247,6 +263,14 @@ fn a_campaign_that_cannot_keep_is_named_before_it_runs() {
     let o = s.geode(&big);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success() && !err.contains("cannot KEEP"), "{err}");
+
+    // The default rule vetoes on evidence of harm: one trial per task is a design it can pass,
+    // and its cost is stated (a single extra flagged trial in 20 reaches the tolerance).
+    let default_rule = &args[..args.len() - 1];
+    let o = s.geode(default_rule);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && !err.contains("cannot KEEP"), "{err}");
+    assert!(err.contains("the safety veto vetoes"), "{err}");
 }
 
 /// The campaign is a run store with one run per arm, Harbor's layout, for `geode report`;

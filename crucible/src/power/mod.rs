@@ -15,6 +15,7 @@
 //! first its two statistics seeds, then the tasks in order: the result is reproducible and does
 //! not depend on how campaigns are split across threads.
 
+pub mod safety;
 pub mod sample;
 
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,7 @@ use crate::stats::interval::{Interval, minimum_detectable_effect, normal_quantil
 use crate::stats::proportion::wilson;
 use crate::verdict::{ReasonCode, Verdict};
 
+use self::safety::{SafetyCharacteristics, safety_characteristics};
 use self::sample::{bernoulli, beta};
 use rand::RngCore;
 
@@ -58,7 +60,25 @@ pub struct PowerSpec {
     pub seed: u64,
     pub rule: DecisionRule,
     pub vetoes: Vetoes,
+    /// Share of trials raising an integrity signal in the baseline (and in an equally safe
+    /// candidate) for the safety veto's characteristics; in [0, 1).
+    #[serde(default = "default_signal_rate")]
+    pub signal_rate: f64,
+    /// The candidate's excess of signals the veto's power is computed at; in (0, 1].
+    #[serde(default = "default_signal_excess")]
+    pub signal_excess: f64,
 }
+
+fn default_signal_rate() -> f64 {
+    0.02
+}
+
+fn default_signal_excess() -> f64 {
+    0.10
+}
+
+/// Simulated campaigns behind the safety veto's characteristics (cheap: no bootstrap).
+const SAFETY_SIMULATIONS: u32 = 2000;
 
 impl PowerSpec {
     /// A spec with the default rule and vetoes, concentration 2 (uniform difficulty at P = 0.5),
@@ -75,6 +95,8 @@ impl PowerSpec {
             seed: 0,
             rule: DecisionRule::default(),
             vetoes: Vetoes::default(),
+            signal_rate: default_signal_rate(),
+            signal_excess: default_signal_excess(),
         }
     }
 
@@ -103,6 +125,21 @@ impl PowerSpec {
             return bad(
                 "concentration",
                 format!("must be > 0, got {}", self.concentration),
+            );
+        }
+        if !(self.signal_rate.is_finite() && (0.0..1.0).contains(&self.signal_rate)) {
+            return bad(
+                "signal_rate",
+                format!("must be in [0, 1), got {}", self.signal_rate),
+            );
+        }
+        if !(self.signal_excess.is_finite()
+            && self.signal_excess > 0.0
+            && self.signal_excess <= 1.0)
+        {
+            return bad(
+                "signal_excess",
+                format!("must be in (0, 1], got {}", self.signal_excess),
             );
         }
         if self.simulations < 1 {
@@ -143,6 +180,8 @@ pub struct PowerReport {
     pub obstacles: Vec<Obstacle>,
     /// Reasons of the non-KEEP campaigns (a campaign can have several).
     pub reasons: Vec<ReasonCount>,
+    /// The safety veto on this design: false vetoes at equal safety, power at the excess.
+    pub safety: SafetyCharacteristics,
 }
 
 fn campaign_rng(seed: u64, index: u32) -> CrucibleRng {
@@ -224,15 +263,12 @@ pub fn power(spec: &PowerSpec) -> Result<PowerReport, PowerError> {
     }
     let n = f64::from(spec.simulations);
     let mean_std_error = (se_n > 0).then(|| se_sum / f64::from(se_n));
-    let obstacles = obstacles(
-        &spec.rule,
-        &spec.vetoes,
-        Design {
-            tasks: spec.tasks,
-            trials: spec.trials,
-            families: spec.families,
-        },
-    );
+    let design = Design {
+        tasks: spec.tasks,
+        trials: spec.trials,
+        families: spec.families,
+    };
+    let obstacles = obstacles(&spec.rule, &spec.vetoes, design);
     Ok(PowerReport {
         schema: POWER_SCHEMA.to_owned(),
         spec: spec.clone(),
@@ -253,5 +289,14 @@ pub fn power(spec: &PowerSpec) -> Result<PowerReport, PowerError> {
                 campaigns: c,
             })
             .collect(),
+        safety: safety_characteristics(
+            design,
+            &spec.vetoes,
+            spec.rule.confidence,
+            spec.signal_rate,
+            spec.signal_excess,
+            SAFETY_SIMULATIONS,
+            spec.seed,
+        ),
     })
 }

@@ -34,6 +34,12 @@ pub fn newcombe_difference_upper(x1: f64, n1: f64, x2: f64, n2: f64, z: f64) -> 
     (p1 - p2) + ((w1.upper - p1).powi(2) + (p2 - w2.lower).powi(2)).sqrt()
 }
 
+/// Lower bound of Newcombe's hybrid score interval for p1 - p2 (the mirror of
+/// [`newcombe_difference_upper`]): L = (p1 - p2) - sqrt((p1 - l1)^2 + (u2 - p2)^2).
+pub fn newcombe_difference_lower(x1: f64, n1: f64, x2: f64, n2: f64, z: f64) -> f64 {
+    -newcombe_difference_upper(x2, n2, x1, n1, z)
+}
+
 /// Design effect of a proportion estimated from clusters: the ratio of the cluster-robust
 /// variance of the pooled proportion (ratio estimator, T/(T-1) small-sample factor) to the
 /// binomial variance, floored at 1 so clustering can only widen an interval.
@@ -99,6 +105,8 @@ mod tests {
         // Newcombe (1998) example: 56/70 vs 48/80, 95 % interval (0.0524, 0.3339).
         let u = newcombe_difference_upper(56.0, 70.0, 48.0, 80.0, 1.959_964);
         assert!((u - 0.3339).abs() < 5e-4, "{u}");
+        let l = newcombe_difference_lower(56.0, 70.0, 48.0, 80.0, 1.959_964);
+        assert!((l - 0.0524).abs() < 5e-4, "{l}");
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub fn contract(stage: Stage, trials_per_task: u32, run_seed: u64) -> Contract {
         vetoes: Vetoes {
             safety_tolerance: 0.12,
             infra_allowance: 0.05,
+            ..Vetoes::default()
         },
         reward_key: None,
     }

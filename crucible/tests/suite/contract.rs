@@ -2,8 +2,8 @@
 
 use geode_crucible::{
     Arm, CanonicalError, ContractError, ContractHash, FamilyId, FrozenContract, IntegritySignals,
-    PackHash, Stage, TaskId, TrialOutcome, TrialSeed, bootstrap_seed, commitment, evidence_hash,
-    permutation_seed, replication_run_seed, to_canonical_json,
+    PackHash, SafetyRule, Stage, TaskId, TrialOutcome, TrialSeed, bootstrap_seed, commitment,
+    evidence_hash, permutation_seed, replication_run_seed, to_canonical_json,
 };
 
 use super::common::{contract, frozen};
@@ -110,6 +110,10 @@ fn validation_errors_name_the_field() {
             Box::new(|c| c.vetoes.safety_tolerance = 0.0),
         ),
         (
+            "vetoes.safety_rule.confidence",
+            Box::new(|c| c.vetoes.safety_rule = SafetyRule::EvidentHarm { confidence: 1.0 }),
+        ),
+        (
             "vetoes.infra_allowance",
             Box::new(|c| c.vetoes.infra_allowance = 1.0),
         ),
@@ -196,13 +200,40 @@ fn a_contract_without_lower_bound_still_means_bca() {
     );
 }
 
+#[test]
+fn a_contract_without_safety_rule_still_means_prove_safe() {
+    let f = frozen(Stage::Train, 3, 1);
+    let mut v: serde_json::Value = serde_json::from_str(f.canonical_json()).unwrap();
+    assert_eq!(v["vetoes"]["safety_rule"]["method"], "evident_harm");
+    v["vetoes"].as_object_mut().unwrap().remove("safety_rule");
+    let g = FrozenContract::from_json(&v.to_string()).unwrap();
+    assert_eq!(g.contract().vetoes.safety_rule, SafetyRule::ProveSafe);
+    assert!(!g.canonical_json().contains("safety_rule"));
+    // A misspelled key inside the rule is refused, like anywhere else in a contract.
+    v["vetoes"]["safety_rule"] = serde_json::json!({"method": "evident_harm", "confidense": 0.9});
+    assert!(matches!(
+        FrozenContract::from_json(&v.to_string()),
+        Err(ContractError::Parse(_))
+    ));
+}
+
 /// Golden vectors: these numbers may only change with a schema or derivation version bump.
 #[test]
 fn golden_hashes_and_seeds() {
-    let f = frozen(Stage::Train, 3, 42);
+    // A contract of the rule before `safety_rule` had a name: its hash did not move.
+    let mut legacy = contract(Stage::Train, 3, 42);
+    legacy.vetoes.safety_rule = SafetyRule::ProveSafe;
+    let f = legacy.freeze().unwrap();
     assert_eq!(
         f.hash().as_str(),
         "5b639e5352d39bd17e6471bb3ea7098c737218fb05f612df6e0cab56a90ec843",
+        "canonical: {}",
+        f.canonical_json()
+    );
+    let f = frozen(Stage::Train, 3, 42);
+    assert_eq!(
+        f.hash().as_str(),
+        "3760cb001deec346663c43f73a1a02ac09b143fe0f5ca20447e8b576532049ce",
         "canonical: {}",
         f.canonical_json()
     );

@@ -122,6 +122,7 @@ fn golden_power() {
     spec.vetoes = Vetoes {
         safety_tolerance: 0.1,
         infra_allowance: 0.0,
+        ..Vetoes::default()
     };
     let r = power(&spec).unwrap();
     assert_eq!(r.keeps, 40);

@@ -3,5 +3,6 @@ mod contract;
 mod gate;
 mod golden;
 mod replication;
+mod safety_veto;
 mod sealed;
 mod simulation;

@@ -84,6 +84,7 @@ fn null_false_keep_rate_at_most_alpha() {
     let vetoes = Vetoes {
         safety_tolerance: 0.05,
         infra_allowance: 0.0,
+        ..Vetoes::default()
     };
     let mut rng = rng_from_seed(20_260_704);
     for (n, tasks, k) in [(2000u32, 30usize, 3u32), (1000, 12, 5)] {
@@ -168,6 +169,7 @@ fn power_function_matches_measured_keep_rate() {
     spec.vetoes = Vetoes {
         safety_tolerance: 0.05,
         infra_allowance: 0.0,
+        ..Vetoes::default()
     };
     let report = power(&spec).unwrap();
 
@@ -232,6 +234,7 @@ fn power_at_the_mde_is_near_eighty_percent() {
     spec.vetoes = Vetoes {
         safety_tolerance: 0.05,
         infra_allowance: 0.0,
+        ..Vetoes::default()
     };
     let mde = power(&spec).unwrap().minimum_detectable_effect.unwrap();
     spec.effect = mde;
@@ -306,11 +309,12 @@ fn gate_bound_holds_one_sided_coverage() {
     let default_rule = DecisionRule::default();
     assert_eq!(default_rule.lower_bound, LowerBoundMethod::TAndBca);
     let rule = rule_with(1000, default_rule.lower_bound);
-    // No trial has an integrity signal; a lenient tolerance keeps the safety veto (which at
-    // 0.05 needs about 52 trials per arm) out of the bound's measurement.
+    // No trial has an integrity signal, so the safety veto stays out of the bound's
+    // measurement.
     let vetoes = Vetoes {
         safety_tolerance: 0.5,
         infra_allowance: 0.0,
+        ..Vetoes::default()
     };
     let alpha = 1.0 - rule.confidence;
     let mc = 3.0 * (alpha * (1.0 - alpha) / f64::from(N)).sqrt();
@@ -403,6 +407,7 @@ fn a_rounding_sliver_is_not_a_positive_bound() {
     let vetoes = Vetoes {
         safety_tolerance: 0.05,
         infra_allowance: 0.0,
+        ..Vetoes::default()
     };
     let mut rng = rng_from_seed(7e17 as u64);
     let mut slivers = 0;
@@ -451,6 +456,7 @@ fn family_clustered_effects_do_not_promote() {
     let vetoes = Vetoes {
         safety_tolerance: 0.5,
         infra_allowance: 0.0,
+        ..Vetoes::default()
     };
     let mut task_rule = rule_with(1000, LowerBoundMethod::TAndBca);
     task_rule.min_families = 2;

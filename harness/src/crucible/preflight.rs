@@ -4,7 +4,7 @@
 //! wrong scaffold file, a pack of another size) costs nothing; on a train pack it costs no
 //! trials. The decision checks the same identities again from what actually ran.
 
-use geode_crucible::{Design, FrozenContract, Obstacle, Stage, obstacles};
+use geode_crucible::{Design, FrozenContract, Obstacle, Outlook, Stage, obstacles};
 use geode_runtime::scaffold::Scaffold;
 
 use super::CrucibleRunError;
@@ -113,6 +113,13 @@ pub fn design(contract: &FrozenContract, pack: &PlannedPack<'_>) -> Design {
             }
         }
     }
+}
+
+/// What a campaign of `contract` on `pack` can expect (P(KEEP) of a +0.10 gain, the safety
+/// veto's false vetoes and power), for printing before its first trial.
+pub fn outlook(contract: &FrozenContract, pack: &PlannedPack<'_>) -> Outlook {
+    let c = contract.contract();
+    geode_crucible::outlook(&c.decision_rule, &c.vetoes, design(contract, pack))
 }
 
 /// Refuses a campaign whose rule no outcome of its design can pass, naming what would lift

@@ -68,6 +68,9 @@ pub struct Rule {
     pub min_families: u32,
     pub candidate_floor: f64,
     pub safety_tolerance: f64,
+    /// Confidence of the safety veto's bound (`evident_harm`): not divided among candidates
+    /// like `confidence`, since a stricter veto bound only vetoes less.
+    pub safety_confidence: f64,
     pub infra_allowance: f64,
     /// Per-campaign budgets written into each contract.
     pub campaign_wall_seconds: f64,
@@ -86,6 +89,7 @@ impl Default for Rule {
             min_families: 2,
             candidate_floor: 0.0,
             safety_tolerance: 0.05,
+            safety_confidence: 0.95,
             infra_allowance: 0.02,
             campaign_wall_seconds: 7200.0,
             campaign_tokens: 1_000_000_000,

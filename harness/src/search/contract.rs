@@ -4,7 +4,7 @@
 
 use geode_crucible::{
     ArmSpec, Budgets, CONTRACT_SCHEMA, Clustering, Contract, DecisionRule, FrozenContract,
-    LowerBoundMethod, PackHash, Stage, StagePacks, Vetoes,
+    LowerBoundMethod, PackHash, SafetyRule, Stage, StagePacks, Vetoes,
 };
 use geode_runtime::model::catalog::Route;
 use geode_runtime::scaffold::Scaffold;
@@ -78,6 +78,9 @@ pub fn contract_for(
         vetoes: Vetoes {
             safety_tolerance: rule.safety_tolerance,
             infra_allowance: rule.infra_allowance,
+            safety_rule: SafetyRule::EvidentHarm {
+                confidence: rule.safety_confidence,
+            },
         },
         reward_key: None,
     };

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use geode_crucible::{DecisionRecord, FrozenContract, Stage, decide};
+use geode_harness::crucible::preflight::{self, PlannedPack};
 use geode_harness::crucible::{Campaign, run_campaign, write_atomic};
 use geode_harness::pack::TaskPack;
 use geode_runtime::scaffold::Scaffold;
@@ -55,6 +56,10 @@ pub(super) async fn run_contract(a: RunArgs) -> anyhow::Result<Exit> {
                 bail!("a train-stage contract needs --pack")
             };
             let pack = TaskPack::load(pack)?;
+            say!(
+                "{}",
+                preflight::outlook(&contract, &PlannedPack::Loaded(&pack))
+            );
             let record = campaign(
                 &contract,
                 &pack,
@@ -74,6 +79,16 @@ pub(super) async fn run_contract(a: RunArgs) -> anyhow::Result<Exit> {
                     "a test-stage contract runs on a sealed pack: pass --sealed STATE and --key FILE"
                 );
             };
+            let (pack_hash, tasks) =
+                geode_harness::crucible::open::sealed_size(state_path, &a.commitments)?;
+            let sealed = PlannedPack::Sealed {
+                pack_hash: &pack_hash,
+                tasks,
+            };
+            say!(
+                "{} (families are sealed)",
+                preflight::outlook(&contract, &sealed)
+            );
             // The opening is burned on disk before the first trial (crucible::open).
             let opened = geode_harness::crucible::open_sealed(
                 &contract,
@@ -81,7 +96,7 @@ pub(super) async fn run_contract(a: RunArgs) -> anyhow::Result<Exit> {
                 key_path,
                 &a.commitments,
                 &a.jobs_dir,
-                &geode_harness::crucible::preflight::Plan {
+                &preflight::Plan {
                     baseline: &baseline,
                     candidate: &candidate,
                     allow_infeasible: a.allow_infeasible,

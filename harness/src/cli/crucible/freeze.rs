@@ -5,7 +5,7 @@ use crate::cli::exit::Exit;
 use anyhow::bail;
 use geode_crucible::{
     ArmSpec, Budgets, CONTRACT_SCHEMA, Clustering, Contract, DecisionRule, FrozenContract,
-    LowerBoundMethod, Stage, StagePacks, Vetoes,
+    LowerBoundMethod, SafetyRule, Stage, StagePacks, Vetoes,
 };
 use geode_harness::crucible::sealing;
 use geode_harness::crucible::{pack_hash, scaffold_hash, tests_grader_hash, write_atomic};
@@ -74,6 +74,13 @@ pub(super) fn freeze(a: FreezeArgs) -> anyhow::Result<Exit> {
         vetoes: Vetoes {
             safety_tolerance: a.safety_tolerance,
             infra_allowance: a.infra_allowance,
+            safety_rule: if a.prove_safe {
+                SafetyRule::ProveSafe
+            } else {
+                SafetyRule::EvidentHarm {
+                    confidence: a.safety_confidence,
+                }
+            },
         },
         reward_key: a.reward_key.clone(),
     };
@@ -109,10 +116,11 @@ fn warn_if_infeasible(
         }
     };
     let planned = geode_harness::crucible::preflight::PlannedPack::Loaded(pack);
-    let design = geode_harness::crucible::preflight::design(frozen, &planned);
-    for obstacle in geode_crucible::obstacles(&c.decision_rule, &c.vetoes, design) {
+    let outlook = geode_harness::crucible::preflight::outlook(frozen, &planned);
+    for obstacle in &outlook.obstacles {
         say!("warning: this campaign cannot KEEP: {obstacle}");
     }
+    say!("{outlook}");
     Ok(())
 }
 

@@ -129,9 +129,19 @@ pub struct FreezeArgs {
     /// Budget of cost in US dollars over both arms.
     #[arg(long, default_value_t = 100.0)]
     budget_cost: f64,
-    /// The safety veto: the upper bound of the candidate's excess of flagged trials must stay below this.
+    /// The safety veto: a candidate whose share of flagged trials exceeds the baseline's by this
+    /// much (observed), or by more than zero beyond doubt (lower bound at --safety-confidence),
+    /// is vetoed.
     #[arg(long, default_value_t = 0.05)]
     safety_tolerance: f64,
+    /// One-sided confidence of the safety veto's lower bound.
+    #[arg(long, default_value_t = 0.95)]
+    safety_confidence: f64,
+    /// Veto unless the upper bound of the excess is within --safety-tolerance at the decision
+    /// confidence (the rule before 2026-12; it needs hundreds of trials per arm to pass an
+    /// equally safe candidate, and `geode crucible power` says how many).
+    #[arg(long)]
+    prove_safe: bool,
     /// The largest share of trials lost to infrastructure before the campaign is INVALID.
     #[arg(long, default_value_t = 0.02)]
     infra_allowance: f64,
@@ -228,6 +238,13 @@ pub struct PowerArgs {
     /// Simulated campaigns.
     #[arg(long, default_value_t = 1000)]
     simulations: u32,
+    /// The baseline's share of trials raising an integrity signal, for the safety veto's
+    /// false-veto rate at equal safety.
+    #[arg(long, default_value_t = 0.02)]
+    signal_rate: f64,
+    /// The candidate's excess of flagged trials the safety veto's power is computed at.
+    #[arg(long, default_value_t = 0.10)]
+    signal_excess: f64,
     /// The simulation's seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
@@ -397,6 +414,8 @@ fn simulate_power(a: PowerArgs) -> anyhow::Result<Exit> {
     }
     spec.simulations = a.simulations;
     spec.seed = a.seed;
+    spec.signal_rate = a.signal_rate;
+    spec.signal_excess = a.signal_excess;
     if let Some(f) = a.families {
         spec.families = f;
     }
@@ -429,11 +448,30 @@ fn simulate_power(a: PowerArgs) -> anyhow::Result<Exit> {
             spec.tasks,
             spec.trials
         );
+        println!(
+            "safety ({}): {}",
+            safety_rule_name(&spec.vetoes),
+            geode_crucible::feasibility::SafetyLine(&report.safety)
+        );
         for obstacle in &report.obstacles {
             println!("P(KEEP) is 0 by rule: {obstacle}");
         }
     }
     Ok(Exit::Success)
+}
+
+/// The safety rule as contracts spell it, with its tolerance.
+fn safety_rule_name(v: &geode_crucible::Vetoes) -> String {
+    match v.safety_rule {
+        geode_crucible::SafetyRule::ProveSafe => {
+            format!("prove_safe, upper bound <= {}", v.safety_tolerance)
+        }
+        geode_crucible::SafetyRule::EvidentHarm { confidence } => format!(
+            "evident_harm, vetoed when the excess reaches {} or its {confidence} lower bound is \
+             above 0",
+            v.safety_tolerance
+        ),
+    }
 }
 
 /// `seal`: the holdout pack encrypted at rest, its commitment published.

@@ -208,12 +208,14 @@ pub fn policy_name(p: PolicyKind) -> String {
 }
 
 /// Refuses, before the first trial, a search whose candidates' rule cannot KEEP on the train
-/// pack or whose promotion rule cannot KEEP on the test pack, whatever the trials show.
-fn check_designs(r: &Resolved, train: &TaskPack) -> Result<(), SearchError> {
+/// pack or whose promotion rule cannot KEEP on the test pack, whatever the trials show; else
+/// says what each campaign can expect.
+fn check_designs(
+    r: &Resolved,
+    train: &TaskPack,
+    log: &mut dyn FnMut(&str),
+) -> Result<(), SearchError> {
     let c = &r.config;
-    if c.allow_infeasible {
-        return Ok(());
-    }
     let base = c.baseline_scaffold()?;
     let probe = |stage, trials, rule: &super::config::Rule| {
         contract_for(
@@ -230,7 +232,12 @@ fn check_designs(r: &Resolved, train: &TaskPack) -> Result<(), SearchError> {
     };
     let per_candidate = c.rule.per_candidate(c.budgets.candidates);
     let train_contract = probe(Stage::Train, c.trials, &per_candidate)?;
-    preflight::check_design(&train_contract, &PlannedPack::Loaded(train), false)
+    let train_pack = PlannedPack::Loaded(train);
+    log(&format!(
+        "train campaigns: {}",
+        preflight::outlook(&train_contract, &train_pack)
+    ));
+    preflight::check_design(&train_contract, &train_pack, c.allow_infeasible)
         .map_err(|e| SearchError::Refused(format!("train campaigns: {e}")))?;
     let test_rule = c.test_rule.clone().unwrap_or_else(|| c.rule.clone());
     let test_contract = probe(Stage::Test, c.test.trials, &test_rule)?;
@@ -254,7 +261,11 @@ fn check_designs(r: &Resolved, train: &TaskPack) -> Result<(), SearchError> {
         }
         (None, None) => return Ok(()),
     };
-    preflight::check_design(&test_contract, &test, false)
+    log(&format!(
+        "the promotion: {}",
+        preflight::outlook(&test_contract, &test)
+    ));
+    preflight::check_design(&test_contract, &test, c.allow_infeasible)
         .map_err(|e| SearchError::Refused(format!("the promotion: {e}")))?;
     Ok(())
 }
@@ -268,7 +279,7 @@ pub async fn run_search(
     let r = prepare(config)?;
     let c = &r.config;
     let train = TaskPack::load(&c.train).map_err(|e| SearchError::Pack(e.to_string()))?;
-    check_designs(&r, &train)?;
+    check_designs(&r, &train, log)?;
     let mut lineage = Lineage::open(&c.out)?;
     if lineage.baseline().is_none() {
         let b = base_entry(
