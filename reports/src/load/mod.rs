@@ -6,7 +6,7 @@
 //! will run again on resume. Values are copied column by column into polars builders straight
 //! from SQLite's borrowed row values, so a million trials cost no per-row `String`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use geode_graders::TrialOutcome;
@@ -198,18 +198,47 @@ impl Store {
         })
     }
 
-    /// The re-grades of `run_id` (`geode grade`), one row per grader content hash; none when
-    /// the store predates the `grades` table.
-    pub fn regrades(&self, run_id: &str) -> Result<Vec<Regrade>, ReportError> {
-        let has_table: bool = self
-            .conn
+    /// Whether the store has the `grades` table (stores older than `geode grade` do not).
+    fn has_grades(&self) -> Result<bool, ReportError> {
+        self.conn
             .query_row(
                 "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'grades'",
                 [],
                 |r| r.get(0),
             )
+            .map_err(self.sqlite())
+    }
+
+    /// Every re-grade of every trial of `run_id`, oldest grader first.
+    pub fn grades(&self, run_id: &str) -> Result<Vec<TrialGrade>, ReportError> {
+        if !self.has_grades()? {
+            return Ok(Vec::new());
+        }
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT trial_name, grader_hash, reward, validity FROM grades WHERE run_id = ?1
+                 ORDER BY graded_at, trial_name",
+            )
             .map_err(self.sqlite())?;
-        if !has_table {
+        st.query_map([run_id], |r| {
+            Ok(TrialGrade {
+                run_id: run_id.to_owned(),
+                trial_name: r.get(0)?,
+                grader_hash: r.get(1)?,
+                reward: r.get(2)?,
+                validity: r.get(3)?,
+            })
+        })
+        .map_err(self.sqlite())?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(self.sqlite())
+    }
+
+    /// The re-grades of `run_id` (`geode grade`), one row per grader content hash; none when
+    /// the store predates the `grades` table.
+    pub fn regrades(&self, run_id: &str) -> Result<Vec<Regrade>, ReportError> {
+        if !self.has_grades()? {
             return Ok(Vec::new());
         }
         let mut st = self
@@ -355,6 +384,67 @@ impl Store {
 }
 
 /// The loaded data of one report: trials and runs, each from every store named.
+/// One trial's re-grade by one grader (a row of the store's `grades` table).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrialGrade {
+    pub run_id: String,
+    pub trial_name: String,
+    pub grader_hash: String,
+    pub reward: Option<f64>,
+    pub validity: String,
+}
+
+/// Adds two columns per grader to an exported trial table: `regrade_<hash12>` (the re-grade's
+/// reward) and `regrade_<hash12>_validity`, null for a trial that grader did not grade. Keyed by
+/// the grader's content hash, as the store is: a re-edited rubric is a new pair of columns.
+fn attach_grades(trials: &mut DataFrame, grades: &[TrialGrade]) -> PolarsResult<()> {
+    let mut graders: Vec<&str> = Vec::new();
+    let mut by_trial: HashMap<(&str, &str, &str), &TrialGrade> = HashMap::new();
+    for g in grades {
+        if !graders.contains(&g.grader_hash.as_str()) {
+            graders.push(&g.grader_hash);
+        }
+        by_trial.insert((&g.grader_hash, &g.run_id, &g.trial_name), g);
+    }
+    if graders.is_empty() {
+        return Ok(());
+    }
+    let runs: Vec<Option<String>> = trials
+        .column("run_id")?
+        .str()?
+        .iter()
+        .map(|v| v.map(str::to_owned))
+        .collect();
+    let names: Vec<Option<String>> = trials
+        .column("trial_name")?
+        .str()?
+        .iter()
+        .map(|v| v.map(str::to_owned))
+        .collect();
+    for hash in graders {
+        let found: Vec<Option<&TrialGrade>> = runs
+            .iter()
+            .zip(&names)
+            .map(|(r, n)| match (r, n) {
+                (Some(r), Some(n)) => by_trial.get(&(hash, r.as_str(), n.as_str())).copied(),
+                _ => None,
+            })
+            .collect();
+        let short = &hash[..hash.len().min(12)];
+        let rewards: Vec<Option<f64>> = found.iter().map(|g| g.and_then(|g| g.reward)).collect();
+        let validity: Vec<Option<&str>> = found
+            .iter()
+            .map(|g| g.map(|g| g.validity.as_str()))
+            .collect();
+        trials.with_column(Column::new(format!("regrade_{short}").into(), rewards))?;
+        trials.with_column(Column::new(
+            format!("regrade_{short}_validity").into(),
+            validity,
+        ))?;
+    }
+    Ok(())
+}
+
 /// What one grader's re-grade of one run gave (the store's `grades` table, by content hash).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Regrade {
@@ -422,30 +512,39 @@ pub fn load_scoring(
     }
     let frames = parallel_map(runs, |r| {
         let store = Store::open(&r.store)?;
+        let grades = match columns {
+            TrialColumns::Export => store.grades(&r.run_id)?,
+            TrialColumns::Report => Vec::new(),
+        };
         Ok((
             store.run_frame(&r.run_id)?,
             store.trial_frame(&r.run_id, columns, reward_key)?,
             store.regrades(&r.run_id)?,
+            grades,
         ))
     });
     let mut run_frames = Vec::with_capacity(runs.len());
     let mut trial_frames = Vec::with_capacity(runs.len());
     let mut regrades = Vec::new();
+    let mut grades = Vec::new();
     for f in frames {
-        let (run, trials, grades) = f?;
+        let (run, trials, summaries, rows) = f?;
         run_frames.push(run);
         trial_frames.push(trials);
-        regrades.extend(grades);
+        regrades.extend(summaries);
+        grades.extend(rows);
     }
     let ctx = paths
         .iter()
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ");
+    let mut trials = stack(trial_frames, &ctx)?;
+    attach_grades(&mut trials, &grades).map_err(ReportError::polars(ctx.clone()))?;
     Ok(Loaded {
         run_ids: runs.iter().map(|r| r.run_id.clone()).collect(),
         runs: stack(run_frames, &ctx)?,
-        trials: stack(trial_frames, &ctx)?,
+        trials,
         stores: paths,
         regrades,
         reward_key: reward_key.cloned(),

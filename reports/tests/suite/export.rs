@@ -58,3 +58,67 @@ fn seeds_export_as_the_unsigned_numbers_they_are() {
     assert_eq!(seeds.len(), 24);
     assert!((0..seeds.len()).all(|i| seeds.get(i) == Some(big)));
 }
+
+/// Re-grades travel with the trials: two columns per grader content hash, null for the trials
+/// of a run that grader did not grade, and the same after a Parquet round trip.
+#[test]
+fn regrades_are_exported_beside_each_trial() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = fixture::write(dir.path());
+    let graded = fixture::add_grades(&jobs, RUN_A);
+    let refs = [resolve_run(RUN_A, &jobs), resolve_run(RUN_B, &jobs)];
+    let mut loaded = load(&refs, TrialColumns::Export).unwrap();
+    let t = &loaded.trials;
+    let reward = |col: &str, row: usize| t.column(col).unwrap().f64().unwrap().get(row);
+    let validity = |col: &str, row: usize| {
+        t.column(col)
+            .unwrap()
+            .str()
+            .unwrap()
+            .get(row)
+            .map(str::to_owned)
+    };
+    let names: Vec<String> = t
+        .column("trial_name")
+        .unwrap()
+        .str()
+        .unwrap()
+        .iter()
+        .map(|n| n.unwrap().to_owned())
+        .collect();
+    let runs: Vec<&str> = t
+        .column("run_id")
+        .unwrap()
+        .str()
+        .unwrap()
+        .iter()
+        .map(Option::unwrap)
+        .collect();
+    for (row, (run, name)) in runs.iter().zip(&names).enumerate() {
+        if *run != RUN_A {
+            assert_eq!(reward("regrade_aaaaaaaaaaaa", row), None);
+            assert_eq!(validity("regrade_bbbbbbbbbbbb_validity", row), None);
+            continue;
+        }
+        let first = name == &graded[0];
+        assert_eq!(
+            reward("regrade_aaaaaaaaaaaa", row),
+            (!first).then_some(1.0),
+            "{name}"
+        );
+        assert_eq!(
+            reward("regrade_bbbbbbbbbbbb", row),
+            (!first).then_some(0.25),
+            "{name}"
+        );
+        let want = if first { "verifier_crashed" } else { "valid" };
+        assert_eq!(
+            validity("regrade_aaaaaaaaaaaa_validity", row).as_deref(),
+            Some(want)
+        );
+    }
+    assert_eq!(runs.iter().filter(|r| **r == RUN_A).count(), graded.len());
+    let path = dir.path().join("graded.parquet");
+    write_parquet(&mut loaded.trials, &path).unwrap();
+    assert!(read_parquet(&path).unwrap().equals_missing(&loaded.trials));
+}

@@ -119,3 +119,35 @@ pub fn write(dir: &Path) -> PathBuf {
     w.insert_trials(rows).unwrap();
     jobs
 }
+
+/// Two re-grades of every trial of `run`, as `geode grade` records them: grader `aa..` (reward 1,
+/// graded first) and grader `bb..` (0.25); the first trial by name is `verifier_crashed` under
+/// both. Returns the run's trial names in order.
+pub fn add_grades(jobs: &Path, run: &str) -> Vec<String> {
+    let conn = rusqlite::Connection::open(jobs.join("geode.db")).unwrap();
+    let mut names = conn
+        .prepare("SELECT trial_name FROM trials WHERE run_id = ?1 ORDER BY trial_name")
+        .unwrap();
+    let trials: Vec<String> = names
+        .query_map([run], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for (i, t) in trials.iter().enumerate() {
+        for (hash, reward) in [("aa".repeat(32), 1.0), ("bb".repeat(32), 0.25)] {
+            conn.execute(
+                "INSERT INTO grades VALUES (?1, ?2, 'rubric:rubric.toml', ?3, ?4, ?5, ?6)",
+                rusqlite::params![
+                    run,
+                    t,
+                    hash,
+                    (i > 0).then_some(reward),
+                    if i > 0 { "valid" } else { "verifier_crashed" },
+                    format!("2026-01-0{}T00:00:00Z", 1 + usize::from(reward < 1.0)),
+                ],
+            )
+            .unwrap();
+        }
+    }
+    trials
+}

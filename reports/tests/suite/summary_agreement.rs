@@ -106,31 +106,7 @@ fn regrades_in_the_store_reach_the_report() {
         geode_reports::TextFormat::Markdown,
     );
     assert!(!plain.contains("Re-grades"));
-    let conn = rusqlite::Connection::open(jobs.join("geode.db")).unwrap();
-    let mut names = conn
-        .prepare("SELECT trial_name FROM trials WHERE run_id = ?1 ORDER BY trial_name")
-        .unwrap();
-    let trials: Vec<String> = names
-        .query_map([RUN_A], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    for (i, t) in trials.iter().enumerate() {
-        for (hash, reward) in [("aa".repeat(32), 1.0), ("bb".repeat(32), 0.25)] {
-            conn.execute(
-                "INSERT INTO grades VALUES (?1, ?2, 'rubric:rubric.toml', ?3, ?4, ?5, ?6)",
-                rusqlite::params![
-                    RUN_A,
-                    t,
-                    hash,
-                    (i > 0).then_some(reward),
-                    if i > 0 { "valid" } else { "verifier_crashed" },
-                    format!("2026-01-0{}T00:00:00Z", 1 + usize::from(reward < 1.0)),
-                ],
-            )
-            .unwrap();
-        }
-    }
+    let trials = fixture::add_grades(&jobs, RUN_A);
     let report = build(&load(&refs, TrialColumns::Report).unwrap()).unwrap();
     assert_eq!(report.regrades.len(), 2);
     let first = &report.regrades[0];
