@@ -62,6 +62,9 @@ pub enum ReportError {
         second: PathBuf,
     },
 
+    #[error("{path}: not a decision record: {message}", path = .path.display())]
+    BadDecision { path: PathBuf, message: String },
+
     #[error("{context}: {source}")]
     Polars {
         context: String,

@@ -172,6 +172,8 @@ pub struct Report {
     pub comparison: Option<Comparison>,
     /// Re-grades found in the stores (`geode grade`), per run and grader.
     pub regrades: Vec<crate::load::Regrade>,
+    /// Decisions of the crucible campaigns these runs are the arms of.
+    pub campaigns: Vec<crate::load::CampaignDecision>,
     /// The `reward.json` key every score reads, when not each trial's headline reward.
     pub reward_key: Option<String>,
 }
@@ -256,6 +258,7 @@ pub fn build(loaded: &Loaded) -> Result<Report, ReportError> {
         durations,
         comparison,
         regrades: loaded.regrades.clone(),
+        campaigns: loaded.campaigns.clone(),
         reward_key: loaded.reward_key.as_ref().map(|k| k.as_str().to_owned()),
     })
 }

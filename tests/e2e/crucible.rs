@@ -305,6 +305,15 @@ fn campaign_reads_as_runs(s: &Study, campaign: &Path) {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("candidate") && text.contains("60"), "{text}");
+    // ... and says what the campaign decided, by which rule, with its bound.
+    assert!(
+        text.contains("Campaign decision")
+            && text.contains("| verdict | KEEP |")
+            && text.contains("| lower bound | pass |")
+            && text.contains("| safety veto | pass |")
+            && text.contains("| next |"),
+        "{text}"
+    );
     // Neither a report nor a decision panics on a reader that has gone (`| head -c1`).
     for args in [
         vec!["crucible", "decide", campaign],

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use geode_crucible::DecisionRecord;
 use geode_graders::TrialOutcome;
 use polars::prelude::*;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -384,6 +385,33 @@ impl Store {
 }
 
 /// The loaded data of one report: trials and runs, each from every store named.
+/// A crucible campaign's decision, found beside the run store of its two arms
+/// (`jobs/crucible/<contract hash>/decision.json`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CampaignDecision {
+    pub dir: PathBuf,
+    pub record: DecisionRecord,
+}
+
+impl CampaignDecision {
+    /// The decision in `dir`, if it holds one (a campaign still running has none yet).
+    fn beside(dir: &Path) -> Result<Option<CampaignDecision>, ReportError> {
+        let path = dir.join("decision.json");
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let text = std::fs::read_to_string(&path).map_err(ReportError::io(&path))?;
+        let record = DecisionRecord::from_json(&text).map_err(|e| ReportError::BadDecision {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(Some(CampaignDecision {
+            dir: dir.to_path_buf(),
+            record,
+        }))
+    }
+}
+
 /// One trial's re-grade by one grader (a row of the store's `grades` table).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialGrade {
@@ -469,6 +497,8 @@ pub struct Loaded {
     pub stores: Vec<PathBuf>,
     /// Re-grades of the runs, in run order.
     pub regrades: Vec<Regrade>,
+    /// The crucible decisions of the campaigns whose run stores these are.
+    pub campaigns: Vec<CampaignDecision>,
     /// The `reward.json` key scored instead of each trial's headline reward.
     pub reward_key: Option<RewardKey>,
 }
@@ -539,6 +569,11 @@ pub fn load_scoring(
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ");
+    let campaigns = paths
+        .iter()
+        .filter_map(|p| p.parent())
+        .filter_map(|dir| CampaignDecision::beside(dir).transpose())
+        .collect::<Result<Vec<_>, _>>()?;
     let mut trials = stack(trial_frames, &ctx)?;
     attach_grades(&mut trials, &grades).map_err(ReportError::polars(ctx.clone()))?;
     Ok(Loaded {
@@ -547,6 +582,7 @@ pub fn load_scoring(
         trials,
         stores: paths,
         regrades,
+        campaigns,
         reward_key: reward_key.cloned(),
     })
 }

@@ -4,6 +4,7 @@
 use geode_crucible::stats::permutation::PermutationMethod;
 
 use crate::compare::Comparison;
+use crate::load::CampaignDecision;
 use crate::render::table::{Align, NONE, Table, clip, int, interval, num, usd};
 use crate::report::{GroupScores, Report};
 
@@ -25,6 +26,7 @@ pub fn report_tables(report: &Report) -> Vec<Table> {
     // Drop the leading run column when there is only one run (the Runs table names it).
     let fit = |t: Table| if single { t.without_column(0) } else { t };
     let mut out = vec![runs_table(report)];
+    out.extend(report.campaigns.iter().map(campaign_table));
     out.push(fit(scores_table(report)));
     if let Some(c) = &report.comparison {
         out.push(comparison_summary(c));
@@ -60,7 +62,7 @@ pub fn report_tables(report: &Report) -> Vec<Table> {
 /// How many of [`report_tables`] are the headline (runs, scores, paired comparison): the HTML
 /// page puts its plots right after them.
 pub fn headline_tables(report: &Report) -> usize {
-    2 + usize::from(report.comparison.is_some())
+    2 + report.campaigns.len() + usize::from(report.comparison.is_some())
 }
 
 /// Every table of a comparison.
@@ -243,6 +245,74 @@ fn outcomes_table(report: &Report) -> Table {
             .unwrap_or(true);
         vec![run.clone(), outcome.clone(), class(infra), int(*n)]
     }))
+}
+
+/// A campaign's decision as the crucible explains it: verdict, contract, the bound with its
+/// method, each check of the rule with what it needed, and the next step.
+fn campaign_table(c: &CampaignDecision) -> Table {
+    let r = &c.record;
+    // A record older than explanations is explained now, as `crucible decide` would.
+    let e = r
+        .explanation
+        .clone()
+        .unwrap_or_else(|| geode_crucible::explain(r));
+    let row = |a: &str, b: String, observed: String, needed: String| {
+        vec![a.to_owned(), b, observed, needed]
+    };
+    let mut rows = vec![
+        row(
+            "verdict",
+            r.verdict.to_string(),
+            r.reasons
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            String::new(),
+        ),
+        row(
+            "contract",
+            short_hash(r.contract_hash.as_str()),
+            format!(
+                "{} stage, {} tasks x {} trials per arm",
+                match r.stage {
+                    geode_crucible::Stage::Train => "train",
+                    geode_crucible::Stage::Test => "test",
+                },
+                r.counts.tasks_in_pack,
+                r.counts.trials_per_task
+            ),
+            String::new(),
+        ),
+    ];
+    rows.extend(e.checks.iter().map(|k| {
+        row(
+            &k.name,
+            if k.passed { "pass" } else { "FAIL" }.to_owned(),
+            k.observed.clone(),
+            k.needed.clone(),
+        )
+    }));
+    if e.underpowered {
+        rows.push(row(
+            "power",
+            "underpowered".into(),
+            "the gain observed is below what this design can detect".into(),
+            String::new(),
+        ));
+    }
+    rows.push(row(
+        "next",
+        String::new(),
+        e.next_step.clone(),
+        String::new(),
+    ));
+    Table::new(
+        "Campaign decision",
+        &[("item", L), ("result", L), ("observed", L), ("needed", L)],
+    )
+    .note(format!("{} ({})", e.rule, c.dir.display()))
+    .rows(rows)
 }
 
 fn regrades_table(report: &Report) -> Table {

@@ -118,3 +118,24 @@ fn regrades_in_the_store_reach_the_report() {
     assert!(md.contains("Re-grades"), "{md}");
     assert!(md.contains("| rubric:rubric.toml | aaaaaaaaaaaa |"), "{md}");
 }
+
+/// A run store inside a crucible campaign is reported with the campaign's decision; a decision
+/// file that is not one is named, not skipped.
+#[test]
+fn a_broken_decision_beside_the_store_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = fixture::write(dir.path());
+    let refs = [resolve_run(RUN_A, &jobs)];
+    assert!(
+        load(&refs, TrialColumns::Report)
+            .unwrap()
+            .campaigns
+            .is_empty()
+    );
+    std::fs::write(jobs.join("decision.json"), "{\"verdict\": \"KEEP\"}").unwrap();
+    let err = load(&refs, TrialColumns::Report).err().unwrap().to_string();
+    assert!(
+        err.contains("decision.json: not a decision record"),
+        "{err}"
+    );
+}
