@@ -59,6 +59,17 @@ pub const KEYS: &[KeySpec] = &[
         help: "daemon socket (empty: $GEODE_HOME/cli.sock)",
     },
     KeySpec {
+        key: "sandbox",
+        default: "workspace-write",
+        help: "how shell commands run: workspace-write (the workspace writable, the rest of the \
+               machine read-only, no network) or off; a project's file cannot turn it off",
+    },
+    KeySpec {
+        key: "sandbox.network",
+        default: "false",
+        help: "whether sandboxed commands reach the network (true or false)",
+    },
+    KeySpec {
         key: "max_rounds",
         default: "50",
         help: "rounds per turn",
@@ -326,6 +337,7 @@ impl Config {
         cfg.number("global_lanes")?;
         cfg.number("max_rounds")?;
         cfg.effort()?;
+        cfg.command_sandbox(Vec::new())?;
         Ok(cfg)
     }
 
@@ -354,6 +366,55 @@ impl Config {
     }
 
     /// The `effort` setting: `None` when empty (the model's default).
+    /// How shell commands run, `hidden` folders emptied inside the sandbox (GEODE's home). A
+    /// project's file may tighten the sandbox but not turn it off: a repository would otherwise
+    /// unconfine the commands of whoever opens it.
+    pub fn command_sandbox(
+        &self,
+        hidden: Vec<PathBuf>,
+    ) -> Result<crate::tools::workspace::CommandSandbox, ConfigError> {
+        use crate::tools::workspace::{CommandSandbox, SandboxPolicy};
+        let invalid = |key: &str, message: &str| ConfigError::Invalid {
+            key: key.into(),
+            value: self.value(key).to_string(),
+            origin: self
+                .settings
+                .get(key)
+                .map_or(Source::Default, |s| s.source.clone()),
+            message: message.into(),
+        };
+        let from_project = |key: &str| {
+            self.settings
+                .get(key)
+                .is_some_and(|s| matches!(s.source, Source::Project(_)))
+        };
+        let network = match self.value("sandbox.network") {
+            "false" => false,
+            "true" if from_project("sandbox.network") => {
+                return Err(invalid(
+                    "sandbox.network",
+                    "a project's configuration cannot open the network; set it in the user's \
+                     configuration, GEODE_SANDBOX_NETWORK or a flag",
+                ));
+            }
+            "true" => true,
+            _ => return Err(invalid("sandbox.network", "true or false")),
+        };
+        match self.value("sandbox") {
+            "workspace-write" => Ok(CommandSandbox::WorkspaceWrite(SandboxPolicy {
+                network,
+                hidden,
+            })),
+            "off" if from_project("sandbox") => Err(invalid(
+                "sandbox",
+                "a project's configuration cannot turn the sandbox off; use `--sandbox off` or \
+                 the user's configuration",
+            )),
+            "off" => Ok(CommandSandbox::Off),
+            _ => Err(invalid("sandbox", "workspace-write or off")),
+        }
+    }
+
     pub fn effort(&self) -> Result<Option<crate::model::effort::Effort>, ConfigError> {
         use crate::model::effort::Effort;
         let value = self.value("effort");

@@ -6,6 +6,7 @@ mod attacks;
 mod browser;
 mod channel;
 mod codex_login;
+mod command_sandbox;
 mod common;
 mod computer;
 mod crash;

@@ -7,6 +7,8 @@
 //!   sandbox start + `true` + teardown on it; with `--docker` (a reachable docker engine),
 //!   `docker pull` and `docker run --rm IMAGE true` of the same reference, and the ratios.
 //! - `geode bench view`: the viewer's answers over a synthetic jobs folder (`bench_view.rs`).
+//! - `geode bench command`: a person's shell command (`true`) unconfined and in the command
+//!   sandbox, alternated, with the medians and their difference (the sandbox's start cost).
 
 use super::exit::Exit;
 use std::path::PathBuf;
@@ -49,6 +51,12 @@ pub enum BenchCommand {
     },
     /// `geode view` on a synthetic jobs folder: listing runs and trials, filters, transcript search.
     View(super::bench_view::BenchViewArgs),
+    /// A shell command (`true`) of a person's session, unconfined and in the command sandbox.
+    Command {
+        /// Runs of each, alternated.
+        #[arg(short = 'r', long, default_value_t = 50)]
+        repeat: usize,
+    },
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -100,8 +108,12 @@ async fn cycle(
 }
 
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
-    if let BenchCommand::View(args) = cmd {
-        return super::bench_view::run(args).await;
+    match cmd {
+        BenchCommand::View(args) => return super::bench_view::run(args).await,
+        BenchCommand::Command { repeat } => {
+            return bench_command(repeat).await.map(|()| Exit::Success);
+        }
+        _ => {}
     }
     let settings = ImageSettings::load()?;
     let scratch = tempfile_dir(&settings.store)?;
@@ -113,10 +125,54 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
             docker,
         } => bench_image(&settings, &scratch, &reference, repeat, docker).await,
         // Answered above, before any image settings are read.
-        BenchCommand::View(_) => Ok(()),
+        BenchCommand::View(_) | BenchCommand::Command { .. } => Ok(()),
     };
     let _ = std::fs::remove_dir_all(&scratch);
     result.map(|()| Exit::Success)
+}
+
+/// `true` in a scratch workspace, unconfined then confined, `repeat` times each.
+async fn bench_command(repeat: usize) -> anyhow::Result<()> {
+    use geode_runtime::tools::workspace::{
+        CommandSandbox, LocalWorkspace, SandboxPolicy, Workspace,
+    };
+    if repeat == 0 {
+        bail!("-r must be at least 1");
+    }
+    let dir = tempfile::tempdir()?;
+    let open = LocalWorkspace::new(dir.path())?;
+    let confined = open
+        .clone()
+        .with_sandbox(CommandSandbox::WorkspaceWrite(SandboxPolicy::default()));
+    let once = |ws: LocalWorkspace| async move {
+        let req = ExecRequest {
+            command: "true".into(),
+            cwd: None,
+            timeout: Duration::from_secs(30),
+            output_cap: 1024,
+            env: Vec::new(),
+        };
+        let t = Instant::now();
+        let out = ws.exec(req, CancellationToken::new()).await?;
+        if out.exit_code != Some(0) {
+            bail!("`true` failed: {out:?}");
+        }
+        Ok::<_, anyhow::Error>(t.elapsed())
+    };
+    let (mut plain, mut sandboxed) = (Vec::new(), Vec::new());
+    for _ in 0..repeat {
+        plain.push(once(open.clone()).await?);
+        sandboxed.push(once(confined.clone()).await?);
+    }
+    let (p, c) = (median(plain), median(sandboxed));
+    println!(
+        "command start + `true` + exit, median of {repeat}: unconfined {}, sandboxed {}, \
+         sandbox adds {}",
+        ms(p),
+        ms(c),
+        ms(c.saturating_sub(p))
+    );
+    Ok(())
 }
 
 /// Scratch beside the store (one filesystem, as the sandbox's layers want).

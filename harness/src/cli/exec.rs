@@ -223,17 +223,29 @@ pub(super) fn open_timeline(
     Ok(Some(Arc::new(SessionTimeline::open(&path)?)))
 }
 
-pub async fn run(args: ExecArgs) -> anyhow::Result<Exit> {
+/// The workspace of a person's session in `cwd`, its commands confined as the configuration
+/// says (the daemon's socket hidden from them).
+pub(super) fn person_workspace(
+    cwd: &std::path::Path,
+    cfg: &Config,
+) -> anyhow::Result<LocalWorkspace> {
+    let sandbox = cfg.command_sandbox(vec![super::serve::socket_path(cfg)])?;
+    Ok(LocalWorkspace::new(cwd)
+        .with_context(|| format!("workspace {}", cwd.display()))?
+        .with_sandbox(sandbox))
+}
+
+pub async fn run(args: ExecArgs, sandbox: Option<&str>) -> anyhow::Result<Exit> {
     let prompt = read_prompt(&args.prompt)?;
     let cwd = match &args.cwd {
         Some(c) => c.clone(),
         None => std::env::current_dir()?,
     };
-    let workspace = Arc::new(
-        LocalWorkspace::new(&cwd).with_context(|| format!("workspace {}", cwd.display()))?,
-    );
     // One resolved configuration, as the REPL reads it: flags > env > project > user > defaults.
     let mut flags = Vec::new();
+    if let Some(mode) = sandbox {
+        flags.push(("sandbox".to_string(), mode.to_string()));
+    }
     if let Some(route) = &args.model {
         flags.push(("model".to_string(), route.to_string()));
     }
@@ -241,6 +253,7 @@ pub async fn run(args: ExecArgs) -> anyhow::Result<Exit> {
         flags.push(("max_rounds".to_string(), n.to_string()));
     }
     let resolved = Config::resolve(&Layers::discover(flags, &cwd, &geode_home()))?;
+    let workspace = Arc::new(person_workspace(&cwd, &resolved)?);
     // The configuration's layers are text; the route is parsed here, once, whichever won.
     let route = super::providers::required_route(resolved.value("model"))?;
     let effort = match args.effort {

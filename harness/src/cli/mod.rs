@@ -61,6 +61,10 @@ pub struct Cli {
     /// Reasoning effort (config key `effort`).
     #[arg(long, value_parser = effort_parser())]
     pub effort: Option<Effort>,
+    /// How shell commands run (config key `sandbox`): `workspace-write` (the default: the
+    /// workspace writable, the rest of the machine read-only, no network) or `off`.
+    #[arg(long, global = true, value_name = "MODE", value_parser = ["workspace-write", "off"])]
+    pub sandbox: Option<String>,
     /// Talk to the running `geode serve` daemon instead of starting a local session.
     #[arg(long, conflicts_with = "local")]
     pub connect: bool,
@@ -213,7 +217,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let command = match cli.command {
         Some(c) => c,
         None => {
-            let cfg = daily_config(&cli.model, cli.effort)?;
+            let cfg = daily_config(&cli.model, cli.effort, cli.sandbox.as_deref())?;
             let first = cli.continue_last.then(continue_command).transpose()?;
             return runtime
                 .block_on(interactive(cli.connect, cli.local, cfg, first))
@@ -221,12 +225,16 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     };
     match command {
-        Command::Serve(args) => {
-            runtime.block_on(serve::run(args, daily_config(&cli.model, cli.effort)?))
-        }
-        Command::Config(cmd) => config::run(cmd, &daily_config(&cli.model, cli.effort)?),
-        Command::Exec(args) => runtime.block_on(exec::run(args)),
-        Command::Resume(args) => runtime.block_on(resume::run(args)),
+        Command::Serve(args) => runtime.block_on(serve::run(
+            args,
+            daily_config(&cli.model, cli.effort, cli.sandbox.as_deref())?,
+        )),
+        Command::Config(cmd) => config::run(
+            cmd,
+            &daily_config(&cli.model, cli.effort, cli.sandbox.as_deref())?,
+        ),
+        Command::Exec(args) => runtime.block_on(exec::run(args, cli.sandbox.as_deref())),
+        Command::Resume(args) => runtime.block_on(resume::run(args, cli.sandbox.as_deref())),
         Command::Receipts(cmd) => receipts::run(cmd),
         Command::Sessions(args) => sessions::run(args),
         Command::Run(args) => runtime.block_on(run::run(args)),
@@ -244,7 +252,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Search(cmd) => runtime.block_on(search::run(cmd)),
         Command::Mcp(args) => {
             let model = args.model.clone().or(cli.model);
-            runtime.block_on(mcp::run(args, daily_config(&model, cli.effort)?))
+            runtime.block_on(mcp::run(
+                args,
+                daily_config(&model, cli.effort, cli.sandbox.as_deref())?,
+            ))
         }
         Command::Trust(args) => trust::run(args),
         Command::Skills(cmd) => runtime.block_on(skills::run(cmd)),
@@ -287,8 +298,12 @@ fn effort_parser() -> impl TypedValueParser<Value = Effort> {
 fn daily_config(
     model: &Option<geode_runtime::model::catalog::Route>,
     effort: Option<Effort>,
+    sandbox: Option<&str>,
 ) -> anyhow::Result<geode_runtime::config::Config> {
     let mut flags = Vec::new();
+    if let Some(mode) = sandbox {
+        flags.push(("sandbox".to_string(), mode.to_string()));
+    }
     if let Some(m) = model {
         flags.push(("model".to_string(), m.to_string()));
     }

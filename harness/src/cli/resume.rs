@@ -18,7 +18,6 @@ use geode_runtime::model::effort::Effort;
 use geode_runtime::model::http::RouteOptions;
 use geode_runtime::model::model_for;
 use geode_runtime::session::resume_session;
-use geode_runtime::tools::workspace::LocalWorkspace;
 
 use super::exec::{Driver, TurnFlags, checkpoint_root, checkpoint_settings, read_prompt};
 
@@ -50,7 +49,7 @@ pub struct ResumeArgs {
     checkpoint_dir: Option<PathBuf>,
 }
 
-pub async fn run(args: ResumeArgs) -> anyhow::Result<Exit> {
+pub async fn run(args: ResumeArgs, sandbox: Option<&str>) -> anyhow::Result<Exit> {
     let root = checkpoint_root(args.checkpoint_dir.as_ref());
     let id = match &args.session_id {
         Some(id) => SessionId::new(id.clone()),
@@ -75,9 +74,13 @@ pub async fn run(args: ResumeArgs) -> anyhow::Result<Exit> {
         .cwd
         .clone()
         .unwrap_or_else(|| PathBuf::from(&saved.state.cwd));
-    let workspace = Arc::new(
-        LocalWorkspace::new(&cwd).with_context(|| format!("workspace {}", cwd.display()))?,
-    );
+    let flags = sandbox
+        .map(|mode| vec![("sandbox".to_string(), mode.to_string())])
+        .unwrap_or_default();
+    let resolved = geode_runtime::config::Config::resolve(
+        &geode_runtime::config::Layers::discover(flags, &cwd, &super::exec::geode_home()),
+    )?;
+    let workspace = Arc::new(super::exec::person_workspace(&cwd, &resolved)?);
     let mut route_options = RouteOptions::from_env();
     route_options.effort = effort;
     let model = model_for(&route, &route_options)?;

@@ -32,7 +32,6 @@ use geode_runtime::server::channel::{Channels, Webhook};
 use geode_runtime::server::ipc::DaemonSocket;
 use geode_runtime::server::{ServerError, SessionFactory, Shared};
 use geode_runtime::session::SessionConfig;
-use geode_runtime::tools::workspace::LocalWorkspace;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
@@ -215,7 +214,8 @@ impl CliFactory {
     fn build(&self, id: Option<&SessionId>) -> Result<SessionConfig, ServerError> {
         let (route, effort) = self.route(id)?;
         let (model, route) = self.model(&route, effort)?;
-        let workspace = Arc::new(LocalWorkspace::new(&self.cwd).map_err(setup)?);
+        let workspace =
+            Arc::new(super::exec::person_workspace(&self.cwd, &self.cfg).map_err(setup)?);
         let mut policy = SessionPolicy::for_mode(self.mode);
         policy.hitl = match self.cfg.value("hitl") {
             "auto" => HitlLevel::Auto,

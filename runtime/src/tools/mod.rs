@@ -4,6 +4,7 @@ pub mod approval;
 pub mod builtin;
 pub mod cognitive;
 pub mod computer;
+pub mod confine;
 pub mod executor;
 pub mod input;
 pub mod locks;

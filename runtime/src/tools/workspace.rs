@@ -11,6 +11,8 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::tools::computer::{ComputerAction, ComputerError, Screenshot, x11};
+use crate::tools::confine::Confinement;
+pub use crate::tools::confine::{CommandSandbox, SandboxPolicy};
 pub use crate::tools::output::OutputCapture;
 use crate::tools::output::OutputSink;
 
@@ -33,6 +35,11 @@ pub enum WorkspaceError {
     },
     #[error("could not start process: {0}")]
     Spawn(std::io::Error),
+    #[error(
+        "the command sandbox could not be made ({0}); `--sandbox off` (or `sandbox = \"off\"` \
+         in the user's configuration) runs commands unconfined"
+    )]
+    Sandbox(std::io::Error),
     #[error(transparent)]
     Scope(#[from] ScopeViolation),
 }
@@ -109,6 +116,24 @@ pub trait Workspace: Send + Sync + std::fmt::Debug {
         self.exec(req, cancel).await
     }
 
+    /// Whether commands run confined ([`CommandSandbox::WorkspaceWrite`]), so that a call
+    /// asking to run outside needs a person's approval.
+    fn confines_commands(&self) -> bool {
+        false
+    }
+
+    /// `exec_live` outside the command sandbox, for a call a person approved as such. A
+    /// workspace that does not confine commands per call (a benchmark sandbox is confined as
+    /// a whole) runs `exec_live`, which is the default.
+    async fn exec_escalated(
+        &self,
+        req: ExecRequest,
+        cancel: CancellationToken,
+        live: OutputSink,
+    ) -> Result<ExecOutput, WorkspaceError> {
+        self.exec_live(req, cancel, live).await
+    }
+
     /// Performs a `computer` action on this workspace's display and returns the screenshot
     /// after it. Workspaces without a display refuse, which is the default.
     async fn computer(&self, action: &ComputerAction) -> Result<Screenshot, ComputerError> {
@@ -117,8 +142,9 @@ pub trait Workspace: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// A directory on this machine. Commands run unsandboxed as the current user; only the path
-/// checks of `resolve` keep the file tools inside the root.
+/// A directory on this machine. The path checks of `resolve` keep the file tools inside the
+/// root; commands run as the current user, unconfined or in the command sandbox
+/// ([`LocalWorkspace::with_sandbox`]).
 ///
 /// Each command runs in its own process group, and that whole group is killed when the call
 /// ends — on timeout, on cancellation, on a dropped future and also after a normal exit. The
@@ -128,6 +154,7 @@ pub trait Workspace: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone)]
 pub struct LocalWorkspace {
     root: PathBuf,
+    sandbox: CommandSandbox,
 }
 
 /// How long to keep reading output once the command is gone; a grandchild that left its own
@@ -149,7 +176,16 @@ impl LocalWorkspace {
                 "not a directory",
             )));
         }
-        Ok(LocalWorkspace { root })
+        Ok(LocalWorkspace {
+            root,
+            sandbox: CommandSandbox::Off,
+        })
+    }
+
+    /// Runs every command under `sandbox` (a person's session; see [`crate::tools::confine`]).
+    pub fn with_sandbox(mut self, sandbox: CommandSandbox) -> Self {
+        self.sandbox = sandbox;
+        self
     }
 
     /// The path as the model should see it: relative to the root.
@@ -427,12 +463,48 @@ impl Workspace for LocalWorkspace {
         cancel: CancellationToken,
         live: OutputSink,
     ) -> Result<ExecOutput, WorkspaceError> {
+        self.run(req, cancel, live, &self.sandbox).await
+    }
+
+    fn confines_commands(&self) -> bool {
+        matches!(self.sandbox, CommandSandbox::WorkspaceWrite(_))
+    }
+
+    async fn exec_escalated(
+        &self,
+        req: ExecRequest,
+        cancel: CancellationToken,
+        live: OutputSink,
+    ) -> Result<ExecOutput, WorkspaceError> {
+        self.run(req, cancel, live, &CommandSandbox::Off).await
+    }
+
+    /// The user's own display (`$DISPLAY`): the REPL's computer use acts on the desktop the
+    /// person sits at, after they approve each call.
+    async fn computer(&self, action: &ComputerAction) -> Result<Screenshot, ComputerError> {
+        let action = action.clone();
+        tokio::task::spawn_blocking(move || x11::perform(None, &action))
+            .await
+            .map_err(|e| ComputerError::Worker(e.to_string()))?
+    }
+}
+
+impl LocalWorkspace {
+    /// One command, confined by `sandbox`.
+    async fn run(
+        &self,
+        req: ExecRequest,
+        cancel: CancellationToken,
+        live: OutputSink,
+        sandbox: &CommandSandbox,
+    ) -> Result<ExecOutput, WorkspaceError> {
         let cwd = match &req.cwd {
             None => self.root.clone(),
             Some(dir) => self.resolve(&dir.to_string_lossy())?,
         };
         let started = std::time::Instant::now();
-        let mut child = tokio::process::Command::new("bash")
+        let mut command = tokio::process::Command::new("bash");
+        command
             .arg("-c")
             .arg(&req.command)
             .current_dir(&cwd)
@@ -441,9 +513,21 @@ impl Workspace for LocalWorkspace {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true)
-            .process_group(0)
-            .spawn()
-            .map_err(WorkspaceError::Spawn)?;
+            .process_group(0);
+        let spawn_error = match sandbox {
+            CommandSandbox::Off => WorkspaceError::Spawn,
+            CommandSandbox::WorkspaceWrite(policy) => {
+                let confinement =
+                    Confinement::new(&self.root, &cwd, policy).map_err(WorkspaceError::Sandbox)?;
+                // SAFETY: `apply` makes system calls only, on memory computed before the fork.
+                #[allow(unsafe_code)]
+                unsafe {
+                    command.pre_exec(move || confinement.apply());
+                }
+                WorkspaceError::Sandbox
+            }
+        };
+        let mut child = command.spawn().map_err(spawn_error)?;
         // With `process_group(0)` the child leads a group whose id is its pid.
         let group = GroupGuard::new(
             child
@@ -494,15 +578,6 @@ impl Workspace for LocalWorkspace {
             truncated,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         })
-    }
-
-    /// The user's own display (`$DISPLAY`): the REPL's computer use acts on the desktop the
-    /// person sits at, after they approve each call.
-    async fn computer(&self, action: &ComputerAction) -> Result<Screenshot, ComputerError> {
-        let action = action.clone();
-        tokio::task::spawn_blocking(move || x11::perform(None, &action))
-            .await
-            .map_err(|e| ComputerError::Worker(e.to_string()))?
     }
 }
 

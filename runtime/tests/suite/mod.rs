@@ -3,6 +3,7 @@ mod builtin_tools;
 mod channel_policy;
 mod codex_login;
 mod codex_server;
+mod command_sandbox;
 mod common;
 mod delegate;
 mod durable;

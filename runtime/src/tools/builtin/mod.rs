@@ -154,7 +154,14 @@ pub struct BashInput {
     /// Kill the command after this many seconds (default 120).
     #[schemars(range(min = 1, max = BASH_MAX_TIMEOUT_SECS))]
     pub timeout_sec: Option<u64>,
+    /// Only where commands run in a sandbox and this one cannot (it needs the network, or to
+    /// write outside the workspace): why. The person is asked to approve it outside the
+    /// sandbox.
+    pub escalate: Option<String>,
 }
+
+/// The `bash` argument that asks to run outside the command sandbox.
+pub const ESCALATE_ARG: &str = "escalate";
 
 impl BashTool {
     pub fn spec() -> ToolSpec {
@@ -190,11 +197,17 @@ impl BashTool {
             output_cap: BASH_OUTPUT_CAP,
             env: Vec::new(),
         };
-        let out = ctx
-            .workspace
-            .exec_live(req, ctx.cancel.clone(), ctx.output.clone())
-            .await
-            .map_err(failed)?;
+        // The approval step made a person approve an escalated call (see `escalation`).
+        let out = if input.escalate.is_some() {
+            ctx.workspace
+                .exec_escalated(req, ctx.cancel.clone(), ctx.output.clone())
+                .await
+        } else {
+            ctx.workspace
+                .exec_live(req, ctx.cancel.clone(), ctx.output.clone())
+                .await
+        }
+        .map_err(failed)?;
         let mut text = out.stdout;
         if !out.stderr.is_empty() {
             push_line(&mut text, "[stderr]");

@@ -50,6 +50,19 @@ impl ToolExecutor {
 
     // --- 6. approval ------------------------------------------------------------------------
 
+    /// A call asking to run outside the command sandbox, as a reason a person must approve it
+    /// (whatever was answered "always" for the tool, as a hook asking would).
+    fn escalation(&self, pending: &Pending<'_>) -> Option<String> {
+        if !self.workspace.confines_commands() || pending.tool.spec.command_arg.is_none() {
+            return None;
+        }
+        let why = pending.input.get(crate::tools::builtin::ESCALATE_ARG)?;
+        Some(format!(
+            "runs OUTSIDE the sandbox (network, the whole machine writable): {}",
+            why.as_str().unwrap_or("no reason given")
+        ))
+    }
+
     pub(super) async fn approve(
         &self,
         pending: &Pending<'_>,
@@ -58,6 +71,7 @@ impl ToolExecutor {
         hooks: &mut Vec<HookDecided>,
     ) -> Result<(), Denial> {
         let name = &pending.tool.spec.name;
+        let asked = asked.or_else(|| self.escalation(pending));
         match self.gate.decide(
             &self.policy,
             name,
