@@ -10,13 +10,13 @@
 //!
 //! The one structured part is `[mcp.servers.NAME]` (MCP servers, `mcp::settings`): those tables
 //! are parsed into typed values and kept per file, since a project's servers run only after
-//! `geode trust`.
+//! `geode trust`. A project's `.mcp.json` (Claude Code's servers) joins its servers.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::mcp::settings::{McpSettings, parse_mcp_table};
+use crate::mcp::settings::{McpServerConfig, McpSettings, parse_mcp_json, parse_mcp_table};
 
 /// One known key: its name, default and what it is for.
 #[derive(Debug, Clone, Copy)]
@@ -159,6 +159,8 @@ pub struct Layers {
     pub project_file: Option<PathBuf>,
     /// `~/.geode/config.toml` (`$GEODE_HOME/config.toml`), when it exists.
     pub user_file: Option<PathBuf>,
+    /// The project's `.mcp.json` (Claude Code's MCP servers), when it exists.
+    pub mcp_json: Option<PathBuf>,
 }
 
 impl Layers {
@@ -174,6 +176,7 @@ impl Layers {
             env,
             project_file: existing(project_root.join(".geode").join("config.toml")),
             user_file: existing(geode_home.join("config.toml")),
+            mcp_json: existing(project_root.join(".mcp.json")),
         }
     }
 }
@@ -248,7 +251,22 @@ pub fn mcp_settings(layers: &Layers) -> Result<McpSettings, ConfigError> {
     if let Some(p) = &layers.project_file {
         mcp.project = parse_file(p, true)?.1;
     }
+    add_mcp_json(&mut mcp.project, layers)?;
     Ok(mcp)
+}
+
+/// The servers of the project's `.mcp.json` after `project`'s, except those a server of the
+/// same name in `.geode/config.toml` already declares (GEODE's table may carry a policy).
+fn add_mcp_json(project: &mut Vec<McpServerConfig>, layers: &Layers) -> Result<(), ConfigError> {
+    let Some(path) = &layers.mcp_json else {
+        return Ok(());
+    };
+    for server in parse_mcp_json(path)? {
+        if !project.iter().any(|p| p.name == server.name) {
+            project.push(server);
+        }
+    }
+    Ok(())
 }
 
 fn flatten(prefix: &str, table: &toml::Table, out: &mut BTreeMap<String, String>) {
@@ -293,9 +311,11 @@ impl Config {
             Some(p) => read_file(p, false)?,
             None => empty(),
         };
+        let mut project_servers = project_contents.mcp;
+        add_mcp_json(&mut project_servers, layers)?;
         let mcp = McpSettings {
             user: user_contents.mcp,
-            project: project_contents.mcp,
+            project: project_servers,
             project_file: layers.project_file.clone(),
         };
         let (project, user) = (project_contents.flat, user_contents.flat);
@@ -503,6 +523,7 @@ mod tests {
             env: BTreeMap::from([("GEODE_HITL".into(), "everything".into())]),
             project_file: Some(project.clone()),
             user_file: Some(user.clone()),
+            mcp_json: None,
         };
         let c = Config::resolve(&layers).unwrap();
         assert_eq!(c.value("model"), "flag-model");

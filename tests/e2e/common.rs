@@ -10,6 +10,9 @@ use std::process::{Command, Stdio};
 pub fn geode_bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_geode"));
     c.env("GEODE_IMAGES", super::registry::shared_store());
+    // Claude Code's user folder (settings hooks, skills) is never the machine's own `~/.claude`:
+    // a test that wants one sets its own.
+    c.env("CLAUDE_CONFIG_DIR", "/nonexistent/geode-e2e/claude");
     c
 }
 

@@ -23,13 +23,13 @@ text = "Done."
 
 use super::common::geode_in as geode;
 
-struct Daemon {
+pub(super) struct Daemon {
     child: Child,
     socket: PathBuf,
 }
 
 impl Daemon {
-    fn start(dir: &Path, script: &str, env: &[(&str, &str)]) -> Daemon {
+    pub(super) fn start(dir: &Path, script: &str, env: &[(&str, &str)]) -> Daemon {
         std::fs::write(dir.join("script.toml"), script).unwrap();
         let mut cmd = geode(dir);
         cmd.args(["serve"])

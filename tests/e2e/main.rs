@@ -5,6 +5,7 @@ mod attacks;
 #[path = "../support/browser.rs"]
 mod browser;
 mod channel;
+mod claude_code;
 mod codex_login;
 mod command_sandbox;
 mod common;

@@ -54,7 +54,8 @@ pub(super) struct TurnFlags {
     /// Do not write a timeline.
     #[arg(long, conflicts_with = "timeline")]
     no_timeline: bool,
-    /// Command hooks in TOML (`[[hooks.PreToolUse]]`, the Claude Code shape).
+    /// Command hooks: GEODE's TOML (`[[hooks.PreToolUse]]`) or Claude Code's settings JSON
+    /// (`.claude/settings.json`, read as it is).
     #[arg(long)]
     hooks: Vec<PathBuf>,
     /// Scaffold file (TOML) overriding prompt, verify, guards.
@@ -86,7 +87,8 @@ impl TurnFlags {
         }
         let mut hooks = HookRegistry::new();
         for path in &self.hooks {
-            load_command_hooks(&mut hooks, path, workspace.root())?;
+            let loaded = load_command_hooks(&mut hooks, path, workspace.root())?;
+            super::serve::warn_skipped(&loaded.skipped);
         }
         super::serve::warn_matchers_matching_no_tool(&hooks, "--hooks");
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<LoopEvent>();
@@ -280,8 +282,12 @@ pub async fn run(args: ExecArgs, sandbox: Option<&str>) -> anyhow::Result<Exit> 
             .system_prompt
             .extend(load_declared_sections(&root, &decl)?);
     }
+    // A file named by --hooks too (a trusted project's `.claude/settings.json`) runs once.
+    let flagged: Vec<PathBuf> = args.turn.hooks.iter().map(|f| same_file(f)).collect();
     for file in super::serve::configured_hooks(&resolved, &cwd)? {
-        load_command_hooks(&mut cfg.hooks, &file, &root)?;
+        if !flagged.contains(&same_file(&file)) {
+            load_command_hooks(&mut cfg.hooks, &file, &root)?;
+        }
     }
     if let Some(id) = &args.session_id {
         cfg.session_id = SessionId::new(id.clone());
@@ -298,6 +304,11 @@ pub async fn run(args: ExecArgs, sandbox: Option<&str>) -> anyhow::Result<Exit> 
     let driver = Driver::start(args.turn.json, rx);
     let outcome = session.run_turn(&prompt, &driver.cancel).await;
     driver.finish(session, outcome).await
+}
+
+/// `path` as it compares with another name of the same file.
+fn same_file(path: &std::path::Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Prints a session's events while a turn runs and turns Ctrl-C into cancellation; then

@@ -12,6 +12,7 @@ use strum::IntoEnumIterator;
 mod backends;
 mod bench;
 mod bench_view;
+mod claude_code;
 mod config;
 mod connect;
 mod crucible;

@@ -99,24 +99,47 @@ pub struct CliFactory {
     pub skills: Arc<geode_runtime::skills::SkillSet>,
 }
 
-/// The hook files the configuration names: relative to the folder of the file that names them
-/// (the project root, `$GEODE_HOME`) or to `cwd` for a flag or the environment. A project's
-/// hooks are commands a cloned repository would run: they need the project trusted (`geode
-/// trust`), as its MCP servers do. Every file is read once here, so a bad one stops the start.
+/// The hook files of a session: Claude Code's settings (the user's, then the project's
+/// `.claude/settings.json` and `.claude/settings.local.json`), then the files the
+/// configuration's `hooks` names, relative to the folder of the file that names them (the
+/// project root, `$GEODE_HOME`) or to `cwd` for a flag or the environment. A project's hooks
+/// are commands a cloned repository would run: they need the project trusted (`geode trust`),
+/// as its MCP servers do. Every file is read once here, so a bad one stops the start.
 pub fn configured_hooks(cfg: &Config, cwd: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = super::claude_code::user_settings();
+    // Settings files hold more than hooks (permissions, model, ...): one without hooks is no
+    // reason to ask for trust.
+    let mut with_hooks = Vec::new();
+    for file in super::claude_code::project_settings(cwd) {
+        let (_, loaded) = probe_hooks(&file, cwd)?;
+        if loaded.count > 0 || !loaded.skipped.is_empty() {
+            with_hooks.push(file);
+        }
+    }
+    if !with_hooks.is_empty() {
+        let shown: Vec<String> = with_hooks.iter().map(|f| f.display().to_string()).collect();
+        if trusted(cwd, &format!("Claude Code hooks ({})", shown.join(", ")))? {
+            files.extend(with_hooks);
+        }
+    }
+    files.extend(config_hooks(cfg, cwd)?);
+    for file in &files {
+        let (registry, loaded) = probe_hooks(file, cwd)?;
+        warn_skipped(&loaded.skipped);
+        warn_matchers_matching_no_tool(&registry, &file.display().to_string());
+    }
+    Ok(files)
+}
+
+/// The hook files the configuration's `hooks` names (none of an untrusted project's).
+fn config_hooks(cfg: &Config, cwd: &Path) -> anyhow::Result<Vec<PathBuf>> {
     use geode_runtime::config::Source;
     let Some(setting) = cfg.get("hooks") else {
         return Ok(Vec::new());
     };
     let base = match &setting.source {
         Source::Project(_) => {
-            let trust = TrustStore::new(&geode_home()).check(cwd)?;
-            if !trust.is_trusted() {
-                say!(
-                    "geode: the project's hooks ({}) are not loaded: {}",
-                    setting.value,
-                    trust.explain(cwd)
-                );
+            if !trusted(cwd, &format!("hooks ({})", setting.value))? {
                 return Ok(Vec::new());
             }
             cwd.to_path_buf()
@@ -124,13 +147,41 @@ pub fn configured_hooks(cfg: &Config, cwd: &Path) -> anyhow::Result<Vec<PathBuf>
         Source::User(_) => geode_home(),
         Source::Flag(_) | Source::Env(_) | Source::Default => cwd.to_path_buf(),
     };
-    let files: Vec<PathBuf> = cfg.list("hooks").iter().map(|f| base.join(f)).collect();
-    for file in &files {
-        let mut probe = geode_runtime::hooks::registry::HookRegistry::new();
-        geode_runtime::hooks::command::load_command_hooks(&mut probe, file, cwd)?;
-        warn_matchers_matching_no_tool(&probe, &file.display().to_string());
+    Ok(cfg.list("hooks").iter().map(|f| base.join(f)).collect())
+}
+
+/// Whether the project in `cwd` is trusted; if not, says on stderr that its `what` are not
+/// loaded, and why.
+fn trusted(cwd: &Path, what: &str) -> anyhow::Result<bool> {
+    let trust = TrustStore::new(&geode_home()).check(cwd)?;
+    if !trust.is_trusted() {
+        say!(
+            "geode: the project's {what} are not loaded: {}",
+            trust.explain(cwd)
+        );
     }
-    Ok(files)
+    Ok(trust.is_trusted())
+}
+
+/// The hooks of `file` in a registry of their own, and what loading them skipped.
+fn probe_hooks(
+    file: &Path,
+    cwd: &Path,
+) -> anyhow::Result<(
+    geode_runtime::hooks::registry::HookRegistry,
+    geode_runtime::hooks::command::LoadedHooks,
+)> {
+    let mut probe = geode_runtime::hooks::registry::HookRegistry::new();
+    let loaded = geode_runtime::hooks::command::load_command_hooks(&mut probe, file, cwd)?;
+    Ok((probe, loaded))
+}
+
+/// Say, on stderr, each hook a file holds that GEODE cannot run (an event it does not have, a
+/// hook type other than `command`).
+pub fn warn_skipped(skipped: &[String]) {
+    for s in skipped {
+        say!("geode: warning: {s}");
+    }
 }
 
 /// Say, on stderr, which hooks from `source` have a matcher no standard tool answers to:
@@ -283,15 +334,17 @@ impl SessionFactory for CliFactory {
         let mut lines = Vec::new();
         for file in &self.hooks {
             lines.push(format!("from {}", file.display()));
-            if let Err(e) =
-                geode_runtime::hooks::command::load_command_hooks(&mut registry, file, &self.cwd)
+            match geode_runtime::hooks::command::load_command_hooks(&mut registry, file, &self.cwd)
             {
-                lines.push(format!("  cannot load: {e}"));
+                Ok(loaded) => lines.extend(loaded.skipped.iter().map(|s| format!("  {s}"))),
+                Err(e) => lines.push(format!("  cannot load: {e}")),
             }
         }
         lines.extend(registry.describe().into_iter().map(|l| format!("  {l}")));
         if lines.is_empty() {
-            "no hooks configured (the configuration's `hooks` names hook files)".into()
+            "no hooks configured (the configuration's `hooks` names hook files; Claude Code's \
+             settings.json hooks are read too)"
+                .into()
         } else {
             lines.join("\n")
         }

@@ -1,6 +1,7 @@
 //! `geode skills list|show NAME` and the skills of the daily CLI's sessions: the folders under
-//! `$GEODE_HOME/skills`, then the project's `.geode/skills` (a project skill shadows a user
-//! skill of the same name, with a warning).
+//! Claude Code's `~/.claude/skills`, `$GEODE_HOME/skills`, then the project's `.claude/skills`
+//! and `.geode/skills` (same `SKILL.md` format; a later folder's skill shadows an earlier one's
+//! of the same name, with a warning: the project's over the user's, GEODE's over Claude Code's).
 
 use super::exit::Exit;
 use std::path::{Path, PathBuf};
@@ -34,7 +35,9 @@ pub struct SkillsArgs {
 /// Where the daily CLI looks for skills, earliest (most easily shadowed) first.
 pub(super) fn skill_roots(project: &Path) -> Vec<PathBuf> {
     vec![
+        super::claude_code::user_dir().join("skills"),
         geode_home().join("skills"),
+        project.join(".claude").join("skills"),
         project.join(".geode").join("skills"),
     ]
 }
@@ -53,7 +56,8 @@ pub(super) async fn local_skills(project: &Path) -> anyhow::Result<SkillSet> {
 /// One line per skill (for `geode skills list` and `/skills`).
 pub(super) fn describe(set: &SkillSet) -> String {
     if set.is_empty() {
-        return "no skills (folders with a SKILL.md under $GEODE_HOME/skills or .geode/skills)"
+        return "no skills (folders with a SKILL.md under $GEODE_HOME/skills, .geode/skills, \
+                ~/.claude/skills or .claude/skills)"
             .to_string();
     }
     let mut lines: Vec<String> = set

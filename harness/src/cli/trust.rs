@@ -1,13 +1,15 @@
-//! `geode trust`: allow a project's `.geode/config.toml` to start MCP servers.
+//! `geode trust`: allow a project's files that name commands (`.geode/config.toml`, `.mcp.json`,
+//! `.claude/settings.json`, `.claude/settings.local.json`) to start MCP servers and hooks.
 //!
-//! Trust is recorded per project path with the SHA-256 of the config file's bytes in
-//! `$GEODE_HOME/trust.json`; an edited file is untrusted again until `geode trust` runs anew.
+//! Trust is recorded per project path with the SHA-256 of each such file's bytes in
+//! `$GEODE_HOME/trust.json`; an edited, added or removed file makes the project untrusted again
+//! until `geode trust` runs anew.
 
 use super::exit::Exit;
 use std::path::PathBuf;
 
 use clap::Args;
-use geode_runtime::mcp::trust::{TrustState, TrustStore, project_config};
+use geode_runtime::mcp::trust::{TrustState, TrustStore};
 
 use super::exec::geode_home;
 
@@ -49,10 +51,16 @@ pub fn run(args: TrustArgs) -> anyhow::Result<Exit> {
         return Ok(Exit::Success);
     }
     let entry = store.trust(&project)?;
+    let files: Vec<String> = entry
+        .files
+        .iter()
+        .map(|(f, sha)| format!("{f} sha256 {sha}"))
+        .collect();
     println!(
-        "trusted: {} (sha256 {}); its MCP servers may start. Editing the file revokes this.",
-        project_config(&entry.project).display(),
-        entry.sha256
+        "trusted: {} ({}); its MCP servers and hooks may start. Editing any of these files \
+         revokes this.",
+        entry.project.display(),
+        files.join(", ")
     );
     Ok(Exit::Success)
 }

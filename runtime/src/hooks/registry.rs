@@ -10,6 +10,7 @@ use regex::Regex;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::claude_code::ClaudeMatcher;
 use super::decided::HookDecided;
 use super::events::{HookDecision, HookEnvelope, HookEvent, HookEventKind};
 
@@ -75,11 +76,70 @@ pub enum HookConfigError {
     },
 }
 
+/// Which tools a handler of a tool event runs for, in the dialect its file was written in.
+#[derive(Debug, Clone)]
+pub enum ToolMatcher {
+    All,
+    /// GEODE's: a regex over the whole GEODE tool name; `configured` is as written.
+    Geode {
+        regex: Regex,
+        configured: String,
+    },
+    /// Claude Code's, over Claude Code's names of the tools.
+    ClaudeCode {
+        matcher: ClaudeMatcher,
+        configured: String,
+    },
+}
+
+impl ToolMatcher {
+    /// GEODE's matcher `m` (`None`, empty or `*`: every tool), anchored at both ends.
+    pub fn geode(m: Option<&str>) -> Result<Self, regex::Error> {
+        Ok(match m {
+            None | Some("") | Some("*") => ToolMatcher::All,
+            Some(m) => ToolMatcher::Geode {
+                regex: Regex::new(&format!("^(?:{m})$"))?,
+                configured: m.to_string(),
+            },
+        })
+    }
+
+    /// Claude Code's matcher `m` (`None`: every tool).
+    pub fn claude_code(m: Option<&str>) -> Result<Self, regex::Error> {
+        Ok(match ClaudeMatcher::parse(m.unwrap_or(""))? {
+            ClaudeMatcher::All => ToolMatcher::All,
+            matcher => ToolMatcher::ClaudeCode {
+                matcher,
+                configured: m.unwrap_or("").to_string(),
+            },
+        })
+    }
+
+    /// Whether it selects GEODE's tool `tool`.
+    pub fn matches(&self, tool: &str) -> bool {
+        match self {
+            ToolMatcher::All => true,
+            ToolMatcher::Geode { regex, .. } => regex.is_match(tool),
+            ToolMatcher::ClaudeCode { matcher, .. } => matcher.matches(tool),
+        }
+    }
+
+    /// The matcher as its file wrote it (`*` for every tool).
+    pub fn configured(&self) -> &str {
+        match self {
+            ToolMatcher::All => "*",
+            ToolMatcher::Geode { configured, .. } | ToolMatcher::ClaudeCode { configured, .. } => {
+                configured
+            }
+        }
+    }
+}
+
 /// Cloned with its registry: a sub-agent session runs the parent's hooks.
 #[derive(Clone)]
 struct Registered {
     kind: HookEventKind,
-    matcher: Option<Regex>,
+    matcher: ToolMatcher,
     priority: i32,
     timeout: Duration,
     handler: Arc<dyn HookHandler>,
@@ -101,14 +161,6 @@ impl std::fmt::Debug for HookRegistry {
             )
             .finish()
     }
-}
-
-/// A matcher as configured, without the anchors `register` adds.
-fn as_configured(re: &Regex) -> &str {
-    let m = re.as_str();
-    m.strip_prefix("^(?:")
-        .and_then(|m| m.strip_suffix(")$"))
-        .unwrap_or(m)
 }
 
 /// How strongly a non-stopping decision overrides another.
@@ -137,7 +189,7 @@ impl HookRegistry {
         hooks
             .iter()
             .map(|h| {
-                let matcher = h.matcher.as_ref().map_or("*", as_configured);
+                let matcher = h.matcher.configured();
                 format!("{} {matcher}: {}", h.kind.name(), h.handler.name())
             })
             .collect()
@@ -152,9 +204,9 @@ impl HookRegistry {
             .iter()
             .filter(|h| h.kind.has_tool())
             .filter_map(|h| {
-                let re = h.matcher.as_ref()?;
-                let configured = as_configured(re);
-                let dead = !configured.contains("mcp__") && !tools.iter().any(|t| re.is_match(t));
+                let configured = h.matcher.configured();
+                let dead =
+                    !configured.contains("mcp__") && !tools.iter().any(|t| h.matcher.matches(t));
                 dead.then(|| {
                     format!(
                         "{} matcher {configured:?} of {:?} matches no tool (tools: {})",
@@ -177,17 +229,25 @@ impl HookRegistry {
         timeout: Duration,
         handler: Arc<dyn HookHandler>,
     ) -> Result<(), HookConfigError> {
-        let matcher = match matcher {
-            None | Some("") | Some("*") => None,
-            Some(m) => Some(Regex::new(&format!("^(?:{m})$")).map_err(|e| {
-                HookConfigError::BadMatcher {
-                    source_name: handler.name(),
-                    event: kind.name().to_string(),
-                    matcher: m.to_string(),
-                    error: e.to_string(),
-                }
-            })?),
-        };
+        let matcher = ToolMatcher::geode(matcher).map_err(|e| HookConfigError::BadMatcher {
+            source_name: handler.name(),
+            event: kind.name().to_string(),
+            matcher: matcher.unwrap_or_default().to_string(),
+            error: e.to_string(),
+        })?;
+        self.register_matching(kind, matcher, priority, timeout, handler);
+        Ok(())
+    }
+
+    /// `register` with a matcher already built (in either dialect).
+    pub fn register_matching(
+        &mut self,
+        kind: HookEventKind,
+        matcher: ToolMatcher,
+        priority: i32,
+        timeout: Duration,
+        handler: Arc<dyn HookHandler>,
+    ) {
         self.hooks.push(Registered {
             kind,
             matcher,
@@ -197,7 +257,6 @@ impl HookRegistry {
         });
         // Stable sort keeps registration order within one priority.
         self.hooks.sort_by_key(|h| h.priority);
-        Ok(())
     }
 
     /// Whether any handler listens to `kind` (lets hot paths skip building payloads).
@@ -218,8 +277,8 @@ impl HookRegistry {
         let kind = envelope.event.kind();
         let mut out = HookOutcome::empty();
         for hook in self.hooks.iter().filter(|h| h.kind == kind) {
-            if let (Some(re), Some(tool)) = (&hook.matcher, envelope.event.tool_name())
-                && !re.is_match(tool)
+            if let Some(tool) = envelope.event.tool_name()
+                && !hook.matcher.matches(tool)
             {
                 continue;
             }

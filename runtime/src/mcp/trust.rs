@@ -1,16 +1,22 @@
-//! The trust store: which projects' `.geode/config.toml` may start MCP servers.
+//! The trust store: which projects' files may make GEODE start processes.
 //!
-//! `geode trust` records the SHA-256 of the project config file's bytes with the project's path
-//! in `$GEODE_HOME/trust.json`. A project whose config hashes differently now is untrusted again
-//! until `geode trust` is run once more: a changed file may declare new commands to run.
+//! A project's files that name commands to run are `TRUSTED_FILES`: its `.geode/config.toml`
+//! (MCP servers, hooks), Claude Code's `.mcp.json` (MCP servers) and `.claude/settings.json`
+//! and `.claude/settings.local.json` (hooks). A cloned repository could hold any of them, so
+//! none is acted on until `geode trust` records the SHA-256 of each one present, with the
+//! project's path, in `$GEODE_HOME/trust.json`. A project whose files hash differently now (one
+//! edited, added or removed) is untrusted again until `geode trust` is run once more.
 //!
-//! File format (`geode.trust.v1`):
+//! File format (`geode.trust.v2`; a `geode.trust.v1` entry, which hashed `.geode/config.toml`
+//! alone in `config` and `sha256`, still reads as trust in that one file):
 //! ```json
-//! {"schema": "geode.trust.v1",
-//!  "projects": [{"project": "/abs/dir", "config": "/abs/dir/.geode/config.toml",
-//!                "sha256": "<hex>", "trusted_at": "2026-11-30T04:00:00Z"}]}
+//! {"schema": "geode.trust.v2",
+//!  "projects": [{"project": "/abs/dir",
+//!                "files": {".geode/config.toml": "<hex>", ".mcp.json": "<hex>"},
+//!                "trusted_at": "2026-11-30T04:00:00Z"}]}
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -18,15 +24,54 @@ use sha2::{Digest, Sha256};
 
 use super::McpError;
 
-pub const TRUST_SCHEMA: &str = "geode.trust.v1";
+pub const TRUST_SCHEMA: &str = "geode.trust.v2";
+/// The schema before Claude Code's files were covered; read, never written.
+const TRUST_SCHEMA_V1: &str = "geode.trust.v1";
+
+/// The files of a project that can start processes, relative to its root.
+pub const TRUSTED_FILES: [&str; 4] = [
+    ".geode/config.toml",
+    ".mcp.json",
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+];
 
 /// One trusted project.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "RawEntry")]
 pub struct TrustEntry {
     pub project: PathBuf,
-    pub config: PathBuf,
-    pub sha256: String,
+    /// Each file trusted, relative to the project, with the SHA-256 of its bytes.
+    pub files: BTreeMap<String, String>,
     pub trusted_at: String,
+}
+
+/// An entry as either schema wrote it.
+#[derive(Deserialize)]
+struct RawEntry {
+    project: PathBuf,
+    #[serde(default)]
+    files: BTreeMap<String, String>,
+    /// v1: the hash of `.geode/config.toml`.
+    #[serde(default)]
+    sha256: Option<String>,
+    trusted_at: String,
+}
+
+impl From<RawEntry> for TrustEntry {
+    fn from(raw: RawEntry) -> Self {
+        let mut files = raw.files;
+        if let Some(sha) = raw.sha256
+            && files.is_empty()
+        {
+            files.insert(TRUSTED_FILES[0].to_string(), sha);
+        }
+        TrustEntry {
+            project: raw.project,
+            files,
+            trusted_at: raw.trusted_at,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -35,16 +80,16 @@ struct TrustFile {
     projects: Vec<TrustEntry>,
 }
 
-/// Whether a project's MCP servers may start.
+/// Whether a project's files may start processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TrustState {
-    /// The config file hashes as recorded.
+    /// Every file hashes as recorded, and no other is there.
     Trusted(TrustEntry),
     /// Never trusted (or revoked).
     Untrusted,
-    /// Trusted once, but the file changed since.
-    Changed { recorded: String, current: String },
-    /// The project has no `.geode/config.toml`.
+    /// Trusted once, but these files changed, appeared or went away since.
+    Changed { files: Vec<String> },
+    /// The project has none of `TRUSTED_FILES`.
     NoConfig,
 }
 
@@ -53,26 +98,31 @@ impl TrustState {
         matches!(self, TrustState::Trusted(_))
     }
 
-    /// Why a project's servers do not start, and what to do about it.
+    /// Why a project's servers and hooks do not start, and what to do about it.
     pub fn explain(&self, project: &Path) -> String {
         let dir = project.display();
         match self {
             TrustState::Trusted(e) => format!(
-                "trusted since {} (config sha256 {})",
+                "trusted since {} ({})",
                 e.trusted_at,
-                short(&e.sha256)
+                e.files
+                    .iter()
+                    .map(|(f, sha)| format!("{f} sha256 {}", short(sha)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             TrustState::Untrusted => format!(
-                "project {dir} is not trusted: its MCP servers do not start; run `geode trust` \
-                 in {dir} to allow them"
+                "project {dir} is not trusted: its MCP servers and hooks do not start; run \
+                 `geode trust` in {dir} to allow them"
             ),
-            TrustState::Changed { recorded, current } => format!(
-                "project {dir} is untrusted again: .geode/config.toml changed since `geode trust` \
-                 (sha256 {} recorded, {} now); review it and run `geode trust` again",
-                short(recorded),
-                short(current)
+            TrustState::Changed { files } => format!(
+                "project {dir} is untrusted again: {} changed since `geode trust`; review \
+                 and run `geode trust` again",
+                files.join(", ")
             ),
-            TrustState::NoConfig => format!("project {dir} has no .geode/config.toml"),
+            TrustState::NoConfig => {
+                format!("project {dir} has none of {}", TRUSTED_FILES.join(", "))
+            }
         }
     }
 }
@@ -90,6 +140,18 @@ pub struct TrustStore {
 /// `project/.geode/config.toml`.
 pub fn project_config(project: &Path) -> PathBuf {
     project.join(".geode").join("config.toml")
+}
+
+/// Each of `TRUSTED_FILES` present in `project`, with its hash.
+fn present_files(project: &Path) -> Result<BTreeMap<String, String>, McpError> {
+    let mut files = BTreeMap::new();
+    for rel in TRUSTED_FILES {
+        let path = project.join(rel);
+        if path.is_file() {
+            files.insert(rel.to_string(), file_sha256(&path)?);
+        }
+    }
+    Ok(files)
 }
 
 fn io(path: &Path, e: std::io::Error) -> McpError {
@@ -129,15 +191,16 @@ impl TrustStore {
             }
             Err(e) => return Err(io(&self.path, e)),
         };
-        let file: TrustFile = serde_json::from_str(&text)
+        let mut file: TrustFile = serde_json::from_str(&text)
             .map_err(|e| McpError::Trust(format!("{}: {e}", self.path.display())))?;
-        if file.schema != TRUST_SCHEMA {
+        if file.schema != TRUST_SCHEMA && file.schema != TRUST_SCHEMA_V1 {
             return Err(McpError::Trust(format!(
                 "{}: schema {:?}, expected {TRUST_SCHEMA}",
                 self.path.display(),
                 file.schema
             )));
         }
+        file.schema = TRUST_SCHEMA.into();
         Ok(file)
     }
 
@@ -156,41 +219,44 @@ impl TrustStore {
         std::fs::rename(&tmp, &self.path).map_err(|e| io(&self.path, e))
     }
 
-    /// The trust state of `project` (its `.geode/config.toml`).
+    /// The trust state of `project` (its `TRUSTED_FILES`).
     pub fn check(&self, project: &Path) -> Result<TrustState, McpError> {
-        let config = project_config(project);
-        if !config.is_file() {
+        let current = present_files(project)?;
+        if current.is_empty() {
             return Ok(TrustState::NoConfig);
         }
         let project = canonical(project)?;
-        let current = file_sha256(&config)?;
         let file = self.load()?;
-        Ok(
-            match file.projects.into_iter().find(|e| e.project == project) {
-                None => TrustState::Untrusted,
-                Some(e) if e.sha256 == current => TrustState::Trusted(e),
-                Some(e) => TrustState::Changed {
-                    recorded: e.sha256,
-                    current,
-                },
-            },
-        )
+        let Some(entry) = file.projects.into_iter().find(|e| e.project == project) else {
+            return Ok(TrustState::Untrusted);
+        };
+        if entry.files == current {
+            return Ok(TrustState::Trusted(entry));
+        }
+        let mut names: Vec<&String> = entry.files.keys().chain(current.keys()).collect();
+        names.sort();
+        names.dedup();
+        let files = names
+            .into_iter()
+            .filter(|f| entry.files.get(*f) != current.get(*f))
+            .cloned()
+            .collect();
+        Ok(TrustState::Changed { files })
     }
 
-    /// Record the current hash of `project`'s config file.
+    /// Record the current hash of each of `project`'s `TRUSTED_FILES`.
     pub fn trust(&self, project: &Path) -> Result<TrustEntry, McpError> {
-        let config = project_config(project);
-        if !config.is_file() {
+        let files = present_files(project)?;
+        if files.is_empty() {
             return Err(McpError::Trust(format!(
-                "{} has no .geode/config.toml: nothing to trust",
-                project.display()
+                "{} has none of {}: nothing to trust",
+                project.display(),
+                TRUSTED_FILES.join(", ")
             )));
         }
-        let project = canonical(project)?;
         let entry = TrustEntry {
-            sha256: file_sha256(&config)?,
-            config: project.join(".geode").join("config.toml"),
-            project,
+            project: canonical(project)?,
+            files,
             trusted_at: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
         };
         let mut file = self.load()?;
@@ -240,5 +306,48 @@ mod tests {
         assert!(store.revoke(project.path()).unwrap());
         assert!(!store.revoke(project.path()).unwrap());
         assert_eq!(store.check(project.path()).unwrap(), TrustState::Untrusted);
+    }
+
+    #[test]
+    fn claude_code_s_files_are_trusted_with_the_project_s() {
+        let home = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let store = TrustStore::new(home.path());
+        let p = project.path();
+        // Claude Code's files alone are enough to trust.
+        std::fs::write(p.join(".mcp.json"), "{}").unwrap();
+        assert_eq!(store.check(p).unwrap(), TrustState::Untrusted);
+        let entry = store.trust(p).unwrap();
+        assert_eq!(entry.files.keys().collect::<Vec<_>>(), [".mcp.json"]);
+        assert!(store.check(p).unwrap().is_trusted());
+        // A hooks file that appears later is a change, and is named.
+        std::fs::create_dir_all(p.join(".claude")).unwrap();
+        std::fs::write(p.join(".claude/settings.json"), "{}").unwrap();
+        assert_eq!(
+            store.check(p).unwrap(),
+            TrustState::Changed {
+                files: vec![".claude/settings.json".into()]
+            }
+        );
+        store.trust(p).unwrap();
+        std::fs::remove_file(p.join(".mcp.json")).unwrap();
+        let state = store.check(p).unwrap();
+        assert!(state.explain(p).contains(".mcp.json changed"), "{state:?}");
+    }
+
+    #[test]
+    fn a_v1_record_still_trusts_its_config_file() {
+        let home = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let p = project.path().canonicalize().unwrap();
+        std::fs::create_dir_all(p.join(".geode")).unwrap();
+        std::fs::write(project_config(&p), "model = \"nop\"\n").unwrap();
+        let sha = file_sha256(&project_config(&p)).unwrap();
+        let v1 = serde_json::json!({"schema": "geode.trust.v1", "projects": [{
+            "project": p, "config": project_config(&p), "sha256": sha,
+            "trusted_at": "2026-01-01T00:00:00Z"}]});
+        std::fs::write(home.path().join("trust.json"), v1.to_string()).unwrap();
+        let store = TrustStore::new(home.path());
+        assert!(store.check(&p).unwrap().is_trusted());
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use geode_runtime::agent::{AgenticLoop, TurnOutcome};
 use geode_runtime::hooks::HookRegistry;
-use geode_runtime::hooks::command::register_command_hooks;
+use geode_runtime::hooks::command::{HookDialect, register_command_hooks};
 use geode_runtime::model::Model;
 use geode_runtime::model::embedded::ScriptedModel;
 use geode_runtime::policy::{SafetyLevel, SessionMode, SessionPolicy};
@@ -77,7 +77,14 @@ impl Fixture {
 
     pub fn hooks(&self, toml: &str) -> HookRegistry {
         let mut r = HookRegistry::new();
-        register_command_hooks(&mut r, toml, "test-hooks.toml", &self.root).unwrap();
+        register_command_hooks(
+            &mut r,
+            toml,
+            "test-hooks.toml",
+            HookDialect::Geode,
+            &self.root,
+        )
+        .unwrap();
         r
     }
 
