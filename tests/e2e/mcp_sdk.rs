@@ -329,3 +329,39 @@ fn geode_calls_an_sdk_server_over_http_at_the_current_revision() {
     let rows = exec_against(d, &format!("url = {:?}", server.url));
     assert_both_answered_modern(d, &rows);
 }
+
+#[test]
+fn geode_falls_back_to_initialize_for_a_server_that_breaks_on_the_probe() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = format!(
+        "command = \"python3\"\nargs = [{:?}]\nenv = {{ FIXTURE_STARTED = {:?} }}",
+        script("initialize_only_server.py").display().to_string(),
+        d.join("started.log").display().to_string(),
+    );
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    std::fs::write(
+        d.join("home/config.toml"),
+        format!("[mcp.servers.old]\n{server}\n[mcp.servers.old.policy]\nsafety = \"safe\"\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("script.toml"),
+        "[[turns]]\n[[turns.tool_calls]]\nid = \"e1\"\nname = \"mcp__old__echo\"\n\
+         input = { text = \"hi\" }\n[[turns]]\ntext = \"It answered.\"\n",
+    )
+    .unwrap();
+    let out = geode(d)
+        .args(["exec", "--model", "scripted:script.toml"])
+        .args(["--timeline", "tl.db", "--session-id", "old", "call it"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows = completed(&d.join("tl.db"), "old");
+    assert_eq!(rows, [("mcp__old__echo".into(), false, "hi".into())]);
+    // The probe ended the first process; a second one was asked initialize alone.
+    assert_eq!(
+        lines(&d.join("started.log")),
+        ["server/discover", "initialize"]
+    );
+}
