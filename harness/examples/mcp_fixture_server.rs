@@ -12,8 +12,8 @@ use std::io::Write;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, Content, ErrorData, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerInfo, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
@@ -34,28 +34,15 @@ fn tool(name: &'static str, description: &'static str, schema: Value) -> Tool {
     let Value::Object(schema) = schema else {
         panic!("schema literal is an object")
     };
-    Tool {
-        name: name.into(),
-        title: None,
-        description: Some(description.into()),
-        input_schema: Arc::new(schema),
-        output_schema: None,
-        annotations: None,
-        execution: None,
-        icons: None,
-        meta: None,
-    }
+    Tool::new(name, description, Arc::new(schema))
 }
 
 #[derive(Clone)]
 struct Fixture;
 
 impl ServerHandler for Fixture {
-    fn get_info(&self) -> ServerInfo {
-        ServerInfo {
-            capabilities: ServerCapabilities::builder().enable_tools().build(),
-            ..ServerInfo::default()
-        }
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
     }
 
     async fn list_tools(
@@ -89,7 +76,7 @@ impl ServerHandler for Fixture {
         &self,
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Result<CallToolResponse, ErrorData> {
         let args = request.arguments.unwrap_or_default();
         append(
             "FIXTURE_CALLS",
@@ -98,22 +85,21 @@ impl ServerHandler for Fixture {
         match request.name.as_ref() {
             "echo" => {
                 let text = args.get("text").and_then(Value::as_str).unwrap_or("");
-                Ok(CallToolResult::success(vec![Content::text(format!(
-                    "echo: {text}"
-                ))]))
+                Ok(
+                    CallToolResult::success(vec![ContentBlock::text(format!("echo: {text}"))])
+                        .into(),
+                )
             }
             "add" => {
                 let a = args.get("a").and_then(Value::as_f64).unwrap_or(0.0);
                 let b = args.get("b").and_then(Value::as_f64).unwrap_or(0.0);
-                Ok(CallToolResult::success(vec![Content::text(format!(
-                    "{}",
-                    a + b
-                ))]))
+                Ok(CallToolResult::success(vec![ContentBlock::text(format!("{}", a + b))]).into())
             }
             "crash" => std::process::exit(3),
-            other => Ok(CallToolResult::error(vec![Content::text(format!(
+            other => Ok(CallToolResult::error(vec![ContentBlock::text(format!(
                 "no tool {other}"
-            ))])),
+            ))])
+            .into()),
         }
     }
 }

@@ -29,6 +29,7 @@ mod images;
 mod live_output;
 mod mcp;
 mod mcp_background;
+mod mcp_sdk;
 mod mcp_server;
 mod newcomer;
 mod providers;

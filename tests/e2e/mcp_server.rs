@@ -25,16 +25,9 @@ async fn call_run_agent(
     let Value::Object(arguments) = args else {
         panic!("arguments must be an object")
     };
-    let result = client
-        .peer()
-        .call_tool(CallToolRequestParams {
-            meta: None,
-            name: "run_agent".into(),
-            arguments: Some(arguments),
-            task: None,
-        })
-        .await
-        .unwrap();
+    let mut params = CallToolRequestParams::new("run_agent");
+    params.arguments = Some(arguments);
+    let result = client.peer().call_tool(params).await.unwrap();
     let text = &result.content[0].as_text().unwrap().text;
     let value: Value = serde_json::from_str(text).unwrap();
     (result, value)
@@ -207,6 +200,29 @@ fn raw_post_status(url: &str, bearer: Option<&str>) -> String {
 
 /// [`raw_post_status`] with the `Host` and `Origin` a browser would send.
 fn raw_post_as(url: &str, bearer: Option<&str>, host: &str, origin: Option<&str>) -> String {
+    let mut status = String::new();
+    BufReader::new(raw_post(url, bearer, host, origin))
+        .read_line(&mut status)
+        .unwrap();
+    status.trim().to_string()
+}
+
+/// The whole response to a raw `initialize` POST the server refuses (and so closes).
+fn refused_post(url: &str, host: &str, origin: Option<&str>) -> String {
+    let mut response = String::new();
+    raw_post(url, None, host, origin)
+        .read_to_string(&mut response)
+        .unwrap();
+    response
+}
+
+/// A raw `initialize` POST sent; the connection, to read the answer from.
+fn raw_post(
+    url: &str,
+    bearer: Option<&str>,
+    host: &str,
+    origin: Option<&str>,
+) -> std::net::TcpStream {
     let rest = url.strip_prefix("http://").unwrap();
     let (hostport, path) = rest.split_once('/').unwrap();
     let port = hostport.rsplit_once(':').unwrap().1;
@@ -225,9 +241,7 @@ fn raw_post_as(url: &str, bearer: Option<&str>, host: &str, origin: Option<&str>
     let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(request.as_bytes()).unwrap();
-    let mut status = String::new();
-    BufReader::new(s).read_line(&mut status).unwrap();
-    status.trim().to_string()
+    s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -241,6 +255,7 @@ async fn http_run_agent_on_loopback() {
         server.url
     );
     assert!(server.url.ends_with("/mcp"), "{}", server.url);
+    geode_runtime::mcp::client::install_tls_provider();
     let transport = StreamableHttpClientTransport::from_uri(server.url.as_str());
     let client = ().serve(transport).await.unwrap();
     let tools = client.peer().list_all_tools().await.unwrap();
@@ -264,6 +279,16 @@ async fn http_run_agent_on_loopback() {
     assert!(status.contains(" 403"), "{status}");
     let status = raw_post_as(&server.url, None, &own, Some("http://evil.example"));
     assert!(status.contains(" 403"), "{status}");
+    // An opaque origin (a sandboxed frame, a file: page, a data URL) is no page of this
+    // server either, and the refusal says what was refused.
+    let response = refused_post(&server.url, &own, Some("null"));
+    assert!(response.starts_with("HTTP/1.1 403"), "{response}");
+    assert!(response.contains("Origin null"), "{response}");
+    let response = refused_post(&server.url, &own, Some("http://evil.example"));
+    assert!(
+        response.contains("Origin http://evil.example is another site"),
+        "{response}"
+    );
     let status = raw_post_as(
         &server.url,
         None,
@@ -310,6 +335,7 @@ async fn http_off_loopback_needs_a_token_and_checks_it() {
     assert!(status.contains(" 401"), "{status}");
     let status = raw_post_status(&url, Some("s3cret"));
     assert!(status.contains(" 200"), "{status}");
+    geode_runtime::mcp::client::install_tls_provider();
     let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).auth_header("s3cret");
     let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
     let tools = client.peer().list_all_tools().await.unwrap();

@@ -15,12 +15,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, ServerResult,
+    ClientRequest, ProtocolVersion, ServerResult,
 };
+use rmcp::service::{ClientInitializeError, ClientLifecycleMode, ClientServiceExt};
 use rmcp::service::{PeerRequestOptions, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{Peer, RoleClient, ServiceExt};
+use rmcp::{Peer, RoleClient};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 use tokio_util::sync::CancellationToken;
@@ -34,7 +35,7 @@ use crate::tools::plan::{
 };
 use crate::tools::workspace::GroupGuard;
 
-/// How long a server gets to start and answer `initialize` and `tools/list`.
+/// How long a server gets to start and answer its handshake and `tools/list`.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// One tool a server offered.
@@ -212,7 +213,69 @@ pub(super) type Connected = (
     Option<GroupGuard>,
 );
 
-pub(super) async fn connect(config: &McpServerConfig) -> Result<Connected, String> {
+/// How a connection opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handshake {
+    /// `server/discover` first, as the official SDKs' default clients do since the 2026-07-28
+    /// revision: a modern server answers it and every request then carries its own protocol
+    /// envelope; a legacy one answers with an error and gets the `initialize` handshake on the
+    /// same connection.
+    Discover,
+    /// Only the `initialize` handshake, for a server that breaks on the probe: older SDK
+    /// servers close the connection (or exit) on any first request but `initialize`.
+    Initialize,
+}
+
+/// Connect to `config`'s server, list its tools. `handshake` is how the last good connection
+/// opened; when the discover probe breaks the connection, one fresh connection is made with
+/// `initialize` alone and, if it works, `handshake` remembers that for the next restart.
+pub(super) async fn connect(
+    config: &McpServerConfig,
+    handshake: &mut Handshake,
+) -> Result<Connected, String> {
+    match open(config, *handshake).await {
+        Err(Failure::ProbeBroke(probe)) => {
+            tracing::debug!(
+                "MCP server {}: the discover probe failed ({probe}); trying initialize alone",
+                config.name
+            );
+            let connected = open(config, Handshake::Initialize)
+                .await
+                .map_err(|e| format!("{e} (and server/discover before it: {probe})"))?;
+            *handshake = Handshake::Initialize;
+            Ok(connected)
+        }
+        other => other.map_err(|e| e.to_string()),
+    }
+}
+
+/// Why one connection attempt failed.
+#[derive(Debug, thiserror::Error)]
+enum Failure {
+    /// The connection ended or failed at the transport while the server was sent
+    /// `server/discover`: the server may be one that only understands `initialize` first.
+    #[error("{0}")]
+    ProbeBroke(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+async fn open(config: &McpServerConfig, handshake: Handshake) -> Result<Connected, Failure> {
+    let lifecycle = match handshake {
+        Handshake::Discover => ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::LATEST],
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        },
+        Handshake::Initialize => ClientLifecycleMode::Initialize,
+    };
+    let failed = |what: String, e: ClientInitializeError| match (handshake, &e) {
+        (
+            Handshake::Discover,
+            ClientInitializeError::ConnectionClosed(_)
+            | ClientInitializeError::TransportError { .. },
+        ) => Failure::ProbeBroke(format!("{what}: {e}")),
+        _ => Failure::Other(format!("{what}: {e}")),
+    };
     let mut group = None;
     let service = match &config.transport {
         McpTransport::Stdio { command, args, env } => {
@@ -222,7 +285,7 @@ pub(super) async fn connect(config: &McpServerConfig) -> Result<Connected, Strin
             let (transport, stderr) = TokioChildProcess::builder(cmd)
                 .stderr(Stdio::piped())
                 .spawn()
-                .map_err(|e| format!("cannot start {command}: {e}"))?;
+                .map_err(|e| Failure::Other(format!("cannot start {command}: {e}")))?;
             // Dropped with this future on a failed or timed-out start: the group dies then.
             group = transport
                 .id()
@@ -231,29 +294,39 @@ pub(super) async fn connect(config: &McpServerConfig) -> Result<Connected, Strin
             if let Some(stderr) = stderr {
                 forward_stderr(config.name.clone(), stderr);
             }
-            ().serve(transport)
+            ().serve_with_lifecycle(transport, lifecycle)
                 .await
-                .map_err(|e| format!("initialize failed: {e}"))?
+                .map_err(|e| failed("initialize failed".into(), e))?
         }
         McpTransport::Http { url, token_env } => {
+            install_tls_provider();
             let mut http = StreamableHttpClientTransportConfig::with_uri(url.as_str());
             if let Some(var) = token_env {
-                let token = std::env::var(var)
-                    .map_err(|_| format!("token_env {var} is not set in the environment"))?;
+                let token = std::env::var(var).map_err(|_| {
+                    Failure::Other(format!("token_env {var} is not set in the environment"))
+                })?;
                 http = http.auth_header(token);
             }
             let transport = StreamableHttpClientTransport::from_config(http);
-            ().serve(transport)
+            ().serve_with_lifecycle(transport, lifecycle)
                 .await
-                .map_err(|e| format!("initialize failed at {url}: {e}"))?
+                .map_err(|e| failed(format!("initialize failed at {url}"), e))?
         }
     };
     let tools = service
         .peer()
         .list_all_tools()
         .await
-        .map_err(|e| format!("tools/list failed: {e}"))?;
+        .map_err(|e| Failure::Other(format!("tools/list failed: {e}")))?;
     Ok((service, tools, group))
+}
+
+/// rmcp's HTTP client (reqwest 0.13, built without a rustls crypto provider of its own) takes
+/// the process default and panics building a client when there is none, so call this before
+/// building one (`open` does; so must any other user of rmcp's HTTP client in a GEODE process).
+/// An error only means a provider is already installed, which is all that is needed.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// A server's stderr goes to our log (at debug), never to our stdout.
@@ -375,17 +448,10 @@ impl ToolHandler for McpToolHandler {
             Value::Object(m) => Some(m.clone()),
             _ => None,
         };
-        let params = CallToolRequestParams {
-            meta: None,
-            name: self.tool.clone().into(),
-            arguments,
-            task: None,
-        };
+        let mut params = CallToolRequestParams::new(self.tool.clone());
+        params.arguments = arguments;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let options = PeerRequestOptions {
-            timeout: Some(ctx.deadline),
-            meta: None,
-        };
+        let options = PeerRequestOptions::with_timeout(ctx.deadline);
         let handle = match peer.send_cancellable_request(request, options).await {
             Ok(h) => h,
             Err(e) => {
@@ -403,10 +469,10 @@ impl ToolHandler for McpToolHandler {
         let Some(response) = waited else {
             // Tell the server; its work may still be running.
             let _ = peer
-                .notify_cancelled(CancelledNotificationParam {
-                    request_id: id,
-                    reason: Some("cancelled by GEODE".into()),
-                })
+                .notify_cancelled(CancelledNotificationParam::new(
+                    Some(id),
+                    Some("cancelled by GEODE".into()),
+                ))
                 .await;
             return ToolOutput::error(format!(
                 "MCP call {} on {} cancelled; the server may still be working on it",
@@ -441,7 +507,7 @@ fn output_of(result: CallToolResult) -> ToolOutput {
         .iter()
         .map(|c| match c.as_text() {
             Some(t) => t.text.clone(),
-            None => serde_json::to_string(&c.raw).unwrap_or_default(),
+            None => serde_json::to_string(c).unwrap_or_default(),
         })
         .collect();
     if parts.is_empty()

@@ -7,7 +7,14 @@
 //! Against DNS rebinding (a web page whose host name now resolves to 127.0.0.1 posting to the
 //! server from the user's browser), a request whose `Origin` names another host is refused
 //! with 403, as the MCP specification asks, and a loopback server also refuses a `Host` that is
-//! not a loopback name.
+//! not a loopback name. `Origin: null` is refused too: browsers send it from sandboxed frames,
+//! `file:` pages and data URLs, none of which is this server's own page, so it says nothing
+//! about who is asking. A request without `Origin` is not from a browser page and passes.
+//!
+//! Both protocol eras of the official SDKs are served on the one path: a 2026-07-28 request
+//! (its `MCP-Protocol-Version` header and `_meta` envelope name that revision) is answered on
+//! its own, without a session; anything else opens a session with `initialize`, which the
+//! client ends with `DELETE`, answered `204 No Content`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -68,10 +75,12 @@ impl HttpEndpoint {
         shutdown: CancellationToken,
     ) -> Result<(), McpError> {
         let server = RunAgentServer::new(settings);
-        let config = StreamableHttpServerConfig {
-            cancellation_token: shutdown.child_token(),
-            ..StreamableHttpServerConfig::default()
-        };
+        // Host and Origin are checked below (`require_own_origin`) by the rule `geode view`
+        // shares; rmcp's own Host list would refuse every name off loopback, token or not.
+        let config = StreamableHttpServerConfig::default()
+            .with_cancellation_token(shutdown.child_token())
+            .disable_allowed_hosts()
+            .disable_allowed_origins();
         let service = StreamableHttpService::new(
             move || Ok(server.clone()),
             Arc::new(LocalSessionManager::default()),
@@ -80,6 +89,7 @@ impl HttpEndpoint {
         let loopback = self.local_addr().is_ok_and(|a| is_loopback(&a));
         let router = axum::Router::new()
             .nest_service(MCP_PATH, service)
+            .layer(middleware::from_fn(session_end_is_no_content))
             .layer(middleware::from_fn_with_state(self.token, require_bearer))
             .layer(middleware::from_fn_with_state(loopback, require_own_origin));
         axum::serve(self.listener, router)
@@ -107,27 +117,59 @@ fn is_loopback_name(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Why a request's `Host` or `Origin` is not one this server answers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("Host {0} is not a loopback name; this server answers only on loopback")]
+    ForeignHost(String),
+    #[error(
+        "Origin null (a sandboxed frame, a file: page or a data URL) is refused: this server \
+         answers only pages of its own host"
+    )]
+    NullOrigin,
+    #[error("Origin {0} is another site; this server answers only pages of its own host")]
+    ForeignOrigin(String),
+}
+
 /// Whether a request's `Host` and `Origin` are ones this server answers: on loopback, loopback
-/// names only; elsewhere, an `Origin` (when sent) naming the host the request was sent to.
-/// Public so every HTTP face of GEODE on a person's machine (`geode view` too) applies the one
-/// rule against DNS rebinding.
+/// names only; elsewhere, an `Origin` (when sent) naming the host the request was sent to. An
+/// opaque origin (`null`) is never one of them.
+pub fn check_origin(
+    loopback: bool,
+    host: Option<&str>,
+    origin: Option<&str>,
+) -> Result<(), Refusal> {
+    let host_name_only = host.map(host_name);
+    if loopback
+        && let Some(h) = host_name_only
+        && !is_loopback_name(h)
+    {
+        return Err(Refusal::ForeignHost(h.to_string()));
+    }
+    let Some(origin) = origin else {
+        return Ok(());
+    };
+    if origin.trim().eq_ignore_ascii_case("null") {
+        return Err(Refusal::NullOrigin);
+    }
+    let authority = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+    let origin_host = host_name(authority.split('/').next().unwrap_or(authority));
+    let own = if loopback {
+        is_loopback_name(origin_host)
+    } else {
+        host_name_only.is_some_and(|h| h.eq_ignore_ascii_case(origin_host))
+    };
+    if own {
+        Ok(())
+    } else {
+        Err(Refusal::ForeignOrigin(origin.to_string()))
+    }
+}
+
+/// [`check_origin`] as a yes or no. Public so every HTTP face of GEODE on a person's machine
+/// (`geode view` too) applies the one rule against DNS rebinding.
 pub fn own_origin(loopback: bool, host: Option<&str>, origin: Option<&str>) -> bool {
-    let host = host.map(host_name);
-    if loopback && host.is_some_and(|h| !is_loopback_name(h)) {
-        return false;
-    }
-    match origin {
-        None | Some("null") => true,
-        Some(origin) => {
-            let authority = origin.split_once("://").map_or(origin, |(_, rest)| rest);
-            let origin_host = host_name(authority.split('/').next().unwrap_or(authority));
-            if loopback {
-                is_loopback_name(origin_host)
-            } else {
-                host.is_some_and(|h| h.eq_ignore_ascii_case(origin_host))
-            }
-        }
-    }
+    check_origin(loopback, host, origin).is_ok()
 }
 
 async fn require_own_origin(
@@ -137,16 +179,22 @@ async fn require_own_origin(
 ) -> Response {
     let headers = request.headers();
     let value = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    let allowed = own_origin(loopback, value(header::HOST), value(header::ORIGIN));
-    if allowed {
-        next.run(request).await
-    } else {
-        (
-            StatusCode::FORBIDDEN,
-            "this server answers only its own host and origin\n",
-        )
-            .into_response()
+    match check_origin(loopback, value(header::HOST), value(header::ORIGIN)) {
+        Ok(()) => next.run(request).await,
+        Err(refusal) => (StatusCode::FORBIDDEN, format!("{refusal}\n")).into_response(),
     }
+}
+
+/// rmcp answers a session's `DELETE` with `202 Accepted`, a status the official SDK clients
+/// log as a failed termination (they take 200 and 204): the session is closed by the time
+/// rmcp answers, so say so with `204 No Content`.
+async fn session_end_is_no_content(request: Request, next: Next) -> Response {
+    let delete = request.method() == axum::http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 /// Constant-time comparison, so the token cannot be guessed byte by byte from timings.
@@ -188,8 +236,17 @@ mod tests {
         assert!(local("127.0.0.1:8931", None));
         assert!(local("localhost:8931", Some("http://localhost:8931")));
         assert!(local("[::1]:8931", Some("http://127.0.0.1:3000")));
-        assert!(local("127.0.0.1:8931", Some("null")));
-        // A rebound name, or a page elsewhere, is refused.
+        // A rebound name, a page elsewhere, or an opaque origin is refused, each saying why.
+        assert_eq!(
+            check_origin(true, Some("127.0.0.1:8931"), Some("null")),
+            Err(Refusal::NullOrigin)
+        );
+        assert!(!local("127.0.0.1:8931", Some("NULL")));
+        assert!(!own_origin(false, Some("10.0.0.5:8931"), Some("null")));
+        assert_eq!(
+            check_origin(true, Some("evil.example:8931"), None),
+            Err(Refusal::ForeignHost("evil.example".into()))
+        );
         assert!(!local("evil.example:8931", None));
         assert!(!local("127.0.0.1:8931", Some("http://evil.example")));
         assert!(!local(

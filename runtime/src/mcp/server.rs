@@ -9,8 +9,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, Content, ErrorData, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerInfo, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorData,
+    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler, ServiceExt};
@@ -85,22 +86,14 @@ impl RunAgentServer {
         );
         schema.insert("required".into(), json!(["prompt"]));
         schema.insert("additionalProperties".into(), json!(false));
-        Tool {
-            name: RUN_AGENT.into(),
-            title: Some("Run a GEODE agent".into()),
-            description: Some(
-                "Run one headless GEODE agent turn on a prompt in the server's workspace. \
-                 Shell, delegation and computer use are not available; only read-only tools \
-                 run without approval. Returns JSON {text, rounds, termination_reason, error}."
-                    .into(),
-            ),
-            input_schema: Arc::new(schema),
-            output_schema: None,
-            annotations: None,
-            execution: None,
-            icons: None,
-            meta: None,
-        }
+        Tool::new(
+            RUN_AGENT,
+            "Run one headless GEODE agent turn on a prompt in the server's workspace. \
+             Shell, delegation and computer use are not available; only read-only tools \
+             run without approval. Returns JSON {text, rounds, termination_reason, error}.",
+            Arc::new(schema),
+        )
+        .with_title("Run a GEODE agent")
     }
 
     /// One headless turn.
@@ -160,23 +153,14 @@ impl RunAgentServer {
 }
 
 impl ServerHandler for RunAgentServer {
-    fn get_info(&self) -> ServerInfo {
-        ServerInfo {
-            capabilities: ServerCapabilities::builder().enable_tools().build(),
-            server_info: Implementation {
-                name: "geode".into(),
-                title: Some("GEODE".into()),
-                version: env!("CARGO_PKG_VERSION").into(),
-                description: None,
-                icons: None,
-                website_url: None,
-            },
-            instructions: Some(
-                "GEODE agent runtime: call run_agent with a prompt to run one headless turn."
-                    .into(),
-            ),
-            ..ServerInfo::default()
-        }
+    fn get_info(&self) -> ServerConfig {
+        let implementation =
+            Implementation::new("geode", env!("CARGO_PKG_VERSION")).with_title("GEODE");
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(implementation)
+            .with_instructions(
+                "GEODE agent runtime: call run_agent with a prompt to run one headless turn.",
+            )
     }
 
     async fn list_tools(
@@ -195,7 +179,7 @@ impl ServerHandler for RunAgentServer {
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Result<CallToolResponse, ErrorData> {
         if request.name != RUN_AGENT {
             return Err(ErrorData::invalid_params(
                 format!(
@@ -232,12 +216,12 @@ impl ServerHandler for RunAgentServer {
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let text = value.to_string();
         let mut out = if result.error.is_some() {
-            CallToolResult::error(vec![Content::text(text)])
+            CallToolResult::error(vec![ContentBlock::text(text)])
         } else {
-            CallToolResult::success(vec![Content::text(text)])
+            CallToolResult::success(vec![ContentBlock::text(text)])
         };
         out.structured_content = Some(value);
-        Ok(out)
+        Ok(out.into())
     }
 }
 

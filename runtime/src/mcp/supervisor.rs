@@ -13,7 +13,7 @@ use rmcp::{Peer, RoleClient};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::client::{CONNECT_TIMEOUT, ListedTool, bind_tool, connect};
+use super::client::{CONNECT_TIMEOUT, Handshake, ListedTool, bind_tool, connect};
 use super::settings::McpServerConfig;
 use crate::tools::plan::BoundTool;
 
@@ -158,14 +158,15 @@ impl ServerSlot {
 pub(super) async fn supervise(slot: Arc<ServerSlot>, stop: CancellationToken) {
     let name = slot.config.name.clone();
     let mut attempt: u32 = 0;
+    let mut handshake = Handshake::Discover;
     loop {
         let result = tokio::select! {
-            r = tokio::time::timeout(CONNECT_TIMEOUT, connect(&slot.config)) => r,
+            r = tokio::time::timeout(CONNECT_TIMEOUT, connect(&slot.config, &mut handshake)) => r,
             _ = stop.cancelled() => return,
         };
         let reason = match result {
             Err(_) => format!(
-                "no answer to initialize/tools/list within {}s",
+                "no answer to the handshake or tools/list within {}s",
                 CONNECT_TIMEOUT.as_secs()
             ),
             Ok(Err(why)) => why,
