@@ -221,6 +221,110 @@ fn continue_resumes_the_most_recent_session_or_says_there_is_none() {
     assert!(!stdout.contains("older-one"), "{stdout}");
 }
 
+/// Sessions belong to the folder they ran in (issue 39): `/resume` lists this folder's, each
+/// with its folder; a resumed session goes on in its own folder; a start left at once (an
+/// empty session) is listed nowhere and is not what `-c` continues.
+#[test]
+fn sessions_are_listed_per_folder_and_resume_where_they_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    for sub in ["a", "b", "home"] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    std::fs::write(d.join("home/config.toml"), "hitl = \"auto\"\n").unwrap();
+    // The sessions' route is relative: resumed from b, it is read there.
+    for at in [d.clone(), d.join("b")] {
+        std::fs::write(at.join("answer.toml"), "[[turns]]\ntext = \"Fine.\"\n").unwrap();
+    }
+    for (id, sub) in [("in-a", "a"), ("in-b", "b")] {
+        let out = geode(&d)
+            .args([
+                "exec",
+                "--model",
+                "scripted:answer.toml",
+                "--session-id",
+                id,
+            ])
+            .args(["--cwd", sub, &format!("prompt in {sub}")])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let in_b = |typed: &[u8], args: &[&str]| {
+        let mut child = geode(&d)
+            .current_dir(d.join("b"))
+            .args(["--local", "--model", "nop"])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let _ = child.stdin.take().unwrap().write_all(typed);
+        child.wait_with_output().unwrap()
+    };
+    // A start left at once.
+    assert!(in_b(b"/exit\n", &[]).status.success());
+
+    let listed = geode(&d).args(["sessions"]).output().unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains("\tFOLDER\t"), "{listed}");
+    assert_eq!(
+        listed.lines().count(),
+        3,
+        "a header and two sessions:\n{listed}"
+    );
+    assert!(!listed.contains("unreadable"), "{listed}");
+    assert!(
+        listed.contains(&format!("{}\tprompt in a", d.join("a").display())),
+        "{listed}"
+    );
+
+    let out = in_b(b"/resume\n/resume in-a\n!pwd\n/exit\n", &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let listing = &stdout[..stdout.find("resumed in-a").unwrap_or(stdout.len())];
+    assert!(
+        listing.contains("prompt in b") && listing.contains(&d.join("b").display().to_string()),
+        "{stdout}"
+    );
+    assert!(
+        !listing.contains("prompt in a"),
+        "only this folder's sessions: {stdout}"
+    );
+    let after = &stdout[stdout.find("resumed in-a").expect("resumed")..];
+    assert!(
+        after.contains(&format!("{}\n", d.join("a").display())),
+        "the session's own folder: {stdout}"
+    );
+
+    let out = in_b(b"/exit\n", &["-c"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("resumed in-b ("), "{stdout}");
+}
+
+/// `/compact` summarises the older messages, the first prompt among them; the session keeps
+/// the title a person knows it by.
+#[test]
+fn a_compacted_session_keeps_its_title() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let turns = "[[turns]]\ntext = \"Noted.\"\n".repeat(6);
+    std::fs::write(d.join("script.toml"), turns).unwrap();
+    let typed = b"the very first prompt\ntwo\nthree\nfour\nfive\nsix\n/compact\n/exit\n";
+    let out = repl_typed(d, &["--model", "scripted:script.toml"], typed);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("compacted:"), "{stdout}");
+    let listed = geode(d).args(["sessions"]).output().unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains("\tthe very first prompt"), "{listed}");
+}
+
 #[test]
 fn a_line_ending_in_a_backslash_continues_the_message() {
     let dir = tempfile::tempdir().unwrap();

@@ -327,10 +327,17 @@ fn daily_config(
 /// new session this start makes would become the most recent one.
 fn continue_command() -> anyhow::Result<String> {
     let root = exec::checkpoint_root(None);
-    let (rows, _) = geode_runtime::store::checkpoint::CheckpointStore::list(&root);
-    let latest = rows
-        .first()
-        .with_context(|| format!("--continue: no session under {}", root.display()))?;
+    // The most recent session of this folder with a turn in it: an empty start left behind
+    // (a thin client, an earlier `-c`) is not what a person continues.
+    let latest = sessions::recent(&root, 1, Some(&std::env::current_dir()?))
+        .into_iter()
+        .next()
+        .with_context(|| {
+            format!(
+                "--continue: no session under {} for this folder",
+                root.display()
+            )
+        })?;
     Ok(format!("/resume {}", latest.session_id))
 }
 

@@ -76,17 +76,18 @@ fn relative(updated_at: &str, now: DateTime<Utc>) -> String {
     }
 }
 
-/// One session's line after its marker: title, last activity, turns, cost.
+/// One session's line after its marker: title, last activity, turns, cost, folder.
 fn row(entry: &SessionEntry, title_width: usize, now: DateTime<Utc>) -> String {
     let turns = match entry.turns {
         1 => "1 turn".to_string(),
         n => format!("{n} turns"),
     };
     format!(
-        "{:<title_width$}  {:>12}  {turns:>9}  {}",
+        "{:<title_width$}  {:>12}  {turns:>9}  {}  {}",
         entry.title,
         relative(&entry.updated_at, now),
-        cost_text(&entry.model, entry.cost_usd)
+        cost_text(&entry.model, entry.cost_usd),
+        entry.cwd
     )
 }
 
@@ -370,6 +371,7 @@ mod tests {
             turns,
             model: "scripted".into(),
             cost_usd: 0.0,
+            cwd: "/work/project".into(),
         }
     }
 

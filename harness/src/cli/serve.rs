@@ -15,7 +15,7 @@ use anyhow::Context;
 use clap::Args;
 use geode_runtime::agent::ModelSwitch;
 use geode_runtime::agent::prompt::{DeclaredSources, load_declared_sections};
-use geode_runtime::agent::restore::load_checkpoint;
+use geode_runtime::agent::restore::{LoadedCheckpoint, load_checkpoint};
 use geode_runtime::config::Config;
 use geode_runtime::ids::SessionId;
 use geode_runtime::mcp::{McpManager, TrustStore};
@@ -219,11 +219,14 @@ impl CliFactory {
     /// The route and effort of a session: a resumed one goes on with the model it last used
     /// (`/model` may have switched it), a new one (or one that never had a model) starts from
     /// the configuration. An empty route: none is configured.
-    fn route(&self, id: Option<&SessionId>) -> Result<(String, Option<Effort>), ServerError> {
-        if let Some(saved) = id.and_then(|id| load_checkpoint(&checkpoint_root(None), id).ok())
+    fn route(
+        &self,
+        saved: Option<&LoadedCheckpoint>,
+    ) -> Result<(String, Option<Effort>), ServerError> {
+        if let Some(saved) = saved
             && !saved.state.model_route.is_empty()
         {
-            return Ok((saved.state.model_route, saved.state.effort));
+            return Ok((saved.state.model_route.clone(), saved.state.effort));
         }
         Ok((self.cfg.value("model").to_string(), self.effort()?))
     }
@@ -263,10 +266,17 @@ impl CliFactory {
     }
 
     fn build(&self, id: Option<&SessionId>) -> Result<SessionConfig, ServerError> {
-        let (route, effort) = self.route(id)?;
+        let saved = id.and_then(|id| load_checkpoint(&checkpoint_root(None), id).ok());
+        let (route, effort) = self.route(saved.as_ref())?;
         let (model, route) = self.model(&route, effort)?;
-        let workspace =
-            Arc::new(super::exec::person_workspace(&self.cwd, &self.cfg).map_err(setup)?);
+        // A resumed session goes on in its own folder, wherever `/resume` was typed: its files
+        // and its conversation are about that project.
+        let cwd = saved
+            .as_ref()
+            .map(|s| PathBuf::from(&s.state.cwd))
+            .filter(|dir| dir.is_dir())
+            .unwrap_or_else(|| self.cwd.clone());
+        let workspace = Arc::new(super::exec::person_workspace(&cwd, &self.cfg).map_err(setup)?);
         let mut policy = SessionPolicy::for_mode(self.mode);
         policy.hitl = match self.cfg.value("hitl") {
             "auto" => HitlLevel::Auto,
@@ -279,7 +289,7 @@ impl CliFactory {
             }
         };
         let mut cfg = SessionConfig::new(policy, workspace, model);
-        cfg.environment = geode_runtime::session::environment::describe_environment(&self.cwd);
+        cfg.environment = geode_runtime::session::environment::describe_environment(&cwd);
         if let Some(id) = id {
             cfg.session_id = id.clone();
         }
@@ -326,7 +336,11 @@ impl SessionFactory for CliFactory {
         &self,
         limit: usize,
     ) -> Option<Vec<geode_runtime::server::protocol::SessionEntry>> {
-        Some(super::sessions::recent(&checkpoint_root(None), limit))
+        Some(super::sessions::recent(
+            &checkpoint_root(None),
+            limit,
+            Some(&self.cwd),
+        ))
     }
 
     fn describe_hooks(&self) -> String {

@@ -11,6 +11,7 @@ use geode_runtime::agent::restore::load_checkpoint;
 use geode_runtime::conversation::{ContentBlock, Message, Role};
 use geode_runtime::model::catalog::cost_text;
 use geode_runtime::server::protocol::SessionEntry;
+use geode_runtime::store::StoreError;
 use geode_runtime::store::checkpoint::{CheckpointStore, SessionRow};
 
 use super::exec::checkpoint_root;
@@ -31,6 +32,8 @@ pub struct SessionsArgs {
 /// Characters of the first prompt shown as a session's title.
 const TITLE_CHARS: usize = 60;
 
+const NO_PROMPT: &str = "(no prompt yet)";
+
 /// A session's title: the first line of its first prompt.
 pub(super) fn title(messages: &[Message]) -> String {
     let first = messages
@@ -41,7 +44,7 @@ pub(super) fn title(messages: &[Message]) -> String {
             ContentBlock::Text { text } if !text.trim().is_empty() => Some(text.as_str()),
             _ => None,
         })
-        .unwrap_or("(no prompt yet)");
+        .unwrap_or(NO_PROMPT);
     let line = first.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     let mut shown: String = line.trim().chars().take(TITLE_CHARS).collect();
     if line.trim().chars().count() > TITLE_CHARS {
@@ -51,32 +54,57 @@ pub(super) fn title(messages: &[Message]) -> String {
 }
 
 /// What a person picks a session by, read from its checkpoint (an unreadable one says why in
-/// its title).
-fn entry(root: &std::path::Path, row: &SessionRow) -> SessionEntry {
+/// its title). `None` for a session that never committed a turn (a start that was left at
+/// once): there is nothing in it to resume.
+fn entry(root: &std::path::Path, row: &SessionRow) -> Option<SessionEntry> {
     let (title, turns, cost_usd) = match load_checkpoint(root, &row.session_id) {
         Ok(c) => (
-            title(&c.messages),
+            first_prompt(root, row).unwrap_or_else(|| title(&c.messages)),
             c.state.turn_number,
             c.state.session_usage.cost_usd,
         ),
+        Err(StoreError::NotCommitted { .. }) => return None,
         Err(e) => (format!("(unreadable: {e})"), 0, 0.0),
     };
-    SessionEntry {
+    Some(SessionEntry {
         session_id: row.session_id.clone(),
         title,
         updated_at: row.updated_at.clone(),
         turns,
         model: row.model.clone(),
         cost_usd,
-    }
+        cwd: row.cwd.clone(),
+    })
 }
 
-/// The `limit` most recently active sessions under `root`, for `/resume`.
-pub(super) fn recent(root: &std::path::Path, limit: usize) -> Vec<SessionEntry> {
+/// Messages read from the start of the log for a title.
+const TITLE_MESSAGES: u64 = 8;
+
+/// The title from the first messages of the session's log, which compaction summarises in the
+/// conversation but never deletes: `/compact` keeps the name a person knows the session by.
+fn first_prompt(root: &std::path::Path, row: &SessionRow) -> Option<String> {
+    let store = CheckpointStore::inspect(root, &row.session_id).ok()?;
+    let first = store.messages(0, TITLE_MESSAGES).ok()?;
+    let found = title(&first);
+    (found != NO_PROMPT).then_some(found)
+}
+
+/// The `limit` most recently active sessions under `root` that hold a turn, for `/resume`;
+/// with `project`, only those that ran in that folder.
+pub(super) fn recent(
+    root: &std::path::Path,
+    limit: usize,
+    project: Option<&std::path::Path>,
+) -> Vec<SessionEntry> {
     let (rows, _) = CheckpointStore::list(root);
+    let here = project.map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()));
     rows.iter()
+        .filter(|row| {
+            here.as_ref()
+                .is_none_or(|p| std::path::Path::new(&row.cwd) == p.as_path())
+        })
+        .filter_map(|row| entry(root, row))
         .take(limit)
-        .map(|row| entry(root, row))
         .collect()
 }
 
@@ -94,15 +122,19 @@ pub fn run(args: SessionsArgs) -> anyhow::Result<Exit> {
     if !args.json {
         writeln!(
             out,
-            "SESSION\tLAST ACTIVE\tSTATUS\tMODEL\tCOST\tFIRST PROMPT"
+            "SESSION\tLAST ACTIVE\tSTATUS\tMODEL\tCOST\tFOLDER\tFIRST PROMPT"
         )?;
     }
-    for row in rows.iter().take(args.limit) {
+    for (row, entry) in rows
+        .iter()
+        .filter_map(|row| entry(&root, row).map(|e| (row, e)))
+        .take(args.limit)
+    {
         let SessionEntry {
             title,
             cost_usd: cost,
             ..
-        } = entry(&root, row);
+        } = entry;
         if args.json {
             let line = serde_json::json!({
                 "session_id": row.session_id.as_str(),
@@ -118,12 +150,13 @@ pub fn run(args: SessionsArgs) -> anyhow::Result<Exit> {
         } else {
             writeln!(
                 out,
-                "{}\t{}\t{}\t{}\t{}\t{title}",
+                "{}\t{}\t{}\t{}\t{}\t{}\t{title}",
                 row.session_id,
                 row.updated_at,
                 row.status.as_str(),
                 row.model,
-                cost_text(&row.model, cost)
+                cost_text(&row.model, cost),
+                row.cwd
             )?;
         }
     }

@@ -176,6 +176,9 @@ pub struct SessionEntry {
     pub turns: u32,
     pub model: String,
     pub cost_usd: f64,
+    /// The folder it runs in (empty from a daemon older than the field).
+    #[serde(default)]
+    pub cwd: String,
 }
 
 impl ServerMessage {

@@ -80,6 +80,7 @@ mod tests {
             turns: 1,
             model: "nop".into(),
             cost_usd: 0.0,
+            cwd: "/work/project".into(),
         }
     }
 

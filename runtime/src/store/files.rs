@@ -53,10 +53,7 @@ pub fn read_state_file<T: DeserializeOwned>(path: &Path, schema: &str) -> Result
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(StoreError::NotFound {
-                path: shown,
-                message: "no state file: the checkpoint was never committed".into(),
-            });
+            return Err(StoreError::NotCommitted { path: shown });
         }
         Err(e) => return Err(StoreError::io(path, e)),
     };

@@ -36,6 +36,10 @@ pub enum StoreError {
     /// A file or record that should be there is not.
     #[error("{path}: {message}")]
     NotFound { path: String, message: String },
+    /// A session whose checkpoint was never committed (started, then left before its first
+    /// turn was saved): nothing to resume, and nothing to list.
+    #[error("{path}: no state file: the checkpoint was never committed")]
+    NotCommitted { path: String },
     /// The request contradicts what the store holds (an existing session, a status change the
     /// status machine forbids, a receipt already settled, a session in use).
     #[error("{path}: {message}")]

@@ -44,6 +44,7 @@ impl SessionFactory for Factory {
             turns: 2,
             model: "scripted".into(),
             cost_usd: 0.0,
+            cwd: "/work/project".into(),
         };
         let listed = [entry("newer-1", "the newer"), entry("older-2", "the older")];
         Some(listed.into_iter().take(limit).collect())
