@@ -51,3 +51,4 @@ mod task_formats;
 mod validity;
 mod view;
 mod view_guards;
+mod web_fetch;

@@ -298,6 +298,8 @@ pub async fn run(args: ExecArgs, sandbox: Option<&str>) -> anyhow::Result<Exit> 
     }
     // The configured MCP servers (project ones only when trusted); they live until we return.
     let mcp = super::mcp::client_manager(&cwd).await?;
+    cfg.extra_tools
+        .push(geode_runtime::tools::builtin::WebFetchTool::bound());
     cfg.extra_tools.extend(mcp.tools());
     let mut session = create_session(cfg)?;
     say!("geode: session {}", session.session_id());

@@ -89,6 +89,8 @@ pub async fn run(args: ResumeArgs, sandbox: Option<&str>) -> anyhow::Result<Exit
     cfg.skills = Arc::new(super::skills::local_skills(&cwd).await?);
     // The session's MCP tools again, so its pending calls find the same plan.
     let mcp = super::mcp::client_manager(&cwd).await?;
+    cfg.extra_tools
+        .push(geode_runtime::tools::builtin::WebFetchTool::bound());
     cfg.extra_tools.extend(mcp.tools());
     cfg.checkpoint = Some(checkpoint_settings(root, Some(&route), effort)?);
     let (mut session, report) =

@@ -298,6 +298,8 @@ impl CliFactory {
             geode_runtime::hooks::command::load_command_hooks(&mut cfg.hooks, file, &self.cwd)
                 .map_err(setup)?;
         }
+        cfg.extra_tools
+            .push(geode_runtime::tools::builtin::WebFetchTool::bound());
         cfg.extra_tools.extend(self.mcp.tools());
         // Sub-agents run inside a turn, so they take servers that connect later themselves.
         let mcp = self.mcp.clone();

@@ -139,7 +139,9 @@ macro_rules! handler {
 
 // Declared after `handler!` so the search tools can use the macro.
 mod search;
+mod web;
 pub use search::{GlobInput, GlobTool, GrepInput, GrepTool};
+pub use web::{WebFetchInput, WebFetchTool};
 
 /// `bash -c` in the workspace root; the whole process group dies when the call ends.
 #[derive(Debug, Clone, Copy, Default)]
