@@ -32,6 +32,7 @@ mod mcp_background;
 mod mcp_sdk;
 mod mcp_server;
 mod newcomer;
+mod notify;
 mod providers;
 mod red_team;
 #[path = "../support/registry.rs"]

@@ -157,7 +157,25 @@ impl Screen {
             line.push_str(&format!(", {:.1}s", took.as_secs_f64()));
         }
         self.line(&line);
+        if let (true, Some(took)) = (self.tty, took)
+            && took >= notify_after()
+        {
+            // A bell, and OSC 9 (a desktop notification in the terminals that show one): the
+            // person who went elsewhere during a long turn learns it ended.
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "\x07\x1b]9;geode: turn ended: {summary}\x07");
+            let _ = out.flush();
+        }
     }
+}
+
+/// How long a turn runs before its end is notified: `GEODE_NOTIFY_AFTER_SECS`, 30 by default.
+fn notify_after() -> Duration {
+    std::env::var("GEODE_NOTIFY_AFTER_SECS")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map_or(Duration::from_secs(30), Duration::from_secs_f64)
 }
 
 impl Drop for Screen {
