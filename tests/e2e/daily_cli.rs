@@ -325,6 +325,30 @@ fn a_compacted_session_keeps_its_title() {
     assert!(listed.contains("\tthe very first prompt"), "{listed}");
 }
 
+/// `@path` attaches the file to the prompt the model (and every UserPromptSubmit hook) gets.
+#[test]
+fn an_at_path_attaches_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    user_hooks(d, KEEP_PROMPTS, "");
+    std::fs::write(d.join("notes.txt"), "secret-sauce-42\n").unwrap();
+    std::fs::write(d.join("script.toml"), "[[turns]]\ntext = \"Read.\"\n").unwrap();
+    let out = repl_typed(
+        d,
+        &["--model", "scripted:script.toml"],
+        b"summarise @notes.txt please\n/exit\n",
+    );
+    assert!(out.status.success(), "{out:?}");
+    let prompts = kept_prompts(d);
+    let prompt = prompts[0]["prompt"].as_str().unwrap();
+    assert!(
+        prompt.starts_with(
+            "summarise @notes.txt please\n\n<file path=\"notes.txt\">\nsecret-sauce-42"
+        ),
+        "{prompt}"
+    );
+}
+
 #[test]
 fn a_line_ending_in_a_backslash_continues_the_message() {
     let dir = tempfile::tempdir().unwrap();

@@ -117,6 +117,11 @@ impl AgenticLoop {
         &self.p.session_id
     }
 
+    /// The workspace the session's tools act on.
+    pub fn workspace(&self) -> &std::sync::Arc<dyn crate::tools::workspace::Workspace> {
+        self.p.executor.workspace()
+    }
+
     /// The tools this session's model sees.
     pub fn tool_plan(&self) -> &crate::tools::plan::BoundToolPlan {
         self.p.executor.plan()

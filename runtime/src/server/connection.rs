@@ -411,7 +411,9 @@ async fn run_prompt(
     let mut exit = false;
     let mut inbox_open = true;
     let resumed = std::mem::replace(&mut live.resumed, false);
-    let text = with_shell_context(std::mem::take(&mut live.shell_context), text);
+    // Only what the person typed attaches files, not the output of their `!` commands.
+    let text = super::attach::attach_files(text, live.lp.workspace().as_ref()).await;
+    let text = with_shell_context(std::mem::take(&mut live.shell_context), &text);
     let text = text.as_str();
     let Live { lp, events, .. } = live;
     let outcome: Result<TurnOutcome, String> = {

@@ -2,6 +2,7 @@
 //! protocol (`ipc`, `protocol`, `connection`), and the slash commands both the daemon and the
 //! in-process REPL answer (`commands`).
 
+pub mod attach;
 pub mod channel;
 pub mod commands;
 pub mod connection;
