@@ -33,6 +33,7 @@ mod mcp_sdk;
 mod mcp_server;
 mod newcomer;
 mod notify;
+mod permission_modes;
 mod providers;
 mod red_team;
 #[path = "../support/registry.rs"]

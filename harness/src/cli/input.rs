@@ -53,6 +53,12 @@ impl LineInput {
         let mut editor: Editor<Completion, DefaultHistory> =
             Editor::new().context("starting the line editor")?;
         editor.set_helper(Some(Completion::default()));
+        // Shift-Tab on an empty line switches the permission mode, as in Claude Code.
+        let switch = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        editor.bind_sequence(
+            rustyline::KeyEvent(rustyline::KeyCode::BackTab, rustyline::Modifiers::NONE),
+            rustyline::EventHandler::Conditional(Box::new(ModeSwitch(switch.clone()))),
+        );
         let printer = editor
             .create_external_printer()
             .ok()
@@ -61,11 +67,16 @@ impl LineInput {
         let _ = editor.load_history(&history);
         std::thread::spawn(move || {
             while let Some(request) = rx.blocking_recv() {
-                let input = if request.message {
+                let mut input = if request.message {
                     read_message(&mut editor, &request.prompt)
                 } else {
                     read_line(&mut editor, &request.prompt)
                 };
+                if switch.swap(false, std::sync::atomic::Ordering::SeqCst)
+                    && matches!(&input, Input::Line(l) if l.is_empty())
+                {
+                    input = Input::Line(if request.message { "/mode" } else { "" }.into());
+                }
                 if let Input::Line(text) = &input
                     && request.message
                     && !text.trim().is_empty()
@@ -120,6 +131,25 @@ impl LineInput {
             return Input::Eof;
         }
         rx.await.unwrap_or(Input::Eof)
+    }
+}
+
+/// Shift-Tab: on an empty line, ends it as a request for the next permission mode.
+struct ModeSwitch(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl rustyline::ConditionalEventHandler for ModeSwitch {
+    fn handle(
+        &self,
+        _: &rustyline::Event,
+        _: rustyline::RepeatCount,
+        _: bool,
+        ctx: &rustyline::EventContext,
+    ) -> Option<rustyline::Cmd> {
+        if !ctx.line().is_empty() {
+            return Some(rustyline::Cmd::Noop);
+        }
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        Some(rustyline::Cmd::AcceptLine)
     }
 }
 

@@ -117,6 +117,15 @@ impl AgenticLoop {
         &self.p.session_id
     }
 
+    /// The person's permission mode (`/mode`, Shift-Tab).
+    pub fn permission_mode(&self) -> crate::tools::approval::PermissionMode {
+        self.p.executor.gate().permission_mode()
+    }
+
+    pub fn set_permission_mode(&mut self, mode: crate::tools::approval::PermissionMode) {
+        self.p.executor.gate().set_permission_mode(mode);
+    }
+
     /// The workspace the session's tools act on.
     pub fn workspace(&self) -> &std::sync::Arc<dyn crate::tools::workspace::Workspace> {
         self.p.executor.workspace()

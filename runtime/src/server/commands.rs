@@ -15,6 +15,8 @@ pub const HELP: &str = "\
 /model [ROUTE]      show the model and the routes, or switch to ROUTE from the next turn on
 /effort [LEVEL]     show the effort, or set none..max (or `default`) from the next turn on
 /compact            summarise the older part of the conversation now
+/mode [MODE]        permission mode: default, accept-edits (file edits without asking) or
+                    plan (read-only); no MODE: the next one (Shift-Tab in the REPL)
 /clear              start a new session
 /resume [ID]        continue a checkpointed session (no id: the recent ones)
 /mcp                MCP servers
@@ -138,6 +140,30 @@ pub fn switch(name: &str, args: &str, lp: &mut AgenticLoop, shared: &Shared) -> 
             lp.model_id()
         ),
     }
+}
+
+/// `/mode [MODE]`: shows the permission mode after switching to MODE, or to the next one.
+pub fn permission_mode(lp: &mut AgenticLoop, args: &str) -> String {
+    use crate::tools::approval::PermissionMode;
+    let wanted = match args.trim() {
+        "" | "next" => lp.permission_mode().next(),
+        other => match PermissionMode::parse(other) {
+            Some(m) => m,
+            None => {
+                return format!(
+                    "no permission mode {other:?}: {}",
+                    PermissionMode::ALL.map(|m| m.as_str()).join(", ")
+                );
+            }
+        },
+    };
+    lp.set_permission_mode(wanted);
+    let what = match wanted {
+        PermissionMode::Default => "calls ask as the session's policy says",
+        PermissionMode::AcceptEdits => "file edits run without asking; commands still ask",
+        PermissionMode::Plan => "read-only: nothing is changed until you leave plan mode",
+    };
+    format!("mode {}: {what}", wanted.as_str())
 }
 
 /// `/compact`: the older messages become one extractive summary now (the loop also does this

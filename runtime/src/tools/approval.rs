@@ -178,16 +178,71 @@ pub enum GateDecision {
     Denied(String),
 }
 
-/// The approval rule of one session: policy plus the tools answered "always".
+/// How a person lets the session act right now, switched during a session (`/mode`, Shift-Tab
+/// in the REPL), as in Claude Code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PermissionMode {
+    /// As the policy says.
+    #[default]
+    Default,
+    /// File edits (`write` calls) approved without asking; anything above still asks.
+    AcceptEdits,
+    /// Read-only: every call above `safe` is refused, so the model can only look and plan.
+    Plan,
+}
+
+impl PermissionMode {
+    pub const ALL: [PermissionMode; 3] = [
+        PermissionMode::Default,
+        PermissionMode::AcceptEdits,
+        PermissionMode::Plan,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PermissionMode::Default => "default",
+            PermissionMode::AcceptEdits => "accept-edits",
+            PermissionMode::Plan => "plan",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<PermissionMode> {
+        Self::ALL.into_iter().find(|m| m.as_str() == s)
+    }
+
+    /// The mode after this one, in Shift-Tab's cycle.
+    pub fn next(self) -> PermissionMode {
+        match self {
+            PermissionMode::Default => PermissionMode::AcceptEdits,
+            PermissionMode::AcceptEdits => PermissionMode::Plan,
+            PermissionMode::Plan => PermissionMode::Default,
+        }
+    }
+}
+
+/// The approval rule of one session: policy plus the tools answered "always" and the
+/// person's permission mode.
 #[derive(Debug)]
 pub struct ApprovalGate {
     always: Mutex<BTreeSet<String>>,
+    mode: Mutex<PermissionMode>,
 }
 
 impl ApprovalGate {
     pub fn new() -> Self {
         ApprovalGate {
             always: Mutex::new(BTreeSet::new()),
+            mode: Mutex::new(PermissionMode::Default),
+        }
+    }
+
+    pub fn permission_mode(&self) -> PermissionMode {
+        self.mode.lock().map(|m| *m).unwrap_or_default()
+    }
+
+    pub fn set_permission_mode(&self, mode: PermissionMode) {
+        if let Ok(mut m) = self.mode.lock() {
+            *m = mode;
         }
     }
 
@@ -233,6 +288,20 @@ impl ApprovalGate {
                     policy.mode, policy.unattended_approval_ceiling
                 ))
             };
+        }
+        match self.permission_mode() {
+            PermissionMode::Plan if safety > SafetyLevel::Safe => {
+                return GateDecision::Denied(format!(
+                    "plan mode: only read-only calls run; this {safety} call waits until the \
+                     person leaves plan mode (Shift-Tab or /mode)"
+                ));
+            }
+            PermissionMode::AcceptEdits
+                if safety == SafetyLevel::Write && !hook_asked && !external =>
+            {
+                return GateDecision::Allowed;
+            }
+            _ => {}
         }
         if hook_asked {
             return GateDecision::Prompt;

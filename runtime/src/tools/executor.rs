@@ -235,6 +235,11 @@ impl ToolExecutor {
         &self.workspace
     }
 
+    /// The approval gate, whose permission mode a person switches during a session.
+    pub fn gate(&self) -> &ApprovalGate {
+        &self.gate
+    }
+
     /// Run a batch proposed by one model reply. Consecutive read-only calls run concurrently;
     /// every other call runs alone. Results come back in the proposed order.
     pub async fn execute_batch(&self, calls: Vec<ToolCall>, step: &StepContext) -> Vec<CallRecord> {
