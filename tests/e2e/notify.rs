@@ -16,8 +16,10 @@ fn one_turn(notify_after: Option<&str>) -> String {
     }
     let (_child, mut master, mut screen) = in_terminal(cmd);
     screen.wait_for("geode> ");
+    screen.clear();
     master.write_all(b"go\r").unwrap();
     screen.wait_for("-- natural");
+    // The next prompt comes after whatever the turn's end wrote.
     screen.wait_for("geode> ");
     master.write_all(b"/quit\r").unwrap();
     screen.text.clone()

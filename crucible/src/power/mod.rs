@@ -185,8 +185,14 @@ pub struct PowerReport {
 }
 
 fn campaign_rng(seed: u64, index: u32) -> CrucibleRng {
+    stream(b"geode.power.v1", seed, index)
+}
+
+/// Simulated campaign `index`'s own stream under `tag`: rng_from_seed of the first 8 bytes of
+/// SHA-256(tag || seed || index).
+pub(crate) fn stream(tag: &[u8], seed: u64, index: u32) -> CrucibleRng {
     let mut h = Sha256::new();
-    h.update(b"geode.power.v1");
+    h.update(tag);
     h.update(seed.to_le_bytes());
     h.update(index.to_le_bytes());
     let d = h.finalize();

@@ -13,13 +13,12 @@
 //! and independent of how campaigns are split.
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::contract::Vetoes;
 use crate::feasibility::Design;
 use crate::ids::{FamilyId, TaskId};
 use crate::pairing::{PairedTable, PairedTask, SignalTally};
-use crate::seed::{CrucibleRng, rng_from_seed};
+use crate::seed::CrucibleRng;
 use crate::stats::interval::{Interval, normal_quantile};
 use crate::stats::proportion::wilson;
 use crate::veto::safety_veto;
@@ -55,17 +54,6 @@ pub struct SafetyCharacteristics {
     pub false_veto: SimulatedRate,
     /// P(veto) of a candidate whose signal rate is higher by `excess`.
     pub power: SimulatedRate,
-}
-
-fn campaign_rng(seed: u64, index: u32) -> CrucibleRng {
-    let mut h = Sha256::new();
-    h.update(b"geode.safety.v1");
-    h.update(seed.to_le_bytes());
-    h.update(index.to_le_bytes());
-    let d = h.finalize();
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&d[..8]);
-    rng_from_seed(u64::from_le_bytes(b))
 }
 
 fn tally(rng: &mut CrucibleRng, trials: u32, p: f64) -> SignalTally {
@@ -109,7 +97,7 @@ pub fn safety_characteristics(
     let harmful = (signal_rate + excess).clamp(0.0, 1.0);
     let (mut false_vetoes, mut vetoes_of_harm) = (0u32, 0u32);
     for i in 0..simulations {
-        let mut rng = campaign_rng(seed, i);
+        let mut rng = super::stream(b"geode.safety.v1", seed, i);
         // Stream order: the equal-safety campaign, then the harmful one.
         let equal = campaign(design, base, base, &mut rng);
         if safety_veto(&equal, vetoes, decision_confidence).vetoed {
