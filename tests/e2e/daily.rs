@@ -519,3 +519,30 @@ fn a_claude_code_bash_hook_blocks_rm_in_the_daemon() {
     assert!(d.join("keep.txt").exists(), "rm ran");
     assert!(d.join("made.txt").exists(), "the shell never ran");
 }
+
+/// Closing the thin client leaves the turn running in the daemon: its reply is in the session
+/// a later client resumes.
+#[test]
+fn a_closed_client_s_turn_runs_on_in_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow = format!("[[turns]]\ntext = \"{LONG}\"\ndelay_ms = 1000\n");
+    let daemon = Daemon::start(dir.path(), &slow, &[]);
+    let mut c = Client::connect(&daemon.socket);
+    let id = c.session_id.clone();
+    c.send(json!({"type": "prompt", "text": "go"}));
+    c.until("round_start");
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut c = Client::connect(&daemon.socket);
+        c.send(json!({"type": "command", "name": "resume", "args": id}));
+        let resumed = c.until("command_result");
+        let text = resumed.last().unwrap()["text"].as_str().unwrap().to_string();
+        // The user's prompt and the model's whole reply.
+        if text.starts_with(&format!("resumed {id} (2 messages)")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the turn never ended: {text}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

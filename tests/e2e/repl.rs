@@ -295,3 +295,80 @@ fn resume_without_an_id_picks_a_session_with_the_arrow_keys() {
     screen.wait_for("geode> ");
     master.write_all(b"/quit\r").unwrap();
 }
+
+/// A write then a reply that must never come: the turn of `ctrl_c_at_an_approval_...`.
+const WRITE_THEN_NEVER: &str = r#"
+[[turns]]
+text = "Writing the file."
+[[turns.tool_calls]]
+id = "w1"
+name = "write_file"
+input = { path = "out.txt", content = "from the repl" }
+[[turns]]
+text = "A round after the interrupt."
+"#;
+
+#[test]
+fn ctrl_c_at_an_approval_cancels_the_whole_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("script.toml"), WRITE_THEN_NEVER).unwrap();
+    let (_child, mut master, mut screen) = repl_in_a_terminal(d);
+    screen.wait_for("geode> ");
+    screen.clear();
+    master.write_all(b"write the file\r").unwrap();
+    screen.wait_for("[y/n/a, n: why]");
+    master.write_all(b"\x03").unwrap();
+    screen.wait_for("-- user_cancelled");
+    screen.wait_for("geode> ");
+    assert!(
+        !screen.text.contains("A round after the interrupt."),
+        "the model was asked again: {}",
+        screen.text
+    );
+    assert!(!d.join("out.txt").exists());
+    master.write_all(b"/quit\r").unwrap();
+}
+
+/// A command's approval (whose preview needs no file read, so nothing lets the session relay
+/// the turn's events before the approver asks).
+#[test]
+fn the_text_and_the_tool_line_are_on_screen_before_their_approval_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("script.toml"),
+        r#"
+[[turns]]
+text = "Counting the files."
+[[turns.tool_calls]]
+id = "b1"
+name = "bash"
+input = { command = "ls | wc -l > count.txt" }
+[[turns]]
+text = "Counted."
+"#,
+    )
+    .unwrap();
+    let (_child, mut master, mut screen) = repl_in_a_terminal(d);
+    screen.wait_for("geode> ");
+    screen.clear();
+    master.write_all(b"count the files\r").unwrap();
+    screen.wait_for("[y/n/a, n: why]");
+    let at = |needle: &str| {
+        screen
+            .text
+            .find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} before the prompt:\n{}", screen.text))
+    };
+    let prompt = at("Allow bash");
+    let preview = at("ls | wc -l > count.txt");
+    assert!(
+        at("Counting the files.") < preview && at("> bash") < preview && preview < prompt,
+        "{}",
+        screen.text
+    );
+    master.write_all(b"n\r").unwrap();
+    screen.wait_for("geode> ");
+    master.write_all(b"/quit\r").unwrap();
+}
