@@ -537,7 +537,10 @@ fn a_closed_client_s_turn_runs_on_in_the_daemon() {
         let mut c = Client::connect(&daemon.socket);
         c.send(json!({"type": "command", "name": "resume", "args": id}));
         let resumed = c.until("command_result");
-        let text = resumed.last().unwrap()["text"].as_str().unwrap().to_string();
+        let text = resumed.last().unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .to_string();
         // The user's prompt and the model's whole reply.
         if text.starts_with(&format!("resumed {id} (2 messages)")) {
             break;
