@@ -372,3 +372,45 @@ text = "Counted."
     screen.wait_for("geode> ");
     master.write_all(b"/quit\r").unwrap();
 }
+
+#[test]
+fn an_auto_approved_edit_still_shows_its_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    // Edits are not dangerous: at this level they run without asking.
+    std::fs::write(d.join("home/config.toml"), "hitl = \"dangerous_only\"\n").unwrap();
+    std::fs::write(d.join("lib.rs"), "fn main() {\n    let x = 1;\n}\n").unwrap();
+    std::fs::write(
+        d.join("script.toml"),
+        r#"
+[[turns]]
+text = "Editing."
+[[turns.tool_calls]]
+id = "e1"
+name = "edit_file"
+input = { path = "lib.rs", old_string = "    let x = 1;", new_string = "    let x = 2;" }
+[[turns]]
+text = "Edited."
+"#,
+    )
+    .unwrap();
+    let (_child, mut master, mut screen) = repl_in_a_terminal(d);
+    screen.wait_for("geode> ");
+    screen.clear();
+    master.write_all(b"edit it\r").unwrap();
+    screen.wait_for("Edited.");
+    assert!(!screen.text.contains("Allow edit_file"), "{}", screen.text);
+    assert!(
+        screen.text.contains("\x1b[31m-    let x = 1;\x1b[0m")
+            && screen.text.contains("\x1b[32m+    let x = 2;\x1b[0m"),
+        "no diff of the edit: {}",
+        screen.text
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("lib.rs")).unwrap(),
+        "fn main() {\n    let x = 2;\n}\n"
+    );
+    screen.wait_for("geode> ");
+    master.write_all(b"/quit\r").unwrap();
+}

@@ -269,6 +269,7 @@ async fn show<W: AsyncWrite + Unpin>(
             };
             send(wr, &msg).await?;
         }
+        ServerMessage::AutoApproved { detail, .. } => screen.line(&render_preview(&detail)),
         ServerMessage::ApprovalTimeout { .. } => {
             screen.line("geode: no answer in time: the call was denied")
         }

@@ -73,6 +73,14 @@ impl Approver for RelayApprover {
             }
         }
     }
+
+    async fn show(&self, request: &ApprovalRequest) {
+        // Through `asks`: after the text and tool line it belongs to, as a prompt would be.
+        let _ = self.asks.send(ServerMessage::AutoApproved {
+            tool_name: request.tool_name.clone(),
+            detail: request.preview.clone(),
+        });
+    }
 }
 
 async fn write_loop<W: AsyncWrite + Unpin>(mut wr: W, mut rx: UnboundedReceiver<ServerMessage>) {
