@@ -414,3 +414,25 @@ text = "Edited."
     screen.wait_for("geode> ");
     master.write_all(b"/quit\r").unwrap();
 }
+
+#[test]
+fn a_person_s_own_bang_command_runs_without_asking_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("script.toml"), "[[turns]]\ntext = \"Seen.\"\n").unwrap();
+    let (_child, mut master, mut screen) = repl_in_a_terminal(d);
+    screen.wait_for("geode> ");
+    screen.clear();
+    master
+        .write_all(b"!echo person-$((40+2)) | tee made.txt\r")
+        .unwrap();
+    screen.wait_for("person-42");
+    screen.wait_for("geode> ");
+    assert!(!screen.text.contains("Allow bash"), "{}", screen.text);
+    // Through the workspace, as the model's commands are.
+    assert_eq!(
+        std::fs::read_to_string(d.join("made.txt")).unwrap(),
+        "person-42\n"
+    );
+    master.write_all(b"/quit\r").unwrap();
+}

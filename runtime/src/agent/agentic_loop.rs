@@ -489,17 +489,19 @@ impl AgenticLoop {
         turn: &mut Turn,
         cancel: &CancellationToken,
     ) -> Vec<CallRecord> {
-        let records = self.execute_calls(calls, snapshot, cancel).await;
+        let records = self.execute_calls(calls, snapshot, cancel, false).await;
         self.take_results(turn, &records);
         records
     }
 
-    /// Run calls through the executor's pipeline.
+    /// Run calls through the executor's pipeline; `by_person`: the person's own (see
+    /// `StepContext::by_person`).
     pub(super) async fn execute_calls(
         &mut self,
         calls: Vec<ToolCall>,
         snapshot: &StepSnapshot,
         cancel: &CancellationToken,
+        by_person: bool,
     ) -> Vec<CallRecord> {
         for c in &calls {
             self.emit(LoopEvent::ToolStarted {
@@ -513,6 +515,7 @@ impl AgenticLoop {
             snapshot: snapshot.clone(),
             cancel: cancel.clone(),
             output: self.tool_output_sink(),
+            by_person,
         };
         self.p.executor.execute_batch(calls, &step).await
     }

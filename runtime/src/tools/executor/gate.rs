@@ -99,6 +99,9 @@ impl ToolExecutor {
         step: &StepContext,
         hooks: &mut Vec<HookDecided>,
     ) -> Result<(), Denial> {
+        if step.by_person {
+            return Ok(());
+        }
         let name = &pending.tool.spec.name;
         let asked = asked.or_else(|| self.escalation(pending));
         match self.gate.decide(
