@@ -199,8 +199,13 @@ text = "Edited."
         "{}",
         screen.text
     );
+    // The approval's preview: what follows the tool line (which shows the call as it is).
+    let tool_line = screen.text.find("> edit_file").expect(&screen.text);
+    let (_, preview) = screen.text[tool_line..]
+        .split_once('\n')
+        .expect(&screen.text);
     assert!(
-        !screen.text.contains("old_string"),
+        !preview.contains("old_string"),
         "the edit shows as JSON: {}",
         screen.text
     );
