@@ -105,6 +105,7 @@ fn bench_pipeline(c: &mut Criterion) {
         },
         cancel: CancellationToken::new(),
         output: Default::default(),
+        by_person: false,
     };
     let call = ToolCall {
         id: "c".into(),

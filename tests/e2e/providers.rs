@@ -22,6 +22,11 @@ pub(super) fn sse(events: &[Value]) -> String {
 /// Reads one request off `stream` (head and body, so the reply goes to a complete request);
 /// returns its head.
 pub(super) fn read_request(stream: &TcpStream) -> String {
+    read_request_and_body(stream).0
+}
+
+/// Reads one request off `stream`: its head and its body.
+pub(super) fn read_request_and_body(stream: &TcpStream) -> (String, Vec<u8>) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut head = String::new();
     let mut len = 0usize;
@@ -37,7 +42,7 @@ pub(super) fn read_request(stream: &TcpStream) -> String {
     }
     let mut body = vec![0u8; len];
     reader.read_exact(&mut body).unwrap();
-    head
+    (head, body)
 }
 
 fn reply(blocks: Vec<Value>, deltas: Vec<Value>, stop: &str) -> String {

@@ -199,8 +199,13 @@ text = "Edited."
         "{}",
         screen.text
     );
+    // The approval's preview: what follows the tool line (which shows the call as it is).
+    let tool_line = screen.text.find("> edit_file").expect(&screen.text);
+    let (_, preview) = screen.text[tool_line..]
+        .split_once('\n')
+        .expect(&screen.text);
     assert!(
-        !screen.text.contains("old_string"),
+        !preview.contains("old_string"),
         "the edit shows as JSON: {}",
         screen.text
     );
@@ -293,5 +298,146 @@ fn resume_without_an_id_picks_a_session_with_the_arrow_keys() {
         screen.text
     );
     screen.wait_for("geode> ");
+    master.write_all(b"/quit\r").unwrap();
+}
+
+/// A write then a reply that must never come: the turn of `ctrl_c_at_an_approval_...`.
+const WRITE_THEN_NEVER: &str = r#"
+[[turns]]
+text = "Writing the file."
+[[turns.tool_calls]]
+id = "w1"
+name = "write_file"
+input = { path = "out.txt", content = "from the repl" }
+[[turns]]
+text = "A round after the interrupt."
+"#;
+
+#[test]
+fn ctrl_c_at_an_approval_cancels_the_whole_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("script.toml"), WRITE_THEN_NEVER).unwrap();
+    let (_child, mut master, mut screen) = repl_in_a_terminal(d);
+    screen.wait_for("geode> ");
+    screen.clear();
+    master.write_all(b"write the file\r").unwrap();
+    screen.wait_for("[y/n/a, n: why]");
+    master.write_all(b"\x03").unwrap();
+    screen.wait_for("-- user_cancelled");
+    screen.wait_for("geode> ");
+    assert!(
+        !screen.text.contains("A round after the interrupt."),
+        "the model was asked again: {}",
+        screen.text
+    );
+    assert!(!d.join("out.txt").exists());
+    master.write_all(b"/quit\r").unwrap();
+}
+
+/// A command's approval (whose preview needs no file read, so nothing lets the session relay
+/// the turn's events before the approver asks).
+#[test]
+fn the_text_and_the_tool_line_are_on_screen_before_their_approval_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("script.toml"),
+        r#"
+[[turns]]
+text = "Counting the files."
+[[turns.tool_calls]]
+id = "b1"
+name = "bash"
+input = { command = "ls | wc -l > count.txt" }
+[[turns]]
+text = "Counted."
+"#,
+    )
+    .unwrap();
+    let (_child, mut master, mut screen) = repl_in_a_terminal(d);
+    screen.wait_for("geode> ");
+    screen.clear();
+    master.write_all(b"count the files\r").unwrap();
+    screen.wait_for("[y/n/a, n: why]");
+    let at = |needle: &str| {
+        screen
+            .text
+            .find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} before the prompt:\n{}", screen.text))
+    };
+    let prompt = at("Allow bash");
+    let preview = at("ls | wc -l > count.txt");
+    assert!(
+        at("Counting the files.") < preview && at("> bash") < preview && preview < prompt,
+        "{}",
+        screen.text
+    );
+    master.write_all(b"n\r").unwrap();
+    screen.wait_for("geode> ");
+    master.write_all(b"/quit\r").unwrap();
+}
+
+#[test]
+fn an_auto_approved_edit_still_shows_its_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("home")).unwrap();
+    // Edits are not dangerous: at this level they run without asking.
+    std::fs::write(d.join("home/config.toml"), "hitl = \"dangerous_only\"\n").unwrap();
+    std::fs::write(d.join("lib.rs"), "fn main() {\n    let x = 1;\n}\n").unwrap();
+    std::fs::write(
+        d.join("script.toml"),
+        r#"
+[[turns]]
+text = "Editing."
+[[turns.tool_calls]]
+id = "e1"
+name = "edit_file"
+input = { path = "lib.rs", old_string = "    let x = 1;", new_string = "    let x = 2;" }
+[[turns]]
+text = "Edited."
+"#,
+    )
+    .unwrap();
+    let (_child, mut master, mut screen) = repl_in_a_terminal(d);
+    screen.wait_for("geode> ");
+    screen.clear();
+    master.write_all(b"edit it\r").unwrap();
+    screen.wait_for("Edited.");
+    assert!(!screen.text.contains("Allow edit_file"), "{}", screen.text);
+    assert!(
+        screen.text.contains("\x1b[31m-    let x = 1;\x1b[0m")
+            && screen.text.contains("\x1b[32m+    let x = 2;\x1b[0m"),
+        "no diff of the edit: {}",
+        screen.text
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("lib.rs")).unwrap(),
+        "fn main() {\n    let x = 2;\n}\n"
+    );
+    screen.wait_for("geode> ");
+    master.write_all(b"/quit\r").unwrap();
+}
+
+#[test]
+fn a_person_s_own_bang_command_runs_without_asking_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("script.toml"), "[[turns]]\ntext = \"Seen.\"\n").unwrap();
+    let (_child, mut master, mut screen) = repl_in_a_terminal(d);
+    screen.wait_for("geode> ");
+    screen.clear();
+    master
+        .write_all(b"!echo person-$((40+2)) | tee made.txt\r")
+        .unwrap();
+    screen.wait_for("person-42");
+    screen.wait_for("geode> ");
+    assert!(!screen.text.contains("Allow bash"), "{}", screen.text);
+    // Through the workspace, as the model's commands are.
+    assert_eq!(
+        std::fs::read_to_string(d.join("made.txt")).unwrap(),
+        "person-42\n"
+    );
     master.write_all(b"/quit\r").unwrap();
 }

@@ -2,8 +2,9 @@
 //! the daemon's socket; the REPL (repl.rs) talks to an in-process server through the same code,
 //! so both look and behave the same.
 //!
-//! Input comes from a line-editing thread (input.rs). Ctrl-C during a turn cancels the turn, not the program; at an
-//! approval prompt it answers "n"; at the main prompt it clears the line.
+//! Input comes from a line-editing thread (input.rs). Ctrl-C during a turn cancels the turn, not
+//! the program, and so does Ctrl-C at an approval prompt (as in Claude Code and Codex: the call
+//! is refused and no further round runs); at the main prompt it clears the line.
 
 use super::exit::Exit;
 use std::path::PathBuf;
@@ -255,13 +256,20 @@ async fn show<W: AsyncWrite + Unpin>(
             safety_level,
         } => {
             screen.line(&render_preview(&detail));
-            let decision = ask_approval(input, &tool_name, safety_level).await;
-            let msg = ClientMessage::ApprovalResponse {
-                approval_id,
-                decision,
+            let msg = match ask_approval(input, &tool_name, safety_level).await {
+                Some(decision) => ClientMessage::ApprovalResponse {
+                    approval_id,
+                    decision,
+                },
+                // The daemon refuses every call awaiting an answer when the turn is cancelled.
+                None => {
+                    screen.line("^C cancelling the turn");
+                    ClientMessage::Cancel
+                }
             };
             send(wr, &msg).await?;
         }
+        ServerMessage::AutoApproved { detail, .. } => screen.line(&render_preview(&detail)),
         ServerMessage::ApprovalTimeout { .. } => {
             screen.line("geode: no answer in time: the call was denied")
         }
@@ -299,24 +307,24 @@ async fn show<W: AsyncWrite + Unpin>(
     Ok(false)
 }
 
-/// The user's answer to an approval request, asked until it is one the daemon takes; an
-/// interrupt or the input's end is a refusal.
+/// The user's answer to an approval request, asked until it is one the daemon takes; `None`
+/// when the person interrupted (or the input ended): the whole turn is to be cancelled.
 async fn ask_approval(
     input: &LineInput,
     tool_name: &str,
     safety_level: SafetyLevel,
-) -> ApprovalAnswer {
+) -> Option<ApprovalAnswer> {
     let prompt = format!("Allow {tool_name} ({safety_level})? [y/n/a, n: why] ");
     loop {
         match input.line(&prompt).await {
             Input::Line(l) => match l.parse() {
-                Ok(answer) => break answer,
+                Ok(answer) => break Some(answer),
                 Err(_) => println!(
                     "answer y (yes), n (no), a (always for {tool_name}) or \
                      n: WHY (no, and tell the model why)"
                 ),
             },
-            Input::Interrupted | Input::Eof => break ApprovalAnswer::No,
+            Input::Interrupted | Input::Eof => break None,
         }
     }
 }

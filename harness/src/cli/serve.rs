@@ -26,7 +26,7 @@ use geode_runtime::model::errors::ErrorClass;
 use geode_runtime::model::http::RouteOptions;
 use geode_runtime::model::unavailable::Unavailable;
 use geode_runtime::model::{Model, ModelError, model_for};
-use geode_runtime::policy::{HitlLevel, SessionMode, SessionPolicy};
+use geode_runtime::policy::{COMPUTER_TOOL, HitlLevel, SessionMode, SessionPolicy};
 use geode_runtime::scaffold::Scaffold;
 use geode_runtime::server::channel::{Channels, Webhook};
 use geode_runtime::server::ipc::DaemonSocket;
@@ -288,6 +288,10 @@ impl CliFactory {
                 )));
             }
         };
+        // The person's computer tool acts on their display: without one it could only fail.
+        if std::env::var_os("DISPLAY").is_none_or(|d| d.is_empty()) {
+            policy.deny_list.insert(COMPUTER_TOOL.to_string());
+        }
         let mut cfg = SessionConfig::new(policy, workspace, model);
         cfg.environment = geode_runtime::session::environment::describe_environment(&cwd);
         if let Some(id) = id {

@@ -31,7 +31,7 @@ use crate::conversation::{AssistantTurn, Message, Role, StopReason, ToolCall, Us
 use crate::hooks::{HookEvent, HookRegistry};
 use crate::ids::{CorrelationId, SessionId, StepSnapshot};
 use crate::model::errors::ErrorClass;
-use crate::model::{Model, ModelRequest, ModelSlot};
+use crate::model::{DeltaSink, Model, ModelRequest, ModelSlot};
 use crate::scaffold::{ReflectionMode, Scaffold};
 use crate::store::checkpoint::SessionStatus;
 use crate::store::timeline::{SessionTimeline, TimelineEvent};
@@ -382,12 +382,13 @@ impl AgenticLoop {
 
     // --- stage 3: provider call ---------------------------------------------------------------
 
-    /// A call on the conversation so far, with this session's tools.
+    /// A call on the conversation so far, with this session's tools; its deltas go to `deltas`.
     fn model_request<'a>(
         &'a self,
         system: &'a str,
         snapshot: &'a StepSnapshot,
         force_text: bool,
+        deltas: DeltaSink,
     ) -> ModelRequest<'a> {
         ModelRequest {
             system,
@@ -395,7 +396,7 @@ impl AgenticLoop {
             plan: self.p.executor.plan(),
             snapshot,
             force_text,
-            deltas: self.delta_sink(),
+            deltas,
         }
     }
 
@@ -411,18 +412,28 @@ impl AgenticLoop {
     ) -> Result<AssistantTurn, Ending> {
         let stopped = |reason| Err(Ending::stopped(reason));
         let mut compacted_for_overflow = false;
+        let streamed = Arc::new(Mutex::new(String::new()));
         loop {
-            let request = self.model_request(system, snapshot, force_text);
+            // A retry starts the reply again: only the last attempt's text is the reply's.
+            streamed.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            let deltas = self.collecting_sink(streamed.clone());
+            let request = self.model_request(system, snapshot, force_text, deltas);
             let call = self.p.model.complete(&request);
             let budget = self.guards.time_left();
             let result = tokio::select! {
-                _ = cancel.cancelled() => return stopped(TerminationReason::UserCancelled),
+                _ = cancel.cancelled() => None,
                 r = async {
                     match budget {
                         Some(left) => tokio::time::timeout(left, call).await.ok(),
                         None => Some(call.await),
                     }
-                } => r,
+                } => Some(r),
+            };
+            let Some(result) = result else {
+                let partial =
+                    std::mem::take(&mut *streamed.lock().unwrap_or_else(|p| p.into_inner()));
+                self.append_interrupted(&partial);
+                return stopped(TerminationReason::UserCancelled);
             };
             let Some(result) = result else {
                 return stopped(TerminationReason::TimeBudgetExpired);
@@ -472,7 +483,10 @@ impl AgenticLoop {
                         wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                     });
                     tokio::select! {
-                        _ = cancel.cancelled() => return stopped(TerminationReason::UserCancelled),
+                        _ = cancel.cancelled() => {
+                            self.append_interrupted("");
+                            return stopped(TerminationReason::UserCancelled);
+                        }
                         _ = tokio::time::sleep(wait) => {}
                     }
                 }
@@ -489,17 +503,19 @@ impl AgenticLoop {
         turn: &mut Turn,
         cancel: &CancellationToken,
     ) -> Vec<CallRecord> {
-        let records = self.execute_calls(calls, snapshot, cancel).await;
+        let records = self.execute_calls(calls, snapshot, cancel, false).await;
         self.take_results(turn, &records);
         records
     }
 
-    /// Run calls through the executor's pipeline.
+    /// Run calls through the executor's pipeline; `by_person`: the person's own (see
+    /// `StepContext::by_person`).
     pub(super) async fn execute_calls(
         &mut self,
         calls: Vec<ToolCall>,
         snapshot: &StepSnapshot,
         cancel: &CancellationToken,
+        by_person: bool,
     ) -> Vec<CallRecord> {
         for c in &calls {
             self.emit(LoopEvent::ToolStarted {
@@ -513,6 +529,7 @@ impl AgenticLoop {
             snapshot: snapshot.clone(),
             cancel: cancel.clone(),
             output: self.tool_output_sink(),
+            by_person,
         };
         self.p.executor.execute_batch(calls, &step).await
     }
@@ -573,7 +590,7 @@ impl AgenticLoop {
             GuardSignal::Proceed => {}
         }
         if self.p.scaffold.reflection == ReflectionMode::ModelCall {
-            let request = self.model_request(system, snapshot, true);
+            let request = self.model_request(system, snapshot, true, self.delta_sink());
             if let Some(usage) = reflect(self.p.model.as_ref(), &request, &self.p.cognition).await {
                 turn.usage.add(&usage);
                 self.counters.add_usage(&usage);

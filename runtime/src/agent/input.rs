@@ -80,7 +80,9 @@ impl AgenticLoop {
             name: "bash".into(),
             input: json!({ "command": command }),
         };
-        let mut records = self.execute_calls(vec![call], &snapshot, cancel).await;
+        let mut records = self
+            .execute_calls(vec![call], &snapshot, cancel, true)
+            .await;
         // The executor answers every call it is given with exactly one record.
         let record = records.remove(0);
         for event in LoopEvent::call_ended(&record) {

@@ -2,6 +2,8 @@
 //! failures, timeline rows, hook dispatch, events to the driver. Kept apart from
 //! agentic_loop.rs so that file reads as the six stages.
 
+use std::sync::{Arc, Mutex};
+
 use serde_json::json;
 
 use super::agentic_loop::AgenticLoop;
@@ -10,11 +12,14 @@ use super::events::LoopEvent;
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, ToolCall};
 use crate::hooks::{HookEnvelope, HookEvent, HookOutcome};
 use crate::ids::StepSnapshot;
-use crate::model::DeltaSink;
+use crate::model::{DeltaSink, ModelDelta};
 use crate::store::checkpoint::SavePoint;
 use crate::store::timeline::{CallOutcome, TimelineEvent};
 use crate::tools::executor::{CallRecord, hook_failure_rows};
 use crate::tools::output::ToolOutputSink;
+
+/// What the model sees after a reply the person interrupted.
+pub(crate) const INTERRUPTED_NOTE: &str = "[the person interrupted this reply]";
 
 impl AgenticLoop {
     pub(super) fn append_user(&mut self, message: Message) {
@@ -200,6 +205,33 @@ impl AgenticLoop {
         DeltaSink::new(move |delta| {
             let _ = tx.send(LoopEvent::delta(delta));
         })
+    }
+
+    /// The driver's sink, keeping the reply's text in `streamed` as well: what of a reply the
+    /// person interrupts was shown, and stays in the conversation.
+    pub(super) fn collecting_sink(&self, streamed: Arc<Mutex<String>>) -> DeltaSink {
+        let driver = self.delta_sink();
+        DeltaSink::new(move |delta| {
+            if let ModelDelta::Text(text) = &delta {
+                streamed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push_str(text);
+            }
+            driver.send(delta);
+        })
+    }
+
+    /// A reply the person interrupted: what streamed of it stays as the assistant's (partial)
+    /// message, and a note says it was cut off, so the model reads the next prompt as a new
+    /// message rather than as more of the one it was answering (as Claude Code does).
+    pub(super) fn append_interrupted(&mut self, streamed: &str) {
+        if !streamed.trim().is_empty() {
+            // Not a reply the model finished (no usage, no stop reason): the conversation's
+            // copy only, not a timeline row of a model reply.
+            self.transcript.push(Message::assistant_text(streamed));
+        }
+        self.append_user(Message::user_text(INTERRUPTED_NOTE));
     }
 
     /// Where running tools' output goes: on to the driver as events, as it is read.

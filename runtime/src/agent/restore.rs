@@ -413,7 +413,7 @@ impl AgenticLoop {
         }
         let revisions_before = self.revision_count();
         let mut reran = self
-            .execute_calls(rerun, &snapshot, cancel)
+            .execute_calls(rerun, &snapshot, cancel, false)
             .await
             .into_iter();
         let records: Vec<CallRecord> = settled

@@ -1,7 +1,8 @@
 //! One IPC session per connection. Three tasks per connection, each owning its state:
 //! - the writer owns the write half and serialises every outgoing message;
 //! - the reader owns the read half and the table of pending approvals, and keeps reading while a
-//!   turn runs, so an `approval_response` is never stuck behind the turn that waits for it;
+//!   turn runs, so an `approval_response` is never stuck behind the turn that waits for it; a
+//!   `cancel` refuses every pending approval, so a turn cancelled at its prompt stops there;
 //! - the session task (this function) owns the `AgenticLoop` and runs one turn at a time under
 //!   the connection's session lane.
 //!
@@ -30,6 +31,9 @@ type Registration = (String, oneshot::Sender<ApprovalAnswer>);
 /// Relays approval prompts to the client; an unanswered prompt is denied after the timeout.
 struct RelayApprover {
     out: UnboundedSender<ServerMessage>,
+    /// The prompts, relayed by the session task after the turn's events that came before them
+    /// (the text and tool line the person is asked about), never ahead of them.
+    asks: UnboundedSender<ServerMessage>,
     register: UnboundedSender<Registration>,
     timeout: std::time::Duration,
     next: AtomicU64,
@@ -48,7 +52,7 @@ impl Approver for RelayApprover {
         if let Some(reason) = &request.reason {
             detail = format!("{detail}\n(a hook asks: {reason})");
         }
-        let sent = self.out.send(ServerMessage::ApprovalRequest {
+        let sent = self.asks.send(ServerMessage::ApprovalRequest {
             approval_id: id.clone(),
             tool_name: request.tool_name.clone(),
             detail,
@@ -68,6 +72,14 @@ impl Approver for RelayApprover {
                 ApprovalAnswer::No
             }
         }
+    }
+
+    async fn show(&self, request: &ApprovalRequest) {
+        // Through `asks`: after the text and tool line it belongs to, as a prompt would be.
+        let _ = self.asks.send(ServerMessage::AutoApproved {
+            tool_name: request.tool_name.clone(),
+            detail: request.preview.clone(),
+        });
     }
 }
 
@@ -115,6 +127,17 @@ async fn read_loop<R: AsyncRead + Unpin>(
                                        ),
                                    });
                                }
+                           }
+                           Ok(ClientMessage::Cancel) => {
+                               // Cancelled first, so the turn sees the refusal as cancelled.
+                               if inbox.send(ClientMessage::Cancel).is_err() {
+                                   break;
+                               }
+                               while let Ok((id, tx)) = registrations.try_recv() {
+                                   pending.insert(id, tx);
+                               }
+                               // Dropped: each waiting approver wakes with a refusal.
+                               pending.clear();
                            }
                            Ok(msg) => {
                                if inbox.send(msg).is_err() {
@@ -229,10 +252,12 @@ where
     let writer = tokio::spawn(write_loop(wr, out_rx));
     let (inbox_tx, mut inbox) = unbounded_channel();
     let (reg_tx, reg_rx) = unbounded_channel();
+    let (asks_tx, mut asks) = unbounded_channel();
     let reader = tokio::spawn(read_loop(rd, inbox_tx, reg_rx, out.clone()));
     let conn = Conn {
         approver: Arc::new(RelayApprover {
             out: out.clone(),
+            asks: asks_tx,
             register: reg_tx,
             timeout: shared.approval_timeout,
             next: AtomicU64::new(0),
@@ -271,7 +296,12 @@ where
             None => break,
             Some(ClientMessage::Exit) => break,
             Some(ClientMessage::Prompt { text }) => {
-                if run_prompt(&conn, &mut live, &text, &mut inbox, &mut queued).await {
+                let talk = Talk {
+                    inbox: &mut inbox,
+                    asks: &mut asks,
+                    queued: &mut queued,
+                };
+                if run_prompt(&conn, &mut live, &text, talk).await {
                     break;
                 }
             }
@@ -288,7 +318,7 @@ where
                 conn.send(ServerMessage::CommandResult { name, text });
             }
             Some(ClientMessage::Shell { command }) => {
-                let text = run_shell(&conn, &mut live, &command).await;
+                let text = run_shell(&conn, &mut live, &command, &mut asks).await;
                 conn.send(ServerMessage::CommandResult {
                     name: "!".into(),
                     text,
@@ -350,7 +380,12 @@ async fn run_command(conn: &Conn, live: &mut Live, name: &str, args: &str) -> St
 
 /// `!COMMAND`: under the session's lane, a `bash` call through the session's pipeline. Its
 /// output is the answer now, and goes to the model ahead of the next prompt.
-async fn run_shell(conn: &Conn, live: &mut Live, command: &str) -> String {
+async fn run_shell(
+    conn: &Conn,
+    live: &mut Live,
+    command: &str,
+    asks: &mut UnboundedReceiver<ServerMessage>,
+) -> String {
     let key = live.lp.session_id().to_string();
     let Ok(_lane) = conn.shared.lanes.acquire(&key).await else {
         return "the daemon is draining: no new commands".into();
@@ -367,18 +402,15 @@ async fn run_shell(conn: &Conn, live: &mut Live, command: &str) -> String {
     // Relayed while the command runs, so its output shows as it comes.
     let record = loop {
         tokio::select! {
+            // Events first: an approval prompt follows what was shown before it was asked.
+            biased;
+            Some(ev) = events.recv() => relay(conn, &ev),
+            Some(ask) = asks.recv() => conn.send(ask),
             record = &mut run => break record,
-            Some(ev) = events.recv() => {
-                if let Some(m) = ServerMessage::from_event(&ev) {
-                    conn.send(m);
-                }
-            }
         }
     };
     while let Ok(ev) = events.try_recv() {
-        if let Some(m) = ServerMessage::from_event(&ev) {
-            conn.send(m);
-        }
+        relay(conn, &ev);
     }
     let output = record.result.content;
     shell_context.push(format!(
@@ -388,15 +420,29 @@ async fn run_shell(conn: &Conn, live: &mut Live, command: &str) -> String {
     output
 }
 
+fn relay(conn: &Conn, ev: &LoopEvent) {
+    if let Some(m) = ServerMessage::from_event(ev) {
+        conn.send(m);
+    }
+}
+
+/// What a turn hears from the client meanwhile, and the approval prompts it relays.
+struct Talk<'a> {
+    inbox: &'a mut UnboundedReceiver<ClientMessage>,
+    asks: &'a mut UnboundedReceiver<ServerMessage>,
+    /// Prompts and commands sent during the turn, run after it.
+    queued: &'a mut VecDeque<ClientMessage>,
+}
+
 /// Run one turn under the session lane, relaying its events. Returns true when the client
-/// asked to exit (or went away) during the turn.
-async fn run_prompt(
-    conn: &Conn,
-    live: &mut Live,
-    text: &str,
-    inbox: &mut UnboundedReceiver<ClientMessage>,
-    queued: &mut VecDeque<ClientMessage>,
-) -> bool {
+/// asked to exit (or went away) during the turn. A client that went away does not cancel the
+/// turn: it runs to its end in the session (the daemon's), for a later `/resume` to see.
+async fn run_prompt(conn: &Conn, live: &mut Live, text: &str, talk: Talk<'_>) -> bool {
+    let Talk {
+        inbox,
+        asks,
+        queued,
+    } = talk;
     let key = live.lp.session_id().to_string();
     let Ok(_lane) = conn.shared.lanes.acquire(&key).await else {
         conn.send(ServerMessage::Error {
@@ -430,14 +476,16 @@ async fn run_prompt(
         tokio::pin!(turn);
         loop {
             tokio::select! {
-                o = &mut turn => break o,
-                Some(ev) = events.recv() => {
-                    if let Some(m) = ServerMessage::from_event(&ev) {
-                        conn.send(m);
-                    }
-                }
+                // Events, then prompts (see `run_shell`); a cancel before the turn goes on.
+                biased;
+                Some(ev) = events.recv() => relay(conn, &ev),
+                Some(ask) = asks.recv() => conn.send(ask),
                 m = inbox.recv(), if inbox_open => match m {
-                    None | Some(ClientMessage::Exit) => {
+                    None => {
+                        inbox_open = false;
+                        exit = true;
+                    }
+                    Some(ClientMessage::Exit) => {
                         inbox_open = false;
                         exit = true;
                         cancel.cancel();
@@ -446,13 +494,12 @@ async fn run_prompt(
                     // Serial per session: later prompts and commands wait for this turn.
                     Some(other) => queued.push_back(other),
                 },
+                o = &mut turn => break o,
             }
         }
     };
     while let Ok(ev) = events.try_recv() {
-        if let Some(m) = ServerMessage::from_event(&ev) {
-            conn.send(m);
-        }
+        relay(conn, &ev);
     }
     match outcome {
         Ok(o) => conn.send(ServerMessage::Result {

@@ -134,6 +134,11 @@ pub enum ServerMessage {
     ApprovalTimeout {
         approval_id: String,
     },
+    /// A file change allowed without asking: its diff, as an approval would have shown it.
+    AutoApproved {
+        tool_name: String,
+        detail: String,
+    },
     Result {
         text: String,
         rounds: u32,

@@ -48,6 +48,11 @@ pub fn preview(spec: &ToolSpec, input: &Value, current: Option<&str>) -> String 
     )
 }
 
+/// Whether `tool`'s preview is the diff of a file it changes (see [`preview`]).
+pub fn changes_a_file(tool: &str) -> bool {
+    matches!(tool, "write_file" | "edit_file")
+}
+
 /// A write or an edit as the diff it makes, read through the tool's own input type.
 fn file_diff(tool: &str, input: &Value, current: Option<&str>) -> Option<String> {
     match tool {
@@ -149,6 +154,11 @@ impl From<ApprovalAnswer> for String {
 #[async_trait]
 pub trait Approver: Send + Sync {
     async fn ask(&self, request: &ApprovalRequest) -> ApprovalAnswer;
+
+    /// A file change allowed without asking (the level or an earlier "always" let it through):
+    /// its diff is shown all the same, so a person never loses sight of what changes. Nothing
+    /// where no person watches.
+    async fn show(&self, _request: &ApprovalRequest) {}
 }
 
 /// The approver of modes without a human: every prompt is a refusal.

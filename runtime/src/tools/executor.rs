@@ -100,6 +100,9 @@ pub struct StepContext {
     pub cancel: CancellationToken,
     /// Where the step's calls send their output while they run (a person watching).
     pub output: ToolOutputSink,
+    /// The person's own calls (a `!command` typed at the REPL): nobody is asked to approve
+    /// what they typed themselves. Every other step still applies (policy, hooks, sandbox).
+    pub by_person: bool,
 }
 
 #[derive(Debug, Clone)]

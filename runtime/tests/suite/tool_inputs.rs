@@ -290,6 +290,7 @@ async fn call_shell(declared: bool, input: Value) -> CallRecord {
         },
         cancel: CancellationToken::new(),
         output: Default::default(),
+        by_person: false,
     };
     let call = ToolCall {
         id: "c".into(),

@@ -3,7 +3,7 @@
 
 use crate::hooks::{HookDecided, HookDecision, HookEvent, HookEventKind};
 use crate::tools::approval::{
-    ApprovalAnswer, ApprovalRequest, GateDecision, always_prompts, preview,
+    ApprovalAnswer, ApprovalRequest, GateDecision, always_prompts, changes_a_file, preview,
 };
 
 use super::{Denial, Pending, PipelineStep, StepContext, ToolExecutor, deny};
@@ -63,6 +63,35 @@ impl ToolExecutor {
         ))
     }
 
+    /// What a person reads about `pending`: its preview, and why they are asked (`asked`).
+    async fn approval_request(
+        &self,
+        pending: &Pending<'_>,
+        asked: Option<String>,
+    ) -> ApprovalRequest {
+        let name = &pending.tool.spec.name;
+        // The file a write would replace, for the diff a person reads: the path the scope
+        // step resolved from the tool's declared path argument.
+        let target = pending.paths.iter().find(|(arg, _)| arg == "path");
+        let current = match (name.as_str(), target) {
+            ("write_file", Some((_, resolved))) => self
+                .workspace
+                .read_file(resolved)
+                .await
+                .ok()
+                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
+            _ => None,
+        };
+        ApprovalRequest {
+            call_id: pending.id.clone(),
+            tool_name: name.clone(),
+            input: pending.input.clone(),
+            safety_level: pending.classification.safety,
+            reason: asked,
+            preview: preview(&pending.tool.spec, &pending.input, current.as_deref()),
+        }
+    }
+
     pub(super) async fn approve(
         &self,
         pending: &Pending<'_>,
@@ -70,6 +99,9 @@ impl ToolExecutor {
         step: &StepContext,
         hooks: &mut Vec<HookDecided>,
     ) -> Result<(), Denial> {
+        if step.by_person {
+            return Ok(());
+        }
         let name = &pending.tool.spec.name;
         let asked = asked.or_else(|| self.escalation(pending));
         match self.gate.decide(
@@ -79,7 +111,13 @@ impl ToolExecutor {
             asked.is_some(),
             always_prompts(&pending.tool.binding),
         ) {
-            GateDecision::Allowed => return Ok(()),
+            GateDecision::Allowed => {
+                if changes_a_file(name) {
+                    let request = self.approval_request(pending, asked).await;
+                    self.approver.show(&request).await;
+                }
+                return Ok(());
+            }
             GateDecision::Denied(reason) => return deny(PipelineStep::Approval, reason),
             GateDecision::Prompt => {}
         }
@@ -102,26 +140,7 @@ impl ToolExecutor {
                 _ => {}
             }
         }
-        // The file a write would replace, for the diff a person reads: the path the scope
-        // step resolved from the tool's declared path argument.
-        let target = pending.paths.iter().find(|(arg, _)| arg == "path");
-        let current = match (name.as_str(), target) {
-            ("write_file", Some((_, resolved))) => self
-                .workspace
-                .read_file(resolved)
-                .await
-                .ok()
-                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
-            _ => None,
-        };
-        let request = ApprovalRequest {
-            call_id: pending.id.clone(),
-            tool_name: name.clone(),
-            input: pending.input.clone(),
-            safety_level: pending.classification.safety,
-            reason: asked,
-            preview: preview(&pending.tool.spec, &pending.input, current.as_deref()),
-        };
+        let request = self.approval_request(pending, asked).await;
         match self.approver.ask(&request).await {
             ApprovalAnswer::Yes => Ok(()),
             ApprovalAnswer::Always => {
