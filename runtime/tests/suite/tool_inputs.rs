@@ -53,7 +53,10 @@ const COMPUTER_FIELDS: [&str; 7] = [
 #[test]
 fn each_tool_schema_has_its_properties_required_fields_and_types() {
     let expected: BTreeMap<&str, (Vec<&str>, Vec<&str>)> = [
-        ("bash", (vec!["command", "escalate", "timeout_sec"], vec!["command"])),
+        (
+            "bash",
+            (vec!["command", "escalate", "timeout_sec"], vec!["command"]),
+        ),
         ("read_file", (vec!["limit", "offset", "path"], vec!["path"])),
         (
             "write_file",
