@@ -20,11 +20,12 @@ fn script(command: &str, escalate: Option<&str>) -> String {
     )
 }
 
-/// A folder outside /tmp (which the sandbox replaces with its own), as another project is.
+/// A folder outside /tmp (which the sandbox replaces with its own), as another project is: in
+/// /var/tmp, since a fresh clone's target folder may itself lie under /tmp.
 fn beside() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("geode-beside")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .tempdir_in("/var/tmp")
         .unwrap()
 }
 

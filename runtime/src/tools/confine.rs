@@ -71,9 +71,13 @@ pub(crate) struct Confinement {
     network: bool,
 }
 
-fn c_path(p: &Path) -> std::io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes())
+fn c_string(bytes: &[u8]) -> std::io::Result<CString> {
+    CString::new(bytes)
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in a path"))
+}
+
+fn c_path(p: &Path) -> std::io::Result<CString> {
+    c_string(p.as_os_str().as_bytes())
 }
 
 impl Confinement {
@@ -106,7 +110,7 @@ impl Confinement {
             } else {
                 "0755"
             };
-            Ok((c_path(p)?, c_path(Path::new(&format!("mode={mode}")))?))
+            Ok((c_path(p)?, c_string(format!("mode={mode}").as_bytes())?))
         };
         let (inner, outer): (Vec<&PathBuf>, Vec<&PathBuf>) =
             folders.iter().partition(|p| p.starts_with(workspace));

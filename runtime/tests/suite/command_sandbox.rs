@@ -31,11 +31,12 @@ async fn sh(ws: &LocalWorkspace, command: &str) -> ExecOutput {
     .unwrap()
 }
 
-/// A folder outside /tmp (which the sandbox replaces), as a user's other projects are.
+/// A folder outside /tmp (which the sandbox replaces), as a user's other projects are: in
+/// /var/tmp, since a fresh clone's target folder may itself lie under /tmp.
 fn outside() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("geode-sandbox-outside")
-        .tempdir_in(std::env::var("CARGO_TARGET_TMPDIR").unwrap_or_else(|_| "/var/tmp".into()))
+        .tempdir_in("/var/tmp")
         .unwrap()
 }
 

@@ -209,12 +209,23 @@ pub fn policy_name(p: PolicyKind) -> String {
 
 /// Refuses, before the first trial, a search whose candidates' rule cannot KEEP on the train
 /// pack or whose promotion rule cannot KEEP on the test pack, whatever the trials show; else
-/// says what each campaign can expect.
+/// says what each campaign can expect. With `allow_infeasible`, nothing here stops the search
+/// (a design it cannot even freeze a contract for fails at its first campaign, as before).
 fn check_designs(
     r: &Resolved,
     train: &TaskPack,
     log: &mut dyn FnMut(&str),
 ) -> Result<(), SearchError> {
+    match outlooks(r, train, log) {
+        Err(e) if r.config.allow_infeasible => {
+            tracing::debug!("no outlook of the search's designs: {e}");
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+fn outlooks(r: &Resolved, train: &TaskPack, log: &mut dyn FnMut(&str)) -> Result<(), SearchError> {
     let c = &r.config;
     let base = c.baseline_scaffold()?;
     let probe = |stage, trials, rule: &super::config::Rule| {
