@@ -167,10 +167,8 @@ fn repl_in_a_terminal(d: &std::path::Path) -> (Repl, File, Screen) {
     in_terminal(cmd)
 }
 
-#[test]
-fn an_edit_approval_shows_the_edit_as_a_coloured_diff() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// `lib.rs` and a script whose one call edits `let x = 1` into `let x = 2`.
+fn edit_fixture(d: &std::path::Path) {
     std::fs::write(d.join("lib.rs"), "fn main() {\n    let x = 1;\n}\n").unwrap();
     std::fs::write(
         d.join("script.toml"),
@@ -186,6 +184,13 @@ text = "Edited."
 "#,
     )
     .unwrap();
+}
+
+#[test]
+fn an_edit_approval_shows_the_edit_as_a_coloured_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    edit_fixture(d);
     let (_child, mut master, mut screen) = repl_in_a_terminal(d);
     screen.wait_for("geode> ");
     screen.clear();
@@ -385,21 +390,7 @@ fn an_auto_approved_edit_still_shows_its_diff() {
     std::fs::create_dir_all(d.join("home")).unwrap();
     // Edits are not dangerous: at this level they run without asking.
     std::fs::write(d.join("home/config.toml"), "hitl = \"dangerous_only\"\n").unwrap();
-    std::fs::write(d.join("lib.rs"), "fn main() {\n    let x = 1;\n}\n").unwrap();
-    std::fs::write(
-        d.join("script.toml"),
-        r#"
-[[turns]]
-text = "Editing."
-[[turns.tool_calls]]
-id = "e1"
-name = "edit_file"
-input = { path = "lib.rs", old_string = "    let x = 1;", new_string = "    let x = 2;" }
-[[turns]]
-text = "Edited."
-"#,
-    )
-    .unwrap();
+    edit_fixture(d);
     let (_child, mut master, mut screen) = repl_in_a_terminal(d);
     screen.wait_for("geode> ");
     screen.clear();
