@@ -39,6 +39,7 @@ mod red_team;
 #[path = "../support/registry.rs"]
 mod registry;
 mod repl;
+mod rewind;
 mod run;
 mod search;
 mod seeds;

@@ -34,6 +34,7 @@ mod receipts;
 mod render;
 mod repl;
 mod resume;
+mod rewind;
 mod run;
 mod scaffold;
 mod search;
@@ -96,6 +97,9 @@ pub enum Command {
     Receipts(receipts::ReceiptsCommand),
     /// The checkpointed sessions, newest first: first prompt, last activity, model, cost.
     Sessions(sessions::SessionsArgs),
+    /// Go back to before a turn of a session: the files its turns changed, then the
+    /// conversation (without --to: the turns, with the files each changed).
+    Rewind(rewind::RewindArgs),
     /// Run a benchmark: every task of a pack, K attempts each, in sandboxes.
     Run(run::RunArgs),
     /// Measure the environment: per-trial set-up/teardown over a pack, an image's first pull.
@@ -238,6 +242,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Resume(args) => runtime.block_on(resume::run(args, cli.sandbox.as_deref())),
         Command::Receipts(cmd) => receipts::run(cmd),
         Command::Sessions(args) => sessions::run(args),
+        Command::Rewind(args) => rewind::run(args),
         Command::Run(args) => runtime.block_on(run::run(args)),
         Command::Worker(args) => runtime.block_on(worker::run(args)),
         Command::Image(cmd) => runtime.block_on(image::run(cmd)),

@@ -26,6 +26,7 @@ use crate::store::StoreError;
 use crate::store::checkpoint::{CheckpointStore, SavePoint, SessionStatus};
 use crate::store::ledger::EvidenceLedger;
 use crate::store::receipts::{self, Receipt, ReceiptState, ReceiptStore};
+use crate::store::rewind::{FileHistory, RewindStore};
 
 /// A save point with the data it saves.
 pub(super) enum Save<'a> {
@@ -89,6 +90,8 @@ pub(crate) struct Durable {
     store: CheckpointStore,
     receipts: Arc<ReceiptStore>,
     ledger: Arc<EvidenceLedger>,
+    /// What `/rewind` needs: a point before each turn, the files each call changed.
+    files: Arc<FileHistory>,
     settings: CheckpointSettings,
     cwd: String,
     view: ConversationView,
@@ -127,9 +130,15 @@ impl Durable {
         let id = store.session_id().clone();
         let receipts = ReceiptStore::open(&store.dir().join(receipts::DB_FILE), &id, create)?;
         let ledger = EvidenceLedger::open(store.dir(), &id)?;
+        let rewind = Arc::new(RewindStore::open(store.dir())?);
         Ok(Durable {
             receipts: Arc::new(receipts),
             ledger: Arc::new(ledger),
+            files: Arc::new(FileHistory::new(
+                rewind,
+                cwd,
+                unwatched(&settings.root, cwd),
+            )),
             settings: settings.clone(),
             cwd: cwd.display().to_string(),
             view: ConversationView::default(),
@@ -141,6 +150,11 @@ impl Durable {
     /// The receipts, for the executor to write.
     pub(crate) fn receipts(&self) -> Arc<ReceiptStore> {
         self.receipts.clone()
+    }
+
+    /// The file history, for the executor to write.
+    pub(crate) fn file_history(&self) -> Arc<FileHistory> {
+        self.files.clone()
     }
 
     /// The evidence ledger, for the executor to write.
@@ -215,6 +229,9 @@ impl Durable {
                 ),
             ));
         };
+        if state.stage == SavePoint::Round0 {
+            self.record_point(unsaved, &state)?;
+        }
         let first = self.view.next_seq;
         if !unsaved.is_empty() {
             self.store.append_messages(first, unsaved)?;
@@ -226,6 +243,34 @@ impl Durable {
         self.view = view;
         self.saved = messages.len();
         Ok(())
+    }
+
+    /// Record where `/rewind` goes back to before the turn `state` starts: the loop state as
+    /// it was between turns, with the conversation as it is before `unsaved` (the prompt).
+    fn record_point(&self, unsaved: &[Message], state: &CheckpointState) -> Result<(), StoreError> {
+        let before = CheckpointState {
+            stage: SavePoint::TurnEnd,
+            turn_number: state.turn_number.saturating_sub(1),
+            round: 0,
+            turn: None,
+            pending_verification: None,
+            pending_batch: None,
+            conversation: self.view.clone(),
+            ..state.clone()
+        };
+        let prompt = unsaved
+            .iter()
+            .rev()
+            .find(|m| m.role == crate::conversation::Role::User)
+            .map(Message::text)
+            .unwrap_or_default();
+        let json = serde_json::to_string(&before).map_err(|e| StoreError::Json {
+            path: self.store.dir().display().to_string(),
+            message: format!("the rewind point does not serialize: {e}"),
+        })?;
+        self.files
+            .store()
+            .record_point(state.turn_number, &prompt, &json)
     }
 
     /// Commit a compacted view: the first `cut` messages (all saved) are replaced by the
@@ -250,6 +295,23 @@ impl Durable {
         self.saved = compacted.messages.len();
         Ok(())
     }
+}
+
+/// What the file history never watches: the sessions' store and, when it lies inside the
+/// workspace (a session started in a home directory), GEODE's home around it. Its timeline and
+/// checkpoints are GEODE's records, not the work a rewind undoes.
+fn unwatched(sessions: &Path, workspace: &Path) -> Vec<PathBuf> {
+    let sessions = sessions
+        .canonicalize()
+        .unwrap_or_else(|_| sessions.to_path_buf());
+    let mut dirs = vec![sessions.clone()];
+    if let Some(home) = sessions.parent()
+        && home.starts_with(workspace)
+        && home != workspace
+    {
+        dirs.push(home.to_path_buf());
+    }
+    dirs
 }
 
 /// The loop's durable side; empty in a session without a checkpoint.
@@ -278,6 +340,21 @@ impl DurableSession {
         durable.saved = saved;
         self.stores = Some(durable);
         self.interrupted = interrupted;
+    }
+
+    /// The checkpoint and file history a rewind works on (`None` without a checkpoint).
+    pub(super) fn rewind_parts(&self) -> Option<(&CheckpointStore, &Arc<FileHistory>)> {
+        self.stores.as_ref().map(|d| (&d.store, &d.files))
+    }
+
+    /// After a rewind wrote `view` (`saved` messages) as the checkpoint: saves go on from
+    /// there, and no interrupted turn is left to finish.
+    pub(super) fn rewound(&mut self, view: ConversationView, saved: usize) {
+        if let Some(d) = self.stores.as_mut() {
+            d.view = view;
+            d.saved = saved;
+        }
+        self.interrupted = None;
     }
 
     /// The interrupted turn, once.

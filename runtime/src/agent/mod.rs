@@ -16,6 +16,7 @@ pub mod prompt;
 mod records;
 pub mod reflection;
 pub mod restore;
+pub mod rewind;
 pub mod termination;
 mod transcript;
 pub mod verify;

@@ -301,13 +301,7 @@ impl AgenticLoop {
             unresolved,
         };
         let saved = messages.len();
-        self.transcript = Transcript::restored(messages, state.system_prompt_hash);
-        if let Ok(mut c) = self.p.cognition.lock() {
-            *c = state.cognition;
-        }
-        self.guards.restore(state.guards);
-        self.counters =
-            SessionCounters::restored(state.session_usage, state.turn_number, state.model_calls);
+        self.take_state(&state, messages);
         self.lifecycle.resumed();
         let interrupted = report
             .turn_in_progress
@@ -332,6 +326,17 @@ impl AgenticLoop {
             );
         }
         Ok(report)
+    }
+
+    /// The conversation and loop state of a checkpoint, into this loop (a resume, a rewind).
+    pub(super) fn take_state(&mut self, state: &CheckpointState, messages: Vec<Message>) {
+        self.transcript = Transcript::restored(messages, state.system_prompt_hash.clone());
+        if let Ok(mut c) = self.p.cognition.lock() {
+            *c = state.cognition.clone();
+        }
+        self.guards.restore(state.guards.clone());
+        self.counters =
+            SessionCounters::restored(state.session_usage, state.turn_number, state.model_calls);
     }
 
     /// Continue a restored session: settle the batch pending at the crash, then finish the

@@ -29,8 +29,9 @@
 //! is context for the model in both dialects; of a PostToolUse hook only in GEODE's (Claude
 //! Code shows it to the person alone).
 //!
-//! A hook cannot grant what the approval step would refuse: a PreToolUse `allow` or `approve` is
-//! recorded as the hook's decision (a `hook_decision` event) and the approval step still decides.
+//! A PreToolUse `allow` or `approve` (a `hook_decision` event) means no person is asked, as in
+//! Claude Code; it cannot grant what the policy refuses (plan mode, an unattended session's
+//! ceiling), and a call asking to leave the command sandbox is still put to the person.
 //!
 //! A GEODE matcher may name Claude Code's tools (`Bash`, `Edit`, ...): each is read as the GEODE
 //! tool that does the same (`claude_code::TOOLS`). An answer that starts like JSON but does not
@@ -487,7 +488,7 @@ mod tests {
                 reason: Some("list instead".into()),
             }
         );
-        // Recorded as the hook's word; the approval step still decides.
+        // The hook's word; the approval step reads it (see executor/gate.rs).
         assert_eq!(
             parse_answer(k, HookDialect::Geode, r#"{"decision":"approve"}"#).unwrap(),
             HookDecision::Allow

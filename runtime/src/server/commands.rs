@@ -4,6 +4,7 @@
 
 use super::Shared;
 use crate::agent::AgenticLoop;
+use crate::agent::rewind::describe_points;
 use crate::model::catalog::cost_text;
 use crate::model::effort::Effort;
 
@@ -17,6 +18,8 @@ pub const HELP: &str = "\
 /compact            summarise the older part of the conversation now
 /mode [MODE]        permission mode: default, accept-edits (file edits without asking) or
                     plan (read-only); no MODE: the next one (Shift-Tab in the REPL)
+/rewind [N]         list the turns, or put the files they changed and the conversation back
+                    to before turn N (--force: also files changed since by someone else)
 /clear              start a new session
 /resume [ID]        continue a checkpointed session (no id: the recent ones)
 /mcp                MCP servers
@@ -168,6 +171,24 @@ pub fn permission_mode(lp: &mut AgenticLoop, args: &str) -> String {
 
 /// `/compact`: the older messages become one extractive summary now (the loop also does this
 /// by itself when the context passes the scaffold's threshold).
+/// `/rewind`: the turns to go back to, or `/rewind N [--force]` going back to before turn N.
+pub fn rewind(lp: &mut AgenticLoop, args: &str) -> String {
+    let mut force = false;
+    let mut turn = None;
+    for word in args.split_whitespace() {
+        match (word, word.parse::<u32>()) {
+            ("--force", _) => force = true,
+            (_, Ok(n)) if turn.is_none() => turn = Some(n),
+            _ => return format!("/rewind takes a turn number and --force; not {word:?}"),
+        }
+    }
+    let answer = match turn {
+        None => lp.rewind_points().map(|p| describe_points(&p)),
+        Some(turn) => lp.rewind_to(turn, force).map(|r| r.to_string()),
+    };
+    answer.unwrap_or_else(|e| format!("error: {e}"))
+}
+
 pub async fn compact(lp: &mut AgenticLoop) -> String {
     match lp.compact_between_turns().await {
         Some((before, after)) => {

@@ -371,6 +371,7 @@ async fn run_command(conn: &Conn, live: &mut Live, name: &str, args: &str) -> St
         }
         "compact" => super::commands::compact(&mut live.lp).await,
         "mode" => super::commands::permission_mode(&mut live.lp, args),
+        "rewind" => super::commands::rewind(&mut live.lp, args),
         "model" | "effort" if !args.trim().is_empty() => {
             super::commands::switch(name, args, &mut live.lp, &conn.shared)
         }

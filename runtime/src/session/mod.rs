@@ -214,6 +214,7 @@ fn build(
     if let Some(d) = &durable {
         executor = executor
             .with_effect_receipts(d.receipts())
+            .with_file_history(d.file_history())
             .with_ledger(d.ledger());
     }
     let lp = AgenticLoop::new(LoopParts {

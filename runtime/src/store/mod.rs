@@ -7,6 +7,7 @@ pub mod effects;
 pub mod files;
 pub mod ledger;
 pub mod receipts;
+pub mod rewind;
 pub mod timeline;
 
 /// A store could not be opened, read or written. Every variant names the file at fault.

@@ -30,9 +30,11 @@ use crate::hooks::{
 };
 use crate::ids::{SessionId, StepSnapshot};
 use crate::policy::{Classification, SafetyLevel, SessionPolicy};
+use crate::store::StoreError;
 use crate::store::effects::{self, EffectProbe, Settlement, needs_receipt};
 use crate::store::ledger::EvidenceLedger;
 use crate::store::receipts::{NewReceipt, ReceiptStore};
+use crate::store::rewind::{FileHistory, Watch};
 /// Re-exported where the pipeline that names its steps lives.
 pub use crate::store::timeline::PipelineStep;
 use crate::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent};
@@ -146,6 +148,8 @@ pub struct ToolExecutor {
     config: ExecutorConfig,
     /// Checkpointed sessions only: a receipt before every effect.
     receipts: Option<Arc<ReceiptStore>>,
+    /// Checkpointed sessions only: the files each effectful call changed, kept for a rewind.
+    file_history: Option<Arc<FileHistory>>,
     /// Checkpointed sessions only: masked rows for hook failures.
     ledger: Option<Arc<EvidenceLedger>>,
 }
@@ -210,8 +214,15 @@ impl ToolExecutor {
             cognition: parts.cognition,
             config: parts.config,
             receipts: None,
+            file_history: None,
             ledger: None,
         })
+    }
+
+    /// Record the files every effectful call changes, for `/rewind` (checkpointed sessions).
+    pub fn with_file_history(mut self, history: Arc<FileHistory>) -> Self {
+        self.file_history = Some(history);
+        self
     }
 
     /// Give every effectful call a durable receipt before dispatch (step 7).
@@ -365,7 +376,33 @@ impl ToolExecutor {
             }
         };
         let _held = self.locks.acquire(&self.resource_claim(pending)).await;
+        let watch = match self.watch_files(pending, receipted) {
+            Ok(w) => w,
+            Err(e) => {
+                let reason = format!("the rewind record could not be written ({e})");
+                let text = format!(
+                    "denied at {}: {reason}. Nothing was run.",
+                    PipelineStep::Receipt.as_str()
+                );
+                let outcome = CallOutcome::Denied {
+                    step: PipelineStep::Receipt,
+                    reason,
+                };
+                return (ToolOutput::error(text), outcome);
+            }
+        };
         let (output, outcome) = self.dispatch_with_deadline(pending, step).await;
+        if let (Some(watch), Some(history)) = (watch, &self.file_history) {
+            let (id, tool) = (&pending.id, &pending.tool.spec.name);
+            // The call has run: a failure here loses the means to rewind it, not the effect.
+            if let Err(e) = history.after(watch, step.turn, id, tool) {
+                tracing::warn!("rewind record of {id}: {e}");
+                let why = format!("its changes could not be recorded ({e})");
+                if let Err(e) = history.store().record_gap(step.turn, id, tool, &why) {
+                    tracing::warn!("rewind gap of {id}: {e}");
+                }
+            }
+        }
         if receipted && let Some(receipts) = &self.receipts {
             let settlement = Settlement {
                 call_id: &pending.id,
@@ -416,6 +453,27 @@ impl ToolExecutor {
                 format!("the effect receipt could not be written ({e})"),
             ),
         }
+    }
+
+    /// Keep what an effectful call may change, so a rewind can put it back: the files it names
+    /// (edits and writes), else the whole workspace (a command, an effectful MCP tool, a
+    /// delegated agent). `None` without file history, and for calls that change nothing.
+    fn watch_files(
+        &self,
+        pending: &Pending<'_>,
+        receipted: bool,
+    ) -> Result<Option<Watch>, StoreError> {
+        let Some(history) = &self.file_history else {
+            return Ok(None);
+        };
+        if !receipted {
+            return Ok(None);
+        }
+        let named = matches!(pending.tool.spec.resource_keys, ResourceKeyRule::PathArgs)
+            && pending.tool.binding.starts_with("builtin:")
+            && !pending.paths.is_empty();
+        let files: Vec<PathBuf> = pending.paths.iter().map(|(_, p)| p.clone()).collect();
+        history.before(named.then_some(files.as_slice())).map(Some)
     }
 
     // --- 8. resource locks ------------------------------------------------------------------

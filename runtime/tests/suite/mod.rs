@@ -17,5 +17,6 @@ mod providers;
 mod providers_anthropic;
 mod providers_compat;
 mod providers_openai;
+mod rewind;
 mod skills;
 mod tool_inputs;

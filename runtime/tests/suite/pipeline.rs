@@ -367,6 +367,67 @@ command = "echo '{\"hookSpecificOutput\":{\"permissionDecision\":\"ask\",\"permi
     assert_eq!(denied_step(&f.rows(&s)), Some(PipelineStep::Approval));
 }
 
+/// A PreToolUse hook answering Claude Code's `permissionDecision: "allow"`.
+const ALLOW_HOOK: &str = r#"
+[[hooks.PreToolUse]]
+[[hooks.PreToolUse.hooks]]
+type = "command"
+command = "echo '{\"hookSpecificOutput\":{\"hookEventName\":\"PreToolUse\",\"permissionDecision\":\"allow\"}}'"
+"#;
+
+/// A REPL session on `script` with the allow hook and a person who refuses everything.
+fn allowed_by_hook(
+    f: &Fixture,
+    script: serde_json::Value,
+    edit: impl FnOnce(&mut geode_runtime::session::SessionConfig),
+) -> (geode_runtime::agent::AgenticLoop, Arc<CountingApprover>) {
+    let refuser = Arc::new(CountingApprover {
+        asked: AtomicUsize::new(0),
+        answer: ApprovalAnswer::No,
+    });
+    let model = Arc::new(geode_runtime::model::embedded::ScriptedModel::from_json(script).unwrap());
+    let mut cfg = f.config(model, SessionPolicy::for_mode(SessionMode::Repl));
+    cfg.approver = refuser.clone();
+    cfg.hooks = f.hooks(ALLOW_HOOK);
+    edit(&mut cfg);
+    (
+        geode_runtime::session::create_session(cfg).unwrap(),
+        refuser,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hook_allowing_a_call_means_no_one_is_asked() {
+    let f = Fixture::new();
+    let (mut s, refuser) = allowed_by_hook(&f, calls_then_text(write("out.txt"), "Wrote."), |_| {});
+    run(&mut s, "write").await;
+    assert_eq!(denied_step(&f.rows(&s)), None);
+    assert!(exists(&f.path("out.txt")));
+    assert_eq!(refuser.asked.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hook_allowing_a_call_does_not_let_it_leave_the_sandbox_unasked() {
+    use geode_runtime::tools::workspace::{CommandSandbox, LocalWorkspace, SandboxPolicy};
+    let f = Fixture::new();
+    let marker = f.outside.join("escaped");
+    let command = format!("touch {}", marker.display());
+    let calls = json!([{"name": "bash",
+        "input": {"command": command, "escalate": "needs the folder beside"}}]);
+    let root = f.root.clone();
+    let (mut s, refuser) = allowed_by_hook(&f, calls_then_text(calls, "Refused."), |c| {
+        c.workspace = Arc::new(
+            LocalWorkspace::new(&root)
+                .unwrap()
+                .with_sandbox(CommandSandbox::WorkspaceWrite(SandboxPolicy::default())),
+        );
+    });
+    run(&mut s, "escape").await;
+    assert_eq!(denied_step(&f.rows(&s)), Some(PipelineStep::Approval));
+    assert_eq!(refuser.asked.load(Ordering::SeqCst), 1);
+    assert!(!exists(&marker));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_hook_is_recorded_and_the_call_proceeds() {
     let f = Fixture::new();

@@ -113,6 +113,15 @@ pub enum TimelineEvent {
         pending_calls: usize,
         uncertain_calls: Vec<String>,
     },
+    /// A person went back to before turn `to_turn` (`/rewind`): the files put back (and
+    /// those that could not be), and the conversation's length after.
+    #[serde(rename = "session.rewound")]
+    SessionRewound {
+        to_turn: u32,
+        messages: usize,
+        files_restored: Vec<String>,
+        files_not_restored: Vec<String>,
+    },
     /// A call of the batch pending at the crash, settled at resume without running it
     /// (`uncertain`, `committed` from its receipt, `reconciled`) or by running it again
     /// (`rerun`: it never started, or it has no effect).
@@ -160,6 +169,7 @@ impl TimelineEvent {
             TimelineEvent::SessionEnded { .. } => "session.ended",
             TimelineEvent::Compaction { .. } => "compaction",
             TimelineEvent::SessionResumed { .. } => "session.resumed",
+            TimelineEvent::SessionRewound { .. } => "session.rewound",
             TimelineEvent::ToolRecovered { .. } => "tool.recovered",
             TimelineEvent::CheckpointFailed { .. } => "checkpoint.failed",
             TimelineEvent::ModelSwitched { .. } => "model.switched",
@@ -528,6 +538,12 @@ mod tests {
                 tool: "bash".into(),
                 disposition: "uncertain".into(),
                 content: String::new(),
+            },
+            TimelineEvent::SessionRewound {
+                to_turn: 2,
+                messages: 3,
+                files_restored: vec!["a.txt".into()],
+                files_not_restored: Vec::new(),
             },
             TimelineEvent::CheckpointFailed {
                 stage: SavePoint::PendingBatch,

@@ -8,18 +8,29 @@ use crate::tools::approval::{
 
 use super::{Denial, Pending, PipelineStep, StepContext, ToolExecutor, deny};
 
+/// What the PreToolUse hooks said about asking a person.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum HookWord {
+    Nothing,
+    /// Ask a person, for this reason (`permissionDecision: "ask"`).
+    Ask(String),
+    /// No person need be asked (`permissionDecision: "allow"`, as in Claude Code): the policy
+    /// still decides, and a call leaving the command sandbox is still put to a person.
+    Allow,
+}
+
 impl ToolExecutor {
     // --- 5. PreToolUse ----------------------------------------------------------------------
 
-    /// Returns the (possibly rewritten) call and whether a hook asked for permission.
+    /// Returns the (possibly rewritten) call and what the hooks said about asking.
     pub(super) async fn run_pre_tool_use_hooks<'p>(
         &'p self,
         pending: Pending<'p>,
         step: &StepContext,
         hooks: &mut Vec<HookDecided>,
-    ) -> Result<(Pending<'p>, Option<String>), Denial> {
+    ) -> Result<(Pending<'p>, HookWord), Denial> {
         if !self.hooks.has(HookEventKind::PreToolUse) {
-            return Ok((pending, None));
+            return Ok((pending, HookWord::Nothing));
         }
         let outcome = self
             .dispatch_hook(
@@ -34,8 +45,9 @@ impl ToolExecutor {
             .await;
         let asked = match outcome.decision {
             HookDecision::Block(reason) => return deny(PipelineStep::PreToolUse, reason),
-            HookDecision::RequestPermission(reason) => Some(reason),
-            _ => None,
+            HookDecision::RequestPermission(reason) => HookWord::Ask(reason),
+            HookDecision::Allow => HookWord::Allow,
+            _ => HookWord::Nothing,
         };
         let Some(input) = outcome.rewrite else {
             return Ok((pending, asked));
@@ -95,7 +107,7 @@ impl ToolExecutor {
     pub(super) async fn approve(
         &self,
         pending: &Pending<'_>,
-        asked: Option<String>,
+        word: HookWord,
         step: &StepContext,
         hooks: &mut Vec<HookDecided>,
     ) -> Result<(), Denial> {
@@ -103,23 +115,30 @@ impl ToolExecutor {
             return Ok(());
         }
         let name = &pending.tool.spec.name;
-        let asked = asked.or_else(|| self.escalation(pending));
-        match self.gate.decide(
+        let escalation = self.escalation(pending);
+        let hook_allowed = word == HookWord::Allow && escalation.is_none();
+        let asked = match word {
+            HookWord::Ask(reason) => Some(reason),
+            _ => None,
+        }
+        .or(escalation);
+        let no_one_asked = match self.gate.decide(
             &self.policy,
             name,
             pending.classification.safety,
             asked.is_some(),
             always_prompts(&pending.tool.binding),
         ) {
-            GateDecision::Allowed => {
-                if changes_a_file(name) {
-                    let request = self.approval_request(pending, asked).await;
-                    self.approver.show(&request).await;
-                }
-                return Ok(());
-            }
+            GateDecision::Allowed => true,
             GateDecision::Denied(reason) => return deny(PipelineStep::Approval, reason),
-            GateDecision::Prompt => {}
+            GateDecision::Prompt => hook_allowed,
+        };
+        if no_one_asked {
+            if changes_a_file(name) {
+                let request = self.approval_request(pending, asked).await;
+                self.approver.show(&request).await;
+            }
+            return Ok(());
         }
         if self.hooks.has(HookEventKind::PermissionRequest) {
             let outcome = self
