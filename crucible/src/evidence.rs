@@ -8,13 +8,14 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::arm::Arm;
+use crate::attestation::Attestation;
 use crate::canonical::to_canonical_json;
 use crate::contract::Stage;
 use crate::error::CanonicalError;
 use crate::ids::{
     ContractHash, EvidenceHash, FamilyId, GraderHash, PackHash, ScaffoldHash, TaskId,
 };
-use crate::sealed::Attestation;
 use crate::seed::TrialSeed;
 
 /// Schema tag of an evidence document.
@@ -22,14 +23,6 @@ pub const EVIDENCE_SCHEMA: &str = "geode.evidence.v1";
 
 /// Schema tag of the hashed trial table (the input of [`evidence_hash`]).
 pub const TRIAL_TABLE_SCHEMA: &str = "geode.trials.v1";
-
-/// The two arms of a paired comparison.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arm {
-    Baseline,
-    Candidate,
-}
 
 /// Integrity signals raised during one trial, by kind (counts). The safety veto looks at whether
 /// a trial raised any; the kinds are kept so a report can say which.

@@ -3,37 +3,10 @@
 //! of the size observed, and what to do next. Numbers are rounded for reading; the record keeps
 //! them exact.
 
-use serde::{Deserialize, Serialize};
-
 use crate::contract::{SafetyRule, Stage};
 use crate::gate::BOUND_TOLERANCE;
-use crate::record::DecisionRecord;
+use crate::record::{Check, DecisionRecord, Explanation};
 use crate::verdict::Verdict;
-
-/// One condition of the rule, as it came out.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Check {
-    pub name: String,
-    pub passed: bool,
-    /// What was observed, rounded for reading.
-    pub observed: String,
-    /// What the rule needs.
-    pub needed: String,
-}
-
-/// The reading of a decision record.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Explanation {
-    pub verdict: Verdict,
-    /// The rule, its thresholds and the bound's method.
-    pub rule: String,
-    /// Empty for an INVALID decision: no comparison was made.
-    pub checks: Vec<Check>,
-    /// A REJECT of a positive observed gain smaller than the design's minimum detectable
-    /// effect: the campaign could not have told that gain from noise.
-    pub underpowered: bool,
-    pub next_step: String,
-}
 
 /// A number for reading: four decimals, no trailing noise.
 pub fn round(x: f64) -> String {

@@ -24,6 +24,8 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod archive;
+pub mod arm;
+pub mod attestation;
 pub mod canonical;
 pub mod contract;
 pub mod decide;
@@ -46,6 +48,8 @@ pub mod verdict;
 pub mod veto;
 
 pub use archive::{ArchiveEntry, decode_archive, encode_archive};
+pub use arm::Arm;
+pub use attestation::Attestation;
 pub use canonical::{canonical_sha256, to_canonical_json};
 pub use contract::{
     ArmSpec, Budgets, CONTRACT_SCHEMA, Clustering, Contract, DecisionRule, EvaluatorIdentity,
@@ -56,21 +60,22 @@ pub use error::{
     ArchiveError, CanonicalError, ContractError, PowerError, ReplicationError, SealError,
 };
 pub use evidence::{
-    Arm, EVIDENCE_SCHEMA, Evidence, IntegritySignals, ObservedIdentity, TaskRef, TrialOutcome,
-    Usage, evidence_hash,
+    EVIDENCE_SCHEMA, Evidence, IntegritySignals, ObservedIdentity, TaskRef, TrialOutcome, Usage,
+    evidence_hash,
 };
-pub use explain::{Explanation, explain};
-pub use feasibility::{Design, Obstacle, Outlook, obstacles, outlook};
+pub use explain::explain;
+pub use feasibility::{Design, Obstacle, obstacles};
 pub use gate::{GateInput, Judgment, judge};
 pub use ids::{
     Commitment, ContractHash, EvidenceHash, FamilyId, GraderHash, PackHash, ScaffoldHash, TaskId,
 };
 pub use pairing::{PairedTable, pair_trials};
+pub use power::outlook::{Outlook, outlook};
 pub use power::{PowerReport, PowerSpec, power};
-pub use record::{DECISION_SCHEMA, DecisionRecord};
+pub use record::{Check, DECISION_SCHEMA, DecisionRecord, Explanation};
 pub use replicate::{ReplicationReport, compare_decisions};
 pub use sealed::{
-    Attestation, OpeningPermit, SealKey, SealState, SealedPack, commitment, seal, verify_commitment,
+    OpeningPermit, SealKey, SealState, SealedPack, commitment, seal, verify_commitment,
 };
 pub use seed::{TrialSeed, bootstrap_seed, permutation_seed, replication_run_seed};
 pub use stats::{StatSeeds, Statistics};

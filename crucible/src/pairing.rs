@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::evidence::{Arm, IntegritySignals, TaskRef, TrialOutcome};
+use crate::arm::Arm;
+use crate::evidence::{IntegritySignals, TaskRef, TrialOutcome};
 use crate::ids::{FamilyId, TaskId};
 use crate::seed::TrialSeed;
 use crate::verdict::ReasonCode;

@@ -75,7 +75,7 @@ pub struct DecisionRecord {
     /// The decision in words (`explain`): the rule, each check, the power, the next step.
     /// Absent from records older than it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub explanation: Option<crate::explain::Explanation>,
+    pub explanation: Option<Explanation>,
 }
 
 /// Where a sealed pack's opening left the machine's holdout ledger: the content opened and
@@ -104,4 +104,29 @@ impl DecisionRecord {
     pub fn from_json(text: &str) -> Result<DecisionRecord, serde_json::Error> {
         serde_json::from_str(text)
     }
+}
+
+/// One condition of the rule, as it came out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Check {
+    pub name: String,
+    pub passed: bool,
+    /// What was observed, rounded for reading.
+    pub observed: String,
+    /// What the rule needs.
+    pub needed: String,
+}
+
+/// The reading of a decision record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    pub verdict: Verdict,
+    /// The rule, its thresholds and the bound's method.
+    pub rule: String,
+    /// Empty for an INVALID decision: no comparison was made.
+    pub checks: Vec<Check>,
+    /// A REJECT of a positive observed gain smaller than the design's minimum detectable
+    /// effect: the campaign could not have told that gain from noise.
+    pub underpowered: bool,
+    pub next_step: String,
 }

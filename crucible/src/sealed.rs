@@ -29,9 +29,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::archive::{ArchiveEntry, decode_archive, encode_archive};
-use crate::contract::{EvaluatorIdentity, FrozenContract, Stage};
+use crate::attestation::{ATTESTATION_SCHEMA, Attestation};
+use crate::contract::{FrozenContract, Stage};
 use crate::error::SealError;
-use crate::ids::{Commitment, ContractHash, EvidenceHash, PackHash, ScaffoldHash};
+use crate::ids::{Commitment, ContractHash, EvidenceHash, PackHash};
 use crate::record::DecisionRecord;
 use crate::verdict::Verdict;
 
@@ -40,8 +41,6 @@ const HEADER: usize = 8 + 32 + 12;
 
 /// Schema tag of a seal state.
 pub const SEAL_STATE_SCHEMA: &str = "geode.seal_state.v1";
-/// Schema tag of an attestation.
-pub const ATTESTATION_SCHEMA: &str = "geode.attestation.v1";
 
 /// A 32-byte ChaCha20-Poly1305 key. Its `Debug` does not print it.
 #[derive(Clone, PartialEq, Eq)]
@@ -175,21 +174,6 @@ fn decrypt(blob: &[u8], key: &SealKey) -> Result<Vec<ArchiveEntry>, SealError> {
         )
         .map_err(|_| SealError::AuthenticationFailed)?;
     Ok(decode_archive(&plaintext)?)
-}
-
-/// The record of the one opening of a sealed pack: who opened it, for which contract, when.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Attestation {
-    /// Always [`ATTESTATION_SCHEMA`].
-    pub schema: String,
-    pub commitment: Commitment,
-    pub pack_hash: PackHash,
-    pub contract_hash: ContractHash,
-    pub candidate_scaffold_hash: ScaffoldHash,
-    pub evaluator: EvaluatorIdentity,
-    /// Caller-supplied timestamp (the crate has no clock).
-    pub opened_at: String,
 }
 
 /// The first decision made on an opened pack.

@@ -14,7 +14,7 @@ use rand_chacha::rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::evidence::Arm;
+use crate::arm::Arm;
 use crate::ids::{ContractHash, TaskId};
 
 /// The crucible's random generator: ChaCha8, always explicitly seeded.

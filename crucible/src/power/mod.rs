@@ -15,6 +15,7 @@
 //! first its two statistics seeds, then the tasks in order: the result is reproducible and does
 //! not depend on how campaigns are split across threads.
 
+pub mod outlook;
 pub mod safety;
 pub mod sample;
 

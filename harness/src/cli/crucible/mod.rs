@@ -451,7 +451,7 @@ fn simulate_power(a: PowerArgs) -> anyhow::Result<Exit> {
         println!(
             "safety ({}): {}",
             safety_rule_name(&spec.vetoes),
-            geode_crucible::feasibility::SafetyLine(&report.safety)
+            geode_crucible::power::outlook::SafetyLine(&report.safety)
         );
         for obstacle in &report.obstacles {
             println!("P(KEEP) is 0 by rule: {obstacle}");
