@@ -30,16 +30,15 @@ use crate::hooks::{
 };
 use crate::ids::{SessionId, StepSnapshot};
 use crate::policy::{Classification, SafetyLevel, SessionPolicy};
-use crate::store::StoreError;
-use crate::store::effects::{self, EffectProbe, Settlement, needs_receipt};
 use crate::store::ledger::EvidenceLedger;
-use crate::store::receipts::{NewReceipt, ReceiptStore};
-use crate::store::rewind::{FileHistory, Watch};
+use crate::store::receipts::ReceiptStore;
+use crate::store::rewind::FileHistory;
 /// Re-exported where the pipeline that names its steps lives.
 pub use crate::store::timeline::PipelineStep;
 use crate::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent};
 
 mod checks;
+mod effect_records;
 mod gate;
 mod late_tools;
 
@@ -64,6 +63,22 @@ pub struct ToolRequest {
 struct Denial {
     step: PipelineStep,
     reason: String,
+}
+
+impl Denial {
+    /// What the model reads, and the outcome recorded, for a call refused before it ran.
+    fn into_result(self) -> (ToolOutput, CallOutcome) {
+        let text = format!(
+            "denied at {}: {}. Nothing was run.",
+            self.step.as_str(),
+            self.reason
+        );
+        let outcome = CallOutcome::Denied {
+            step: self.step,
+            reason: self.reason,
+        };
+        (ToolOutput::error(text), outcome)
+    }
 }
 
 fn deny<T>(step: PipelineStep, reason: impl Into<String>) -> Result<T, Denial> {
@@ -287,19 +302,10 @@ impl ToolExecutor {
         let mut hooks = Vec::new();
         let (tool, input, mut result, outcome) = match self.authorize(&call, step, &mut hooks).await
         {
-            Err(denial) => (
-                call.name.clone(),
-                call.input.clone(),
-                ToolOutput::error(format!(
-                    "denied at {}: {}. Nothing was run.",
-                    denial.step.as_str(),
-                    denial.reason
-                )),
-                CallOutcome::Denied {
-                    step: denial.step,
-                    reason: denial.reason,
-                },
-            ),
+            Err(denial) => {
+                let (output, outcome) = denial.into_result();
+                (call.name.clone(), call.input.clone(), output, outcome)
+            }
             Ok(pending) => {
                 let (output, outcome) = self.run(&pending, step, &mut hooks).await;
                 (
@@ -362,118 +368,17 @@ impl ToolExecutor {
     ) -> (ToolOutput, CallOutcome) {
         let receipted = match self.accept_receipt(pending, step) {
             Ok(r) => r,
-            Err(d) => {
-                let text = format!(
-                    "denied at {}: {}. Nothing was run.",
-                    d.step.as_str(),
-                    d.reason
-                );
-                let outcome = CallOutcome::Denied {
-                    step: d.step,
-                    reason: d.reason,
-                };
-                return (ToolOutput::error(text), outcome);
-            }
+            Err(d) => return d.into_result(),
         };
         let _held = self.locks.acquire(&self.resource_claim(pending)).await;
         let watch = match self.watch_files(pending, receipted) {
             Ok(w) => w,
-            Err(e) => {
-                let reason = format!("the rewind record could not be written ({e})");
-                let text = format!(
-                    "denied at {}: {reason}. Nothing was run.",
-                    PipelineStep::Receipt.as_str()
-                );
-                let outcome = CallOutcome::Denied {
-                    step: PipelineStep::Receipt,
-                    reason,
-                };
-                return (ToolOutput::error(text), outcome);
-            }
+            Err(d) => return d.into_result(),
         };
         let (output, outcome) = self.dispatch_with_deadline(pending, step).await;
-        if let (Some(watch), Some(history)) = (watch, &self.file_history) {
-            let (id, tool) = (&pending.id, &pending.tool.spec.name);
-            // The call has run: a failure here loses the means to rewind it, not the effect.
-            if let Err(e) = history.after(watch, step.turn, id, tool) {
-                tracing::warn!("rewind record of {id}: {e}");
-                let why = format!("its changes could not be recorded ({e})");
-                if let Err(e) = history.store().record_gap(step.turn, id, tool, &why) {
-                    tracing::warn!("rewind gap of {id}: {e}");
-                }
-            }
-        }
-        if receipted && let Some(receipts) = &self.receipts {
-            let settlement = Settlement {
-                call_id: &pending.id,
-                binding: &pending.tool.binding,
-                outcome: &outcome,
-                content: &output.content,
-                is_error: output.is_error,
-                cancelled: step.cancel.is_cancelled(),
-            };
-            // A failed write leaves the receipt `accepted`, which the next resume turns into
-            // `uncertain`: never a false "done".
-            if let Err(e) = effects::settle(receipts, settlement) {
-                tracing::warn!("effect receipt of {}: {e}", pending.id);
-            }
-        }
+        self.record_effect(pending, step, (receipted, watch), (&output, &outcome));
         self.run_post_tool_use_hooks(pending, (output, outcome), step, hooks)
             .await
-    }
-
-    // --- 7. effect receipt -------------------------------------------------------------------
-
-    /// An effectful call of a checkpointed session gets a durable `accepted` receipt before
-    /// dispatch; if it cannot be written, the call does not run. Returns whether it got one.
-    fn accept_receipt(&self, pending: &Pending<'_>, step: &StepContext) -> Result<bool, Denial> {
-        let Some(receipts) = &self.receipts else {
-            return Ok(false);
-        };
-        let probe = EffectProbe {
-            binding: &pending.tool.binding,
-            effectful: pending.tool.spec.effectful,
-            safety: pending.classification.safety,
-            command: pending.tool.spec.command(&pending.input),
-        };
-        if !needs_receipt(probe) {
-            return Ok(false);
-        }
-        let receipt = NewReceipt {
-            call_id: &pending.id,
-            tool: &pending.tool.spec.name,
-            input: &pending.input,
-            turn: step.turn,
-            round: step.snapshot.round,
-        };
-        match receipts.accept(receipt) {
-            Ok(()) => Ok(true),
-            Err(e) => deny(
-                PipelineStep::Receipt,
-                format!("the effect receipt could not be written ({e})"),
-            ),
-        }
-    }
-
-    /// Keep what an effectful call may change, so a rewind can put it back: the files it names
-    /// (edits and writes), else the whole workspace (a command, an effectful MCP tool, a
-    /// delegated agent). `None` without file history, and for calls that change nothing.
-    fn watch_files(
-        &self,
-        pending: &Pending<'_>,
-        receipted: bool,
-    ) -> Result<Option<Watch>, StoreError> {
-        let Some(history) = &self.file_history else {
-            return Ok(None);
-        };
-        if !receipted {
-            return Ok(None);
-        }
-        let named = matches!(pending.tool.spec.resource_keys, ResourceKeyRule::PathArgs)
-            && pending.tool.binding.starts_with("builtin:")
-            && !pending.paths.is_empty();
-        let files: Vec<PathBuf> = pending.paths.iter().map(|(_, p)| p.clone()).collect();
-        history.before(named.then_some(files.as_slice())).map(Some)
     }
 
     // --- 8. resource locks ------------------------------------------------------------------
