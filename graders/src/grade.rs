@@ -6,57 +6,37 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use crate::check::{Check, CheckStatus};
 use crate::outcome::TrialOutcome;
-use crate::rubric::CommandRunner;
 
 /// Reward at or above which a valid trial counts as `passed` (Harbor's binary reward).
 pub const PASS_THRESHOLD: f64 = 1.0;
 
-/// How one named check ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
-#[strum(serialize_all = "snake_case")]
-pub enum CheckStatus {
-    Pass,
-    Fail,
-    Skip,
+/// Whether a valid trial's reward counts as a pass (Harbor's binary reward).
+pub fn passes(reward: f64) -> bool {
+    reward >= PASS_THRESHOLD
 }
 
-impl CheckStatus {
-    pub fn as_str(self) -> &'static str {
-        self.into()
-    }
+/// What a command in the sandbox returned.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CommandOutput {
+    pub exit_code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
 }
 
-/// One named check: a test case of the verifier, a rubric criterion, a judge vote.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Check {
-    pub name: String,
-    pub status: CheckStatus,
-    /// Why it failed or was skipped (or what it saw); `None` when there is nothing to say.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-}
-
-impl Check {
-    pub fn new(name: impl Into<String>, status: CheckStatus) -> Self {
-        Check {
-            name: name.into(),
-            status,
-            message: None,
-        }
-    }
-
-    pub fn with_message(mut self, message: impl Into<String>) -> Self {
-        let m = message.into();
-        self.message = (!m.trim().is_empty()).then_some(m);
-        self
-    }
+/// Runs a shell command in the trial's sandbox (the harness implements it with sandbox exec,
+/// after the agent's processes are gone). `Err` is an infrastructure failure (the sandbox is
+/// unreachable), which makes the grade invalid, never a failed criterion.
+#[async_trait]
+pub trait CommandRunner: Send + Sync {
+    async fn run(&self, command: &str, timeout: Duration) -> Result<CommandOutput, String>;
 }
 
 /// Where a grade's evidence is: a file of the trial, the route that judged, or a short text.
@@ -200,7 +180,7 @@ pub fn trial_outcome(validity: &Validity, reward: Option<f64>, agent: AgentEnd) 
         (Validity::Valid, AgentEnd::TimedOut) => TrialOutcome::AgentTimeout,
         (Validity::Valid, AgentEnd::Errored) => TrialOutcome::AgentError,
         (Validity::Valid, AgentEnd::Finished) => match reward {
-            Some(r) if crate::summary::passes(r) => TrialOutcome::Passed,
+            Some(r) if passes(r) => TrialOutcome::Passed,
             _ => TrialOutcome::Failed,
         },
     }
@@ -567,7 +547,7 @@ pub fn render_grade(grade: &Grade) -> String {
         (Validity::Valid, None) => out.push_str("reward: -\n"),
     }
     if !grade.checks.is_empty() {
-        out.push_str(&crate::parsers::render_checks(&grade.checks));
+        out.push_str(&crate::check::render_checks(&grade.checks));
     }
     for n in &grade.notes {
         out.push_str(&format!("note: {n}\n"));

@@ -16,10 +16,10 @@ use geode_runtime::model::judge_from_route;
 use serde_json::{Value, json};
 
 use crate::grade::{
-    Check, CheckStatus, Evidence, Grade, GradeInput, GradeRewards, Grader, upstream_grade,
+    Check, CheckStatus, CommandRunner, Evidence, Grade, GradeInput, GradeRewards, Grader,
+    upstream_grade,
 };
 use crate::outcome::TrialOutcome;
-use crate::rubric::CommandRunner;
 
 /// The default prompt of `judge:ROUTE`.
 pub const DEFAULT_TEMPLATE: &str = "You are grading whether an agent completed a task.\n\n\

@@ -10,6 +10,7 @@
 // what reaches stdout and stderr.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod check;
 pub mod compare;
 #[cfg(test)]
 mod enum_names;
@@ -27,10 +28,11 @@ pub mod summary;
 pub mod tests_grader;
 pub mod validity;
 
+pub use check::render_checks;
 pub use grade::{
-    AgentEnd, Check, CheckStatus, Evidence, GRADE_FILE, Grade, GradeFileError, GradeInput,
-    GradeRewards, Grader, InfraCause, PASS_THRESHOLD, Validity, grade_path, read_grade,
-    render_grade, trial_outcome, write_grade,
+    AgentEnd, Check, CheckStatus, CommandOutput, CommandRunner, Evidence, GRADE_FILE, Grade,
+    GradeFileError, GradeInput, GradeRewards, Grader, InfraCause, PASS_THRESHOLD, Validity,
+    grade_path, read_grade, render_grade, trial_outcome, write_grade,
 };
 pub use integrity::{
     IntegrityError, IntegrityKind, IntegrityOptions, IntegrityReport, IntegritySignal,
@@ -38,9 +40,9 @@ pub use integrity::{
 };
 pub use judge::{JudgeError, JudgeGrader, Votes};
 pub use outcome::TrialOutcome;
-pub use parsers::{ParseError, ParsedChecks, ReportFormat, detect_checks, render_checks};
+pub use parsers::{ParseError, ParsedChecks, ReportFormat, detect_checks};
 pub use reward::{RewardError, Rewards, read_rewards};
-pub use rubric::{CommandOutput, CommandRunner, Rubric, RubricError, RubricGrader};
+pub use rubric::{Rubric, RubricError, RubricGrader};
 pub use spec::{GraderSpec, SpecError, build_grader, grader_hash};
 pub use summary::{Scores, TaskPoint, TaskTally, scores, tally};
 pub use tests_grader::TestScriptGrader;

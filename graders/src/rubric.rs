@@ -45,27 +45,11 @@ use regex::Regex;
 use serde::Deserialize;
 
 use crate::grade::{
-    Check, CheckStatus, Evidence, Grade, GradeInput, GradeRewards, Grader, upstream_grade,
+    Check, CheckStatus, CommandRunner, Evidence, Grade, GradeInput, GradeRewards, Grader,
+    upstream_grade,
 };
 use crate::judge::{CRITERION_TEMPLATE, JudgeGrader, Votes};
 use crate::outcome::TrialOutcome;
-
-/// What a command in the sandbox returned.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct CommandOutput {
-    pub exit_code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-    pub timed_out: bool,
-}
-
-/// Runs a shell command in the trial's sandbox (the harness implements it with sandbox exec,
-/// after the agent's processes are gone). `Err` is an infrastructure failure (the sandbox is
-/// unreachable), which makes the grade invalid, never a failed criterion.
-#[async_trait]
-pub trait CommandRunner: Send + Sync {
-    async fn run(&self, command: &str, timeout: Duration) -> Result<CommandOutput, String>;
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RubricError {

@@ -16,16 +16,11 @@ use geode_crucible::stats::interval::{clip_to_range, clustered_std_error, t_inte
 pub use geode_crucible::stats::means::mean;
 use geode_crucible::stats::proportion::pass_at_k;
 
-use crate::grade::PASS_THRESHOLD;
+pub use crate::grade::passes;
 use crate::outcome::TrialOutcome;
 
 /// Two-sided coverage of every interval a summary shows.
 pub const CONFIDENCE: f64 = 0.95;
-
-/// Whether a valid trial's reward counts as a pass (Harbor's binary reward).
-pub fn passes(reward: f64) -> bool {
-    reward >= PASS_THRESHOLD
-}
 
 /// What one task contributes to a score.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -5,11 +5,11 @@
 
 use async_trait::async_trait;
 
+use crate::grade::CommandRunner;
 use crate::grade::{Evidence, Grade, GradeInput, Grader, upstream_grade};
 use crate::outcome::TrialOutcome;
 use crate::parsers::detect_checks;
 use crate::reward::{RewardError, read_rewards};
-use crate::rubric::CommandRunner;
 
 /// Grades from `<trial>/verifier/`: rewards from the reward file, checks from `ctrf.json`,
 /// `junit*.xml` or `test-stdout.txt`.

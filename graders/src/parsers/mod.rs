@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::grade::{Check, CheckStatus};
+use crate::check::Check;
 
 pub use structured::{parse_ctrf, parse_go_test_json, parse_junit};
 pub use text::{parse_pass_fail_lines, parse_pytest_summary, parse_tap};
@@ -185,43 +185,4 @@ pub fn detect_checks(verifier_dir: &Path) -> Result<Option<ParsedChecks>, ParseE
         checks: format.parse(&text, &stdout.display().to_string())?,
         source: stdout,
     }))
-}
-
-/// One line per check (`PASS  name`, `FAIL  name: message`, `SKIP  name: message`) and a final
-/// `18 passed, 0 failed` line (`, 2 skipped` when any were), as `geode show RUN/TRIAL` prints.
-pub fn render_checks(checks: &[Check]) -> String {
-    let mut out = String::new();
-    let (mut passed, mut failed, mut skipped) = (0usize, 0usize, 0usize);
-    for c in checks {
-        let tag = match c.status {
-            CheckStatus::Pass => {
-                passed += 1;
-                "PASS"
-            }
-            CheckStatus::Fail => {
-                failed += 1;
-                "FAIL"
-            }
-            CheckStatus::Skip => {
-                skipped += 1;
-                "SKIP"
-            }
-        };
-        out.push_str(tag);
-        out.push_str("  ");
-        out.push_str(&c.name);
-        if let Some(m) = &c.message {
-            // One line per check: the first line of the message is the useful one.
-            let first = m.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-            out.push_str(": ");
-            out.push_str(first.trim());
-        }
-        out.push('\n');
-    }
-    out.push_str(&format!("{passed} passed, {failed} failed"));
-    if skipped > 0 {
-        out.push_str(&format!(", {skipped} skipped"));
-    }
-    out.push('\n');
-    out
 }

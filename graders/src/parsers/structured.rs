@@ -6,7 +6,7 @@ use quick_xml::events::{BytesStart, Event};
 use serde::Deserialize;
 
 use super::ParseError;
-use crate::grade::{Check, CheckStatus};
+use crate::check::{Check, CheckStatus};
 
 #[derive(Deserialize)]
 struct CtrfDoc {

@@ -1,7 +1,7 @@
 //! Line-oriented verifier output: pytest `-rA` short summaries, TAP, `PASS:` / `FAIL:` lines.
 
 use super::ParseError;
-use crate::grade::{Check, CheckStatus};
+use crate::check::{Check, CheckStatus};
 
 fn none_found(file: &str, what: &str) -> ParseError {
     ParseError::new(file, format!("no {what} line found"))

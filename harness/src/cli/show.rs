@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use geode_graders::rubric::{CommandOutput, CommandRunner, CriterionKind, Rubric};
+use geode_graders::grade::{CommandOutput, CommandRunner};
+use geode_graders::rubric::{CriterionKind, Rubric};
 use geode_graders::{
     GradeInput, GraderSpec, Validity, build_grader, detect_checks, grader_hash, read_grade,
     render_checks, render_grade, write_grade,
