@@ -29,7 +29,7 @@ pub struct ImageSettings {
 
 impl ImageSettings {
     pub fn load() -> anyhow::Result<Self> {
-        let home = super::exec::geode_home();
+        let home = super::assembly::geode_home();
         let file = home.join("config.toml");
         let mut settings = if file.is_file() {
             let text = std::fs::read_to_string(&file)
@@ -111,7 +111,7 @@ impl ImageSettings {
 /// network trust beside the machine's own roots (off when absent). Behind a TLS-intercepting
 /// proxy a task's `pip` or `uv` then works at verify time as it does during builds.
 fn extra_ca_certs() -> anyhow::Result<Vec<PathBuf>> {
-    let file = super::exec::geode_home().join("config.toml");
+    let file = super::assembly::geode_home().join("config.toml");
     if !file.is_file() {
         return Ok(Vec::new());
     }

@@ -18,10 +18,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use super::input::{Input, LineInput};
 use super::render::Screen;
 
-pub(super) async fn send<W: AsyncWrite + Unpin>(
-    wr: &mut W,
-    msg: &ClientMessage,
-) -> anyhow::Result<()> {
+async fn send<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ClientMessage) -> anyhow::Result<()> {
     wr.write_all(encode(msg).as_bytes()).await?;
     wr.flush().await?;
     Ok(())
@@ -290,7 +287,12 @@ async fn show<W: AsyncWrite + Unpin>(
             return Ok(true);
         }
         ServerMessage::Sessions { sessions } => {
-            return super::picker::offer(sessions, wr, screen).await;
+            // Picked: `/resume ID` goes out and its answer is due; otherwise the wait ends.
+            let Some(resume) = super::picker::offer(sessions, screen).await? else {
+                return Ok(true);
+            };
+            send(wr, &resume).await?;
+            return Ok(false);
         }
         ServerMessage::Error {
             message,

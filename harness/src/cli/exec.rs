@@ -15,10 +15,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::Args;
 use geode_runtime::agent::prompt::{DeclaredSources, load_declared_sections};
-use geode_runtime::agent::{
-    AgenticLoop, CheckpointSettings, FaultInjection, LoopEvent, TerminationReason, TurnOutcome,
-    Verdict,
-};
+use geode_runtime::agent::{AgenticLoop, LoopEvent, TerminationReason, TurnOutcome, Verdict};
 use geode_runtime::config::{Config, Layers};
 use geode_runtime::hooks::HookRegistry;
 use geode_runtime::hooks::command::load_command_hooks;
@@ -28,14 +25,16 @@ use geode_runtime::model::effort::Effort;
 use geode_runtime::model::http::RouteOptions;
 use geode_runtime::model::model_for;
 use geode_runtime::policy::{SafetyLevel, SessionMode, SessionPolicy};
-use geode_runtime::scaffold::Scaffold;
 use geode_runtime::session::{SessionConfig, create_session};
-use geode_runtime::store::timeline::SessionTimeline;
 use geode_runtime::tools::workspace::{LocalWorkspace, Workspace};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::assembly::{
+    checkpoint_root, checkpoint_settings, geode_home, load_scaffold, open_timeline,
+    person_workspace,
+};
 use super::markdown::Markdown;
 
 /// The flags `geode exec` and `geode resume` share: how the headless turn is run and recorded.
@@ -88,9 +87,9 @@ impl TurnFlags {
         let mut hooks = HookRegistry::new();
         for path in &self.hooks {
             let loaded = load_command_hooks(&mut hooks, path, workspace.root())?;
-            super::serve::warn_skipped(&loaded.skipped);
+            super::assembly::warn_skipped(&loaded.skipped);
         }
-        super::serve::warn_matchers_matching_no_tool(&hooks, "--hooks");
+        super::assembly::warn_matchers_matching_no_tool(&hooks, "--hooks");
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<LoopEvent>();
         let environment =
             geode_runtime::session::environment::describe_environment(workspace.root());
@@ -143,55 +142,6 @@ pub(super) fn parse_level(s: &str) -> Result<SafetyLevel, String> {
     })
 }
 
-pub(super) use geode_harness::home::geode_home;
-
-/// Where session checkpoints live.
-pub(super) fn checkpoint_root(dir: Option<&PathBuf>) -> PathBuf {
-    dir.cloned()
-        .unwrap_or_else(|| geode_home().join("sessions"))
-}
-
-pub(super) fn load_scaffold(
-    file: Option<&PathBuf>,
-    max_rounds: Option<u32>,
-    time_budget: Option<u64>,
-) -> anyhow::Result<Scaffold> {
-    let mut scaffold = match file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read scaffold {}", path.display()))?;
-            Scaffold::parse(&text)
-                .map_err(|e| anyhow::anyhow!("scaffold {}: {e}", path.display()))?
-        }
-        None => Scaffold::default(),
-    };
-    if let Some(n) = max_rounds {
-        scaffold.guards.max_rounds = n;
-    }
-    if let Some(s) = time_budget {
-        scaffold.guards.turn_time_budget_secs = Some(s);
-    }
-    Ok(scaffold)
-}
-
-/// The checkpoint settings of a session built from `route`.
-/// Where a session's checkpoints go and what they record of its model; `route` is `None` for a
-/// person's session with no model configured (recorded as an empty route, which a resume
-/// replaces by the configuration's).
-pub(super) fn checkpoint_settings(
-    root: PathBuf,
-    route: Option<&Route>,
-    effort: Option<Effort>,
-) -> anyhow::Result<CheckpointSettings> {
-    Ok(CheckpointSettings {
-        root,
-        model_route: route.map(Route::to_string).unwrap_or_default(),
-        provider: route.map_or("none", Route::provider_label).to_string(),
-        effort,
-        faults: FaultInjection::from_env().map_err(anyhow::Error::msg)?,
-    })
-}
-
 pub(super) fn read_prompt(prompt: &str) -> anyhow::Result<String> {
     let text = if prompt == "-" {
         let mut s = String::new();
@@ -206,35 +156,6 @@ pub(super) fn read_prompt(prompt: &str) -> anyhow::Result<String> {
         bail!("the prompt is empty");
     }
     Ok(text)
-}
-
-pub(super) fn open_timeline(
-    disabled: bool,
-    path: Option<&PathBuf>,
-) -> anyhow::Result<Option<Arc<SessionTimeline>>> {
-    if disabled {
-        return Ok(None);
-    }
-    let path = path
-        .cloned()
-        .unwrap_or_else(|| geode_home().join("timeline.db"));
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
-    }
-    Ok(Some(Arc::new(SessionTimeline::open(&path)?)))
-}
-
-/// The workspace of a person's session in `cwd`, its commands confined as the configuration
-/// says (the daemon's socket hidden from them).
-pub(super) fn person_workspace(
-    cwd: &std::path::Path,
-    cfg: &Config,
-) -> anyhow::Result<LocalWorkspace> {
-    let sandbox = cfg.command_sandbox(vec![super::serve::socket_path(cfg)])?;
-    Ok(LocalWorkspace::new(cwd)
-        .with_context(|| format!("workspace {}", cwd.display()))?
-        .with_sandbox(sandbox))
 }
 
 pub async fn run(args: ExecArgs, sandbox: Option<&str>) -> anyhow::Result<Exit> {
@@ -284,7 +205,7 @@ pub async fn run(args: ExecArgs, sandbox: Option<&str>) -> anyhow::Result<Exit> 
     }
     // A file named by --hooks too (a trusted project's `.claude/settings.json`) runs once.
     let flagged: Vec<PathBuf> = args.turn.hooks.iter().map(|f| same_file(f)).collect();
-    for file in super::serve::configured_hooks(&resolved, &cwd)? {
+    for file in super::assembly::configured_hooks(&resolved, &cwd)? {
         if !flagged.contains(&same_file(&file)) {
             load_command_hooks(&mut cfg.hooks, &file, &root)?;
         }

@@ -19,7 +19,7 @@ use geode_runtime::model::http::RouteOptions;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-use super::exec::geode_home;
+use super::assembly::geode_home;
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
@@ -67,7 +67,7 @@ pub async fn run(args: McpArgs, cfg: Config) -> anyhow::Result<Exit> {
     route_options.effort = cfg.effort()?;
     let home = geode_home();
     let mut hooks = HookRegistry::new();
-    for file in super::serve::configured_hooks(&cfg, &cwd)? {
+    for file in super::assembly::configured_hooks(&cfg, &cwd)? {
         load_command_hooks(&mut hooks, &file, &cwd)?;
     }
     let settings = RunAgentSettings {

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use geode_runtime::model::effort::Effort;
 use strum::IntoEnumIterator;
 
+mod assembly;
 mod backends;
 mod bench;
 mod bench_view;
@@ -317,7 +318,7 @@ fn daily_config(
         flags.push(("effort".to_string(), e.as_str().to_string()));
     }
     let cwd = std::env::current_dir()?;
-    let layers = geode_runtime::config::Layers::discover(flags, &cwd, &exec::geode_home());
+    let layers = geode_runtime::config::Layers::discover(flags, &cwd, &assembly::geode_home());
     let cfg = geode_runtime::config::Config::resolve(&layers)?;
     // A bad route (or an effort from a file or the environment, checked by `resolve`) fails here, before any session, rather
     // than as a line inside a session that then ends with 0.
@@ -331,7 +332,7 @@ fn daily_config(
 /// `--continue`: `/resume` with the id of the most recently active session, found before the
 /// new session this start makes would become the most recent one.
 fn continue_command() -> anyhow::Result<String> {
-    let root = exec::checkpoint_root(None);
+    let root = assembly::checkpoint_root(None);
     // The most recent session of this folder with a turn in it: an empty start left behind
     // (a thin client, an earlier `-c`) is not what a person continues.
     let latest = sessions::recent(&root, 1, Some(&std::env::current_dir()?))
@@ -353,7 +354,7 @@ async fn interactive(
     cfg: geode_runtime::config::Config,
     first: Option<String>,
 ) -> anyhow::Result<exit::Exit> {
-    let socket = serve::socket_path(&cfg);
+    let socket = assembly::socket_path(&cfg);
     if connect || (!local && tokio::net::UnixStream::connect(&socket).await.is_ok()) {
         return connect::run(socket, first).await;
     }

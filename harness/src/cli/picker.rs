@@ -12,7 +12,6 @@ use geode_runtime::model::catalog::cost_text;
 use geode_runtime::server::protocol::{ClientMessage, SessionEntry};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::termios::{SetArg, Termios, cfmakeraw, tcgetattr, tcsetattr};
-use tokio::io::AsyncWrite;
 
 use super::render::Screen;
 
@@ -22,42 +21,39 @@ const WINDOW: usize = 10;
 /// After an Esc byte, how long a following byte makes it an arrow key's sequence instead.
 const ESC_SEQUENCE_MS: u8 = 50;
 
-/// Offer `sessions` to pick from; `true` when the wait for an answer ends here (nothing was
-/// picked, or the list was printed), `false` when `/resume ID` went out and its answer is due.
-pub(super) async fn offer<W: AsyncWrite + Unpin>(
+/// Offer `sessions` to pick from: the `/resume ID` to send for the one picked, or `None` when
+/// nothing was picked (or the list was printed instead).
+pub(super) async fn offer(
     sessions: Vec<SessionEntry>,
-    wr: &mut W,
     screen: &mut Screen,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<Option<ClientMessage>> {
     let now = Utc::now();
     if sessions.is_empty() {
         screen.line("no other session to resume");
-        return Ok(true);
+        return Ok(None);
     }
     if !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal()) {
         screen.line(&numbered(&sessions, now));
-        return Ok(true);
+        return Ok(None);
     }
     let listed = sessions.clone();
     let picked = tokio::task::spawn_blocking(move || pick(Picker::new(sessions), now)).await?;
     let id = match picked {
         Ok(Some(id)) => id,
-        Ok(None) => return Ok(true),
+        Ok(None) => return Ok(None),
         // A terminal the picker cannot drive still gets the list `/resume N` picks from.
         Err(e) => {
             screen.line(&format!(
                 "geode: no picker ({e})\n{}",
                 numbered(&listed, now)
             ));
-            return Ok(true);
+            return Ok(None);
         }
     };
-    let msg = ClientMessage::Command {
+    Ok(Some(ClientMessage::Command {
         name: "resume".into(),
         args: id.to_string(),
-    };
-    super::connect::send(wr, &msg).await?;
-    Ok(false)
+    }))
 }
 
 /// How long ago `updated_at` (RFC 3339) was, as a person says it.

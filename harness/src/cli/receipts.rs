@@ -12,7 +12,7 @@ use clap::{Subcommand, ValueEnum};
 use geode_runtime::ids::SessionId;
 use geode_runtime::store::receipts::{self, Receipt, ReceiptStore, ReconcileOutcome};
 
-use super::exec::checkpoint_root;
+use super::assembly::checkpoint_root;
 
 #[derive(Debug, Subcommand)]
 pub enum ReceiptsCommand {

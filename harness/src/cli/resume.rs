@@ -19,7 +19,8 @@ use geode_runtime::model::http::RouteOptions;
 use geode_runtime::model::model_for;
 use geode_runtime::session::resume_session;
 
-use super::exec::{Driver, TurnFlags, checkpoint_root, checkpoint_settings, read_prompt};
+use super::assembly::{checkpoint_root, checkpoint_settings};
+use super::exec::{Driver, TurnFlags, read_prompt};
 
 #[derive(Debug, Args)]
 pub struct ResumeArgs {
@@ -78,9 +79,9 @@ pub async fn run(args: ResumeArgs, sandbox: Option<&str>) -> anyhow::Result<Exit
         .map(|mode| vec![("sandbox".to_string(), mode.to_string())])
         .unwrap_or_default();
     let resolved = geode_runtime::config::Config::resolve(
-        &geode_runtime::config::Layers::discover(flags, &cwd, &super::exec::geode_home()),
+        &geode_runtime::config::Layers::discover(flags, &cwd, &super::assembly::geode_home()),
     )?;
-    let workspace = Arc::new(super::exec::person_workspace(&cwd, &resolved)?);
+    let workspace = Arc::new(super::assembly::person_workspace(&cwd, &resolved)?);
     let mut route_options = RouteOptions::from_env();
     route_options.effort = effort;
     let model = model_for(&route, &route_options)?;

@@ -12,7 +12,7 @@ use geode_runtime::agent::restore::latest_session;
 use geode_runtime::agent::rewind::{describe_points, rewind_points, rewind_session};
 use geode_runtime::ids::SessionId;
 
-use super::exec::checkpoint_root;
+use super::assembly::checkpoint_root;
 
 #[derive(Debug, Args)]
 pub struct RewindArgs {

@@ -35,7 +35,10 @@ use geode_runtime::session::SessionConfig;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-use super::exec::{checkpoint_root, checkpoint_settings, geode_home, open_timeline};
+use super::assembly::{
+    checkpoint_root, checkpoint_settings, configured_hooks, geode_home, open_timeline,
+    person_workspace, socket_path,
+};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -78,14 +81,6 @@ async fn bind_channels(args: &ServeArgs) -> anyhow::Result<Option<(Webhook, Chan
     Ok(Some((webhook, channels)))
 }
 
-/// The daemon socket of a configuration.
-pub fn socket_path(cfg: &Config) -> PathBuf {
-    match cfg.value("socket") {
-        "" => geode_home().join("cli.sock"),
-        s => PathBuf::from(s),
-    }
-}
-
 /// Builds sessions from the effective configuration, in one workspace.
 pub struct CliFactory {
     pub cfg: Config,
@@ -97,100 +92,6 @@ pub struct CliFactory {
     pub hooks: Vec<PathBuf>,
     /// The skills every session gets, read once at start (`geode skills list` shows them).
     pub skills: Arc<geode_runtime::skills::SkillSet>,
-}
-
-/// The hook files of a session: Claude Code's settings (the user's, then the project's
-/// `.claude/settings.json` and `.claude/settings.local.json`), then the files the
-/// configuration's `hooks` names, relative to the folder of the file that names them (the
-/// project root, `$GEODE_HOME`) or to `cwd` for a flag or the environment. A project's hooks
-/// are commands a cloned repository would run: they need the project trusted (`geode trust`),
-/// as its MCP servers do. Every file is read once here, so a bad one stops the start.
-pub fn configured_hooks(cfg: &Config, cwd: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let mut files = super::claude_code::user_settings();
-    // Settings files hold more than hooks (permissions, model, ...): one without hooks is no
-    // reason to ask for trust.
-    let mut with_hooks = Vec::new();
-    for file in super::claude_code::project_settings(cwd) {
-        let (_, loaded) = probe_hooks(&file, cwd)?;
-        if loaded.count > 0 || !loaded.skipped.is_empty() {
-            with_hooks.push(file);
-        }
-    }
-    if !with_hooks.is_empty() {
-        let shown: Vec<String> = with_hooks.iter().map(|f| f.display().to_string()).collect();
-        if trusted(cwd, &format!("Claude Code hooks ({})", shown.join(", ")))? {
-            files.extend(with_hooks);
-        }
-    }
-    files.extend(config_hooks(cfg, cwd)?);
-    for file in &files {
-        let (registry, loaded) = probe_hooks(file, cwd)?;
-        warn_skipped(&loaded.skipped);
-        warn_matchers_matching_no_tool(&registry, &file.display().to_string());
-    }
-    Ok(files)
-}
-
-/// The hook files the configuration's `hooks` names (none of an untrusted project's).
-fn config_hooks(cfg: &Config, cwd: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    use geode_runtime::config::Source;
-    let Some(setting) = cfg.get("hooks") else {
-        return Ok(Vec::new());
-    };
-    let base = match &setting.source {
-        Source::Project(_) => {
-            if !trusted(cwd, &format!("hooks ({})", setting.value))? {
-                return Ok(Vec::new());
-            }
-            cwd.to_path_buf()
-        }
-        Source::User(_) => geode_home(),
-        Source::Flag(_) | Source::Env(_) | Source::Default => cwd.to_path_buf(),
-    };
-    Ok(cfg.list("hooks").iter().map(|f| base.join(f)).collect())
-}
-
-/// Whether the project in `cwd` is trusted; if not, says on stderr that its `what` are not
-/// loaded, and why.
-fn trusted(cwd: &Path, what: &str) -> anyhow::Result<bool> {
-    let trust = TrustStore::new(&geode_home()).check(cwd)?;
-    if !trust.is_trusted() {
-        say!(
-            "geode: the project's {what} are not loaded: {}",
-            trust.explain(cwd)
-        );
-    }
-    Ok(trust.is_trusted())
-}
-
-/// The hooks of `file` in a registry of their own, and what loading them skipped.
-fn probe_hooks(
-    file: &Path,
-    cwd: &Path,
-) -> anyhow::Result<(
-    geode_runtime::hooks::registry::HookRegistry,
-    geode_runtime::hooks::command::LoadedHooks,
-)> {
-    let mut probe = geode_runtime::hooks::registry::HookRegistry::new();
-    let loaded = geode_runtime::hooks::command::load_command_hooks(&mut probe, file, cwd)?;
-    Ok((probe, loaded))
-}
-
-/// Say, on stderr, each hook a file holds that GEODE cannot run (an event it does not have, a
-/// hook type other than `command`).
-pub fn warn_skipped(skipped: &[String]) {
-    for s in skipped {
-        say!("geode: warning: {s}");
-    }
-}
-
-/// Say, on stderr, which hooks from `source` have a matcher no standard tool answers to:
-/// copied from another tool's configuration or mistyped, they would never run, silently.
-pub fn warn_matchers_matching_no_tool(hooks: &geode_runtime::hooks::HookRegistry, source: &str) {
-    let tools = geode_runtime::session::standard_tool_names();
-    for warning in hooks.matchers_matching_no_tool(&tools) {
-        say!("geode: warning: {source}: {warning}");
-    }
 }
 
 fn setup<E: std::fmt::Display>(e: E) -> ServerError {
@@ -276,7 +177,7 @@ impl CliFactory {
             .map(|s| PathBuf::from(&s.state.cwd))
             .filter(|dir| dir.is_dir())
             .unwrap_or_else(|| self.cwd.clone());
-        let workspace = Arc::new(super::exec::person_workspace(&cwd, &self.cfg).map_err(setup)?);
+        let workspace = Arc::new(person_workspace(&cwd, &self.cfg).map_err(setup)?);
         let mut policy = SessionPolicy::for_mode(self.mode);
         policy.hitl = match self.cfg.value("hitl") {
             "auto" => HitlLevel::Auto,

@@ -14,7 +14,7 @@ use geode_runtime::server::protocol::SessionEntry;
 use geode_runtime::store::StoreError;
 use geode_runtime::store::checkpoint::{CheckpointStore, SessionRow};
 
-use super::exec::checkpoint_root;
+use super::assembly::checkpoint_root;
 
 #[derive(Debug, Args)]
 pub struct SessionsArgs {

@@ -10,7 +10,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use geode_runtime::skills::{SkillSet, discover_local};
 
-use super::exec::geode_home;
+use super::assembly::geode_home;
 
 #[derive(Debug, Subcommand)]
 pub enum SkillsCommand {

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use clap::Args;
 use geode_runtime::mcp::trust::{TrustState, TrustStore};
 
-use super::exec::geode_home;
+use super::assembly::geode_home;
 
 #[derive(Debug, Args)]
 pub struct TrustArgs {
