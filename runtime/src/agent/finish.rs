@@ -7,6 +7,7 @@
 use super::agentic_loop::{AgenticLoop, TurnOutcome};
 use super::durable::TurnState as Turn;
 use super::durable_session::Save;
+use super::ending::{Ending, Finish};
 use super::events::LoopEvent;
 use super::termination::TerminationReason;
 use super::verify::{TurnFacts, Verdict, repair_instruction, rule_misses};
@@ -15,49 +16,6 @@ use crate::hooks::{HookDecision, HookEvent};
 use crate::scaffold::VerifyMode;
 use crate::store::checkpoint::SessionStatus;
 use crate::store::timeline::TimelineEvent;
-
-/// What finishing decided.
-pub(super) enum Finish {
-    /// The turn ends this way.
-    End(Ending),
-    /// The answer goes back to the model with this instruction.
-    Repair(String),
-}
-
-/// How a turn ends: its termination, its final text and the verdict on it.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) struct Ending {
-    termination: TerminationReason,
-    text: String,
-    verdict: Verdict,
-    /// What failed, in words, when the turn ended on a failure (a model call that could not be
-    /// made): drivers show it to the person instead of leaving it to a log line.
-    error: Option<String>,
-}
-
-impl Ending {
-    pub(super) fn new(termination: TerminationReason, text: String, verdict: Verdict) -> Self {
-        Ending {
-            termination,
-            text,
-            verdict,
-            error: None,
-        }
-    }
-
-    /// A turn stopped before an answer: no text, nothing verified.
-    pub(super) fn stopped(termination: TerminationReason) -> Self {
-        Ending::new(termination, String::new(), Verdict::Skipped)
-    }
-
-    /// A turn stopped by a failure, with what failed.
-    pub(super) fn failed(termination: TerminationReason, error: String) -> Self {
-        Ending {
-            error: Some(error),
-            ..Ending::stopped(termination)
-        }
-    }
-}
 
 impl AgenticLoop {
     // --- stage 6: finish ----------------------------------------------------------------------

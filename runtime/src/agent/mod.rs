@@ -3,9 +3,11 @@
 
 pub mod agentic_loop;
 pub mod compaction;
+mod compaction_stage;
 mod counters;
 pub mod durable;
 pub(crate) mod durable_session;
+mod ending;
 pub mod events;
 mod finish;
 pub mod guards;

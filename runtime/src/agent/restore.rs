@@ -25,7 +25,7 @@ use super::compaction::pairing_problem;
 use super::counters::SessionCounters;
 use super::durable::{CheckpointState, PendingBatch, STATE_SCHEMA, TurnState};
 use super::durable_session::Durable;
-use super::finish::Ending;
+use super::ending::Ending;
 use super::termination::TerminationReason;
 use super::transcript::Transcript;
 use crate::conversation::{Message, ToolCall, ToolResult};
