@@ -79,7 +79,10 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<Exit> {
             }
         }
         ImageCommand::Load { file } => {
-            let loaded = tokio::task::spawn_blocking(move || store.load(&file)).await??;
+            let loaded = tokio::task::spawn_blocking(move || {
+                geode_harness::env::image::load_archive(&store, &file)
+            })
+            .await??;
             for image in &loaded {
                 println!("{}", line(image));
             }

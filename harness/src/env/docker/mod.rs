@@ -17,6 +17,7 @@
 //! The engine must run on this machine: processes are found and killed through `/proc`.
 
 mod container;
+mod sandbox;
 mod workspace;
 
 use std::path::{Path, PathBuf};
@@ -26,7 +27,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde_json::Value;
 
-pub use container::DockerSandbox;
+pub use sandbox::DockerSandbox;
 
 use super::{
     Backend, EnvError, EnvironmentSpec, ImageRoot, NetworkPolicy, PreparedImage, Sandbox,

@@ -20,7 +20,12 @@ const CONTAINERD_NAME: &str = "io.containerd.image.name";
 /// OCI's name annotation: a full reference or (skopeo, oras) just a tag.
 const OCI_REF_NAME: &str = "org.opencontainers.image.ref.name";
 
-pub(crate) fn load(store: &ImageStore, archive: &Path) -> Result<Vec<StoredImage>, ImageError> {
+/// Loads a `docker save` tarball (legacy `manifest.json` form, or the newer one with an OCI
+/// layout inside) or an OCI image layout (directory or tar, gzip or zstd allowed). Every
+/// blob is verified. Returns the images it recorded in `store`: one per name (`RepoTags`, or the
+/// `io.containerd.image.name` / `org.opencontainers.image.ref.name` annotation when it is
+/// a full reference); an image without a name is recorded by digest alone.
+pub fn load(store: &ImageStore, archive: &Path) -> Result<Vec<StoredImage>, ImageError> {
     let origin = std::path::absolute(archive).unwrap_or_else(|_| archive.to_path_buf());
     let meta = fs::metadata(archive)
         .map_err(|e| ImageError::io(archive, "opening an image archive", e))?;

@@ -26,6 +26,7 @@ mod store;
 mod tests;
 
 pub use alias::Aliases;
+pub use archive::load as load_archive;
 pub use reference::Reference;
 pub use save::{image_config, layer_tar, save};
 pub use store::ImageStore;

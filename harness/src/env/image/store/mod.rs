@@ -146,15 +146,6 @@ impl ImageStore {
         }
     }
 
-    /// Loads a `docker save` tarball (legacy `manifest.json` form, or the newer one with an OCI
-    /// layout inside) or an OCI image layout (directory or tar, gzip or zstd allowed). Every
-    /// blob is verified. Returns the images it recorded: one per name (`RepoTags`, or the
-    /// `io.containerd.image.name` / `org.opencontainers.image.ref.name` annotation when it is
-    /// a full reference); an image without a name is recorded by digest alone.
-    pub fn load(&self, archive: &Path) -> Result<Vec<StoredImage>, ImageError> {
-        super::archive::load(self, archive)
-    }
-
     /// Records a bootstrapped or built image made of `layers` (bottom first; the store's short
     /// paths, or any directories) under `reference`.
     pub fn tag_local(

@@ -10,7 +10,7 @@ fn loads_an_oci_layout_dir_and_tar_verifying_every_blob() {
     let layout = dir.path().join("layout");
     oci_layout(&layout, &image, "registry.example/team/app:1.0");
 
-    let loaded = store.load(&layout).unwrap();
+    let loaded = load_archive(&store, &layout).unwrap();
     assert_eq!(loaded.len(), 1);
     let got = &loaded[0];
     assert_eq!(got.reference, "registry.example/team/app:1.0");
@@ -42,7 +42,7 @@ fn loads_an_oci_layout_dir_and_tar_verifying_every_blob() {
     oci_layout(&layout2, &image, "latest");
     let tar = dir.path().join("layout.tar");
     tar_dir(&layout2, &tar);
-    let loaded = store.load(&tar).unwrap();
+    let loaded = load_archive(&store, &tar).unwrap();
     assert_eq!(loaded.len(), 1);
     assert_eq!(loaded[0].reference, image.manifest_digest());
     assert_eq!(
@@ -74,7 +74,7 @@ fn loads_a_legacy_docker_save_tarball() {
     let gz = dir.path().join("save.tar.gz");
     fs::write(&gz, gzip(&fs::read(&tar).unwrap())).unwrap();
 
-    let loaded = store.load(&gz).unwrap();
+    let loaded = load_archive(&store, &gz).unwrap();
     let names: Vec<&str> = loaded.iter().map(|i| i.reference.as_str()).collect();
     assert_eq!(
         names,
@@ -110,7 +110,7 @@ fn tampered_blobs_are_refused_with_a_digest_error() {
     let mut bytes = fs::read(&blob).unwrap();
     bytes[9] ^= 0x01;
     fs::write(&blob, &bytes).unwrap();
-    match store.load(&layout) {
+    match load_archive(&store, &layout) {
         Err(ImageError::DigestMismatch {
             expected, actual, ..
         }) => {
@@ -134,7 +134,7 @@ fn tampered_blobs_are_refused_with_a_digest_error() {
         .join("blobs/sha256")
         .join(&sha256_digest(&image.config)[7..]);
     fs::write(&config, image.config.to_ascii_uppercase()).unwrap();
-    let err = store.load(&layout).unwrap_err();
+    let err = load_archive(&store, &layout).unwrap_err();
     assert!(
         matches!(err, ImageError::DigestMismatch { ref expected, .. } if *expected == sha256_digest(&image.config)),
         "{err}"
@@ -149,7 +149,7 @@ fn tampered_blobs_are_refused_with_a_digest_error() {
     let at = tar.windows(13).position(|w| w == b"ID=geode-test").unwrap();
     tar[at] = b'X';
     fs::write(&layer, &tar).unwrap();
-    let err = store.load(&save).unwrap_err();
+    let err = load_archive(&store, &save).unwrap_err();
     match &err {
         ImageError::DigestMismatch { expected, what, .. } => {
             assert_eq!(*expected, sha256_digest(&image.tars[0]));
@@ -165,7 +165,7 @@ fn archives_that_are_neither_form_or_escape_are_refused() {
     let (dir, store) = new_store();
     let empty = dir.path().join("empty");
     fs::create_dir(&empty).unwrap();
-    let err = store.load(&empty).unwrap_err();
+    let err = load_archive(&store, &empty).unwrap_err();
     assert!(
         matches!(err, ImageError::BadArchive { ref file, .. } if file.ends_with("empty")),
         "{err}"
@@ -177,7 +177,7 @@ fn archives_that_are_neither_form_or_escape_are_refused() {
     let manifest =
         serde_json::json!([{"Config": "../../etc/passwd", "RepoTags": ["a:1"], "Layers": []}]);
     fs::write(save.join("manifest.json"), manifest.to_string()).unwrap();
-    let err = store.load(&save).unwrap_err();
+    let err = load_archive(&store, &save).unwrap_err();
     assert!(err.to_string().contains("leaves the archive"), "{err}");
 
     // A layer of an unpacked save dir that is a symlink out of it.
@@ -187,7 +187,7 @@ fn archives_that_are_neither_form_or_escape_are_refused() {
     fs::write(&outside, &image.tars[0]).unwrap();
     fs::remove_file(save.join("one/layer.tar")).unwrap();
     std::os::unix::fs::symlink(&outside, save.join("one/layer.tar")).unwrap();
-    let err = store.load(&save).unwrap_err();
+    let err = load_archive(&store, &save).unwrap_err();
     assert!(err.to_string().contains("outside the archive"), "{err}");
     assert!(store.layer(&image.diff_hex(0)).is_none());
 }
