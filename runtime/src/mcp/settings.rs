@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::config::ConfigError;
+use crate::config::source::ConfigError;
 use crate::policy::SafetyLevel;
 
 /// Which config file declared a server. Project servers run only in a trusted project.

@@ -13,10 +13,12 @@
 //! `geode trust`. A project's `.mcp.json` (Claude Code's servers) joins its servers.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::mcp::settings::{McpServerConfig, McpSettings, parse_mcp_json, parse_mcp_table};
+
+pub mod source;
+pub use source::{ConfigError, Setting, Source};
 
 /// One known key: its name, default and what it is for.
 #[derive(Debug, Clone, Copy)]
@@ -95,58 +97,6 @@ pub const KEYS: &[KeySpec] = &[
         help: "project memory file added to the system prompt",
     },
 ];
-
-/// Where an effective value came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    Flag(String),
-    Env(String),
-    Project(PathBuf),
-    User(PathBuf),
-    Default,
-}
-
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Source::Flag(name) => write!(f, "flag {name}"),
-            Source::Env(var) => write!(f, "env {var}"),
-            Source::Project(p) => write!(f, "project {}", p.display()),
-            Source::User(p) => write!(f, "user {}", p.display()),
-            Source::Default => f.write_str("default"),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Setting {
-    pub value: String,
-    pub source: Source,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("{path}: unknown key {key:?} (known: {known})")]
-    UnknownKey {
-        path: PathBuf,
-        key: String,
-        known: String,
-    },
-    #[error("{key} = {value:?} ({origin}): {message}")]
-    Invalid {
-        key: String,
-        value: String,
-        origin: Source,
-        message: String,
-    },
-}
 
 /// The inputs of the layering, gathered by the caller (injected so tests need no real home).
 #[derive(Debug, Default, Clone)]
