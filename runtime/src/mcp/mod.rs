@@ -12,6 +12,7 @@
 
 #[cfg(feature = "mcp")]
 pub mod client;
+mod connection;
 #[cfg(feature = "mcp")]
 pub mod http;
 #[cfg(feature = "mcp")]

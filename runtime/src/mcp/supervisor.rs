@@ -13,7 +13,7 @@ use rmcp::{Peer, RoleClient};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::client::{CONNECT_TIMEOUT, Handshake, ListedTool, bind_tool, connect};
+use super::connection::{CONNECT_TIMEOUT, Handshake, ListedTool, LivePeer, bind_tool, connect};
 use super::settings::McpServerConfig;
 use crate::tools::plan::BoundTool;
 
@@ -126,7 +126,7 @@ impl ServerSlot {
     }
 
     /// The live connection, or why there is none (for the model to read).
-    pub(super) fn peer(&self) -> Result<Peer<RoleClient>, String> {
+    fn live_peer(&self) -> Result<Peer<RoleClient>, String> {
         let status = self.lock();
         match &status.peer {
             Some(peer) => Ok(peer.clone()),
@@ -153,10 +153,19 @@ impl ServerSlot {
     }
 }
 
+impl LivePeer for ServerSlot {
+    fn peer(&self) -> Result<Peer<RoleClient>, String> {
+        self.live_peer()
+    }
+}
+
 /// Keep `slot`'s server connected until `stop` is cancelled. Dropping the task (at `stop` or
 /// when the runtime ends) drops the connection and the server's process group.
 pub(super) async fn supervise(slot: Arc<ServerSlot>, stop: CancellationToken) {
     let name = slot.config.name.clone();
+    // The tools bound below reach the connection through this, weakly: the slot owns them.
+    let weak_slot = Arc::downgrade(&slot);
+    let live: std::sync::Weak<dyn LivePeer> = weak_slot;
     let mut attempt: u32 = 0;
     let mut handshake = Handshake::Discover;
     loop {
@@ -172,8 +181,10 @@ pub(super) async fn supervise(slot: Arc<ServerSlot>, stop: CancellationToken) {
             Ok(Err(why)) => why,
             Ok(Ok((service, listed, group))) => {
                 let peer = service.peer().clone();
-                let (tools, bound): (Vec<_>, Vec<_>) =
-                    listed.into_iter().map(|t| bind_tool(&slot, t)).unzip();
+                let (tools, bound): (Vec<_>, Vec<_>) = listed
+                    .into_iter()
+                    .map(|t| bind_tool(&slot.config, live.clone(), t))
+                    .unzip();
                 let offered = tools.len();
                 slot.set(|s| {
                     s.state = ServerState::Connected { tools: offered };
