@@ -211,3 +211,92 @@ fn slurm_sigterm_cancels_the_arrays_and_a_resume_runs_the_rest() {
 fn slurm_ctrl_c_then_a_resume_without_retries_runs_every_trial_never_run() {
     interrupted_then_resumed(Signal::SIGINT);
 }
+
+/// The pid of a running process whose command line holds every one of `parts`.
+fn process_with(parts: &[&str]) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        parts.iter().all(|p| cmdline.contains(p)).then_some(pid)
+    })
+}
+
+/// Whether `pid` is in the `cgroup.procs` of `dir` or of a group below it.
+fn holds(dir: &Path, pid: u32) -> bool {
+    walkdir::WalkDir::new(dir)
+        .into_iter()
+        .flatten()
+        .filter(|e| e.file_name() == "cgroup.procs")
+        .any(|e| {
+            std::fs::read_to_string(e.path())
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.trim() == pid.to_string())
+        })
+}
+
+#[test]
+fn slurm_a_trials_sandbox_runs_in_its_array_tasks_cgroup() {
+    let cluster = Cluster::start_in_cgroups(1);
+    let dir = tempfile::tempdir().unwrap();
+    let task = dir.path().join("pack/slow");
+    super::common::copy_tree(&core_pack().join("bank-reconcile"), &task);
+    let solve = task.join("solution/solve.sh");
+    let mut text = std::fs::read_to_string(&solve).unwrap();
+    // Long enough to be looked at while it runs.
+    text.push_str("\nsleep 20\n");
+    std::fs::write(&solve, text).unwrap();
+    let jobs = dir.path().join("jobs");
+    let log = std::fs::File::create(dir.path().join("coordinator.log")).unwrap();
+    let run = geode(dir.path(), &cluster)
+        .arg("run")
+        .arg(dir.path().join("pack"))
+        .args([
+            "--model",
+            "oracle",
+            "--json",
+            "--executor",
+            "slurm",
+            "--jobs-dir",
+        ])
+        .arg(&jobs)
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let run_dir = only_run(&jobs);
+    let run_path = run_dir.display().to_string();
+    let mut server = None;
+    // Once it has joined its sandbox's own memory group (it starts in its parent's).
+    wait(|| {
+        server = process_with(&["__sandbox-server", &run_path]);
+        server.is_some_and(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/cgroup")).is_ok_and(|c| {
+                c.lines()
+                    .any(|l| l.contains(":memory:") && l.contains("/geode/"))
+            })
+        })
+    });
+    let server = server.unwrap();
+    let array = ledger_jobs(&run_dir)[0];
+    // The array task's own job id (an array's tasks each have one), as Slurm names its cgroup.
+    let task_job = cluster.squeue(&[array], "%A").trim().to_string();
+    let job_group = walkdir::WalkDir::new("/sys/fs/cgroup/memory")
+        .max_depth(4)
+        .into_iter()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy() == format!("job_{task_job}"))
+        .map(|e| e.into_path())
+        .unwrap_or_else(|| panic!("Slurm made no memory cgroup for job {task_job}"));
+    let own = std::fs::read_to_string(format!("/proc/{server}/cgroup")).unwrap();
+    assert!(
+        holds(&job_group, server),
+        "the sandbox server {server} is outside {}: {own}",
+        job_group.display()
+    );
+    let out = run.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", coordinator_log(dir.path()));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["summary"]["outcomes"]["passed"], 1, "{summary}");
+}

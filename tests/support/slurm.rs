@@ -44,6 +44,16 @@ impl Cluster {
         Cluster::start_with(n, "")
     }
 
+    /// [`Cluster::start`] with Slurm's cgroup plugins, as most sites run it: each job step's
+    /// processes in a cgroup of its own (`/slurm/uid_0/job_<id>/...` in every v1 hierarchy),
+    /// its memory limited there to the job's `--mem`.
+    pub fn start_in_cgroups(n: usize) -> Cluster {
+        Cluster::start_with(
+            n,
+            "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n",
+        )
+    }
+
     /// [`Cluster::start`] with `extra` lines at the end of `slurm.conf` (a site's own limits,
     /// `MaxArraySize=10`, a second partition).
     pub fn start_with(n: usize, extra: &str) -> Cluster {
@@ -91,7 +101,13 @@ impl Cluster {
         // slurmctld listens on every host address; the nodes reach it at the first veth's.
         let ctld_addr = format!("10.{}.{}.1", 77 + id / 250, id % 250);
         let port = 20000 + id * 2;
-        let conf = conf(d, &ctld_addr, port, &lines) + extra;
+        let mut conf = conf(d, &ctld_addr, port, &lines);
+        if extra.contains("ProctrackType=") {
+            // The site's own process tracking replaces the default (one value per key).
+            conf = conf.replace(TRACKING, "");
+            std::fs::write(d.join("cgroup.conf"), CGROUP_CONF).unwrap();
+        }
+        let conf = conf + extra;
         std::fs::write(d.join("slurm.conf"), conf).unwrap();
         let slurmctld = start(
             Command::new("slurmctld")
@@ -306,7 +322,7 @@ fn conf(d: &Path, ctld_addr: &str, port: u32, nodes: &str) -> String {
          AuthInfo=socket={d}/munge.sock\nCredType=cred/munge\nStateSaveLocation={d}/state\n\
          SlurmdSpoolDir={d}/spool-%n\nSlurmctldPidFile={d}/slurmctld.pid\n\
          SlurmdPidFile={d}/%n.pid\nSlurmctldLogFile={d}/slurmctld.log\nSlurmdLogFile={d}/%n.log\n\
-         ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
+         {TRACKING}\
          JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
          JobCompType=jobcomp/filetxt\nJobCompLoc={d}/jobcomp.txt\nSelectType=select/cons_tres\n\
          SelectTypeParameters=CR_CPU_Memory\nReturnToService=2\nSlurmdTimeout=5\nJobRequeue=0\n\
@@ -314,6 +330,14 @@ fn conf(d: &Path, ctld_addr: &str, port: u32, nodes: &str) -> String {
         port + 1
     )
 }
+
+/// How the test cluster tracks a job's processes unless a test asks for cgroups.
+const TRACKING: &str = "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n";
+
+/// `cgroup.conf` beside `slurm.conf` for [`Cluster::start_in_cgroups`]: the v1 hierarchies this
+/// host mounts, memory constrained to the job's request.
+const CGROUP_CONF: &str = "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n\
+                           ConstrainRAMSpace=yes\nConstrainCores=no\nConstrainDevices=no\n";
 
 fn nix_hostname() -> String {
     let out = Command::new("hostname").output().unwrap();

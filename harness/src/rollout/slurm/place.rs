@@ -13,6 +13,11 @@ use super::files::{self, ArraySpec, TrialTry};
 use super::{Arrays, Owner, SlurmError, SlurmSettings, Waiting, queue};
 use crate::rollout::job::RunError;
 
+/// Memory an array task asks for beyond its trial's: the worker itself, which shares the job's
+/// memory cgroup with the trial's sandbox (nested in it), so the trial meets its own limit
+/// before Slurm's.
+const WORKER_MEMORY_MB: u64 = 256;
+
 /// Moves the throttles of the arrays out to their share of `-n` (oldest first), then submits
 /// the trials with no array task out, in plan order, while some of it is free.
 pub(super) async fn place(
@@ -90,7 +95,7 @@ fn unplaced_groups(
     for w in unplaced {
         let env = &w.plan.task.config.environment;
         let cpus = env.cpus.unwrap_or(1.0).ceil().max(1.0) as u32;
-        let shape = (cpus, env.memory_mb.unwrap_or(1024));
+        let shape = (cpus, env.memory_mb.unwrap_or(1024) + WORKER_MEMORY_MB);
         let groups = shapes.entry(shape).or_default();
         let at = *slot
             .entry((shape.0, shape.1, w.group.as_str()))
