@@ -356,17 +356,15 @@ impl ExecutorArgs {
             // A local run moved to the cluster: the options as for a new run.
             return self.slurm_settings();
         };
-        let given = ExecutorArgs {
-            executor: ExecutorKind::Slurm,
-            partition: self.partition.clone(),
-            account: self.account.clone(),
-            time_limit: self.time_limit.clone(),
-            sbatch_args: self.sbatch_args.clone(),
-            slurm_stall_timeout: self.slurm_stall_timeout,
-            worker_bin: self.worker_bin.clone(),
+        if let Some(option) = reserved_option(&self.sbatch_args) {
+            bail!("--sbatch-arg {option}: the executor sets this option itself");
         }
-        .slurm_settings()?
-        .unwrap_or_else(|| recorded.clone());
+        let worker_bin = match &self.worker_bin {
+            Some(p) => {
+                std::fs::canonicalize(p).with_context(|| format!("--worker-bin {}", p.display()))?
+            }
+            None => recorded.worker_bin.clone(),
+        };
         Ok(Some(SlurmSettings {
             partition: self.partition.clone().or(recorded.partition.clone()),
             account: self.account.clone().or(recorded.account.clone()),
@@ -374,14 +372,57 @@ impl ExecutorArgs {
             sbatch_args: if self.sbatch_args.is_empty() {
                 recorded.sbatch_args.clone()
             } else {
-                given.sbatch_args
+                self.sbatch_args.clone()
             },
             stall_secs: self.slurm_stall_timeout.or(recorded.stall_secs),
-            worker_bin: if self.worker_bin.is_some() {
-                given.worker_bin
-            } else {
-                recorded.worker_bin.clone()
-            },
+            worker_bin,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        executor: ExecutorArgs,
+    }
+
+    fn given(args: &[&str]) -> ExecutorArgs {
+        Cli::parse_from(std::iter::once("geode").chain(args.iter().copied())).executor
+    }
+
+    #[test]
+    fn a_resume_keeps_the_recorded_slurm_settings_and_replaces_only_what_is_given() {
+        let recorded = SlurmSettings {
+            partition: Some("a".into()),
+            account: Some("lab".into()),
+            time_limit: Some("10".into()),
+            sbatch_args: vec!["--qos=x".into(), "--nice=3".into()],
+            stall_secs: Some(900),
+            worker_bin: "/shared/geode".into(),
+        };
+        assert_eq!(given(&[]).resume_settings(Some(&recorded)).unwrap(), None);
+        let moved = given(&["--partition", "b", "--sbatch-arg", "--qos=y"])
+            .resume_settings(Some(&recorded))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            moved,
+            SlurmSettings {
+                partition: Some("b".into()),
+                sbatch_args: vec!["--qos=y".into()],
+                ..recorded.clone()
+            }
+        );
+        assert!(
+            given(&["--sbatch-arg=--array=0-3"])
+                .resume_settings(Some(&recorded))
+                .is_err()
+        );
     }
 }

@@ -262,7 +262,20 @@ pub async fn cancel(settings: &SlurmSettings, jobs: &[u64]) -> Result<(), SlurmE
         return Ok(());
     }
     let args: Vec<String> = jobs.iter().map(u64::to_string).collect();
-    patiently(settings.stall_deadline(), || run("scancel", &args)).await?;
+    let args = &args;
+    patiently(settings.stall_deadline(), move || async move {
+        match run("scancel", args).await {
+            // Arrays that ended, or that slurmctld forgot, have nothing left to cancel.
+            Err(SlurmError::Command { message, .. })
+                if message.contains("already completing or completed")
+                    || message.contains("Invalid job id") =>
+            {
+                Ok(String::new())
+            }
+            other => other,
+        }
+    })
+    .await?;
     Ok(())
 }
 
