@@ -163,6 +163,33 @@ fn slurm_a_stalled_controller_is_waited_out() {
     all_passed(&stored(&jobs, &run_dir));
 }
 
+#[test]
+fn slurm_a_controller_stalled_past_the_deadline_ends_the_run_saying_so() {
+    let cluster = Cluster::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    let run = spawn_with(
+        dir.path(),
+        &cluster,
+        &jobs,
+        &["-n", "2", "--slurm-stall-timeout", "10"],
+    );
+    let run_dir = only_run(&jobs);
+    wait(|| results_so_far(&run_dir) >= 1);
+    // The run gives up while the controller is still stopped: the deadline is the run's, not
+    // the stall's.
+    let out = std::thread::scope(|s| {
+        s.spawn(|| cluster.stall_controller(Duration::from_secs(60)));
+        run.wait_with_output().unwrap()
+    });
+    let log = coordinator_log(dir.path());
+    assert_eq!(out.status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("did not answer for"),
+        "the run ended without naming the stall: {log}"
+    );
+}
+
 /// The coordinator stopped by `signal` mid-run (with no retry budget): its arrays leave the
 /// queue, the trials it did not finish are not recorded, and a resume runs every one of them.
 fn interrupted_then_resumed(signal: Signal) {
