@@ -49,6 +49,7 @@ mod slurm;
 #[path = "../support/slurm.rs"]
 mod slurm_cluster;
 mod slurm_crucible;
+mod slurm_sites;
 mod streaming;
 mod task_formats;
 mod validity;

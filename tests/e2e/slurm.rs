@@ -11,14 +11,14 @@ use geode_harness::store::RunStore;
 
 use super::slurm_cluster::Cluster;
 
-fn core_pack() -> PathBuf {
+pub(super) fn core_pack() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tasks/geode-core")
 }
 
 /// (trial, outcome, reward, seed, task hash) of every stored trial of a run.
-type Trials = BTreeMap<String, (String, Option<f64>, u64, String)>;
+pub(super) type Trials = BTreeMap<String, (String, Option<f64>, u64, String)>;
 
-fn stored(jobs: &Path, run_dir: &Path) -> Trials {
+pub(super) fn stored(jobs: &Path, run_dir: &Path) -> Trials {
     let store = RunStore::open(&jobs.join("geode.db")).unwrap();
     let run = run_dir.file_name().unwrap().to_string_lossy().into_owned();
     store
@@ -44,7 +44,7 @@ fn worker_results(run_dir: &Path) -> Vec<WorkerResult> {
         .collect()
 }
 
-fn geode(dir: &Path, cluster: &Cluster) -> Command {
+pub(super) fn geode(dir: &Path, cluster: &Cluster) -> Command {
     let mut cmd = super::common::geode_in(dir);
     cluster.env(&mut cmd);
     cmd
@@ -79,7 +79,7 @@ fn slurm_the_core_pack_on_two_nodes_gives_the_local_results() {
 }
 
 /// `geode run --executor slurm` over the core pack, started in the background.
-fn spawn_run(dir: &Path, cluster: &Cluster, jobs: &Path) -> std::process::Child {
+pub(super) fn spawn_run(dir: &Path, cluster: &Cluster, jobs: &Path) -> std::process::Child {
     geode(dir, cluster)
         .arg("run")
         .arg(core_pack())
@@ -94,7 +94,7 @@ fn spawn_run(dir: &Path, cluster: &Cluster, jobs: &Path) -> std::process::Child 
 
 /// The one run folder in `jobs` (the one with a `config.json`), once the coordinator has made
 /// it.
-fn only_run(jobs: &Path) -> PathBuf {
+pub(super) fn only_run(jobs: &Path) -> PathBuf {
     let find = || {
         std::fs::read_dir(jobs)
             .ok()?
@@ -106,7 +106,7 @@ fn only_run(jobs: &Path) -> PathBuf {
     find().unwrap()
 }
 
-fn results_so_far(run_dir: &Path) -> usize {
+pub(super) fn results_so_far(run_dir: &Path) -> usize {
     std::fs::read_dir(run_dir.join("slurm/results")).map_or(0, |d| {
         d.flatten()
             .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
@@ -115,7 +115,7 @@ fn results_so_far(run_dir: &Path) -> usize {
 }
 
 /// Waits (polling) until `ready`; the run under test is what bounds it.
-fn wait(mut ready: impl FnMut() -> bool) {
+pub(super) fn wait(mut ready: impl FnMut() -> bool) {
     for _ in 0..1200 {
         if ready() {
             return;
@@ -125,7 +125,7 @@ fn wait(mut ready: impl FnMut() -> bool) {
     panic!("the awaited state never came");
 }
 
-fn all_passed(trials: &Trials) {
+pub(super) fn all_passed(trials: &Trials) {
     assert_eq!(trials.len(), 28, "{trials:?}");
     for (name, t) in trials {
         assert_eq!(t.0, "passed", "{name}: {t:?}");
@@ -288,7 +288,7 @@ fn slurm_ctrl_c_cancels_the_arrays_and_leaves_the_rest_for_a_resume() {
 }
 
 #[test]
-fn slurm_a_trial_over_its_time_limit_is_recorded_as_such() {
+fn slurm_a_trial_over_its_time_limit_is_recorded_as_such_and_not_retried() {
     let cluster = Cluster::start(1);
     let dir = tempfile::tempdir().unwrap();
     let task = dir.path().join("pack/slow");
@@ -298,24 +298,17 @@ fn slurm_a_trial_over_its_time_limit_is_recorded_as_such() {
     text.push_str("\nsleep 300\n");
     std::fs::write(&solve, text).unwrap();
     let jobs = dir.path().join("jobs");
-    let (summary, run_dir) = super::common::run_model_ending(
+    // The default retry budget (2): a time limit is the trial's own outcome, so it must not
+    // be spent on it.
+    let (summary, run_dir) = super::common::run_model_with(
         geode(dir.path(), &cluster),
         &dir.path().join("pack"),
         &jobs,
         "oracle",
-        &[
-            "--executor",
-            "slurm",
-            "--time-limit",
-            "1",
-            "--max-infra-retries",
-            "0",
-        ],
-        // Its one trial never reached a verdict: the run measured nothing.
-        8,
+        &["--executor", "slurm", "--time-limit", "1"],
     );
     assert_eq!(
-        summary["summary"]["outcomes"]["sandbox_lost"], 1,
+        summary["summary"]["outcomes"]["agent_timeout"], 1,
         "{summary}"
     );
     let store = RunStore::open(&jobs.join("geode.db")).unwrap();
@@ -323,4 +316,10 @@ fn slurm_a_trial_over_its_time_limit_is_recorded_as_such() {
     let rows = store.trials(&run).unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].exception_class.as_deref(), Some("SlurmTimeLimit"));
+    assert_eq!(rows[0].infra_retries, 0);
+    assert_eq!(
+        submissions(&run_dir).unwrap().len(),
+        1,
+        "the trial went out again"
+    );
 }

@@ -41,6 +41,22 @@ fn start(cmd: &mut Command, log: &Path) -> Child {
 impl Cluster {
     /// A cluster of `n` nodes with 2 CPUs each, every one idle before this returns.
     pub fn start(n: usize) -> Cluster {
+        Cluster::start_with(n, "")
+    }
+
+    /// [`Cluster::start`] with Slurm's cgroup plugins, as most sites run it: each job step's
+    /// processes in a cgroup of its own (`/slurm/uid_0/job_<id>/...` in every v1 hierarchy),
+    /// its memory limited there to the job's `--mem`.
+    pub fn start_in_cgroups(n: usize) -> Cluster {
+        Cluster::start_with(
+            n,
+            "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n",
+        )
+    }
+
+    /// [`Cluster::start`] with `extra` lines at the end of `slurm.conf` (a site's own limits,
+    /// `MaxArraySize=10`, a second partition).
+    pub fn start_with(n: usize, extra: &str) -> Cluster {
         let id = std::process::id() % 200 * 4 + CLUSTERS.fetch_add(1, Ordering::SeqCst);
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
@@ -85,7 +101,13 @@ impl Cluster {
         // slurmctld listens on every host address; the nodes reach it at the first veth's.
         let ctld_addr = format!("10.{}.{}.1", 77 + id / 250, id % 250);
         let port = 20000 + id * 2;
-        let conf = conf(d, &ctld_addr, port, &lines);
+        let mut conf = conf(d, &ctld_addr, port, &lines);
+        if extra.contains("ProctrackType=") {
+            // The site's own process tracking replaces the default (one value per key).
+            conf = conf.replace(TRACKING, "");
+            std::fs::write(d.join("cgroup.conf"), CGROUP_CONF).unwrap();
+        }
+        let conf = conf + extra;
         std::fs::write(d.join("slurm.conf"), conf).unwrap();
         let slurmctld = start(
             Command::new("slurmctld")
@@ -139,13 +161,18 @@ impl Cluster {
     fn wait_idle(&self, n: usize) {
         wait_for(
             || {
+                // One line per node and partition: a node in two partitions is one node.
                 let out = Command::new("sinfo")
-                    .args(["-h", "-N", "-o", "%T"])
+                    .args(["-h", "-N", "-o", "%N %T"])
                     .env("SLURM_CONF", self.conf_path())
                     .output()
                     .unwrap();
                 let text = String::from_utf8_lossy(&out.stdout);
-                text.lines().filter(|l| l.trim() == "idle").count() == n
+                let idle: std::collections::BTreeSet<&str> = text
+                    .lines()
+                    .filter_map(|l| l.trim().strip_suffix(" idle"))
+                    .collect();
+                idle.len() == n
             },
             "every node idle",
         );
@@ -162,6 +189,26 @@ impl Cluster {
         kill_netns_pids(&node.netns);
     }
 
+    /// slurmctld stops answering for `how_long` (SIGSTOP, then SIGCONT), as a controller does
+    /// in a long state save or a failover: clients time out, nodes keep their jobs.
+    pub fn stall_controller(&self, how_long: Duration) {
+        let pid = nix::unistd::Pid::from_raw(self.slurmctld.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        std::thread::sleep(how_long);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    }
+
+    /// `squeue -t all -o FORMAT` of these jobs (every array task its own line).
+    pub fn squeue(&self, jobs: &[u64], format: &str) -> String {
+        let ids: Vec<String> = jobs.iter().map(u64::to_string).collect();
+        let out = Command::new("squeue")
+            .args(["-h", "-r", "-t", "all", "-o", format, "-j", &ids.join(",")])
+            .env("SLURM_CONF", self.conf_path())
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// The array tasks Slurm runs on node `i` now.
     pub fn running_on(&self, i: usize) -> usize {
         let out = Command::new("squeue")
@@ -171,6 +218,49 @@ impl Cluster {
             .unwrap();
         String::from_utf8_lossy(&out.stdout).lines().count()
     }
+}
+
+/// Slurm's clients as a coordinator started with [`logged_path`]'s `PATH` runs them: each call
+/// one line of `<dir>/calls.log` (`<epoch seconds> <program> <arguments>`), then the real
+/// client.
+pub fn logged_path(dir: &Path) -> std::ffi::OsString {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for program in ["sbatch", "squeue", "scancel", "scontrol", "sacct"] {
+        let real = Command::new("sh")
+            .args(["-c", &format!("command -v {program}")])
+            .output()
+            .unwrap();
+        let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
+        let shim = bin.join(program);
+        std::fs::write(
+            &shim,
+            format!(
+                "#!/bin/sh\necho \"$(date +%s.%N) {program} $*\" >> '{}'\nexec '{real}' \"$@\"\n",
+                dir.join("calls.log").display()
+            ),
+        )
+        .unwrap();
+        sh(&format!("chmod +x {}", shim.display()));
+    }
+    let mut path = std::ffi::OsString::from(bin);
+    path.push(":");
+    path.push(std::env::var_os("PATH").unwrap_or_default());
+    path
+}
+
+/// The calls [`logged_path`] logged: (epoch seconds, program, arguments).
+pub fn logged_calls(dir: &Path) -> Vec<(f64, String, String)> {
+    std::fs::read_to_string(dir.join("calls.log"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.splitn(3, ' ');
+            let at = parts.next()?.parse().ok()?;
+            let program = parts.next()?.to_string();
+            Some((at, program, parts.next().unwrap_or_default().to_string()))
+        })
+        .collect()
 }
 
 fn kill_netns_pids(netns: &str) {
@@ -232,7 +322,7 @@ fn conf(d: &Path, ctld_addr: &str, port: u32, nodes: &str) -> String {
          AuthInfo=socket={d}/munge.sock\nCredType=cred/munge\nStateSaveLocation={d}/state\n\
          SlurmdSpoolDir={d}/spool-%n\nSlurmctldPidFile={d}/slurmctld.pid\n\
          SlurmdPidFile={d}/%n.pid\nSlurmctldLogFile={d}/slurmctld.log\nSlurmdLogFile={d}/%n.log\n\
-         ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n\
+         {TRACKING}\
          JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n\
          JobCompType=jobcomp/filetxt\nJobCompLoc={d}/jobcomp.txt\nSelectType=select/cons_tres\n\
          SelectTypeParameters=CR_CPU_Memory\nReturnToService=2\nSlurmdTimeout=5\nJobRequeue=0\n\
@@ -240,6 +330,14 @@ fn conf(d: &Path, ctld_addr: &str, port: u32, nodes: &str) -> String {
         port + 1
     )
 }
+
+/// How the test cluster tracks a job's processes unless a test asks for cgroups.
+const TRACKING: &str = "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n";
+
+/// `cgroup.conf` beside `slurm.conf` for [`Cluster::start_in_cgroups`]: the v1 hierarchies this
+/// host mounts, memory constrained to the job's request.
+const CGROUP_CONF: &str = "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n\
+                           ConstrainRAMSpace=yes\nConstrainCores=no\nConstrainDevices=no\n";
 
 fn nix_hostname() -> String {
     let out = Command::new("hostname").output().unwrap();

@@ -8,8 +8,10 @@ use anyhow::{Context, bail};
 use clap::Args;
 use geode_harness::env::BaseMode;
 use geode_harness::env::kind::BackendKind;
+use geode_harness::rollout::harbor;
 use geode_harness::rollout::job::{CONFIG_SCHEMA, ResumeOptions, RunConfig, resume_run, start_run};
 use geode_harness::rollout::slurm::SlurmSettings;
+use geode_harness::rollout::slurm::settings::reserved_option;
 use geode_runtime::model::catalog::Route;
 use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
@@ -37,9 +39,20 @@ pub struct ExecutorArgs {
     /// With --executor slurm: `sbatch --account`.
     #[arg(long)]
     account: Option<String>,
-    /// With --executor slurm: `sbatch --time` of each array task (`30`, `1:00:00`).
+    /// With --executor slurm: `sbatch --time` of each array task (`30`, `1:00:00`). A trial
+    /// Slurm stops at it ends as an agent timeout (class SlurmTimeLimit) and is not retried.
     #[arg(long)]
     time_limit: Option<String>,
+    /// With --executor slurm: any other sbatch option, passed as given; repeatable
+    /// (`--sbatch-arg=--qos=high --sbatch-arg=--constraint=avx2`). The array's own options
+    /// (--array, --output, --job-name, --parsable, --wrap, --requeue) stay the executor's.
+    /// Recorded with the run: a resume submits with the same options unless given new ones.
+    #[arg(long = "sbatch-arg", value_name = "OPTION", allow_hyphen_values = true)]
+    sbatch_args: Vec<String>,
+    /// With --executor slurm: how long (seconds) a Slurm controller that does not answer is
+    /// waited out, with backoff, before the run gives up [default: 600].
+    #[arg(long, value_name = "SECS")]
+    slurm_stall_timeout: Option<u64>,
     /// With --executor slurm: the `geode` the nodes run, on the shared filesystem (this
     /// binary by default).
     #[arg(long)]
@@ -112,27 +125,24 @@ pub async fn run(mut args: RunArgs) -> anyhow::Result<Exit> {
     args.jobs_dir = std::path::absolute(&args.jobs_dir)
         .with_context(|| format!("--jobs-dir {}", args.jobs_dir.display()))?;
     let cancel = CancellationToken::new();
-    let on_signal = cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            say!(
-                "geode: stopping: no new trials, cancelling running ones (Ctrl-C again exits at once)"
-            );
-            on_signal.cancel();
-            if tokio::signal::ctrl_c().await.is_ok() {
-                std::process::exit(130);
-            }
-        }
-    });
+    cancel_on_signals(cancel.clone());
     let progress = Arc::new(Progress::new());
     let outcome = match &args.resume {
         Some(run_id) => {
-            let config: RunConfig = {
-                let p = args.jobs_dir.join(run_id).join("config.json");
-                let text = std::fs::read_to_string(&p)
-                    .with_context(|| format!("reading {}", p.display()))?;
-                serde_json::from_str(&text).with_context(|| format!("{}", p.display()))?
+            let config_path = args.jobs_dir.join(run_id).join("config.json");
+            let mut config: RunConfig = {
+                let text = std::fs::read_to_string(&config_path)
+                    .with_context(|| format!("reading {}", config_path.display()))?;
+                serde_json::from_str(&text).with_context(|| format!("{}", config_path.display()))?
             };
+            if let Some(slurm) = args.executor.resume_settings(config.slurm.as_ref())? {
+                // Recorded before the resume reads the config: this resume and the later ones
+                // submit with the new settings.
+                config.slurm = Some(slurm);
+                let value = harbor::job_config(&config, run_id, &args.jobs_dir);
+                std::fs::write(&config_path, serde_json::to_string_pretty(&value)?)
+                    .with_context(|| format!("writing {}", config_path.display()))?;
+            }
             let backend = make_with_base(
                 config.backend,
                 args.allow_host || config.backend != BackendKind::Host,
@@ -231,6 +241,39 @@ fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
     })
 }
 
+/// Ctrl-C or SIGTERM (`kill`, a service manager, the scheduler of a job the coordinator runs
+/// in): no new trials, the running ones cancelled (a Slurm run's arrays with them), the run
+/// recorded as cancelled so a resume runs what did not finish. The same signal again exits at
+/// once.
+pub(crate) fn cancel_on_signals(cancel: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    tokio::spawn(async move {
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(term) => Some(term),
+            Err(e) => {
+                say!("geode: SIGTERM will not stop the run cleanly: {e}");
+                None
+            }
+        };
+        let terminated = async |term: &mut Option<tokio::signal::unix::Signal>| match term {
+            Some(t) => t.recv().await,
+            None => std::future::pending().await,
+        };
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => if r.is_err() { return },
+            _ = terminated(&mut term) => {}
+        }
+        say!(
+            "geode: stopping: no new trials, cancelling running ones (Ctrl-C again exits at once)"
+        );
+        cancel.cancel();
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => if r.is_ok() { std::process::exit(130) },
+            _ = terminated(&mut term) => std::process::exit(143),
+        }
+    });
+}
+
 /// Whether an executable file `program` is in one of `PATH`'s folders.
 fn on_path(program: &str) -> bool {
     use std::os::unix::fs::PermissionsExt;
@@ -247,13 +290,10 @@ impl ExecutorArgs {
     pub fn slurm_settings(&self) -> anyhow::Result<Option<SlurmSettings>> {
         match self.executor {
             ExecutorKind::Local => {
-                if self.partition.is_some()
-                    || self.account.is_some()
-                    || self.time_limit.is_some()
-                    || self.worker_bin.is_some()
-                {
+                if self.any_slurm_option() {
                     bail!(
-                        "--partition, --account, --time-limit and --worker-bin need --executor slurm"
+                        "--partition, --account, --time-limit, --sbatch-arg, \
+                         --slurm-stall-timeout and --worker-bin need --executor slurm"
                     );
                 }
                 Ok(None)
@@ -278,13 +318,111 @@ impl ExecutorArgs {
                         .with_context(|| format!("--worker-bin {}", p.display()))?,
                     None => std::env::current_exe().context("finding the geode binary")?,
                 };
+                if let Some(option) = reserved_option(&self.sbatch_args) {
+                    bail!("--sbatch-arg {option}: the executor sets this option itself");
+                }
                 Ok(Some(SlurmSettings {
                     partition: self.partition.clone(),
                     account: self.account.clone(),
                     time_limit: self.time_limit.clone(),
+                    sbatch_args: self.sbatch_args.clone(),
+                    stall_secs: self.slurm_stall_timeout,
                     worker_bin,
                 }))
             }
         }
+    }
+
+    fn any_slurm_option(&self) -> bool {
+        self.partition.is_some()
+            || self.account.is_some()
+            || self.time_limit.is_some()
+            || !self.sbatch_args.is_empty()
+            || self.slurm_stall_timeout.is_some()
+            || self.worker_bin.is_some()
+    }
+
+    /// The Slurm settings a resume runs with when the command line changes them: the recorded
+    /// ones with each option given replacing its own (all of `--sbatch-arg` as one). None when
+    /// nothing is given: the run goes on with what it recorded.
+    pub fn resume_settings(
+        &self,
+        recorded: Option<&SlurmSettings>,
+    ) -> anyhow::Result<Option<SlurmSettings>> {
+        if self.executor == ExecutorKind::Local && !self.any_slurm_option() {
+            return Ok(None);
+        }
+        let Some(recorded) = recorded else {
+            // A local run moved to the cluster: the options as for a new run.
+            return self.slurm_settings();
+        };
+        if let Some(option) = reserved_option(&self.sbatch_args) {
+            bail!("--sbatch-arg {option}: the executor sets this option itself");
+        }
+        let worker_bin = match &self.worker_bin {
+            Some(p) => {
+                std::fs::canonicalize(p).with_context(|| format!("--worker-bin {}", p.display()))?
+            }
+            None => recorded.worker_bin.clone(),
+        };
+        Ok(Some(SlurmSettings {
+            partition: self.partition.clone().or(recorded.partition.clone()),
+            account: self.account.clone().or(recorded.account.clone()),
+            time_limit: self.time_limit.clone().or(recorded.time_limit.clone()),
+            sbatch_args: if self.sbatch_args.is_empty() {
+                recorded.sbatch_args.clone()
+            } else {
+                self.sbatch_args.clone()
+            },
+            stall_secs: self.slurm_stall_timeout.or(recorded.stall_secs),
+            worker_bin,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        executor: ExecutorArgs,
+    }
+
+    fn given(args: &[&str]) -> ExecutorArgs {
+        Cli::parse_from(std::iter::once("geode").chain(args.iter().copied())).executor
+    }
+
+    #[test]
+    fn a_resume_keeps_the_recorded_slurm_settings_and_replaces_only_what_is_given() {
+        let recorded = SlurmSettings {
+            partition: Some("a".into()),
+            account: Some("lab".into()),
+            time_limit: Some("10".into()),
+            sbatch_args: vec!["--qos=x".into(), "--nice=3".into()],
+            stall_secs: Some(900),
+            worker_bin: "/shared/geode".into(),
+        };
+        assert_eq!(given(&[]).resume_settings(Some(&recorded)).unwrap(), None);
+        let moved = given(&["--partition", "b", "--sbatch-arg", "--qos=y"])
+            .resume_settings(Some(&recorded))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            moved,
+            SlurmSettings {
+                partition: Some("b".into()),
+                sbatch_args: vec!["--qos=y".into()],
+                ..recorded.clone()
+            }
+        );
+        assert!(
+            given(&["--sbatch-arg=--array=0-3"])
+                .resume_settings(Some(&recorded))
+                .is_err()
+        );
     }
 }

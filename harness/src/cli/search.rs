@@ -58,12 +58,7 @@ fn env(out: &Path, timeout_multiplier: f64, slurm: Option<SlurmSettings>) -> any
     // The output folder is the sandbox's jobs folder: trials never see the lineage.
     let backend = super::backends::sandbox(out)?;
     let cancel = CancellationToken::new();
-    let on_signal = cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            on_signal.cancel();
-        }
-    });
+    crate::cli::run::cancel_on_signals(cancel.clone());
     Ok(Env {
         backend,
         observer: Arc::new(Progress::new()),

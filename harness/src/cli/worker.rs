@@ -32,6 +32,13 @@ impl PhaseObserver for LogLines {
 }
 
 pub async fn run(args: WorkerArgs) -> anyhow::Result<Exit> {
+    // The trials' sandboxes in this array task's own cgroups: Slurm's memory limit, its
+    // process tracking (`scontrol listpids`, a cancel's kill) and its accounting see them.
+    if let Ok(job) = std::env::var("SLURM_JOB_ID")
+        && let Err(e) = geode_harness::env::cgroup::nest_in_own_groups(&format!("job_{job}"))
+    {
+        say!("geode worker: sandboxes' cgroups at the hierarchy's root, not the job's: {e}");
+    }
     let spec = read_spec(&args.spec)?;
     let (plans, backend) = match &spec.campaign {
         // A campaign runs in the sandbox, as `geode crucible run` does locally.

@@ -10,6 +10,56 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// Where this process makes its sandboxes' groups in each v1 hierarchy, relative to the
+/// hierarchy's root: below its own group once [`nest_in_own_groups`] ran (a Slurm worker, so
+/// the job's limits, `scontrol listpids` and accounting cover its trials), at the root else.
+static NEST: std::sync::OnceLock<std::collections::BTreeMap<String, PathBuf>> =
+    std::sync::OnceLock::new();
+
+/// Makes every sandbox this process starts from now on a group below the process's own in
+/// each cgroup v1 hierarchy where that group lies in `job` (a folder name such as `job_7`: a
+/// Slurm job's), instead of below the hierarchy's root. Hierarchies where the process is not in
+/// the job's group (a site that constrains memory but not pids) keep the root.
+pub fn nest_in_own_groups(job: &str) -> std::io::Result<()> {
+    let mut own = parse_own_groups(&std::fs::read_to_string("/proc/self/cgroup")?);
+    own.retain(|_, path| path.components().any(|c| c.as_os_str() == job));
+    if NEST.set(own).is_err() {
+        tracing::debug!("sandbox cgroups were already nested");
+    }
+    Ok(())
+}
+
+/// Each v1 controller's group path (`4:memory:/slurm/uid_0/job_7/step_batch` gives `memory`
+/// -> `slurm/uid_0/job_7/step_batch`); the v2 line (`0::/...`) and named hierarchies carry no
+/// controller and are skipped.
+fn parse_own_groups(text: &str) -> std::collections::BTreeMap<String, PathBuf> {
+    let mut own = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        for c in controllers
+            .split(',')
+            .filter(|c| !c.is_empty() && !c.contains('='))
+        {
+            own.insert(c.to_string(), PathBuf::from(path.trim_start_matches('/')));
+        }
+    }
+    own
+}
+
+/// The folder of `controller`'s hierarchy under which this process's sandbox groups go.
+fn controller_base(root: &Path, controller: &str) -> PathBuf {
+    let base = root.join(controller);
+    match NEST.get().and_then(|own| own.get(controller)) {
+        Some(own) => base.join(own),
+        None => base,
+    }
+}
 /// CFS period for the cpu quota (the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;
 
@@ -141,7 +191,7 @@ impl Cgroups {
         name: &str,
         files: &[(&str, String)],
     ) -> bool {
-        let base = root.join(controller);
+        let base = controller_base(root, controller);
         if !base.join("cgroup.procs").exists() {
             return false;
         }
@@ -259,7 +309,11 @@ impl Cgroups {
         let mut groups = Cgroups::default();
         let mut bases = vec![root.to_path_buf()];
         if let Ok(controllers) = std::fs::read_dir(root) {
-            bases.extend(controllers.flatten().map(|c| c.path()));
+            bases.extend(
+                controllers
+                    .flatten()
+                    .map(|c| controller_base(root, &c.file_name().to_string_lossy())),
+            );
         }
         let mut candidates = Vec::new();
         for base in bases {
@@ -366,6 +420,23 @@ fn cpu_quota(cpus: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slurm_steps_own_groups_are_read_per_controller() {
+        let own = parse_own_groups(
+            "12:pids:/slurm/uid_0/job_7/step_batch\n4:memory:/slurm/uid_0/job_7/step_batch/task_0\n\
+             3:cpu,cpuacct:/slurm/uid_0/job_7\n1:name=systemd:/\n0::/\n",
+        );
+        assert_eq!(
+            own.get("memory"),
+            Some(&PathBuf::from("slurm/uid_0/job_7/step_batch/task_0"))
+        );
+        assert_eq!(
+            own.get("cpuacct"),
+            Some(&PathBuf::from("slurm/uid_0/job_7"))
+        );
+        assert_eq!(own.len(), 4, "{own:?}");
+    }
 
     #[test]
     fn no_limits_no_groups() {

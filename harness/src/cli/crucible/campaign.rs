@@ -44,12 +44,7 @@ pub(super) async fn run_contract(a: RunArgs) -> anyhow::Result<Exit> {
     let baseline = Arc::new(load_scaffold(&a.baseline_scaffold)?);
     let candidate = Arc::new(load_scaffold(&a.candidate_scaffold)?);
     let cancel = CancellationToken::new();
-    let on_signal = cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            on_signal.cancel();
-        }
-    });
+    crate::cli::run::cancel_on_signals(cancel.clone());
     match contract.contract().stage {
         Stage::Train => {
             let Some(pack) = &a.pack else {

@@ -26,7 +26,7 @@ pub enum CrucibleCommand {
     /// Write a frozen contract (canonical JSON) and print its hash.
     Freeze(Box<FreezeArgs>),
     /// Run a contract's paired campaign, then decide.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Decide a campaign folder again from its contract and evidence.
     Decide {
         /// A campaign folder (holding contract.json and evidence.json).
@@ -376,7 +376,7 @@ fn exit(record: &DecisionRecord) -> Exit {
 pub async fn run(cmd: CrucibleCommand) -> anyhow::Result<Exit> {
     match cmd {
         CrucibleCommand::Freeze(a) => freeze::freeze(*a),
-        CrucibleCommand::Run(a) => campaign::run_contract(a).await,
+        CrucibleCommand::Run(a) => campaign::run_contract(*a).await,
         CrucibleCommand::Decide { campaign } => decide_again(&campaign),
         CrucibleCommand::Power(a) => simulate_power(a),
         CrucibleCommand::Replicate(a) => replicate::replicate(a).await,

@@ -2,8 +2,10 @@
 //! array spec a worker reads (`geode.slurm-array.v1`), one result file per trial and try
 //! (`geode.slurm-result.v1`, written to a temporary name and renamed, so a reader sees all of it
 //! or nothing), and the coordinator's ledger of submissions (`geode.slurm-submission.v1`, one
-//! JSON line each), from which a resume finds the array tasks that may still write. Nothing
-//! here touches SQLite: the run store stays with the coordinator.
+//! JSON line each), from which a resume finds the array tasks that may still write, and the
+//! arrays the run cancelled itself (`geode.slurm-cancelled.v1`, written before their `scancel`),
+//! whose tasks' ends are no outcome of their trials. Nothing here touches SQLite: the run store
+//! stays with the coordinator.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -16,6 +18,7 @@ use crate::store::TrialRow;
 pub const ARRAY_SCHEMA: &str = "geode.slurm-array.v1";
 pub const RESULT_SCHEMA: &str = "geode.slurm-result.v1";
 pub const SUBMISSION_SCHEMA: &str = "geode.slurm-submission.v1";
+pub const CANCELLED_SCHEMA: &str = "geode.slurm-cancelled.v1";
 
 /// One trial a worker runs: which, and which try (0 first, then one per infrastructure retry).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -134,6 +137,57 @@ pub fn submissions(run_dir: &Path) -> Result<Vec<Submission>, SlurmError> {
         .collect())
 }
 
+/// Arrays the run cancelled itself (Ctrl-C, SIGTERM), one JSON line per cancellation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Cancelled {
+    pub schema: String,
+    pub at: String,
+    pub jobs: Vec<u64>,
+}
+
+fn cancelled_path(run_dir: &Path) -> PathBuf {
+    slurm_dir(run_dir).join("cancelled.jsonl")
+}
+
+/// Writes down that the run is cancelling `jobs`, before it does (a coordinator that dies
+/// between the two leaves the line, and a resume cancels them again).
+pub fn append_cancelled(run_dir: &Path, jobs: &[u64]) -> Result<(), SlurmError> {
+    if jobs.is_empty() {
+        return Ok(());
+    }
+    let path = cancelled_path(run_dir);
+    let line = serde_json::to_string(&Cancelled {
+        schema: CANCELLED_SCHEMA.into(),
+        at: chrono::Utc::now().to_rfc3339(),
+        jobs: jobs.to_vec(),
+    })
+    .map_err(|e| io_err(&path, e))?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| io_err(&path, e))?;
+    writeln!(f, "{line}").map_err(|e| io_err(&path, e))?;
+    // A resume on another machine must see it: the line is the only record that these arrays'
+    // ends are no outcome.
+    f.sync_all().map_err(|e| io_err(&path, e))
+}
+
+/// Every array the run cancelled itself so far. A torn last line is skipped (its `scancel`
+/// never ran: its tasks ran on, and wrote their results or ended on their own).
+pub fn cancelled_jobs(run_dir: &Path) -> Result<std::collections::BTreeSet<u64>, SlurmError> {
+    let path = cancelled_path(run_dir);
+    if !path.is_file() {
+        return Ok(Default::default());
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| io_err(&path, e))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Cancelled>(l).ok())
+        .flat_map(|c| c.jobs)
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,5 +222,25 @@ mod tests {
         assert_eq!(back.len(), 1);
         assert_eq!((back[0].job, back[0].index), (7, 2));
         assert_eq!(back[0].trials, vec![t]);
+    }
+
+    #[test]
+    fn the_arrays_a_run_cancelled_are_read_back_and_a_torn_line_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(cancelled_jobs(dir.path()).unwrap().is_empty());
+        std::fs::create_dir_all(slurm_dir(dir.path())).unwrap();
+        append_cancelled(dir.path(), &[4, 9]).unwrap();
+        append_cancelled(dir.path(), &[12]).unwrap();
+        let path = cancelled_path(dir.path());
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str("{\"schema\": \"geode.slurm-canc");
+        std::fs::write(&path, text).unwrap();
+        assert_eq!(
+            cancelled_jobs(dir.path())
+                .unwrap()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            vec![4, 9, 12]
+        );
     }
 }

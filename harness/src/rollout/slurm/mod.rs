@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use geode_graders::TrialOutcome;
 use tokio_util::sync::CancellationToken;
@@ -17,10 +17,11 @@ use tokio_util::sync::CancellationToken;
 use super::job::{RunError, Shared};
 use super::trial::{TrialPlan, lost_trial};
 use crate::store::TrialRow;
-use files::{ArraySpec, TrialTry};
+use files::TrialTry;
 use queue::JobState;
 
 pub mod files;
+mod place;
 pub mod queue;
 pub mod settings;
 pub mod worker;
@@ -31,14 +32,33 @@ pub use settings::SlurmSettings;
 pub enum SlurmError {
     #[error("{command}: {message}")]
     Command { command: String, message: String },
+    #[error("{command}: no answer")]
+    Unanswered { command: String },
+    #[error("{command}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the Slurm controller did not answer for {secs}s (the run's stall deadline)")]
+    Stalled {
+        secs: u64,
+        #[source]
+        last: Box<SlurmError>,
+    },
     #[error("{path}: {message}")]
     Files { path: String, message: String },
     #[error("array spec {path}: no task {index}")]
     NoSuchTask { path: String, index: usize },
 }
 
-/// How often the coordinator looks at the result files and the queue.
-const POLL: Duration = Duration::from_millis(300);
+/// How often the coordinator looks at the result files (a directory listing on the shared
+/// filesystem, no load on the scheduler).
+const ROUND: Duration = Duration::from_secs(1);
+
+/// How often it asks slurmctld about the run's arrays: one `squeue` for all of them. Sites ask
+/// for seconds between polls, not milliseconds; an ended task is seen this much later at most.
+const SQUEUE_EVERY: Duration = Duration::from_secs(5);
 
 /// What owns the trials the coordinator dispatches (a run or a crucible campaign): where its
 /// trials start and end, and what the worker needs to rebuild their plans.
@@ -98,6 +118,24 @@ struct Waiting {
     at: Option<(u64, usize)>,
 }
 
+type States = HashMap<u64, HashMap<usize, JobState>>;
+
+/// What the coordinator knows of the run's arrays.
+struct Arrays {
+    /// Every array of the run, adopted or submitted, with its throttle (`%N`) as last set.
+    throttle: BTreeMap<u64, usize>,
+    /// When this coordinator submitted an array: a queue snapshot older than that does not
+    /// know it yet.
+    submitted: HashMap<u64, Instant>,
+    /// Arrays the run cancelled itself (an interrupted coordinator's), never adopted.
+    cancelled: BTreeSet<u64>,
+    /// The site's `MaxArraySize`: indices of an array stay below it.
+    max_size: usize,
+    /// The last `squeue` and when it was taken.
+    states: States,
+    polled: Option<Instant>,
+}
+
 /// Runs `plans` on the cluster: adopts the array tasks an earlier coordinator of this run
 /// submitted (from the ledger), submits the rest, and ingests until every trial has a final
 /// row or the run is cancelled (then `scancel`).
@@ -118,14 +156,20 @@ pub(crate) async fn dispatch(
             }
         }
     }
+    let mut arrays = Arrays {
+        throttle: BTreeMap::new(),
+        submitted: HashMap::new(),
+        cancelled: files::cancelled_jobs(run_dir)?,
+        max_size: 1,
+        states: HashMap::new(),
+        polled: None,
+    };
     let mut waiting = BTreeMap::new();
-    let mut jobs = BTreeSet::new();
-    let mut shown = (usize::MAX, usize::MAX);
     for (order, plan) in plans.into_iter().enumerate() {
         owner.begin(&plan)?;
         let (try_no, at) = match latest.get(&plan.trial_name) {
             Some(s) => {
-                jobs.insert(s.job);
+                arrays.throttle.insert(s.job, owner.at_once());
                 (old_try(s, &plan.trial_name), Some((s.job, s.index)))
             }
             None => (0, None),
@@ -140,23 +184,41 @@ pub(crate) async fn dispatch(
         };
         waiting.insert(w.plan.trial_name.clone(), w);
     }
-    submit_unplaced(owner, settings, run_dir, &mut waiting, &mut jobs)?;
+    // An interrupted coordinator wrote down its arrays before cancelling them; its scancel
+    // may not have reached slurmctld.
+    let again: Vec<u64> = arrays
+        .cancelled
+        .iter()
+        .filter(|j| arrays.throttle.contains_key(j))
+        .copied()
+        .collect();
+    queue::cancel(settings, &again).await?;
+    arrays.max_size = queue::max_array_size(settings).await?.max(1);
+    let mut shown = (usize::MAX, usize::MAX);
     while !waiting.is_empty() {
-        tokio::select! {
-            _ = tokio::time::sleep(POLL) => {}
-            _ = owner.cancel().cancelled() => {}
-        }
         if owner.cancel().is_cancelled() {
-            return cancel_all(owner, run_dir, &jobs, waiting);
+            return cancel_all(owner, settings, run_dir, &arrays, waiting).await;
         }
-        let states = poll_states(&jobs)?;
-        let queue = queue_counts(&states, &waiting);
+        if arrays.polled.is_none_or(|at| at.elapsed() >= SQUEUE_EVERY) {
+            let live = live_jobs(&waiting);
+            let taken = Instant::now();
+            tokio::select! {
+                states = queue::array_states(settings, &live) => arrays.states = states?,
+                _ = owner.cancel().cancelled() => continue,
+            }
+            arrays.polled = Some(taken);
+        }
+        let queue = queue_counts(&arrays.states, &waiting);
         if queue != shown {
             owner.queue(queue.0, queue.1);
             shown = queue;
         }
-        ingest(owner, run_dir, &states, &mut waiting)?;
-        submit_unplaced(owner, settings, run_dir, &mut waiting, &mut jobs)?;
+        ingest(owner, run_dir, &arrays, &mut waiting)?;
+        place::place(owner, settings, run_dir, &mut waiting, &mut arrays).await?;
+        tokio::select! {
+            _ = tokio::time::sleep(ROUND) => {}
+            _ = owner.cancel().cancelled() => {}
+        }
     }
     Ok(())
 }
@@ -168,20 +230,17 @@ fn old_try(s: &files::Submission, trial: &str) -> u32 {
         .map_or(0, |t| t.try_no)
 }
 
-type States = HashMap<u64, HashMap<usize, JobState>>;
-
-fn poll_states(jobs: &BTreeSet<u64>) -> Result<States, RunError> {
-    let mut states = HashMap::new();
-    for &job in jobs {
-        states.insert(job, queue::array_states(job)?);
-    }
-    Ok(states)
+/// The arrays that still hold a trial waited for: the only ones worth asking about.
+fn live_jobs(waiting: &BTreeMap<String, Waiting>) -> Vec<u64> {
+    let jobs: BTreeSet<u64> = waiting.values().filter_map(|w| w.at).map(|a| a.0).collect();
+    jobs.into_iter().collect()
 }
 
 /// (pending, running) array tasks of the trials still waited for.
 fn queue_counts(states: &States, waiting: &BTreeMap<String, Waiting>) -> (usize, usize) {
     let mut counts = (0, 0);
-    for (job, index) in waiting.values().filter_map(|w| w.at) {
+    let tasks: BTreeSet<(u64, usize)> = waiting.values().filter_map(|w| w.at).collect();
+    for (job, index) in tasks {
         match states.get(&job).and_then(|s| s.get(&index)) {
             Some(JobState::Pending) => counts.0 += 1,
             Some(JobState::Running | JobState::Configuring | JobState::Completing) => counts.1 += 1,
@@ -195,12 +254,12 @@ fn queue_counts(states: &States, waiting: &BTreeMap<String, Waiting>) -> (usize,
 fn ingest(
     owner: &dyn Owner,
     run_dir: &Path,
-    states: &States,
+    arrays: &Arrays,
     waiting: &mut BTreeMap<String, Waiting>,
 ) -> Result<(), RunError> {
     let names: Vec<String> = waiting.keys().cloned().collect();
     for name in names {
-        let Some(w) = waiting.get(&name) else {
+        let Some(w) = waiting.get_mut(&name) else {
             continue;
         };
         let Some((job, index)) = w.at else { continue };
@@ -208,13 +267,26 @@ fn ingest(
             trial_name: name.clone(),
             try_no: w.try_no,
         };
-        let state = states.get(&job).and_then(|s| s.get(&index)).copied();
+        let state = arrays.states.get(&job).and_then(|s| s.get(&index)).copied();
         // The result is looked for after the state: a worker writes it before its task ends,
         // so an ended task with no file has none to come.
         let row = match files::read_result(run_dir, &this_try)? {
             Some(result) => result.row,
+            // Cancelled by the run itself: this try never counted; it goes out again as it was.
+            None if arrays.cancelled.contains(&job) => {
+                w.at = None;
+                continue;
+            }
             None => match state {
                 Some(s) if s.is_live() => continue,
+                // Submitted after the last squeue: not known to it yet.
+                None if arrays
+                    .submitted
+                    .get(&job)
+                    .is_some_and(|at| arrays.polled.is_none_or(|p| p < *at)) =>
+                {
+                    continue;
+                }
                 ended => lost_row(&w.plan, ended),
             },
         };
@@ -223,19 +295,22 @@ fn ingest(
     Ok(())
 }
 
-/// The row of a try whose array task ended without a result.
+/// The row of a try whose array task ended without a result. Slurm's time limit is the
+/// trial's own outcome (the same limit stops it again on a retry), not infrastructure.
 fn lost_row(plan: &TrialPlan, state: Option<JobState>) -> TrialRow {
-    let class = match state {
-        Some(JobState::Timeout) => "SlurmTimeLimit".to_string(),
-        Some(s) => format!("Slurm{}", <&str>::from(s)),
-        None => "SlurmJobVanished".to_string(),
+    let (outcome, class) = match state {
+        Some(JobState::Timeout) => (TrialOutcome::AgentTimeout, "SlurmTimeLimit".to_string()),
+        Some(s) => (
+            TrialOutcome::SandboxLost,
+            format!("Slurm{}", <&str>::from(s)),
+        ),
+        None => (TrialOutcome::SandboxLost, "SlurmJobVanished".to_string()),
     };
-    lost_trial(
-        plan,
-        TrialOutcome::SandboxLost,
-        &class,
-        "the array task ended without writing the trial's result",
-    )
+    let message = match state {
+        Some(JobState::Timeout) => "Slurm stopped the array task at its time limit",
+        _ => "the array task ended without writing the trial's result",
+    };
+    lost_trial(plan, outcome, &class, message)
 }
 
 /// One ended try: again (a new try, submitted on the next round) when the local rule says so,
@@ -260,129 +335,20 @@ fn settle(
     owner.end(&row)
 }
 
-/// Submits one array per resource shape for the trials that have no array task out; trials of
-/// one group share an array task, in plan order.
-fn submit_unplaced(
+/// Ctrl-C or SIGTERM: every array of the run written down as cancelled by the run (so a resume
+/// knows its tasks' ends for no outcome), then cancelled; the results already written are
+/// taken in, the other trials reported `cancelled` and left unfinished in the store, so a
+/// resume runs them again (as a local run leaves them).
+async fn cancel_all(
     owner: &dyn Owner,
     settings: &SlurmSettings,
     run_dir: &Path,
-    waiting: &mut BTreeMap<String, Waiting>,
-    jobs: &mut BTreeSet<u64>,
-) -> Result<(), RunError> {
-    let mut unplaced: Vec<&Waiting> = waiting.values().filter(|w| w.at.is_none()).collect();
-    unplaced.sort_by_key(|w| w.order);
-    let mut shapes: BTreeMap<(u32, u64), Vec<Vec<TrialTry>>> = BTreeMap::new();
-    let mut slot: HashMap<(u32, u64, &str), usize> = HashMap::new();
-    for w in unplaced {
-        let env = &w.plan.task.config.environment;
-        let cpus = env.cpus.unwrap_or(1.0).ceil().max(1.0) as u32;
-        let shape = (cpus, env.memory_mb.unwrap_or(1024));
-        let groups = shapes.entry(shape).or_default();
-        let at = *slot
-            .entry((shape.0, shape.1, w.group.as_str()))
-            .or_insert_with(|| {
-                groups.push(Vec::new());
-                groups.len() - 1
-            });
-        groups[at].push(TrialTry {
-            trial_name: w.plan.trial_name.clone(),
-            try_no: w.try_no,
-        });
-    }
-    for (shape, groups) in shapes {
-        let job = submit_array(owner, settings, run_dir, &groups, shape)?;
-        jobs.insert(job);
-        for (index, group) in groups.iter().enumerate() {
-            for t in group {
-                if let Some(w) = waiting.get_mut(&t.trial_name) {
-                    w.at = Some((job, index));
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Writes the array's spec and script, submits it, and records each task in the ledger.
-fn submit_array(
-    owner: &dyn Owner,
-    settings: &SlurmSettings,
-    run_dir: &Path,
-    groups: &[Vec<TrialTry>],
-    (cpus, memory_mb): (u32, u64),
-) -> Result<u64, RunError> {
-    let dir = files::slurm_dir(run_dir);
-    let seq = files::submissions(run_dir)?.len();
-    let spec_path = dir.join(format!("array-{seq}-{}.json", groups.len()));
-    files::write_atomic(
-        &spec_path,
-        &ArraySpec {
-            schema: files::ARRAY_SCHEMA.into(),
-            run_id: owner.id().to_string(),
-            // Absolute: the worker starts in whatever folder its node gives it.
-            jobs_dir: std::path::absolute(run_dir.parent().unwrap_or(run_dir)).map_err(|e| {
-                SlurmError::Files {
-                    path: run_dir.display().to_string(),
-                    message: e.to_string(),
-                }
-            })?,
-            groups: groups.to_vec(),
-            campaign: owner.campaign_plan(),
-        },
-    )?;
-    let script = spec_path.with_extension("sh");
-    let text = format!(
-        "#!/bin/sh\nexec '{}' worker --spec '{}'\n",
-        settings.worker_bin.display(),
-        spec_path.display()
-    );
-    std::fs::write(&script, text).map_err(|e| SlurmError::Files {
-        path: script.display().to_string(),
-        message: e.to_string(),
-    })?;
-    let log_dir = dir.join("logs");
-    std::fs::create_dir_all(&log_dir).map_err(|e| SlurmError::Files {
-        path: log_dir.display().to_string(),
-        message: e.to_string(),
-    })?;
-    let submitted = chrono::Utc::now().to_rfc3339();
-    let job = queue::submit(
-        settings,
-        &queue::Submission {
-            script: &script,
-            tasks: groups.len(),
-            at_once: owner.at_once(),
-            cpus,
-            memory_mb,
-            log_dir: &log_dir,
-        },
-    )?;
-    for (index, trials) in groups.iter().enumerate() {
-        files::append_submission(
-            run_dir,
-            &files::Submission {
-                schema: files::SUBMISSION_SCHEMA.into(),
-                job,
-                index,
-                submitted: submitted.clone(),
-                trials: trials.clone(),
-            },
-        )?;
-    }
-    Ok(job)
-}
-
-/// Ctrl-C: every array of the run cancelled; the results already written are taken in, the
-/// other trials reported `cancelled` and left unfinished in the store, so a resume runs them
-/// again (as a local run leaves them).
-fn cancel_all(
-    owner: &dyn Owner,
-    run_dir: &Path,
-    jobs: &BTreeSet<u64>,
+    arrays: &Arrays,
     mut waiting: BTreeMap<String, Waiting>,
 ) -> Result<(), RunError> {
-    let jobs: Vec<u64> = jobs.iter().copied().collect();
-    queue::cancel(&jobs)?;
+    let jobs: Vec<u64> = arrays.throttle.keys().copied().collect();
+    files::append_cancelled(run_dir, &jobs)?;
+    queue::cancel(settings, &jobs).await?;
     let names: Vec<String> = waiting.keys().cloned().collect();
     for name in names {
         let Some(w) = waiting.get(&name) else {

@@ -1,13 +1,18 @@
 //! Slurm through its command-line clients: `sbatch` submits a job array, `squeue` (with all
 //! states, which slurmctld keeps for `MinJobAge` after the end) says where each array task is,
-//! `scancel` cancels. The CLI rather than `slurmrestd`: every cluster that runs batch jobs has
-//! the clients and a munge key on the login node, while slurmrestd is an optional daemon that
-//! needs its own authentication set-up; the clients' output formats (`--parsable`, `-o`) are
-//! stable across releases.
+//! `scancel` cancels, `scontrol` reads the site's limits and moves an array's throttle. The CLI
+//! rather than `slurmrestd`: every cluster that runs batch jobs has the clients and a munge key
+//! on the login node, while slurmrestd is an optional daemon that needs its own authentication
+//! set-up; the clients' output formats (`--parsable`, `-o`) are stable across releases.
+//!
+//! A controller that does not answer for a while (a failover, a long state save, an overloaded
+//! slurmctld) is a normal event on a shared cluster, not the end of a run: every call here is
+//! bounded in time and tried again with backoff while its failure looks like a stall, up to the
+//! run's stall deadline ([`SlurmSettings::stall_deadline`]).
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
+use std::time::{Duration, Instant};
 
 use super::SlurmError;
 use super::settings::SlurmSettings;
@@ -58,9 +63,13 @@ impl JobState {
     }
 }
 
-/// One array submission: its script, how many tasks, how many at once, the resources of each.
+/// One array submission: its script, its name, how many tasks, how many at once, the
+/// resources of each.
 pub struct Submission<'a> {
     pub script: &'a Path,
+    /// Unique to the run and the array: how a submission whose answer was lost in a stall is
+    /// found again, instead of submitted twice.
+    pub name: &'a str,
     pub tasks: usize,
     pub at_once: usize,
     pub cpus: u32,
@@ -68,83 +77,237 @@ pub struct Submission<'a> {
     pub log_dir: &'a Path,
 }
 
-fn run(cmd: &mut Command) -> Result<String, SlurmError> {
-    let what = format!("{cmd:?}");
-    let out = cmd.output().map_err(|e| SlurmError::Command {
-        command: what.clone(),
-        message: e.to_string(),
-    })?;
+/// How long one client call may take: slurmctld not answering makes a client wait out its
+/// `MessageTimeout` (10 s by default), sometimes more than once, before it fails.
+const CALL_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The first pause after a stalled call; doubled after each, up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_secs(2);
+const MAX_PAUSE: Duration = Duration::from_secs(30);
+
+/// One call of a Slurm client; its stdout.
+async fn run(program: &str, args: &[String]) -> Result<String, SlurmError> {
+    let command = format!("{program} {}", args.join(" "));
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args).kill_on_drop(true);
+    let out = match tokio::time::timeout(CALL_TIMEOUT, cmd.output()).await {
+        Err(_) => return Err(SlurmError::Unanswered { command }),
+        Ok(Err(source)) => return Err(SlurmError::Spawn { command, source }),
+        Ok(Ok(out)) => out,
+    };
     if !out.status.success() {
         return Err(SlurmError::Command {
-            command: what,
+            command,
             message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
         });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// `sbatch --array`; returns the array's job id. `--no-requeue`: a task lost with its node
-/// comes back to the coordinator, which owns retries, instead of running again unseen.
-pub fn submit(settings: &SlurmSettings, s: &Submission<'_>) -> Result<u64, SlurmError> {
-    let mut cmd = Command::new("sbatch");
-    cmd.arg("--parsable")
-        .arg("--no-requeue")
-        .arg(format!("--array=0-{}%{}", s.tasks - 1, s.at_once.max(1)))
-        .arg(format!("--cpus-per-task={}", s.cpus.max(1)))
-        .arg(format!("--mem={}M", s.memory_mb))
-        .arg("--job-name=geode-trials")
-        .arg(format!("--output={}/%A_%a.log", s.log_dir.display()));
-    if let Some(p) = &settings.partition {
-        cmd.arg(format!("--partition={p}"));
+/// Whether a failed call looks like the controller not answering (worth another try) rather
+/// than a refusal (a bad partition, an unknown option) that no wait will change.
+pub fn is_stall(e: &SlurmError) -> bool {
+    const STALL: [&str; 12] = [
+        "timed out",
+        "timeout",
+        "unable to contact",
+        "connection refused",
+        "connect failure",
+        "communication connection failure",
+        "temporarily unavailable",
+        "try again",
+        "not responding",
+        "zero bytes were transmitted",
+        "transport endpoint",
+        "in standby mode",
+    ];
+    match e {
+        SlurmError::Unanswered { .. } => true,
+        SlurmError::Command { message, .. } => {
+            let message = message.to_lowercase();
+            STALL.iter().any(|s| message.contains(s))
+        }
+        _ => false,
     }
-    if let Some(a) = &settings.account {
-        cmd.arg(format!("--account={a}"));
-    }
-    if let Some(t) = &settings.time_limit {
-        cmd.arg(format!("--time={t}"));
-    }
-    let out = run(cmd.arg(s.script))?;
-    // `--parsable` prints `JOBID` or `JOBID;CLUSTER`.
-    let id = out.trim().split(';').next().unwrap_or_default();
-    id.parse().map_err(|_| SlurmError::Command {
-        command: "sbatch --parsable".into(),
-        message: format!("unexpected output {out:?}"),
-    })
 }
 
-/// The state of every array task of `job` slurmctld still knows, by array index; empty when
-/// the job is unknown (purged after `MinJobAge`, or never accepted).
-pub fn array_states(job: u64) -> Result<HashMap<usize, JobState>, SlurmError> {
-    let mut cmd = Command::new("squeue");
-    cmd.args(["-h", "-r", "-t", "all", "-o", "%K|%T", "-j"])
-        .arg(job.to_string());
-    let out = match run(&mut cmd) {
-        Ok(out) => out,
-        Err(SlurmError::Command { message, .. }) if message.contains("Invalid job id") => {
-            return Ok(HashMap::new());
+/// `call` until it answers, waiting out stalls with backoff until `deadline` has passed since
+/// the first try.
+async fn patiently<T, F, Fut>(deadline: Duration, mut call: F) -> Result<T, SlurmError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, SlurmError>>,
+{
+    let started = Instant::now();
+    let mut pause = FIRST_PAUSE;
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) if is_stall(&e) => {
+                if started.elapsed() + pause > deadline {
+                    return Err(SlurmError::Stalled {
+                        secs: started.elapsed().as_secs(),
+                        last: Box::new(e),
+                    });
+                }
+                tracing::warn!("{e}; the scheduler looks stalled, trying again in {pause:?}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+            Err(e) => return Err(e),
         }
-        Err(e) => return Err(e),
-    };
-    let mut states = HashMap::new();
+    }
+}
+
+/// `sbatch --array`; returns the array's job id. `--no-requeue`: a task lost with its node
+/// comes back to the coordinator, which owns retries, instead of running again unseen. The
+/// site's own options go first, so the array's shape (set after them) is the executor's.
+pub async fn submit(settings: &SlurmSettings, s: &Submission<'_>) -> Result<u64, SlurmError> {
+    let mut args: Vec<String> = vec!["--parsable".into(), "--no-requeue".into()];
+    if let Some(p) = &settings.partition {
+        args.push(format!("--partition={p}"));
+    }
+    if let Some(a) = &settings.account {
+        args.push(format!("--account={a}"));
+    }
+    if let Some(t) = &settings.time_limit {
+        args.push(format!("--time={t}"));
+    }
+    args.extend(settings.sbatch_args.iter().cloned());
+    args.extend([
+        format!("--array=0-{}%{}", s.tasks - 1, s.at_once.max(1)),
+        format!("--cpus-per-task={}", s.cpus.max(1)),
+        format!("--mem={}M", s.memory_mb),
+        format!("--job-name={}", s.name),
+        format!("--output={}/%A_%a.log", s.log_dir.display()),
+        s.script.display().to_string(),
+    ]);
+    let mut stalled = false;
+    patiently(settings.stall_deadline(), || {
+        let args = &args;
+        let was_stalled = stalled;
+        stalled = true;
+        async move {
+            // An sbatch that timed out may have been accepted all the same: look for the
+            // array by its name before submitting it again.
+            if was_stalled && let Some(job) = job_named(s.name).await? {
+                return Ok(job);
+            }
+            let out = run("sbatch", args).await?;
+            // `--parsable` prints `JOBID` or `JOBID;CLUSTER`.
+            let id = out.trim().split(';').next().unwrap_or_default();
+            id.parse().map_err(|_| SlurmError::Command {
+                command: "sbatch --parsable".into(),
+                message: format!("unexpected output {out:?}"),
+            })
+        }
+    })
+    .await
+}
+
+/// The job called `name`, if slurmctld knows one.
+async fn job_named(name: &str) -> Result<Option<u64>, SlurmError> {
+    let args: Vec<String> = ["-h", "-t", "all", "-o", "%F", "--name", name]
+        .map(String::from)
+        .to_vec();
+    let out = run("squeue", &args).await?;
+    Ok(out.lines().find_map(|l| l.trim().parse().ok()))
+}
+
+/// The state of every array task of `jobs` slurmctld still knows, by job and array index, in
+/// one `squeue` call; a job it no longer knows (purged after `MinJobAge`, never accepted) is
+/// absent.
+pub async fn array_states(
+    settings: &SlurmSettings,
+    jobs: &[u64],
+) -> Result<HashMap<u64, HashMap<usize, JobState>>, SlurmError> {
+    let mut states: HashMap<u64, HashMap<usize, JobState>> = HashMap::new();
+    if jobs.is_empty() {
+        return Ok(states);
+    }
+    let ids: Vec<String> = jobs.iter().map(u64::to_string).collect();
+    let args: Vec<String> = ["-h", "-r", "-t", "all", "-o", "%F|%K|%T", "-j"]
+        .map(String::from)
+        .into_iter()
+        .chain([ids.join(",")])
+        .collect();
+    let out = patiently(settings.stall_deadline(), || async {
+        match run("squeue", &args).await {
+            // squeue names one unknown job this way; of several, it lists the known ones.
+            Err(SlurmError::Command { message, .. }) if message.contains("Invalid job id") => {
+                Ok(String::new())
+            }
+            other => other,
+        }
+    })
+    .await?;
     for line in out.lines() {
-        let Some((index, state)) = line.trim().split_once('|') else {
+        let mut fields = line.trim().split('|');
+        let (Some(job), Some(index), Some(state)) = (fields.next(), fields.next(), fields.next())
+        else {
             continue;
         };
         // A state with a reason suffix (`CANCELLED by 0`) keeps its first word.
         let state = state.split_whitespace().next().unwrap_or_default();
-        if let (Ok(i), Ok(s)) = (index.parse(), state.parse()) {
-            states.insert(i, s);
+        if let (Ok(j), Ok(i), Ok(s)) = (job.parse(), index.parse(), state.parse()) {
+            states.entry(j).or_default().insert(i, s);
         }
     }
     Ok(states)
 }
 
 /// `scancel` of whole arrays.
-pub fn cancel(jobs: &[u64]) -> Result<(), SlurmError> {
+pub async fn cancel(settings: &SlurmSettings, jobs: &[u64]) -> Result<(), SlurmError> {
     if jobs.is_empty() {
         return Ok(());
     }
-    run(Command::new("scancel").args(jobs.iter().map(u64::to_string)))?;
+    let args: Vec<String> = jobs.iter().map(u64::to_string).collect();
+    let args = &args;
+    patiently(settings.stall_deadline(), move || async move {
+        match run("scancel", args).await {
+            // Arrays that ended, or that slurmctld forgot, have nothing left to cancel.
+            Err(SlurmError::Command { message, .. })
+                if message.contains("already completing or completed")
+                    || message.contains("Invalid job id") =>
+            {
+                Ok(String::new())
+            }
+            other => other,
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// The site's `MaxArraySize` (`scontrol show config`): array indices must stay below it.
+pub async fn max_array_size(settings: &SlurmSettings) -> Result<usize, SlurmError> {
+    let args = ["show".to_string(), "config".to_string()];
+    let out = patiently(settings.stall_deadline(), || run("scontrol", &args)).await?;
+    parse_max_array_size(&out).ok_or_else(|| SlurmError::Command {
+        command: "scontrol show config".into(),
+        message: "no MaxArraySize in its output".into(),
+    })
+}
+
+fn parse_max_array_size(config: &str) -> Option<usize> {
+    config.lines().find_map(|l| {
+        let (key, value) = l.split_once('=')?;
+        (key.trim() == "MaxArraySize").then(|| value.trim().parse().ok())?
+    })
+}
+
+/// Sets how many tasks of array `job` run at once (`%N` at submission).
+pub async fn set_throttle(
+    settings: &SlurmSettings,
+    job: u64,
+    at_once: usize,
+) -> Result<(), SlurmError> {
+    let args = [
+        "update".to_string(),
+        format!("JobId={job}"),
+        format!("ArrayTaskThrottle={}", at_once.max(1)),
+    ];
+    patiently(settings.stall_deadline(), || run("scontrol", &args)).await?;
     Ok(())
 }
 
@@ -168,5 +331,33 @@ mod tests {
             assert_eq!(state.is_live(), live, "{text}");
         }
         assert!("SLEEPING".parse::<JobState>().is_err());
+    }
+
+    #[test]
+    fn the_sites_max_array_size_is_read_from_its_config() {
+        let config = "Configuration data as of 2026-01-01T00:00:00\n\
+                      MaxArraySize            = 40\nMaxJobCount             = 10000\n";
+        assert_eq!(parse_max_array_size(config), Some(40));
+        assert_eq!(parse_max_array_size("MaxJobCount = 1\n"), None);
+    }
+
+    #[test]
+    fn a_stalled_controller_is_told_from_a_refusal() {
+        let failed = |message: &str| SlurmError::Command {
+            command: "sbatch".into(),
+            message: message.into(),
+        };
+        for stall in [
+            "squeue: error: slurm_load_jobs error: Socket timed out on send/recv operation",
+            "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)",
+        ] {
+            assert!(is_stall(&failed(stall)), "{stall}");
+        }
+        assert!(is_stall(&SlurmError::Unanswered {
+            command: "squeue".into()
+        }));
+        assert!(!is_stall(&failed(
+            "sbatch: error: Batch job submission failed: Invalid partition name specified"
+        )));
     }
 }
