@@ -7,4 +7,5 @@ pub mod job;
 pub mod schedule;
 pub mod services;
 pub mod slurm;
+pub(crate) mod task_command;
 pub mod trial;

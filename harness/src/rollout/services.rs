@@ -158,7 +158,7 @@ async fn start_sidecar(
             });
         }
         if let Some(check) = &service.healthcheck
-            && let Err(message) = super::trial::wait_healthy(
+            && let Err(message) = crate::rollout::task_command::wait_healthy(
                 sandbox.as_ref(),
                 check,
                 start.timeout_multiplier,

@@ -17,11 +17,11 @@ use geode_runtime::store::timeline::{CallOutcome, SessionTimeline, TimelineEvent
 use geode_runtime::tools::plan::ToolSchemaShape;
 use tokio_util::sync::CancellationToken;
 
-use super::environment::scaled;
+use super::plan::{Stage, TrialPlan};
 use super::record::Record;
-use super::{Stage, TrialPlan};
 use crate::atif;
 use crate::env::{EnvError, Sandbox};
+use crate::rollout::task_command::scaled;
 use crate::store::TrialUsage;
 use geode_graders::AgentEnd;
 

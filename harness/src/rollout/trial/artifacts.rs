@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::TrialPlan;
+use super::plan::TrialPlan;
 use super::record::Record;
 use crate::env::Sandbox;
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 use geode_crucible::IntegritySignals;
 use geode_graders::TrialOutcome;
 
-use super::TrialPhase;
+use super::phase::TrialPhase;
 use crate::env::EnvError;
 use crate::store::TrialUsage;
 use geode_graders::AgentEnd;

@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::TrialPlan;
+use super::plan::TrialPlan;
 use super::record::{Ending, Record};
 use crate::store::TrialRow;
 

@@ -9,11 +9,13 @@ use geode_graders::{AgentEnd, TrialOutcome, Validity, trial_outcome};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::environment::{scaled, task_command, wait_healthy};
+use super::attempt::agent_then_verify;
+use super::phase::{PhaseEvent, TrialPhase};
+use super::plan::{Fresh, PhaseObserver, Stage, TrialPlan};
 use super::record::{BROKEN_CLASS, Ending, Record, now};
-use super::{Fresh, PhaseEvent, PhaseObserver, Stage, TrialPhase, TrialPlan, agent_then_verify};
 use crate::env::Sandbox;
 use crate::pack::{Step, StepRewards, Task, VerifierMode};
+use crate::rollout::task_command::{scaled, task_command, wait_healthy};
 
 /// A multi-step task (Harbor's `[[steps]]`): each step's agent then verifier in the same
 /// sandbox, in order; a step's `agent/`, `verifier/` and grade move to `steps/<name>/`. The

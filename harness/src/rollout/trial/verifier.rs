@@ -9,12 +9,13 @@ use geode_runtime::tools::workspace::{ExecOutput, ExecRequest};
 use tokio_util::sync::CancellationToken;
 
 use super::artifacts::{collect_artifacts, keep_workspace};
-use super::environment::{scaled, task_command, verifier_environment_spec};
+use super::environment::verifier_environment_spec;
+use super::plan::{Fresh, Stage, TrialPlan};
 use super::record::{BROKEN_CLASS, Ending, Record, env_outcome, verifier_failed_after_agent};
-use super::{Fresh, Stage, TrialPlan};
 use crate::env::compose::MAIN_SERVICE;
 use crate::env::{ChangedInputs, EnvError, Judgment, Sandbox, TESTS_DIR};
 use crate::pack::VerifierMode;
+use crate::rollout::task_command::{scaled, task_command};
 
 /// Bytes of verifier output kept in `verifier/test-stdout.txt`.
 const VERIFIER_OUTPUT_CAP: usize = 256 * 1024;
