@@ -18,8 +18,9 @@ use tokio_util::sync::CancellationToken;
 use super::CrucibleRunError;
 use super::campaign::{Campaign, Tally, plan_pairs};
 use crate::pack::TaskPack;
-use crate::rollout::job::RunError;
-use crate::rollout::slurm::{self, Owner, SlurmSettings, files};
+use crate::rollout::ledger::TrialLedger;
+use crate::rollout::run_spec::RunError;
+use crate::rollout::slurm::{self, SlurmSettings, files};
 use crate::rollout::trial::TrialPlan;
 use crate::store::TrialRow;
 
@@ -51,7 +52,7 @@ struct CampaignOwner<'a> {
     rows: Mutex<Vec<(Arm, TrialRow)>>,
 }
 
-impl Owner for CampaignOwner<'_> {
+impl TrialLedger for CampaignOwner<'_> {
     fn id(&self) -> &str {
         &self.id
     }

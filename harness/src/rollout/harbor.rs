@@ -14,8 +14,8 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::job::{RunConfig, RunLock};
-use super::trial::TrialPhase;
+use super::run_spec::{RunConfig, RunLock};
+use super::trial::phase::TrialPhase;
 use crate::env::kind::BackendKind;
 use crate::pack::{Task, TaskPack, VerifierMode};
 use crate::store::TrialRow;

@@ -3,185 +3,33 @@
 //! per trial). Resumable: finished trials are kept, interrupted ones run again, and a changed
 //! pack or configuration (the lock hash) is refused.
 
-use geode_runtime::model::catalog::Route;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use geode_crucible::{TaskId, TrialSeed};
-use geode_runtime::scaffold::Scaffold;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use geode_runtime::model::catalog::Route;
 use tokio_util::sync::CancellationToken;
 
 use super::harbor;
 use super::images::ImageCache;
-use super::schedule;
-use super::slurm::{self, SlurmSettings};
-use super::trial::{PhaseObserver, TrialPlan, run_trial};
-use crate::env::kind::BackendKind;
-use crate::env::{Backend, BaseMode};
-use crate::pack::{PackError, Task, TaskPack};
-use crate::store::{RunRow, RunStore, StoreError, TrialRow};
+use super::ledger::{Executor, RunLedger};
+use super::local::LocalExecutor;
+use super::run_spec::{files_err, load_pack, lock_for, plan_trials, read_json, write_json};
+use super::slurm::SlurmExecutor;
+use super::trial::TrialPlan;
+use crate::env::Backend;
+use crate::pack::TaskPack;
+use crate::store::{RunRow, RunStore};
 use crate::summary::{RunSummary, summarize};
 
-pub const CONFIG_SCHEMA: &str = "geode.run-config.v1";
-
-/// What a run was asked to do (`config.json`). Concurrency and the jobs folder may change on
-/// resume; everything else is locked.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunConfig {
-    pub schema: String,
-    pub pack: PathBuf,
-    pub model: String,
-    pub attempts: u32,
-    pub concurrency: usize,
-    pub seed: u64,
-    pub tasks_glob: Option<String>,
-    pub timeout_multiplier: f64,
-    pub backend: BackendKind,
-    /// `image` (trials rooted in the image each task names) or `host` (`--base host`); runs
-    /// from before the key existed were all `image`.
-    #[serde(default)]
-    pub base: BaseMode,
-    pub max_infra_retries: u32,
-    pub scaffold: Scaffold,
-    /// Keep each trial's final workspace in `<trial>/workspace/` (so `geode grade` can run a
-    /// rubric's command criteria against it). Left out of the config when false, so older runs
-    /// keep their lock hash.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub keep_workspace: bool,
-    /// Where the trials run: on this machine (absent) or on a Slurm cluster. Left out of the
-    /// lock: the same trials give the same results on either.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slurm: Option<SlurmSettings>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error(transparent)]
-    Pack(#[from] PackError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("{path}: {message}")]
-    Files { path: String, message: String },
-    #[error("run {run}: {message}")]
-    Resume { run: String, message: String },
-    /// The run's model route does not parse (a config written by hand or by an older geode).
-    #[error(transparent)]
-    Route(#[from] geode_runtime::model::ModelError),
-    #[error(transparent)]
-    Slurm(#[from] super::slurm::SlurmError),
-    #[error("the pack has no task to run{0}")]
-    Empty(String),
-}
-
-fn files_err(path: &Path, e: impl std::fmt::Display) -> RunError {
-    RunError::Files {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    }
-}
-
-/// The identity a resume must match (`lock.json`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunLock {
-    pub schema: String,
-    pub pack_hash: String,
-    pub tasks: Vec<(String, String)>,
-    pub model: String,
-    pub attempts: u32,
-    pub seed: u64,
-    pub tasks_glob: Option<String>,
-    pub timeout_multiplier: f64,
-    pub scaffold_hash: String,
-    pub backend: BackendKind,
-}
-
-impl RunLock {
-    pub fn hash(&self) -> String {
-        let v = serde_json::to_value(self).unwrap_or_default();
-        hex::encode(Sha256::digest(v.to_string().as_bytes()))
-    }
-}
-
-/// Trial folder name: the task id made path-safe, then the attempt.
-pub fn trial_name(task_id: &str, attempt: u32) -> String {
-    let slug: String = task_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    format!("{slug}__{attempt}")
-}
-
-/// Reports what a run is doing (progress bars, plain log lines).
-pub trait RunObserver: PhaseObserver {
-    fn started(&self, run_id: &str, total: usize, skipped: usize);
-    fn trial_finished(&self, row: &TrialRow);
-    fn finished(&self, summary: &RunSummary);
-    /// A remote executor's queue changed: array tasks waiting for a node, and running.
-    fn queue(&self, _pending: usize, _running: usize) {}
-}
+pub use super::ledger::RunObserver;
+pub use super::run_spec::{CONFIG_SCHEMA, RunConfig, RunError, RunLock, trial_name};
 
 pub struct RunOutcome {
     pub run_id: String,
     pub run_dir: PathBuf,
     pub summary: RunSummary,
     pub cancelled: bool,
-}
-
-pub(super) fn load_pack(config: &RunConfig) -> Result<TaskPack, RunError> {
-    let mut pack = TaskPack::load(&config.pack)?;
-    for broken in &pack.broken {
-        tracing::warn!("skipping a broken task: {broken}");
-    }
-    if let Some(glob) = &config.tasks_glob {
-        pack.filter(glob);
-    }
-    if pack.tasks.is_empty() {
-        let why = config
-            .tasks_glob
-            .as_ref()
-            .map(|g| format!(" (no task matches {g:?})"))
-            .unwrap_or_default();
-        return Err(RunError::Empty(why));
-    }
-    Ok(pack)
-}
-
-fn lock_for(config: &RunConfig, pack: &TaskPack) -> RunLock {
-    RunLock {
-        schema: "geode.lock.v1".into(),
-        pack_hash: pack.hash(config.attempts).0,
-        tasks: pack
-            .tasks
-            .iter()
-            .map(|t| (t.id.clone(), t.hash.0.clone()))
-            .collect(),
-        model: config.model.clone(),
-        attempts: config.attempts,
-        seed: config.seed,
-        tasks_glob: config.tasks_glob.clone(),
-        timeout_multiplier: config.timeout_multiplier,
-        scaffold_hash: config.scaffold.hash(),
-        backend: config.backend,
-    }
-}
-
-fn write_json(path: &Path, value: &impl Serialize) -> Result<(), RunError> {
-    let text = serde_json::to_string_pretty(value).map_err(|e| files_err(path, e))?;
-    std::fs::write(path, text).map_err(|e| files_err(path, e))
-}
-
-pub(super) fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, RunError> {
-    let text = std::fs::read_to_string(path).map_err(|e| files_err(path, e))?;
-    serde_json::from_str(&text).map_err(|e| files_err(path, e))
 }
 
 /// A fresh run id: the UTC time (Harbor's style), made unique in the jobs folder.
@@ -323,17 +171,6 @@ pub async fn resume_run(
     .await
 }
 
-/// What every trial of a run shares, whichever executor runs it.
-pub(super) struct Shared {
-    pub(super) config: RunConfig,
-    store: RunStore,
-    pub(super) run_id: String,
-    backend: Arc<dyn Backend>,
-    images: ImageCache,
-    pub(super) observer: Arc<dyn RunObserver>,
-    pub(super) cancel: CancellationToken,
-}
-
 #[allow(clippy::too_many_arguments)]
 async fn execute(
     config: RunConfig,
@@ -351,7 +188,7 @@ async fn execute(
     let n_total_trials = pack.tasks.len() * config.attempts as usize;
     let plans = plan_trials(&config, &route, pack.tasks, &run_id, &run_dir, &kept);
     observer.started(&run_id, plans.len() + kept.len(), kept.len());
-    let shared = Shared {
+    let shared = RunLedger {
         config,
         store,
         run_id,
@@ -390,68 +227,19 @@ fn kept_trials(
         .collect())
 }
 
-/// One plan for every task and attempt that is not kept.
-pub(super) fn plan_trials(
-    config: &RunConfig,
-    route: &Route,
-    tasks: Vec<Task>,
-    run_id: &str,
-    run_dir: &Path,
-    kept: &HashSet<String>,
-) -> Vec<TrialPlan> {
-    let scaffold = Arc::new(config.scaffold.clone());
-    let mut plans = Vec::new();
-    for task in tasks.into_iter().map(Arc::new) {
-        for attempt in 0..config.attempts {
-            let name = trial_name(&task.id, attempt);
-            if kept.contains(&name) {
-                continue;
-            }
-            // The crucible's derivation: one run seed gives a task's trials the same seeds under
-            // `geode run` and `geode crucible run`, and a resumed trial gets its seed again.
-            let seed = TrialSeed::derive(config.seed, &TaskId::new(task.id.clone()), attempt).0;
-            plans.push(TrialPlan {
-                run_id: run_id.to_string(),
-                trial_dir: run_dir.join(&name),
-                trial_name: name,
-                seed,
-                model_seed: seed,
-                task: task.clone(),
-                attempt,
-                route: route.clone(),
-                scaffold: scaffold.clone(),
-                timeout_multiplier: config.timeout_multiplier,
-                sealed_paths: Vec::new(),
-                keep_workspace: config.keep_workspace,
-            });
-        }
-    }
-    plans
-}
-
-/// Runs the plans, `concurrency` at a time, and hands the run back once no trial holds it.
+/// Runs the plans on the run's executor, and hands the ledger back once no trial holds it.
 async fn run_trials(
-    shared: Shared,
+    ledger: RunLedger,
     plans: Vec<TrialPlan>,
     run_dir: &Path,
-) -> Result<Shared, RunError> {
-    let shared = Arc::new(shared);
-    let cancel = shared.cancel.clone();
-    let concurrency = shared.config.concurrency;
-    let ended = match shared.config.slurm.clone() {
-        Some(settings) => vec![slurm::dispatch(&*shared, &settings, plans, run_dir).await],
-        None => {
-            schedule::run_bounded(plans, concurrency, &cancel, |plan| {
-                let shared = shared.clone();
-                async move { run_with_retries(&shared, &plan).await }
-            })
-            .await
-        }
+) -> Result<RunLedger, RunError> {
+    let ledger = Arc::new(ledger);
+    let executor: Box<dyn Executor> = match ledger.config.slurm.clone() {
+        Some(settings) => Box::new(SlurmExecutor(settings)),
+        None => Box::new(LocalExecutor),
     };
-    if let Some(e) = ended.into_iter().find_map(Result::err) {
-        return Err(e);
-    }
-    Arc::try_unwrap(shared).map_err(|_| RunError::Files {
+    executor.execute(ledger.clone(), plans, run_dir).await?;
+    Arc::try_unwrap(ledger).map_err(|_| RunError::Files {
         path: run_dir.display().to_string(),
         message: "trials still hold the run".into(),
     })
@@ -460,7 +248,7 @@ async fn run_trials(
 /// The end of the run: its status in the store and the job's `result.json`. Returns the
 /// summary and whether the run was cancelled.
 fn write_run_end(
-    shared: &Shared,
+    shared: &RunLedger,
     run_dir: &Path,
     n_total_trials: usize,
 ) -> Result<(RunSummary, bool), RunError> {
@@ -488,112 +276,4 @@ fn write_run_end(
         }),
     )?;
     Ok((summary, cancelled))
-}
-
-/// The trial's row in the store, `running` until it ends.
-pub(super) fn begin_trial(shared: &Shared, plan: &TrialPlan) -> Result<(), RunError> {
-    let task = &plan.task;
-    shared.store.start_trial(
-        &shared.run_id,
-        &plan.trial_name,
-        &task.id,
-        &task.hash.0,
-        task.config.category(),
-        task.config.difficulty(),
-        plan.attempt,
-        plan.seed,
-        &chrono::Utc::now().to_rfc3339(),
-    )?;
-    Ok(())
-}
-
-/// The one retry rule of both executors: a retryable infrastructure outcome runs again while
-/// the budget lasts and the run is not cancelled. Agent outcomes are never retried.
-pub(super) fn retry_again(shared: &Shared, row: &TrialRow, retries: u32) -> bool {
-    row.outcome.retryable()
-        && retries < shared.config.max_infra_retries
-        && !shared.cancel.is_cancelled()
-}
-
-/// A trial's last try: into the store (a cancelled trial stays unfinished there, so a resume
-/// runs it again) and to the observer.
-pub(super) fn end_trial(shared: &Shared, row: &TrialRow) -> Result<(), RunError> {
-    if row.outcome != geode_graders::TrialOutcome::Cancelled {
-        shared.store.finish_trial(row)?;
-    }
-    shared.observer.trial_finished(row);
-    Ok(())
-}
-
-/// Run one trial on this machine, again (bounded) when it ends in a retryable infrastructure
-/// outcome.
-async fn run_with_retries(shared: &Shared, plan: &TrialPlan) -> Result<(), RunError> {
-    begin_trial(shared, plan)?;
-    let mut retries = 0;
-    loop {
-        let mut row = run_trial(
-            plan,
-            shared.backend.as_ref(),
-            &shared.images,
-            shared.observer.as_ref(),
-            &shared.cancel,
-        )
-        .await;
-        row.infra_retries = retries;
-        if retry_again(shared, &row, retries) {
-            retries += 1;
-            tracing::warn!(
-                "trial {} ended in {}; retrying",
-                plan.trial_name,
-                row.outcome
-            );
-            continue;
-        }
-        return end_trial(shared, &row);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use clap::ValueEnum;
-
-    use super::*;
-
-    fn config(base: BaseMode) -> RunConfig {
-        RunConfig {
-            schema: CONFIG_SCHEMA.into(),
-            pack: PathBuf::from("pack"),
-            model: "oracle".into(),
-            attempts: 1,
-            concurrency: 1,
-            seed: 0,
-            tasks_glob: None,
-            timeout_multiplier: 1.0,
-            backend: BackendKind::Sandbox,
-            base,
-            max_infra_retries: 0,
-            scaffold: Scaffold::default(),
-            keep_workspace: false,
-            slurm: None,
-        }
-    }
-
-    #[test]
-    fn the_base_keeps_its_names_on_disk_and_on_the_command_line() {
-        for (base, name) in [(BaseMode::Image, "image"), (BaseMode::Host, "host")] {
-            let json = serde_json::to_value(config(base)).unwrap();
-            assert_eq!(json["base"], name);
-            let back: RunConfig = serde_json::from_value(json).unwrap();
-            assert_eq!(back.base, base);
-            assert_eq!(BaseMode::from_str(name, false).unwrap(), base);
-        }
-    }
-
-    #[test]
-    fn a_config_from_before_the_base_existed_is_an_image_run() {
-        let mut json = serde_json::to_value(config(BaseMode::Host)).unwrap();
-        json.as_object_mut().unwrap().remove("base");
-        let old: RunConfig = serde_json::from_value(json).unwrap();
-        assert_eq!(old.base, BaseMode::Image);
-    }
 }

@@ -4,6 +4,9 @@
 pub mod harbor;
 pub mod images;
 pub mod job;
+pub(crate) mod ledger;
+mod local;
+pub mod run_spec;
 pub mod schedule;
 pub mod services;
 pub mod slurm;

@@ -1,6 +1,6 @@
 //! The Slurm executor: the coordinator's side of trials that run on a cluster. The plan, seeds,
 //! retry rule and store rows are the local executor's (`job.rs` for a run, the crucible's
-//! campaign for a campaign, each an [`Owner`]); only dispatch differs. Trials go out as
+//! campaign for a campaign, each an [`TrialLedger`]); only dispatch differs. Trials go out as
 //! `sbatch` job arrays whose tasks run `geode worker` on their node (`worker.rs`); each trial
 //! comes back as a result file in the shared run folder, which this coordinator alone ingests
 //! (into the run store, or the campaign's journal), once per trial and try. An array task that
@@ -9,48 +9,27 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use geode_graders::TrialOutcome;
-use tokio_util::sync::CancellationToken;
 
-use super::job::{RunError, Shared};
+use super::ledger::{Executor, RunLedger, TrialLedger};
+use super::run_spec::RunError;
 use super::trial::{TrialPlan, lost_trial};
 use crate::store::TrialRow;
 use files::TrialTry;
 use queue::JobState;
 
+pub mod error;
 pub mod files;
 mod place;
 pub mod queue;
 pub mod settings;
 pub mod worker;
 
+pub use error::SlurmError;
 pub use settings::SlurmSettings;
-
-#[derive(Debug, thiserror::Error)]
-pub enum SlurmError {
-    #[error("{command}: {message}")]
-    Command { command: String, message: String },
-    #[error("{command}: no answer")]
-    Unanswered { command: String },
-    #[error("{command}")]
-    Spawn {
-        command: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the Slurm controller did not answer for {secs}s (the run's stall deadline)")]
-    Stalled {
-        secs: u64,
-        #[source]
-        last: Box<SlurmError>,
-    },
-    #[error("{path}: {message}")]
-    Files { path: String, message: String },
-    #[error("array spec {path}: no task {index}")]
-    NoSuchTask { path: String, index: usize },
-}
 
 /// How often the coordinator looks at the result files (a directory listing on the shared
 /// filesystem, no load on the scheduler).
@@ -59,54 +38,6 @@ const ROUND: Duration = Duration::from_secs(1);
 /// How often it asks slurmctld about the run's arrays: one `squeue` for all of them. Sites ask
 /// for seconds between polls, not milliseconds; an ended task is seen this much later at most.
 const SQUEUE_EVERY: Duration = Duration::from_secs(5);
-
-/// What owns the trials the coordinator dispatches (a run or a crucible campaign): where its
-/// trials start and end, and what the worker needs to rebuild their plans.
-pub(crate) trait Owner: Sync {
-    /// The name of the run folder (`<jobs_dir>/<id>`), as the array spec records it.
-    fn id(&self) -> &str;
-    /// Array tasks running at once (`-n`).
-    fn at_once(&self) -> usize;
-    fn cancel(&self) -> &CancellationToken;
-    /// The campaign plan file the worker rebuilds its plans from; none for a run (the worker
-    /// reads the run's `config.json`).
-    fn campaign_plan(&self) -> Option<std::path::PathBuf> {
-        None
-    }
-    /// Trials of the same group, out at the same time, share one array task (one node).
-    fn group(&self, plan: &TrialPlan) -> String {
-        plan.trial_name.clone()
-    }
-    fn begin(&self, plan: &TrialPlan) -> Result<(), RunError>;
-    fn retry_again(&self, row: &TrialRow, try_no: u32) -> bool;
-    /// The final row of a trial (cancelled ones too).
-    fn end(&self, row: &TrialRow) -> Result<(), RunError>;
-    fn queue(&self, _pending: usize, _running: usize) {}
-}
-
-impl Owner for Shared {
-    fn id(&self) -> &str {
-        &self.run_id
-    }
-    fn at_once(&self) -> usize {
-        self.config.concurrency
-    }
-    fn cancel(&self) -> &CancellationToken {
-        &self.cancel
-    }
-    fn begin(&self, plan: &TrialPlan) -> Result<(), RunError> {
-        super::job::begin_trial(self, plan)
-    }
-    fn retry_again(&self, row: &TrialRow, try_no: u32) -> bool {
-        super::job::retry_again(self, row, try_no)
-    }
-    fn end(&self, row: &TrialRow) -> Result<(), RunError> {
-        super::job::end_trial(self, row)
-    }
-    fn queue(&self, pending: usize, running: usize) {
-        self.observer.queue(pending, running);
-    }
-}
 
 /// A trial the coordinator waits for: its plan, its place in the plan and its group, the try
 /// now out, and where that try runs.
@@ -136,11 +67,26 @@ struct Arrays {
     polled: Option<Instant>,
 }
 
+/// The Slurm executor of a run: its trials as job arrays on the cluster `settings` name.
+pub(crate) struct SlurmExecutor(pub(crate) SlurmSettings);
+
+#[async_trait::async_trait]
+impl Executor for SlurmExecutor {
+    async fn execute(
+        &self,
+        ledger: Arc<RunLedger>,
+        plans: Vec<TrialPlan>,
+        run_dir: &Path,
+    ) -> Result<(), RunError> {
+        dispatch(ledger.as_ref(), &self.0, plans, run_dir).await
+    }
+}
+
 /// Runs `plans` on the cluster: adopts the array tasks an earlier coordinator of this run
 /// submitted (from the ledger), submits the rest, and ingests until every trial has a final
 /// row or the run is cancelled (then `scancel`).
 pub(crate) async fn dispatch(
-    owner: &dyn Owner,
+    owner: &dyn TrialLedger,
     settings: &SlurmSettings,
     plans: Vec<TrialPlan>,
     run_dir: &Path,
@@ -252,7 +198,7 @@ fn queue_counts(states: &States, waiting: &BTreeMap<String, Waiting>) -> (usize,
 
 /// Takes in every result that arrived and every array task that ended without one.
 fn ingest(
-    owner: &dyn Owner,
+    owner: &dyn TrialLedger,
     run_dir: &Path,
     arrays: &Arrays,
     waiting: &mut BTreeMap<String, Waiting>,
@@ -316,7 +262,7 @@ fn lost_row(plan: &TrialPlan, state: Option<JobState>) -> TrialRow {
 /// One ended try: again (a new try, submitted on the next round) when the local rule says so,
 /// else its final row.
 fn settle(
-    owner: &dyn Owner,
+    owner: &dyn TrialLedger,
     waiting: &mut BTreeMap<String, Waiting>,
     name: &str,
     mut row: TrialRow,
@@ -340,7 +286,7 @@ fn settle(
 /// taken in, the other trials reported `cancelled` and left unfinished in the store, so a
 /// resume runs them again (as a local run leaves them).
 async fn cancel_all(
-    owner: &dyn Owner,
+    owner: &dyn TrialLedger,
     settings: &SlurmSettings,
     run_dir: &Path,
     arrays: &Arrays,

@@ -10,8 +10,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::files::{self, ArraySpec, TrialTry};
-use super::{Arrays, Owner, SlurmError, SlurmSettings, Waiting, queue};
-use crate::rollout::job::RunError;
+use super::{Arrays, SlurmError, SlurmSettings, TrialLedger, Waiting, queue};
+use crate::rollout::run_spec::RunError;
 
 /// Memory an array task asks for beyond its trial's: the worker itself, which shares the job's
 /// memory cgroup with the trial's sandbox (nested in it), so the trial meets its own limit
@@ -21,7 +21,7 @@ const WORKER_MEMORY_MB: u64 = 256;
 /// Moves the throttles of the arrays out to their share of `-n` (oldest first), then submits
 /// the trials with no array task out, in plan order, while some of it is free.
 pub(super) async fn place(
-    owner: &dyn Owner,
+    owner: &dyn TrialLedger,
     settings: &SlurmSettings,
     run_dir: &Path,
     waiting: &mut BTreeMap<String, Waiting>,
@@ -113,7 +113,7 @@ fn unplaced_groups(
 
 /// Writes the array's spec and script, submits it, and records each task in the ledger.
 async fn submit_array(
-    owner: &dyn Owner,
+    owner: &dyn TrialLedger,
     settings: &SlurmSettings,
     run_dir: &Path,
     groups: &[Vec<TrialTry>],

@@ -15,7 +15,7 @@ use super::SlurmError;
 use super::files::{self, ArraySpec, RESULT_SCHEMA, WorkerResult};
 use crate::env::Backend;
 use crate::rollout::images::ImageCache;
-use crate::rollout::job::{self, RunConfig, RunError};
+use crate::rollout::run_spec::{self, RunConfig, RunError};
 use crate::rollout::trial::{PhaseObserver, TrialPlan, run_trial};
 
 /// The array spec at `spec_path`.
@@ -33,7 +33,7 @@ pub fn read_spec(spec_path: &Path) -> Result<ArraySpec, RunError> {
 
 /// The run configuration a run's array spec belongs to (the worker builds its backend from it).
 pub fn run_config(spec: &ArraySpec) -> Result<RunConfig, RunError> {
-    job::read_json(&spec.jobs_dir.join(&spec.run_id).join("config.json"))
+    run_spec::read_json(&spec.jobs_dir.join(&spec.run_id).join("config.json"))
 }
 
 /// Every trial of the run, planned as the coordinator planned them, by trial name.
@@ -42,9 +42,9 @@ pub fn run_plans(
     config: &RunConfig,
 ) -> Result<HashMap<String, TrialPlan>, RunError> {
     let route: Route = config.model.parse()?;
-    let pack = job::load_pack(config)?;
+    let pack = run_spec::load_pack(config)?;
     let run_dir = spec.jobs_dir.join(&spec.run_id);
-    Ok(job::plan_trials(
+    Ok(run_spec::plan_trials(
         config,
         &route,
         pack.tasks,

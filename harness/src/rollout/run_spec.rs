@@ -1,0 +1,248 @@
+//! A run as data: what was asked (`config.json`, [`RunConfig`]), what a resume must match
+//! (`lock.json`, [`RunLock`]), how its trials are named and planned, and the error every part
+//! of a run reports. Below the job, its executors and the Slurm worker, which all read them.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use geode_crucible::{TaskId, TrialSeed};
+use geode_runtime::model::catalog::Route;
+use geode_runtime::scaffold::Scaffold;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::slurm::error::SlurmError;
+use super::slurm::settings::SlurmSettings;
+use super::trial::plan::TrialPlan;
+use crate::env::BaseMode;
+use crate::env::kind::BackendKind;
+use crate::pack::{PackError, Task, TaskPack};
+use crate::store::StoreError;
+
+pub const CONFIG_SCHEMA: &str = "geode.run-config.v1";
+
+/// What a run was asked to do (`config.json`). Concurrency and the jobs folder may change on
+/// resume; everything else is locked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    pub schema: String,
+    pub pack: PathBuf,
+    pub model: String,
+    pub attempts: u32,
+    pub concurrency: usize,
+    pub seed: u64,
+    pub tasks_glob: Option<String>,
+    pub timeout_multiplier: f64,
+    pub backend: BackendKind,
+    /// `image` (trials rooted in the image each task names) or `host` (`--base host`); runs
+    /// from before the key existed were all `image`.
+    #[serde(default)]
+    pub base: BaseMode,
+    pub max_infra_retries: u32,
+    pub scaffold: Scaffold,
+    /// Keep each trial's final workspace in `<trial>/workspace/` (so `geode grade` can run a
+    /// rubric's command criteria against it). Left out of the config when false, so older runs
+    /// keep their lock hash.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub keep_workspace: bool,
+    /// Where the trials run: on this machine (absent) or on a Slurm cluster. Left out of the
+    /// lock: the same trials give the same results on either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmSettings>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Pack(#[from] PackError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{path}: {message}")]
+    Files { path: String, message: String },
+    #[error("run {run}: {message}")]
+    Resume { run: String, message: String },
+    /// The run's model route does not parse (a config written by hand or by an older geode).
+    #[error(transparent)]
+    Route(#[from] geode_runtime::model::ModelError),
+    #[error(transparent)]
+    Slurm(#[from] SlurmError),
+    #[error("the pack has no task to run{0}")]
+    Empty(String),
+}
+
+pub(super) fn files_err(path: &Path, e: impl std::fmt::Display) -> RunError {
+    RunError::Files {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+/// The identity a resume must match (`lock.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunLock {
+    pub schema: String,
+    pub pack_hash: String,
+    pub tasks: Vec<(String, String)>,
+    pub model: String,
+    pub attempts: u32,
+    pub seed: u64,
+    pub tasks_glob: Option<String>,
+    pub timeout_multiplier: f64,
+    pub scaffold_hash: String,
+    pub backend: BackendKind,
+}
+
+impl RunLock {
+    pub fn hash(&self) -> String {
+        let v = serde_json::to_value(self).unwrap_or_default();
+        hex::encode(Sha256::digest(v.to_string().as_bytes()))
+    }
+}
+
+/// Trial folder name: the task id made path-safe, then the attempt.
+pub fn trial_name(task_id: &str, attempt: u32) -> String {
+    let slug: String = task_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("{slug}__{attempt}")
+}
+
+pub(crate) fn load_pack(config: &RunConfig) -> Result<TaskPack, RunError> {
+    let mut pack = TaskPack::load(&config.pack)?;
+    for broken in &pack.broken {
+        tracing::warn!("skipping a broken task: {broken}");
+    }
+    if let Some(glob) = &config.tasks_glob {
+        pack.filter(glob);
+    }
+    if pack.tasks.is_empty() {
+        let why = config
+            .tasks_glob
+            .as_ref()
+            .map(|g| format!(" (no task matches {g:?})"))
+            .unwrap_or_default();
+        return Err(RunError::Empty(why));
+    }
+    Ok(pack)
+}
+
+pub(super) fn lock_for(config: &RunConfig, pack: &TaskPack) -> RunLock {
+    RunLock {
+        schema: "geode.lock.v1".into(),
+        pack_hash: pack.hash(config.attempts).0,
+        tasks: pack
+            .tasks
+            .iter()
+            .map(|t| (t.id.clone(), t.hash.0.clone()))
+            .collect(),
+        model: config.model.clone(),
+        attempts: config.attempts,
+        seed: config.seed,
+        tasks_glob: config.tasks_glob.clone(),
+        timeout_multiplier: config.timeout_multiplier,
+        scaffold_hash: config.scaffold.hash(),
+        backend: config.backend,
+    }
+}
+
+pub(super) fn write_json(path: &Path, value: &impl Serialize) -> Result<(), RunError> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| files_err(path, e))?;
+    std::fs::write(path, text).map_err(|e| files_err(path, e))
+}
+
+pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, RunError> {
+    let text = std::fs::read_to_string(path).map_err(|e| files_err(path, e))?;
+    serde_json::from_str(&text).map_err(|e| files_err(path, e))
+}
+
+/// One plan for every task and attempt that is not kept.
+pub(crate) fn plan_trials(
+    config: &RunConfig,
+    route: &Route,
+    tasks: Vec<Task>,
+    run_id: &str,
+    run_dir: &Path,
+    kept: &HashSet<String>,
+) -> Vec<TrialPlan> {
+    let scaffold = Arc::new(config.scaffold.clone());
+    let mut plans = Vec::new();
+    for task in tasks.into_iter().map(Arc::new) {
+        for attempt in 0..config.attempts {
+            let name = trial_name(&task.id, attempt);
+            if kept.contains(&name) {
+                continue;
+            }
+            // The crucible's derivation: one run seed gives a task's trials the same seeds under
+            // `geode run` and `geode crucible run`, and a resumed trial gets its seed again.
+            let seed = TrialSeed::derive(config.seed, &TaskId::new(task.id.clone()), attempt).0;
+            plans.push(TrialPlan {
+                run_id: run_id.to_string(),
+                trial_dir: run_dir.join(&name),
+                trial_name: name,
+                seed,
+                model_seed: seed,
+                task: task.clone(),
+                attempt,
+                route: route.clone(),
+                scaffold: scaffold.clone(),
+                timeout_multiplier: config.timeout_multiplier,
+                sealed_paths: Vec::new(),
+                keep_workspace: config.keep_workspace,
+            });
+        }
+    }
+    plans
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum;
+
+    use super::*;
+
+    fn config(base: BaseMode) -> RunConfig {
+        RunConfig {
+            schema: CONFIG_SCHEMA.into(),
+            pack: PathBuf::from("pack"),
+            model: "oracle".into(),
+            attempts: 1,
+            concurrency: 1,
+            seed: 0,
+            tasks_glob: None,
+            timeout_multiplier: 1.0,
+            backend: BackendKind::Sandbox,
+            base,
+            max_infra_retries: 0,
+            scaffold: Scaffold::default(),
+            keep_workspace: false,
+            slurm: None,
+        }
+    }
+
+    #[test]
+    fn the_base_keeps_its_names_on_disk_and_on_the_command_line() {
+        for (base, name) in [(BaseMode::Image, "image"), (BaseMode::Host, "host")] {
+            let json = serde_json::to_value(config(base)).unwrap();
+            assert_eq!(json["base"], name);
+            let back: RunConfig = serde_json::from_value(json).unwrap();
+            assert_eq!(back.base, base);
+            assert_eq!(BaseMode::from_str(name, false).unwrap(), base);
+        }
+    }
+
+    #[test]
+    fn a_config_from_before_the_base_existed_is_an_image_run() {
+        let mut json = serde_json::to_value(config(BaseMode::Host)).unwrap();
+        json.as_object_mut().unwrap().remove("base");
+        let old: RunConfig = serde_json::from_value(json).unwrap();
+        assert_eq!(old.base, BaseMode::Image);
+    }
+}
