@@ -20,6 +20,7 @@ pub mod config;
 pub mod conversation;
 #[cfg(test)]
 mod enum_names;
+pub mod error_chain;
 pub mod hooks;
 pub mod ids;
 pub mod mcp;

@@ -20,13 +20,15 @@ pub mod holdouts;
 pub mod identity;
 pub mod open;
 pub mod openings;
+mod pairs;
 pub mod preflight;
 pub mod remote;
 pub mod sealing;
 
-pub use campaign::{Campaign, TRIALS_JOURNAL, run_campaign};
+pub use campaign::run_campaign;
 pub use identity::{TESTS_GRADER, evaluator, pack_hash, scaffold_hash, tests_grader_hash};
 pub use open::{OpenedPack, open_sealed};
+pub use pairs::{Campaign, TRIALS_JOURNAL};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CrucibleRunError {

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::CrucibleRunError;
-use super::campaign::{Campaign, Tally, plan_pairs};
+use super::pairs::{Campaign, Tally, plan_pairs};
 use crate::pack::TaskPack;
 use crate::rollout::ledger::TrialLedger;
 use crate::rollout::run_spec::RunError;

@@ -6,6 +6,7 @@
 //! `model_for` builds either kind from a parsed `catalog::Route`.
 
 pub mod anthropic;
+pub mod cassette;
 pub mod catalog;
 pub mod chat_compat;
 pub mod computer_oracle;
@@ -178,7 +179,7 @@ pub fn model_from_route(
 pub fn model_for(route: &Route, opts: &http::RouteOptions) -> Result<Arc<dyn Model>, ModelError> {
     match route {
         Route::Embedded(e) => embedded_model(route, e),
-        Route::Cassette(dir) => record::cassette_model(dir, opts),
+        Route::Cassette(dir) => cassette::cassette_model(dir, opts),
         Route::Provider(p) => http::provider_model(p, opts, None),
         Route::Judge(_) => Err(catalog::judge_as_root(&route.to_string())),
     }

@@ -10,7 +10,9 @@ use async_trait::async_trait;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::tools::computer::{ComputerAction, ComputerError, Screenshot, x11};
+use crate::tools::computer::action::{ComputerAction, ComputerError};
+use crate::tools::computer::screenshot::Screenshot;
+use crate::tools::computer::x11;
 use crate::tools::confine::Confinement;
 pub use crate::tools::confine::{CommandSandbox, SandboxPolicy};
 pub use crate::tools::output::OutputCapture;

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::client::ServerClient;
 use super::io;
-use super::launch::Launch;
+use super::launch_spec::Launch;
 use super::protocol::{self, ExecResult, ExecSpec, Network, Op, Reply, View};
 use super::scratch::remove_any;
 use super::workspace::SandboxWorkspace;

@@ -25,6 +25,7 @@ pub mod display;
 mod handle;
 pub(crate) mod inside;
 mod launch;
+mod launch_spec;
 pub(crate) mod netns;
 pub mod protocol;
 mod scratch;
@@ -33,7 +34,7 @@ pub mod workspace;
 pub use handle::SandboxHandle;
 pub(crate) use handle::exec_output;
 pub(crate) use inside::exec::DEFAULT_PATH;
-pub(crate) use launch::Launch;
+pub(crate) use launch_spec::Launch;
 pub use workspace::SandboxWorkspace;
 
 /// Where the sandbox backend keeps its state, and what it shows of the host.

@@ -28,6 +28,35 @@ use geode_graders::AgentEnd;
 /// Where the oracle finds the reference solution inside the sandbox.
 pub const SOLUTION_DIR: &str = "/solution";
 
+/// Why the agent could not be set up in its sandbox, each with its cause kept.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum AgentSetupError {
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    #[error("the agent's timeline {path}")]
+    Timeline {
+        path: String,
+        #[source]
+        source: geode_runtime::store::StoreError,
+    },
+    #[error("the agent's session could not be built")]
+    Session(#[from] geode_runtime::session::SessionError),
+    #[error("the agent's model could not be built")]
+    Model(#[from] geode_runtime::model::ModelError),
+    #[error("task {task} has no solution/solve.sh for the {route} agent")]
+    NoSolution { task: String, route: String },
+}
+
+impl AgentSetupError {
+    /// The trial's outcome: the sandbox's own failure, or a trial this set-up cannot run.
+    pub(super) fn outcome(&self) -> geode_graders::TrialOutcome {
+        match self {
+            AgentSetupError::Env(e) => super::record::env_outcome(e),
+            _ => geode_graders::TrialOutcome::EnvironmentUnsupported,
+        }
+    }
+}
+
 /// The agent phase: the GEODE runtime on the task's instruction, inside the sandbox.
 pub(super) async fn run_agent(
     plan: &TrialPlan,
@@ -35,15 +64,15 @@ pub(super) async fn run_agent(
     sandbox: &dyn Sandbox,
     cancel: &CancellationToken,
     rec: &mut Record,
-) -> Result<AgentEnd, EnvError> {
+) -> Result<AgentEnd, AgentSetupError> {
     let model = trial_model(plan, stage, sandbox).await?;
     let timeline_path = plan.trial_dir.join("agent").join("timeline.db");
-    let timeline = Arc::new(
-        SessionTimeline::open(&timeline_path).map_err(|e| EnvError::Io {
-            context: timeline_path.display().to_string(),
-            source: std::io::Error::other(e.to_string()),
-        })?,
-    );
+    let timeline = Arc::new(SessionTimeline::open(&timeline_path).map_err(|source| {
+        AgentSetupError::Timeline {
+            path: timeline_path.display().to_string(),
+            source,
+        }
+    })?);
     let mut policy = SessionPolicy::for_mode(SessionMode::Headless).grant_unattended(
         SafetyLevel::Dangerous,
         "benchmark trial: tools act only inside the trial's sandbox",
@@ -61,7 +90,7 @@ pub(super) async fn run_agent(
     cfg.scaffold = (*plan.scaffold).clone();
     cfg.skills = skills;
     cfg.timeline = Some(timeline.clone());
-    let mut session = create_session(cfg).map_err(|e| EnvError::Unsupported(e.to_string()))?;
+    let mut session = create_session(cfg)?;
 
     let turn_cancel = cancel.child_token();
     let budget = scaled(stage.agent_timeout, plan.timeout_multiplier);
@@ -139,29 +168,26 @@ async fn trial_model(
     plan: &TrialPlan,
     stage: &Stage<'_>,
     sandbox: &dyn Sandbox,
-) -> Result<Arc<dyn Model>, EnvError> {
+) -> Result<Arc<dyn Model>, AgentSetupError> {
     let flaky = match &plan.route {
         Route::Embedded(EmbeddedRoute::Oracle { solve_sh: None }) => None,
         Route::Embedded(EmbeddedRoute::FlakyOracle { p, tamper }) => Some((*p, *tamper)),
         route => {
             let opts = geode_runtime::model::http::RouteOptions::from_env();
-            return geode_runtime::model::model_for(route, &opts)
-                .map_err(|e| EnvError::Unsupported(e.to_string()));
+            return Ok(geode_runtime::model::model_for(route, &opts)?);
         }
     };
     let Some(solution) = stage.solution.clone() else {
-        return Err(EnvError::Unsupported(format!(
-            "task {} has no solution/solve.sh for the {} agent",
-            plan.task.id, plan.route
-        )));
+        return Err(AgentSetupError::NoSolution {
+            task: plan.task.id.clone(),
+            route: plan.route.to_string(),
+        });
     };
     let dir = solution.parent().unwrap_or(&plan.task.dir);
     let on_screen = dir.join(COMPUTER_SOLUTION);
     if flaky.is_none() && on_screen.is_file() {
         // The reference solution is a list of actions on the screen: nothing to copy in.
-        return ComputerOracle::load(&on_screen)
-            .map(|m| Arc::new(m) as Arc<dyn Model>)
-            .map_err(|e| EnvError::Unsupported(e.to_string()));
+        return Ok(Arc::new(ComputerOracle::load(&on_screen)?));
     }
     sandbox.copy_in(dir, SOLUTION_DIR).await?;
     let solve = PathBuf::from(SOLUTION_DIR).join("solve.sh");

@@ -4,11 +4,13 @@
 use geode_graders::{AgentEnd, Validity, trial_outcome};
 use tokio_util::sync::CancellationToken;
 
+use super::agent::{self, AgentSetupError};
 use super::phase::{PhaseEvent, TrialPhase};
 use super::plan::{Fresh, PhaseObserver, Stage, TrialPlan};
-use super::record::{BROKEN_CLASS, Ending, PhaseClock, Record, broke_its_sandbox, env_outcome};
-use super::{agent, verifier};
+use super::record::{BROKEN_CLASS, Ending, PhaseClock, Record, broke_its_sandbox};
+use super::verifier;
 use crate::env::{EnvError, Sandbox};
+use geode_runtime::error_chain::error_chain;
 
 pub(super) async fn agent_then_verify(
     plan: &TrialPlan,
@@ -28,8 +30,10 @@ pub(super) async fn agent_then_verify(
     rec.close_phase(TrialPhase::AgentExecution, t);
     let agent = match agent {
         Ok(end) => end,
-        Err(e @ EnvError::BrokenFromInside(_)) => return broke_its_sandbox(rec, &e.to_string()),
-        Err(e) => return Ending::infra(env_outcome(&e), "AgentSetupError", e.to_string()),
+        Err(AgentSetupError::Env(e @ EnvError::BrokenFromInside(_))) => {
+            return broke_its_sandbox(rec, &e.to_string());
+        }
+        Err(e) => return Ending::infra(e.outcome(), "AgentSetupError", error_chain(&e)),
     };
     rec.agent = Some(agent);
     if agent == AgentEnd::Cancelled {

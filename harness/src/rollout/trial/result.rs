@@ -70,7 +70,17 @@ pub(super) fn write_result_json(plan: &TrialPlan, row: &TrialRow, rec: &Record) 
         &rec.phase_times,
         &rec.steps,
     );
-    if let Ok(text) = serde_json::to_string_pretty(&doc) {
-        let _ = std::fs::write(plan.trial_dir.join("result.json"), text);
+    let path = plan.trial_dir.join("result.json");
+    // The row is in the run store whatever happens here; Harbor's tools and `geode view` read
+    // this file, so a trial without one is said, not silently left out.
+    let written = serde_json::to_string_pretty(&doc)
+        .map_err(std::io::Error::other)
+        .and_then(|text| std::fs::write(&path, text));
+    if let Err(e) = written {
+        tracing::warn!(
+            "trial {}: {} not written: {e}",
+            row.trial_name,
+            path.display()
+        );
     }
 }

@@ -11,21 +11,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use serde_json::Value;
 
 use super::ModelError;
-use super::credentials::ApiKey;
 use super::errors::{Backoff, ErrorClass, Failure, RetryPolicy, classify, retry_after};
 use super::record::Recorder;
 use super::sse::{SseEvent, SseParser};
 use crate::conversation::Usage;
+use crate::error_chain::error_chain as chain;
 
 mod provider;
+pub mod wire;
 pub(crate) use provider::KeyHeader;
 pub use provider::{ProviderConfig, RouteOptions, provider_model};
+pub use wire::{ByteStream, SendError, StreamEnd, Transport, WireRequest, WireResponse};
 
 /// Timeouts and retries of one adapter.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,38 +47,6 @@ impl Default for HttpSettings {
     }
 }
 
-/// One HTTP POST with a JSON body. The credential travels apart from the other headers, so a
-/// recording can never pick it up.
-#[derive(Debug, Clone)]
-pub struct WireRequest {
-    pub url: String,
-    pub headers: Vec<(String, String)>,
-    pub auth: Option<(String, ApiKey)>,
-    pub body: Value,
-}
-
-pub type ByteStream = BoxStream<'static, Result<Bytes, String>>;
-
-pub struct WireResponse {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: ByteStream,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum SendError {
-    Connect(String),
-    Timeout(String),
-    /// A cassette has no recorded exchange for the request: never retried.
-    Unmatched(String),
-}
-
-/// Sends one request. The live one is reqwest; a cassette replays recorded exchanges.
-#[async_trait]
-pub trait Transport: Send + Sync {
-    async fn send(&self, request: &WireRequest) -> Result<WireResponse, SendError>;
-}
-
 pub struct ReqwestTransport {
     client: reqwest::Client,
 }
@@ -94,18 +62,6 @@ impl ReqwestTransport {
             })?;
         Ok(ReqwestTransport { client })
     }
-}
-
-/// The error and its sources on one line ("error sending request: connection refused").
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[async_trait]
@@ -237,15 +193,6 @@ pub struct CredentialHint {
     pub key_env: String,
     pub sources: String,
     pub account: String,
-}
-
-/// How a response stream ended, for recordings.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StreamEnd {
-    Complete,
-    Eof,
-    Error(String),
-    Idle,
 }
 
 enum AttemptError {

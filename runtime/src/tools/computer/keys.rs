@@ -4,7 +4,7 @@
 //! Keysyms are the layout-independent names of keys; the display side looks up which keycode
 //! of the server's keyboard map carries each one.
 
-use super::ComputerError;
+use super::action::ComputerError;
 
 /// Keysyms of the modifier keys a chord may hold.
 pub const SHIFT_L: u32 = 0xffe1;

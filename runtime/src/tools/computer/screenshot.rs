@@ -6,7 +6,7 @@
 //! high-detail mode shrinks the short edge to 768 px. The frame maps model coordinates back
 //! to the screen.
 
-use super::{ComputerError, Point};
+use super::action::{ComputerError, Point};
 
 /// Longest edge Anthropic takes without resizing.
 pub const MAX_LONG_EDGE: u32 = 1568;

@@ -12,9 +12,9 @@ use x11rb::protocol::xproto::{self, ConnectionExt as _, ImageFormat, ImageOrder}
 use x11rb::protocol::xtest::{self, ConnectionExt as _};
 use x11rb::rust_connection::RustConnection;
 
+use super::action::{ComputerAction, ComputerError, MAX_WAIT_MS, Point, ScrollDirection};
 use super::keys::{self, SHIFT_L};
 use super::screenshot::{self, Frame, Screenshot};
-use super::{ComputerAction, ComputerError, MAX_WAIT_MS, Point, ScrollDirection};
 
 /// Time for the applications to redraw after input, before the screenshot that shows it.
 const SETTLE: Duration = Duration::from_millis(300);

@@ -4,6 +4,7 @@
 //!
 //! Who may pull (credentials, token challenges) is [`auth`]'s; this module fetches.
 
+use geode_runtime::error_chain::error_chain;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
@@ -403,17 +404,6 @@ fn network(url: &str, e: &reqwest::Error) -> ImageError {
         url: url.to_string(),
         message: error_chain(e),
     }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// The start of an error body, for the message (registries explain themselves in JSON).

@@ -19,9 +19,12 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
-use super::server::Server;
+use super::user::{User, resolve_user};
+use super::views::Views;
 use crate::env::fsops::check_scope;
-use crate::env::sandbox::protocol::{ErrorKind, ExecResult, ExecSpec, ReplyError, View};
+use crate::env::sandbox::protocol::{
+    ErrorKind, ExecResult, ExecSpec, ReplyError, ServerSpec, View,
+};
 use geode_runtime::tools::workspace::OutputCapture;
 
 /// How long to keep reading output once the command's group is dead; a process that left the
@@ -42,16 +45,26 @@ pub(crate) enum ExecEvent {
     Cancel,
 }
 
+/// What a command needs of the server running it: the sandbox's spec, the views it enters,
+/// and the table of running commands a cancel finds it in. A trait, so the command runner
+/// does not depend on the server that calls it.
+pub(crate) trait Host {
+    fn spec(&self) -> &ServerSpec;
+    fn views(&self) -> Result<&Views, ReplyError>;
+    fn register(&self, id: u64, tx: mpsc::Sender<ExecEvent>);
+    fn unregister(&self, id: u64);
+}
+
 fn fail(kind: ErrorKind, message: String) -> ReplyError {
     ReplyError { kind, message }
 }
 
-pub(crate) fn run(server: &Server, id: u64, spec: ExecSpec) -> Result<ExecResult, ReplyError> {
+pub(crate) fn run(server: &dyn Host, id: u64, spec: ExecSpec) -> Result<ExecResult, ReplyError> {
     let cwd = resolve_cwd(server, &spec);
     if let Some(scope) = &spec.scope {
         check_scope(&cwd, scope)?;
     }
-    let user = match spec.user.as_ref().or(server.spec.user.as_ref()) {
+    let user = match spec.user.as_ref().or(server.spec().user.as_ref()) {
         Some(u) => Some(resolve_user(u)?),
         None => None,
     };
@@ -143,11 +156,11 @@ pub(crate) fn run(server: &Server, id: u64, spec: ExecSpec) -> Result<ExecResult
 }
 
 /// The command's working directory: the workdir, or `cwd` against it.
-fn resolve_cwd(server: &Server, spec: &ExecSpec) -> String {
+fn resolve_cwd(server: &dyn Host, spec: &ExecSpec) -> String {
     match &spec.cwd {
-        None => server.spec.workdir.clone(),
+        None => server.spec().workdir.clone(),
         Some(dir) if dir.starts_with('/') => dir.clone(),
-        Some(dir) => Path::new(&server.spec.workdir)
+        Some(dir) => Path::new(&server.spec().workdir)
             .join(dir)
             .to_string_lossy()
             .into_owned(),
@@ -156,10 +169,10 @@ fn resolve_cwd(server: &Server, spec: &ExecSpec) -> String {
 
 /// The command's whole environment: the defaults a login would give, the user's, the
 /// image's, then the request's (later values win).
-fn command_env(server: &Server, spec: &ExecSpec, user: Option<&User>) -> Vec<(String, String)> {
+fn command_env(server: &dyn Host, spec: &ExecSpec, user: Option<&User>) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
         ("PATH".into(), DEFAULT_PATH.into()),
-        ("HOSTNAME".into(), server.spec.hostname.clone()),
+        ("HOSTNAME".into(), server.spec().hostname.clone()),
         ("HOME".into(), "/root".into()),
     ];
     if let Some(u) = user {
@@ -167,7 +180,7 @@ fn command_env(server: &Server, spec: &ExecSpec, user: Option<&User>) -> Vec<(St
         env.push(("USER".into(), u.name.clone()));
         env.push(("LOGNAME".into(), u.name.clone()));
     }
-    env.extend(server.spec.env.iter().cloned());
+    env.extend(server.spec().env.iter().cloned());
     env.extend(spec.env.iter().cloned());
     env
 }
@@ -254,82 +267,4 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),
     }
-}
-
-pub(crate) struct User {
-    pub name: String,
-    pub uid: u32,
-    pub gid: u32,
-    /// Supplementary groups: those `/etc/group` lists the user in, as docker gives them.
-    pub groups: Vec<u32>,
-    pub home: String,
-}
-
-/// `name`, `uid`, `name:group` or `uid:gid`, looked up in the sandbox's /etc/passwd and
-/// /etc/group (Docker's USER syntax).
-pub(crate) fn resolve_user(spec: &str) -> Result<User, ReplyError> {
-    let (user_part, group_part) = match spec.split_once(':') {
-        Some((u, g)) => (u, Some(g)),
-        None => (spec, None),
-    };
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let entry = passwd.lines().find_map(|line| {
-        let f: Vec<&str> = line.split(':').collect();
-        (f.len() >= 6 && (f[0] == user_part || f[2] == user_part)).then(|| {
-            (
-                f[0].to_string(),
-                f[2].parse::<u32>().ok(),
-                f[3].parse::<u32>().ok(),
-                f[5].to_string(),
-            )
-        })
-    });
-    let (name, uid, gid, home) = match entry {
-        Some((name, Some(uid), Some(gid), home)) => (name, uid, gid, home),
-        _ => match user_part.parse::<u32>() {
-            Ok(uid) => (user_part.to_string(), uid, uid, "/".to_string()),
-            Err(_) => {
-                return Err(fail(
-                    ErrorKind::NotFound,
-                    format!("user {user_part:?} is not in the sandbox's /etc/passwd"),
-                ));
-            }
-        },
-    };
-    let gid = match group_part {
-        None => gid,
-        Some(g) => match g.parse::<u32>() {
-            Ok(n) => n,
-            Err(_) => std::fs::read_to_string("/etc/group")
-                .unwrap_or_default()
-                .lines()
-                .find_map(|line| {
-                    let f: Vec<&str> = line.split(':').collect();
-                    (f.len() >= 3 && f[0] == g).then(|| f[2].parse::<u32>().ok())?
-                })
-                .ok_or_else(|| {
-                    fail(
-                        ErrorKind::NotFound,
-                        format!("group {g:?} is not in /etc/group"),
-                    )
-                })?,
-        },
-    };
-    let groups = std::fs::read_to_string("/etc/group")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split(':').collect();
-            let listed = f.len() >= 4 && f[3].split(',').any(|m| m == name);
-            listed.then(|| f[2].parse::<u32>().ok())?
-        })
-        .filter(|g| *g != gid)
-        .collect();
-    Ok(User {
-        name,
-        uid,
-        gid,
-        groups,
-        home,
-    })
 }

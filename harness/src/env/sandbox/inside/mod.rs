@@ -12,5 +12,7 @@ mod rootfs;
 mod seccomp;
 pub(crate) mod server;
 pub(crate) mod setup;
+mod step;
+mod user;
 mod views;
 mod watch;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use nix::mount::{MsFlags, mount};
 use nix::sys::stat::{Mode, SFlag};
 
-use super::setup::{SetupResult, ctx};
+use super::step::{SetupResult, ctx};
 use crate::env::sandbox::protocol::{INBOX, RootSpec, ServerSpec, UPPER_MOUNT, VERIFIER_MOUNT};
 
 /// What `--base host` adds to the root.

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::exec::{self, ExecEvent};
+use super::exec::{self, ExecEvent, Host};
 use super::init;
 use super::setup;
 use super::views::Views;
@@ -39,6 +39,34 @@ pub(crate) struct Server {
     tool_cgroups: Vec<std::os::fd::OwnedFd>,
     /// The watch of the layer while a verifier runs, or why it could not start.
     watch: Mutex<Option<Result<super::watch::LayerWatch, String>>>,
+}
+
+impl exec::Host for Server {
+    fn spec(&self) -> &ServerSpec {
+        &self.spec
+    }
+
+    fn views(&self) -> Result<&Views, ReplyError> {
+        match self.views.get() {
+            Some(Ok(views)) => Ok(views),
+            Some(Err(e)) => Err(ReplyError {
+                kind: ErrorKind::Other,
+                message: e.clone(),
+            }),
+            None => Err(ReplyError {
+                kind: ErrorKind::Other,
+                message: "the sandbox's views are not ready".into(),
+            }),
+        }
+    }
+
+    fn register(&self, id: u64, tx: Sender<ExecEvent>) {
+        self.lock_running().insert(id, tx);
+    }
+
+    fn unregister(&self, id: u64) {
+        self.lock_running().remove(&id);
+    }
 }
 
 impl Server {
@@ -118,28 +146,6 @@ impl Server {
         match self.running.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
-        }
-    }
-
-    pub(crate) fn register(&self, id: u64, tx: Sender<ExecEvent>) {
-        self.lock_running().insert(id, tx);
-    }
-
-    pub(crate) fn unregister(&self, id: u64) {
-        self.lock_running().remove(&id);
-    }
-
-    pub(crate) fn views(&self) -> Result<&Views, ReplyError> {
-        match self.views.get() {
-            Some(Ok(views)) => Ok(views),
-            Some(Err(e)) => Err(ReplyError {
-                kind: ErrorKind::Other,
-                message: e.clone(),
-            }),
-            None => Err(ReplyError {
-                kind: ErrorKind::Other,
-                message: "the sandbox's views are not ready".into(),
-            }),
         }
     }
 

@@ -19,6 +19,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::CloneFlags;
 
+use super::step::{SetupResult, ctx};
 use crate::env::sandbox::protocol::{Network, ServerSpec};
 
 /// The namespace's init, the agent that serves requests, and what set-up recorded.
@@ -29,15 +30,6 @@ pub(crate) struct Entered {
     pub agent: Child,
     pub pid_namespace: String,
     pub notes: Vec<String>,
-}
-
-pub(super) type SetupResult<T> = Result<T, String>;
-
-pub(super) fn ctx<T, E: std::fmt::Display>(
-    r: Result<T, E>,
-    what: impl FnOnce() -> String,
-) -> SetupResult<T> {
-    r.map_err(|e| format!("{}: {e}", what()))
 }
 
 /// Make every mount of this (new) mount namespace private: nothing mounted here propagates

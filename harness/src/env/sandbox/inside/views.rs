@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 
 use seccompiler::BpfProgram;
 
-use super::exec::User;
+use super::user::User;
 use crate::env::sandbox::protocol::{INBOX, UPPER_MOUNT, VERIFIER_MOUNT, View};
 
 /// Capabilities that commands keep: Docker's default set without CAP_MKNOD (with no device
