@@ -168,7 +168,7 @@ fn repl_in_a_terminal(d: &std::path::Path) -> (Repl, File, Screen) {
 }
 
 /// `lib.rs` and a script whose one call edits `let x = 1` into `let x = 2`.
-fn edit_fixture(d: &std::path::Path) {
+pub(super) fn edit_fixture(d: &std::path::Path) {
     std::fs::write(d.join("lib.rs"), "fn main() {\n    let x = 1;\n}\n").unwrap();
     std::fs::write(
         d.join("script.toml"),

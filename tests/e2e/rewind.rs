@@ -10,20 +10,13 @@ use super::repl::in_terminal;
 
 const ORIGINAL: &str = "fn main() {\n    let x = 1;\n}\n";
 
-/// Turn 1 edits `x = 1` into `x = 2`; turn 2's command makes it `x = 3` and creates made.txt.
+/// Turn 1 edits `x = 1` into `x = 2` (the REPL tests' edit fixture); turn 2's command makes
+/// it `x = 3` and creates made.txt.
 fn fixture(d: &Path) {
-    std::fs::write(d.join("lib.rs"), ORIGINAL).unwrap();
-    std::fs::write(
-        d.join("script.toml"),
+    super::repl::edit_fixture(d);
+    let mut script = std::fs::read_to_string(d.join("script.toml")).unwrap();
+    script.push_str(
         r#"
-[[turns]]
-text = "Editing."
-[[turns.tool_calls]]
-id = "e1"
-name = "edit_file"
-input = { path = "lib.rs", old_string = "    let x = 1;", new_string = "    let x = 2;" }
-[[turns]]
-text = "Edited."
 [[turns]]
 text = "Running it."
 [[turns.tool_calls]]
@@ -33,8 +26,8 @@ input = { command = "sed -i 's/x = 2/x = 3/' lib.rs && echo made > made.txt" }
 [[turns]]
 text = "Ran it."
 "#,
-    )
-    .unwrap();
+    );
+    std::fs::write(d.join("script.toml"), script).unwrap();
 }
 
 fn lib(d: &Path) -> String {
