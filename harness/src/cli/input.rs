@@ -279,8 +279,12 @@ mod tests {
     #[test]
     fn slash_commands_complete_at_the_start_of_the_line_only() {
         assert_eq!(
-            complete_command("/re", 3),
+            complete_command("/res", 4),
             Some(vec!["/resume ".to_string()])
+        );
+        assert_eq!(
+            complete_command("/re", 3),
+            Some(vec!["/rewind ".to_string(), "/resume ".to_string()])
         );
         let all = complete_command("/", 1).unwrap();
         assert!(all.contains(&"/help ".to_string()) && all.contains(&"/hooks ".to_string()));
