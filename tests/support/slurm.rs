@@ -182,11 +182,14 @@ impl Cluster {
     /// the workers) killed at once.
     pub fn kill_node(&mut self, i: usize) {
         let node = &mut self.nodes[i];
+        // Every process of the node at once, its trials' workers with slurmd: a worker left
+        // running while slurmd goes down first can finish its trial and write the very result
+        // the test means to lose (seen on a loaded machine).
+        kill_netns_pids(&node.netns);
         if let Some(mut c) = node.slurmd.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
-        kill_netns_pids(&node.netns);
     }
 
     /// slurmctld stops answering for `how_long` (SIGSTOP, then SIGCONT), as a controller does
@@ -268,8 +271,15 @@ fn kill_netns_pids(netns: &str) {
         .args(["netns", "pids", netns])
         .output()
         .unwrap();
-    for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-        let _ = Command::new("kill").args(["-9", pid]).status();
+    // Signalled from here, not by a `kill` process per pid: the node dies in one go.
+    for pid in String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+    {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 
