@@ -63,8 +63,9 @@ impl ToolExecutor {
         let named = matches!(pending.tool.spec.resource_keys, ResourceKeyRule::PathArgs)
             && pending.tool.binding.starts_with("builtin:")
             && !pending.paths.is_empty();
-        let files: Vec<PathBuf> = pending.paths.iter().map(|(_, p)| p.clone()).collect();
-        match history.before(named.then_some(files.as_slice())) {
+        let files: Option<Vec<PathBuf>> =
+            named.then(|| pending.paths.iter().map(|(_, p)| p.clone()).collect());
+        match history.before(files.as_deref()) {
             Ok(watch) => Ok(Some(watch)),
             Err(e) => deny(
                 PipelineStep::Receipt,
