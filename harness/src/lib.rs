@@ -11,7 +11,8 @@ pub mod curate;
 pub mod datasets;
 #[cfg(test)]
 mod enum_names;
-pub mod env;
+/// The environment subsystem is its own crate (`harness/env`); `crate::env` keeps its paths.
+pub use geode_env as env;
 pub mod home;
 pub mod pack;
 pub mod rollout;

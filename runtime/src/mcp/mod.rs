@@ -12,6 +12,7 @@
 
 #[cfg(feature = "mcp")]
 pub mod client;
+#[cfg(feature = "mcp")]
 mod connection;
 #[cfg(feature = "mcp")]
 pub mod http;

@@ -1,0 +1,228 @@
+//! Pulling an image into the store: its manifest resolved through the mirrors, then the
+//! registry, and its layers downloaded a few at a time, each verified and unpacked once.
+
+use std::io::{self};
+use std::path::PathBuf;
+
+use futures::{StreamExt as _, TryStreamExt as _};
+
+use super::{ImageStore, LayerBlob, PARALLEL_LAYERS, hex_of, now, short};
+use crate::image::manifest::{self, Descriptor, digest_hex};
+use crate::image::registry::{self, Client, Session};
+use crate::image::{ImageError, ImageSource, PullOptions, Reference, StoredImage};
+
+impl ImageStore {
+    /// Pulls the image from its registry (mirrors first), unless it is pinned by digest and
+    /// already here. Layers already in the store are not downloaded again.
+    pub async fn pull(
+        &self,
+        reference: &Reference,
+        opts: &PullOptions,
+    ) -> Result<StoredImage, ImageError> {
+        self.pull_via(reference, opts, true).await
+    }
+
+    /// `with_registry: false` tries the mirrors only (tests: a mirror of `docker.io` must not
+    /// fall back to the real one).
+    pub(crate) async fn pull_via(
+        &self,
+        reference: &Reference,
+        opts: &PullOptions,
+        with_registry: bool,
+    ) -> Result<StoredImage, ImageError> {
+        if reference.digest().is_some() {
+            let pinned = reference.clone();
+            if let Some(image) = self.blocking(move |store| store.get(&pinned)).await? {
+                return Ok(image);
+            }
+        }
+        let client_opts = opts.clone();
+        let client = self.blocking(move |_| Client::new(&client_opts)).await?;
+        let endpoints = registry::endpoints(reference.registry(), &opts.mirrors, with_registry);
+        let mut last = None;
+        for (i, endpoint) in endpoints.iter().enumerate() {
+            match self.pull_from(&client, endpoint, reference).await {
+                Ok(image) => return Ok(image),
+                Err(e) => {
+                    if let Some(next) = endpoints.get(i + 1) {
+                        client.progress(&format!(
+                            "{reference}: {} failed ({e}); trying {}",
+                            endpoint.base, next.base
+                        ));
+                    }
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| ImageError::Network {
+            url: reference.registry().to_string(),
+            message: "no mirror configured and the registry itself excluded".into(),
+        }))
+    }
+
+    pub(super) async fn pull_from(
+        &self,
+        client: &Client,
+        endpoint: &registry::Endpoint,
+        reference: &Reference,
+    ) -> Result<StoredImage, ImageError> {
+        let session = client.session(endpoint, reference);
+        let resolved = session.resolve(reference).await?;
+        client.progress(&format!(
+            "{reference}: manifest {} from {}",
+            resolved.manifest_digest, endpoint.base
+        ));
+        let name = reference.to_string();
+        let bad = |what: String| ImageError::BadManifest {
+            reference: name.clone(),
+            location: endpoint.base.clone(),
+            what,
+        };
+        let config_desc = &resolved.manifest.config;
+        if !manifest::config_media_type_ok(config_desc.media_type.as_deref()) {
+            return Err(ImageError::UnsupportedMediaType {
+                reference: name.clone(),
+                media_type: config_desc.media_type.clone().unwrap_or_default(),
+                what: "the image config".into(),
+            });
+        }
+        digest_hex(&config_desc.digest).map_err(|e| bad(format!("config: {e}")))?;
+        let config_digest = config_desc.digest.clone();
+        let stored = self
+            .blocking(move |store| store.read_blob(&config_digest))
+            .await?;
+        let config_bytes = match stored {
+            Some(bytes) => bytes,
+            None => {
+                let bytes = session.blob_bytes(&config_desc.digest).await?;
+                let (digest, copy) = (config_desc.digest.clone(), bytes.clone());
+                self.blocking(move |store| store.put_blob(&digest, &copy))
+                    .await?;
+                bytes
+            }
+        };
+        let (config, diff_ids) = manifest::parse_config(&config_bytes).map_err(bad)?;
+        let layers = &resolved.manifest.layers;
+        if diff_ids.len() != layers.len() {
+            return Err(bad(format!(
+                "the manifest has {} layers and the config {} diff ids",
+                layers.len(),
+                diff_ids.len()
+            )));
+        }
+        for desc in layers {
+            if !manifest::layer_media_type_ok(desc.media_type.as_deref()) {
+                return Err(ImageError::UnsupportedMediaType {
+                    reference: name.clone(),
+                    media_type: desc.media_type.clone().unwrap_or_default(),
+                    what: format!("layer {}", desc.digest),
+                });
+            }
+            digest_hex(&desc.digest).map_err(|e| bad(format!("layer: {e}")))?;
+        }
+        // The futures are made up front (not in a stream's closure) so that the pull's future
+        // stays `Send` for callers that spawn it.
+        let total = layers.len();
+        let pending: Vec<_> = layers
+            .iter()
+            .zip(&diff_ids)
+            .enumerate()
+            .map(|(i, (desc, diff_id))| {
+                self.pull_layer(client, &session, &name, desc, diff_id, (i + 1, total))
+            })
+            .collect();
+        let paths: Vec<PathBuf> = futures::stream::iter(pending)
+            .buffered(PARALLEL_LAYERS)
+            .try_collect()
+            .await?;
+        let layer_ids: Vec<String> = diff_ids.iter().map(|d| hex_of(d).to_string()).collect();
+        let mut digests = vec![resolved.digest.clone()];
+        if resolved.manifest_digest != resolved.digest {
+            digests.push(resolved.manifest_digest.clone());
+        }
+        let (base, config_digest) = (endpoint.base.clone(), config_desc.digest.clone());
+        let resolved_digest = resolved.digest.clone();
+        self.blocking(move |store| {
+            let image = StoredImage {
+                reference: name,
+                digest: resolved_digest,
+                config,
+                size_bytes: store.layers_size(&layer_ids),
+                layers: paths,
+                source: ImageSource::Pulled { registry_url: base },
+                created: now(),
+            };
+            store.record(&image, layer_ids, vec![config_digest], digests, true)?;
+            Ok(image)
+        })
+        .await
+    }
+
+    /// Runs store file work off the async threads.
+    pub(super) async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&ImageStore) -> Result<T, ImageError> + Send + 'static,
+    ) -> Result<T, ImageError> {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || work(&store))
+            .await
+            .map_err(|e| {
+                ImageError::io(&self.root, "a store task", io::Error::other(e.to_string()))
+            })?
+    }
+
+    pub(super) async fn pull_layer(
+        &self,
+        client: &Client,
+        session: &Session<'_>,
+        name: &str,
+        desc: &Descriptor,
+        diff_id: &str,
+        (n, total): (usize, usize),
+    ) -> Result<PathBuf, ImageError> {
+        let id = hex_of(diff_id).to_string();
+        let (known, blob_digest) = (id.clone(), desc.digest.clone());
+        let (present, blob) = self
+            .blocking(move |store| {
+                let blob = store.blob_path(&blob_digest)?;
+                Ok((store.layer(&known), blob))
+            })
+            .await?;
+        if let Some(path) = present {
+            client.progress(&format!("{name}: layer {n}/{total} already present"));
+            return Ok(path);
+        }
+        if !tokio::fs::try_exists(&blob).await.unwrap_or(false) {
+            let size = desc
+                .size
+                .map_or("? bytes".to_string(), |s| format!("{s} bytes"));
+            client.progress(&format!(
+                "{name}: downloading layer {} ({size})",
+                short(&desc.digest)
+            ));
+            let part = self
+                .root
+                .join("tmp")
+                .join(format!("{}.part", uuid::Uuid::new_v4()));
+            session.blob_to_file(&desc.digest, desc.size, &part).await?;
+            tokio::fs::rename(&part, &blob)
+                .await
+                .map_err(|e| ImageError::io(&blob, "storing a downloaded blob", e))?;
+        }
+        let (digest, diff_id, owned_name) =
+            (desc.digest.clone(), diff_id.to_string(), name.to_string());
+        let path = self
+            .blocking(move |store| {
+                let layer = LayerBlob {
+                    path: &blob,
+                    label: &blob,
+                    digest: Some(&digest),
+                    diff_id: &diff_id,
+                };
+                store.unpack_blob(&id, &layer, &owned_name, true)
+            })
+            .await?;
+        client.progress(&format!("{name}: layer {n}/{total} unpacked"));
+        Ok(path)
+    }
+}
