@@ -226,7 +226,7 @@ fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
         schema: CONFIG_SCHEMA.into(),
         pack: std::fs::canonicalize(&pack)
             .with_context(|| format!("task pack {}", pack.display()))?,
-        model: model.to_string(),
+        model,
         attempts: args.attempts,
         concurrency: args.concurrency.max(1),
         seed: args.seed,

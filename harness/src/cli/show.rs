@@ -18,7 +18,6 @@ use geode_graders::{
 use geode_harness::env::{Backend, Sandbox};
 use geode_harness::pack::{Task, TaskPack};
 use geode_harness::rollout::images::ImageCache;
-use geode_harness::rollout::job::RunConfig;
 use geode_harness::rollout::trial::{WORKSPACE_DIR, environment_spec};
 use geode_harness::store::{GradeRow, RunStore};
 use geode_runtime::model::http::RouteOptions;
@@ -211,10 +210,17 @@ async fn grade_in_sandbox(
     grade
 }
 
+/// What grading needs of a run's `config.json`: its pack. Read alone, so a run whose route
+/// this geode no longer knows (a model the catalog retired) can still be graded again.
+#[derive(serde::Deserialize)]
+struct GradedRun {
+    pack: std::path::PathBuf,
+}
+
 pub async fn grade(a: GradeArgs) -> anyhow::Result<Exit> {
     let run_dir = a.jobs_dir.join(&a.run);
     let cfg_path = run_dir.join("config.json");
-    let config: RunConfig = serde_json::from_str(
+    let config: GradedRun = serde_json::from_str(
         &std::fs::read_to_string(&cfg_path)
             .with_context(|| format!("reading {}", cfg_path.display()))?,
     )

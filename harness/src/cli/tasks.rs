@@ -133,7 +133,7 @@ async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Res
         let config = RunConfig {
             schema: CONFIG_SCHEMA.into(),
             pack: pack_dir.clone(),
-            model: model.into(),
+            model: model.parse()?,
             attempts: k,
             concurrency: n.max(1),
             seed: 0,

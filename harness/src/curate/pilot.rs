@@ -55,7 +55,9 @@ impl PilotRunner for RunPilot {
         let config = RunConfig {
             schema: CONFIG_SCHEMA.into(),
             pack,
-            model: agent.to_string(),
+            model: agent
+                .parse()
+                .map_err(|e: geode_runtime::model::ModelError| format!("agent {agent}: {e}"))?,
             attempts: trials,
             concurrency: 1,
             seed,

@@ -111,7 +111,7 @@ pub fn job_config(config: &RunConfig, run_id: &str, jobs_dir: &Path) -> Value {
             "timeout_multiplier": config.timeout_multiplier,
             "retry": retry(config),
             "environment": environment(config.backend),
-            "agents": [agent(&config.model)],
+            "agents": [agent(&config.model.to_string())],
             "datasets": [dataset],
         }),
     )
@@ -125,7 +125,7 @@ pub fn job_lock(lock: &RunLock, config: &RunConfig, pack: &TaskPack, created: &s
         for _ in 0..config.attempts {
             trials.push(trial_lock(
                 task,
-                &config.model,
+                &config.model.to_string(),
                 config.timeout_multiplier,
                 config.backend,
             ));

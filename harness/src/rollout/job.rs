@@ -7,7 +7,6 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use geode_runtime::model::catalog::Route;
 use tokio_util::sync::CancellationToken;
 
 use super::harbor;
@@ -52,7 +51,6 @@ pub async fn start_run(
     observer: Arc<dyn RunObserver>,
     cancel: CancellationToken,
 ) -> Result<RunOutcome, RunError> {
-    let route: Route = config.model.parse()?;
     let pack = load_pack(&config)?;
     std::fs::create_dir_all(jobs_dir).map_err(|e| files_err(jobs_dir, e))?;
     let store = RunStore::open(&jobs_dir.join(crate::store::STORE_FILE))?;
@@ -75,7 +73,7 @@ pub async fn start_run(
             created,
             pack_path: config.pack.display().to_string(),
             pack_hash: lock.pack_hash.clone(),
-            model_route: config.model.clone(),
+            model_route: config.model.to_string(),
             scaffold_hash: lock.scaffold_hash.clone(),
             seed: config.seed,
             attempts: config.attempts,
@@ -86,7 +84,6 @@ pub async fn start_run(
     )?;
     execute(
         config,
-        route,
         pack,
         store,
         run_id,
@@ -122,7 +119,6 @@ pub async fn resume_run(
     if let Some(n) = options.concurrency {
         config.concurrency = n;
     }
-    let route: Route = config.model.parse()?;
     let stored: RunLock = read_json(&run_dir.join("lock.json"))?;
     let pack = load_pack(&config)?;
     let lock = lock_for(&config, &pack);
@@ -158,7 +154,6 @@ pub async fn resume_run(
     store.set_run_status(run_id, "running")?;
     execute(
         config,
-        route,
         pack,
         store,
         run_id.to_string(),
@@ -174,7 +169,6 @@ pub async fn resume_run(
 #[allow(clippy::too_many_arguments)]
 async fn execute(
     config: RunConfig,
-    route: Route,
     pack: TaskPack,
     store: RunStore,
     run_id: String,
@@ -186,7 +180,7 @@ async fn execute(
 ) -> Result<RunOutcome, RunError> {
     let kept = kept_trials(&store, &run_id, rerun_exceptions)?;
     let n_total_trials = pack.tasks.len() * config.attempts as usize;
-    let plans = plan_trials(&config, &route, pack.tasks, &run_id, &run_dir, &kept);
+    let plans = plan_trials(&config, pack.tasks, &run_id, &run_dir, &kept);
     observer.started(&run_id, plans.len() + kept.len(), kept.len());
     let shared = RunLedger {
         config,
@@ -266,7 +260,7 @@ fn write_run_end(
         &harbor::job_result(&harbor::JobEnd {
             run_id,
             pack: &shared.config.pack,
-            model_route: &shared.config.model,
+            model_route: &shared.config.model.to_string(),
             started: started.as_deref().unwrap_or(&finished_at),
             finished: &finished_at,
             n_total_trials,

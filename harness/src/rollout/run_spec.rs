@@ -28,7 +28,9 @@ pub const CONFIG_SCHEMA: &str = "geode.run-config.v1";
 pub struct RunConfig {
     pub schema: String,
     pub pack: PathBuf,
-    pub model: String,
+    /// Parsed where it enters (the flag, or `config.json` on resume) and written back through
+    /// its `Display`, so the file holds the text the person gave.
+    pub model: Route,
     pub attempts: u32,
     pub concurrency: usize,
     pub seed: u64,
@@ -62,9 +64,6 @@ pub enum RunError {
     Files { path: String, message: String },
     #[error("run {run}: {message}")]
     Resume { run: String, message: String },
-    /// The run's model route does not parse (a config written by hand or by an older geode).
-    #[error(transparent)]
-    Route(#[from] geode_runtime::model::ModelError),
     #[error(transparent)]
     Slurm(#[from] SlurmError),
     #[error("the pack has no task to run{0}")]
@@ -84,7 +83,7 @@ pub struct RunLock {
     pub schema: String,
     pub pack_hash: String,
     pub tasks: Vec<(String, String)>,
-    pub model: String,
+    pub model: Route,
     pub attempts: u32,
     pub seed: u64,
     pub tasks_glob: Option<String>,
@@ -166,7 +165,6 @@ pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, 
 /// One plan for every task and attempt that is not kept.
 pub(crate) fn plan_trials(
     config: &RunConfig,
-    route: &Route,
     tasks: Vec<Task>,
     run_id: &str,
     run_dir: &Path,
@@ -191,7 +189,7 @@ pub(crate) fn plan_trials(
                 model_seed: seed,
                 task: task.clone(),
                 attempt,
-                route: route.clone(),
+                route: config.model.clone(),
                 scaffold: scaffold.clone(),
                 timeout_multiplier: config.timeout_multiplier,
                 sealed_paths: Vec::new(),
@@ -212,7 +210,7 @@ mod tests {
         RunConfig {
             schema: CONFIG_SCHEMA.into(),
             pack: PathBuf::from("pack"),
-            model: "oracle".into(),
+            model: "oracle".parse().unwrap(),
             attempts: 1,
             concurrency: 1,
             seed: 0,
@@ -244,5 +242,35 @@ mod tests {
         json.as_object_mut().unwrap().remove("base");
         let old: RunConfig = serde_json::from_value(json).unwrap();
         assert_eq!(old.base, BaseMode::Image);
+    }
+
+    #[test]
+    fn the_route_is_parsed_once_and_written_back_as_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        let mut json = serde_json::to_value(config(BaseMode::Image)).unwrap();
+        json["model"] = "flaky-oracle:0.25:tamper".into();
+        std::fs::write(&path, json.to_string()).unwrap();
+        let read: RunConfig = read_json(&path).unwrap();
+        assert_eq!(
+            read.model,
+            Route::Embedded(geode_runtime::model::catalog::EmbeddedRoute::FlakyOracle {
+                p: 0.25,
+                tamper: true
+            })
+        );
+        assert_eq!(
+            serde_json::to_value(&read).unwrap()["model"],
+            "flaky-oracle:0.25:tamper"
+        );
+
+        // A route no geode knows is refused where the file is read, naming the file.
+        json["model"] = "no-such-provider:x".into();
+        std::fs::write(&path, json.to_string()).unwrap();
+        let err = read_json::<RunConfig>(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("config.json") && err.contains("no-such-provider"),
+            "{err}"
+        );
     }
 }

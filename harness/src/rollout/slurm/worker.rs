@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use geode_runtime::model::catalog::Route;
 use tokio_util::sync::CancellationToken;
 
 use super::SlurmError;
@@ -41,12 +40,10 @@ pub fn run_plans(
     spec: &ArraySpec,
     config: &RunConfig,
 ) -> Result<HashMap<String, TrialPlan>, RunError> {
-    let route: Route = config.model.parse()?;
     let pack = run_spec::load_pack(config)?;
     let run_dir = spec.jobs_dir.join(&spec.run_id);
     Ok(run_spec::plan_trials(
         config,
-        &route,
         pack.tasks,
         &spec.run_id,
         &run_dir,
