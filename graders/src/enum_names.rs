@@ -10,6 +10,7 @@ fn strum_and_serde_names_agree() {
     use crate::grade::CheckStatus;
     use crate::integrity::IntegrityKind;
     use crate::outcome::TrialOutcome;
+    use crate::parsers::ReportFormat;
     use crate::validity::TaskFlag;
 
     names_agree::<IntegrityKind>();
@@ -19,5 +20,7 @@ fn strum_and_serde_names_agree() {
     names_agree::<TrialOutcome>();
     parses_back::<TrialOutcome>();
     names_agree::<TaskFlag>();
+    names_agree::<ReportFormat>();
+    parses_back::<ReportFormat>();
     parses_back::<TaskFlag>();
 }

@@ -7,14 +7,20 @@ use check::{names_agree, parses_back};
 
 #[test]
 fn strum_and_serde_names_agree() {
+    use crate::agent::TerminationReason;
+    use crate::agent::durable::FaultPoint;
+    use crate::agent::restore::Disposition;
     use crate::conversation::ImageMediaType;
     use crate::hooks::{HookDecisionKind, HookEventKind};
+    use crate::model::catalog::ProviderKind;
     use crate::model::effort::Effort;
     use crate::model::errors::ErrorClass;
     use crate::policy::{SafetyLevel, SessionMode};
+    use crate::store::checkpoint::SavePoint;
     use crate::store::checkpoint::SessionStatus;
     use crate::store::receipts::{ReceiptState, ReconcileOutcome};
     use crate::store::timeline::PipelineStep;
+    use crate::tools::approval::PermissionMode;
     use crate::tools::computer::{ActionKind, ScrollDirection};
 
     names_agree::<Effort>();
@@ -42,4 +48,16 @@ fn strum_and_serde_names_agree() {
     parses_back::<ScrollDirection>();
     names_agree::<ImageMediaType>();
     parses_back::<ImageMediaType>();
+    names_agree::<TerminationReason>();
+    parses_back::<TerminationReason>();
+    names_agree::<ProviderKind>();
+    parses_back::<ProviderKind>();
+    names_agree::<Disposition>();
+    parses_back::<Disposition>();
+    names_agree::<SavePoint>();
+    parses_back::<SavePoint>();
+    // Not serde types: a fault point is an environment variable's value, a permission mode a
+    // command's word; their one spelling is strum's.
+    parses_back::<FaultPoint>();
+    parses_back::<PermissionMode>();
 }

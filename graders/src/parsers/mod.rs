@@ -38,6 +38,8 @@ impl ParseError {
 /// The formats the parsers know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
+#[strum(serialize_all = "snake_case")]
 pub enum ReportFormat {
     Ctrf,
     Junit,
@@ -49,14 +51,7 @@ pub enum ReportFormat {
 
 impl ReportFormat {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ReportFormat::Ctrf => "ctrf",
-            ReportFormat::Junit => "junit",
-            ReportFormat::PytestSummary => "pytest",
-            ReportFormat::GoTestJson => "go_test_json",
-            ReportFormat::Tap => "tap",
-            ReportFormat::PassFailLines => "pass_fail_lines",
-        }
+        self.into()
     }
 
     /// Parse `text` (read from `file`, which only names it in errors) in this format.

@@ -28,7 +28,18 @@ use crate::store::checkpoint::SavePoint;
 pub const STATE_SCHEMA: &str = "geode.checkpoint-state.v1";
 
 /// Where a test may stop a running `geode` to kill it (see `FaultInjection`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
+#[strum(serialize_all = "snake_case")]
 pub enum FaultPoint {
     /// The pending batch is saved; no tool of it has been dispatched.
     BeforeDispatch,
@@ -40,21 +51,11 @@ pub enum FaultPoint {
 
 impl FaultPoint {
     pub fn as_str(self) -> &'static str {
-        match self {
-            FaultPoint::BeforeDispatch => "before_dispatch",
-            FaultPoint::AfterDispatch => "after_dispatch",
-            FaultPoint::DuringCompaction => "during_compaction",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<FaultPoint> {
-        [
-            FaultPoint::BeforeDispatch,
-            FaultPoint::AfterDispatch,
-            FaultPoint::DuringCompaction,
-        ]
-        .into_iter()
-        .find(|p| p.as_str() == s)
+        s.parse().ok()
     }
 }
 

@@ -117,8 +117,10 @@ pub(crate) fn load_from(store: &CheckpointStore) -> Result<LoadedCheckpoint, Sto
 }
 
 /// How a call of the pending batch is settled at resume.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
+#[strum(serialize_all = "snake_case")]
 pub enum Disposition {
     /// Started, outcome unknown: not run again, reported.
     Uncertain,
@@ -132,12 +134,7 @@ pub enum Disposition {
 
 impl Disposition {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Disposition::Uncertain => "uncertain",
-            Disposition::Committed => "committed",
-            Disposition::Reconciled => "reconciled",
-            Disposition::Rerun => "rerun",
-        }
+        self.into()
     }
 }
 

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 /// The verdict on a finished turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "verdict", rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum Verdict {
     Passed,
     /// The repair budget ran out with these misses left.
@@ -22,13 +24,9 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// The verdict's tag, as serde writes it.
     pub fn name(&self) -> &'static str {
-        match self {
-            Verdict::Passed => "passed",
-            Verdict::Failed { .. } => "failed",
-            Verdict::Skipped => "skipped",
-            Verdict::Escalated { .. } => "escalated",
-        }
+        self.into()
     }
 }
 
@@ -112,6 +110,19 @@ pub fn repair_instruction(misses: &[String], instruction: Option<&str>) -> Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_verdicts_name_is_its_serde_tag() {
+        for v in [
+            Verdict::Passed,
+            Verdict::Failed { misses: vec![] },
+            Verdict::Skipped,
+            Verdict::Escalated { reason: "r".into() },
+        ] {
+            let json = serde_json::to_value(&v).unwrap();
+            assert_eq!(json["verdict"], v.name(), "{v:?}");
+        }
+    }
 
     #[test]
     fn rules() {

@@ -155,7 +155,10 @@ pub fn permission_mode(lp: &mut AgenticLoop, args: &str) -> String {
             None => {
                 return format!(
                     "no permission mode {other:?}: {}",
-                    PermissionMode::ALL.map(|m| m.as_str()).join(", ")
+                    <PermissionMode as strum::IntoEnumIterator>::iter()
+                        .map(PermissionMode::as_str)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
             }
         },

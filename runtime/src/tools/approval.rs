@@ -190,7 +190,19 @@ pub enum GateDecision {
 
 /// How a person lets the session act right now, switched during a session (`/mode`, Shift-Tab
 /// in the REPL), as in Claude Code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::Display,
+    strum::EnumIter,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum PermissionMode {
     /// As the policy says.
     #[default]
@@ -202,22 +214,12 @@ pub enum PermissionMode {
 }
 
 impl PermissionMode {
-    pub const ALL: [PermissionMode; 3] = [
-        PermissionMode::Default,
-        PermissionMode::AcceptEdits,
-        PermissionMode::Plan,
-    ];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            PermissionMode::Default => "default",
-            PermissionMode::AcceptEdits => "accept-edits",
-            PermissionMode::Plan => "plan",
-        }
+        self.into()
     }
 
     pub fn parse(s: &str) -> Option<PermissionMode> {
-        Self::ALL.into_iter().find(|m| m.as_str() == s)
+        s.parse().ok()
     }
 
     /// The mode after this one, in Shift-Tab's cycle.

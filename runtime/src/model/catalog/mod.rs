@@ -36,8 +36,12 @@ pub enum Wire {
     ChatCompletions,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
+#[strum(serialize_all = "snake_case")]
 pub enum ProviderKind {
     Anthropic,
     Openai,
@@ -46,19 +50,14 @@ pub enum ProviderKind {
     Compat,
     /// The ChatGPT (Codex) subscription: OpenAI models over the sign-in of `geode login openai`.
     #[serde(rename = "openai-codex")]
+    #[strum(serialize = "openai-codex")]
     OpenaiCodex,
 }
 
 impl ProviderKind {
+    /// The route prefix and the catalog's provider key.
     pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::Openai => "openai",
-            ProviderKind::Glm => "glm",
-            ProviderKind::Openrouter => "openrouter",
-            ProviderKind::Compat => "compat",
-            ProviderKind::OpenaiCodex => "openai-codex",
-        }
+        self.into()
     }
 
     /// The provider whose catalog models this route serves: a subscription route serves the
@@ -71,16 +70,7 @@ impl ProviderKind {
     }
 
     fn parse(s: &str) -> Option<ProviderKind> {
-        [
-            ProviderKind::Anthropic,
-            ProviderKind::Openai,
-            ProviderKind::Glm,
-            ProviderKind::Openrouter,
-            ProviderKind::Compat,
-            ProviderKind::OpenaiCodex,
-        ]
-        .into_iter()
-        .find(|p| p.as_str() == s)
+        s.parse().ok()
     }
 }
 

