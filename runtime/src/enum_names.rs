@@ -15,7 +15,7 @@ fn strum_and_serde_names_agree() {
     use crate::model::catalog::ProviderKind;
     use crate::model::effort::Effort;
     use crate::model::errors::ErrorClass;
-    use crate::policy::{SafetyLevel, SessionMode};
+    use crate::policy::{HitlLevel, SafetyLevel, SessionMode};
     use crate::store::checkpoint::SavePoint;
     use crate::store::checkpoint::SessionStatus;
     use crate::store::receipts::{ReceiptState, ReconcileOutcome};
@@ -35,6 +35,8 @@ fn strum_and_serde_names_agree() {
     names_agree::<SafetyLevel>();
     parses_back::<SafetyLevel>();
     names_agree::<SessionMode>();
+    names_agree::<HitlLevel>();
+    parses_back::<HitlLevel>();
     parses_back::<SessionMode>();
     names_agree::<HookEventKind>();
     parses_back::<HookEventKind>();

@@ -123,6 +123,8 @@ impl SessionMode {
 /// When a human is asked before a call runs (the HITL level).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
+#[strum(serialize_all = "snake_case")]
 pub enum HitlLevel {
     /// Nothing prompts.
     Auto,

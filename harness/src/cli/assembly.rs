@@ -97,10 +97,10 @@ pub(super) fn person_workspace(
 
 /// The daemon socket of a configuration.
 pub(super) fn socket_path(cfg: &Config) -> PathBuf {
-    match cfg.value("socket") {
-        "" => geode_home().join("cli.sock"),
-        s => PathBuf::from(s),
-    }
+    cfg.settings()
+        .socket
+        .clone()
+        .unwrap_or_else(|| geode_home().join("cli.sock"))
 }
 
 /// The hook files of a session: Claude Code's settings (the user's, then the project's
@@ -151,7 +151,7 @@ fn config_hooks(cfg: &Config, cwd: &Path) -> anyhow::Result<Vec<PathBuf>> {
         Source::User(_) => geode_home(),
         Source::Flag(_) | Source::Env(_) | Source::Default => cwd.to_path_buf(),
     };
-    Ok(cfg.list("hooks").iter().map(|f| base.join(f)).collect())
+    Ok(cfg.settings().hooks.iter().map(|f| base.join(f)).collect())
 }
 
 /// Whether the project in `cwd` is trusted; if not, says on stderr that its `what` are not

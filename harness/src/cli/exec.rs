@@ -178,11 +178,9 @@ pub async fn run(args: ExecArgs, sandbox: Option<&str>) -> anyhow::Result<Exit> 
     let resolved = Config::resolve(&Layers::discover(flags, &cwd, &geode_home()))?;
     let workspace = Arc::new(person_workspace(&cwd, &resolved)?);
     // The configuration's layers are text; the route is parsed here, once, whichever won.
-    let route = super::providers::required_route(resolved.value("model"))?;
-    let effort = match args.effort {
-        Some(e) => Some(e),
-        None => resolved.effort()?,
-    };
+    let settings = resolved.settings();
+    let route = super::providers::required_route(settings.model.as_ref())?;
+    let effort = args.effort.or(settings.effort);
     let mut route_options = RouteOptions::from_env();
     route_options.record_dir = args.record.clone();
     route_options.effort = effort;
@@ -192,12 +190,11 @@ pub async fn run(args: ExecArgs, sandbox: Option<&str>) -> anyhow::Result<Exit> 
     cfg.skills = Arc::new(super::skills::local_skills(&cwd).await?);
     // A scaffold file is a research artifact: it keeps its own prompt and guards.
     if args.turn.scaffold.is_none() {
-        cfg.scaffold.guards.max_rounds = u32::try_from(resolved.number("max_rounds")?)
-            .context("max_rounds in the configuration")?;
+        cfg.scaffold.guards.max_rounds = settings.max_rounds;
         let decl = DeclaredSources {
-            geode_md_sections: resolved.list("prompt.sections"),
-            rules_dir: Some(PathBuf::from(resolved.value("prompt.rules_dir"))),
-            memory_file: Some(PathBuf::from(resolved.value("prompt.memory"))),
+            geode_md_sections: settings.prompt.sections.clone(),
+            rules_dir: Some(settings.prompt.rules_dir.clone()),
+            memory_file: Some(settings.prompt.memory.clone()),
         };
         cfg.scaffold
             .system_prompt

@@ -62,19 +62,19 @@ pub async fn run(args: McpArgs, cfg: Config) -> anyhow::Result<Exit> {
         print!("{}", manager.describe());
         return Ok(Exit::Success);
     }
-    super::providers::required_route(cfg.value("model"))?;
+    let route = super::providers::required_route(cfg.settings().model.as_ref())?;
     let mut route_options = RouteOptions::from_env();
-    route_options.effort = cfg.effort()?;
+    route_options.effort = cfg.settings().effort;
     let home = geode_home();
     let mut hooks = HookRegistry::new();
     for file in super::assembly::configured_hooks(&cfg, &cwd)? {
         load_command_hooks(&mut hooks, &file, &cwd)?;
     }
     let settings = RunAgentSettings {
-        model_route: cfg.value("model").to_string(),
+        model_route: route.to_string(),
         route_options,
         workspace: cwd,
-        max_rounds: cfg.number("max_rounds")? as u32,
+        max_rounds: cfg.settings().max_rounds,
         timeline: std::fs::create_dir_all(&home)
             .ok()
             .map(|_| home.join("timeline.db")),

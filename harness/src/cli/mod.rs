@@ -320,12 +320,8 @@ fn daily_config(
     let cwd = std::env::current_dir()?;
     let layers = geode_runtime::config::Layers::discover(flags, &cwd, &assembly::geode_home());
     let cfg = geode_runtime::config::Config::resolve(&layers)?;
-    // A bad route (or an effort from a file or the environment, checked by `resolve`) fails here, before any session, rather
-    // than as a line inside a session that then ends with 0.
-    let route = cfg.value("model");
-    if !route.is_empty() {
-        geode_runtime::model::catalog::parse_route(route)?;
-    }
+    // `resolve` parsed every key (the route and the effort included): a bad one has failed
+    // here, before any session, rather than as a line inside a session that then ends with 0.
     Ok(cfg)
 }
 

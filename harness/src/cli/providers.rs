@@ -72,14 +72,14 @@ pub fn setup_hint(env: &Env) -> String {
 
 /// The route a headless command runs with: there is no person to show a set-up screen to, so no
 /// configured model is an error saying where one is given.
-pub fn required_route(text: &str) -> anyhow::Result<Route> {
-    if text.trim().is_empty() {
+pub fn required_route(configured: Option<&Route>) -> anyhow::Result<Route> {
+    let Some(route) = configured else {
         anyhow::bail!(
             "no model is configured: give --model ROUTE (or GEODE_MODEL), or set `model` in \
              the configuration; `geode` alone shows how to set up a provider"
         );
-    }
-    Ok(text.parse()?)
+    };
+    Ok(route.clone())
 }
 
 /// The sentence a session answers with when its route cannot be used as configured (a key or

@@ -67,9 +67,11 @@ pub async fn run(args: ResumeArgs, sandbox: Option<&str>) -> anyhow::Result<Exit
             saved.row.status
         );
     }
-    let route = super::providers::required_route(
-        args.model.as_deref().unwrap_or(&saved.state.model_route),
-    )?;
+    let text = args.model.as_deref().unwrap_or(&saved.state.model_route);
+    let route = match text.trim() {
+        "" => super::providers::required_route(None)?,
+        text => text.parse()?,
+    };
     let effort = args.effort.or(saved.state.effort);
     let cwd = args
         .cwd

@@ -26,7 +26,7 @@ use geode_runtime::model::errors::ErrorClass;
 use geode_runtime::model::http::RouteOptions;
 use geode_runtime::model::unavailable::Unavailable;
 use geode_runtime::model::{Model, ModelError, model_for};
-use geode_runtime::policy::{COMPUTER_TOOL, HitlLevel, SessionMode, SessionPolicy};
+use geode_runtime::policy::{COMPUTER_TOOL, SessionMode, SessionPolicy};
 use geode_runtime::scaffold::Scaffold;
 use geode_runtime::server::channel::{Channels, Webhook};
 use geode_runtime::server::ipc::DaemonSocket;
@@ -99,17 +99,14 @@ fn setup<E: std::fmt::Display>(e: E) -> ServerError {
 }
 
 impl CliFactory {
-    fn effort(&self) -> Result<Option<Effort>, ServerError> {
-        self.cfg.effort().map_err(setup)
-    }
-
     fn scaffold(&self) -> Result<Scaffold, ServerError> {
         let mut scaffold = Scaffold::default();
-        scaffold.guards.max_rounds = self.cfg.number("max_rounds").map_err(setup)? as u32;
+        let settings = self.cfg.settings();
+        scaffold.guards.max_rounds = settings.max_rounds;
         let decl = DeclaredSources {
-            geode_md_sections: self.cfg.list("prompt.sections"),
-            rules_dir: Some(PathBuf::from(self.cfg.value("prompt.rules_dir"))),
-            memory_file: Some(PathBuf::from(self.cfg.value("prompt.memory"))),
+            geode_md_sections: settings.prompt.sections.clone(),
+            rules_dir: Some(settings.prompt.rules_dir.clone()),
+            memory_file: Some(settings.prompt.memory.clone()),
         };
         scaffold
             .system_prompt
@@ -129,7 +126,9 @@ impl CliFactory {
         {
             return Ok((saved.state.model_route.clone(), saved.state.effort));
         }
-        Ok((self.cfg.value("model").to_string(), self.effort()?))
+        let settings = self.cfg.settings();
+        let route = settings.model.as_ref().map(Route::to_string);
+        Ok((route.unwrap_or_default(), settings.effort))
     }
 
     /// The session's model, and the route its checkpoint records. A person's session starts
@@ -179,16 +178,7 @@ impl CliFactory {
             .unwrap_or_else(|| self.cwd.clone());
         let workspace = Arc::new(person_workspace(&cwd, &self.cfg).map_err(setup)?);
         let mut policy = SessionPolicy::for_mode(self.mode);
-        policy.hitl = match self.cfg.value("hitl") {
-            "auto" => HitlLevel::Auto,
-            "dangerous_only" => HitlLevel::DangerousOnly,
-            "everything" => HitlLevel::Everything,
-            other => {
-                return Err(ServerError::Setup(format!(
-                    "hitl {other:?}: everything, dangerous_only or auto"
-                )));
-            }
-        };
+        policy.hitl = self.cfg.settings().hitl;
         // The person's computer tool acts on their display: without one it could only fail.
         if std::env::var_os("DISPLAY").is_none_or(|d| d.is_empty()) {
             policy.deny_list.insert(COMPUTER_TOOL.to_string());
@@ -293,8 +283,8 @@ fn typed_switch(route: &Route, effort: Option<Effort>) -> Result<ModelSwitch, Se
 }
 
 pub async fn shared(cfg: Config, cwd: &Path, mode: SessionMode) -> anyhow::Result<Arc<Shared>> {
-    let lanes = cfg.number("global_lanes")? as usize;
-    let timeout = Duration::from_secs(cfg.number("approval_timeout_secs")?);
+    let lanes = cfg.settings().global_lanes;
+    let timeout = cfg.settings().approval_timeout;
     // The MCP servers connect in the background (they live as long as the factory): the first
     // prompt never waits for them; a session takes their tools as they arrive.
     let hooks = configured_hooks(&cfg, cwd)?;

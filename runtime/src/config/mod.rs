@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 
 use crate::mcp::settings::{McpServerConfig, McpSettings, parse_mcp_json, parse_mcp_table};
 
+mod settings;
 pub mod source;
+pub use settings::{PromptSettings, Settings};
 pub use source::{ConfigError, Setting, Source};
 
 /// One known key: its name, default and what it is for.
@@ -136,6 +138,8 @@ impl Layers {
 pub struct Config {
     settings: BTreeMap<&'static str, Setting>,
     mcp: McpSettings,
+    /// The same settings parsed, once, by `resolve`.
+    typed: Settings,
 }
 
 /// `GEODE_` plus the key upper-cased, dots as underscores.
@@ -217,6 +221,17 @@ fn add_mcp_json(project: &mut Vec<McpServerConfig>, layers: &Layers) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The items of a comma-separated value (a list in the environment or a flag), trimmed, empty
+/// ones dropped.
+fn list_items(value: &str) -> Vec<String> {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 fn flatten(prefix: &str, table: &toml::Table, out: &mut BTreeMap<String, String>) {
@@ -301,12 +316,13 @@ impl Config {
             };
             settings.insert(spec.key, setting);
         }
-        let cfg = Config { settings, mcp };
-        // Parse the typed keys now so a bad value fails at start, naming its layer.
-        cfg.number("approval_timeout_secs")?;
-        cfg.number("global_lanes")?;
-        cfg.number("max_rounds")?;
-        cfg.effort()?;
+        // Every key is parsed now, so a bad value fails at start, naming its layer.
+        let typed = Settings::parse(&settings)?;
+        let cfg = Config {
+            settings,
+            mcp,
+            typed,
+        };
         cfg.command_sandbox(Vec::new())?;
         Ok(cfg)
     }
@@ -314,6 +330,11 @@ impl Config {
     /// The MCP servers of the user and project files (project ones still need a trust check).
     pub fn mcp(&self) -> &McpSettings {
         &self.mcp
+    }
+
+    /// Every key, typed.
+    pub fn settings(&self) -> &Settings {
+        &self.typed
     }
 
     pub fn get(&self, key: &str) -> Option<&Setting> {
@@ -325,17 +346,6 @@ impl Config {
         self.settings.get(key).map_or("", |s| s.value.as_str())
     }
 
-    /// A comma-separated list value, empty items dropped.
-    pub fn list(&self, key: &str) -> Vec<String> {
-        self.value(key)
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// The `effort` setting: `None` when empty (the model's default).
     /// How shell commands run, `hidden` folders emptied inside the sandbox (GEODE's home). A
     /// project's file may tighten the sandbox but not turn it off: a repository would otherwise
     /// unconfine the commands of whoever opens it.
@@ -385,39 +395,6 @@ impl Config {
         }
     }
 
-    pub fn effort(&self) -> Result<Option<crate::model::effort::Effort>, ConfigError> {
-        use crate::model::effort::Effort;
-        let value = self.value("effort");
-        if value.is_empty() {
-            return Ok(None);
-        }
-        Effort::parse(value)
-            .map(Some)
-            .ok_or_else(|| ConfigError::Invalid {
-                key: "effort".into(),
-                value: value.to_string(),
-                origin: self
-                    .settings
-                    .get("effort")
-                    .map_or(Source::Default, |s| s.source.clone()),
-                message: format!("one of {}", Effort::ALL.map(|e| e.as_str()).join(", ")),
-            })
-    }
-
-    pub fn number(&self, key: &str) -> Result<u64, ConfigError> {
-        let s = self.settings.get(key);
-        let value = s.map_or("", |s| s.value.as_str());
-        value
-            .trim()
-            .parse::<u64>()
-            .map_err(|e| ConfigError::Invalid {
-                key: key.to_string(),
-                value: value.to_string(),
-                origin: s.map_or(Source::Default, |s| s.source.clone()),
-                message: e.to_string(),
-            })
-    }
-
     /// `key = value  (source)` lines, one per key, for `geode config explain`.
     pub fn explain(&self) -> String {
         let width = KEYS.iter().map(|k| k.key.len()).max().unwrap_or(0);
@@ -459,41 +436,43 @@ mod tests {
         let project = dir.path().join("project.toml");
         std::fs::write(
             &user,
-            "model = \"user-model\"\nhitl = \"auto\"\nglobal_lanes = 2\nmax_rounds = 9\n",
+            "model = \"oracle\"\nhitl = \"auto\"\nglobal_lanes = 2\nmax_rounds = 9\n",
         )
         .unwrap();
         std::fs::write(
             &project,
-            "model = \"project-model\"\nhitl = \"dangerous_only\"\nglobal_lanes = 3\n\
+            "model = \"scripted:project.json\"\nhitl = \"dangerous_only\"\nglobal_lanes = 3\n\
              [prompt]\nsections = [\"Rules\", \"Style\"]\n",
         )
         .unwrap();
         let layers = Layers {
-            flags: vec![("model".into(), "flag-model".into())],
+            flags: vec![("model".into(), "nop".into())],
             env: BTreeMap::from([("GEODE_HITL".into(), "everything".into())]),
             project_file: Some(project.clone()),
             user_file: Some(user.clone()),
             mcp_json: None,
         };
         let c = Config::resolve(&layers).unwrap();
-        assert_eq!(c.value("model"), "flag-model");
+        assert_eq!(c.value("model"), "nop");
+        assert_eq!(c.settings().model, Some("nop".parse().unwrap()));
         assert_eq!(
             c.get("model").unwrap().source,
             Source::Flag("--model".into())
         );
-        assert_eq!(c.value("hitl"), "everything");
+        assert_eq!(c.settings().hitl, crate::policy::HitlLevel::Everything);
         assert_eq!(
             c.get("hitl").unwrap().source,
             Source::Env("GEODE_HITL".into())
         );
-        assert_eq!(c.number("global_lanes").unwrap(), 3);
+        assert_eq!(c.settings().global_lanes, 3);
         assert_eq!(
             c.get("global_lanes").unwrap().source,
             Source::Project(project)
         );
-        assert_eq!(c.number("max_rounds").unwrap(), 9);
+        assert_eq!(c.settings().max_rounds, 9);
         assert_eq!(c.get("max_rounds").unwrap().source, Source::User(user));
-        assert_eq!(c.list("prompt.sections"), vec!["Rules", "Style"]);
+        assert_eq!(c.settings().prompt.sections, vec!["Rules", "Style"]);
+        assert_eq!(c.settings().socket, None);
         assert_eq!(c.get("socket").unwrap().source, Source::Default);
         let text = c.explain();
         assert!(
@@ -524,7 +503,7 @@ mod tests {
             ..Layers::default()
         };
         let c = Config::resolve(&layers).unwrap();
-        assert_eq!(c.number("max_rounds").unwrap(), 3);
+        assert_eq!(c.settings().max_rounds, 3);
         assert_eq!(c.mcp().user.len(), 1);
         assert_eq!(c.mcp().user[0].name, "files");
         assert_eq!(c.mcp().project.len(), 1);
@@ -567,5 +546,20 @@ mod tests {
         };
         let err = Config::resolve(&layers).unwrap_err().to_string();
         assert!(err.contains("env GEODE_GLOBAL_LANES"), "{err}");
+        // Each typed key refuses what it cannot read, naming the key and where it came from.
+        for (var, value, key) in [
+            ("GEODE_HITL", "sometimes", "hitl"),
+            ("GEODE_MODEL", "no-such-provider:x", "model"),
+            ("GEODE_EFFORT", "loud", "effort"),
+            ("GEODE_GLOBAL_LANES", "0", "global_lanes"),
+            ("GEODE_MAX_ROUNDS", "99999999999", "max_rounds"),
+        ] {
+            let layers = Layers {
+                env: BTreeMap::from([(var.into(), value.into())]),
+                ..Layers::default()
+            };
+            let err = Config::resolve(&layers).unwrap_err().to_string();
+            assert!(err.contains(key) && err.contains(var), "{var}: {err}");
+        }
     }
 }
