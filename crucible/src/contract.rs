@@ -423,8 +423,7 @@ pub struct FrozenContract {
 impl FrozenContract {
     /// Parses and freezes contract JSON (any formatting; the hash is over the canonical form).
     pub fn from_json(text: &str) -> Result<FrozenContract, ContractError> {
-        let contract: Contract =
-            serde_json::from_str(text).map_err(|e| ContractError::Parse(e.to_string()))?;
+        let contract: Contract = serde_json::from_str(text).map_err(ContractError::Parse)?;
         contract.freeze()
     }
 

@@ -30,7 +30,7 @@ pub enum ContractError {
     },
     /// The text is not a contract (wrong shape, wrong types, unknown fields, bad digests).
     #[error("contract JSON does not parse: {0}")]
-    Parse(String),
+    Parse(#[source] serde_json::Error),
     /// The contract could not be canonicalized (cannot happen for a validated contract).
     #[error(transparent)]
     Canonical(#[from] CanonicalError),

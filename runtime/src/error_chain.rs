@@ -2,6 +2,10 @@
 //! records a person reads later: a `Display` alone shows only the outermost error once the
 //! cause is kept as `#[source]`.
 
+/// An error kept with its causes where the variant takes several kinds (a socket's, a
+/// protocol's, or a sentence of our own: `String` and `&str` convert into it).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// `e`, then each of its sources, joined by `": "`.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();

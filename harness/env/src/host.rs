@@ -88,7 +88,7 @@ impl Backend for HostBackend {
         )))?;
         let workspace = LocalWorkspace::new(&work).map_err(|e| EnvError::Io {
             context: "open the host workspace".into(),
-            source: std::io::Error::other(e.to_string()),
+            source: std::io::Error::other(e),
         })?;
         Ok(Box::new(HostSandbox {
             dir,
@@ -124,7 +124,7 @@ impl Sandbox for HostSandbox {
             .await
             .map_err(|e| EnvError::Io {
                 context: "exec on the host".into(),
-                source: std::io::Error::other(e.to_string()),
+                source: std::io::Error::other(e),
             })
     }
 

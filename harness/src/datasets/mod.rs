@@ -35,7 +35,7 @@ pub enum DatasetError {
         expected: String,
     },
     #[error("canonical JSON: {0}")]
-    Canonical(String),
+    Canonical(#[source] geode_crucible::CanonicalError),
 }
 
 pub(crate) fn io_err(path: &Path, source: std::io::Error) -> DatasetError {
@@ -66,14 +66,14 @@ pub(crate) fn check_schema(path: &Path, found: &str, expected: &str) -> Result<(
 
 /// Canonical JSON text (sorted keys, no spaces) of a serializable document.
 pub fn canonical_json<T: serde::Serialize>(value: &T) -> Result<String, DatasetError> {
-    geode_crucible::to_canonical_json(value).map_err(|e| DatasetError::Canonical(e.to_string()))
+    geode_crucible::to_canonical_json(value).map_err(DatasetError::Canonical)
 }
 
 /// SHA-256 (hex) of the canonical JSON of a document.
 pub fn canonical_hash<T: serde::Serialize>(value: &T) -> Result<String, DatasetError> {
     geode_crucible::canonical_sha256(value)
         .map(hex::encode)
-        .map_err(|e| DatasetError::Canonical(e.to_string()))
+        .map_err(DatasetError::Canonical)
 }
 
 /// Write a document as pretty JSON, refusing to replace an existing file: released and

@@ -38,7 +38,7 @@ pub fn contract_for(
     run_seed: u64,
     rule: &Rule,
 ) -> Result<FrozenContract, SearchError> {
-    let ph = |s: &str| PackHash::parse(s).map_err(|e| SearchError::Pack(e.0));
+    let ph = |s: &str| PackHash::parse(s).map_err(SearchError::PackHash);
     let contract = Contract {
         schema: CONTRACT_SCHEMA.into(),
         stage,
@@ -84,7 +84,5 @@ pub fn contract_for(
         },
         reward_key: None,
     };
-    contract
-        .freeze()
-        .map_err(|e| SearchError::Contract(e.to_string()))
+    contract.freeze().map_err(SearchError::Contract)
 }

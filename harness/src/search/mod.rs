@@ -36,10 +36,16 @@ pub enum SearchError {
     },
     #[error(transparent)]
     Crucible(#[from] CrucibleRunError),
+    /// The campaign's contract or decision record could not be made (the crucible says why).
     #[error("contract: {0}")]
-    Contract(String),
+    Contract(#[source] geode_crucible::ContractError),
+    #[error("decision record: {0}")]
+    Record(#[source] geode_crucible::CanonicalError),
     #[error("pack: {0}")]
-    Pack(String),
+    Pack(#[source] crate::pack::PackError),
+    /// A pack hash that is not 64 hex digits.
+    #[error("pack hash: {0}")]
+    PackHash(#[source] geode_crucible::ids::DigestParseError),
     #[error("proposer: {0}")]
     Proposer(String),
     #[error("{0}")]

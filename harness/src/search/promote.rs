@@ -213,9 +213,7 @@ async fn decide_on_holdout(
     if let Some(o) = &opened {
         o.mark(&mut record);
     }
-    let json = record
-        .to_json()
-        .map_err(|e| SearchError::Contract(e.to_string()))?;
+    let json = record.to_json().map_err(SearchError::Record)?;
     write_atomic(&dir.join("decision.json"), &json)?;
     if let Some(o) = opened {
         o.close(Some(&record))?;
@@ -244,7 +242,7 @@ fn test_pack(
         }
         (_, _, Some(plain)) => Ok((
             None,
-            Some(TaskPack::load(plain).map_err(|e| SearchError::Pack(e.to_string()))?),
+            Some(TaskPack::load(plain).map_err(SearchError::Pack)?),
         )),
         _ => Err(SearchError::Refused("no test pack configured".into())),
     }
@@ -283,7 +281,7 @@ async fn confirm(
             }
             std::fs::create_dir_all(&dir).map_err(|e| SearchError::file(&dir, e))?;
             write_atomic(&dir.join("contract.json"), contract.canonical_json())?;
-            let train = TaskPack::load(&c.train).map_err(|e| SearchError::Pack(e.to_string()))?;
+            let train = TaskPack::load(&c.train).map_err(SearchError::Pack)?;
             let ran = run_train_campaign(
                 &contract,
                 &train,

@@ -65,7 +65,7 @@ fn new_token() -> Result<String, ViewError> {
     let mut bytes = [0u8; 32];
     rand::rngs::OsRng
         .try_fill_bytes(&mut bytes)
-        .map_err(|e| ViewError::Serve(std::io::Error::other(e.to_string())))?;
+        .map_err(|e| ViewError::Serve(std::io::Error::other(e)))?;
     Ok(hex::encode(bytes))
 }
 
@@ -290,7 +290,7 @@ async fn with_catalog<T: Serialize + Send + 'static>(
     let value = match done {
         Ok(Ok(v)) => serde_json::to_value(v),
         Ok(Err(e)) => return e.into_response(),
-        Err(e) => return ViewError::Serve(std::io::Error::other(e.to_string())).into_response(),
+        Err(e) => return ViewError::Serve(std::io::Error::other(e)).into_response(),
     };
     match value {
         Ok(v) => axum::Json(super::exact_in_browsers(v)).into_response(),
@@ -403,7 +403,7 @@ async fn screenshot(
     match done {
         Ok(Ok(bytes)) => ([(header::CONTENT_TYPE, "image/png")], bytes).into_response(),
         Ok(Err(e)) => e.into_response(),
-        Err(e) => ViewError::Serve(std::io::Error::other(e.to_string())).into_response(),
+        Err(e) => ViewError::Serve(std::io::Error::other(e)).into_response(),
     }
 }
 

@@ -65,7 +65,7 @@ impl HttpEndpoint {
     pub fn local_addr(&self) -> Result<SocketAddr, McpError> {
         self.listener
             .local_addr()
-            .map_err(|e| McpError::Serve(e.to_string()))
+            .map_err(|e| McpError::Serve(e.into()))
     }
 
     /// Serve `run_agent` until `shutdown` is cancelled.
@@ -95,7 +95,7 @@ impl HttpEndpoint {
         axum::serve(self.listener, router)
             .with_graceful_shutdown(async move { shutdown.cancelled().await })
             .await
-            .map_err(|e| McpError::Serve(e.to_string()))
+            .map_err(|e| McpError::Serve(e.into()))
     }
 }
 

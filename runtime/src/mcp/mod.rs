@@ -43,5 +43,5 @@ pub enum McpError {
         source: std::io::Error,
     },
     #[error("MCP server: {0}")]
-    Serve(String),
+    Serve(#[source] crate::error_chain::BoxError),
 }

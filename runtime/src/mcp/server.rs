@@ -233,11 +233,11 @@ pub async fn serve_stdio(
     let service = RunAgentServer::new(settings)
         .serve(rmcp::transport::stdio())
         .await
-        .map_err(|e| McpError::Serve(e.to_string()))?;
+        .map_err(|e| McpError::Serve(e.into()))?;
     let stop = service.cancellation_token();
     tokio::select! {
         quit = service.waiting() => {
-            quit.map_err(|e| McpError::Serve(e.to_string()))?;
+            quit.map_err(|e| McpError::Serve(e.into()))?;
         }
         _ = shutdown.cancelled() => stop.cancel(),
     }

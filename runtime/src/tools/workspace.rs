@@ -487,7 +487,7 @@ impl Workspace for LocalWorkspace {
         let action = action.clone();
         tokio::task::spawn_blocking(move || x11::perform(None, &action))
             .await
-            .map_err(|e| ComputerError::Worker(e.to_string()))?
+            .map_err(|e| ComputerError::Worker(e.into()))?
     }
 }
 

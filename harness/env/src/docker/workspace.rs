@@ -55,7 +55,7 @@ impl DockerWorkspace {
             .map_err(|e| WorkspaceError::Io {
                 op,
                 path: self.shown(path),
-                source: std::io::Error::other(e.to_string()),
+                source: std::io::Error::other(e),
             })?;
         match ran.code {
             Some(0) => Ok(ran.stdout),
@@ -147,7 +147,7 @@ impl Workspace for DockerWorkspace {
             .map_err(|e| WorkspaceError::Io {
                 op: "exec",
                 path: self.root.display().to_string(),
-                source: std::io::Error::other(e.to_string()),
+                source: std::io::Error::other(e),
             })
     }
 }

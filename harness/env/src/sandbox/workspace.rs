@@ -67,7 +67,7 @@ impl SandboxWorkspace {
         WorkspaceError::Io {
             op,
             path: self.shown(path),
-            source: std::io::Error::other(e.to_string()),
+            source: std::io::Error::other(e),
         }
     }
 
@@ -187,7 +187,7 @@ impl Workspace for SandboxWorkspace {
                 }))
             }
             Err(EnvError::Io { source, .. }) => Err(WorkspaceError::Spawn(source)),
-            Err(e) => Err(WorkspaceError::Spawn(std::io::Error::other(e.to_string()))),
+            Err(e) => Err(WorkspaceError::Spawn(std::io::Error::other(e))),
         }
     }
 
@@ -208,15 +208,17 @@ impl Workspace for SandboxWorkspace {
                 screen_width,
                 screen_height,
             }) => Ok(Screenshot {
-                png: protocol::decode(&png_b64).map_err(ComputerError::Worker)?,
+                png: protocol::decode(&png_b64).map_err(|e| ComputerError::Worker(e.into()))?,
                 width,
                 height,
                 screen_width,
                 screen_height,
             }),
             Ok(Reply::Error(e)) => Err(ComputerError::Sandbox(e.message)),
-            Ok(other) => Err(ComputerError::Worker(format!("unexpected reply {other:?}"))),
-            Err(e) => Err(ComputerError::Worker(e.to_string())),
+            Ok(other) => Err(ComputerError::Worker(
+                format!("unexpected reply {other:?}").into(),
+            )),
+            Err(e) => Err(ComputerError::Worker(e.into())),
         }
     }
 }

@@ -121,9 +121,7 @@ pub(super) async fn run_train_campaign(
     let record = decide(contract, &evidence);
     write_atomic(
         &dir.join("decision.json"),
-        &record
-            .to_json()
-            .map_err(|e| SearchError::Contract(e.to_string()))?,
+        &record.to_json().map_err(SearchError::Record)?,
     )?;
     Ok(Some((evidence, record)))
 }
@@ -267,7 +265,7 @@ fn outlooks(r: &Resolved, train: &TaskPack, log: &mut dyn FnMut(&str)) -> Result
             }
         }
         (None, Some(pack)) => {
-            plain = TaskPack::load(pack).map_err(|e| SearchError::Pack(e.to_string()))?;
+            plain = TaskPack::load(pack).map_err(SearchError::Pack)?;
             PlannedPack::Loaded(&plain)
         }
         (None, None) => return Ok(()),
@@ -289,7 +287,7 @@ pub async fn run_search(
 ) -> Result<SearchSummary, SearchError> {
     let r = prepare(config)?;
     let c = &r.config;
-    let train = TaskPack::load(&c.train).map_err(|e| SearchError::Pack(e.to_string()))?;
+    let train = TaskPack::load(&c.train).map_err(SearchError::Pack)?;
     check_designs(&r, &train, log)?;
     let mut lineage = Lineage::open(&c.out)?;
     if lineage.baseline().is_none() {

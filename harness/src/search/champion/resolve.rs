@@ -30,12 +30,12 @@ pub struct Resolved {
 /// `<out>/search.json` (a restart with another configuration is refused).
 pub fn prepare(config: &SearchConfig) -> Result<Resolved, SearchError> {
     let space = SearchSpace::load(&config.space)?;
-    let train = TaskPack::load(&config.train).map_err(|e| SearchError::Pack(e.to_string()))?;
+    let train = TaskPack::load(&config.train).map_err(SearchError::Pack)?;
     let train_hash = pack_hash(&train, config.trials)?.to_string();
     let test_hash = match (&config.test.sealed, &config.test.pack) {
         (Some(state), _) => sealing::load_state(state)?.pack_hash.to_string(),
         (None, Some(p)) => {
-            let pack = TaskPack::load(p).map_err(|e| SearchError::Pack(e.to_string()))?;
+            let pack = TaskPack::load(p).map_err(SearchError::Pack)?;
             pack_hash(&pack, config.test.trials)?.to_string()
         }
         (None, None) => return Err(SearchError::Refused("no test pack".into())),

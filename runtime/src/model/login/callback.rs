@@ -16,12 +16,12 @@ pub struct CallbackServer {
 impl CallbackServer {
     /// Listen on `127.0.0.1:port` (0: any free port).
     pub async fn bind(port: u16) -> Result<CallbackServer, LoginError> {
-        let listener = TcpListener::bind(("127.0.0.1", port))
-            .await
-            .map_err(|e| LoginError::Callback(format!("cannot listen on port {port}: {e}")))?;
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.map_err(|e| {
+            LoginError::Callback(format!("cannot listen on port {port}: {e}").into())
+        })?;
         let port = listener
             .local_addr()
-            .map_err(|e| LoginError::Callback(e.to_string()))?
+            .map_err(|e| LoginError::Callback(e.into()))?
             .port();
         Ok(CallbackServer { listener, port })
     }
@@ -38,7 +38,7 @@ impl CallbackServer {
                 .listener
                 .accept()
                 .await
-                .map_err(|e| LoginError::Callback(e.to_string()))?;
+                .map_err(|e| LoginError::Callback(e.into()))?;
             let Some(target) = read_target(&mut stream).await else {
                 continue;
             };
@@ -47,7 +47,7 @@ impl CallbackServer {
                 continue;
             };
             let url = reqwest::Url::parse(&format!("http://localhost/{query}"))
-                .map_err(|e| LoginError::Callback(e.to_string()))?;
+                .map_err(|e| LoginError::Callback(e.into()))?;
             let param = |name: &str| {
                 url.query_pairs()
                     .find(|(k, _)| k == name)
@@ -67,7 +67,7 @@ impl CallbackServer {
             if let Some(error) = param("error") {
                 let detail = param("error_description").unwrap_or_default();
                 respond(&mut stream, 400, "Sign-in failed; see the terminal.").await;
-                return Err(LoginError::Callback(format!("{error}: {detail}")));
+                return Err(LoginError::Callback(format!("{error}: {detail}").into()));
             }
             let Some(code) = param("code") else {
                 respond(&mut stream, 400, "Sign-in failed: no code.").await;

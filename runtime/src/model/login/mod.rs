@@ -37,13 +37,13 @@ pub enum LoginError {
     #[error(
         "the ChatGPT sign-in expired and refreshing it failed ({0}): run `geode login openai` again"
     )]
-    RefreshFailed(String),
+    RefreshFailed(#[source] crate::error_chain::BoxError),
     #[error("the sign-in server answered {status}: {message}")]
     Server { status: u16, message: String },
     #[error("cannot reach the sign-in server: {0}")]
-    Http(String),
+    Http(#[source] crate::error_chain::BoxError),
     #[error("the sign-in callback: {0}")]
-    Callback(String),
+    Callback(#[source] crate::error_chain::BoxError),
     #[error("the sign-in was not completed within {0:?}")]
     TimedOut(Duration),
     #[error("the token file {path}: {message}")]

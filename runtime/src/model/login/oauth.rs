@@ -69,7 +69,7 @@ impl OAuthClient {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
-            .map_err(|e| LoginError::Http(e.to_string()))?;
+            .map_err(|e| LoginError::Http(e.into()))?;
         Ok(OAuthClient { settings, http })
     }
 
@@ -99,7 +99,7 @@ impl OAuthClient {
                 ("state", state),
             ],
         )
-        .map_err(|e| LoginError::Http(format!("bad issuer URL {}: {e}", s.issuer)))?;
+        .map_err(|e| LoginError::Http(format!("bad issuer URL {}: {e}", s.issuer).into()))?;
         Ok(url.to_string())
     }
 
@@ -140,7 +140,7 @@ impl OAuthClient {
         let r = self
             .token_request(&form)
             .await
-            .map_err(|e| LoginError::RefreshFailed(e.to_string()))?;
+            .map_err(|e| LoginError::RefreshFailed(e.into()))?;
         let access = r
             .access_token
             .ok_or_else(|| LoginError::RefreshFailed("no access_token in the reply".into()))?;
@@ -165,12 +165,12 @@ impl OAuthClient {
             .form(form)
             .send()
             .await
-            .map_err(|e| LoginError::Http(format!("{url}: {e}")))?;
+            .map_err(|e| LoginError::Http(format!("{url}: {e}").into()))?;
         let status = resp.status();
         let text = resp
             .text()
             .await
-            .map_err(|e| LoginError::Http(format!("{url}: {e}")))?;
+            .map_err(|e| LoginError::Http(format!("{url}: {e}").into()))?;
         if !status.is_success() {
             return Err(LoginError::Server {
                 status: status.as_u16(),
@@ -265,12 +265,12 @@ impl OAuthClient {
             .json(body)
             .send()
             .await
-            .map_err(|e| LoginError::Http(format!("{url}: {e}")))?;
+            .map_err(|e| LoginError::Http(format!("{url}: {e}").into()))?;
         let status = resp.status().as_u16();
         let text = resp
             .text()
             .await
-            .map_err(|e| LoginError::Http(format!("{url}: {e}")))?;
+            .map_err(|e| LoginError::Http(format!("{url}: {e}").into()))?;
         Ok((status, text))
     }
 }

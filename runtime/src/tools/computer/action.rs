@@ -108,7 +108,7 @@ pub enum ComputerError {
     #[error("PNG encoding failed: {0}")]
     Png(#[from] png::EncodingError),
     #[error("the display worker stopped: {0}")]
-    Worker(String),
+    Worker(#[source] crate::error_chain::BoxError),
     /// What the display's side inside a sandbox reported (its own error, as text).
     #[error("{0}")]
     Sandbox(String),

@@ -166,9 +166,7 @@ impl ImageStore {
         let store = self.clone();
         tokio::task::spawn_blocking(move || work(&store))
             .await
-            .map_err(|e| {
-                ImageError::io(&self.root, "a store task", io::Error::other(e.to_string()))
-            })?
+            .map_err(|e| ImageError::io(&self.root, "a store task", io::Error::other(e)))?
     }
 
     pub(super) async fn pull_layer(
