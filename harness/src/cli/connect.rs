@@ -15,8 +15,8 @@ use geode_runtime::server::protocol::{ClientMessage, ServerMessage, encode};
 use geode_runtime::tools::approval::ApprovalAnswer;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader, Lines};
 
-use super::input::{Input, LineInput};
-use super::render::Screen;
+use super::terminal::input::{Input, LineInput};
+use super::terminal::render::Screen;
 
 async fn send<W: AsyncWrite + Unpin>(wr: &mut W, msg: &ClientMessage) -> anyhow::Result<()> {
     wr.write_all(encode(msg).as_bytes()).await?;
@@ -288,7 +288,7 @@ async fn show<W: AsyncWrite + Unpin>(
         }
         ServerMessage::Sessions { sessions } => {
             // Picked: `/resume ID` goes out and its answer is due; otherwise the wait ends.
-            let Some(resume) = super::picker::offer(sessions, screen).await? else {
+            let Some(resume) = super::terminal::picker::offer(sessions, screen).await? else {
                 return Ok(true);
             };
             send(wr, &resume).await?;

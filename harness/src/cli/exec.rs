@@ -35,7 +35,7 @@ use super::assembly::{
     checkpoint_root, checkpoint_settings, geode_home, load_scaffold, open_timeline,
     person_workspace,
 };
-use super::markdown::Markdown;
+use super::terminal::markdown::Markdown;
 
 /// The flags `geode exec` and `geode resume` share: how the headless turn is run and recorded.
 #[derive(Debug, Args)]

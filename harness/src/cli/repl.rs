@@ -9,8 +9,8 @@ use geode_runtime::policy::SessionMode;
 use geode_runtime::server::connection::serve_connection;
 
 use super::connect::drive;
-use super::input::LineInput;
 use super::serve::shared;
+use super::terminal::input::LineInput;
 
 /// The REPL; `first` is sent before anything typed (see `connect::drive`).
 pub async fn run(cfg: Config, first: Option<String>) -> anyhow::Result<Exit> {

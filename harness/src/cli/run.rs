@@ -17,7 +17,7 @@ use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
 
 use super::backends::make_with_base;
-use super::progress::Progress;
+use super::terminal::progress::Progress;
 
 /// Where a run's trials execute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -17,7 +17,7 @@ use geode_harness::search::lineage::{Lineage, table};
 use geode_harness::search::promote::promote;
 use tokio_util::sync::CancellationToken;
 
-use super::progress::Progress;
+use super::terminal::progress::Progress;
 
 #[derive(Debug, Subcommand)]
 pub enum SearchCommand {

@@ -14,7 +14,7 @@ use geode_harness::tb1::import_tb1;
 use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
 
-use super::progress::Progress;
+use super::terminal::progress::Progress;
 
 #[derive(Debug, Subcommand)]
 pub enum TasksCommand {

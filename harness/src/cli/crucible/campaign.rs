@@ -13,8 +13,8 @@ use geode_harness::pack::TaskPack;
 use geode_runtime::scaffold::Scaffold;
 use tokio_util::sync::CancellationToken;
 
-use super::super::progress::Progress;
 use super::super::run::ExecutorKind;
+use super::super::terminal::progress::Progress;
 use super::{RunArgs, exit, load_contract, load_scaffold, print_record};
 
 pub(super) async fn run_contract(a: RunArgs) -> anyhow::Result<Exit> {

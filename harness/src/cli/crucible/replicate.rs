@@ -12,7 +12,7 @@ use geode_harness::crucible::{Campaign, run_campaign, write_atomic};
 use geode_harness::pack::TaskPack;
 use tokio_util::sync::CancellationToken;
 
-use super::super::progress::Progress;
+use super::super::terminal::progress::Progress;
 use super::{ReplicateArgs, load_contract, load_scaffold};
 
 pub(super) async fn replicate(a: ReplicateArgs) -> anyhow::Result<Exit> {

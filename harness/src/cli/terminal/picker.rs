@@ -23,7 +23,7 @@ const ESC_SEQUENCE_MS: u8 = 50;
 
 /// Offer `sessions` to pick from: the `/resume ID` to send for the one picked, or `None` when
 /// nothing was picked (or the list was printed instead).
-pub(super) async fn offer(
+pub(in crate::cli) async fn offer(
     sessions: Vec<SessionEntry>,
     screen: &mut Screen,
 ) -> anyhow::Result<Option<ClientMessage>> {

@@ -15,7 +15,7 @@ const RESET: &str = "\x1b[0m";
 
 /// The output shown so far of the call that is running.
 #[derive(Debug, Default)]
-pub(super) struct LiveTail {
+pub(in crate::cli) struct LiveTail {
     call_id: String,
     /// The last complete lines, at most [`LIVE_LINES`].
     lines: VecDeque<String>,
@@ -30,7 +30,7 @@ pub(super) struct LiveTail {
 impl LiveTail {
     /// What to write for a piece of `call_id`'s output: on a terminal (`tty`) the redrawn tail,
     /// else the lines it completed.
-    pub(super) fn push(&mut self, call_id: &str, text: &str, tty: bool) -> String {
+    pub(in crate::cli) fn push(&mut self, call_id: &str, text: &str, tty: bool) -> String {
         if self.call_id != call_id {
             *self = LiveTail {
                 call_id: call_id.to_string(),
@@ -57,7 +57,7 @@ impl LiveTail {
 
     /// The call's output is over, or other output follows: what is drawn stays, and plain mode
     /// gets the unfinished last line.
-    pub(super) fn end(&mut self, tty: bool) -> String {
+    pub(in crate::cli) fn end(&mut self, tty: bool) -> String {
         let rest = if !tty && !self.partial.is_empty() {
             format!("{INDENT}{}\n", clean(&self.partial))
         } else {

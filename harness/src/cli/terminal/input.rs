@@ -20,7 +20,7 @@ use rustyline::validate::Validator;
 use rustyline::{Context, Editor, ExternalPrinter, Helper};
 use tokio::sync::{mpsc, oneshot};
 
-use super::assembly::geode_home;
+use super::super::assembly::geode_home;
 
 /// What the input thread read.
 pub enum Input {
