@@ -23,8 +23,11 @@ pub use source::{ConfigError, Setting, Source};
 /// One known key: its name, default and what it is for.
 #[derive(Debug, Clone, Copy)]
 pub struct KeySpec {
+    /// The key as written in a configuration file.
     pub key: &'static str,
+    /// The value when no flag, variable or file sets it; empty for none.
     pub default: &'static str,
+    /// One line on what the key is for.
     pub help: &'static str,
 }
 
@@ -316,6 +319,7 @@ impl Config {
         &self.mcp
     }
 
+    /// The effective setting of `key` and where it came from; `None` for an unknown key.
     pub fn get(&self, key: &str) -> Option<&Setting> {
         self.settings.get(key)
     }
@@ -385,6 +389,7 @@ impl Config {
         }
     }
 
+    /// The configured effort; `None` when the key is empty (the model's default applies).
     pub fn effort(&self) -> Result<Option<crate::model::effort::Effort>, ConfigError> {
         use crate::model::effort::Effort;
         let value = self.value("effort");
@@ -404,6 +409,7 @@ impl Config {
             })
     }
 
+    /// A key's value as a non-negative integer, or an error naming the value and its source.
     pub fn number(&self, key: &str) -> Result<u64, ConfigError> {
         let s = self.settings.get(key);
         let value = s.map_or("", |s| s.value.as_str());
