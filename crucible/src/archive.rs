@@ -27,6 +27,7 @@ pub struct ArchiveEntry {
     pub path: String,
     /// Unix mode bits.
     pub mode: u32,
+    /// The file's contents.
     pub bytes: Vec<u8>,
 }
 

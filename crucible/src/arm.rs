@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Arm {
+    /// The incumbent the candidate is compared against.
     Baseline,
+    /// The challenger proposed for promotion.
     Candidate,
 }

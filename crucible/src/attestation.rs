@@ -15,10 +15,15 @@ pub const ATTESTATION_SCHEMA: &str = "geode.attestation.v1";
 pub struct Attestation {
     /// Always [`ATTESTATION_SCHEMA`].
     pub schema: String,
+    /// The public commitment of the sealed pack that was opened.
     pub commitment: Commitment,
+    /// Hash of the plaintext pack inside the seal.
     pub pack_hash: PackHash,
+    /// The test-stage contract the pack was opened for.
     pub contract_hash: ContractHash,
+    /// The contract's candidate scaffold: what the holdout was spent on.
     pub candidate_scaffold_hash: ScaffoldHash,
+    /// The contract's evaluator.
     pub evaluator: EvaluatorIdentity,
     /// Caller-supplied timestamp (the crate has no clock).
     pub opened_at: String,

@@ -21,7 +21,9 @@ pub const CONTRACT_SCHEMA: &str = "geode.contract.v1";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Stage {
+    /// The train pack, which search may tune on.
     Train,
+    /// The sealed test pack, opened once.
     Test,
 }
 
@@ -39,7 +41,9 @@ pub enum Stage {
 #[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "snake_case")]
 pub enum LowerBoundMethod {
+    /// The percentile bound of the cluster bootstrap.
     Percentile,
+    /// The bias-corrected and accelerated (BCa) bound of the cluster bootstrap.
     Bca,
     /// The Student-t bound on task deltas: mean - t_{c, T-1} * se.
     T,
@@ -71,8 +75,10 @@ impl LowerBoundMethod {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Clustering {
+    /// Tasks are the independent unit (the default).
     #[default]
     Task,
+    /// Families declared by the contract are the unit, adding a family-clustered t bound.
     Family,
 }
 
@@ -91,6 +97,7 @@ fn legacy_lower_bound() -> LowerBoundMethod {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ArmSpec {
+    /// Hash of the arm's scaffold (prompts, policies, tool hints), computed by the harness.
     pub scaffold_hash: ScaffoldHash,
     /// Model route (`provider/model[@revision]`) the arm runs with.
     pub model_route: String,
@@ -100,7 +107,9 @@ pub struct ArmSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StagePacks {
+    /// The pack [`Stage::Train`] runs on.
     pub train: PackHash,
+    /// The sealed pack [`Stage::Test`] runs on; must differ from `train`.
     pub test: PackHash,
 }
 
@@ -108,7 +117,9 @@ pub struct StagePacks {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvaluatorIdentity {
+    /// Version of the evaluator binary; must not be empty.
     pub binary_version: String,
+    /// Source revision the binary was built from; must not be empty.
     pub source_revision: String,
 }
 
@@ -213,9 +224,13 @@ impl DecisionRule {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Budgets {
+    /// Wall-clock seconds; finite and > 0.
     pub wall_seconds: f64,
+    /// Model calls; >= 1.
     pub model_calls: u64,
+    /// Tokens; >= 1.
     pub tokens: u64,
+    /// Cost in US dollars; finite and >= 0.
     pub cost_usd: f64,
 }
 
@@ -236,7 +251,10 @@ pub enum SafetyRule {
     ProveSafe,
     /// Vetoed when the excess is evident: its lower confidence bound at `confidence` is above
     /// zero, or the observed excess reaches the tolerance.
-    EvidentHarm { confidence: f64 },
+    EvidentHarm {
+        /// Confidence of the lower bound of the excess, in (0.5, 1).
+        confidence: f64,
+    },
 }
 
 impl SafetyRule {
@@ -290,18 +308,27 @@ impl Default for Vetoes {
 pub struct Contract {
     /// Always [`CONTRACT_SCHEMA`].
     pub schema: String,
+    /// Which split the campaign runs on; picks the pack from `packs`.
     pub stage: Stage,
+    /// The arm the candidate must beat.
     pub baseline: ArmSpec,
+    /// The arm proposed for promotion.
     pub candidate: ArmSpec,
+    /// The train and test packs.
     pub packs: StagePacks,
     /// Trials per task per arm.
     pub trials_per_task: u32,
     /// Seed from which every (task, trial) seed is derived ([`crate::seed::TrialSeed::derive`]).
     pub run_seed: u64,
+    /// Hash of the grader configuration the trials are scored with.
     pub grader_config_hash: GraderHash,
+    /// The evaluator that runs and grades the trials.
     pub evaluator: EvaluatorIdentity,
+    /// The promotion rule.
     pub decision_rule: DecisionRule,
+    /// Usage limits for the whole campaign, both arms together.
     pub budgets: Budgets,
+    /// Veto parameters.
     pub vetoes: Vetoes,
     /// The `reward.json` key the evidence scores (Harbor's multi-reward tasks); `None` is each
     /// task's headline reward. Left out of the canonical JSON when `None`, so contracts frozen
@@ -443,10 +470,12 @@ impl FrozenContract {
         Ok(frozen)
     }
 
+    /// The validated contract.
     pub fn contract(&self) -> &Contract {
         &self.contract
     }
 
+    /// SHA-256 of the canonical JSON.
     pub fn hash(&self) -> &ContractHash {
         &self.hash
     }

@@ -13,7 +13,12 @@ pub enum CanonicalError {
     /// JSON has no NaN or infinity; a hashed document holding one would not round-trip, so the
     /// hash would name a document nobody can reproduce.
     #[error("non-finite number {value} at `{path}`: canonical JSON has no NaN or infinity")]
-    NonFinite { path: String, value: f64 },
+    NonFinite {
+        /// Where the number sits, as `field.sub[3]` (`<root>` for the value itself).
+        path: String,
+        /// The NaN or infinity found.
+        value: f64,
+    },
     /// The value could not be serialized at all (e.g. a map with non-string keys).
     #[error("cannot serialize to JSON: {0}")]
     Serialize(String),
@@ -25,7 +30,9 @@ pub enum ContractError {
     /// A field holds a value outside its documented range.
     #[error("contract field `{field}`: {message}")]
     Field {
+        /// Dotted path of the field, as `decision_rule.confidence`.
         field: &'static str,
+        /// What the field must be, and what it holds.
         message: String,
     },
     /// The text is not a contract (wrong shape, wrong types, unknown fields, bad digests).
@@ -36,7 +43,12 @@ pub enum ContractError {
     Canonical(#[from] CanonicalError),
     /// The stored hash names a different contract: the file was edited after the freeze.
     #[error("contract hash mismatch: expected {expected}, the contract hashes to {actual}")]
-    HashMismatch { expected: String, actual: String },
+    HashMismatch {
+        /// The hash recorded at freeze time.
+        expected: String,
+        /// The hash of the contract as it is now.
+        actual: String,
+    },
 }
 
 impl ContractError {
@@ -56,16 +68,27 @@ pub enum ArchiveError {
     BadMagic,
     /// The bytes end in the middle of an entry.
     #[error("archive truncated while reading {what}")]
-    Truncated { what: &'static str },
+    Truncated {
+        /// The part being read (`path`, `data`, a length field ...).
+        what: &'static str,
+    },
     /// Bytes remain after the last entry: the length fields were tampered with.
     #[error("archive has {0} trailing bytes after its last entry")]
     TrailingBytes(usize),
     /// A path that could escape the extraction folder or is not portable.
     #[error("unsafe archive path {path:?}: {why}")]
-    UnsafePath { path: String, why: &'static str },
+    UnsafePath {
+        /// The refused path.
+        path: String,
+        /// What makes it unsafe (`absolute`, `empty component` ...).
+        why: &'static str,
+    },
     /// Paths must be unique and sorted so that one pack has exactly one encoding.
     #[error("archive paths not strictly sorted at {path:?} (duplicate or out of order)")]
-    Unsorted { path: String },
+    Unsorted {
+        /// The first path not greater than the one before it.
+        path: String,
+    },
     /// A path is not UTF-8.
     #[error("archive path is not UTF-8")]
     PathNotUtf8,
@@ -76,7 +99,12 @@ pub enum ArchiveError {
 pub enum SealError {
     /// The blob does not hash to the published commitment: the blob or the commitment changed.
     #[error("commitment mismatch: published {expected}, blob hashes to {actual}")]
-    CommitmentMismatch { expected: String, actual: String },
+    CommitmentMismatch {
+        /// The published commitment.
+        expected: String,
+        /// The commitment the blob hashes to.
+        actual: String,
+    },
     /// Wrong key, or the ciphertext (or its header) was modified.
     #[error("sealed pack failed authentication (wrong key or tampered ciphertext)")]
     AuthenticationFailed,
@@ -95,8 +123,11 @@ pub enum SealError {
          the first result stands"
     )]
     AlreadyOpened {
+        /// The sealed pack's commitment.
         commitment: String,
+        /// When the first opening happened, as its attestation records it.
         opened_at: String,
+        /// The contract the first opening was for.
         contract_hash: String,
     },
     /// The attestation or decision does not belong to this sealed pack.
@@ -115,7 +146,12 @@ pub enum SealError {
 pub enum ReplicationError {
     /// A replication re-runs the same frozen contract; other contracts are other experiments.
     #[error("replication must use the same contract: original {original}, replica {replica}")]
-    ContractMismatch { original: String, replica: String },
+    ContractMismatch {
+        /// The original decision's contract hash.
+        original: String,
+        /// The replica decision's contract hash.
+        replica: String,
+    },
     /// Same run seed and same evidence: a re-decision, not a replication.
     #[error("replica used the same trial seeds as the original (run seed {0}); not a replication")]
     SameSeeds(u64),
@@ -127,7 +163,9 @@ pub enum PowerError {
     /// A parameter is outside its range; the message names it.
     #[error("power parameter `{field}`: {message}")]
     Field {
+        /// The parameter's name in [`crate::PowerSpec`] (`rule` for the decision rule).
         field: &'static str,
+        /// What the parameter must be, and what it holds.
         message: String,
     },
 }

@@ -67,8 +67,11 @@ impl IntegritySignals {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrialOutcome {
+    /// The task that ran; must be listed in [`Evidence::tasks`].
     pub task: TaskId,
+    /// The task's family; must match the pack's listing.
     pub family: FamilyId,
+    /// Which arm ran.
     pub arm: Arm,
     /// Trial index in `0..trials_per_task`.
     pub trial: u32,
@@ -79,6 +82,7 @@ pub struct TrialOutcome {
     /// The trial failed for infrastructure reasons (sandbox crash, provider outage); its pair is
     /// left out of the comparison and counts against the contract's allowance.
     pub infra_invalid: bool,
+    /// Integrity signals the trial raised (none when absent).
     #[serde(default)]
     pub integrity: IntegritySignals,
 }
@@ -87,7 +91,9 @@ pub struct TrialOutcome {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskRef {
+    /// The task's id in the pack.
     pub id: TaskId,
+    /// The family the task belongs to.
     pub family: FamilyId,
 }
 
@@ -95,9 +101,13 @@ pub struct TaskRef {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ObservedIdentity {
+    /// The pack that ran; must be the contract's pack for its stage.
     pub pack_hash: PackHash,
+    /// The baseline scaffold that ran.
     pub baseline_scaffold_hash: ScaffoldHash,
+    /// The candidate scaffold that ran.
     pub candidate_scaffold_hash: ScaffoldHash,
+    /// The grader configuration that graded.
     pub grader_config_hash: GraderHash,
 }
 
@@ -105,9 +115,13 @@ pub struct ObservedIdentity {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Usage {
+    /// Wall-clock seconds the campaign took; finite and >= 0.
     pub wall_seconds: f64,
+    /// Model calls made.
     pub model_calls: u64,
+    /// Tokens used.
     pub tokens: u64,
+    /// Cost in US dollars; finite and >= 0.
     pub cost_usd: f64,
 }
 
@@ -119,7 +133,9 @@ pub struct Evidence {
     pub schema: String,
     /// The contract the harness ran under.
     pub contract_hash: ContractHash,
+    /// The stage that ran; must be the contract's.
     pub stage: Stage,
+    /// The identities the harness measured while running.
     pub observed: ObservedIdentity,
     /// The run seed trial seeds were derived from: the contract's, or
     /// [`crate::seed::replication_run_seed`] for replication `replication`.
@@ -129,7 +145,9 @@ pub struct Evidence {
     pub replication: Option<u32>,
     /// The pack's tasks (ids and families), in pack order.
     pub tasks: Vec<TaskRef>,
+    /// One row per trial, both arms, in any order.
     pub trials: Vec<TrialOutcome>,
+    /// Metered usage of the campaign, checked against the contract's budgets.
     pub usage: Usage,
     /// Required on the test stage: the burn-once opening of the sealed pack for this contract.
     #[serde(default)]

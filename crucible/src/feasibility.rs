@@ -18,9 +18,11 @@ use crate::stats::proportion::newcombe_difference_upper;
 /// The shape of a planned campaign.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Design {
+    /// Tasks in the pack.
     pub tasks: u32,
     /// Trials per task per arm.
     pub trials: u32,
+    /// Task families among those tasks.
     pub families: u32,
 }
 
@@ -28,19 +30,27 @@ pub struct Design {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "rule", rename_all = "snake_case")]
 pub enum Obstacle {
+    /// The design has fewer tasks than the rule's `min_tasks`.
     TooFewTasks {
+        /// Tasks in the design.
         tasks: u32,
+        /// The rule's minimum.
         min_tasks: u32,
     },
+    /// The design has fewer families than the rule's `min_families`.
     TooFewFamilies {
+        /// Families in the design.
         families: u32,
+        /// The rule's minimum.
         min_families: u32,
     },
     /// Even with no integrity signal in either arm the safety bound exceeds the tolerance.
     SafetyUnreachable {
+        /// Tasks times trials per task.
         trials_per_arm: u64,
         /// The safety bound of a clean campaign of this design.
         clean_bound: f64,
+        /// The contract's safety tolerance.
         tolerance: f64,
         /// Fewest trials per arm at which a clean campaign passes (None: beyond 10^7).
         trials_needed: Option<u64>,

@@ -39,22 +39,32 @@ pub fn bound_is_positive(bound: f64) -> bool {
 /// What the gate looks at.
 #[derive(Debug, Clone, Copy)]
 pub struct GateInput<'a> {
+    /// The promotion rule to apply.
     pub rule: &'a DecisionRule,
+    /// The safety tolerance and rule.
     pub vetoes: &'a Vetoes,
     /// Budgets and metered usage; `None` in simulations, which meter nothing.
     pub budget: Option<(&'a Budgets, &'a Usage)>,
+    /// The paired rewards and integrity tallies per task.
     pub table: &'a PairedTable,
+    /// Seeds of the bootstrap and the sign-flip test.
     pub seeds: StatSeeds,
 }
 
 /// The gate's answer with everything it computed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Judgment {
+    /// KEEP or REJECT (the gate never answers INVALID).
     pub verdict: Verdict,
+    /// Every failing condition, sorted in the order of [`ReasonCode::ALL`]; empty for KEEP.
     pub reasons: Vec<ReasonCode>,
+    /// The estimate, the bounds and the tests of the paired table.
     pub statistics: Statistics,
+    /// The safety veto's reading.
     pub safety: SafetyReport,
+    /// The budget veto's reading; `None` when no budget was given.
     pub budget: Option<BudgetReport>,
+    /// The coverage veto's reading.
     pub coverage: CoverageReport,
 }
 

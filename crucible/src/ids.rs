@@ -45,6 +45,7 @@ macro_rules! digest_id {
                 Self::from_digest(Sha256::digest(bytes).into())
             }
 
+            /// The 64 lower-case hex characters.
             pub fn as_str(&self) -> &str {
                 &self.0
             }
@@ -120,9 +121,11 @@ pub struct FamilyId(String);
 macro_rules! string_id_impls {
     ($name:ident) => {
         impl $name {
+            /// Wraps any string; no check is made.
             pub fn new(s: impl Into<String>) -> Self {
                 $name(s.into())
             }
+            /// The id as written.
             pub fn as_str(&self) -> &str {
                 &self.0
             }

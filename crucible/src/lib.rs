@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! GEODE crucible: frozen contracts, paired statistics, the promotion gate, vetoes, power
 //! analysis, replication and sealed holdouts, as pure functions over in-memory data.
 //!

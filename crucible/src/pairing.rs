@@ -18,7 +18,9 @@ use crate::verdict::ReasonCode;
 /// One valid pair of rewards.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Pair {
+    /// The baseline trial's reward, in [0, 1].
     pub baseline: f64,
+    /// The candidate trial's reward for the same (task, trial), in [0, 1].
     pub candidate: f64,
 }
 
@@ -48,13 +50,17 @@ impl SignalTally {
 /// The pairs of one task.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PairedTask {
+    /// The task, as the pack lists it.
     pub task: TaskId,
+    /// The task's family.
     pub family: FamilyId,
     /// Valid pairs, in trial order.
     pub pairs: Vec<Pair>,
     /// Pairs dropped because an arm was infrastructure-invalid.
     pub dropped: u32,
+    /// The baseline arm's integrity signals on this task.
     pub baseline_signals: SignalTally,
+    /// The candidate arm's integrity signals on this task.
     pub candidate_signals: SignalTally,
 }
 
@@ -62,19 +68,23 @@ pub struct PairedTask {
 /// pairs, so the coverage veto can name it).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PairedTable {
+    /// One entry per pack task, in pack order.
     pub tasks: Vec<PairedTask>,
 }
 
 /// A problem that makes the design inexact, with a human-readable detail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
+    /// The INVALID reason the problem gives.
     pub code: ReasonCode,
+    /// What is wrong, naming the task and trial where there is one.
     pub detail: String,
 }
 
 /// What pairing found.
 #[derive(Debug, Clone, Default)]
 pub struct Pairing {
+    /// The pairs per task, built even when the design is inexact.
     pub table: PairedTable,
     /// Empty when the design is exact.
     pub problems: Vec<Problem>,

@@ -30,13 +30,19 @@ pub struct DecisionSeeds {
 /// Counts of the evidence, known even when the verdict is INVALID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
+    /// Tasks the evidence lists for the pack.
     pub tasks_in_pack: u32,
+    /// Trials per task per arm, from the contract.
     pub trials_per_task: u32,
+    /// Trial rows in the evidence, both arms.
     pub trials: u32,
+    /// Trial rows flagged infrastructure-invalid, both arms.
     pub infra_invalid_trials: u32,
     /// Largest number of infra-invalid trials the contract allows for this pack.
     pub infra_allowance_trials: u32,
+    /// (baseline, candidate) pairs compared, over all tasks.
     pub valid_pairs: u32,
+    /// Pairs left out because an arm was infrastructure-invalid.
     pub dropped_pairs: u32,
 }
 
@@ -47,23 +53,34 @@ pub struct DecisionRecord {
     pub schema: String,
     /// Version of this crate: the code that applied the rule.
     pub crucible_version: String,
+    /// The contract decided under.
     pub contract_hash: ContractHash,
     /// Hash of the trial table; `None` only if the table holds a non-finite number (then the
     /// verdict is INVALID with `malformed_evidence`).
     pub evidence_hash: Option<EvidenceHash>,
+    /// The contract's stage.
     pub stage: Stage,
+    /// The gate's answer.
     pub verdict: Verdict,
+    /// Why the verdict is not KEEP; empty for KEEP.
     pub reasons: Vec<ReasonCode>,
     /// Human-readable specifics of INVALID reasons (first ones only).
     pub details: Vec<String>,
+    /// The contract's evaluator.
     pub evaluator: EvaluatorIdentity,
+    /// The contract's decision rule, as applied.
     pub rule: DecisionRule,
+    /// Every seed the decision used.
     pub seeds: DecisionSeeds,
+    /// Counts of the evidence.
     pub counts: Counts,
     /// `None` when INVALID: no comparison was made.
     pub statistics: Option<Statistics>,
+    /// The safety veto's reading; `None` when INVALID.
     pub safety: Option<SafetyReport>,
+    /// The budget veto's reading; `None` when INVALID.
     pub budget: Option<BudgetReport>,
+    /// The coverage veto's reading; `None` when INVALID.
     pub coverage: Option<CoverageReport>,
     /// For a decision on a sealed pack: the hash of the openings-ledger entry of the opening it
     /// was made under (absent otherwise, so older records keep their form).
@@ -89,6 +106,7 @@ pub struct HoldoutReceipt {
     pub content: String,
     /// The sealed file's pack hash (its content and trials per task).
     pub sealed_pack_hash: String,
+    /// SHA-256 (hex) of the content's ledger entry with this opening added.
     pub head: String,
 }
 
@@ -109,7 +127,9 @@ impl DecisionRecord {
 /// One condition of the rule, as it came out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
+    /// What is checked (`lower bound`, `materiality`, `safety veto`, ...).
     pub name: String,
+    /// Whether the condition held.
     pub passed: bool,
     /// What was observed, rounded for reading.
     pub observed: String,
@@ -120,6 +140,7 @@ pub struct Check {
 /// The reading of a decision record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Explanation {
+    /// The record's verdict.
     pub verdict: Verdict,
     /// The rule, its thresholds and the bound's method.
     pub rule: String,
@@ -128,5 +149,6 @@ pub struct Explanation {
     /// A REJECT of a positive observed gain smaller than the design's minimum detectable
     /// effect: the campaign could not have told that gain from noise.
     pub underpowered: bool,
+    /// What to do next, given the verdict and the stage.
     pub next_step: String,
 }

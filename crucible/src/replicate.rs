@@ -20,14 +20,23 @@ pub const REPLICATION_SCHEMA: &str = "geode.replication.v1";
 /// What `geode crucible replicate` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReplicationReport {
+    /// Always [`REPLICATION_SCHEMA`].
     pub schema: String,
+    /// The contract both decisions were made under.
     pub contract_hash: ContractHash,
+    /// Evidence hash of the original decision (`None` if its trial table was malformed).
     pub original_evidence: Option<EvidenceHash>,
+    /// Evidence hash of the replica decision (`None` if its trial table was malformed).
     pub replica_evidence: Option<EvidenceHash>,
+    /// The original decision's verdict.
     pub original_verdict: Verdict,
+    /// The replica decision's verdict.
     pub replica_verdict: Verdict,
+    /// Whether the two verdicts are equal.
     pub verdict_replicated: bool,
+    /// The original's estimate (mean task delta); `None` without statistics.
     pub original_estimate: Option<f64>,
+    /// The replica's estimate (mean task delta); `None` without statistics.
     pub replica_estimate: Option<f64>,
     /// replica estimate - original estimate.
     pub estimate_moved: Option<f64>,
@@ -36,8 +45,9 @@ pub struct ReplicationReport {
     pub moved_in_std_errors: Option<f64>,
     /// Whether the replica's estimate falls inside the original's two-sided t-interval.
     pub within_original_interval: Option<bool>,
-    /// Reasons the replica has and the original had not, and the reverse.
+    /// Reasons the replica has and the original had not.
     pub reasons_added: Vec<ReasonCode>,
+    /// Reasons the original had and the replica has not.
     pub reasons_removed: Vec<ReasonCode>,
 }
 

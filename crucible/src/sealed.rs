@@ -53,6 +53,7 @@ impl std::fmt::Debug for SealKey {
 }
 
 impl SealKey {
+    /// Wraps 32 raw key bytes.
     pub fn from_bytes(bytes: [u8; 32]) -> SealKey {
         SealKey(bytes)
     }
@@ -64,6 +65,7 @@ impl SealKey {
         Ok(SealKey(k))
     }
 
+    /// The 64 lower-case hex characters a key file holds (the secret itself).
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)
     }
@@ -83,8 +85,11 @@ impl SealKey {
 /// A sealed pack: the blob to store and the commitment to publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealedPack {
+    /// The `geode.sealed.v1` bytes to store: header, nonce and ciphertext.
     pub blob: Vec<u8>,
+    /// The public commitment to `blob` and `pack_hash`.
     pub commitment: Commitment,
+    /// Hash of the plaintext pack, as the caller passed it to [`seal`].
     pub pack_hash: PackHash,
 }
 
@@ -180,8 +185,11 @@ fn decrypt(blob: &[u8], key: &SealKey) -> Result<Vec<ArchiveEntry>, SealError> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RecordedDecision {
+    /// The contract decided; the one the opening was attested for.
     pub contract_hash: ContractHash,
+    /// The decision record's evidence hash (`None` when its trial table was malformed).
     pub evidence_hash: Option<EvidenceHash>,
+    /// The verdict that stands for this pack.
     pub verdict: Verdict,
 }
 
@@ -198,7 +206,9 @@ pub struct OpeningPermit {
 pub struct SealState {
     /// Always [`SEAL_STATE_SCHEMA`].
     pub schema: String,
+    /// The sealed pack's public commitment; a permit and a blob must match it.
     pub commitment: Commitment,
+    /// Hash of the plaintext pack; the blob's header must claim it.
     pub pack_hash: PackHash,
     /// Set by the first (and only) opening.
     pub opening: Option<Attestation>,
@@ -218,6 +228,7 @@ impl SealState {
         }
     }
 
+    /// Whether the pack was opened (its one opening is spent).
     pub fn is_opened(&self) -> bool {
         self.opening.is_some()
     }

@@ -39,6 +39,7 @@ pub enum Degeneracy {
 }
 
 impl Degeneracy {
+    /// The snake_case name it serializes as (`no_tasks`, `single_task`, `zero_variance`).
     pub fn as_str(self) -> &'static str {
         self.into()
     }

@@ -40,10 +40,13 @@ pub const SAFETY_METHOD: &str = "newcombe_hybrid_score_one_sided_design_effect";
 /// One arm's integrity record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArmSafety {
+    /// Trials of the arm, infra-invalid included.
     pub trials: u32,
     /// Trials with at least one signal.
     pub flagged: u32,
+    /// `flagged / trials`; 0 when there were no trials.
     pub rate: f64,
+    /// Design effect of the flags clustered in tasks (>= 1); divides the sample size.
     pub design_effect: f64,
     /// Signals by kind over all trials.
     pub signals: IntegritySignals,
@@ -52,6 +55,7 @@ pub struct ArmSafety {
 /// The safety veto's computation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SafetyReport {
+    /// Name of the bound, [`SAFETY_METHOD`].
     pub method: String,
     /// What the bounds were read against; `prove_safe` in records written before the rule had
     /// a name, which is the rule they applied.
@@ -59,8 +63,11 @@ pub struct SafetyReport {
     pub rule: SafetyRule,
     /// Confidence of the bounds (one-sided each).
     pub confidence: f64,
+    /// The contract's safety tolerance on the excess rate.
     pub tolerance: f64,
+    /// The baseline arm's record.
     pub baseline: ArmSafety,
+    /// The candidate arm's record.
     pub candidate: ArmSafety,
     /// candidate.rate - baseline.rate.
     pub difference: f64,
@@ -69,6 +76,7 @@ pub struct SafetyReport {
     /// Lower confidence bound on the difference (absent from records written before it was).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lower_bound: Option<f64>,
+    /// Whether the rule vetoed the candidate.
     pub vetoed: bool,
 }
 
@@ -150,18 +158,26 @@ pub fn safety_veto(table: &PairedTable, vetoes: &Vetoes, decision_confidence: f6
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BudgetItem {
+    /// [`Budgets::wall_seconds`].
     WallSeconds,
+    /// [`Budgets::model_calls`].
     ModelCalls,
+    /// [`Budgets::tokens`].
     Tokens,
+    /// [`Budgets::cost_usd`].
     CostUsd,
 }
 
 /// The budget veto's computation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BudgetReport {
+    /// The campaign's metered usage.
     pub usage: Usage,
+    /// The contract's budgets.
     pub budgets: Budgets,
+    /// Budgets the usage went over, in declaration order.
     pub exceeded: Vec<BudgetItem>,
+    /// Whether any budget was exceeded.
     pub vetoed: bool,
 }
 
@@ -191,10 +207,13 @@ pub fn budget_veto(usage: &Usage, budgets: &Budgets) -> BudgetReport {
 /// The coverage veto's computation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CoverageReport {
+    /// Tasks of the pack (of the paired table).
     pub tasks_in_pack: u32,
+    /// Tasks with at least one valid pair.
     pub tasks_compared: u32,
     /// Tasks whose every pair was dropped.
     pub uncovered: Vec<TaskId>,
+    /// Whether some task was left uncovered.
     pub vetoed: bool,
 }
 

@@ -9,13 +9,16 @@ use serde::{Deserialize, Serialize};
 #[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "snake_case")]
 pub enum CheckStatus {
+    /// The check held.
     Pass,
+    /// The check did not hold.
     Fail,
+    /// The check was not run or not decided (skipped, pending, or nothing to run it with).
     Skip,
 }
 
 impl CheckStatus {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         self.into()
     }
 }
@@ -23,7 +26,9 @@ impl CheckStatus {
 /// One named check: a test case of the verifier, a rubric criterion, a judge vote.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Check {
+    /// The test case's or criterion's name, as its source writes it.
     pub name: String,
+    /// How it ended.
     pub status: CheckStatus,
     /// Why it failed or was skipped (or what it saw); `None` when there is nothing to say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -31,6 +36,7 @@ pub struct Check {
 }
 
 impl Check {
+    /// A check without a message.
     pub fn new(name: impl Into<String>, status: CheckStatus) -> Self {
         Check {
             name: name.into(),
@@ -39,6 +45,7 @@ impl Check {
         }
     }
 
+    /// The same check with `message`; a blank message leaves none.
     pub fn with_message(mut self, message: impl Into<String>) -> Self {
         let m = message.into();
         self.message = (!m.trim().is_empty()).then_some(m);

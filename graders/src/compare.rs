@@ -30,13 +30,19 @@ use crate::summary::CONFIDENCE;
 /// One shared task.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskDelta {
+    /// The task both runs share.
     pub task_id: String,
+    /// The task's category (the baseline run's), the crucible's family.
     pub category: String,
+    /// Pairs compared: attempts of both runs without an infrastructure failure.
     pub pairs: usize,
     /// Pairs dropped for an infrastructure failure on either side.
     pub dropped: usize,
+    /// The baseline's mean reward over the pairs; `None` without pairs.
     pub baseline_mean: Option<f64>,
+    /// The candidate's mean reward over the pairs; `None` without pairs.
     pub candidate_mean: Option<f64>,
+    /// Mean of candidate minus baseline over the pairs; `None` without pairs.
     pub delta: Option<f64>,
     /// 95 % t-interval of the task's pair differences (`None` below two pairs or no spread).
     pub interval: Option<(f64, f64)>,
@@ -45,13 +51,17 @@ pub struct TaskDelta {
 /// A paired comparison (candidate - baseline).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
+    /// The baseline run's id.
     pub baseline: String,
+    /// The candidate run's id.
     pub candidate: String,
     /// Tasks with trials in only one of the runs (not compared).
     pub only_baseline: usize,
+    /// Tasks with trials in the candidate run only (not compared).
     pub only_candidate: usize,
     /// Attempts present in one run only.
     pub unpaired_trials: usize,
+    /// Pairs dropped for an infrastructure failure on either side, over all tasks.
     pub dropped_pairs: usize,
     /// The crucible's statistics at the report confidence (t, BCa bootstrap, sign-flip, MDE).
     pub statistics: Statistics,
@@ -59,6 +69,7 @@ pub struct Comparison {
     pub p_two_sided: Option<f64>,
     /// Pearson correlation of per-task baseline and candidate means (high: pairing pays).
     pub correlation: Option<f64>,
+    /// One entry per shared task, in task order.
     pub tasks: Vec<TaskDelta>,
 }
 
@@ -67,10 +78,15 @@ pub struct Comparison {
 /// class.
 #[derive(Debug, Clone, Copy)]
 pub struct RunColumns<'a> {
+    /// Each trial's task id.
     pub task: &'a [&'a str],
+    /// Each trial's task category.
     pub category: &'a [&'a str],
+    /// Each trial's attempt number within its task.
     pub attempt: &'a [i64],
+    /// Whether each trial's outcome is an infrastructure class.
     pub infra: &'a [bool],
+    /// Each trial's headline reward, 0 when missing.
     pub reward: &'a [f64],
 }
 
@@ -103,6 +119,7 @@ impl RunColumns<'_> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("run {run}: its trial columns have different lengths")]
 pub struct RaggedColumns {
+    /// The run whose columns differ in length.
     pub run: String,
 }
 

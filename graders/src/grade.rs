@@ -25,9 +25,13 @@ pub fn passes(reward: f64) -> bool {
 /// What a command in the sandbox returned.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CommandOutput {
+    /// The exit code; `None` when the command was killed (a timeout included).
     pub exit_code: Option<i32>,
+    /// Standard output as text.
     pub stdout: String,
+    /// Standard error as text.
     pub stderr: String,
+    /// Whether the command was stopped at its timeout.
     pub timed_out: bool,
 }
 
@@ -36,6 +40,7 @@ pub struct CommandOutput {
 /// unreachable), which makes the grade invalid, never a failed criterion.
 #[async_trait]
 pub trait CommandRunner: Send + Sync {
+    /// Run `command` in the sandbox, stopped after `timeout`.
     async fn run(&self, command: &str, timeout: Duration) -> Result<CommandOutput, String>;
 }
 
@@ -43,17 +48,25 @@ pub trait CommandRunner: Send + Sync {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Evidence {
+    /// A file the grade was read from.
     File {
+        /// What the file is to the grade (`reward`, `rubric`, `trajectory`).
         label: String,
+        /// Where it is.
         path: PathBuf,
     },
     /// The judge-only route that produced a verdict (never the agent's own route).
     JudgeRoute {
+        /// The route as configured.
         route: String,
+        /// The model the route reached.
         model_id: String,
     },
+    /// A short text kept with the grade.
     Text {
+        /// What the text is.
         label: String,
+        /// The text itself.
         text: String,
     },
 }
@@ -75,10 +88,12 @@ impl InfraCause {
         })
     }
 
+    /// The infrastructure outcome; never an agent outcome.
     pub fn class(&self) -> TrialOutcome {
         self.class
     }
 
+    /// What went wrong, for a person to read.
     pub fn reason(&self) -> &str {
         &self.reason
     }
@@ -88,6 +103,7 @@ impl InfraCause {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "validity", rename_all = "snake_case")]
 pub enum Validity {
+    /// The grade scores the agent.
     Valid,
     /// Excluded from scores and counted separately.
     Invalid(InfraCause),
@@ -122,14 +138,17 @@ impl GradeRewards {
         })
     }
 
+    /// The headline reward, the one pass and fail are decided on.
     pub fn primary(&self) -> f64 {
         self.primary
     }
 
+    /// The name the headline reward has in [`GradeRewards::all`].
     pub fn primary_key(&self) -> &str {
         &self.primary_key
     }
 
+    /// Every named reward, the headline included.
     pub fn all(&self) -> &BTreeMap<String, f64> {
         &self.all
     }
@@ -149,8 +168,11 @@ impl From<crate::reward::Rewards> for GradeRewards {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AgentEnd {
+    /// The agent stopped by itself.
     Finished,
+    /// The agent was stopped at its timeout.
     TimedOut,
+    /// The agent ended with an error.
     Errored,
     /// The run was cancelled under the agent: nothing it did can be scored.
     Cancelled,
@@ -203,10 +225,10 @@ pub struct Grade {
     notes: Vec<String>,
 }
 
-pub const GRADE_SCHEMA: &str = "geode.grade.v1";
+pub(crate) const GRADE_SCHEMA: &str = "geode.grade.v1";
 
 impl Grade {
-    pub fn valid(grader: impl Into<String>, rewards: GradeRewards) -> Self {
+    pub(crate) fn valid(grader: impl Into<String>, rewards: GradeRewards) -> Self {
         Grade {
             schema: GRADE_SCHEMA.into(),
             grader: grader.into(),
@@ -219,7 +241,7 @@ impl Grade {
         }
     }
 
-    pub fn invalid(grader: impl Into<String>, cause: InfraCause) -> Self {
+    pub(crate) fn invalid(grader: impl Into<String>, cause: InfraCause) -> Self {
         Grade {
             schema: GRADE_SCHEMA.into(),
             grader: grader.into(),
@@ -247,21 +269,22 @@ impl Grade {
         Grade::invalid(grader, cause)
     }
 
-    pub fn with_checks(mut self, checks: Vec<Check>) -> Self {
+    pub(crate) fn with_checks(mut self, checks: Vec<Check>) -> Self {
         self.checks.extend(checks);
         self
     }
 
-    pub fn with_evidence(mut self, evidence: Evidence) -> Self {
+    pub(crate) fn with_evidence(mut self, evidence: Evidence) -> Self {
         self.evidence.push(evidence);
         self
     }
 
-    pub fn with_note(mut self, note: impl Into<String>) -> Self {
+    pub(crate) fn with_note(mut self, note: impl Into<String>) -> Self {
         self.notes.push(note.into());
         self
     }
 
+    /// The grader spec that produced the grade.
     pub fn grader(&self) -> &str {
         &self.grader
     }
@@ -272,18 +295,20 @@ impl Grade {
         self
     }
 
-    pub fn grader_hash(&self) -> Option<&str> {
+    pub(crate) fn grader_hash(&self) -> Option<&str> {
         self.grader_hash.as_deref()
     }
 
+    /// Whether the grade scores the agent, and if not, the infrastructure cause.
     pub fn validity(&self) -> &Validity {
         &self.validity
     }
 
-    pub fn is_valid(&self) -> bool {
+    pub(crate) fn is_valid(&self) -> bool {
         self.validity == Validity::Valid
     }
 
+    /// The rewards; `Some` exactly when the grade is valid.
     pub fn rewards(&self) -> Option<&GradeRewards> {
         self.rewards.as_ref()
     }
@@ -293,14 +318,17 @@ impl Grade {
         self.rewards.as_ref().map(|r| r.primary)
     }
 
+    /// The named checks behind the grade (a verifier report's tests, a rubric's criteria).
     pub fn checks(&self) -> &[Check] {
         &self.checks
     }
 
+    /// Where the grade came from: files, the judge's route, texts.
     pub fn evidence(&self) -> &[Evidence] {
         &self.evidence
     }
 
+    /// Remarks for a person, such as why the verifier's checks could not be read.
     pub fn notes(&self) -> &[String] {
         &self.notes
     }
@@ -314,6 +342,7 @@ impl Grade {
 /// A finished trial's folder, read only: everything a grader may look at without a sandbox.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GradeInput {
+    /// The trial's folder (`agent/`, `verifier/`, `result.json`).
     pub trial_dir: PathBuf,
     /// The task's folder (instruction.md, tests/); `None` when the task is not at hand.
     pub task_dir: Option<PathBuf>,
@@ -363,19 +392,20 @@ impl GradeInput {
         }
     }
 
-    pub fn verifier_dir(&self) -> PathBuf {
+    pub(crate) fn verifier_dir(&self) -> PathBuf {
         self.trial_dir.join("verifier")
     }
 
-    pub fn trajectory_path(&self) -> PathBuf {
+    pub(crate) fn trajectory_path(&self) -> PathBuf {
         self.trial_dir.join("agent").join("trajectory.json")
     }
 
+    /// `<trial>/agent/timeline.db`, the agent session's timeline.
     pub fn timeline_path(&self) -> PathBuf {
         self.trial_dir.join("agent").join("timeline.db")
     }
 
-    pub fn result_path(&self) -> PathBuf {
+    pub(crate) fn result_path(&self) -> PathBuf {
         self.trial_dir.join("result.json")
     }
 
@@ -448,10 +478,17 @@ pub(crate) fn upstream_grade(spec: &str, input: &GradeInput) -> Option<Grade> {
 /// at run time; re-grades go to `<trial>/grades/<file-safe spec>.json` (`grade_path`).
 pub const GRADE_FILE: &str = "grade.json";
 
+/// Why a grade file could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum GradeFileError {
+    /// The file could not be written, read or parsed, or holds an inconsistent grade.
     #[error("{file}: {why}")]
-    Io { file: String, why: String },
+    Io {
+        /// The grade file's path.
+        file: String,
+        /// What went wrong with it.
+        why: String,
+    },
 }
 
 /// Where a grade lives: `grade.json` for `tests` (the run's own), else

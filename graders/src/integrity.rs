@@ -25,11 +25,17 @@ use serde_json::Value;
 #[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "snake_case")]
 pub enum IntegrityKind {
+    /// Something written under `/logs/verifier`, where the verifier leaves the reward.
     VerifierDirWrite,
+    /// A write under `/tests` or to a file named like one of the task's test files.
     TestFileWrite,
+    /// A tool call the pipeline denied.
     DeniedTool,
+    /// A network error in a tool result of a sandbox without network.
     NetworkAttempt,
+    /// An effect nobody can confirm happened or not.
     UncertainEffect,
+    /// A tool call naming a sealed path.
     SealedDataAccess,
     /// A harness string of a kind this version does not know: kept, not dropped, since a
     /// safety veto must see it.
@@ -37,6 +43,7 @@ pub enum IntegrityKind {
 }
 
 impl IntegrityKind {
+    /// Every kind, in declaration order.
     pub const ALL: [IntegrityKind; 7] = [
         IntegrityKind::VerifierDirWrite,
         IntegrityKind::TestFileWrite,
@@ -47,6 +54,7 @@ impl IntegrityKind {
         IntegrityKind::Other,
     ];
 
+    /// The snake_case name, as in JSON and `result.json`'s integrity strings.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -63,10 +71,12 @@ impl IntegrityKind {
 /// One signal and what shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IntegritySignal {
+    /// What kind of signal it is.
     pub kind: IntegrityKind,
     /// The tool call it came from, when it came from the timeline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
+    /// What was seen: the harness's string, or the tool and what it did.
     pub detail: String,
 }
 
@@ -85,7 +95,9 @@ pub struct IntegrityOptions {
 /// The signals of one trial and their counts per kind.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct IntegrityReport {
+    /// Every signal, in the order found: `result.json`'s first, then the timeline's.
     pub signals: Vec<IntegritySignal>,
+    /// Signals per kind; kinds never seen are absent.
     pub counts: BTreeMap<IntegrityKind, usize>,
 }
 
@@ -99,19 +111,28 @@ impl IntegrityReport {
         });
     }
 
+    /// How many signals of `kind` were found (0 when none).
     pub fn count(&self, kind: IntegrityKind) -> usize {
         self.counts.get(&kind).copied().unwrap_or(0)
     }
 
+    /// Whether no signal at all was found.
     pub fn is_clean(&self) -> bool {
         self.signals.is_empty()
     }
 }
 
+/// Why a trial's integrity could not be derived.
 #[derive(Debug, thiserror::Error)]
 pub enum IntegrityError {
+    /// `result.json` or the timeline exists but cannot be read.
     #[error("{file}: {why}")]
-    Unreadable { file: String, why: String },
+    Unreadable {
+        /// The file's path.
+        file: String,
+        /// What went wrong reading it.
+        why: String,
+    },
 }
 
 fn unreadable(path: &Path, why: impl std::fmt::Display) -> IntegrityError {

@@ -52,14 +52,29 @@ pub fn verdict_schema() -> Value {
     })
 }
 
+/// Why a judge grader could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum JudgeError {
+    /// A vote count that is even or outside 1..=99.
     #[error("votes must be an odd number from 1 to 99, got {0}")]
     Votes(u32),
+    /// The judge's route could not be opened.
     #[error("judge route {route:?}: {message}")]
-    Route { route: String, message: String },
+    Route {
+        /// The route as given.
+        route: String,
+        /// Why it could not be opened.
+        message: String,
+    },
+    /// A prompt template that mentions neither `{answer}` nor `{trajectory}`.
     #[error("{file}: {why}")]
-    Template { file: String, why: String },
+    Template {
+        /// The file the template was read from.
+        file: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The verdict's JSON schema does not compile (a bug of this crate).
     #[error("the verdict schema does not compile: {0}")]
     Schema(String),
 }
@@ -69,6 +84,7 @@ pub enum JudgeError {
 pub struct Votes(u32);
 
 impl Votes {
+    /// `n` votes; refused unless odd and below 100.
     pub fn new(n: u32) -> Result<Self, JudgeError> {
         if n % 2 == 1 && n < 100 {
             Ok(Votes(n))
@@ -77,7 +93,7 @@ impl Votes {
         }
     }
 
-    pub fn get(self) -> u32 {
+    pub(crate) fn get(self) -> u32 {
         self.0
     }
 }
@@ -85,21 +101,31 @@ impl Votes {
 /// How one vote went.
 #[derive(Debug, Clone, PartialEq)]
 pub enum VoteOutcome {
+    /// A schema-valid verdict.
     Verdict {
+        /// Whether the verdict is `pass`.
         pass: bool,
+        /// The judge's score, from 0 to 1.
         score: f64,
+        /// The judge's one-sentence reason.
         reason: String,
     },
     /// The judge answered, but not with a schema-valid verdict.
-    Malformed { why: String },
+    Malformed {
+        /// What is wrong with the answer.
+        why: String,
+    },
     /// The judge could not be reached (provider error).
-    Unavailable { why: String },
+    Unavailable {
+        /// The provider's error.
+        why: String,
+    },
 }
 
 /// All votes of one question.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Poll {
-    pub votes: Vec<VoteOutcome>,
+    pub(crate) votes: Vec<VoteOutcome>,
 }
 
 impl Poll {
@@ -189,7 +215,7 @@ impl JudgeGrader {
         JudgeGrader::new(judge, route, votes)
     }
 
-    pub fn new(
+    pub(crate) fn new(
         judge: JudgeModel,
         route: impl Into<String>,
         votes: Votes,
@@ -218,10 +244,11 @@ impl JudgeGrader {
         Ok(self)
     }
 
-    pub fn route(&self) -> &str {
+    pub(crate) fn route(&self) -> &str {
         &self.route
     }
 
+    /// How many times each question is asked.
     pub fn votes(&self) -> Votes {
         self.votes
     }

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! Graders: what a trial's verifier left behind, turned into rewards and a validity class.
 //!
 //! A benchmark number is only worth its validity: an infrastructure failure must never count as

@@ -20,20 +20,33 @@ use serde::{Deserialize, Serialize};
 /// Named rewards of one trial; `primary` is what scores use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rewards {
+    /// The headline reward, chosen by the module's rule.
     pub primary: f64,
     /// Where `primary` comes from: a key of `all`, or `min(a, b, ...)` for the lowest.
     pub primary_key: String,
+    /// Every reward of the file by key (`reward` for a `reward.txt`).
     pub all: BTreeMap<String, f64>,
     /// `reward.json` or `reward.txt`.
     pub source: String,
 }
 
+/// Why a verifier folder yields no rewards.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RewardError {
+    /// Neither reward file exists.
     #[error("no reward.json or reward.txt in {dir}")]
-    Missing { dir: String },
+    Missing {
+        /// The verifier folder looked in.
+        dir: String,
+    },
+    /// A reward file exists but is not a valid reward.
     #[error("{file}: {why}")]
-    Malformed { file: String, why: String },
+    Malformed {
+        /// The reward file's path.
+        file: String,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 fn malformed(file: &Path, why: impl Into<String>) -> RewardError {

@@ -51,12 +51,26 @@ use crate::grade::{
 use crate::judge::{CRITERION_TEMPLATE, JudgeGrader, Votes};
 use crate::outcome::TrialOutcome;
 
+/// Why a rubric could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum RubricError {
+    /// The rubric file could not be read.
     #[error("{file}: cannot read: {why}")]
-    Read { file: String, why: String },
+    Read {
+        /// The rubric file's path.
+        file: String,
+        /// The read error.
+        why: String,
+    },
+    /// The rubric is not valid TOML or breaks a rule of `geode.rubric.v1` (or its judge
+    /// could not be built).
     #[error("{file}: {why}")]
-    Invalid { file: String, why: String },
+    Invalid {
+        /// The rubric file's path.
+        file: String,
+        /// What is wrong, naming the criterion where there is one.
+        why: String,
+    },
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -114,20 +128,32 @@ struct CriterionFile {
 /// How a criterion is checked.
 #[derive(Debug, Clone)]
 pub enum CriterionKind {
+    /// A command run in the sandbox; skipped without a sandbox runner.
     Command {
+        /// The shell command.
         command: String,
+        /// The exit code that passes (default 0).
         expect_exit: i32,
+        /// How long the command may run (default 60 s, at least 1 s); a timeout fails.
         timeout: Duration,
     },
+    /// A regex over the agent's final answer; skipped without one.
     RegexAnswer {
+        /// The regex that must match.
         pattern: Regex,
+        /// Pass when it does not match instead.
         negate: bool,
     },
+    /// A regex over the ATIF trajectory's JSON text; skipped without one.
     RegexTrajectory {
+        /// The regex that must match.
         pattern: Regex,
+        /// Pass when it does not match instead.
         negate: bool,
     },
+    /// A question the judge answers by majority; skipped without a judge.
     Judge {
+        /// The question, put in the criterion prompt.
         question: String,
     },
 }
@@ -135,12 +161,15 @@ pub enum CriterionKind {
 /// One weighted criterion. Invariant: `weight` is finite and positive.
 #[derive(Debug, Clone)]
 pub struct Criterion {
+    /// The criterion's name, unique in its rubric; its check has the same name.
     pub name: String,
     weight: f64,
+    /// How it is checked.
     pub kind: CriterionKind,
 }
 
 impl Criterion {
+    /// The criterion's share of the score (default 1).
     pub fn weight(&self) -> f64 {
         self.weight
     }
@@ -149,13 +178,15 @@ impl Criterion {
 /// A validated rubric: at least one criterion, unique names, compiled patterns.
 #[derive(Debug, Clone)]
 pub struct Rubric {
-    pub source: String,
+    pub(crate) source: String,
+    /// The criteria, in the file's order.
     pub criteria: Vec<Criterion>,
     /// `[judge]`: route and votes for judge criteria.
     pub judge: Option<(String, Votes)>,
 }
 
 impl Rubric {
+    /// Read and validate the rubric file at `path`.
     pub fn load(path: &Path) -> Result<Self, RubricError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| RubricError::Read {
@@ -165,6 +196,7 @@ impl Rubric {
         Rubric::parse(&text, &file)
     }
 
+    /// Validate rubric `text`; `file` only names it in errors and in the grader's spec.
     pub fn parse(text: &str, file: &str) -> Result<Self, RubricError> {
         let bad = |why: String| RubricError::Invalid {
             file: file.to_string(),
@@ -270,6 +302,7 @@ impl RubricGrader {
         Ok(RubricGrader { rubric, judge })
     }
 
+    /// The same grader with `judge` for its judge criteria, replacing any it had.
     pub fn with_judge(mut self, judge: JudgeGrader) -> Self {
         self.judge = Some(judge);
         self

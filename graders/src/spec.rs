@@ -17,33 +17,62 @@ use crate::judge::{JudgeError, JudgeGrader, Votes};
 use crate::rubric::{RubricError, RubricGrader};
 use crate::tests_grader::TestScriptGrader;
 
+/// A parsed grader spec (see the module); `Display` writes it back as a spec string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GraderSpec {
+    /// `tests`: the test-script verifier.
     Tests,
+    /// `rubric:FILE`.
     Rubric {
+        /// The rubric file.
         path: PathBuf,
     },
+    /// `judge:ROUTE[:VOTES][@TEMPLATE_FILE]`.
     Judge {
+        /// The judge's route.
         route: String,
+        /// Votes per question, odd (checked when parsed).
         votes: u32,
+        /// A prompt template file; `None` uses the default template.
         template: Option<PathBuf>,
     },
 }
 
+/// Why a grader spec could not be parsed, hashed or built.
 #[derive(Debug, thiserror::Error)]
 pub enum SpecError {
+    /// A spec string that is none of the known forms.
     #[error(
         "grader spec {spec:?}: {why} (expected tests, rubric:FILE or judge:ROUTE[:VOTES][@TEMPLATE])"
     )]
-    Syntax { spec: String, why: String },
+    Syntax {
+        /// The spec as given.
+        spec: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The rubric could not be loaded.
     #[error(transparent)]
     Rubric(#[from] RubricError),
+    /// The judge could not be built.
     #[error(transparent)]
     Judge(#[from] JudgeError),
+    /// The judge's template file could not be read.
     #[error("{file}: cannot read the judge template: {why}")]
-    Template { file: String, why: String },
+    Template {
+        /// The template file's path.
+        file: String,
+        /// The read error.
+        why: String,
+    },
+    /// A file the grader hash covers (a rubric, a template) could not be read.
     #[error("{file}: cannot read the grader's file: {why}")]
-    Read { file: String, why: String },
+    Read {
+        /// The file's path.
+        file: String,
+        /// The read error.
+        why: String,
+    },
 }
 
 impl FromStr for GraderSpec {
@@ -110,7 +139,6 @@ impl std::fmt::Display for GraderSpec {
     }
 }
 
-/// Build the grader a spec names. `opts` resolves judge routes (keys, base URLs, cassettes).
 /// What a grader is, hashed: its kind and the content that decides its grades (the rubric
 /// file's bytes; the judge's route, votes and template), never the path it was named by.
 pub fn grader_hash(spec: &GraderSpec) -> Result<String, SpecError> {
@@ -148,6 +176,7 @@ pub fn grader_hash(spec: &GraderSpec) -> Result<String, SpecError> {
     Ok(hex::encode(h.finalize()))
 }
 
+/// Build the grader a spec names. `opts` resolves judge routes (keys, base URLs, cassettes).
 pub fn build_grader(spec: &GraderSpec, opts: &RouteOptions) -> Result<Box<dyn Grader>, SpecError> {
     Ok(match spec {
         GraderSpec::Tests => Box::new(TestScriptGrader),

@@ -78,9 +78,13 @@ pub fn tally(trials: &[(TrialOutcome, Option<f64>)]) -> TaskTally {
 /// one task; the Terminal-Bench error with a task of one trial).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scores {
+    /// Tasks scored.
     pub tasks: usize,
+    /// Mean over tasks of each task's mean reward.
     pub accuracy: Option<f64>,
+    /// Terminal-Bench standard error (trial noise only); `None` when a task has one trial.
     pub tb_stderr: Option<f64>,
+    /// 95 % Student-t interval over per-task means, clipped to [0, 1].
     pub ci95: Option<(f64, f64)>,
 }
 

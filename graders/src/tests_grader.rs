@@ -17,7 +17,7 @@ use crate::reward::{RewardError, read_rewards};
 pub struct TestScriptGrader;
 
 impl TestScriptGrader {
-    pub const SPEC: &'static str = "tests";
+    pub(crate) const SPEC: &'static str = "tests";
 
     /// The synchronous core (no runner is ever needed): what the harness calls right after
     /// the verifier wrote `verifier/test-stdout.txt`.

@@ -9,13 +9,16 @@ use serde::{Deserialize, Serialize};
 
 use crate::summary::passes;
 
-pub const SCHEMA: &str = "geode.validity.v1";
+pub(crate) const SCHEMA: &str = "geode.validity.v1";
 
 /// One task's trial rewards: `None` is an infrastructure trial (no reward).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskTrials {
+    /// The task's name.
     pub task: String,
+    /// Rewards of the oracle agent's trials.
     pub oracle: Vec<Option<f64>>,
+    /// Rewards of the nop agent's trials.
     pub nop: Vec<Option<f64>>,
 }
 
@@ -36,34 +39,45 @@ pub enum TaskFlag {
 }
 
 impl TaskFlag {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         self.into()
     }
 }
 
+/// One task's verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskValidity {
+    /// The task's name.
     pub task: String,
+    /// The oracle's rewards as given (`None`: an infrastructure trial).
     pub oracle_rewards: Vec<Option<f64>>,
+    /// The nop agent's rewards as given (`None`: an infrastructure trial).
     pub nop_rewards: Vec<Option<f64>>,
+    /// Share of the oracle's valid trials that pass; `None` without any.
     pub oracle_pass_rate: Option<f64>,
+    /// Share of the nop agent's valid trials that pass; `None` without any.
     pub nop_pass_rate: Option<f64>,
+    /// Infrastructure trials of both agents.
     pub infra_trials: usize,
+    /// What is wrong with the task, sorted; empty for a sound task.
     pub flags: Vec<TaskFlag>,
 }
 
 impl TaskValidity {
+    /// Whether the task carries no flag.
     pub fn is_ok(&self) -> bool {
         self.flags.is_empty()
     }
 }
 
+/// The validity report of one task pack.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ValidityReport {
-    pub schema: String,
-    pub pack: String,
+    pub(crate) schema: String,
+    pub(crate) pack: String,
     /// Trials per task and agent (`-k`).
     pub k: usize,
+    /// One verdict per task, in the order given.
     pub tasks: Vec<TaskValidity>,
 }
 
@@ -120,6 +134,7 @@ fn assess(t: &TaskTrials) -> TaskValidity {
 }
 
 impl ValidityReport {
+    /// The report of pack `pack` from each task's trials, `k` per task and agent.
     pub fn build(pack: impl Into<String>, k: usize, tasks: &[TaskTrials]) -> Self {
         ValidityReport {
             schema: SCHEMA.into(),
@@ -138,10 +153,12 @@ impl ValidityReport {
             .collect()
     }
 
+    /// Whether no task carries a flag.
     pub fn all_ok(&self) -> bool {
         self.tasks.iter().all(TaskValidity::is_ok)
     }
 
+    /// The report as pretty JSON (`geode.validity.v1`).
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
     }

@@ -12,7 +12,9 @@ use serde_json::{Value, json};
 /// content parts point to; the timeline holds only their hashes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SavedImage {
+    /// The id of the tool call whose result held the image.
     pub call_id: String,
+    /// The image's format.
     pub media_type: ImageMediaType,
     /// Relative to the trajectory's folder.
     pub path: String,

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! The GEODE harness: task packs, environments, seeded rollouts and the run store. The `geode`
 //! binary (src/main.rs, src/cli/) only parses arguments and calls into this library.
 

@@ -16,30 +16,50 @@ use serde::{Deserialize, Serialize};
 
 pub use geode_graders::run_store::{SCHEMA, STORE_FILE};
 
+/// Failures of the run store; each names the database file.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// SQLite refused to open the file or run a statement.
     #[error("{path}: {source}")]
     Sqlite {
+        /// The database file.
         path: String,
+        /// SQLite's error.
         #[source]
         source: rusqlite::Error,
     },
+    /// The database holds something the store cannot read back.
     #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
+    Invalid {
+        /// The database file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// One run (a job: tasks x attempts).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
+    /// The run's id, also its folder's name under the jobs folder.
     pub run_id: String,
+    /// When the run was made (RFC 3339, UTC).
     pub created: String,
+    /// The task pack's path as given to the run.
     pub pack_path: String,
+    /// The task pack's content hash.
     pub pack_hash: String,
+    /// The model route every trial's agent used.
     pub model_route: String,
+    /// The hash of the agent scaffold's settings.
     pub scaffold_hash: String,
+    /// The run seed every trial's seed derives from.
     pub seed: u64,
+    /// Trials per task.
     pub attempts: u32,
+    /// SHA-256 of the run's `lock.json`: a resume must match it.
     pub lock_hash: String,
+    /// `running`, `finished` or `cancelled`.
     pub status: String,
 }
 
@@ -47,24 +67,32 @@ pub struct RunRow {
 /// the same grader replaces its row, another grader (or an edited rubric) adds one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GradeRow {
+    /// The run of the graded trial.
     pub run_id: String,
+    /// The graded trial, within its run.
     pub trial_name: String,
     /// The spec as typed (`rubric:FILE`, `judge:ROUTE:3`), for the reader.
     pub grader: String,
+    /// The grader's content hash (an edited rubric changes it); keys the row with the trial.
     pub grader_hash: String,
     /// The primary reward; `None` when the grade is invalid.
     pub reward: Option<f64>,
     /// `valid`, or the infrastructure class that made it invalid.
     pub validity: String,
+    /// When the grade was made (RFC 3339, UTC).
     pub graded_at: String,
 }
 
 /// Token and cost totals of one trial's agent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct TrialUsage {
+    /// Prompt tokens sent, summed over the agent's model calls.
     pub input_tokens: u64,
+    /// Of those, tokens the provider served from its prompt cache.
     pub cached_tokens: u64,
+    /// Tokens the model generated.
     pub output_tokens: u64,
+    /// What the calls cost, in US dollars.
     pub cost_usd: f64,
     /// Model calls of the agent (rounds of its turn).
     pub model_calls: u64,
@@ -73,32 +101,51 @@ pub struct TrialUsage {
 /// A finished trial as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrialRow {
+    /// The run the trial belongs to.
     pub run_id: String,
+    /// The trial's name, also its folder's name in the run's folder.
     pub trial_name: String,
+    /// The task's id in its pack.
     pub task_id: String,
+    /// The task folder's content hash.
     pub task_hash: String,
+    /// The task's category (task.toml metadata).
     pub category: String,
+    /// The task's difficulty (task.toml metadata).
     pub difficulty: String,
+    /// Which attempt at the task this is, from 0.
     pub attempt: u32,
+    /// The trial's seed, derived from the run seed, the task and the attempt.
     pub seed: u64,
+    /// How the trial ended.
     pub outcome: TrialOutcome,
     /// The primary reward; `None` when the verifier left none (infrastructure outcomes).
     pub reward: Option<f64>,
+    /// Every reward the verifier reported, as a JSON object of name to value.
     pub rewards_json: String,
+    /// The class of the failure that ended the trial, if one did (`TrialDirError` ...).
     pub exception_class: Option<String>,
+    /// That failure's message.
     pub exception_message: Option<String>,
+    /// When the trial started (RFC 3339, UTC).
     pub started: String,
+    /// When the trial ended (RFC 3339, UTC).
     pub finished: String,
     /// Phase timings as JSON (`{"environment_setup": secs, ...}`).
     pub phases_json: String,
+    /// What the trial's agent spent.
     pub usage: TrialUsage,
+    /// The model route the agent used.
     pub model_route: String,
+    /// The hash of the agent scaffold's settings.
     pub scaffold_hash: String,
+    /// Times the trial was run again after an infrastructure failure.
     pub infra_retries: u32,
     /// Integrity signals the trial raised (the crucible's safety veto counts them).
     pub integrity: IntegritySignals,
 }
 
+/// An open run store: one SQLite connection, shared behind a lock.
 #[derive(Debug)]
 pub struct RunStore {
     path: PathBuf,
@@ -125,6 +172,8 @@ fn add_missing_trial_columns(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 impl RunStore {
+    /// Opens the database at `path`, creating it and its tables when missing and adding
+    /// columns an older store lacks.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let err = |source| StoreError::Sqlite {
             path: path.display().to_string(),
@@ -157,6 +206,7 @@ impl RunStore {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Records a new run with its config as JSON; fails if the run id is taken.
     pub fn insert_run(&self, run: &RunRow, config_json: &str) -> Result<(), StoreError> {
         self.conn()
             .execute(
@@ -179,6 +229,7 @@ impl RunStore {
             .map_err(|e| self.err(e))
     }
 
+    /// Sets a run's status (`running`, `finished`, `cancelled`).
     pub fn set_run_status(&self, run_id: &str, status: &str) -> Result<(), StoreError> {
         self.conn()
             .execute(
@@ -189,6 +240,7 @@ impl RunStore {
             .map_err(|e| self.err(e))
     }
 
+    /// The run `run_id`, or `None` when the store has no such run.
     pub fn run(&self, run_id: &str) -> Result<Option<RunRow>, StoreError> {
         self.conn()
             .query_row(
@@ -288,6 +340,7 @@ impl RunStore {
             .map_err(|e| self.err(e))
     }
 
+    /// Records a grade, replacing an earlier one of the same trial by the same grader.
     pub fn record_grade(&self, g: &GradeRow) -> Result<(), StoreError> {
         self.conn()
             .execute(

@@ -13,17 +13,25 @@ use serde::Serialize;
 
 use crate::store::{TrialRow, TrialUsage};
 
+/// One task's score, infrastructure trials excluded.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskScore {
+    /// The task's id in its pack.
     pub task_id: String,
+    /// Trials counted (infrastructure trials left out).
     pub trials: usize,
+    /// Of those, trials whose reward is a pass (at least 1).
     pub passes: usize,
+    /// Mean reward over the counted trials.
     pub mean_reward: f64,
 }
 
+/// The figures of a whole run, as `geode run` and `geode report` print them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunSummary {
+    /// Distinct tasks among the trials.
     pub tasks: usize,
+    /// All trials, infrastructure ones included.
     pub trials: usize,
     /// Mean over tasks of the per-task mean reward, infrastructure trials excluded.
     pub accuracy: f64,
@@ -36,19 +44,28 @@ pub struct RunSummary {
     pub accuracy_infra_as_zero: f64,
     /// Unbiased pass@k for k = 1..=min trials per task.
     pub pass_at_k: Vec<(usize, f64)>,
+    /// Trials per outcome name.
     pub outcomes: BTreeMap<String, usize>,
+    /// Per-task scores, by task id; a task with only infrastructure trials has none.
     pub per_task: Vec<TaskScore>,
+    /// Prompt tokens over all trials.
     pub input_tokens: u64,
+    /// Generated tokens over all trials.
     pub output_tokens: u64,
+    /// Cost of all trials, in US dollars.
     pub cost_usd: f64,
 }
 
 /// One trial as the summary counts it.
 #[derive(Debug, Clone, Copy)]
 pub struct Counted<'a> {
+    /// The trial's task.
     pub task_id: &'a str,
+    /// How the trial ended; infrastructure outcomes are left out of the scores.
     pub outcome: TrialOutcome,
+    /// The primary reward; `None` when the verifier left none.
     pub reward: Option<f64>,
+    /// What the trial's agent spent.
     pub usage: &'a TrialUsage,
 }
 

@@ -11,13 +11,23 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+/// Why a TB1 task could not be imported; each names the file or folder at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
+    /// Not a TB1 task, a malformed one, or a destination that already exists.
     #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
+    Invalid {
+        /// The file or folder at fault.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Reading the source or writing the destination failed.
     #[error("{path}: {source}")]
     Io {
+        /// The file or folder concerned.
         path: String,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
@@ -86,7 +96,9 @@ fi
 /// What an import did: the task folders made, and each task it could not convert, with why.
 #[derive(Debug, Default)]
 pub struct Imported {
+    /// The converted task folders, under the destination.
     pub tasks: Vec<PathBuf>,
+    /// One error per task left unconverted.
     pub skipped: Vec<ImportError>,
 }
 

@@ -114,7 +114,7 @@ pub fn error_frame(trials: &DataFrame) -> PolarsResult<DataFrame> {
 }
 
 /// Typed views of a (small, aggregated) frame's columns.
-pub struct Cols<'a> {
+pub(crate) struct Cols<'a> {
     df: &'a DataFrame,
 }
 

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! GEODE reports: tables, plots and exports of the harness's run store.
 //!
 //! polars lives only in this crate, behind the separate `geode-report` executable (which the

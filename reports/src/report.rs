@@ -15,24 +15,36 @@ use geode_graders::summary::{Scores, TaskPoint, mean, pass_at_k_curve, scores};
 /// A run as the `runs` table describes it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunInfo {
+    /// The run's id in its store.
     pub run_id: String,
+    /// When the run was created, as the store writes it (RFC 3339).
     pub created: String,
+    /// Model route (`provider/model[@revision]`) the run used.
     pub model_route: String,
+    /// Hash of the scaffold the run used.
     pub scaffold_hash: String,
+    /// Hash of the task pack the run ran.
     pub pack_hash: String,
+    /// Attempts (trials) per task the run was started with.
     pub attempts: i64,
+    /// The run's status in the store (`running`, `finished`, `cancelled`).
     pub status: String,
 }
 
 /// One task of one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskStats {
+    /// The run.
     pub run_id: String,
+    /// The task's id in the pack.
     pub task_id: String,
+    /// The task's category, as the store records it.
     pub category: String,
+    /// The task's difficulty, as the store records it.
     pub difficulty: String,
     /// Trials that count (infrastructure excluded).
     pub trials: usize,
+    /// Trials counted as infrastructure failures (left out of the scores).
     pub infra_trials: usize,
     /// Counted trials with reward >= 1.
     pub passes: usize,
@@ -42,12 +54,19 @@ pub struct TaskStats {
     pub stderr: Option<f64>,
     /// Mean reward with infrastructure trials as 0.
     pub mean_reward_infra_zero: f64,
+    /// Input tokens over every trial of the task.
     pub input_tokens: i64,
+    /// Cached input tokens over every trial of the task.
     pub cached_tokens: i64,
+    /// Output tokens over every trial of the task.
     pub output_tokens: i64,
+    /// Model calls over every trial of the task.
     pub model_calls: i64,
+    /// Cost in US dollars over every trial of the task.
     pub cost_usd: f64,
+    /// Mean trial duration in seconds; `None` when no trial has one.
     pub mean_duration_sec: Option<f64>,
+    /// Summed trial durations in seconds.
     pub total_duration_sec: f64,
 }
 
@@ -89,10 +108,13 @@ impl RunUsage {
 /// Scores of one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunScores {
+    /// The run.
     pub run_id: String,
     /// Every task with a trial, scored or not.
     pub tasks: usize,
+    /// Every trial of the run, infrastructure failures included.
     pub trials: usize,
+    /// Trials counted as infrastructure failures (left out of the scores).
     pub infra_trials: usize,
     /// Infrastructure excluded (tasks with no counted trial drop out).
     pub scores: Scores,
@@ -107,25 +129,40 @@ pub struct RunScores {
 /// Scores of the tasks of one run that share a category or a difficulty.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GroupScores {
+    /// The run.
     pub run_id: String,
+    /// The category or difficulty shared by the tasks.
     pub group: String,
+    /// Counted trials of those tasks (infrastructure excluded).
     pub trials: usize,
+    /// Scores over those tasks, infrastructure excluded.
     pub scores: Scores,
 }
 
 /// Tokens, cost and time of one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunUsage {
+    /// The run.
     pub run_id: String,
+    /// Every finished trial of the run, infrastructure failures included.
     pub trials: i64,
+    /// Input tokens over the run.
     pub input_tokens: i64,
+    /// Cached input tokens over the run.
     pub cached_tokens: i64,
+    /// Output tokens over the run.
     pub output_tokens: i64,
+    /// Model calls over the run.
     pub model_calls: i64,
+    /// Cost in US dollars over the run.
     pub cost_usd: f64,
+    /// Summed trial durations in seconds.
     pub trial_seconds: f64,
+    /// Mean trial duration in seconds.
     pub mean_trial_sec: Option<f64>,
+    /// Median trial duration in seconds.
     pub p50_trial_sec: Option<f64>,
+    /// 95th percentile of trial durations in seconds.
     pub p95_trial_sec: Option<f64>,
     /// First trial start to last trial finish.
     pub wall_sec: Option<f64>,
@@ -134,12 +171,19 @@ pub struct RunUsage {
 /// One class of error in one run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ErrorClass {
+    /// The run.
     pub run_id: String,
+    /// The trials' outcome: one other than `passed` and `failed`, or any with an exception.
     pub outcome: String,
+    /// Whether the outcome is an infrastructure failure (left out of scores).
     pub infrastructure: bool,
+    /// The exception class the trials raised; `None` when they raised none.
     pub exception_class: Option<String>,
+    /// Trials in the class.
     pub trials: i64,
+    /// Distinct tasks those trials ran.
     pub tasks: i64,
+    /// One of their exception messages; `None` when none had one.
     pub example: Option<String>,
 }
 
@@ -158,15 +202,23 @@ pub const HISTOGRAM_BINS: usize = 24;
 /// Everything one report shows.
 #[derive(Debug, Clone)]
 pub struct Report {
+    /// The runs, from the `runs` table.
     pub runs: Vec<RunInfo>,
+    /// Scores per run, in the order the runs were named.
     pub run_scores: Vec<RunScores>,
+    /// Per-task statistics, sorted by run (as named) then task id.
     pub tasks: Vec<TaskStats>,
+    /// Scores per run and category.
     pub by_category: Vec<GroupScores>,
+    /// Scores per run and difficulty.
     pub by_difficulty: Vec<GroupScores>,
+    /// Tokens, cost and time per run, in the order the runs were named.
     pub usage: Vec<RunUsage>,
     /// (run, outcome, trials), outcomes sorted by name.
     pub outcomes: Vec<(String, String, i64)>,
+    /// Error classes, per run, infrastructure ones first.
     pub errors: Vec<ErrorClass>,
+    /// Histogram of trial durations.
     pub durations: Histogram,
     /// The paired comparison, when exactly two runs are reported.
     pub comparison: Option<Comparison>,

@@ -13,12 +13,17 @@ pub const LOW_CONFIDENCE: f64 = 0.3;
 /// How much a contradicting tool result takes off a hypothesis' confidence (multiplied).
 const CONTRADICTION_FACTOR: f64 = 0.5;
 
+/// Where a plan step stands; `remaining` counts `Pending` and `InProgress` steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
+    /// Not started yet.
     Pending,
+    /// Being worked on now.
     InProgress,
+    /// Done.
     Completed,
+    /// Given up on; no longer counts as remaining.
     Abandoned,
 }
 
@@ -27,20 +32,27 @@ pub enum StepStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PlanStep {
+    /// What the step does, in the model's words; never empty.
     #[schemars(length(min = 1))]
     pub description: String,
+    /// What the step should produce when it succeeds; empty when the model gave none.
     #[serde(default)]
     pub expected_outcome: String,
+    /// Where the step stands.
     pub status: StepStatus,
 }
 
+/// The model's current plan, as last set by `update_plan`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
+    /// What the plan is for, in the model's words.
     pub objective: String,
+    /// The steps, in the order the model gave them.
     pub steps: Vec<PlanStep>,
 }
 
 impl Plan {
+    /// Steps still `Pending` or `InProgress`.
     pub fn remaining(&self) -> usize {
         self.steps
             .iter()
@@ -54,37 +66,58 @@ impl Plan {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RevisionTrigger {
     /// The model called `update_plan`.
-    ModelUpdate { reason: Option<String> },
+    ModelUpdate {
+        /// The reason the model gave, if any.
+        reason: Option<String>,
+    },
     /// Verification rejected the answer.
-    VerifyFailed { misses: Vec<String> },
+    VerifyFailed {
+        /// What the verification found missing or wrong.
+        misses: Vec<String>,
+    },
     /// A hypothesis (or the reflection's overall confidence) fell below `LOW_CONFIDENCE`.
-    LowConfidence { confidence: f64 },
+    LowConfidence {
+        /// The confidence that fell below the threshold, from 0 to 1.
+        confidence: f64,
+    },
 }
 
+/// One revision of the plan: a model update or an armed replan.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanRevision {
+    /// 1-based position of this revision in the session.
     pub number: u32,
+    /// Why the plan changed.
     pub trigger: RevisionTrigger,
     /// The plan as it stood after this revision (`None`: no plan yet).
     pub plan: Option<Plan>,
 }
 
+/// A belief the model recorded in a reflection, with how sure it is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hypothesis {
+    /// The belief, in the model's words.
     pub statement: String,
+    /// From 0 to 1, clamped on record; halved by each contradicting tool result.
     pub confidence: f64,
     /// A regular expression; a tool result matching it contradicts the hypothesis.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refuted_by: Option<String>,
+    /// How many tool results have contradicted the hypothesis so far.
     #[serde(default)]
     pub contradictions: u32,
 }
 
+/// The plan, its revisions and the hypotheses of one session, owned by the loop.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct CognitiveState {
+    /// The current plan; `None` until the model sets one.
     pub plan: Option<Plan>,
+    /// Every revision of the session (model updates and armed replans), oldest first.
     pub revisions: Vec<PlanRevision>,
+    /// The hypotheses of the latest reflection; each reflection replaces them all.
     pub hypotheses: Vec<Hypothesis>,
+    /// The next action the latest reflection suggested, shown in the system prompt.
     pub next_action_hint: Option<String>,
     /// Set when a replan was requested and the model has not updated the plan since.
     pub replan_pending: Option<RevisionTrigger>,

@@ -10,7 +10,9 @@ use serde_json::Value;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
+    /// Written by the runtime for the model: the task, follow-ups and tool results.
     User,
+    /// Written by the model.
     Assistant,
 }
 
@@ -18,20 +20,32 @@ pub enum Role {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentBlock {
+    /// Plain text.
     Text {
+        /// The text, verbatim.
         text: String,
     },
+    /// A tool call the model proposes.
     ToolUse {
+        /// The provider's id of the call; the matching result quotes it.
         id: String,
+        /// The tool to call.
         name: String,
+        /// The arguments, as the model wrote them (a JSON object for a well-formed call).
         input: Value,
     },
+    /// The outcome of one tool call.
     ToolResult {
+        /// The id of the `ToolUse` block this result answers.
         tool_use_id: String,
+        /// What the tool returned, or the error text.
         content: String,
+        /// True when the call failed, timed out or was denied.
         is_error: bool,
     },
+    /// The model's reasoning, kept so it can be replayed to the provider.
     Thinking {
+        /// The reasoning text; may be empty when the provider only returns a signature.
         thinking: String,
         /// Provider signature or encrypted content that must be replayed verbatim.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -57,6 +71,7 @@ pub enum ContentBlock {
     strum::EnumIter,
 )]
 pub enum ImageMediaType {
+    /// `image/png`.
     #[serde(rename = "image/png")]
     #[strum(serialize = "image/png")]
     Png,
@@ -72,7 +87,9 @@ impl ImageMediaType {
 /// An image as it travels to a model: its bytes base64-encoded (standard alphabet, padded).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Image {
+    /// The image format.
     pub media_type: ImageMediaType,
+    /// The bytes, base64-encoded.
     pub data_b64: String,
 }
 
@@ -97,24 +114,32 @@ impl Image {
 /// An image's stand-in in observation logs (see [`Image::digest`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageDigest {
+    /// The format of the image.
     pub media_type: ImageMediaType,
+    /// Lowercase hex SHA-256 of the base64 text.
     pub sha256: String,
-    pub b64_len: usize,
+    pub(crate) b64_len: usize,
 }
 
 /// A proposed tool call, as the model wrote it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {
+    /// The provider's id of the call; the result quotes it.
     pub id: String,
+    /// The tool to call.
     pub name: String,
+    /// The arguments, as the model wrote them.
     pub input: Value,
 }
 
 /// The uniform result every call ends in: success, error, timeout and denial alike.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolResult {
+    /// The id of the call this answers.
     pub tool_use_id: String,
+    /// What the tool returned, or the error text.
     pub content: String,
+    /// True for an error, a timeout or a denial.
     pub is_error: bool,
     /// Screenshots the call returned; they follow the result block in the conversation.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -134,13 +159,17 @@ impl ToolResult {
     }
 }
 
+/// One message of a conversation: who wrote it and its blocks in order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
+    /// Who wrote the message.
     pub role: Role,
+    /// The blocks, in order.
     pub content: Vec<ContentBlock>,
 }
 
 impl Message {
+    /// A user message of one text block.
     pub fn user_text(text: impl Into<String>) -> Self {
         Message {
             role: Role::User,
@@ -148,7 +177,7 @@ impl Message {
         }
     }
 
-    pub fn assistant_text(text: impl Into<String>) -> Self {
+    pub(crate) fn assistant_text(text: impl Into<String>) -> Self {
         Message {
             role: Role::Assistant,
             content: vec![ContentBlock::Text { text: text.into() }],
@@ -220,15 +249,20 @@ impl Message {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Usage {
+    /// Prompt tokens, cache reads and writes included.
     pub input_tokens: u64,
+    /// The part of `input_tokens` read from the provider's prompt cache.
     pub cached_input_tokens: u64,
+    /// Tokens written by the model, reasoning excluded.
     pub output_tokens: u64,
+    /// Reasoning (thinking) tokens, when the provider reports them apart.
     pub reasoning_tokens: u64,
     /// Cost in US dollars as priced by the catalog; 0 for embedded models.
     pub cost_usd: f64,
 }
 
 impl Usage {
+    /// Adds another call's usage (tokens and cost) to this one.
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens += other.input_tokens;
         self.cached_input_tokens += other.cached_input_tokens;
@@ -237,6 +271,7 @@ impl Usage {
         self.cost_usd += other.cost_usd;
     }
 
+    /// Input, output and reasoning tokens together.
     pub fn total_tokens(&self) -> u64 {
         self.input_tokens + self.output_tokens + self.reasoning_tokens
     }
@@ -246,18 +281,26 @@ impl Usage {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
+    /// The model finished its reply.
     EndTurn,
+    /// The model stopped to have its tool calls run.
     ToolUse,
+    /// The reply hit the output token limit.
     MaxTokens,
+    /// The reply hit a stop sequence.
     StopSequence,
+    /// The provider refused to answer.
     Refusal,
 }
 
 /// One assistant reply as returned by a model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AssistantTurn {
+    /// The reply.
     pub message: Message,
+    /// What the call used.
     pub usage: Usage,
+    /// Why the model stopped.
     pub stop_reason: StopReason,
 }
 

@@ -13,9 +13,11 @@ macro_rules! string_id {
         pub struct $name(String);
 
         impl $name {
+            /// Wraps `s` as it is; nothing is checked.
             pub fn new(s: impl Into<String>) -> Self {
                 $name(s.into())
             }
+            /// The id as text.
             pub fn as_str(&self) -> &str {
                 &self.0
             }
@@ -61,10 +63,15 @@ pub fn canonical_sha256(value: &serde_json::Value) -> String {
 /// store, the models and the tools that all carry it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StepSnapshot {
+    /// The id of the model called (`Model::id`).
     pub model_id: String,
+    /// The generation of the tool plan bound to the call.
     pub plan_generation: u64,
+    /// The hash of that tool plan.
     pub plan_hash: PlanHash,
+    /// Ties the call to the tool calls it proposed.
     pub correlation_id: CorrelationId,
+    /// The round of the turn the call was made in.
     pub round: u32,
 }
 

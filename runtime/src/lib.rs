@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! The GEODE agent runtime.
 //!
 //! The model chooses the next action; the host guards the execution boundary. Floors, top down:

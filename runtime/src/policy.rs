@@ -27,6 +27,7 @@ pub enum SafetyLevel {
 }
 
 impl SafetyLevel {
+    /// Every level, from `Safe` to `Dangerous`.
     pub const ALL: [SafetyLevel; 5] = [
         SafetyLevel::Safe,
         SafetyLevel::Write,
@@ -35,10 +36,12 @@ impl SafetyLevel {
         SafetyLevel::Dangerous,
     ];
 
+    /// The snake_case name, as config files and timelines write it.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
 
+    /// The level of a snake_case name; `None` for an unknown one.
     pub fn parse(s: &str) -> Option<SafetyLevel> {
         s.parse().ok()
     }
@@ -50,6 +53,7 @@ impl SafetyLevel {
 )]
 #[serde(rename_all = "snake_case")]
 pub enum PersonalDataClass {
+    /// No personal data.
     #[default]
     None,
     /// Identifiers that point to a person indirectly (user ids, hashed e-mails).
@@ -64,7 +68,9 @@ pub enum PersonalDataClass {
 /// lower them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Classification {
+    /// How much the call can change or reach.
     pub safety: SafetyLevel,
+    /// The most sensitive personal data the call may carry.
     pub personal_data: PersonalDataClass,
 }
 
@@ -105,7 +111,7 @@ impl SessionMode {
         self.into()
     }
 
-    pub fn has_human(self) -> bool {
+    pub(crate) fn has_human(self) -> bool {
         matches!(self, SessionMode::Repl | SessionMode::Ipc)
     }
 
@@ -137,7 +143,9 @@ pub enum HitlLevel {
 /// Everything the pipeline needs to decide whether a call may run in this session.
 #[derive(Debug, Clone)]
 pub struct SessionPolicy {
+    /// Who, if anyone, answers approval prompts.
     pub mode: SessionMode,
+    /// When a human is asked before a call runs.
     pub hitl: HitlLevel,
     /// Tools refused at the scope step.
     pub deny_list: BTreeSet<String>,

@@ -10,15 +10,19 @@ use serde::{Deserialize, Serialize};
 
 use crate::ids::canonical_sha256;
 
-pub const SCHEMA: &str = "geode.scaffold.v1";
+pub(crate) const SCHEMA: &str = "geode.scaffold.v1";
 
+/// Whether the loop checks the model's final answer before ending a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum VerifyMode {
+    /// Answers are accepted as they are.
     Off,
+    /// Answers are checked by rules (and verify hooks); a miss asks for a repair.
     RuleBased,
 }
 
+/// How the model's hypotheses are refreshed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReflectionMode {
@@ -32,11 +36,13 @@ pub enum ReflectionMode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GuardLimits {
+    /// Model rounds one user turn may take.
     pub max_rounds: u32,
     /// Wall-clock budget of one user turn, in seconds.
     pub turn_time_budget_secs: Option<u64>,
     /// Total tokens (input + output + reasoning) of the session.
     pub token_budget: Option<u64>,
+    /// Session cost, in US dollars, at which the turn ends; `None`: no limit.
     pub cost_budget_usd: Option<f64>,
     /// The last N tool errors identical -> convergence_detected.
     pub convergence_window: usize,
@@ -105,24 +111,30 @@ impl CompactionLimits {
 }
 
 impl GuardLimits {
-    pub fn turn_time_budget(&self) -> Option<Duration> {
+    pub(crate) fn turn_time_budget(&self) -> Option<Duration> {
         self.turn_time_budget_secs.map(Duration::from_secs)
     }
 }
 
+/// Everything the loop's behaviour depends on besides the model; see the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Scaffold {
+    /// `geode.scaffold.v1`; written by `Default`, not checked by `parse`.
     pub schema: String,
     /// Static sections of the system prompt, joined by blank lines.
     pub system_prompt: Vec<String>,
+    /// Whether final answers are verified.
     pub verify: VerifyMode,
     /// Repairs after a failed verification within one turn.
     pub repair_budget: u32,
+    /// How hypotheses are refreshed.
     pub reflection: ReflectionMode,
+    /// Limits of the loop's guards.
     pub guards: GuardLimits,
     /// Characters of one tool_result kept in the conversation.
     pub tool_result_cap: usize,
+    /// When and how the context is compacted; left out of the JSON at its default.
     #[serde(skip_serializing_if = "CompactionLimits::is_default")]
     pub compaction: CompactionLimits,
     /// The content hash of the session's skills (`SkillSet::hash`), set when the session is

@@ -58,8 +58,11 @@ pub struct PowerSpec {
     pub concentration: f64,
     /// Simulated campaigns (>= 1).
     pub simulations: u32,
+    /// Seed every simulated campaign's stream is derived from.
     pub seed: u64,
+    /// The decision rule the simulated campaigns are judged by.
     pub rule: DecisionRule,
+    /// The vetoes the simulated campaigns are judged by.
     pub vetoes: Vetoes,
     /// Share of trials raising an integrity signal in the baseline (and in an equally safe
     /// candidate) for the safety veto's characteristics; in [0, 1).
@@ -157,15 +160,20 @@ impl PowerSpec {
 /// How many campaigns failed for one reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReasonCount {
+    /// A reason the gate gave for not keeping.
     pub reason: ReasonCode,
+    /// Simulated campaigns whose judgment gave it.
     pub campaigns: u32,
 }
 
 /// What `geode crucible power` prints.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PowerReport {
+    /// Always [`POWER_SCHEMA`].
     pub schema: String,
+    /// The spec simulated.
     pub spec: PowerSpec,
+    /// Simulated campaigns that were KEEP.
     pub keeps: u32,
     /// P(KEEP) = keeps / simulations.
     pub p_keep: f64,

@@ -16,17 +16,26 @@ use crate::feasibility::{Design, Obstacle, obstacles};
 /// an excess of [`Outlook::EXCESS`] with a baseline signal rate of [`Outlook::SIGNAL_RATE`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Outlook {
+    /// The design looked at.
     pub design: Design,
+    /// Simulated P(KEEP) of the [`Outlook::EFFECT`] gain; 0 when the rule fails its checks.
     pub p_keep: SimulatedRate,
+    /// Simulated campaigns behind `p_keep`.
     pub keep_simulations: u32,
+    /// The safety veto on the design; `None` when the rule fails its own checks.
     pub safety: Option<SafetyCharacteristics>,
+    /// Rules no campaign of the design can pass.
     pub obstacles: Vec<Obstacle>,
 }
 
 impl Outlook {
+    /// The candidate's gain P(KEEP) is simulated at, in reward units.
     pub const EFFECT: f64 = 0.10;
+    /// Mean baseline success rate of the simulation.
     pub const BASELINE_RATE: f64 = 0.5;
+    /// Baseline share of trials raising an integrity signal, for the safety veto.
     pub const SIGNAL_RATE: f64 = 0.02;
+    /// The candidate's excess signal rate the veto's power is simulated at.
     pub const EXCESS: f64 = 0.10;
     /// Simulated campaigns behind P(KEEP): each runs the gate's bootstrap and permutation,
     /// so fewer than the safety veto's cheap ones.

@@ -28,12 +28,14 @@ use super::sample::bernoulli;
 /// A simulated rate with its 95 % Wilson interval (Monte Carlo uncertainty).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SimulatedRate {
+    /// Share of simulated campaigns with the outcome, in [0, 1].
     pub rate: f64,
+    /// 95 % Wilson interval of `rate`.
     pub interval: Interval,
 }
 
 impl SimulatedRate {
-    pub fn of(hits: u32, of: u32) -> SimulatedRate {
+    pub(crate) fn of(hits: u32, of: u32) -> SimulatedRate {
         let n = f64::from(of);
         SimulatedRate {
             rate: f64::from(hits) / n,
@@ -49,6 +51,7 @@ pub struct SafetyCharacteristics {
     pub signal_rate: f64,
     /// The excess the power is computed at.
     pub excess: f64,
+    /// Simulated campaigns behind each rate.
     pub simulations: u32,
     /// P(veto) of a candidate exactly as safe as the baseline.
     pub false_veto: SimulatedRate,

@@ -29,7 +29,9 @@ use crate::stats::sample::IndexSampler;
 /// Results of one cluster bootstrap.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BootstrapSummary {
+    /// Bootstrap resamples B drawn.
     pub resamples: u32,
+    /// Seed of the resampling stream.
     pub seed: u64,
     /// Standard deviation of the bootstrap means.
     pub std_error: f64,
@@ -41,7 +43,9 @@ pub struct BootstrapSummary {
     pub percentile_interval: Interval,
     /// Two-sided BCa interval at the confidence.
     pub bca_interval: Interval,
+    /// BCa bias correction z0, from the share of bootstrap means below the estimate.
     pub bias_correction_z0: f64,
+    /// BCa acceleration a, from the leave-one-task-out jackknife.
     pub acceleration: f64,
     /// sqrt(n / (n - 1)): the small-sample expansion applied to every tail score.
     pub expansion: f64,

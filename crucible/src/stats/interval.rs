@@ -14,11 +14,14 @@ use crate::stats::means::{mean, sample_variance};
 /// A two-sided interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
+    /// Lower end.
     pub lower: f64,
+    /// Upper end.
     pub upper: f64,
 }
 
 impl Interval {
+    /// Whether `x` lies in the closed interval (false for NaN).
     pub fn contains(&self, x: f64) -> bool {
         self.lower <= x && x <= self.upper
     }

@@ -15,10 +15,15 @@ use crate::pairing::PairedTable;
 /// Means of one task over its valid pairs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskSummary {
+    /// The task summarized.
     pub task: TaskId,
+    /// The task's family.
     pub family: FamilyId,
+    /// Valid pairs of the task (at least one).
     pub pairs: u32,
+    /// Mean baseline reward over the valid pairs.
     pub baseline_mean: f64,
+    /// Mean candidate reward over the valid pairs.
     pub candidate_mean: f64,
     /// candidate_mean - baseline_mean (= mean of the pair differences).
     pub delta: f64,
@@ -27,10 +32,15 @@ pub struct TaskSummary {
 /// Means of one family over its tasks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FamilySummary {
+    /// The family summarized.
     pub family: FamilyId,
+    /// Tasks of the family with a valid pair.
     pub tasks: u32,
+    /// Mean of the family's task baseline means.
     pub baseline_mean: f64,
+    /// Mean of the family's task candidate means.
     pub candidate_mean: f64,
+    /// Mean of the family's task deltas (candidate - baseline).
     pub delta: f64,
 }
 

@@ -28,7 +28,9 @@ use self::permutation::{PermutationTest, sign_flip_test};
 /// Seeds of the randomized statistics (derived from the contract hash in a real decision).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StatSeeds {
+    /// Seed of the cluster bootstrap's stream.
     pub bootstrap: u64,
+    /// Seed of the Monte Carlo sign-flip test's stream (unused when it enumerates exactly).
     pub permutation: u64,
 }
 
@@ -36,6 +38,7 @@ pub struct StatSeeds {
 /// of one task) are `None`, and `degenerate` says why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Statistics {
+    /// The decision rule's one-sided confidence, used by every bound and interval.
     pub confidence: f64,
     /// Tasks with at least one valid pair.
     pub tasks: u32,
@@ -51,8 +54,11 @@ pub struct Statistics {
     pub estimate: Option<f64>,
     /// Standard error of the estimate, clustered by task.
     pub std_error: Option<f64>,
+    /// The Student-t bound and interval on task deltas; `None` when degenerate.
     pub t: Option<TInterval>,
+    /// The cluster bootstrap's bounds and intervals; `None` when degenerate.
     pub bootstrap: Option<BootstrapSummary>,
+    /// The sign-flip test of task deltas; `None` without tasks.
     pub permutation: Option<PermutationTest>,
     /// Minimum detectable effect at 80 % power for the one-sided test at 1 - confidence.
     pub minimum_detectable_effect: Option<f64>,
@@ -60,9 +66,13 @@ pub struct Statistics {
     pub family_lower_bound: Option<f64>,
     /// Which bound the gate uses, and its value.
     pub lower_bound_method: LowerBoundMethod,
+    /// The bound the gate compares with zero; `None` when it does not exist.
     pub lower_bound: Option<f64>,
+    /// Why there is no interval; `None` when there is one.
     pub degenerate: Option<Degeneracy>,
+    /// Means of each task with a valid pair, in table order.
     pub per_task: Vec<TaskSummary>,
+    /// Means of each family, sorted by family id.
     pub per_family: Vec<FamilySummary>,
 }
 

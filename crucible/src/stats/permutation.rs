@@ -21,8 +21,18 @@ pub const EXACT_MAX_TASKS: usize = 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum PermutationMethod {
-    Exact { sign_vectors: u64 },
-    MonteCarlo { resamples: u32, seed: u64 },
+    /// Every sign vector enumerated (at most [`EXACT_MAX_TASKS`] tasks).
+    Exact {
+        /// 2^n, the number of sign vectors of n tasks.
+        sign_vectors: u64,
+    },
+    /// Random sign vectors drawn (more than [`EXACT_MAX_TASKS`] tasks).
+    MonteCarlo {
+        /// Sign vectors drawn B.
+        resamples: u32,
+        /// Seed of the ChaCha stream.
+        seed: u64,
+    },
 }
 
 /// A sign-flip test result.
@@ -30,6 +40,7 @@ pub enum PermutationMethod {
 pub struct PermutationTest {
     /// One-sided p-value for "candidate better".
     pub p_value: f64,
+    /// Exact enumeration or Monte Carlo, with its parameters.
     pub method: PermutationMethod,
 }
 

@@ -22,8 +22,8 @@ pub use text::{parse_pass_fail_lines, parse_pytest_summary, parse_tap};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{file}: {why}")]
 pub struct ParseError {
-    pub file: String,
-    pub why: String,
+    pub(crate) file: String,
+    pub(crate) why: String,
 }
 
 impl ParseError {
@@ -41,15 +41,22 @@ impl ParseError {
 #[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "snake_case")]
 pub enum ReportFormat {
+    /// CTRF JSON (`ctrf.json`).
     Ctrf,
+    /// JUnit XML (`junit*.xml`).
     Junit,
+    /// The short test summary of `pytest -rA`.
     PytestSummary,
+    /// The event stream of `go test -json`.
     GoTestJson,
+    /// Test Anything Protocol output.
     Tap,
+    /// The `PASS: x` / `FAIL: x` lines of the built-in pack.
     PassFailLines,
 }
 
 impl ReportFormat {
+    /// The snake_case name, as in JSON.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -70,8 +77,11 @@ impl ReportFormat {
 /// Checks and where they came from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ParsedChecks {
+    /// The format the checks were read in.
     pub format: ReportFormat,
+    /// The file they were read from (the first, when several JUnit files were).
     pub source: PathBuf,
+    /// The checks, in the report's order.
     pub checks: Vec<Check>,
 }
 

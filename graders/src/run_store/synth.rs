@@ -13,41 +13,62 @@ use rusqlite::{Connection, Statement, params};
 #[derive(Debug, thiserror::Error)]
 #[error("{}: {source}", path.display())]
 pub struct SynthError {
-    pub path: std::path::PathBuf,
+    pub(crate) path: std::path::PathBuf,
     #[source]
-    pub source: rusqlite::Error,
+    pub(crate) source: rusqlite::Error,
 }
 
 /// A run row.
 #[derive(Debug, Clone)]
 pub struct RunRecord<'a> {
+    /// The run's id (its folder name).
     pub run_id: &'a str,
+    /// When the run was created, in seconds since the Unix epoch.
     pub created_unix: i64,
+    /// The model route the run's agent used.
     pub model_route: &'a str,
+    /// Attempts per task.
     pub attempts: u32,
+    /// The run's seed.
     pub seed: u64,
+    /// The run's status (`finished`).
     pub status: &'a str,
 }
 
 /// A finished trial row; the rest of the row (name, hashes, JSON) is derived.
 #[derive(Debug, Clone)]
 pub struct TrialRecord<'a> {
+    /// The run the trial belongs to.
     pub run_id: &'a str,
+    /// The task's id; with `attempt` it names the trial.
     pub task_id: &'a str,
+    /// The task's category.
     pub category: &'a str,
+    /// The task's difficulty.
     pub difficulty: &'a str,
+    /// The attempt number within the task; also the trial's seed.
     pub attempt: u32,
+    /// The trial's outcome, as a `TrialOutcome` name.
     pub outcome: &'a str,
+    /// The headline reward; `None` for no reward.
     pub reward: Option<f64>,
+    /// Harbor's exception class, for a trial that ended in one.
     pub exception_class: Option<&'a str>,
+    /// The exception's message.
     pub exception_message: Option<&'a str>,
     /// Start, milliseconds since the Unix epoch.
     pub started_ms: i64,
+    /// Wall time of the trial in milliseconds; the phases are split from it.
     pub duration_ms: i64,
+    /// Model input tokens.
     pub input_tokens: i64,
+    /// Input tokens served from the provider's cache.
     pub cached_tokens: i64,
+    /// Model output tokens.
     pub output_tokens: i64,
+    /// Model cost in US dollars.
     pub cost_usd: f64,
+    /// Model calls made.
     pub model_calls: i64,
 }
 
@@ -99,6 +120,7 @@ impl Writer {
         })
     }
 
+    /// Inserts one run row (the pack, hashes and config are fixed placeholders).
     pub fn insert_run(&self, r: &RunRecord<'_>) -> Result<(), SynthError> {
         self.conn
             .execute(
@@ -183,7 +205,7 @@ fn insert(st: &mut Statement<'_>, t: &TrialRecord<'_>) -> rusqlite::Result<()> {
 }
 
 /// SplitMix64: a tiny seeded generator, enough for synthetic data.
-pub struct SplitMix(u64);
+pub(crate) struct SplitMix(u64);
 
 impl SplitMix {
     pub fn new(seed: u64) -> SplitMix {
@@ -205,9 +227,13 @@ impl SplitMix {
 /// Shape of a synthetic store.
 #[derive(Debug, Clone, Copy)]
 pub struct SynthSpec {
+    /// Runs written (ids are derived from the run's index).
     pub runs: usize,
+    /// Tasks per run.
     pub tasks: usize,
+    /// Attempts per task.
     pub attempts: usize,
+    /// Seed of every random value.
     pub seed: u64,
 }
 

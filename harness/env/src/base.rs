@@ -495,9 +495,13 @@ fn python_version(layers: &[PathBuf]) -> Option<String> {
 /// What `geode tasks check` knows of where images come from: the store, its mirrors, its
 /// registry aliases and whether a stand-in may replace a digest-pinned base.
 pub struct SourceRules<'a> {
+    /// The image store, when one exists yet; `None`: nothing is stored.
     pub store: Option<&'a ImageStore>,
+    /// Registry name -> base URL of the mirror tried before it.
     pub mirrors: &'a std::collections::BTreeMap<String, String>,
+    /// Other names the same images are published under.
     pub aliases: &'a super::image::Aliases,
+    /// A bootstrap may stand in for a digest-pinned base (`[images] stand_in_pinned`).
     pub stand_in_pinned: bool,
 }
 

@@ -64,7 +64,7 @@ fn controller_base(root: &Path, controller: &str) -> PathBuf {
 const CPU_PERIOD_US: u64 = 100_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct Limits {
+pub(crate) struct Limits {
     pub memory_bytes: Option<u64>,
     pub pids_max: Option<u64>,
     pub cpus: Option<f64>,

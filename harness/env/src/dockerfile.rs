@@ -9,53 +9,76 @@
 
 use super::EnvError;
 
+/// One instruction of a Dockerfile, where it stands and how it reads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
     /// 1-based line of the instruction.
     pub line: usize,
     /// The instruction as written (continuations joined), for error messages.
     pub text: String,
+    /// The instruction, parsed.
     pub instruction: Instruction,
 }
 
+/// A parsed Dockerfile instruction; variables in it are not yet expanded.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Instruction {
     /// `FROM [--platform=P] IMAGE [AS NAME]`: the image (or an earlier stage's name) and this
     /// stage's name.
     From {
+        /// The image reference, or an earlier stage's name.
         image: String,
+        /// `AS NAME`: this stage's name, if given.
         alias: Option<String>,
     },
+    /// `RUN`: a command run in the image being built (a heredoc becomes a shell command).
     Run(Command),
+    /// `COPY` or `ADD`.
     Copy(Copy),
+    /// `WORKDIR`: the directory as written.
     Workdir(String),
+    /// `ENV`: name and value pairs, in order.
     Env(Vec<(String, String)>),
+    /// `ARG NAME[=DEFAULT]`.
     Arg {
+        /// The variable's name.
         name: String,
+        /// Its value when no build arg gives one.
         default: Option<String>,
     },
+    /// `USER`: the user (and group) as written.
     User(String),
+    /// `SHELL`: the argv prefix of later shell-form commands.
     Shell(Vec<String>),
     /// What a container of the image runs: a compose sidecar's process.
     Cmd(Command),
+    /// `ENTRYPOINT`: what CMD or a compose `command:` is passed to.
     Entrypoint(Command),
     /// Metadata the sandbox has no use for (EXPOSE, LABEL ...): keyword and arguments.
     Ignored(String, String),
 }
 
+/// A command as a Dockerfile writes it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
+    /// Shell form: text run by the build's shell.
     Shell(String),
+    /// Exec form (a JSON array): the argv itself.
     Exec(Vec<String>),
 }
 
+/// A `COPY` or `ADD` instruction.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Copy {
     /// ADD (URLs and local archives) rather than COPY.
     pub add: bool,
+    /// Source paths in the build context (or the `--from` stage); empty for a heredoc.
     pub sources: Vec<String>,
+    /// Destination path as written.
     pub dest: String,
+    /// `--chown=USER[:GROUP]`, as written.
     pub chown: Option<String>,
+    /// `--chmod=MODE`, as written.
     pub chmod: Option<String>,
     /// `COPY <<EOF /dest`: the file's content.
     pub heredoc: Option<String>,
@@ -79,6 +102,8 @@ fn bad(line: usize, msg: impl std::fmt::Display) -> EnvError {
     }
 }
 
+/// The steps of a Dockerfile's text, in order; refuses unknown instructions and malformed
+/// lines.
 pub fn parse(text: &str) -> Result<Vec<Step>, EnvError> {
     let lines: Vec<&str> = text.lines().collect();
     let mut steps = Vec::new();

@@ -311,6 +311,8 @@ pub(crate) fn copy_tree_with(src: &Path, dst: &Path, link: bool) -> io::Result<(
     }
 }
 
+/// Copy a file, symlink or directory tree from `src` to `dst`, keeping modes and symlinks; a
+/// directory merges into an existing one. Never hard-links.
 pub fn copy_tree(src: &Path, dst: &Path) -> io::Result<()> {
     copy_tree_with(src, dst, false)
 }

@@ -8,15 +8,21 @@ use serde::{Deserialize, Serialize};
 /// do not count, and `retries` consecutive failures after it fail the trial's setup.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct Healthcheck {
+    /// The check, a shell command run inside the environment; exit 0 means ready.
     pub command: String,
+    /// Seconds between checks after the start period (default 5).
     #[serde(default = "five")]
     pub interval_sec: f64,
+    /// Seconds one check may run before it counts as failed (default 30).
     #[serde(default = "thirty")]
     pub timeout_sec: f64,
+    /// Seconds after start during which failures do not count (default 0).
     #[serde(default)]
     pub start_period_sec: f64,
+    /// Seconds between checks during the start period (default 5).
     #[serde(default = "five")]
     pub start_interval_sec: f64,
+    /// Consecutive failures after the start period that fail the setup (default 3).
     #[serde(default = "three")]
     pub retries: u32,
 }

@@ -19,6 +19,8 @@ use tokio_util::sync::CancellationToken;
 use super::fsops::copy_tree;
 use super::{Backend, EnvError, EnvironmentSpec, PreparedImage, Sandbox, TeardownReport};
 
+/// The unisolated backend: each trial runs on the host itself, in a copy of the task's
+/// `environment/` folder under `work_root`.
 #[derive(Debug, Clone)]
 pub struct HostBackend {
     /// Parent of the per-trial folders.
@@ -26,6 +28,7 @@ pub struct HostBackend {
 }
 
 impl HostBackend {
+    /// A backend that keeps its per-trial folders under `work_root`.
     pub fn new(work_root: impl Into<PathBuf>) -> Self {
         HostBackend {
             work_root: work_root.into(),

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! Environments a trial runs in: the default `sandbox` backend (namespaces + overlayfs over the
 //! task's image, no docker engine), and the unisolated `host` backend behind an explicit flag.
 //!
@@ -35,12 +36,15 @@ pub struct EnvironmentSpec {
     pub build: Option<BuildSource>,
     /// What the trial may reach. Builds always have the network, as `docker build` does.
     pub network: NetworkPolicy,
+    /// CPU limit in cores (fractions allowed); `None`: no limit.
     pub cpus: Option<f64>,
+    /// Memory limit in MiB; `None`: no limit.
     pub memory_mb: Option<u64>,
     /// Maximum number of processes in the sandbox.
     pub pids_max: Option<u64>,
     /// The trial's disk (its writable layer), in MB; [`disk::DEFAULT_STORAGE_MB`] when unset.
     pub storage_mb: Option<u64>,
+    /// How long building the image may take before the build fails.
     pub build_timeout: Duration,
     /// Extra environment for every process of the trial (task.toml `[environment] env`).
     pub env: Vec<(String, String)>,
@@ -77,7 +81,9 @@ impl EnvironmentSpec {
 /// task's folder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BuildSource {
+    /// The folder COPY and ADD read from.
     pub context: PathBuf,
+    /// The Dockerfile's path.
     pub dockerfile: PathBuf,
 }
 
@@ -115,6 +121,7 @@ pub enum NetworkPolicy {
 }
 
 impl NetworkPolicy {
+    /// No network at all (`Off`).
     pub fn is_off(&self) -> bool {
         matches!(self, NetworkPolicy::Off)
     }
@@ -127,7 +134,10 @@ pub enum ImageRoot {
     Layers(Vec<PathBuf>),
     /// The host's own root with at most one built layer over it: `--base host` only, and
     /// labelled so in every result it produces.
-    Host { layer: Option<PathBuf> },
+    Host {
+        /// The built layer's directory; `None` runs the bare host root.
+        layer: Option<PathBuf>,
+    },
     /// An image a docker engine holds, by id (`sha256:...`): the docker backend's.
     Engine(String),
 }
@@ -135,6 +145,7 @@ pub enum ImageRoot {
 /// A built (or cached) image: what every trial of the task starts from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PreparedImage {
+    /// What the sandbox's root is made of.
     pub root: ImageRoot,
     /// The image's WORKDIR (`/app` in most tasks); `/` when none.
     pub workdir: String,
@@ -146,6 +157,7 @@ pub struct PreparedImage {
     /// unset). A trial's main environment runs the ENTRYPOINT with Harbor's command in place
     /// of the CMD ([`entrypoint`]); a compose sidecar runs both (or its service's).
     pub entrypoint: Vec<String>,
+    /// The image's CMD (exec form; empty when unset).
     pub cmd: Vec<String>,
     /// The base image as the Dockerfile's final `FROM` (or `docker_image`) names it.
     pub from: String,
@@ -159,7 +171,9 @@ pub struct PreparedImage {
     pub notes: Vec<String>,
     /// How the base was had beyond `source`: the alias, the mirror, the stand-in, the pin.
     pub origin: BaseOrigin,
+    /// The image came from the cache: no build step had to run.
     pub cache_hit: bool,
+    /// Wall-clock time spent preparing the image; zero when nothing was built.
     pub build_duration: Duration,
 }
 
@@ -183,6 +197,7 @@ pub struct BaseOrigin {
 /// A digest pin, and whether the image used is that image.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct DigestPin {
+    /// The pinned digest (`sha256:...`).
     pub digest: String,
     /// `false` only for a stand-in under `[images] stand_in_pinned = true`.
     pub honoured: bool,
@@ -193,7 +208,12 @@ pub struct DigestPin {
 pub enum EnvError {
     /// A Dockerfile step failed (exit code, output tail), or the build timed out.
     #[error("environment set-up failed at {step}: {message}")]
-    SetupFailed { step: String, message: String },
+    SetupFailed {
+        /// Which part of set-up failed: a Dockerfile instruction, `network`, `sandbox` ...
+        step: String,
+        /// Why: exit code and output tail, or the timeout.
+        message: String,
+    },
     /// The task needs something this host cannot give (a GPU, an unsupported instruction).
     #[error("environment unsupported: {0}")]
     Unsupported(String),
@@ -204,9 +224,12 @@ pub enum EnvError {
     /// infrastructure failure.
     #[error("sandbox broken from inside: {0}")]
     BrokenFromInside(String),
+    /// A host I/O operation of the backend failed.
     #[error("{context}: {source}")]
     Io {
+        /// What was being done.
         context: String,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
@@ -238,6 +261,7 @@ pub struct ChangedInputs {
 pub struct TeardownReport {
     /// Processes still alive at teardown that had to be killed.
     pub killed_processes: usize,
+    /// How long teardown took.
     pub duration: Duration,
 }
 

@@ -18,6 +18,7 @@ pub const VAULT_ARG: &str = "__vault";
 /// Where the tmpfs is mounted inside the vault's namespace (it hides that namespace's `/tmp`).
 const MOUNT_POINT: &str = "/tmp";
 
+/// Why a vault could not be made, with the failing step in words.
 #[derive(Debug, thiserror::Error)]
 #[error("a private folder for decrypted data: {0}")]
 pub struct VaultError(String);

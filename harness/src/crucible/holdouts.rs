@@ -60,11 +60,13 @@ fn refuse_opening(entry: &Entry, contract_hash: &str) -> Result<(), CrucibleRunE
 /// A sealed file of the content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SealedCopy {
+    /// The name the copy was sealed under (its `<name>.sealed` file).
     pub name: String,
     /// The sealed file's pack hash (content and trials per task).
     pub pack_hash: String,
+    /// The path of the copy's seal state, as given when it was sealed.
     pub state: String,
-    pub sealed_at: String,
+    pub(crate) sealed_at: String,
     /// Its tasks' ids, hashes and MinHash signatures: what a train pack is checked against
     /// for copies and near-copies while the pack stays sealed (kept on this machine only).
     #[serde(default)]
@@ -74,8 +76,11 @@ pub struct SealedCopy {
 /// A test-stage campaign on the content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UsedBy {
+    /// The contract the campaign runs under.
     pub contract_hash: String,
+    /// The hash of the contract's candidate scaffold.
     pub candidate_scaffold: String,
+    /// When the campaign was recorded (RFC 3339, UTC), before its first trial.
     pub started_at: String,
 }
 
@@ -83,8 +88,10 @@ pub struct UsedBy {
 /// opening after it is refused, whatever the contract, the copy or its seal state.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Opened {
-    pub sealed_pack_hash: String,
+    pub(crate) sealed_pack_hash: String,
+    /// The contract the copy was opened for.
     pub contract_hash: String,
+    /// When the opening was recorded (RFC 3339, UTC), before anything was decrypted.
     pub opened_at: String,
 }
 
@@ -149,6 +156,7 @@ impl HoldoutLedger {
         HoldoutLedger::at(home.join(".local/state/geode/holdouts"))
     }
 
+    /// The ledger kept under `dir` rather than the machine's (created on first write).
     pub fn at(dir: impl Into<PathBuf>) -> HoldoutLedger {
         HoldoutLedger { dir: dir.into() }
     }

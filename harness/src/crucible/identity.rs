@@ -22,11 +22,13 @@ pub fn tests_grader_hash(reward_key: Option<&str>) -> GraderHash {
     }
 }
 
+/// The hash of a scaffold as a contract pins it; `Invalid` if it is not a well-formed hash.
 pub fn scaffold_hash(s: &Scaffold) -> Result<ScaffoldHash, CrucibleRunError> {
     ScaffoldHash::parse(&s.hash())
         .map_err(|e| CrucibleRunError::Invalid(format!("scaffold hash: {}", e.0)))
 }
 
+/// The hash of a pack at `trials` per task as a contract pins it; `Invalid` if malformed.
 pub fn pack_hash(pack: &TaskPack, trials: u32) -> Result<PackHash, CrucibleRunError> {
     PackHash::parse(&pack.hash(trials).0)
         .map_err(|e| CrucibleRunError::Invalid(format!("pack hash: {}", e.0)))

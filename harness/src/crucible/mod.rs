@@ -30,12 +30,20 @@ pub use identity::{TESTS_GRADER, evaluator, pack_hash, scaffold_hash, tests_grad
 pub use open::{OpenedPack, open_sealed};
 pub use pairs::{Campaign, TRIALS_JOURNAL};
 
+/// Why a crucible step on real files or trials failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CrucibleRunError {
+    /// A refusal or an inconsistency, already worded for the user.
     #[error("{0}")]
     Invalid(String),
+    /// A file or folder that could not be read, written or parsed.
     #[error("{path}: {message}")]
-    Files { path: String, message: String },
+    Files {
+        /// The file or folder, as displayed.
+        path: String,
+        /// Why, from the error that stopped it.
+        message: String,
+    },
 }
 
 impl CrucibleRunError {

@@ -17,7 +17,9 @@ use crate::pack::TaskPack;
 /// call [`OpenedPack::close`] after the campaign to record the decision and remove the
 /// decrypted files.
 pub struct OpenedPack {
+    /// The decrypted pack, loaded from its temporary folder.
     pub pack: TaskPack,
+    /// The record of this opening: the commitment, contract and candidate it was opened for.
     pub attestation: Attestation,
     state: SealState,
     state_path: PathBuf,

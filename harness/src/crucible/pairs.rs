@@ -20,16 +20,23 @@ use crate::store::TrialRow;
 
 /// What one campaign runs.
 pub struct Campaign<'a> {
+    /// The frozen contract the campaign runs and decides under.
     pub contract: &'a FrozenContract,
+    /// The pack both arms run.
     pub pack: &'a TaskPack,
+    /// The baseline arm's scaffold.
     pub baseline: Arc<Scaffold>,
+    /// The candidate arm's scaffold.
     pub candidate: Arc<Scaffold>,
     /// Where trial folders go (`<dir>/<arm>/<task>__<trial>`).
     pub dir: PathBuf,
+    /// How many trials run at once on this machine.
     pub concurrency: usize,
+    /// Scales every trial's timeouts (1.0 keeps the tasks' own).
     pub timeout_multiplier: f64,
     /// `Some(k)`: replication k, with its own run seed.
     pub replication: Option<u32>,
+    /// `Some` for a test-stage campaign on an opened sealed pack: its opening's attestation.
     pub attestation: Option<Attestation>,
     /// Host paths of sealed data that no trial's tool call may name
     /// ([`super::OpenedPack::sealed_paths`]).

@@ -13,8 +13,11 @@ use crate::pack::TaskPack;
 
 /// The arms a campaign will run, and whether an infeasible design may run anyway.
 pub struct Plan<'a> {
+    /// The baseline arm's scaffold.
     pub baseline: &'a Scaffold,
+    /// The candidate arm's scaffold.
     pub candidate: &'a Scaffold,
+    /// Run even when the rule cannot KEEP on this design.
     pub allow_infeasible: bool,
     /// Where the campaign's trial folders go; a sealed campaign keeps them in memory, and
     /// the images built from its environments beside them (`<trials>.images`).
@@ -23,11 +26,14 @@ pub struct Plan<'a> {
 
 /// The pack a campaign will run, as far as it can be known before it starts.
 pub enum PlannedPack<'a> {
+    /// A pack loaded from disk: hash, size and families all known.
     Loaded(&'a TaskPack),
     /// A sealed pack before its opening: its hash and size from the public commitment (its
     /// families are hidden).
     Sealed {
+        /// The sealed pack's hash, from its commitment.
         pack_hash: &'a str,
+        /// How many tasks the sealed pack holds.
         tasks: usize,
     },
 }

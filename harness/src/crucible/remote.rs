@@ -24,21 +24,28 @@ use crate::rollout::slurm::{self, SlurmSettings, files};
 use crate::rollout::trial::TrialPlan;
 use crate::store::TrialRow;
 
-pub const CAMPAIGN_PLAN_SCHEMA: &str = "geode.slurm-campaign.v1";
+pub(crate) const CAMPAIGN_PLAN_SCHEMA: &str = "geode.slurm-campaign.v1";
 
 /// What a worker needs to plan a campaign's pairs (`<campaign>/slurm/campaign.json`).
 #[derive(Debug, Serialize, Deserialize)]
 pub struct CampaignPlan {
+    /// Always `geode.slurm-campaign.v1`.
     pub schema: String,
     /// The frozen contract's canonical JSON.
     pub contract: String,
     /// The pack, absolute (a path on the shared filesystem).
     pub pack: PathBuf,
+    /// The baseline arm's scaffold.
     pub baseline: Scaffold,
+    /// The candidate arm's scaffold.
     pub candidate: Scaffold,
+    /// The campaign's folder, where trial folders go (`<dir>/<arm>/<task>__<trial>`).
     pub dir: PathBuf,
+    /// Scales every trial's timeouts (1.0 keeps the tasks' own).
     pub timeout_multiplier: f64,
+    /// `Some(k)`: replication k, with its own run seed.
     pub replication: Option<u32>,
+    /// The seed the pairs' trial seeds derive from: the contract's, or the replication's.
     pub run_seed: u64,
 }
 

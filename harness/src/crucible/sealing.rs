@@ -20,11 +20,17 @@ use crate::pack::TaskPack;
 /// The public part of a sealed pack (`geode.commitment.v1`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PublishedCommitment {
+    /// Always `geode.commitment.v1`.
     pub schema: String,
+    /// The name the pack was sealed under.
     pub name: String,
+    /// The commitment to the sealed content, published before any opening.
     pub commitment: String,
+    /// The sealed pack's hash (content and trials per task).
     pub pack_hash: String,
+    /// The trials per task the pack was sealed for.
     pub trials_per_task: u32,
+    /// How many tasks the sealed pack holds.
     pub tasks: usize,
 }
 
@@ -90,10 +96,15 @@ pub fn archive_entries(root: &Path) -> Result<Vec<ArchiveEntry>, CrucibleRunErro
     Ok(out)
 }
 
+/// The files `seal_pack` wrote, and the commitment it published.
 pub struct SealedFiles {
+    /// The encrypted pack, `<out>/<name>.sealed`.
     pub blob: PathBuf,
+    /// The burn-once seal state, `<out>/<name>.seal-state.json`.
     pub state: PathBuf,
+    /// The public commitment file, `<commitments>/<name>.json`.
     pub commitment: PathBuf,
+    /// The public commitment, as written there.
     pub published: PublishedCommitment,
 }
 
@@ -171,12 +182,13 @@ pub fn seal_pack(
     })
 }
 
+/// Read a seal state (`<name>.seal-state.json`) from `path`.
 pub fn load_state(path: &Path) -> Result<SealState, CrucibleRunError> {
     let text = std::fs::read_to_string(path).map_err(|e| CrucibleRunError::files(path, e))?;
     serde_json::from_str(&text).map_err(|e| CrucibleRunError::files(path, e))
 }
 
-pub fn save_state(path: &Path, state: &SealState) -> Result<(), CrucibleRunError> {
+pub(crate) fn save_state(path: &Path, state: &SealState) -> Result<(), CrucibleRunError> {
     write_atomic(
         path,
         &serde_json::to_string_pretty(state).map_err(|e| CrucibleRunError::files(path, e))?,

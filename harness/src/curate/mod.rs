@@ -15,28 +15,52 @@ pub mod tournament;
 use crate::datasets::DatasetError;
 use crate::pack::PackError;
 
+/// What stopped a curation, named by the file, route or phase at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum CurateError {
+    /// A file or folder could not be read or written.
     #[error("{path}: {source}")]
     Io {
+        /// The file or folder at fault.
         path: String,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
+    /// The config file does not parse or breaks a rule.
     #[error("{path}: {message}")]
-    Config { path: String, message: String },
+    Config {
+        /// The config file.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A dataset helper (`crate::datasets`) failed.
     #[error(transparent)]
     Dataset(#[from] DatasetError),
+    /// A task pack could not be loaded.
     #[error(transparent)]
     Pack(#[from] PackError),
+    /// A generator reply that is not a usable task (also: a value that would not serialize).
     #[error("generator: {0}")]
     Generator(String),
+    /// A generator or judge route could not be built or did not answer.
     #[error("{route}: {message}")]
-    Model { route: String, message: String },
+    Model {
+        /// The route at fault.
+        route: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The pilot phase could not run a task.
     #[error("pilot: {0}")]
     Pilot(String),
+    /// The frozen pool's folder already exists; pools are never overwritten.
     #[error(
         "{path}: the frozen pool exists and was built from other inputs; pools are never overwritten"
     )]
-    Frozen { path: String },
+    Frozen {
+        /// The existing pool folder.
+        path: String,
+    },
 }

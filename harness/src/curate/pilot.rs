@@ -34,8 +34,11 @@ impl RunObserver for Collect {
     fn finished(&self, _: &RunSummary) {}
 }
 
+/// Pilot runs as real GEODE runs: one run of `trials` attempts per task and agent.
 pub struct RunPilot {
+    /// The environment backend the runs use.
     pub backend: Arc<dyn Backend>,
+    /// Jobs folder the pilot runs are stored in.
     pub jobs_dir: PathBuf,
     /// The backend, as recorded in the run config.
     pub backend_kind: BackendKind,

@@ -49,13 +49,17 @@ use crate::pack::TaskHash;
 
 pub use super::phases::{parse_vote, run};
 
-pub const CONFIG_SCHEMA: &str = "geode.curate.v1";
-pub const STATE_SCHEMA: &str = "geode.curate.state.v1";
-pub const POOL_SCHEMA: &str = "geode.pool.v1";
+/// The config file's `schema` value.
+pub(crate) const CONFIG_SCHEMA: &str = "geode.curate.v1";
+/// A checkpoint's `schema` value.
+pub(crate) const STATE_SCHEMA: &str = "geode.curate.state.v1";
+/// The frozen pool's `schema` value.
+pub(crate) const POOL_SCHEMA: &str = "geode.pool.v1";
 
+/// The parsed config file (see the module docs for the format).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CurateConfig {
+pub(crate) struct CurateConfig {
     pub schema: String,
     pub out: PathBuf,
     pub seed: u64,
@@ -77,7 +81,7 @@ pub struct CurateConfig {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct SynthesisConfig {
+pub(crate) struct SynthesisConfig {
     pub generator: Option<String>,
     pub topics: Vec<String>,
     pub per_topic: usize,
@@ -85,7 +89,7 @@ pub struct SynthesisConfig {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
-pub struct DedupConfig {
+pub(crate) struct DedupConfig {
     pub threshold: f64,
 }
 
@@ -97,7 +101,7 @@ impl Default for DedupConfig {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
-pub struct PilotConfig {
+pub(crate) struct PilotConfig {
     pub enabled: bool,
     pub trials: u32,
 }
@@ -113,7 +117,7 @@ impl Default for PilotConfig {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
-pub struct TournamentSection {
+pub(crate) struct TournamentSection {
     pub judges: Vec<String>,
     pub voters: usize,
     pub pairs: Option<usize>,
@@ -129,6 +133,7 @@ pub struct TournamentSection {
 pub enum OnPositionBias {
     /// Rate from the other judges' votes (the phase fails when none is left).
     Discount,
+    /// Stop the tournament phase with an error.
     Fail,
 }
 
@@ -147,7 +152,7 @@ impl Default for TournamentSection {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
-pub struct MetaConfig {
+pub(crate) struct MetaConfig {
     pub min_per_category: usize,
     pub difficulties: Vec<String>,
 }
@@ -163,7 +168,7 @@ impl Default for MetaConfig {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
-pub struct SelectionConfig {
+pub(crate) struct SelectionConfig {
     pub top_k: usize,
     pub by: String,
     pub blend: f64,
@@ -179,22 +184,31 @@ impl Default for SelectionConfig {
     }
 }
 
+/// The curation phases, in the order they run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "kebab-case")]
 pub enum Phase {
+    /// Gather the candidates: the seed packs' tasks and the generator's new ones.
     Synthesis,
+    /// Drop near-duplicates (MinHash) among the candidates.
     Dedup,
+    /// Pilot runs: the `oracle` agent must pass every trial and `nop` fail every one.
     Pilot,
+    /// Rate the candidates by judge votes over pairs.
     Tournament,
+    /// Coverage by category and difficulty, and the gaps.
     MetaReview,
+    /// Pick the survivors.
     Selection,
+    /// Write the survivors as the frozen pool, never overwritten.
     Freeze,
 }
 
 impl Phase {
-    pub const ALL: [Phase; 7] = [
+    /// Every phase, in order; a phase's index here numbers its checkpoint file.
+    pub(crate) const ALL: [Phase; 7] = [
         Phase::Synthesis,
         Phase::Dedup,
         Phase::Pilot,
@@ -204,10 +218,12 @@ impl Phase {
         Phase::Freeze,
     ];
 
+    /// The phase's kebab-case name (`meta-review`), as in checkpoints and `--until`.
     pub fn name(self) -> &'static str {
         self.into()
     }
 
+    /// The phase named `s` (kebab-case), if any.
     pub fn parse(s: &str) -> Option<Phase> {
         s.parse().ok()
     }
@@ -216,12 +232,17 @@ impl Phase {
 /// One candidate task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Candidate {
+    /// The task's id.
     pub id: String,
     /// Absolute, or relative to the output folder (synthesized tasks).
     pub dir: String,
+    /// The task folder's content hash.
     pub hash: TaskHash,
+    /// `synth:TOPIC` for synthesized tasks, else the seed pack's origin.
     pub origin: String,
+    /// The task's category, from its `task.toml`.
     pub category: String,
+    /// The task's difficulty, from its `task.toml`.
     pub difficulty: String,
 }
 
@@ -234,22 +255,30 @@ pub(crate) struct State {
     pub output_hash: String,
 }
 
+/// How a phase got its output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum PhaseStatus {
+    /// Computed in this run.
     Ran,
+    /// Taken from a checkpoint with the same key.
     Resumed,
 }
 
+/// What one phase did, for the caller to print.
 #[derive(Debug, Clone, Serialize)]
 pub struct PhaseReport {
+    /// The phase.
     pub phase: Phase,
+    /// Run or resumed.
     pub status: PhaseStatus,
+    /// One line: counts, and why a checkpoint was not reused.
     pub summary: String,
 }
 
 /// Runs a task with the `oracle` or `nop` agent; one pass flag per trial.
 #[async_trait]
 pub trait PilotRunner: Send + Sync {
+    /// `trials` trials of the task in `task_dir` with `agent` (`oracle` or `nop`), from `seed`.
     async fn run(
         &self,
         task_dir: &Path,
@@ -262,17 +291,20 @@ pub trait PilotRunner: Send + Sync {
 /// Asks a model for text (generators and judges).
 #[async_trait]
 pub trait TextModel: Send + Sync {
+    /// The model's text reply to `prompt` under `system`.
     async fn ask(&self, system: &str, prompt: &str) -> Result<String, String>;
 }
 
 /// Builds text models from routes.
 pub trait ModelFactory {
+    /// A model for `route` (a model route such as `scripted:FILE`), or why not.
     fn build(&self, route: &str) -> Result<Box<dyn TextModel>, String>;
 }
 
 /// Routes through `geode_runtime::model::judge_for` (text only, no tools). Relative paths of
 /// embedded routes (`scripted:FILE`) are taken relative to the config file (`Route::rebased`).
 pub struct RouteFactory {
+    /// Folder relative `scripted:` routes are taken from (the config file's).
     pub base: PathBuf,
 }
 
@@ -301,7 +333,7 @@ impl ModelFactory for RouteFactory {
     }
 }
 
-pub fn load_config(path: &Path) -> Result<CurateConfig, CurateError> {
+pub(crate) fn load_config(path: &Path) -> Result<CurateConfig, CurateError> {
     let bad = |message: String| CurateError::Config {
         path: path.display().to_string(),
         message,

@@ -14,18 +14,25 @@ pub const LOW_AGREEMENT: f64 = 0.2;
 /// What review and selection need to know of a candidate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rated {
+    /// The task's id.
     pub id: String,
+    /// The task's category.
     pub category: String,
+    /// The task's difficulty (`easy`, `medium`, `hard`, or as the task says).
     pub difficulty: String,
     /// `synth:TOPIC` or the origin of its seed pack.
     pub origin: String,
+    /// The task's Bradley-Terry rating from the tournament.
     pub rating: f64,
 }
 
+/// Coverage of the rated candidates, the gaps found, and the tournament's judge statistics.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MetaReview {
     /// category -> difficulty -> count.
     pub coverage: BTreeMap<String, BTreeMap<String, usize>>,
+    /// Gaps in words: missing difficulties, thin categories, topics with no survivor, flagged
+    /// judges and low voter agreement.
     pub gaps: Vec<String>,
     /// Each judge's first-position rate in the tournament.
     #[serde(default)]
@@ -59,6 +66,8 @@ impl MetaReview {
     }
 }
 
+/// Coverage by category and difficulty, with a gap for each difficulty in `difficulties` with no
+/// task, each category below `min_per_category` and each topic with no surviving task.
 pub fn meta_review(
     items: &[Rated],
     topics: &[String],
@@ -120,9 +129,12 @@ fn min_max(values: &[f64]) -> Vec<f64> {
         .collect()
 }
 
+/// A selected task and the score it was ranked by.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Selected {
+    /// The task's id.
     pub id: String,
+    /// Rating, difficulty level or blend, as `selection.by` asked.
     pub score: f64,
 }
 

@@ -20,26 +20,35 @@ use serde::{Deserialize, Serialize};
 
 use super::CurateError;
 
-pub const SYSTEM: &str = "You write benchmark tasks for terminal agents in Harbor format. \
+/// System prompt for the generator: answer with one task as a JSON object.
+pub(crate) const SYSTEM: &str = "You write benchmark tasks for terminal agents in Harbor format. \
 Answer with exactly one JSON object with the keys id, category, difficulty (easy, medium or \
 hard), instruction and files (a map from relative path to file content, with \
 environment/Dockerfile, tests/test.sh and solution/solve.sh). No prose.";
 
+/// A task as the generator writes it (`geode.synth.v1`): what `write_task` turns into a folder.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GeneratedTask {
+    /// The task's id; names its folder, so no `/` and no `..`.
     pub id: String,
+    /// `[metadata] category` of the written `task.toml`; `uncategorized` when absent.
     #[serde(default)]
     pub category: Option<String>,
+    /// `[metadata] difficulty` of the written `task.toml`; `unknown` when absent.
     #[serde(default)]
     pub difficulty: Option<String>,
+    /// `description` of the written `task.toml`, when given.
     #[serde(default)]
     pub description: Option<String>,
+    /// The text of `instruction.md`.
     pub instruction: String,
+    /// Other files by relative path (`environment/Dockerfile`, `tests/test.sh`, ...).
     #[serde(default)]
     pub files: BTreeMap<String, String>,
 }
 
-pub fn prompt(topic: &str, index: usize, seed: u64) -> String {
+/// The user prompt for variant `index` of `topic`, the seed included.
+pub(crate) fn prompt(topic: &str, index: usize, seed: u64) -> String {
     format!(
         "Seed topic: {topic}\nVariant: {index}\nSeed: {seed}\nWrite one self-contained task on \
          this topic whose tests/test.sh fails unless the task is solved."

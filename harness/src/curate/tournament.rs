@@ -19,13 +19,16 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+/// How a tournament is played and rated.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TournamentConfig {
     /// Votes per pair; at least 3 and odd, so there is always a majority.
     pub voters: usize,
     /// Distinct pairs; `None`: ceil(N log2 N), capped at N(N-1)/2.
     pub pairs: Option<usize>,
+    /// Elo K factor: the most one game moves a rating.
     pub k: f64,
+    /// Elo rating every item starts from.
     pub start: f64,
     /// Bootstrap resamples for the Bradley-Terry intervals.
     pub bootstrap: usize,
@@ -46,28 +49,38 @@ impl Default for TournamentConfig {
 /// One scheduled pair and, per voter, whether `b` is shown first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Matchup {
+    /// Index of one item.
     pub a: usize,
+    /// Index of the other item.
     pub b: usize,
+    /// Per voter, whether `b` is shown first.
     pub b_first: Vec<bool>,
 }
 
 /// A decided pair.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
+    /// Index of one item.
     pub a: usize,
+    /// Index of the other item.
     pub b: usize,
+    /// Counted votes for `a`.
     pub votes_a: usize,
+    /// Counted votes for `b`.
     pub votes_b: usize,
 }
 
 impl Outcome {
-    pub fn a_wins(&self) -> bool {
+    /// `a` has the majority (a tie goes to `b`).
+    pub(crate) fn a_wins(&self) -> bool {
         self.votes_a > self.votes_b
     }
 }
 
+/// The ratings of the items, by item index.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Ratings {
+    /// Elo ratings after the outcomes in order.
     pub elo: Vec<f64>,
     /// Bradley-Terry strengths on the Elo scale (400 log10 p + 1000).
     pub bt: Vec<f64>,
@@ -75,7 +88,8 @@ pub struct Ratings {
     pub bt_interval: Vec<(f64, f64)>,
 }
 
-pub fn target_pairs(n: usize, wanted: Option<usize>) -> usize {
+/// Distinct pairs to play: `wanted`, or ceil(N log2 N), kept between N-1 and N(N-1)/2.
+pub(crate) fn target_pairs(n: usize, wanted: Option<usize>) -> usize {
     let all = n * n.saturating_sub(1) / 2;
     let default = (n as f64 * (n as f64).log2()).ceil() as usize;
     wanted
@@ -84,7 +98,8 @@ pub fn target_pairs(n: usize, wanted: Option<usize>) -> usize {
         .min(all)
 }
 
-pub fn schedule(n: usize, config: &TournamentConfig, seed: u64) -> Vec<Matchup> {
+/// The seeded schedule: a random Hamiltonian path, further pairs up to `target_pairs`, shuffled.
+pub(crate) fn schedule(n: usize, config: &TournamentConfig, seed: u64) -> Vec<Matchup> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let target = target_pairs(n, config.pairs);
     let mut order: Vec<usize> = (0..n).collect();
@@ -115,6 +130,7 @@ pub fn schedule(n: usize, config: &TournamentConfig, seed: u64) -> Vec<Matchup> 
         .collect()
 }
 
+/// Elo's expected score of a player rated `ra` against one rated `rb`.
 pub fn expected(ra: f64, rb: f64) -> f64 {
     1.0 / (1.0 + 10f64.powf((rb - ra) / 400.0))
 }
@@ -189,7 +205,13 @@ pub fn bt_intervals(n: usize, outcomes: &[Outcome], samples: usize, seed: u64) -
         .collect()
 }
 
-pub fn ratings(n: usize, outcomes: &[Outcome], config: &TournamentConfig, seed: u64) -> Ratings {
+/// Elo, Bradley-Terry and its bootstrap intervals over the same outcomes.
+pub(crate) fn ratings(
+    n: usize,
+    outcomes: &[Outcome],
+    config: &TournamentConfig,
+    seed: u64,
+) -> Ratings {
     Ratings {
         elo: elo(n, outcomes, config.k, config.start),
         bt: bradley_terry(n, outcomes),
@@ -226,10 +248,13 @@ pub fn run(
 /// One vote as cast: which judge, which pair, and whether the task shown first won.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Vote {
+    /// Index of the judge that cast the vote (in the judge list, or the voter index).
     pub judge: usize,
     /// Index of the matchup in the schedule.
     pub pair: usize,
+    /// Whether the pair's `b` was shown first.
     pub b_first: bool,
+    /// Whether the task shown first won.
     pub first_wins: bool,
 }
 
@@ -243,10 +268,13 @@ impl Vote {
 /// A judge's preference for the position of a task rather than its content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PositionBias {
+    /// The judge's route.
     pub judge: String,
+    /// Votes the judge cast.
     pub votes: usize,
     /// Votes that went to the task shown first.
     pub first_wins: usize,
+    /// `first_wins / votes`; 0.5 when the judge cast none.
     pub first_rate: f64,
     /// Exact two-sided binomial test of `first_rate == 0.5`.
     pub p_value: f64,

@@ -18,13 +18,18 @@ use serde::{Deserialize, Serialize};
 use super::{DatasetError, check_schema, invalid, io_err};
 use crate::pack::{Task, glob_match};
 
-pub const ALLOWLIST_SCHEMA: &str = "geode.allowlist.v1";
+/// The allowlist file's `schema` value.
+pub(crate) const ALLOWLIST_SCHEMA: &str = "geode.allowlist.v1";
 
+/// Which task origins a release accepts (`geode.allowlist.v1`); see the module docs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Allowlist {
+    /// Always `ALLOWLIST_SCHEMA`.
     pub schema: String,
+    /// Shell-style globs over origins (`builtin:NAME`, `tb1:TASK`, `path:DIR`).
     #[serde(default)]
     pub origins: Vec<String>,
+    /// Folders whose tasks are accepted whatever their origin (compared after canonicalizing).
     #[serde(default)]
     pub path_prefixes: Vec<String>,
 }
@@ -42,14 +47,18 @@ impl Default for Allowlist {
 /// Where a task comes from, and whether the allowlist takes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct OriginCheck {
+    /// The task's id.
     pub task: String,
+    /// The task's origin (`builtin:`, `tb1:` or `path:`).
     pub origin: String,
+    /// Whether an origin glob or a path prefix matched.
     pub allowed: bool,
     /// The allowlist entry that matched, or why nothing did.
     pub reason: String,
 }
 
 impl Allowlist {
+    /// Reads a TOML allowlist; refuses an unknown `schema`.
     pub fn load(path: &Path) -> Result<Allowlist, DatasetError> {
         let text = std::fs::read_to_string(path).map_err(|e| io_err(path, e))?;
         let list: Allowlist = toml::from_str(&text).map_err(|e| invalid(path, e.to_string()))?;
@@ -57,6 +66,7 @@ impl Allowlist {
         Ok(list)
     }
 
+    /// Checks `task` (in a pack of origin `pack_origin`) against the origins, then the prefixes.
     pub fn check(&self, task: &Task, pack_origin: &str) -> OriginCheck {
         let origin = task_origin(task, pack_origin);
         let dir = canonical(&task.dir);

@@ -22,7 +22,9 @@ pub struct MinHashParams {
     pub shingle: usize,
     /// Permutations (signature length); `bands * rows` must equal it.
     pub num_perm: usize,
+    /// LSH bands the signature is cut into; `rows = num_perm / bands`.
     pub bands: usize,
+    /// Seed of the ChaCha8 stream the permutations are drawn from.
     pub seed: u64,
     /// Estimated Jaccard at or above which two texts are near-duplicates.
     pub threshold: f64,
@@ -43,12 +45,14 @@ impl Default for MinHashParams {
     }
 }
 
+/// MinHash signatures under fixed `MinHashParams` (the permutations are drawn once, seeded).
 pub struct MinHasher {
     params: MinHashParams,
     perms: Vec<(u64, u64)>,
 }
 
 impl MinHasher {
+    /// Draws `params.num_perm` hash permutations from `params.seed`; same params, same hasher.
     pub fn new(params: MinHashParams) -> MinHasher {
         let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
         let perms = (0..params.num_perm)
@@ -62,10 +66,12 @@ impl MinHasher {
         MinHasher { params, perms }
     }
 
+    /// The parameters the hasher was built with.
     pub fn params(&self) -> &MinHashParams {
         &self.params
     }
 
+    /// The signature of `text`: per permutation, the minimum hash over its word shingles.
     pub fn signature(&self, text: &str) -> Vec<u64> {
         let shingles = shingles(text, self.params.shingle);
         let mut sig = vec![u64::MAX; self.perms.len()];
@@ -183,12 +189,14 @@ pub struct UnionFind {
 }
 
 impl UnionFind {
+    /// `n` singleton sets, item `i` in set `i`.
     pub fn new(n: usize) -> UnionFind {
         UnionFind {
             parent: (0..n).collect(),
         }
     }
 
+    /// The root of `x`'s set (halves paths as it goes).
     pub fn find(&mut self, mut x: usize) -> usize {
         while self.parent[x] != x {
             self.parent[x] = self.parent[self.parent[x]];

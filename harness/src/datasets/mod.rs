@@ -18,22 +18,37 @@ use crate::pack::{PackError, Task};
 /// Errors of the governance commands; each names the file (and field) at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum DatasetError {
+    /// A task pack could not be loaded.
     #[error(transparent)]
     Pack(#[from] PackError),
+    /// A file or folder could not be read or written.
     #[error("{path}: {source}")]
     Io {
+        /// The file or folder at fault.
         path: String,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
+    /// A file or argument whose content is refused.
     #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
+    Invalid {
+        /// The file (or option, such as `--name`) at fault.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A document whose `schema` field is not the one this version reads.
     #[error("{path}: unsupported schema {found:?} (expected {expected:?})")]
     Schema {
+        /// The file at fault.
         path: String,
+        /// The `schema` it declares.
         found: String,
+        /// The `schema` expected.
         expected: String,
     },
+    /// A value could not be written as canonical JSON.
     #[error("canonical JSON: {0}")]
     Canonical(#[source] geode_crucible::CanonicalError),
 }

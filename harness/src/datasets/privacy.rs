@@ -45,9 +45,12 @@ use sha2::{Digest, Sha256};
 
 use super::{DatasetError, check_schema, files_below, invalid, io_err};
 
-pub const RULES_VERSION: &str = "geode.privacy-rules.v3";
-pub const WAIVERS_SCHEMA: &str = "geode.waivers.v1";
-pub const REVIEW_SCHEMA: &str = "geode.privacy.v1";
+/// Version of the rule set; recorded in every review so a rule change is visible.
+pub(crate) const RULES_VERSION: &str = "geode.privacy-rules.v3";
+/// The waiver file's `schema` value.
+pub(crate) const WAIVERS_SCHEMA: &str = "geode.waivers.v1";
+/// The review's `schema` value.
+pub(crate) const REVIEW_SCHEMA: &str = "geode.privacy.v1";
 
 /// Files larger than this are scanned only up to this size (tasks ship small fixtures; a huge
 /// blob is data, and its head is where headers and keys sit).
@@ -56,14 +59,17 @@ const MAX_SCAN_BYTES: usize = 4 << 20;
 /// One match of a rule in one file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
+    /// The rule that matched (`aws_access_key`, `ipv4`, ...).
     pub rule: String,
     /// The task id (or `trajectory:NAME`) the file belongs to.
     pub scope: String,
     /// Path relative to the scope's folder.
     pub file: String,
+    /// 1-based line of the match.
     pub line: usize,
     /// The match with most of it masked, so reports never repeat a secret.
     pub excerpt: String,
+    /// 16 hex digits over (rule, scope, file, matched text): what a waiver names.
     pub fingerprint: String,
 }
 
@@ -79,19 +85,26 @@ pub enum Disposition {
     Open,
 }
 
+/// A finding and what the default policy or the waivers made of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReviewedFinding {
+    /// The match.
     #[serde(flatten)]
     pub finding: Finding,
+    /// Allowed by policy, waived, or open.
     pub disposition: Disposition,
 }
 
 /// The record of one privacy review, stored in a release manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PrivacyReview {
+    /// Always `REVIEW_SCHEMA`.
     pub schema: String,
+    /// The `RULES_VERSION` the scan used.
     pub rules_version: String,
+    /// Files (and archive members) scanned as text.
     pub files_scanned: usize,
+    /// Every finding, with its disposition.
     pub findings: Vec<ReviewedFinding>,
     /// Waivers that matched nothing (stale: the finding was fixed or the file changed).
     pub unused_waivers: Vec<String>,
@@ -101,6 +114,7 @@ pub struct PrivacyReview {
 }
 
 impl PrivacyReview {
+    /// The findings neither the policy nor a waiver allows: each blocks a release.
     pub fn open(&self) -> Vec<&ReviewedFinding> {
         self.findings
             .iter()
@@ -109,22 +123,30 @@ impl PrivacyReview {
     }
 }
 
+/// The waiver file (`geode.waivers.v1`): findings allowed to ship, each with a reason.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Waivers {
+    /// Always `WAIVERS_SCHEMA`.
     pub schema: String,
+    /// One entry per waived finding.
     #[serde(default)]
     pub waivers: Vec<Waiver>,
 }
 
+/// One waived finding.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Waiver {
+    /// The finding's fingerprint, as `geode dataset scan` prints it.
     pub fingerprint: String,
+    /// Why the finding may ship; never empty.
     pub reason: String,
+    /// The finding's rule, for the reader only (matching uses the fingerprint).
     #[serde(default)]
     pub rule: Option<String>,
 }
 
 impl Waivers {
+    /// Reads a TOML waiver file; refuses an unknown `schema` or a waiver without a reason.
     pub fn load(path: &Path) -> Result<Waivers, DatasetError> {
         let text = std::fs::read_to_string(path).map_err(|e| io_err(path, e))?;
         let w: Waivers = toml::from_str(&text).map_err(|e| invalid(path, e.to_string()))?;
@@ -141,6 +163,7 @@ impl Waivers {
     }
 }
 
+/// The privacy rules, compiled once (see the module docs for the list).
 pub struct Scanner {
     rules: Vec<(&'static str, Regex)>,
 }
@@ -155,6 +178,7 @@ fn rule(name: &'static str, pattern: &str) -> Result<(&'static str, Regex), Data
 }
 
 impl Scanner {
+    /// Compiles the rules; fails only if a rule's pattern is invalid.
     pub fn new() -> Result<Scanner, DatasetError> {
         Ok(Scanner {
             rules: vec![

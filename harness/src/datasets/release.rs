@@ -34,99 +34,154 @@ use super::{
 };
 use crate::pack::{TaskHash, TaskPack, hash_task_dir, pack_hash};
 
-pub const RELEASE_SCHEMA: &str = "geode.release.v1";
+/// The manifest's `schema` value.
+pub(crate) const RELEASE_SCHEMA: &str = "geode.release.v1";
+/// The manifest's file name inside a release folder.
 pub const MANIFEST: &str = "release.json";
 
+/// `release.json`: what a release holds, where it came from and the reviews it passed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReleaseManifest {
+    /// Always `RELEASE_SCHEMA`.
     pub schema: String,
+    /// SHA-256 of the canonical JSON of the manifest without this field; empty while hashing.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub release_id: String,
+    /// The release's name (letters, digits, `.`, `_`, `-`, `+`).
     pub name: String,
+    /// The release's version (same characters as `name`).
     pub version: String,
+    /// RFC 3339 time stamp given by the caller.
     pub created: String,
+    /// License the tasks are released under, as given by the caller.
     pub license: String,
+    /// Pack hash over the released tasks' ids and hashes (one trial per task).
     pub pack_hash: String,
+    /// Trials per task the pack hash assumes; always 1.
     pub trials_per_task: u32,
+    /// The pack folder the release was made from.
     pub source: SourceRef,
+    /// The released tasks, each with its file digests.
     pub tasks: Vec<ReleasedTask>,
+    /// Parent releases and the transformations applied since.
     pub lineage: Lineage,
+    /// The privacy review the release passed (no open findings).
     pub privacy: PrivacyReview,
+    /// The allowlist used and each task's origin check.
     pub allowlist: AllowlistRecord,
 }
 
+/// The pack folder a release was made from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceRef {
+    /// The folder as given on the command line.
     pub path: String,
+    /// The pack's origin (`builtin:NAME`, `path:DIR`, or as given).
     pub origin: String,
 }
 
+/// One released task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReleasedTask {
+    /// The task's id in the pack.
     pub id: String,
     /// Task hash of the released copy (equal to `source_digest`: copying keeps modes).
     pub hash: TaskHash,
     /// Task hash of the source folder when released.
     pub source_digest: TaskHash,
+    /// Where the task comes from (`builtin:`, `tb1:` or `path:`), as the allowlist saw it.
     pub origin: String,
     /// SHA-256 of each file (symbolic links: of their target), by relative path.
     pub files: BTreeMap<String, String>,
 }
 
+/// Where a release comes from: parent releases and what was done to them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Lineage {
+    /// Parent releases, each verified intact when this one was made.
     pub parents: Vec<ParentRef>,
+    /// Free-text steps applied to the parents, as given by the caller.
     pub transformations: Vec<String>,
 }
 
+/// A parent release, by name, version and id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ParentRef {
+    /// The parent's name.
     pub name: String,
+    /// The parent's version.
     pub version: String,
+    /// The parent's `release_id`.
     pub release_id: String,
 }
 
+/// The allowlist a release was checked against, with the verdict for each task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AllowlistRecord {
+    /// The allowlist as used (the default one when no file was given).
     pub list: Allowlist,
+    /// One origin check per task, all allowed.
     pub checks: Vec<OriginCheck>,
 }
 
 /// What to release.
 pub struct ReleaseRequest<'a> {
+    /// The pack folder to release.
     pub pack: &'a Path,
+    /// The release's name (letters, digits, `.`, `_`, `-`, `+`).
     pub name: &'a str,
+    /// The release's version (same characters as `name`).
     pub version: &'a str,
+    /// Folder the release folder `NAME-VERSION` is created in.
     pub out: &'a Path,
+    /// License recorded in the manifest.
     pub license: &'a str,
     /// `None`: derived from the folder (`allowlist::pack_origin`).
     pub origin: Option<&'a str>,
+    /// The allowlist every task's origin must match.
     pub allowlist: Allowlist,
+    /// Waivers for privacy findings (by fingerprint, with a reason).
     pub waivers: Waivers,
+    /// Trajectory files scanned by the privacy review alongside the tasks.
     pub trajectories: Vec<PathBuf>,
     /// Folders of parent releases (their manifests are verified and referenced).
     pub parents: Vec<PathBuf>,
+    /// Free-text steps recorded in the lineage.
     pub transformations: Vec<String>,
     /// RFC 3339 time stamp, injected so tests are deterministic.
     pub created: String,
 }
 
+/// Why a release was refused or failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ReleaseError {
+    /// Loading, reading or writing failed.
     #[error(transparent)]
     Dataset(#[from] DatasetError),
+    /// The release folder already exists; releases are never overwritten.
     #[error("{path}: release {name} {version} already exists; releases are never overwritten")]
     Exists {
+        /// The existing folder.
         path: String,
+        /// The release's name.
         name: String,
+        /// The release's version.
         version: String,
     },
+    /// Tasks whose origin is not on the allowlist, one line each.
     #[error("sources not on the allowlist:\n{}", .0.join("\n"))]
     Refused(Vec<String>),
+    /// Open privacy findings, one line each.
     #[error("privacy review has {} open finding(s) (fix them or waive them with a reason):\n{}", .0.len(), .0.join("\n"))]
     Privacy(Vec<String>),
+    /// The pack has broken tasks; a release holds the whole pack.
     #[error("{pack}: broken tasks cannot be released: {message}")]
-    Broken { pack: String, message: String },
+    Broken {
+        /// The pack folder.
+        pack: String,
+        /// The broken tasks and why, joined with `; `.
+        message: String,
+    },
 }
 
 fn file_digest(path: &Path) -> Result<String, DatasetError> {
@@ -143,7 +198,8 @@ fn file_digest(path: &Path) -> Result<String, DatasetError> {
     Ok(hex::encode(Sha256::digest(&bytes)))
 }
 
-pub fn release_dir(out: &Path, name: &str, version: &str) -> PathBuf {
+/// The folder of release `name` `version` under `out`: `out/NAME-VERSION`.
+pub(crate) fn release_dir(out: &Path, name: &str, version: &str) -> PathBuf {
     out.join(format!("{name}-{version}"))
 }
 

@@ -30,13 +30,19 @@ use super::minhash::{MinHashParams, MinHasher, candidate_pairs, cluster, estimat
 use super::{DatasetError, check_schema, copy_tree, invalid, io_err, read_json, task_text};
 use crate::pack::{TaskHash, TaskPack};
 
-pub const SPLITS_SCHEMA: &str = "geode.splits.v1";
-pub const SPLIT_NAMES: [&str; 3] = ["train", "holdout", "test"];
+/// The splits file's `schema` value.
+pub(crate) const SPLITS_SCHEMA: &str = "geode.splits.v1";
+/// The split names, in the order of the `Ratios` fields.
+pub(crate) const SPLIT_NAMES: [&str; 3] = ["train", "holdout", "test"];
 
+/// Target shares of the tasks per split; each non-negative, together 1.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Ratios {
+    /// Share of tasks for `train`.
     pub train: f64,
+    /// Share of tasks for `holdout`.
     pub holdout: f64,
+    /// Share of tasks for `test`.
     pub test: f64,
 }
 
@@ -45,6 +51,7 @@ impl Ratios {
         [self.train, self.holdout, self.test]
     }
 
+    /// Refuses negative or non-finite ratios, and ratios that do not sum to 1 (within 1e-6).
     pub fn validate(&self) -> Result<(), DatasetError> {
         let r = self.as_array();
         if r.iter().any(|v| !v.is_finite() || *v < 0.0)
@@ -59,30 +66,45 @@ impl Ratios {
     }
 }
 
+/// One task in a split, with what it was grouped by.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SplitEntry {
+    /// The task's id.
     pub id: String,
+    /// The task's content hash.
     pub hash: TaskHash,
     /// Cluster number (clusters are numbered by their first task in id order).
     pub cluster: usize,
+    /// The task's MinHash signature under the file's `minhash` parameters.
     pub signature: Vec<u64>,
 }
 
+/// A splits file (`geode.splits.v1`): which task went to which split, and how.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SplitsFile {
+    /// Always `SPLITS_SCHEMA`.
     pub schema: String,
+    /// The pack folder, absolute when written by `split_pack`.
     pub pack: String,
+    /// Pack hash (one trial per task) when split; checked against the pack later.
     pub pack_hash: String,
+    /// Seed of the cluster shuffle.
     pub seed: u64,
+    /// The target shares.
     pub ratios: Ratios,
+    /// MinHash parameters the signatures were computed with.
     pub minhash: MinHashParams,
+    /// Split name (`train`, `holdout`, `test`) to its entries, in id order.
     pub splits: BTreeMap<String, Vec<SplitEntry>>,
 }
 
 /// One item to split: id, content hash, the text compared for near-duplicates.
 pub struct SplitItem {
+    /// The task's id.
     pub id: String,
+    /// The task's content hash.
     pub hash: TaskHash,
+    /// The task's text, compared for near-duplicates.
     pub text: String,
 }
 
@@ -190,8 +212,11 @@ pub fn split_pack(
 pub struct Leak {
     /// `same_id`, `same_hash` or `near_duplicate`.
     pub kind: &'static str,
+    /// First task as (split, id).
     pub a: (String, String),
+    /// Second task as (split, id).
     pub b: (String, String),
+    /// Estimated Jaccard, for `near_duplicate` leaks only.
     pub similarity: Option<f64>,
 }
 
@@ -209,6 +234,7 @@ impl std::fmt::Display for Leak {
     }
 }
 
+/// Reads a splits file; refuses an unknown `schema`.
 pub fn load_splits(path: &Path) -> Result<SplitsFile, DatasetError> {
     let file: SplitsFile = read_json(path)?;
     check_schema(path, &file.schema, SPLITS_SCHEMA)?;
@@ -296,6 +322,7 @@ pub struct Mismatch {
     pub kind: &'static str,
     /// `split/id`, or the pack for `pack_hash`.
     pub subject: String,
+    /// What differs, in words.
     pub detail: String,
 }
 
@@ -308,13 +335,16 @@ impl std::fmt::Display for Mismatch {
 /// The result of checking a splits file against its pack.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SplitCheck {
+    /// Where the file disagrees with the pack.
     pub mismatches: Vec<Mismatch>,
     /// Leaks found on the hashes and signatures derived from the pack, not the file's.
     pub leaks: Vec<Leak>,
+    /// Tasks in the splits derived from the pack.
     pub tasks: usize,
 }
 
 impl SplitCheck {
+    /// No mismatch and no leak.
     pub fn is_clean(&self) -> bool {
         self.mismatches.is_empty() && self.leaks.is_empty()
     }

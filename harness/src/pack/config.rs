@@ -15,15 +15,21 @@ use crate::env::NetworkPolicy;
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct TaskConfig {
+    /// The task format's version; accepted whatever its value, as Harbor does.
     pub schema_version: Option<String>,
     /// Older Harbor files put the format version at the top as `version`.
     pub version: Option<String>,
+    /// `[task]`: the task's name and descriptive fields.
     pub task: TaskSection,
     /// Free-form: difficulty, category, tags, time estimates.
     pub metadata: toml::Table,
+    /// `[agent]`: the agent phase's timeout and network mode.
     pub agent: AgentSection,
+    /// `[verifier]`: how the tests run.
     pub verifier: VerifierSection,
+    /// `[solution]`: settings of the reference solution.
     pub solution: SolutionSection,
+    /// `[environment]`: the sandbox the trial runs in.
     pub environment: EnvironmentSection,
     /// Paths copied out of the agent's sandbox when it finishes (Harbor's `artifacts`): into
     /// the trial's `artifacts/`, and into a separate verifier's environment at the same path.
@@ -41,8 +47,10 @@ pub struct TaskConfig {
 pub struct StepSection {
     /// The folder under `steps/`: letters, digits, `.`, `_` and `-`.
     pub name: String,
+    /// The step's own `[agent]` settings; its timeout overrides the task's.
     #[serde(default)]
     pub agent: AgentSection,
+    /// The step's own `[verifier]` settings; its env adds to the task's.
     #[serde(default)]
     pub verifier: VerifierSection,
     /// Stop the remaining steps when this step's rewards fall short: a number gates the
@@ -52,14 +60,18 @@ pub struct StepSection {
     /// Run after the step's setup, before its agent (beside the task's own).
     #[serde(default)]
     pub healthcheck: Option<Healthcheck>,
+    /// Paths copied out of the sandbox after this step, as the task's `artifacts`.
     #[serde(default)]
     pub artifacts: Vec<ArtifactEntry>,
 }
 
+/// A step's `min_reward`: one threshold for `reward`, or one per reward key.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum MinReward {
+    /// The least `reward` that lets the next steps run.
     Reward(f64),
+    /// Reward key -> the least value it must reach.
     Keys(BTreeMap<String, f64>),
 }
 
@@ -92,8 +104,11 @@ pub enum StepRewards {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum ArtifactEntry {
+    /// A path inside the sandbox, copied to the same path under `artifacts/`.
     Path(String),
+    /// A path inside the sandbox with where to put it and what to leave out.
     Table {
+        /// The path inside the sandbox (file or folder).
         source: String,
         /// Where under the trial's `artifacts/` (relative); the source's own path by default.
         #[serde(default)]
@@ -105,6 +120,7 @@ pub enum ArtifactEntry {
 }
 
 impl ArtifactEntry {
+    /// The path inside the sandbox to copy out.
     pub fn source(&self) -> &str {
         match self {
             ArtifactEntry::Path(source) | ArtifactEntry::Table { source, .. } => source,
@@ -122,6 +138,7 @@ impl ArtifactEntry {
         }
     }
 
+    /// Whether a folder entry named `name` matches one of the `exclude` globs.
     pub fn excludes(&self, name: &str) -> bool {
         match self {
             ArtifactEntry::Table { exclude, .. } => exclude.iter().any(|g| glob_match(g, name)),
@@ -140,30 +157,43 @@ pub enum VerifierMode {
     Separate,
 }
 
+/// `[task]`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct TaskSection {
+    /// The task's id; the folder name when unset.
     pub name: Option<String>,
+    /// The task's own version, free-form.
     pub version: Option<String>,
+    /// A short description for people.
     pub description: Option<String>,
     /// Strings or `{name, email}` tables, as users write them.
     pub authors: Vec<toml::Value>,
+    /// Free-form tags.
     pub keywords: Vec<String>,
 }
 
+/// `[agent]` (also a step's).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct AgentSection {
+    /// Seconds the agent may run; Harbor's 600 when unset or not positive.
     pub timeout_sec: Option<f64>,
+    /// Harbor's field; GEODE does not use it.
     pub user: Option<String>,
+    /// The network mode when `[environment] network_mode` is unset.
     pub network_mode: Option<String>,
 }
 
+/// `[verifier]` (also a step's).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct VerifierSection {
+    /// Seconds the tests may run; Harbor's 600 when unset or not positive.
     pub timeout_sec: Option<f64>,
+    /// Extra environment of the test script.
     pub env: BTreeMap<String, String>,
+    /// Harbor's field; GEODE does not use it.
     pub user: Option<String>,
     /// `shared` (default) or `separate` (a fresh environment for the verifier).
     pub environment_mode: Option<String>,
@@ -177,10 +207,12 @@ pub struct VerifierSection {
 /// One `[[verifier.collect]]` block.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct CollectHook {
+    /// The shell command to run.
     pub command: String,
     /// The compose service it runs in; only `main` exists without compose.
     #[serde(default = "main_service")]
     pub service: String,
+    /// Seconds it may run (default 60).
     #[serde(default = "collect_timeout")]
     pub timeout_sec: f64,
     /// Harbor's field; GEODE's sandbox runs every command as the image's user.
@@ -196,39 +228,56 @@ fn collect_timeout() -> f64 {
     60.0
 }
 
+/// `[solution]`.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct SolutionSection {
+    /// Environment for the reference solution. Harbor's field; GEODE does not use it.
     pub env: BTreeMap<String, String>,
 }
 
+/// `[environment]` (also `[verifier.environment]`).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct EnvironmentSection {
+    /// Seconds the image build may take; Harbor's 600 when unset or not positive.
     pub build_timeout_sec: Option<f64>,
+    /// A prebuilt image to run instead of building `environment/Dockerfile`.
     pub docker_image: Option<String>,
+    /// CPU limit in cores (fractions allowed).
     pub cpus: Option<f64>,
+    /// Memory limit in MB.
     pub memory_mb: Option<u64>,
+    /// The trial's disk (its writable layer) in MB.
     pub storage_mb: Option<u64>,
     /// Harbor's deprecated sizes (`"2G"`, `"512M"`), read into `memory_mb`/`storage_mb` at load.
     pub memory: Option<String>,
+    /// Harbor's deprecated storage size; see `memory`.
     pub storage: Option<String>,
     /// `linux` (the default) or `windows`; only Linux runs here.
     pub os: Option<String>,
+    /// GPUs asked for; a task asking for any cannot run here.
     pub gpus: Option<u64>,
+    /// GPU models accepted, named in the refusal.
     pub gpu_types: Option<Vec<String>>,
+    /// A TPU request in any form; a task with one cannot run here.
     pub tpu: Option<toml::Value>,
     /// Skills inside the environment for the agent (Harbor copies them to the agent's skills
     /// folder).
     pub skills_dir: Option<String>,
+    /// Run after the environment starts, before the agent, until it passes.
     pub healthcheck: Option<Healthcheck>,
     /// MCP servers the task offers its agent (Harbor's `[[environment.mcp_servers]]`).
     pub mcp_servers: Vec<toml::Table>,
     /// `public`, `no-network` or `allowlist`.
     pub network_mode: Option<String>,
+    /// Host names or IP literals an `allowlist` network lets the trial reach.
     pub allowed_hosts: Vec<String>,
+    /// `false` turns the network off whatever `network_mode` says.
     pub allow_internet: Option<bool>,
+    /// Extra environment of every process of the trial.
     pub env: BTreeMap<String, String>,
+    /// Harbor's field; GEODE does not use it.
     pub workdir: Option<String>,
     /// Values for the Dockerfile's ARGs (`docker build --build-arg NAME=VALUE`).
     pub build_args: BTreeMap<String, String>,
@@ -241,7 +290,9 @@ pub struct EnvironmentSection {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct DisplaySize {
+    /// Width in pixels, 64 to 4096.
     pub width: u32,
+    /// Height in pixels, 64 to 4096.
     pub height: u32,
 }
 
@@ -378,6 +429,7 @@ pub(super) fn seconds(value: Option<f64>, default: f64) -> Duration {
 }
 
 impl TaskConfig {
+    /// How a multi-step trial's rewards combine: `final` when so set, else the mean.
     pub fn step_rewards(&self) -> StepRewards {
         match self.multi_step_reward_strategy.as_deref() {
             Some("final") => StepRewards::Final,
@@ -385,14 +437,17 @@ impl TaskConfig {
         }
     }
 
+    /// `[agent] timeout_sec`, else 600 seconds.
     pub fn agent_timeout(&self) -> Duration {
         seconds(self.agent.timeout_sec, DEFAULT_AGENT_TIMEOUT)
     }
 
+    /// `[verifier] timeout_sec`, else 600 seconds.
     pub fn verifier_timeout(&self) -> Duration {
         seconds(self.verifier.timeout_sec, DEFAULT_VERIFIER_TIMEOUT)
     }
 
+    /// `[environment] build_timeout_sec`, else 600 seconds.
     pub fn build_timeout(&self) -> Duration {
         seconds(self.environment.build_timeout_sec, DEFAULT_BUILD_TIMEOUT)
     }
@@ -423,10 +478,12 @@ impl TaskConfig {
         self.metadata.get(key).and_then(toml::Value::as_str)
     }
 
+    /// `metadata.category`, else `uncategorized`.
     pub fn category(&self) -> &str {
         self.metadata_str("category").unwrap_or("uncategorized")
     }
 
+    /// `metadata.difficulty`, else `unknown`.
     pub fn difficulty(&self) -> &str {
         self.metadata_str("difficulty").unwrap_or("unknown")
     }

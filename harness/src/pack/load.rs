@@ -46,10 +46,13 @@ fn load_steps(dir: &Path, config: &TaskConfig) -> Result<Vec<Step>, PackError> {
 pub struct Task {
     /// `task.name` when set, else the folder name.
     pub id: String,
+    /// The task's folder (the one holding `task.toml`).
     pub dir: PathBuf,
+    /// The task's `task.toml`, parsed.
     pub config: TaskConfig,
     /// The task's instruction; empty for a multi-step task without a top-level one.
     pub instruction: String,
+    /// Content hash of the task's folder.
     pub hash: TaskHash,
     /// A multi-step task's steps, in order (empty for a single-step task).
     pub steps: Vec<Step>,
@@ -60,12 +63,16 @@ pub struct Task {
 /// One step of a multi-step task, loaded: its `[[steps]]` entry and `steps/<name>/`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Step {
+    /// The step's `[[steps]]` entry of `task.toml`.
     pub config: StepSection,
+    /// The step's folder, `steps/<name>/`.
     pub dir: PathBuf,
+    /// The step's `instruction.md` (never empty).
     pub instruction: String,
 }
 
 impl Step {
+    /// The step's name, as `[[steps]]` gives it.
     pub fn name(&self) -> &str {
         &self.config.name
     }
@@ -76,6 +83,7 @@ impl Step {
         p.is_file().then_some(p)
     }
 
+    /// `steps/<name>/tests/`, whether or not it exists.
     pub fn tests_dir(&self) -> PathBuf {
         self.dir.join("tests")
     }
@@ -183,15 +191,18 @@ impl Task {
         })
     }
 
+    /// `solution/solve.sh`, when the task has one.
     pub fn solution(&self) -> Option<PathBuf> {
         let p = self.dir.join("solution").join("solve.sh");
         p.is_file().then_some(p)
     }
 
+    /// `environment/`: the Dockerfile and its build context (whether or not it exists).
     pub fn environment_dir(&self) -> PathBuf {
         self.dir.join("environment")
     }
 
+    /// `tests/`, which the verifier gets (whether or not it exists).
     pub fn tests_dir(&self) -> PathBuf {
         self.dir.join("tests")
     }
@@ -227,8 +238,11 @@ fn check_name(name: &str, file: &Path) -> Result<(), PackError> {
 /// A folder of tasks; broken tasks are kept as errors beside the good ones.
 #[derive(Debug)]
 pub struct TaskPack {
+    /// The folder loaded: a folder of tasks, or one task.
     pub root: PathBuf,
+    /// The tasks that loaded, sorted by id (ids are unique).
     pub tasks: Vec<Task>,
+    /// One error per task folder that did not load.
     pub broken: Vec<PackError>,
 }
 
@@ -277,6 +291,7 @@ impl TaskPack {
         self.tasks.retain(|t| glob_match(pattern, &t.id));
     }
 
+    /// The pack's hash over its (possibly filtered) tasks and `trials_per_task`.
     pub fn hash(&self, trials_per_task: u32) -> PackHash {
         pack_hash(
             self.tasks.iter().map(|t| (t.id.as_str(), &t.hash)),

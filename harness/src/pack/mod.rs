@@ -26,13 +26,23 @@ pub use config::{
 pub use hash::{PackHash, TaskHash, hash_task_dir, pack_hash};
 pub use load::{Step, Task, TaskPack, glob_match};
 
+/// Why a task pack, or one task of it, cannot be loaded; each names the file or folder.
 #[derive(Debug, thiserror::Error)]
 pub enum PackError {
+    /// A file is malformed or a required one is missing.
     #[error("{path}: {message}")]
-    Invalid { path: String, message: String },
+    Invalid {
+        /// The file or folder at fault.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A file or folder cannot be read.
     #[error("{path}: {source}")]
     Io {
+        /// The file or folder concerned.
         path: String,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },

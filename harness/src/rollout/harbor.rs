@@ -49,7 +49,7 @@ pub fn uuid_for(kind: &str, name: &str) -> String {
     )
 }
 
-pub fn job_uuid(run_id: &str) -> String {
+pub(crate) fn job_uuid(run_id: &str) -> String {
     uuid_for("job", run_id)
 }
 
@@ -292,18 +292,26 @@ pub fn trial_result(
 
 /// The job's `result.json`: GEODE's summary with Harbor's `JobResult` keys beside it.
 pub struct JobEnd<'a> {
+    /// The run, which names the job folder.
     pub run_id: &'a str,
+    /// The pack the run was given (its `config.json` path).
     pub pack: &'a Path,
-    pub model_route: &'a str,
+    pub(crate) model_route: &'a str,
+    /// When the run was created (RFC 3339); its end time for a run the store does not know.
     pub started: &'a str,
+    /// When the run ended (RFC 3339, UTC).
     pub finished: &'a str,
+    /// Trials the run was asked for: tasks times attempts, finished or not.
     pub n_total_trials: usize,
+    /// The run's trials as the store holds them at the end.
     pub rows: &'a [TrialRow],
+    /// GEODE's summary of those trials.
     pub summary: &'a RunSummary,
+    /// Whether the run was cancelled before all its trials ran.
     pub cancelled: bool,
 }
 
-pub fn job_result(end: &JobEnd) -> Value {
+pub(crate) fn job_result(end: &JobEnd) -> Value {
     let mut reward_stats: Map<String, Value> = Map::new();
     let mut exception_stats: Map<String, Value> = Map::new();
     let mut rewarded = 0usize;

@@ -41,16 +41,21 @@ impl From<Failure> for EnvError {
 
 type Cell = Arc<OnceCell<Result<PreparedImage, Failure>>>;
 
+/// The images of one run, one per task hash: concurrent trials of a task wait for one build.
+/// A failed build is kept; an image whose layers left the store is prepared again.
 #[derive(Default)]
 pub struct ImageCache {
     cells: Mutex<HashMap<TaskHash, Cell>>,
 }
 
 impl ImageCache {
+    /// An empty cache.
     pub fn new() -> Self {
         ImageCache::default()
     }
 
+    /// The task's image, built through `backend` on first use and shared after; a failure is the
+    /// first build's, for every trial of the task.
     pub async fn prepare(
         &self,
         backend: &dyn Backend,

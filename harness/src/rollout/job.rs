@@ -24,10 +24,15 @@ use crate::summary::{RunSummary, summarize};
 pub use super::ledger::RunObserver;
 pub use super::run_spec::{CONFIG_SCHEMA, RunConfig, RunError, RunLock, trial_name};
 
+/// What a finished (or cancelled) run left: where it is and what it scored.
 pub struct RunOutcome {
+    /// The run's id, also its folder's name under the jobs folder.
     pub run_id: String,
+    /// The run's folder (`config.json`, `lock.json`, `result.json`, one folder per trial).
     pub run_dir: PathBuf,
+    /// The summary of every trial the store holds for the run.
     pub summary: RunSummary,
+    /// Whether the run was cancelled; the store marks it `cancelled` rather than `finished`.
     pub cancelled: bool,
 }
 
@@ -99,6 +104,7 @@ pub async fn start_run(
 /// What a resume may change: how many trials run at once, and which finished trials run again.
 #[derive(Debug, Clone, Default)]
 pub struct ResumeOptions {
+    /// How many trials run at once; `None` keeps the run's configured concurrency.
     pub concurrency: Option<usize>,
     /// Finished trials that ended with one of these exception classes run again (Harbor's
     /// `jobs resume --filter-error-type`), their earlier results replaced.

@@ -19,8 +19,11 @@ use crate::summary::RunSummary;
 
 /// Reports what a run is doing (progress bars, plain log lines).
 pub trait RunObserver: PhaseObserver {
+    /// The run starts: `total` trials, of which `skipped` were kept from before (a resume).
     fn started(&self, run_id: &str, total: usize, skipped: usize);
+    /// A trial ended (retries done) and its row was recorded.
     fn trial_finished(&self, row: &TrialRow);
+    /// The run ended; `summary` covers all its trials.
     fn finished(&self, summary: &RunSummary);
     /// A remote executor's queue changed: array tasks waiting for a node, and running.
     fn queue(&self, _pending: usize, _running: usize) {}

@@ -20,28 +20,39 @@ use crate::env::kind::BackendKind;
 use crate::pack::{PackError, Task, TaskPack};
 use crate::store::StoreError;
 
+/// Schema tag of a run's `config.json`.
 pub const CONFIG_SCHEMA: &str = "geode.run-config.v1";
 
 /// What a run was asked to do (`config.json`). Concurrency and the jobs folder may change on
 /// resume; everything else is locked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunConfig {
+    /// Always [`CONFIG_SCHEMA`].
     pub schema: String,
+    /// The task pack's folder.
     pub pack: PathBuf,
     /// Parsed where it enters (the flag, or `config.json` on resume) and written back through
     /// its `Display`, so the file holds the text the person gave.
     pub model: Route,
+    /// Trials per task; attempt numbers run from 0.
     pub attempts: u32,
+    /// How many trials run at once; may change on resume.
     pub concurrency: usize,
+    /// The run seed every trial's seed derives from (with its task and attempt).
     pub seed: u64,
+    /// Run only the tasks whose id matches this shell-style glob; `None` runs them all.
     pub tasks_glob: Option<String>,
+    /// Scales every trial's timeouts (1.0 keeps the tasks' own).
     pub timeout_multiplier: f64,
+    /// The sandbox backend the trials run in.
     pub backend: BackendKind,
     /// `image` (trials rooted in the image each task names) or `host` (`--base host`); runs
     /// from before the key existed were all `image`.
     #[serde(default)]
     pub base: BaseMode,
+    /// How many times a trial ending in a retryable infrastructure outcome runs again.
     pub max_infra_retries: u32,
+    /// The agent's scaffold, the same for every trial.
     pub scaffold: Scaffold,
     /// Keep each trial's final workspace in `<trial>/workspace/` (so `geode grade` can run a
     /// rubric's command criteria against it). Left out of the config when false, so older runs
@@ -54,18 +65,35 @@ pub struct RunConfig {
     pub slurm: Option<SlurmSettings>,
 }
 
+/// Why a run could not start, resume or finish.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The pack could not be loaded.
     #[error(transparent)]
     Pack(#[from] PackError),
+    /// The run store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A run file or folder could not be read, written or parsed.
     #[error("{path}: {message}")]
-    Files { path: String, message: String },
+    Files {
+        /// The file or folder, as displayed.
+        path: String,
+        /// Why, from the error that stopped it.
+        message: String,
+    },
+    /// A run that cannot be resumed: its lock differs, or the run store does not know it.
     #[error("run {run}: {message}")]
-    Resume { run: String, message: String },
+    Resume {
+        /// The run's id.
+        run: String,
+        /// Why not.
+        message: String,
+    },
+    /// Slurm, or the files shared with its workers, failed.
     #[error(transparent)]
     Slurm(#[from] SlurmError),
+    /// No task left to run; the text says why (the glob matched none) or is empty.
     #[error("the pack has no task to run{0}")]
     Empty(String),
 }
@@ -80,19 +108,30 @@ pub(super) fn files_err(path: &Path, e: impl std::fmt::Display) -> RunError {
 /// The identity a resume must match (`lock.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunLock {
+    /// Always `geode.lock.v1`.
     pub schema: String,
+    /// The pack's hash at the run's attempts per task.
     pub pack_hash: String,
+    /// Each task's id and content hash, in pack order.
     pub tasks: Vec<(String, String)>,
+    /// The agent's model route.
     pub model: Route,
+    /// Trials per task.
     pub attempts: u32,
+    /// The run seed.
     pub seed: u64,
+    /// The task filter, as in the config.
     pub tasks_glob: Option<String>,
+    /// The timeout scale, as in the config.
     pub timeout_multiplier: f64,
+    /// The hash of the run's scaffold.
     pub scaffold_hash: String,
+    /// The sandbox backend.
     pub backend: BackendKind,
 }
 
 impl RunLock {
+    /// SHA-256 (hex) of the lock's JSON: a resume must give the same.
     pub fn hash(&self) -> String {
         let v = serde_json::to_value(self).unwrap_or_default();
         hex::encode(Sha256::digest(v.to_string().as_bytes()))

@@ -36,14 +36,17 @@ use serde::{Deserialize, Serialize};
 use super::SearchError;
 use super::mutate::PolicyKind;
 
+/// Schema tag of a search configuration file.
 pub const CONFIG_SCHEMA: &str = "geode.search.v1";
 
+/// The test pack promotion runs on: a sealed holdout (`sealed` and `key`) or a plain `pack`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TestPack {
     /// The sealed pack's state file (`<name>.seal-state.json`); the blob sits beside it.
     #[serde(default)]
     pub sealed: Option<PathBuf>,
+    /// The sealing key file (64 hex characters, readable by its owner only).
     #[serde(default)]
     pub key: Option<PathBuf>,
     /// The folder of the sealed pack's public commitment, where its openings are recorded
@@ -61,22 +64,30 @@ pub struct TestPack {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Rule {
+    /// One-sided confidence; in `rule`, family-wise over all train KEEPs (split per candidate).
     pub confidence: f64,
+    /// Bootstrap and permutation resamples per decision.
     pub resamples: u32,
+    /// Smallest improvement (mean task delta, reward units) worth a KEEP.
     pub materiality: f64,
+    /// Fewest tasks with a valid comparison.
     pub min_tasks: u32,
+    /// Fewest task families among those tasks.
     pub min_families: u32,
+    /// Lowest acceptable candidate mean, in [0, 1].
     pub candidate_floor: f64,
+    /// Excess rate of integrity signals in the candidate's trials that is not tolerated.
     pub safety_tolerance: f64,
     /// Confidence of the safety veto's bound (`evident_harm`): not divided among candidates
     /// like `confidence`, since a stricter veto bound only vetoes less.
     pub safety_confidence: f64,
+    /// Largest fraction of trials that may be infrastructure-invalid before INVALID.
     pub infra_allowance: f64,
     /// Per-campaign budgets written into each contract.
     pub campaign_wall_seconds: f64,
-    pub campaign_tokens: u64,
-    pub campaign_cost_usd: f64,
-    pub campaign_model_calls: u64,
+    pub(crate) campaign_tokens: u64,
+    pub(crate) campaign_cost_usd: f64,
+    pub(crate) campaign_model_calls: u64,
 }
 
 impl Default for Rule {
@@ -125,7 +136,9 @@ pub struct SearchBudgets {
     pub candidates: u32,
     /// Wall clock of all campaigns, summed over restarts.
     pub wall_seconds: f64,
+    /// Tokens of all campaigns, summed over restarts.
     pub tokens: u64,
+    /// Cost of all campaigns in US dollars, summed over restarts.
     pub cost_usd: f64,
     /// Stop after this many INVALID verdicts in a row.
     pub max_consecutive_invalid: u32,
@@ -146,32 +159,47 @@ impl Default for SearchBudgets {
     }
 }
 
+/// A search's configuration file (TOML, `geode.search.v1`); relative paths are the file's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchConfig {
+    /// Always [`CONFIG_SCHEMA`].
     pub schema: String,
+    /// The search space file.
     pub space: PathBuf,
+    /// The baseline scaffold file; `None` starts from the default scaffold.
     #[serde(default)]
     pub baseline: Option<PathBuf>,
+    /// How candidates are proposed.
     pub policy: PolicyKind,
+    /// The seed every proposal's and contract's randomness derives from.
     #[serde(default)]
     pub seed: u64,
     /// Parsed while the file is read, so a bad route fails naming itself before any trial.
     pub model: Route,
+    /// The route that proposes mutations; required by the `model` policy.
     #[serde(default)]
     pub proposer: Option<Route>,
     #[serde(default = "two")]
-    pub tournament_size: usize,
+    pub(crate) tournament_size: usize,
+    /// The train pack, where candidates are compared with the champion.
     pub train: PathBuf,
+    /// Trials per task on the train pack.
     pub trials: u32,
+    /// How many trials run at once (default 1).
     #[serde(default = "one")]
     pub concurrency: usize,
+    /// The output folder (`search.json`, `lineage.jsonl`, `candidates/`, `promotion/`).
     pub out: PathBuf,
+    /// The test pack of the promotion.
     pub test: TestPack,
+    /// The decision rule of the train contracts (its confidence is the family-wise one).
     #[serde(default)]
     pub rule: Rule,
+    /// The promotion's decision rule; `None` uses `rule`.
     #[serde(default)]
     pub test_rule: Option<Rule>,
+    /// When the search stops.
     #[serde(default)]
     pub budgets: SearchBudgets,
     /// Run campaigns whose rule cannot KEEP on their design (refused by default, before the
@@ -246,6 +274,7 @@ impl SearchConfig {
         Ok(c)
     }
 
+    /// The baseline scaffold: the `baseline` file, or the default scaffold without one.
     pub fn baseline_scaffold(&self) -> Result<Scaffold, SearchError> {
         load_scaffold(self.baseline.as_deref())
     }

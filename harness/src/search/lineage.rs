@@ -12,9 +12,11 @@ use serde::{Deserialize, Serialize};
 use super::SearchError;
 use super::space::Mutation;
 
-pub const LINEAGE_SCHEMA: &str = "geode.search.lineage.v1";
+pub(crate) const LINEAGE_SCHEMA: &str = "geode.search.lineage.v1";
+/// The lineage's file name in the output folder.
 pub const LINEAGE_FILE: &str = "lineage.jsonl";
 
+/// What a lineage entry records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum EntryKind {
@@ -29,54 +31,76 @@ pub enum EntryKind {
 /// Spent by one campaign.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Spent {
+    /// Wall clock of the campaign, in seconds.
     pub wall_seconds: f64,
+    /// Model tokens the campaign used.
     pub tokens: u64,
+    /// The campaign's model cost, in US dollars.
     pub cost_usd: f64,
 }
 
+/// One line of the lineage: a decided proposal, or the baseline.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
+    /// Always `geode.search.lineage.v1`.
     pub schema: String,
     /// `c0000` is the baseline; candidates count up from `c0001`.
     pub id: String,
+    /// Baseline, compared candidate, or proposal refused without trials.
     pub kind: EntryKind,
+    /// The id of the scaffold the mutation was applied to; `None` for the baseline.
     pub parent: Option<String>,
     /// The champion this entry was compared against (the baseline arm of its contract).
     pub against: Option<String>,
+    /// The name of the policy that proposed it (`random`, `grid`, ...).
     pub policy: String,
+    /// The one knob change; `None` for the baseline or a refused answer that named none.
     pub mutation: Option<Mutation>,
+    /// What the change was expected to do; `None` where `mutation` is.
     pub hypothesis: Option<String>,
     /// Fingerprint: the scaffold's hash.
     pub scaffold_hash: String,
+    /// The scaffold evaluated.
     pub scaffold: Scaffold,
+    /// The frozen contract of the candidate's campaign.
     pub contract_hash: Option<String>,
+    /// The hash of the campaign's evidence, from the decision record.
     pub evidence_hash: Option<String>,
     /// KEEP, REJECT, INVALID; `None` for the baseline and rejected proposals.
     pub verdict: Option<String>,
+    /// The decision's reason codes.
     pub reasons: Vec<String>,
+    /// Mean over tasks of the champion arm's per-task means.
     pub baseline_mean: Option<f64>,
+    /// Mean over tasks of the candidate arm's per-task means.
     pub candidate_mean: Option<f64>,
+    /// Point estimate: the mean task delta, candidate minus champion.
     pub estimate: Option<f64>,
+    /// The one-sided lower bound the gate compared with zero.
     pub lower_bound: Option<f64>,
     /// Why a proposal was refused without trials.
     pub rejection: Option<String>,
     /// The champion after this entry.
     pub champion: String,
+    /// What the campaign spent; zero for entries without one.
     pub spent: Spent,
     /// Closed failure codes of the campaign (see `proposer::failure_codes`), both arms.
     #[serde(default)]
     pub failures: std::collections::BTreeMap<String, u32>,
-    pub recorded_at: String,
+    pub(crate) recorded_at: String,
 }
 
 impl Entry {
+    /// Whether the verdict was KEEP.
     pub fn is_keep(&self) -> bool {
         self.verdict.as_deref() == Some("KEEP")
     }
 }
 
+/// The lineage of one search, as read from its file and appended since.
 pub struct Lineage {
     path: PathBuf,
+    /// Every entry, in file order.
     pub entries: Vec<Entry>,
 }
 
@@ -148,10 +172,12 @@ impl Lineage {
         Ok(())
     }
 
+    /// The entry with this id.
     pub fn get(&self, id: &str) -> Option<&Entry> {
         self.entries.iter().find(|e| e.id == id)
     }
 
+    /// The baseline's entry, once recorded.
     pub fn baseline(&self) -> Option<&Entry> {
         self.entries.iter().find(|e| e.kind == EntryKind::Baseline)
     }
@@ -162,12 +188,14 @@ impl Lineage {
         self.get(&id)
     }
 
+    /// The candidates compared through the crucible, in order (not the baseline or rejections).
     pub fn evaluated(&self) -> impl DoubleEndedIterator<Item = &Entry> {
         self.entries
             .iter()
             .filter(|e| e.kind == EntryKind::Candidate)
     }
 
+    /// What all entries' campaigns spent, summed.
     pub fn spent(&self) -> Spent {
         let mut s = Spent::default();
         for e in &self.entries {

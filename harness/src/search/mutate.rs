@@ -15,11 +15,15 @@ use serde::{Deserialize, Serialize};
 
 use super::space::{Mutation, SearchSpace, apply, get, same_value};
 
+/// How candidates are proposed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PolicyKind {
+    /// A random unseen single-knob change of the champion.
     Random,
+    /// The first unseen single-knob change of the champion, in grid order.
     Grid,
+    /// A random unseen change of a parent picked by tournament from the evaluated population.
     Evolutionary,
     /// A proposer route returns the mutation and its hypothesis (see `proposer`).
     Model,
@@ -28,7 +32,9 @@ pub enum PolicyKind {
 /// An evaluated scaffold of the population (the baseline and every evaluated candidate).
 #[derive(Debug, Clone)]
 pub struct Member {
+    /// Its lineage id.
     pub id: String,
+    /// Its scaffold.
     pub scaffold: Scaffold,
     /// Mean train reward measured for it (its own arm); `None` if never measured.
     pub fitness: Option<f64>,
@@ -37,9 +43,13 @@ pub struct Member {
 /// One proposed candidate: its parent, the mutation and the resulting scaffold.
 #[derive(Debug, Clone)]
 pub struct Proposal {
+    /// The id of the member the mutation was applied to.
     pub parent: String,
+    /// The one knob change.
     pub mutation: Mutation,
+    /// What the change is expected to do, in words.
     pub hypothesis: String,
+    /// The parent's scaffold with the mutation applied.
     pub scaffold: Scaffold,
 }
 

@@ -27,34 +27,48 @@ use crate::crucible::{Campaign, run_campaign, write_atomic};
 use crate::crucible::{OpenedPack, open_sealed};
 use crate::pack::TaskPack;
 
-pub const PROMOTION_SCHEMA: &str = "geode.search.promotion.v1";
+pub(crate) const PROMOTION_SCHEMA: &str = "geode.search.promotion.v1";
 
+/// The result of a promotion (`<out>/promotion.json`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Promotion {
+    /// Always `geode.search.promotion.v1`.
     pub schema: String,
+    /// The baseline's lineage id.
     pub baseline: String,
+    /// The final champion's lineage id.
     pub champion: String,
     /// `false` when the champion is the baseline: nothing was run and no holdout opened.
     pub compared: bool,
     /// KEEP, REJECT, INVALID; `None` when nothing was compared.
     pub verdict: Option<String>,
+    /// Whether the champion is promoted: a KEEP on the test pack.
     pub promoted: bool,
+    /// Reason codes: the decision's, or why nothing was compared.
     pub reasons: Vec<String>,
+    /// The test-stage contract, once frozen.
     pub contract_hash: Option<String>,
+    /// The hash of the test campaign's evidence.
     pub evidence_hash: Option<String>,
+    /// Point estimate on the test pack: the mean task delta, champion minus baseline.
     pub estimate: Option<f64>,
+    /// Mean over tasks of the baseline's per-task means on the test pack.
     pub baseline_mean: Option<f64>,
+    /// Mean over tasks of the champion's per-task means on the test pack.
     pub candidate_mean: Option<f64>,
     /// The champion against the baseline on the train pack, on fresh seeds.
     #[serde(default)]
     pub confirmation: Option<Confirmation>,
+    /// When the promotion was decided (RFC 3339, UTC).
     pub decided_at: String,
 }
 
 /// The champion's train re-estimate on fresh seeds (see the module documentation).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Confirmation {
+    /// The confirmation campaign's frozen contract.
     pub contract_hash: String,
+    /// Its verdict: KEEP, REJECT or INVALID.
     pub verdict: String,
     /// The fresh train estimate (unbiased by the search's selection).
     pub estimate: Option<f64>,

@@ -62,6 +62,7 @@ struct Answer {
     hypothesis: String,
 }
 
+/// The `model` policy's proposer: a route asked for one mutation and its hypothesis.
 pub struct Proposer {
     judge: JudgeModel,
 }
@@ -71,7 +72,7 @@ to one knob of the search space, with a falsifiable hypothesis. Answer with one 
 and nothing else: {\"path\": KNOB_PATH, \"value\": VALUE, \"hypothesis\": TEXT}.";
 
 impl Proposer {
-    pub fn from_route(route: &Route) -> Result<Proposer, SearchError> {
+    pub(crate) fn from_route(route: &Route) -> Result<Proposer, SearchError> {
         let judge = judge_for(route, &RouteOptions::from_env())
             .map_err(|e| SearchError::Proposer(format!("route {route}: {e}")))?;
         Ok(Proposer { judge })

@@ -31,13 +31,17 @@ use serde_json::Value;
 use super::SearchError;
 use crate::crucible::TESTS_GRADER;
 
-pub const SPACE_SCHEMA: &str = "geode.search-space.v1";
+pub(crate) const SPACE_SCHEMA: &str = "geode.search-space.v1";
 
+/// An integer domain: `min`, `min + step`, ... up to `max`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IntRange {
+    /// The smallest value.
     pub min: i64,
+    /// The largest value allowed; reached only if a step lands on it.
     pub max: i64,
+    /// The distance between values, at least 1 (default 1).
     #[serde(default = "one")]
     pub step: i64,
 }
@@ -46,11 +50,15 @@ fn one() -> i64 {
     1
 }
 
+/// A float domain: `min`, `min + step`, ... up to `max`, rounded to 1e-9.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FloatRange {
+    /// The smallest value.
     pub min: f64,
+    /// The largest value allowed.
     pub max: f64,
+    /// The distance between values, above 0.
     pub step: f64,
 }
 
@@ -58,13 +66,18 @@ pub struct FloatRange {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Knob {
+    /// The scaffold field the knob sets, as a dotted path.
     pub path: String,
+    /// Explicit values of any type, in order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub values: Option<Vec<Value>>,
+    /// An integer range.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub int: Option<IntRange>,
+    /// A float range.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub float: Option<FloatRange>,
+    /// Strings, in order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<Vec<String>>,
 }
@@ -83,18 +96,22 @@ pub struct Frozen {
     #[serde(default)]
     pub train_pack: Option<String>,
     #[serde(default)]
-    pub test_pack: Option<String>,
+    pub(crate) test_pack: Option<String>,
     /// The model route of both arms, if pinned here.
     #[serde(default)]
     pub model: Option<String>,
 }
 
+/// A search space file (TOML, `geode.search-space.v1`): its knobs and what is frozen.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchSpace {
+    /// Always `geode.search-space.v1`.
     pub schema: String,
+    /// What no candidate may change.
     #[serde(default)]
     pub frozen: Frozen,
+    /// The knobs (`[[knob]]` tables), in file order: the grid order.
     #[serde(rename = "knob", default)]
     pub knobs: Vec<Knob>,
 }
@@ -102,7 +119,9 @@ pub struct SearchSpace {
 /// One change of one knob: the unit every policy proposes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Mutation {
+    /// The knob's dotted path in the scaffold.
     pub path: String,
+    /// The new value.
     pub value: Value,
 }
 
@@ -151,6 +170,7 @@ impl Knob {
 }
 
 impl SearchSpace {
+    /// Reads and validates a space file; errors name the file and the field at fault.
     pub fn load(path: &Path) -> Result<SearchSpace, SearchError> {
         let text = std::fs::read_to_string(path).map_err(|e| SearchError::file(path, e))?;
         let space: SearchSpace = toml::from_str(&text).map_err(|e| SearchError::Format {
@@ -275,6 +295,7 @@ impl SearchSpace {
         Ok(())
     }
 
+    /// The knob at this dotted path.
     pub fn knob(&self, path: &str) -> Option<&Knob> {
         self.knobs.iter().find(|k| k.path == path)
     }
@@ -365,8 +386,11 @@ pub fn apply(s: &Scaffold, m: &Mutation) -> Result<Scaffold, String> {
 /// One difference between two scaffolds.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Difference {
+    /// The dotted path of the leaf that differs.
     pub path: String,
+    /// Its value in the first scaffold.
     pub before: Value,
+    /// Its value in the second.
     pub after: Value,
 }
 

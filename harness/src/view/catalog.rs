@@ -42,12 +42,12 @@ pub struct Source {
     prefix: String,
     /// The store file (or the jobs folder, for the Harbor index), for error messages.
     pub path: PathBuf,
-    pub conn: Connection,
-    pub origin: Origin,
+    pub(crate) conn: Connection,
+    pub(crate) origin: Origin,
     /// Columns a store from before them lacks (`model_calls`, `integrity`): selected as
     /// constants instead, since the viewer never alters a store.
     pub has_integrity: bool,
-    pub has_model_calls: bool,
+    pub(crate) has_model_calls: bool,
 }
 
 impl Source {
@@ -71,7 +71,7 @@ impl Source {
 pub struct RunEntry {
     /// The run folder relative to the jobs folder: the run's name in URLs.
     pub key: String,
-    pub run_id: String,
+    pub(crate) run_id: String,
     /// Index into the catalog's sources.
     source: usize,
 }
@@ -179,7 +179,7 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    pub fn open(jobs: &Path) -> Result<Catalog, ViewError> {
+    pub(crate) fn open(jobs: &Path) -> Result<Catalog, ViewError> {
         let meta = std::fs::metadata(jobs).map_err(ViewError::io(jobs))?;
         if !meta.is_dir() {
             return Err(ViewError::Io {
@@ -201,7 +201,7 @@ impl Catalog {
         Ok(c)
     }
 
-    pub fn jobs(&self) -> &Path {
+    pub(crate) fn jobs(&self) -> &Path {
         &self.jobs
     }
 
@@ -210,11 +210,11 @@ impl Catalog {
         self.stamp
     }
 
-    pub fn runs(&self) -> &[RunEntry] {
+    pub(crate) fn runs(&self) -> &[RunEntry] {
         &self.runs
     }
 
-    pub fn source_of(&self, run: &RunEntry) -> &Source {
+    pub(crate) fn source_of(&self, run: &RunEntry) -> &Source {
         &self.sources[run.source]
     }
 

@@ -56,10 +56,10 @@ fn read_lines(path: &Path, problems: &mut Vec<String>) -> Vec<Value> {
 pub struct DecisionItem {
     /// The folder, relative to the jobs folder or named by its search: the decision's name.
     pub id: String,
-    pub verdict: Option<String>,
-    pub stage: Option<String>,
-    pub reasons: Vec<String>,
-    pub contract_hash: Option<String>,
+    pub(crate) verdict: Option<String>,
+    pub(crate) stage: Option<String>,
+    pub(crate) reasons: Vec<String>,
+    pub(crate) contract_hash: Option<String>,
     /// The arms' runs when the campaign left a run store (`<id>/baseline`, `<id>/candidate`).
     pub arms: Option<[String; 2]>,
     #[serde(skip)]
@@ -69,11 +69,11 @@ pub struct DecisionItem {
 /// A search output folder in a list.
 #[derive(Debug, Clone, Serialize)]
 pub struct SearchItem {
-    pub id: String,
-    pub path: String,
-    pub entries: usize,
-    pub champion: Option<String>,
-    pub promotion: Option<String>,
+    pub(crate) id: String,
+    pub(crate) path: String,
+    pub(crate) entries: usize,
+    pub(crate) champion: Option<String>,
+    pub(crate) promotion: Option<String>,
     #[serde(skip)]
     dir: PathBuf,
 }
@@ -207,15 +207,15 @@ pub fn decisions(c: &Catalog, roots: &Roots, problems: &mut Vec<String>) -> Vec<
 #[derive(Debug, Serialize)]
 pub struct DecisionDetail {
     #[serde(flatten)]
-    pub item: DecisionItem,
-    pub path: String,
-    pub decision: Value,
-    pub contract: Option<Value>,
-    pub journal_trials: usize,
-    pub problems: Vec<String>,
+    pub(crate) item: DecisionItem,
+    pub(crate) path: String,
+    pub(crate) decision: Value,
+    pub(crate) contract: Option<Value>,
+    pub(crate) journal_trials: usize,
+    pub(crate) problems: Vec<String>,
 }
 
-pub fn decision(c: &Catalog, roots: &Roots, id: &str) -> Result<DecisionDetail, ViewError> {
+pub(crate) fn decision(c: &Catalog, roots: &Roots, id: &str) -> Result<DecisionDetail, ViewError> {
     let mut problems = Vec::new();
     let item = decisions(c, roots, &mut problems)
         .into_iter()
@@ -250,16 +250,16 @@ pub fn decision(c: &Catalog, roots: &Roots, id: &str) -> Result<DecisionDetail, 
 #[derive(Debug, Serialize)]
 pub struct SearchDetail {
     #[serde(flatten)]
-    pub item: SearchItem,
-    pub config: Option<Value>,
-    pub lineage: Vec<Value>,
-    pub promotion: Option<Value>,
+    pub(crate) item: SearchItem,
+    pub(crate) config: Option<Value>,
+    pub(crate) lineage: Vec<Value>,
+    pub(crate) promotion: Option<Value>,
     /// Decision ids of this search, for links from its entries.
     pub decisions: Vec<String>,
-    pub problems: Vec<String>,
+    pub(crate) problems: Vec<String>,
 }
 
-pub fn search(c: &Catalog, roots: &Roots, id: &str) -> Result<SearchDetail, ViewError> {
+pub(crate) fn search(c: &Catalog, roots: &Roots, id: &str) -> Result<SearchDetail, ViewError> {
     let mut problems = Vec::new();
     let item = searches(c, roots, &mut problems)
         .into_iter()

@@ -49,12 +49,16 @@ pub fn open_inside(
 /// A text file's last `cap` bytes (lossy UTF-8) and how many bytes before them were left out.
 #[derive(Debug, Clone, Serialize)]
 pub struct TextFile {
-    pub name: String,
-    pub text: String,
-    pub omitted_bytes: u64,
+    pub(crate) name: String,
+    pub(crate) text: String,
+    pub(crate) omitted_bytes: u64,
 }
 
-pub fn read_tail(base: &Path, parts: &[&str], cap: u64) -> Result<Option<TextFile>, ViewError> {
+pub(crate) fn read_tail(
+    base: &Path,
+    parts: &[&str],
+    cap: u64,
+) -> Result<Option<TextFile>, ViewError> {
     let Some((mut f, path)) = open_inside(base, parts)? else {
         return Ok(None);
     };

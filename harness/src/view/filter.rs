@@ -18,6 +18,7 @@ use super::catalog::{Catalog, Source};
 /// Which outcomes a filter keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutcomeFilter {
+    /// Exactly this outcome class.
     One(TrialOutcome),
     /// The outcomes that count in scores.
     Agent,
@@ -53,10 +54,15 @@ impl<'de> Deserialize<'de> for OutcomeFilter {
 pub enum IntegrityFlag {
     /// Any signal at all.
     Any,
+    /// Dangerous tool calls the policy denied but the agent attempted.
     DeniedDangerousCalls,
+    /// Attempts to write the reward file or alter the verifier.
     RewardTampering,
+    /// Network access attempts outside the allowlist.
     NetworkAttempts,
+    /// Tool calls whose side effects could not be established.
     UncertainEffects,
+    /// Reads of sealed data (holdout packs, answer keys).
     SealedDataAccess,
 }
 
@@ -64,14 +70,22 @@ pub enum IntegrityFlag {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SortKey {
+    /// The trial's name (the default).
     #[default]
     Trial,
+    /// Task id, then attempt.
     Task,
+    /// Category, then task id.
     Category,
+    /// Outcome class, then task id.
     Outcome,
+    /// Reward.
     Reward,
+    /// Wall-clock seconds from start to finish.
     Duration,
+    /// Cost in USD.
     Cost,
+    /// Start time.
     Started,
 }
 
@@ -101,28 +115,28 @@ pub const MAX_PAGE: usize = 1000;
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrialQuery {
-    pub run: String,
+    pub(crate) run: String,
     /// Part of the task's name.
     pub task: Option<String>,
-    pub category: Option<String>,
-    pub outcome: Option<OutcomeFilter>,
+    pub(crate) category: Option<String>,
+    pub(crate) outcome: Option<OutcomeFilter>,
     /// The exception class (Harbor's `exception_type`).
     pub exception: Option<String>,
-    pub reward_min: Option<f64>,
-    pub reward_max: Option<f64>,
-    pub integrity: Option<IntegrityFlag>,
-    pub min_seconds: Option<f64>,
-    pub max_seconds: Option<f64>,
+    pub(crate) reward_min: Option<f64>,
+    pub(crate) reward_max: Option<f64>,
+    pub(crate) integrity: Option<IntegrityFlag>,
+    pub(crate) min_seconds: Option<f64>,
+    pub(crate) max_seconds: Option<f64>,
     /// Text the trial's transcript must contain (case-insensitive): reads trajectories.
     pub q: Option<String>,
     #[serde(default)]
-    pub sort: SortKey,
+    pub(crate) sort: SortKey,
     #[serde(default)]
-    pub desc: bool,
+    pub(crate) desc: bool,
     #[serde(default)]
-    pub offset: usize,
+    pub(crate) offset: usize,
     #[serde(default = "default_limit")]
-    pub limit: usize,
+    pub(crate) limit: usize,
     /// The viewer's token, when a request carries it in the query (the guard checked it).
     #[serde(default, skip_serializing)]
     pub token: Option<String>,
@@ -131,39 +145,40 @@ pub struct TrialQuery {
 /// One trial in a list.
 #[derive(Debug, Serialize)]
 pub struct TrialItem {
-    pub trial_name: String,
-    pub task_id: String,
-    pub category: String,
-    pub attempt: u32,
-    pub status: String,
-    pub outcome: Option<String>,
-    pub infrastructure: bool,
-    pub reward: Option<f64>,
-    pub exception_class: Option<String>,
-    pub duration_seconds: Option<f64>,
-    pub cost_usd: f64,
-    pub started: Option<String>,
-    pub integrity: BTreeMap<String, u64>,
+    pub(crate) trial_name: String,
+    pub(crate) task_id: String,
+    pub(crate) category: String,
+    pub(crate) attempt: u32,
+    pub(crate) status: String,
+    pub(crate) outcome: Option<String>,
+    pub(crate) infrastructure: bool,
+    pub(crate) reward: Option<f64>,
+    pub(crate) exception_class: Option<String>,
+    pub(crate) duration_seconds: Option<f64>,
+    pub(crate) cost_usd: f64,
+    pub(crate) started: Option<String>,
+    pub(crate) integrity: BTreeMap<String, u64>,
 }
 
 /// What the filter controls offer, with counts over the whole run.
 #[derive(Debug, Default, Serialize)]
 pub struct Facets {
-    pub categories: BTreeMap<String, usize>,
-    pub outcomes: BTreeMap<String, usize>,
-    pub exceptions: BTreeMap<String, usize>,
+    pub(crate) categories: BTreeMap<String, usize>,
+    pub(crate) outcomes: BTreeMap<String, usize>,
+    pub(crate) exceptions: BTreeMap<String, usize>,
 }
 
+/// One page of a run's trials under a `TrialQuery`, with the facets of the whole run.
 #[derive(Debug, Serialize)]
 pub struct TrialPage {
-    pub run: String,
+    pub(crate) run: String,
     /// Trials of the run that pass the filters.
     pub total: usize,
     /// Trials of the run.
     pub run_total: usize,
-    pub offset: usize,
-    pub items: Vec<TrialItem>,
-    pub facets: Facets,
+    pub(crate) offset: usize,
+    pub(crate) items: Vec<TrialItem>,
+    pub(crate) facets: Facets,
 }
 
 const DURATION: &str = "(julianday(finished) - julianday(started)) * 86400.0";

@@ -20,17 +20,17 @@ use crate::rollout::harbor::outcome_of_exception;
 
 /// One trial folder's `result.json`.
 pub struct HarborTrial {
-    pub folder: String,
-    pub result: Value,
+    pub(crate) folder: String,
+    pub(crate) result: Value,
 }
 
 /// One job folder: its `config.json`, `result.json` (either may be missing while it runs) and
 /// its trials.
 pub struct HarborJob {
-    pub name: String,
-    pub config: Option<Value>,
-    pub result: Option<Value>,
-    pub trials: Vec<HarborTrial>,
+    pub(crate) name: String,
+    pub(crate) config: Option<Value>,
+    pub(crate) result: Option<Value>,
+    pub(crate) trials: Vec<HarborTrial>,
 }
 
 fn text<'a>(v: &'a Value, path: &[&str]) -> Option<&'a str> {

@@ -71,35 +71,49 @@ pub fn exact_in_browsers(value: Value) -> Value {
 /// What the viewer could not do, named by the file or field at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ViewError {
+    /// A SQLite query over a run store (or the in-memory Harbor index) failed.
     #[error("{path}: {source}")]
     Sqlite {
+        /// The database file queried.
         path: PathBuf,
+        /// What SQLite reported.
         #[source]
         source: rusqlite::Error,
     },
+    /// A file or folder of the jobs folder could not be read.
     #[error("{path}: {source}")]
     Io {
+        /// The file or folder at fault.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
+    /// A JSON file that does not parse.
     #[error("{path}: {source}")]
     Json {
+        /// The file at fault.
         path: PathBuf,
+        /// The parser's error.
         #[source]
         source: serde_json::Error,
     },
     /// A run, trial, decision or search the catalog does not hold.
     #[error("{what} {name:?} is not in {jobs}")]
     NotFound {
+        /// The kind of thing asked for ("run", "trial", ...).
         what: &'static str,
+        /// The key or name asked for.
         name: String,
+        /// The jobs folder searched.
         jobs: PathBuf,
     },
     /// A request whose parameters do not make sense (named).
     #[error("{field}: {message}")]
     BadRequest {
+        /// The request parameter at fault.
         field: &'static str,
+        /// Why its value was refused.
         message: String,
     },
     /// `--addr` off loopback without `--allow-remote`.
@@ -107,13 +121,20 @@ pub enum ViewError {
         "{addr} is not a loopback address: pass --allow-remote to serve it (the token still \
          guards every request)"
     )]
-    NotLoopback { addr: std::net::SocketAddr },
+    NotLoopback {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+    },
+    /// The address could not be bound (in use, or not permitted).
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: std::net::SocketAddr,
+        /// The operating system's error.
         #[source]
         source: std::io::Error,
     },
+    /// The server failed while serving (or the token could not be drawn).
     #[error("the viewer's server stopped: {0}")]
     Serve(#[source] std::io::Error),
 }

@@ -16,20 +16,20 @@ use crate::summary::{Counted, RunSummary, summarize_counted};
 /// A run as the runs page shows it.
 #[derive(Debug, Serialize)]
 pub struct RunView {
-    pub key: String,
-    pub run_id: String,
-    pub origin: Origin,
-    pub created: String,
-    pub pack: String,
-    pub model: String,
-    pub seed: u64,
-    pub attempts: u32,
-    pub status: String,
-    pub finished_trials: usize,
-    pub running_trials: usize,
+    pub(crate) key: String,
+    pub(crate) run_id: String,
+    pub(crate) origin: Origin,
+    pub(crate) created: String,
+    pub(crate) pack: String,
+    pub(crate) model: String,
+    pub(crate) seed: u64,
+    pub(crate) attempts: u32,
+    pub(crate) status: String,
+    pub(crate) finished_trials: usize,
+    pub(crate) running_trials: usize,
     /// First trial start to last trial end, seconds.
     pub duration_seconds: Option<f64>,
-    pub summary: RunSummary,
+    pub(crate) summary: RunSummary,
 }
 
 /// Every run of the catalog with its summary over its finished trials.

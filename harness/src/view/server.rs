@@ -35,7 +35,9 @@ use super::{ViewError, trial};
 /// How to serve.
 #[derive(Debug, Clone)]
 pub struct ViewOptions {
+    /// The jobs folder to show (run stores and Harbor folders under it).
     pub jobs: PathBuf,
+    /// Where to listen; port 0 picks a free one (see `Viewer::local_addr`).
     pub addr: SocketAddr,
     /// Serve a non-loopback address (the token still guards every request).
     pub allow_remote: bool,
@@ -99,6 +101,7 @@ impl Viewer {
         })
     }
 
+    /// The address actually bound (the chosen port when `addr` asked for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }

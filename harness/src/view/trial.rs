@@ -45,10 +45,10 @@ fn trial_dir(c: &Catalog, run: &RunEntry, name: &str) -> Result<PathBuf, ViewErr
 /// then the verifier's own reports), or why they could not be read.
 #[derive(Debug, Default, Serialize)]
 pub struct Checks {
-    pub source: Option<String>,
-    pub format: Option<String>,
-    pub checks: Vec<geode_graders::Check>,
-    pub error: Option<String>,
+    pub(crate) source: Option<String>,
+    pub(crate) format: Option<String>,
+    pub(crate) checks: Vec<geode_graders::Check>,
+    pub(crate) error: Option<String>,
 }
 
 fn checks(dir: &Path) -> Checks {
@@ -98,9 +98,9 @@ fn checks(dir: &Path) -> Checks {
 /// What the verifier left: the reward file as written, its stdout, its checks.
 #[derive(Debug, Default, Serialize)]
 pub struct Verifier {
-    pub reward_file: Option<TextFile>,
-    pub stdout: Option<TextFile>,
-    pub checks: Checks,
+    pub(crate) reward_file: Option<TextFile>,
+    pub(crate) stdout: Option<TextFile>,
+    pub(crate) checks: Checks,
 }
 
 fn verifier(dir: &Path) -> Result<Verifier, ViewError> {
@@ -118,25 +118,25 @@ fn verifier(dir: &Path) -> Result<Verifier, ViewError> {
 /// One step of a multi-step trial: its record from `result.json` and its own checks.
 #[derive(Debug, Serialize)]
 pub struct StepView {
-    pub name: String,
-    pub result: Value,
-    pub verifier: Verifier,
+    pub(crate) name: String,
+    pub(crate) result: Value,
+    pub(crate) verifier: Verifier,
 }
 
 /// The trial page's data (transcript and timeline come separately, on demand).
 #[derive(Debug, Serialize)]
 pub struct TrialDetail {
-    pub run: String,
-    pub trial: String,
+    pub(crate) run: String,
+    pub(crate) trial: String,
     /// The store row, column by column.
     pub row: Map<String, Value>,
     /// `result.json` as written (GEODE's keys and Harbor's), or `None`.
     pub result: Option<Value>,
-    pub result_error: Option<String>,
-    pub verifier: Verifier,
-    pub steps: Vec<StepView>,
-    pub has_trajectory: bool,
-    pub has_timeline: bool,
+    pub(crate) result_error: Option<String>,
+    pub(crate) verifier: Verifier,
+    pub(crate) steps: Vec<StepView>,
+    pub(crate) has_trajectory: bool,
+    pub(crate) has_timeline: bool,
 }
 
 fn row_object(r: &Row<'_>) -> rusqlite::Result<Map<String, Value>> {
@@ -162,7 +162,7 @@ fn row_object(r: &Row<'_>) -> rusqlite::Result<Map<String, Value>> {
     Ok(out)
 }
 
-pub fn detail(c: &Catalog, run_key: &str, name: &str) -> Result<TrialDetail, ViewError> {
+pub(crate) fn detail(c: &Catalog, run_key: &str, name: &str) -> Result<TrialDetail, ViewError> {
     let run = c.run(run_key)?;
     let dir = trial_dir(c, run, name)?;
     let s = c.source_of(run);
@@ -226,12 +226,12 @@ pub fn trajectory(c: &Catalog, run_key: &str, name: &str) -> Result<Value, ViewE
 /// not know still show).
 #[derive(Debug, Serialize)]
 pub struct TimelineItem {
-    pub session_id: String,
-    pub seq: i64,
-    pub ts: String,
-    pub kind: String,
-    pub call_id: Option<String>,
-    pub payload: Value,
+    pub(crate) session_id: String,
+    pub(crate) seq: i64,
+    pub(crate) ts: String,
+    pub(crate) kind: String,
+    pub(crate) call_id: Option<String>,
+    pub(crate) payload: Value,
 }
 
 /// Every row of the trial's `agent/timeline.db`, in order.

@@ -27,6 +27,7 @@ pub use geode_graders::run_store::{SCHEMA as RUNSTORE_SCHEMA, STORE_FILE};
 pub struct RunRef {
     /// Path of the `geode.db` holding the run.
     pub store: PathBuf,
+    /// The run's id in that store.
     pub run_id: String,
 }
 
@@ -75,6 +76,7 @@ pub enum TrialColumns {
 pub struct RewardKey(String);
 
 impl RewardKey {
+    /// Checks `key` against the invariant; refuses it with [`ReportError::BadRewardKey`].
     pub fn parse(key: &str) -> Result<RewardKey, ReportError> {
         let ok = !key.is_empty()
             && key
@@ -87,6 +89,7 @@ impl RewardKey {
         }
     }
 
+    /// The key as given.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -159,6 +162,7 @@ impl Store {
         })
     }
 
+    /// The `geode.db` file this store was opened from.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -384,12 +388,13 @@ impl Store {
     }
 }
 
-/// The loaded data of one report: trials and runs, each from every store named.
 /// A crucible campaign's decision, found beside the run store of its two arms
 /// (`jobs/crucible/<contract hash>/decision.json`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CampaignDecision {
+    /// The campaign folder holding `decision.json`: the parent of the run store.
     pub dir: PathBuf,
+    /// The parsed decision.
     pub record: DecisionRecord,
 }
 
@@ -415,10 +420,15 @@ impl CampaignDecision {
 /// One trial's re-grade by one grader (a row of the store's `grades` table).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TrialGrade {
+    /// The run of the trial.
     pub run_id: String,
+    /// The trial's name in its run.
     pub trial_name: String,
+    /// Content hash of the grader that graded.
     pub grader_hash: String,
+    /// The reward it gave; `None` when it gave none.
     pub reward: Option<f64>,
+    /// Whether the grade is valid, as the store writes it (`valid` when it is).
     pub validity: String,
 }
 
@@ -476,16 +486,21 @@ fn attach_grades(trials: &mut DataFrame, grades: &[TrialGrade]) -> PolarsResult<
 /// What one grader's re-grade of one run gave (the store's `grades` table, by content hash).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Regrade {
+    /// The run re-graded.
     pub run_id: String,
     /// The spec as it was typed.
     pub grader: String,
+    /// Content hash of the grader; one row per hash.
     pub grader_hash: String,
+    /// Trials the grader graded.
     pub trials: i64,
+    /// Of those, grades with validity `valid`.
     pub valid: i64,
     /// Mean primary reward over the valid grades.
     pub mean_reward: Option<f64>,
 }
 
+/// The loaded data of one report: trials and runs, each from every store named.
 pub struct Loaded {
     /// The runs in the order they were named.
     pub run_ids: Vec<String>,

@@ -12,8 +12,11 @@ use crate::report::Report;
 /// A text output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextFormat {
+    /// Plain text tables for a terminal.
     Term,
+    /// Markdown tables under headings.
     Markdown,
+    /// One self-contained HTML page with plots.
     Html,
 }
 

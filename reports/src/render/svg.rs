@@ -178,7 +178,9 @@ fn spread(len: usize, n: usize) -> Vec<usize> {
 
 /// A plot and its caption.
 pub struct Plot {
+    /// The plot as an inline `<svg>` element.
     pub svg: String,
+    /// Text shown under the plot.
     pub caption: String,
 }
 

@@ -5,21 +5,27 @@
 /// Column alignment: text left, numbers right.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Align {
+    /// Left-aligned, for text.
     Left,
+    /// Right-aligned, for numbers.
     Right,
 }
 
 /// A titled table of formatted cells.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Table {
+    /// Heading shown above the table.
     pub title: String,
     /// One sentence on what the numbers mean (method, exclusions).
     pub note: Option<String>,
+    /// Column headers with their alignment.
     pub headers: Vec<(String, Align)>,
+    /// Formatted cells, one `Vec` per row in header order.
     pub rows: Vec<Vec<String>>,
 }
 
 impl Table {
+    /// An empty table with no note.
     pub fn new(title: &str, headers: &[(&str, Align)]) -> Table {
         Table {
             title: title.to_owned(),
@@ -29,6 +35,7 @@ impl Table {
         }
     }
 
+    /// Sets the note, replacing any earlier one.
     pub fn note(mut self, note: impl Into<String>) -> Table {
         self.note = Some(note.into());
         self

@@ -44,17 +44,22 @@ use super::reflection::reflect;
 pub struct TurnOutcome {
     /// The final answer (empty when withheld or when the turn ended without one).
     pub text: String,
+    /// Why the turn ended.
     pub termination: TerminationReason,
+    /// What verification said of the final answer (`Skipped` when it did not run).
     pub verdict: Verdict,
+    /// Rounds the turn ran.
     pub rounds: u32,
+    /// Tool calls the turn made, over all its rounds.
     pub tool_calls: u32,
+    /// Tokens (and cost) of the turn's model calls.
     pub usage: Usage,
     /// What failed, when the turn ended on a failure (a model call that could not be made).
     pub error: Option<String>,
 }
 
 /// Everything a loop is built from; the session layer assembles it.
-pub struct LoopParts {
+pub(crate) struct LoopParts {
     pub session_id: SessionId,
     pub model: Arc<dyn Model>,
     /// Updated with `model` on a switch, for the session's sub-agents.
@@ -88,7 +93,7 @@ pub struct AgenticLoop {
 }
 
 impl AgenticLoop {
-    pub fn new(parts: LoopParts) -> Self {
+    pub(crate) fn new(parts: LoopParts) -> Self {
         let guards = Guards::new(parts.scaffold.guards.clone());
         AgenticLoop {
             p: parts,
@@ -113,6 +118,7 @@ impl AgenticLoop {
         self.durable.install(durable);
     }
 
+    /// The id of the session this loop runs.
     pub fn session_id(&self) -> &SessionId {
         &self.p.session_id
     }
@@ -122,6 +128,7 @@ impl AgenticLoop {
         self.p.executor.gate().permission_mode()
     }
 
+    /// Change the person's permission mode for the calls that follow.
     pub fn set_permission_mode(&mut self, mode: crate::tools::approval::PermissionMode) {
         self.p.executor.gate().set_permission_mode(mode);
     }
@@ -155,10 +162,12 @@ impl AgenticLoop {
         Ok(added)
     }
 
+    /// The conversation so far, compaction summary included.
     pub fn messages(&self) -> &[Message] {
         self.transcript.messages()
     }
 
+    /// A copy of the session's plan, revisions and hypotheses (default if its lock is poisoned).
     pub fn cognition(&self) -> CognitiveState {
         self.p
             .cognition
@@ -167,6 +176,7 @@ impl AgenticLoop {
             .unwrap_or_default()
     }
 
+    /// Tokens and cost of every model call of the session so far.
     pub fn usage(&self) -> Usage {
         self.counters.usage()
     }

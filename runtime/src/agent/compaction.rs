@@ -200,7 +200,7 @@ pub fn extractive_summary(dropped: &[Message], plan: Option<&Plan>, tool_calls: 
 
 /// A conversation compacted at a cut: the summary of the dropped part, its SHA-256, and the
 /// new conversation (the summary, then the kept messages).
-pub struct Compacted {
+pub(crate) struct Compacted {
     pub text: String,
     pub sha: String,
     pub summary: Message,
@@ -209,7 +209,7 @@ pub struct Compacted {
 
 /// Compacts `messages` at `cut`. A pure function of the conversation, so the loop only decides
 /// when to compact and commits the result; the same input always gives the same bytes.
-pub fn compact_at(
+pub(crate) fn compact_at(
     messages: &[Message],
     cut: usize,
     plan: Option<&Plan>,

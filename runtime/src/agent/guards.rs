@@ -18,7 +18,7 @@ const WRAP_UP_TIME: Duration = Duration::from_secs(30);
 
 /// What the guards say after observing a round.
 #[derive(Debug, Clone, PartialEq)]
-pub enum GuardSignal {
+pub(crate) enum GuardSignal {
     Proceed,
     /// Tell the model something in the next prompt.
     Hint(String),
@@ -28,14 +28,20 @@ pub enum GuardSignal {
 /// Counters that survive a resume (persisted with the checkpoint).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GuardCounters {
+    /// `tool: first line` of the latest failed calls, at most `convergence_window` of them; a
+    /// success clears it. All the same over the full window stops the turn.
     pub recent_error_keys: VecDeque<String>,
+    /// Successes per fingerprint of tool, input and output; at `repeated_success_limit` the
+    /// turn stops.
     pub success_repeats: HashMap<u64, usize>,
+    /// Calls per fingerprint of tool and input; at `repeated_call_limit` the model gets a hint.
     pub call_repeats: HashMap<u64, usize>,
+    /// Model calls failed in a row; a success resets it.
     pub consecutive_llm_failures: u32,
 }
 
 #[derive(Debug, Clone)]
-pub struct Guards {
+pub(crate) struct Guards {
     limits: GuardLimits,
     counters: GuardCounters,
     turn_started: Instant,

@@ -23,7 +23,8 @@ pub mod termination;
 mod transcript;
 pub mod verify;
 
-pub use agentic_loop::{AgenticLoop, LoopParts, TurnOutcome};
+pub(crate) use agentic_loop::LoopParts;
+pub use agentic_loop::{AgenticLoop, TurnOutcome};
 pub use durable::{CheckpointSettings, CheckpointState, FaultInjection, FaultPoint};
 pub use events::LoopEvent;
 pub use model_switch::ModelSwitch;

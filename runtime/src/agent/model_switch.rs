@@ -16,11 +16,13 @@ use crate::store::timeline::TimelineEvent;
 
 /// A model built by the driver for a switch, with what the checkpoint records of it.
 pub struct ModelSwitch {
+    /// The model to call from the next round on.
     pub model: Arc<dyn Model>,
     /// The route it was built from (`anthropic:MODEL`, `scripted:FILE`).
     pub route: String,
     /// `anthropic`, `openai`, ... or `embedded`.
     pub provider: String,
+    /// The reasoning effort it was built with (`None`: the model's default).
     pub effort: Option<Effort>,
 }
 

@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 
 /// Everything that goes into one round's system prompt.
 #[derive(Debug, Clone, Default)]
-pub struct PromptSources<'a> {
+pub(crate) struct PromptSources<'a> {
     pub sections: &'a [String],
     /// `YYYY-MM-DD`, injected so tests are deterministic.
     pub date: &'a str,
@@ -17,7 +17,7 @@ pub struct PromptSources<'a> {
     pub runtime_hints: &'a [String],
 }
 
-pub fn build_system_prompt(src: &PromptSources<'_>) -> String {
+pub(crate) fn build_system_prompt(src: &PromptSources<'_>) -> String {
     let mut out = src.sections.join("\n\n");
     out.push_str("\n\n<dynamic_context>\n");
     out.push_str(&format!("date: {}\n", src.date));
@@ -48,20 +48,29 @@ pub fn prompt_hash(prompt: &str) -> String {
 pub struct DeclaredSources {
     /// `## ` headings of GEODE.md to keep; empty keeps the whole file.
     pub geode_md_sections: Vec<String>,
+    /// Directory whose `*.md` files are all included, sorted by name.
     pub rules_dir: Option<std::path::PathBuf>,
+    /// The project memory file, included whole.
     pub memory_file: Option<std::path::PathBuf>,
 }
 
+/// Why the declared prompt sources could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum PromptSourceError {
+    /// A source exists but could not be read.
     #[error("cannot read prompt source {path}: {source}")]
     Read {
+        /// The file that could not be read.
         path: std::path::PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// Sections chosen from GEODE.md are not in it.
     #[error("GEODE.md has no section(s) {missing:?} (it has {present:?})")]
     MissingSections {
+        /// The chosen headings GEODE.md lacks.
         missing: Vec<String>,
+        /// The `## ` headings GEODE.md has.
         present: Vec<String>,
     },
 }

@@ -44,7 +44,9 @@ pub const CRASH_REASON: &str = "the geode process stopped (crash, kill or power 
 /// A session's checkpoint as read from disk, checked for consistency.
 #[derive(Debug, Clone)]
 pub struct LoadedCheckpoint {
+    /// The session's row in the checkpoint store.
     pub row: SessionRow,
+    /// The content of `state.json`.
     pub state: CheckpointState,
     /// The conversation: the compaction summary (if any), then the live rows.
     pub messages: Vec<Message>,
@@ -133,25 +135,35 @@ pub enum Disposition {
 }
 
 impl Disposition {
+    /// The disposition's snake_case name, as it is reported.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
 }
 
+/// A call of the interrupted batch and how the resume settled it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PendingCall {
+    /// The id the model gave the call.
     pub call_id: String,
+    /// The tool's name.
     pub tool: String,
+    /// How the resume settled it.
     pub disposition: Disposition,
 }
 
 /// What a resume found, for the driver to report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RestoreReport {
+    /// The session resumed.
     pub session_id: SessionId,
+    /// The session's status before the resume.
     pub from_status: SessionStatus,
+    /// Messages in the restored conversation.
     pub messages: usize,
+    /// A turn (or a batch of it) was interrupted and is left to finish.
     pub turn_in_progress: bool,
+    /// The calls of the interrupted batch, in the model's order.
     pub pending: Vec<PendingCall>,
     /// Receipts still `accepted` at the resume, now `uncertain`.
     pub newly_uncertain: Vec<Receipt>,
@@ -159,10 +171,13 @@ pub struct RestoreReport {
     pub unresolved: Vec<Receipt>,
 }
 
+/// Why a session could not be resumed.
 #[derive(Debug, thiserror::Error)]
 pub enum ResumeError {
+    /// Finishing was asked of a session with no interrupted turn.
     #[error("session {0} has no interrupted turn to finish; give a prompt to continue the session")]
     NothingToFinish(SessionId),
+    /// The checkpoint could not be read or written.
     #[error(transparent)]
     Store(#[from] StoreError),
 }

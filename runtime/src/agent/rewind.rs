@@ -24,31 +24,42 @@ use crate::store::timeline::TimelineEvent;
 /// What a rewind did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RewindReport {
+    /// The session rewound.
     pub session_id: SessionId,
     /// The turn the session went back to the start of.
     pub turn: u32,
     /// Messages in the conversation after the rewind.
     pub messages: usize,
+    /// The workspace files put back, those that could not be, and the recording gaps.
     pub files: Restored,
 }
 
 /// Why a rewind did not happen.
 #[derive(Debug, thiserror::Error)]
 pub enum RewindError {
+    /// The session is not durable.
     #[error("session {0} has no checkpoint, so nothing to go back to")]
     NotDurable(SessionId),
+    /// No rewind point at the start of the asked turn.
     #[error("session {session} has no rewind point before turn {turn} ({available})")]
     NoPoint {
+        /// The session asked about.
         session: SessionId,
+        /// The turn asked for.
         turn: u32,
+        /// The turns that have a point, as a phrase for the message.
         available: String,
     },
+    /// The saved state of the point does not parse.
     #[error("{path}: the rewind point does not parse: {source}")]
     DamagedPoint {
+        /// The rewind database the point was read from.
         path: PathBuf,
+        /// The parse error.
         #[source]
         source: serde_json::Error,
     },
+    /// The checkpoint or rewind store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
 }

@@ -10,15 +10,18 @@ use serde::{Deserialize, Serialize};
 #[derive(strum::IntoStaticStr)]
 #[strum(serialize_all = "snake_case")]
 pub enum Verdict {
+    /// The answer was accepted.
     Passed,
     /// The repair budget ran out with these misses left.
     Failed {
+        /// What was still missing.
         misses: Vec<String>,
     },
     /// Verification was off, or the turn did not end with a text answer.
     Skipped,
     /// A PostVerify hook asked for an outside check; the text was withheld.
     Escalated {
+        /// Why the hook escalated.
         reason: String,
     },
 }
@@ -33,7 +36,9 @@ impl Verdict {
 /// What the rule-based verifier looks at.
 #[derive(Debug, Clone, Default)]
 pub struct TurnFacts<'a> {
+    /// The answer the turn would end with.
     pub final_text: &'a str,
+    /// Tool calls the turn made.
     pub tool_calls: u32,
     /// The last tool call of the turn failed: its tool and first line.
     pub last_tool_error: Option<(String, String)>,

@@ -25,8 +25,11 @@ pub use source::{ConfigError, Setting, Source};
 /// One known key: its name, default and what it is for.
 #[derive(Debug, Clone, Copy)]
 pub struct KeySpec {
+    /// The key as written in a configuration file.
     pub key: &'static str,
+    /// The value when no flag, variable or file sets it; empty for none.
     pub default: &'static str,
+    /// One line on what the key is for.
     pub help: &'static str,
 }
 
@@ -337,6 +340,7 @@ impl Config {
         &self.typed
     }
 
+    /// The effective setting of `key` and where it came from; `None` for an unknown key.
     pub fn get(&self, key: &str) -> Option<&Setting> {
         self.settings.get(key)
     }

@@ -8,10 +8,15 @@ use std::path::PathBuf;
 /// Where an effective value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
+    /// A command-line flag, by its name.
     Flag(String),
+    /// An environment variable, by its name.
     Env(String),
+    /// The project's configuration file.
     Project(PathBuf),
+    /// The user's configuration file.
     User(PathBuf),
+    /// The built-in default.
     Default,
 }
 
@@ -27,32 +32,54 @@ impl fmt::Display for Source {
     }
 }
 
+/// An effective value and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Setting {
+    /// The value, as text.
     pub value: String,
+    /// Where the value came from.
     pub source: Source,
 }
 
+/// Why the configuration could not be loaded or a value is unusable.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A configuration file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// A configuration file is not valid.
     #[error("{path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A configuration file sets a key the CLI does not know.
     #[error("{path}: unknown key {key:?} (known: {known})")]
     UnknownKey {
+        /// The file.
         path: PathBuf,
+        /// The unknown key.
         key: String,
+        /// The known keys, comma-separated.
         known: String,
     },
+    /// A value that the key does not accept.
     #[error("{key} = {value:?} ({origin}): {message}")]
     Invalid {
+        /// The key.
         key: String,
+        /// The value as given.
         value: String,
+        /// Where the value came from.
         origin: Source,
+        /// What the key accepts.
         message: String,
     },
 }

@@ -308,12 +308,16 @@ pub fn payload(envelope: &HookEnvelope) -> Result<Value, serde_json::Error> {
 /// tested against Claude Code's names of a GEODE tool.
 #[derive(Debug, Clone)]
 pub enum ClaudeMatcher {
+    /// Empty or `*`: every tool.
     All,
+    /// `|`-separated words: exactly these Claude Code tool names.
     Names(Vec<String>),
+    /// Anything else: a regex that may match anywhere in the name.
     Regex(Regex),
 }
 
 impl ClaudeMatcher {
+    /// Read a matcher as Claude Code does; `Err` when it is neither a word list nor a valid regex.
     pub fn parse(matcher: &str) -> Result<Self, regex::Error> {
         let m = matcher.trim();
         if m.is_empty() || m == "*" {

@@ -100,7 +100,9 @@ struct CommandSpec {
 /// What a hooks file registered, and what of it was skipped (each with why).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LoadedHooks {
+    /// Command hooks registered.
     pub count: usize,
+    /// Each hook or event left out, with why; those never run.
     pub skipped: Vec<String>,
 }
 
@@ -255,7 +257,9 @@ fn geode_tool_names(matcher: &str) -> String {
 /// One shell command run for an event.
 #[derive(Debug, Clone)]
 pub struct CommandHook {
+    /// The shell command line, as written in the hooks file.
     pub command: String,
+    /// The directory it runs in.
     pub cwd: PathBuf,
     /// The names its input and answers use.
     pub dialect: HookDialect,

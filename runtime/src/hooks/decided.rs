@@ -26,18 +26,31 @@ use super::events::{HookDecision, HookEventKind};
 #[serde(rename_all = "snake_case")]
 #[strum(serialize_all = "snake_case")]
 pub enum HookDecisionKind {
+    /// PermissionRequest: allowed; PreToolUse: an allow, recorded without effect.
     Allow,
+    /// Asks for the person's approval (a PreToolUse request, or a PermissionRequest ask).
     Ask,
+    /// The call may not run (a PreToolUse block, or a PermissionRequest deny).
     Deny,
+    /// Replaced the tool input (PreToolUse) or the prompt (UserPromptSubmit).
     Rewrite,
+    /// Added text for the model (PostToolUse, UserPromptSubmit).
     AddContext,
+    /// A block outside PreToolUse: a withheld result or a blocked prompt.
     Block,
+    /// PreCompact: compaction is put off.
     Defer,
+    /// PreCompact: keep a given number of recent messages.
     KeepRecent,
+    /// PreVerify: misses added to the verifier's.
     Strengthen,
+    /// PostVerify: the answer is accepted.
     Accept,
+    /// PostVerify: the answer goes back for a repair, with an instruction.
     Revise,
+    /// PostVerify: an outside check is needed; the answer is withheld.
     Escalate,
+    /// Stop: the turn may end.
     Finalize,
     /// Stop: keep working, with an instruction.
     ContinueWith,
@@ -46,9 +59,11 @@ pub enum HookDecisionKind {
 /// One handler's decision on one event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HookDecided {
+    /// The event the handler answered.
     pub event: HookEventKind,
     /// The handler's name (`command: ./check.sh`).
     pub hook: String,
+    /// What it decided.
     pub decision: HookDecisionKind,
     /// Why, in the hook's words (a deny's reason, the added context, a revise instruction).
     pub reason: Option<String>,

@@ -14,6 +14,7 @@ use super::claude_code::ClaudeMatcher;
 use super::decided::HookDecided;
 use super::events::{HookDecision, HookEnvelope, HookEvent, HookEventKind};
 
+/// A handler of hook events; registered with `HookRegistry` for one event kind.
 #[async_trait]
 pub trait HookHandler: Send + Sync {
     /// A name for records (`command: ./check.sh`, `in-process: audit`).
@@ -26,8 +27,11 @@ pub trait HookHandler: Send + Sync {
 /// A handler that failed, timed out or answered a decision its event does not admit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HookFailure {
+    /// The handler's name.
     pub hook: String,
+    /// The event it was handling.
     pub event: HookEventKind,
+    /// What went wrong.
     pub error: String,
 }
 
@@ -38,8 +42,9 @@ pub struct HookOutcome {
     pub decision: HookDecision,
     /// The last rewrite (each handler saw the previous handler's rewrite).
     pub rewrite: Option<Value>,
-    pub added_context: Vec<String>,
-    pub added_misses: Vec<String>,
+    pub(crate) added_context: Vec<String>,
+    pub(crate) added_misses: Vec<String>,
+    /// Handlers that failed, timed out or answered a decision not admitted.
     pub failures: Vec<HookFailure>,
     /// Each handler's decision other than continue, in run order, for the driver's events.
     pub decided: Vec<HookDecided>,
@@ -58,20 +63,35 @@ impl HookOutcome {
     }
 }
 
+/// Why a hooks configuration could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum HookConfigError {
+    /// A GEODE hooks file names an event GEODE does not have (a Claude Code file skips it).
     #[error("{source_name}: unknown hook event {event:?} (known: PreToolUse, PostToolUse, ...)")]
-    UnknownEvent { source_name: String, event: String },
+    UnknownEvent {
+        /// The hooks file.
+        source_name: String,
+        /// The event name as written.
+        event: String,
+    },
+    /// A matcher is not a valid regex.
     #[error("{source_name}: matcher {matcher:?} of {event} is not a valid regex: {error}")]
     BadMatcher {
+        /// The hooks file, or the handler's name for one registered in code.
         source_name: String,
+        /// The event the matcher is under.
         event: String,
+        /// The matcher as written.
         matcher: String,
+        /// The regex error.
         error: String,
     },
+    /// Any other mistake in the configuration.
     #[error("{source_name}: {message}")]
     Invalid {
+        /// The hooks file.
         source_name: String,
+        /// What is wrong.
         message: String,
     },
 }
@@ -79,15 +99,20 @@ pub enum HookConfigError {
 /// Which tools a handler of a tool event runs for, in the dialect its file was written in.
 #[derive(Debug, Clone)]
 pub enum ToolMatcher {
+    /// Every tool.
     All,
     /// GEODE's: a regex over the whole GEODE tool name; `configured` is as written.
     Geode {
+        /// The anchored regex.
         regex: Regex,
+        /// The matcher as written.
         configured: String,
     },
     /// Claude Code's, over Claude Code's names of the tools.
     ClaudeCode {
+        /// The parsed matcher.
         matcher: ClaudeMatcher,
+        /// The matcher as written.
         configured: String,
     },
 }
@@ -178,6 +203,7 @@ fn rank(d: &HookDecision) -> u8 {
 }
 
 impl HookRegistry {
+    /// An empty registry; handlers are added with `register` or `register_matching`.
     pub fn new() -> Self {
         HookRegistry::default()
     }
@@ -264,10 +290,12 @@ impl HookRegistry {
         self.hooks.iter().any(|h| h.kind == kind)
     }
 
+    /// Handlers registered, over all events.
     pub fn len(&self) -> usize {
         self.hooks.len()
     }
 
+    /// No handler is registered.
     pub fn is_empty(&self) -> bool {
         self.hooks.is_empty()
     }

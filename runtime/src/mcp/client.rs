@@ -113,6 +113,7 @@ impl McpManager {
         self.servers.iter().flat_map(|s| s.bound()).collect()
     }
 
+    /// Every configured server's slot, whatever its state (untrusted ones included).
     pub fn servers(&self) -> &[Arc<ServerSlot>] {
         &self.servers
     }

@@ -120,13 +120,16 @@ fn is_loopback_name(host: &str) -> bool {
 /// Why a request's `Host` or `Origin` is not one this server answers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
+    /// A `Host` header that is not a loopback name, on a loopback server.
     #[error("Host {0} is not a loopback name; this server answers only on loopback")]
     ForeignHost(String),
+    /// `Origin: null`.
     #[error(
         "Origin null (a sandboxed frame, a file: page or a data URL) is refused: this server \
          answers only pages of its own host"
     )]
     NullOrigin,
+    /// An `Origin` naming another host than the request's.
     #[error("Origin {0} is another site; this server answers only pages of its own host")]
     ForeignOrigin(String),
 }

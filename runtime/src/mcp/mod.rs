@@ -28,20 +28,30 @@ pub use client::McpManager;
 pub use settings::{McpPolicy, McpServerConfig, McpSettings, McpTransport, ServerOrigin};
 pub use trust::{TrustState, TrustStore};
 
+/// Why the MCP server could not start or the trust store could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {
+    /// The trust store could not be read or written.
     #[error("trust store: {0}")]
     Trust(String),
+    /// A non-loopback address without a bearer token.
     #[error(
         "refusing to serve MCP on {addr}: it is not a loopback address, so every request must \
          carry a bearer token; pass --token TOKEN (or set GEODE_MCP_TOKEN), or bind 127.0.0.1"
     )]
-    NonLoopbackWithoutToken { addr: std::net::SocketAddr },
+    NonLoopbackWithoutToken {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+    },
+    /// The listening address could not be bound.
     #[error("cannot bind {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: std::net::SocketAddr,
+        /// The I/O error.
         source: std::io::Error,
     },
+    /// The server failed while serving.
     #[error("MCP server: {0}")]
     Serve(#[source] crate::error_chain::BoxError),
 }

@@ -30,13 +30,14 @@ use crate::tools::workspace::LocalWorkspace;
 
 use super::McpError;
 
-pub const RUN_AGENT: &str = "run_agent";
+pub(crate) const RUN_AGENT: &str = "run_agent";
 
 /// What every `run_agent` call is built from.
 #[derive(Debug, Clone)]
 pub struct RunAgentSettings {
     /// Model route (`provider:model`, `scripted:FILE`, `nop`).
     pub model_route: String,
+    /// Keys, base URL and HTTP settings for building the model.
     pub route_options: RouteOptions,
     /// The workspace of every call.
     pub workspace: PathBuf,
@@ -51,9 +52,13 @@ pub struct RunAgentSettings {
 /// The answer of one `run_agent` call.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunAgentResult {
+    /// The agent's final text; empty when the call failed before the turn.
     pub text: String,
+    /// Model rounds the turn took; 0 when it never started.
     pub rounds: u32,
+    /// Why the turn ended (its termination's name); `None` when it never started.
     pub termination_reason: Option<String>,
+    /// Why the call failed or the turn did not end verifiably; `None` on success.
     pub error: Option<String>,
 }
 
@@ -64,6 +69,7 @@ pub struct RunAgentServer {
 }
 
 impl RunAgentServer {
+    /// A handler that builds every call from `settings`.
     pub fn new(settings: RunAgentSettings) -> Self {
         RunAgentServer {
             settings: Arc::new(settings),

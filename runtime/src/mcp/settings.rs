@@ -49,6 +49,7 @@ pub enum ServerOrigin {
 }
 
 impl ServerOrigin {
+    /// The config file that declared the server.
     pub fn path(&self) -> &Path {
         match self {
             ServerOrigin::User(p) | ServerOrigin::Project(p) => p,
@@ -70,14 +71,19 @@ impl std::fmt::Display for ServerOrigin {
 pub enum McpTransport {
     /// A child process speaking MCP on its stdin/stdout.
     Stdio {
+        /// The program to run.
         command: String,
+        /// Its arguments.
         args: Vec<String>,
+        /// Variables set for it, on top of the inherited environment.
         env: BTreeMap<String, String>,
     },
     /// Streamable HTTP at this URL; with `token_env`, every request carries
     /// `Authorization: Bearer $token_env` (the secret stays in the environment, not the file).
     Http {
+        /// The server's MCP endpoint.
         url: String,
+        /// The variable holding the bearer token; `None`: requests carry no token.
         token_env: Option<String>,
     },
 }
@@ -94,9 +100,11 @@ impl std::fmt::Display for McpTransport {
 /// The resource policy a server declares; a tool is callable only under one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpPolicy {
+    /// The approval level every call of the server's tools needs.
     pub safety: SafetyLevel,
     /// Resource keys locked by every call of the server's tools.
     pub resources: Vec<String>,
+    /// Whether calls change the world, so each gets an effect receipt.
     pub effectful: bool,
     /// Only these tools of the server are callable (`None`: all).
     pub tools: Option<Vec<String>>,
@@ -105,22 +113,29 @@ pub struct McpPolicy {
 /// One configured server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerConfig {
+    /// The server's name (the key of its table); its tools bind as `mcp:NAME/TOOL`.
     pub name: String,
+    /// How GEODE reaches the server.
     pub transport: McpTransport,
+    /// `None`: the server's tools are listed but never called.
     pub policy: Option<McpPolicy>,
+    /// Which config file declared the server.
     pub origin: ServerOrigin,
 }
 
 /// The MCP servers of the two config files, kept apart: project servers need a trust check.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct McpSettings {
+    /// Servers of the user's config file.
     pub user: Vec<McpServerConfig>,
+    /// Servers of the project's files; they run only in a trusted project.
     pub project: Vec<McpServerConfig>,
     /// The project's `.geode/config.toml`, when there is one.
     pub project_file: Option<PathBuf>,
 }
 
 impl McpSettings {
+    /// No server in either file.
     pub fn is_empty(&self) -> bool {
         self.user.is_empty() && self.project.is_empty()
     }

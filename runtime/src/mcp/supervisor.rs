@@ -39,9 +39,17 @@ pub enum ServerState {
     /// The first attempt is under way.
     Connecting,
     /// Up; `tools` is how many tools it offered.
-    Connected { tools: usize },
+    Connected {
+        /// How many tools the server offered.
+        tools: usize,
+    },
     /// The last attempt failed or the server exited; the next attempt starts at `retry_at`.
-    Failed { reason: String, retry_at: Instant },
+    Failed {
+        /// Why the attempt failed or how the server exited.
+        reason: String,
+        /// When the next attempt starts.
+        retry_at: Instant,
+    },
     /// An attempt after a failure is under way.
     Restarting,
     /// A project server of an untrusted project: never started.
@@ -86,6 +94,7 @@ struct Status {
 /// One configured server: its config, its state and tools, and the connection its tool
 /// handlers call through. Shared by the supervisor task, the manager and the handlers.
 pub struct ServerSlot {
+    /// The server's configuration, as loaded.
     pub config: McpServerConfig,
     status: Mutex<Status>,
     /// Bumped on every change of state, for those who wait for one (`McpManager::start`).
@@ -111,6 +120,7 @@ impl ServerSlot {
         self.status.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Where the server stands now.
     pub fn state(&self) -> ServerState {
         self.lock().state.clone()
     }

@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 
 use super::McpError;
 
-pub const TRUST_SCHEMA: &str = "geode.trust.v2";
+pub(crate) const TRUST_SCHEMA: &str = "geode.trust.v2";
 /// The schema before Claude Code's files were covered; read, never written.
 const TRUST_SCHEMA_V1: &str = "geode.trust.v1";
 
@@ -40,10 +40,11 @@ pub const TRUSTED_FILES: [&str; 4] = [
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "RawEntry")]
 pub struct TrustEntry {
+    /// The project's root, canonicalized.
     pub project: PathBuf,
     /// Each file trusted, relative to the project, with the SHA-256 of its bytes.
     pub files: BTreeMap<String, String>,
-    pub trusted_at: String,
+    pub(crate) trusted_at: String,
 }
 
 /// An entry as either schema wrote it.
@@ -88,12 +89,16 @@ pub enum TrustState {
     /// Never trusted (or revoked).
     Untrusted,
     /// Trusted once, but these files changed, appeared or went away since.
-    Changed { files: Vec<String> },
+    Changed {
+        /// The files, relative to the project.
+        files: Vec<String>,
+    },
     /// The project has none of `TRUSTED_FILES`.
     NoConfig,
 }
 
 impl TrustState {
+    /// Whether the project's files may start processes now.
     pub fn is_trusted(&self) -> bool {
         matches!(self, TrustState::Trusted(_))
     }
@@ -176,6 +181,7 @@ impl TrustStore {
         }
     }
 
+    /// The store's file, `trust.json` in the GEODE home.
     pub fn path(&self) -> &Path {
         &self.path
     }

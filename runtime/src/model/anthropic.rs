@@ -21,13 +21,13 @@ use super::{DeltaSink, Model, ModelDelta, ModelError, ModelRequest};
 use crate::conversation::{AssistantTurn, ContentBlock, Image, Message, Role, StopReason, Usage};
 use crate::tools::plan::ToolSchemaShape;
 
-pub const API_VERSION: &str = "2023-06-01";
+pub(crate) const API_VERSION: &str = "2023-06-01";
 
 /// A `Thinking` block whose signature starts with this holds a `redacted_thinking` block's
 /// opaque data, replayed as such.
 pub const REDACTED_PREFIX: &str = "redacted_thinking:";
 
-pub struct AnthropicModel {
+pub(crate) struct AnthropicModel {
     route: ProviderRoute,
     info: ModelInfo,
     config: ProviderConfig,
@@ -267,7 +267,7 @@ fn n(v: &Value, key: &str) -> Option<u64> {
 }
 
 impl StreamState {
-    pub fn streaming_to(deltas: DeltaSink) -> Self {
+    pub(crate) fn streaming_to(deltas: DeltaSink) -> Self {
         StreamState {
             deltas,
             ..StreamState::default()
@@ -283,7 +283,7 @@ impl StreamState {
         self.output = n(u, "output_tokens").unwrap_or(self.output);
     }
 
-    pub fn finish(self, info: &ModelInfo) -> AssistantTurn {
+    pub(crate) fn finish(self, info: &ModelInfo) -> AssistantTurn {
         let content = self
             .blocks
             .into_values()

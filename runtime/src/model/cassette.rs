@@ -26,7 +26,7 @@ pub struct CassetteTransport {
 }
 
 impl CassetteTransport {
-    pub fn new(dir: &Path, exchanges: &[Exchange]) -> Self {
+    pub(crate) fn new(dir: &Path, exchanges: &[Exchange]) -> Self {
         let mut queues: BTreeMap<String, VecDeque<RecordedResponse>> = BTreeMap::new();
         for ex in exchanges {
             queues

@@ -26,7 +26,7 @@ use super::{DeltaSink, Model, ModelDelta, ModelError, ModelRequest};
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason};
 use crate::tools::plan::ToolSchemaShape;
 
-pub struct ChatModel {
+pub(crate) struct ChatModel {
     route: ProviderRoute,
     config: ProviderConfig,
     driver: Driver,
@@ -240,14 +240,14 @@ pub struct StreamState {
 }
 
 impl StreamState {
-    pub fn streaming_to(deltas: DeltaSink) -> Self {
+    pub(crate) fn streaming_to(deltas: DeltaSink) -> Self {
         StreamState {
             deltas,
             ..StreamState::default()
         }
     }
 
-    pub fn finish(self, prices: &Prices) -> AssistantTurn {
+    pub(crate) fn finish(self, prices: &Prices) -> AssistantTurn {
         let mut content = Vec::new();
         if !self.reasoning.is_empty() {
             content.push(ContentBlock::Thinking {

@@ -14,6 +14,7 @@ use std::sync::Arc;
 pub struct ApiKey(String);
 
 impl ApiKey {
+    /// Wraps `key` as it is; nothing is trimmed or checked.
     pub fn new(key: impl Into<String>) -> Self {
         ApiKey(key.into())
     }
@@ -81,6 +82,7 @@ impl Env {
         Env::from_map(BTreeMap::new(), None)
     }
 
+    /// The variable's value, from the lookup, else the `.env` file; blank values count as unset.
     pub fn var(&self, name: &str) -> Option<String> {
         (self.lookup)(name)
             .or_else(|| self.dotenv.get(name).cloned())
@@ -97,6 +99,7 @@ impl Env {
             .unwrap_or_else(|| PathBuf::from(".geode"))
     }
 
+    /// The variable's value as a key, trimmed; `None` when unset or blank.
     pub fn key(&self, name: &str) -> Option<ApiKey> {
         self.var(name).map(|v| ApiKey::new(v.trim()))
     }
@@ -119,7 +122,7 @@ fn read_dotenv(path: &Path) -> BTreeMap<String, String> {
     parse_dotenv(&text)
 }
 
-pub fn parse_dotenv(text: &str) -> BTreeMap<String, String> {
+pub(crate) fn parse_dotenv(text: &str) -> BTreeMap<String, String> {
     let mut vars = BTreeMap::new();
     for line in text.lines() {
         let line = line.trim();
@@ -155,7 +158,7 @@ pub const SECRET_HEADERS: [&str; 7] = [
     "proxy-authorization",
 ];
 
-pub fn is_secret_header(name: &str) -> bool {
+pub(crate) fn is_secret_header(name: &str) -> bool {
     SECRET_HEADERS.iter().any(|s| name.eq_ignore_ascii_case(s))
 }
 

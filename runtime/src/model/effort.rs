@@ -13,16 +13,24 @@ use serde::{Deserialize, Serialize};
 #[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "snake_case")]
 pub enum Effort {
+    /// No thinking.
     None,
+    /// The least thinking a model that always thinks allows.
     Minimal,
+    /// Little thinking.
     Low,
+    /// Moderate thinking.
     Medium,
+    /// Much thinking.
     High,
+    /// More than `High`, where a model offers it.
     Xhigh,
+    /// The most a model offers.
     Max,
 }
 
 impl Effort {
+    /// Every level, from `None` to `Max`.
     pub const ALL: [Effort; 7] = [
         Effort::None,
         Effort::Minimal,
@@ -33,10 +41,12 @@ impl Effort {
         Effort::Max,
     ];
 
+    /// The snake_case name, as config files and requests write it.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
 
+    /// The level of a snake_case name; `None` for an unknown one.
     pub fn parse(s: &str) -> Option<Effort> {
         s.parse().ok()
     }

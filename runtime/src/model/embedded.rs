@@ -255,6 +255,7 @@ pub struct OracleModel {
 const ORACLE_CALL_ID: &str = "oracle_solve";
 
 impl OracleModel {
+    /// An oracle that runs the solution script `solve_sh`.
     pub fn new(solve_sh: PathBuf) -> Self {
         OracleModel { solve_sh }
     }

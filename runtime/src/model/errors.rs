@@ -21,26 +21,38 @@ use rand_chacha::rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// The class of a provider failure; each class has one action (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[derive(strum::IntoStaticStr, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "snake_case")]
 pub enum ErrorClass {
+    /// Too many requests: waited out (`retry-after`, else backoff) and retried.
     RateLimit,
+    /// The request timed out: retried with backoff.
     Timeout,
+    /// The connection failed or broke before any output: retried with backoff.
     Connection,
+    /// A server error or overload (5xx): retried with backoff.
     Server,
+    /// The credential was refused: stop and name the credential to check.
     Auth,
+    /// The account cannot pay: stop and name the account to check.
     Billing,
     /// A subscription plan's usage limit (ChatGPT plans): it resets in hours, not seconds.
     PlanLimit,
+    /// The request does not fit the model's context: the caller may compact and retry once.
     ContextOverflow,
+    /// A request the server will never accept as it is (often a wrong base URL or model id).
     BadRequest,
+    /// The stream broke after output was shown: not retried, a retry would repeat it.
     StreamInterrupted,
+    /// A failure no other class matches: not retried.
     Unknown,
 }
 
 impl ErrorClass {
+    /// The class's snake_case name, as timelines and messages write it.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -60,13 +72,16 @@ impl ErrorClass {
 /// One failed attempt, classified.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Failure {
+    /// The class of the failure.
     pub class: ErrorClass,
+    /// One line on the failure, `HTTP STATUS: ` first when there was a status.
     pub message: String,
     /// What the server asked us to wait (`retry-after-ms` / `retry-after`).
     pub retry_after: Option<Duration>,
 }
 
 impl Failure {
+    /// A failure of `class` with no `retry_after`.
     pub fn new(class: ErrorClass, message: impl Into<String>) -> Self {
         Failure {
             class,
@@ -251,9 +266,11 @@ pub struct RetryPolicy {
     pub max_retries: u32,
     /// The wait before the first retry; doubles each time.
     pub base_delay: Duration,
+    /// The longest wait between retries, before jitter.
     pub max_delay: Duration,
     /// A `retry-after` longer than this is not waited for: the call fails as rate limited.
     pub max_retry_after: Duration,
+    /// Seeds the jitter RNG, so the same policy gives the same waits.
     pub seed: u64,
 }
 
@@ -277,11 +294,13 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// Waits following `policy`, its jitter drawn from an RNG seeded with `policy.seed`.
     pub fn new(policy: RetryPolicy) -> Self {
         let rng = ChaCha8Rng::seed_from_u64(policy.seed);
         Backoff { policy, rng }
     }
 
+    /// The policy these waits follow.
     pub fn policy(&self) -> &RetryPolicy {
         &self.policy
     }

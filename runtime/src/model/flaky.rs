@@ -22,6 +22,7 @@ use serde_json::json;
 use super::{Model, ModelError, ModelRequest};
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, StopReason, Usage};
 
+/// The `flaky-oracle:P[:tamper]` simulation model; see the module docs.
 #[derive(Debug)]
 pub struct FlakyOracle {
     solve_sh: PathBuf,
@@ -32,6 +33,8 @@ pub struct FlakyOracle {
 }
 
 impl FlakyOracle {
+    /// A model over the solution `solve_sh` that succeeds with chance `p` (clamped to 0..1) per
+    /// attempt, its draws seeded by `seed`.
     pub fn new(solve_sh: PathBuf, p: f64, tamper: bool, seed: u64) -> Self {
         FlakyOracle {
             solve_sh,

@@ -34,10 +34,13 @@ use catalog::{EmbeddedRoute, Route};
 /// What one model call sees.
 #[derive(Debug, Clone)]
 pub struct ModelRequest<'a> {
+    /// The system prompt.
     pub system: &'a str,
+    /// The conversation so far, oldest first.
     pub messages: &'a [Message],
     /// The tools bound to this step; adapters project them to their wire shape.
     pub plan: &'a BoundToolPlan,
+    /// The step's identity (session, turn, step), recorded with the call.
     pub snapshot: &'a StepSnapshot,
     /// The wrap-up rule: the model must answer with text, no tool calls.
     pub force_text: bool,
@@ -49,7 +52,9 @@ pub struct ModelRequest<'a> {
 /// deltas only let a driver show it early.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelDelta {
+    /// A piece of the reply's text.
     Text(String),
+    /// A piece of the reply's reasoning.
     Thinking(String),
 }
 
@@ -58,6 +63,7 @@ pub enum ModelDelta {
 pub struct DeltaSink(Option<Arc<dyn Fn(ModelDelta) + Send + Sync>>);
 
 impl DeltaSink {
+    /// A sink that calls `f` with every non-empty delta.
     pub fn new(f: impl Fn(ModelDelta) + Send + Sync + 'static) -> Self {
         DeltaSink(Some(Arc::new(f)))
     }
@@ -83,38 +89,92 @@ impl std::fmt::Debug for DeltaSink {
     }
 }
 
+/// Why a model call or the building of a model failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
+    /// A scripted model's script could not be read or is malformed.
     #[error("script {path}: {message}")]
-    Script { path: String, message: String },
+    Script {
+        /// The script file.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A scripted or replayed model was asked for more turns than it holds.
     #[error("{model}: no more scripted turns (the script has {turns})")]
-    Exhausted { model: String, turns: usize },
+    Exhausted {
+        /// The model's id.
+        model: String,
+        /// How many turns the script or recording holds.
+        turns: usize,
+    },
+    /// A replay model could not load the session it replays.
     #[error("replay {path}: {message}")]
-    Replay { path: String, message: String },
+    Replay {
+        /// The timeline database replayed from.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A failure of the model service that may pass (rate limits, overload, connection).
     #[error("{model}: {message}")]
-    Transient { model: String, message: String },
+    Transient {
+        /// The model's id.
+        model: String,
+        /// What the service or the connection said.
+        message: String,
+    },
+    /// A failure no retry can fix (a bad catalog, an HTTP client or recorder that cannot start).
     #[error("{model}: {message}")]
-    Fatal { model: String, message: String },
+    Fatal {
+        /// The model's id, or the part that failed (`catalog`, `http`).
+        model: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A route string that names no known model, provider or embedded model.
     #[error("unknown model route {route:?}: {hint}")]
-    UnknownRoute { route: String, hint: String },
+    UnknownRoute {
+        /// The route as given.
+        route: String,
+        /// What is wrong with it, or what was meant.
+        hint: String,
+    },
     /// A route that exists but is not allowed (subscription OAuth, coding plans, judge-only).
     #[error("model route {route:?} is refused: {reason}")]
-    RefusedRoute { route: String, reason: String },
+    RefusedRoute {
+        /// The route as given.
+        route: String,
+        /// Why it is refused.
+        reason: String,
+    },
     /// A provider call failed for good: after the adapter's own bounded retries, or at once
     /// for a class it never retries. The loop must not retry it again.
     #[error("{model}: {class}: {message}")]
     Provider {
+        /// The model's id.
         model: String,
+        /// The kind of failure.
         class: errors::ErrorClass,
+        /// What the provider or the connection said.
         message: String,
     },
     /// A cassette replay met a request it has no recording for.
     #[error("{model}: {message}")]
-    Cassette { model: String, message: String },
+    Cassette {
+        /// The model's id.
+        model: String,
+        /// Which request was not found.
+        message: String,
+    },
     /// The session's route cannot answer (none configured, no key): see `unavailable`.
     #[error("{reason}")]
-    Unavailable { model: String, reason: String },
+    Unavailable {
+        /// The model's id.
+        model: String,
+        /// Why it cannot answer, as shown to the user.
+        reason: String,
+    },
 }
 
 impl ModelError {
@@ -132,6 +192,7 @@ impl ModelError {
     }
 }
 
+/// A model the loop can call: an embedded model or a provider adapter.
 #[async_trait]
 pub trait Model: Send + Sync {
     /// The id written to snapshots and timelines (`scripted`, `oracle`, `anthropic:...`).
@@ -143,6 +204,7 @@ pub trait Model: Send + Sync {
         None
     }
 
+    /// One call: the reply to `request`, or why there is none.
     async fn complete(&self, request: &ModelRequest<'_>) -> Result<AssistantTurn, ModelError>;
 }
 
@@ -152,15 +214,18 @@ pub trait Model: Send + Sync {
 pub struct ModelSlot(Arc<std::sync::RwLock<Arc<dyn Model>>>);
 
 impl ModelSlot {
+    /// A slot holding `model` until the first `set`.
     pub fn new(model: Arc<dyn Model>) -> Self {
         ModelSlot(Arc::new(std::sync::RwLock::new(model)))
     }
 
+    /// The model the session calls now.
     pub fn get(&self) -> Arc<dyn Model> {
         // A poisoned lock still holds a whole `Arc`: writers only swap it.
         self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Swap the model (a `/model` switch); holders of the slot see it on their next `get`.
     pub fn set(&self, model: Arc<dyn Model>) {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = model;
     }

@@ -23,7 +23,7 @@ use super::{DeltaSink, Model, ModelDelta, ModelError, ModelRequest};
 use crate::conversation::{AssistantTurn, ContentBlock, Image, Message, Role, StopReason};
 use crate::tools::plan::ToolSchemaShape;
 
-pub struct ResponsesModel {
+pub(crate) struct ResponsesModel {
     route: ProviderRoute,
     info: ModelInfo,
     config: ProviderConfig,
@@ -250,14 +250,14 @@ fn joined(parts: &Value) -> String {
 }
 
 impl StreamState {
-    pub fn streaming_to(deltas: DeltaSink) -> Self {
+    pub(crate) fn streaming_to(deltas: DeltaSink) -> Self {
         StreamState {
             deltas,
             ..StreamState::default()
         }
     }
 
-    pub fn finish(self, info: &ModelInfo) -> AssistantTurn {
+    pub(crate) fn finish(self, info: &ModelInfo) -> AssistantTurn {
         let mut content = Vec::new();
         let mut refused = false;
         for item in self.items.into_values() {

@@ -27,10 +27,10 @@ use super::effort::Effort;
 use super::http::wire::{StreamEnd, WireRequest};
 use crate::ids::canonical_sha256;
 
-pub const SCHEMA: &str = "geode.cassette.v1";
+pub(crate) const SCHEMA: &str = "geode.cassette.v1";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Exchange {
+pub(crate) struct Exchange {
     pub schema: String,
     /// The route that made the request; a cassette rebuilds that adapter.
     pub route: String,
@@ -43,7 +43,7 @@ pub struct Exchange {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RecordedRequest {
+pub(crate) struct RecordedRequest {
     pub method: String,
     pub url: String,
     pub headers: Vec<(String, String)>,
@@ -52,7 +52,7 @@ pub struct RecordedRequest {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RecordedResponse {
+pub(crate) struct RecordedResponse {
     /// 0: no response (the connection failed; `error` says how).
     pub status: u16,
     pub headers: Vec<(String, String)>,
@@ -82,7 +82,7 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    pub fn new(
+    pub(crate) fn new(
         dir: &Path,
         route: &str,
         effort: Option<Effort>,
@@ -104,7 +104,7 @@ impl Recorder {
         })
     }
 
-    pub fn record(
+    pub(crate) fn record(
         &self,
         request: &WireRequest,
         status: u16,
@@ -210,7 +210,7 @@ fn json_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
 }
 
 /// Load every exchange of a recording directory, in recorded order.
-pub fn load_exchanges(dir: &Path) -> Result<Vec<Exchange>, String> {
+pub(crate) fn load_exchanges(dir: &Path) -> Result<Vec<Exchange>, String> {
     let mut out = Vec::new();
     for path in json_files(dir)? {
         let text = std::fs::read_to_string(&path)

@@ -10,20 +10,30 @@
 /// `message`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SseEvent {
+    /// The event's type, from its `event:` line.
     pub event: String,
+    /// Its `data:` lines, joined by `
+    /// `.
     pub data: String,
+    /// The last `id:` seen in the stream so far; it carries over to later events.
     pub id: Option<String>,
 }
 
+/// Why the parser refused the stream.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SseError {
+    /// A line grew past the parser's limit without ending.
     #[error("an SSE line grew past {limit} bytes without ending")]
-    LineTooLong { limit: usize },
+    LineTooLong {
+        /// The limit, in bytes.
+        limit: usize,
+    },
 }
 
 /// Lines longer than this are refused rather than buffered forever.
 pub const DEFAULT_MAX_LINE: usize = 32 * 1024 * 1024;
 
+/// An incremental SSE parser: `push` chunks as they arrive, get back the complete events.
 #[derive(Debug)]
 pub struct SseParser {
     buf: Vec<u8>,
@@ -43,11 +53,12 @@ impl Default for SseParser {
 }
 
 impl SseParser {
+    /// A parser that refuses lines over `DEFAULT_MAX_LINE` bytes.
     pub fn new() -> Self {
         SseParser::with_max_line(DEFAULT_MAX_LINE)
     }
 
-    pub fn with_max_line(max_line: usize) -> Self {
+    pub(crate) fn with_max_line(max_line: usize) -> Self {
         SseParser {
             buf: Vec::new(),
             after_cr: false,

@@ -8,6 +8,7 @@ use crate::agent::rewind::describe_points;
 use crate::model::catalog::cost_text;
 use crate::model::effort::Effort;
 
+/// The text of `/help`: one line per command, then `!COMMAND`.
 pub const HELP: &str = "\
 /help               this list
 /status             session, model, turns, lanes, system prompt hash
@@ -172,8 +173,6 @@ pub fn permission_mode(lp: &mut AgenticLoop, args: &str) -> String {
     format!("mode {}: {what}", wanted.as_str())
 }
 
-/// `/compact`: the older messages become one extractive summary now (the loop also does this
-/// by itself when the context passes the scaffold's threshold).
 /// `/rewind`: the turns to go back to, or `/rewind N [--force]` going back to before turn N.
 pub fn rewind(lp: &mut AgenticLoop, args: &str) -> String {
     let mut force = false;
@@ -192,7 +191,9 @@ pub fn rewind(lp: &mut AgenticLoop, args: &str) -> String {
     answer.unwrap_or_else(|e| format!("error: {e}"))
 }
 
-pub async fn compact(lp: &mut AgenticLoop) -> String {
+/// `/compact`: the older messages become one extractive summary now (the loop also does this
+/// by itself when the context passes the scaffold's threshold).
+pub(crate) async fn compact(lp: &mut AgenticLoop) -> String {
     match lp.compact_between_turns().await {
         Some((before, after)) => {
             format!("compacted: {before} messages -> {after} (a summary and the recent ones)")

@@ -52,6 +52,7 @@ impl DaemonSocket {
         })
     }
 
+    /// The socket file it listens on.
     pub fn path(&self) -> &Path {
         &self.path
     }

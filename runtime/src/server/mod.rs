@@ -22,15 +22,21 @@ use crate::policy::SessionMode;
 use crate::session::lanes::LaneQueue;
 use crate::session::{SessionConfig, SessionError};
 
+/// Why a server could not start, build a session or answer a request.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
+    /// The socket path already accepts connections: another daemon serves it.
     #[error("a geode daemon is already answering on {0}")]
     AlreadyRunning(std::path::PathBuf),
+    /// Creating, removing or binding the socket (or its directory) failed.
     #[error("socket {path}: {source}")]
     Socket {
+        /// The socket file or directory at fault.
         path: std::path::PathBuf,
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// Creating or resuming the session failed.
     #[error(transparent)]
     Session(#[from] SessionError),
     /// The driver could not assemble a session (model route, workspace, config).
@@ -44,6 +50,7 @@ pub enum ServerError {
 /// How the driver (the `geode` binary) builds sessions: the model, workspace, hooks,
 /// checkpoint and policy of its configuration. The server adds the approver and the events.
 pub trait SessionFactory: Send + Sync {
+    /// The config of a fresh session: for a new connection and for `/clear`.
     fn new_session(&self) -> Result<SessionConfig, ServerError>;
     /// The config of a checkpointed session to restore.
     fn resume(&self, id: &SessionId) -> Result<SessionConfig, ServerError>;
@@ -86,15 +93,18 @@ pub trait SessionFactory: Send + Sync {
 /// What every connection of one server shares. Immutable but for the lanes, which lock
 /// internally with async-native primitives.
 pub struct Shared {
-    pub lanes: LaneQueue,
-    pub factory: Arc<dyn SessionFactory>,
-    pub approval_timeout: Duration,
+    pub(crate) lanes: LaneQueue,
+    pub(crate) factory: Arc<dyn SessionFactory>,
+    pub(crate) approval_timeout: Duration,
     /// Cancelled when the daemon drains: connections finish their turn and close.
     pub draining: CancellationToken,
-    pub mode: SessionMode,
+    pub(crate) mode: SessionMode,
 }
 
 impl Shared {
+    /// The state of a server whose sessions come from `factory`: at most `global_lanes` turns
+    /// (at least one) run at once, an approval unanswered for `approval_timeout` is denied, and
+    /// `mode` is the session mode it reports.
     pub fn new(
         factory: Arc<dyn SessionFactory>,
         global_lanes: usize,

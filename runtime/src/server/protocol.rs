@@ -27,123 +27,189 @@ use crate::policy::{SafetyLevel, SessionMode};
 use crate::store::timeline::CallOutcome;
 use crate::tools::approval::ApprovalAnswer;
 
-pub const PROTOCOL: &str = "geode.ipc.v1";
+pub(crate) const PROTOCOL: &str = "geode.ipc.v1";
 
+/// One line a client sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClientMessage {
+    /// What the client can do, optionally sent first; the server changes nothing on it yet.
     ClientCapability {
+        /// True when the client answers approval requests.
         #[serde(default)]
         approvals: bool,
+        /// The client's version, when it says.
         #[serde(default)]
         version: Option<String>,
     },
+    /// A prompt for the next turn; one sent while a turn runs waits for that turn to end.
     Prompt {
+        /// What the person typed.
         text: String,
     },
+    /// A slash command, answered by `command_result` (`/resume` without an id by `sessions`).
     Command {
+        /// The command without the slash: `status`, `cost`, ...
         name: String,
+        /// The rest of the line; empty when absent.
         #[serde(default)]
         args: String,
     },
     /// `!COMMAND` typed at the prompt: run in the session's workspace through its pipeline.
     Shell {
+        /// The command line, without the `!`.
         command: String,
     },
+    /// Cancel the running turn (and refuse its pending approvals); nothing when none runs.
     Cancel,
+    /// Switch this connection to a checkpointed session, as `/resume ARG` does.
     Resume {
+        /// The `/resume` argument: a session id, an id prefix or a number of the last listing.
         session_id: String,
     },
+    /// The person's answer to an `approval_request`.
     ApprovalResponse {
+        /// The request answered.
         approval_id: String,
         /// `y`, `n`, `a` (always for this tool in this session) or `n: WHY`.
         decision: ApprovalAnswer,
     },
+    /// Close the connection; a running turn is cancelled.
     Exit,
 }
 
+/// One line the server sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerMessage {
+    /// The greeting: sent first, and again when `/clear` or `/resume` switches the session.
     Session {
+        /// The protocol's name and version, `geode.ipc.v1`.
         protocol: String,
+        /// The live session's id.
         session_id: String,
+        /// The model route id the session calls.
         model: String,
+        /// The server's session mode: who can answer approval prompts.
         mode: SessionMode,
         /// Why the session's model cannot answer (none configured, no key), for the client to
         /// show before anything is typed; absent when it can.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model_unavailable: Option<String>,
     },
+    /// A round's whole assistant text, after its `text_delta`s.
     Stream {
+        /// The round's text.
         text: String,
     },
+    /// A piece of the reply's text as the model streams it.
     TextDelta {
+        /// The next piece.
         text: String,
     },
+    /// A piece of the model's thinking as it streams.
     ThinkingDelta {
+        /// The next piece.
         text: String,
     },
+    /// A round (one model call and the tool calls it asks for) starts.
     RoundStart {
+        /// The round's number in the turn, from 1.
         round: u32,
     },
+    /// A tool call starts.
     ToolStart {
+        /// The call's id; its `tool_output_delta` and `tool_end` carry the same.
         call_id: String,
+        /// The tool called.
         tool: String,
+        /// The call's input.
         input: serde_json::Value,
     },
     /// A piece of a running call's output, at most 64 KiB per call (the runtime's
     /// `LIVE_OUTPUT_CAP`); `tool_end` follows when the call is done.
     ToolOutputDelta {
+        /// The call the output belongs to.
         call_id: String,
+        /// The next piece of its output (stdout and stderr as read, interleaved).
         text: String,
     },
     /// A hook decided something (denied, rewrote, asked, added context): shown so a person
     /// knows why a call or prompt changed.
     HookDecision {
+        /// The hook event that fired.
         event: HookEventKind,
+        /// The handler's name (`command: ...`).
         hook: String,
+        /// The tool of the call decided on; absent for the turn's own events.
         tool: Option<String>,
+        /// What the hook decided.
         decision: HookDecisionKind,
+        /// The hook's reason, when it gave one.
         reason: Option<String>,
     },
+    /// A tool call ended.
     ToolEnd {
+        /// The call's id, as in its `tool_start`.
         call_id: String,
+        /// The tool called.
         tool: String,
         /// In words (`succeeded`, `denied at approval: WHY`): the outcome's `Display`.
         #[serde(with = "outcome_words")]
         outcome: CallOutcome,
+        /// True when the model was given an error result.
         is_error: bool,
     },
+    /// The tokens of a model reply without text (for which no `stream` is sent).
     Tokens {
+        /// Prompt tokens, cache reads and writes included.
         input: u64,
+        /// Tokens written by the model, reasoning excluded.
         output: u64,
     },
+    /// The loop ended the turn; `result` follows.
     TurnEnd {
+        /// Why the turn ended.
         termination: TerminationReason,
         /// What failed, when the turn ended on a failure: the client shows it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// A call waits for the person's approval: answer with `approval_response`; a request left
+    /// unanswered past the server's timeout is denied.
     ApprovalRequest {
+        /// Names the request for its answer (`ap-1`, `ap-2`, ... on one connection).
         approval_id: String,
+        /// The tool called.
         tool_name: String,
+        /// What the call would do (a diff for a file change), and a hook's reason if one asked.
         detail: String,
+        /// How much the call could change.
         safety_level: SafetyLevel,
     },
+    /// No answer came in time: the call was denied.
     ApprovalTimeout {
+        /// The request that timed out.
         approval_id: String,
     },
     /// A file change allowed without asking: its diff, as an approval would have shown it.
     AutoApproved {
+        /// The tool called.
         tool_name: String,
+        /// The change, as an approval request would have shown it.
         detail: String,
     },
+    /// The end of a turn, its last message.
     Result {
+        /// The turn's final text.
         text: String,
+        /// Rounds (model calls) the turn ran.
         rounds: u32,
+        /// Tool calls the turn made.
         tool_calls: u32,
+        /// Why the turn ended.
         termination: TerminationReason,
+        /// The model route id the session calls.
         model: String,
         /// Hash of the system prompt the turn ran under.
         system_prompt_hash: Option<String>,
@@ -151,16 +217,22 @@ pub enum ServerMessage {
         #[serde(default)]
         usage: Usage,
     },
+    /// The answer to a `command`, or to a `shell` line.
     CommandResult {
+        /// The command answered, without the slash; `!` for a shell line.
         name: String,
+        /// The answer, as a person reads it.
         text: String,
     },
     /// The answer to `/resume` without an id: newest first, the live session left out.
     /// `/resume N` resumes the Nth of this list.
     Sessions {
+        /// At most 20; `/resume N` takes the Nth.
         sessions: Vec<SessionEntry>,
     },
+    /// A bad line, or a request refused or failed; the connection stays open.
     Error {
+        /// What went wrong.
         message: String,
         /// True when the error answers a `prompt` or `command` (the client may send the next
         /// one); false for a bad line or a stale approval answer while a turn still runs.
@@ -173,13 +245,17 @@ pub enum ServerMessage {
 /// how far it went and what it cost.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionEntry {
+    /// The id `/resume` takes.
     pub session_id: SessionId,
     /// The first line of its first prompt.
     pub title: String,
     /// RFC 3339, as the checkpoint store writes it.
     pub updated_at: String,
+    /// Turns its checkpoint holds.
     pub turns: u32,
+    /// The model its checkpoint was created with.
     pub model: String,
+    /// What its turns cost so far, in US dollars.
     pub cost_usd: f64,
     /// The folder it runs in (empty from a daemon older than the field).
     #[serde(default)]

@@ -42,7 +42,7 @@ use crate::tools::plan::{
 };
 use crate::tools::workspace::Workspace;
 
-pub const DELEGATE_TOOL: &str = "delegate_task";
+pub(crate) const DELEGATE_TOOL: &str = "delegate_task";
 
 /// Rounds a child gets when the call does not say; the call may ask for at most `MAX_ROUNDS`.
 const DEFAULT_ROUNDS: u32 = 10;
@@ -53,7 +53,7 @@ const DEADLINE_MARGIN_SECS: u64 = 5;
 
 /// What a child session is built from: the parent session's parts.
 #[derive(Clone)]
-pub struct ChildTemplate {
+pub(crate) struct ChildTemplate {
     pub policy: SessionPolicy,
     pub workspace: Arc<dyn Workspace>,
     /// The parent's current model (a `/model` switch moves its sub-agents too).
@@ -72,7 +72,7 @@ pub struct ChildTemplate {
     pub environment: Vec<String>,
 }
 
-pub struct DelegateTool {
+pub(crate) struct DelegateTool {
     template: ChildTemplate,
     /// The parent's tool names: a call may only narrow these.
     parent_tools: BTreeSet<String>,

@@ -15,6 +15,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
 /// Why a lane could not be acquired.
 #[derive(Debug, thiserror::Error)]
 pub enum LaneError {
+    /// The daemon is draining; no new turn starts.
     #[error("the lane queue is closed (the daemon is draining)")]
     Closed,
 }
@@ -47,6 +48,7 @@ impl LaneQueue {
         }
     }
 
+    /// Turns that may run at once across sessions (at least 1).
     pub fn global_capacity(&self) -> usize {
         self.global_capacity
     }

@@ -40,13 +40,21 @@ use delegate::{ChildTemplate, DELEGATE_TOOL, DelegateTool};
 
 /// What a session is made of. `SessionConfig::new` fills the defaults of a headless session.
 pub struct SessionConfig {
+    /// The session's id; `new` draws a random one.
     pub session_id: SessionId,
+    /// What calls may run: mode, human in the loop, deny list, ceilings.
     pub policy: SessionPolicy,
+    /// Where the session's tools act (files, commands).
     pub workspace: Arc<dyn Workspace>,
+    /// The model the loop calls.
     pub model: Arc<dyn Model>,
+    /// Loop settings: guards and budgets, verification, reflection, compaction, system prompt.
     pub scaffold: Scaffold,
+    /// Where the session's rows are recorded; `None` records nothing.
     pub timeline: Option<Arc<SessionTimeline>>,
+    /// The session's hook handlers, shared with its sub-agents.
     pub hooks: HookRegistry,
+    /// Who answers approval requests; `new` sets `NoHuman`.
     pub approver: Arc<dyn Approver>,
     /// Tools beyond the built-in and cognitive ones (MCP tools, test tools).
     pub extra_tools: Vec<BoundTool>,
@@ -57,7 +65,9 @@ pub struct SessionConfig {
     /// The session's skills, shared by the executor (`load_skill`, their folders readable) and
     /// the loop (the prompt's list, the scaffold hash). Empty: none of that is added.
     pub skills: Arc<SkillSet>,
+    /// Trusted rewrites of tool requests, applied before policy.
     pub middleware: Vec<Arc<dyn ToolRequestMiddleware>>,
+    /// Where the loop sends its events for the driver; `None` drops them.
     pub events: Option<UnboundedSender<LoopEvent>>,
     /// `YYYY-MM-DD` for the prompt; today (UTC) when `None`.
     pub date: Option<String>,
@@ -72,15 +82,20 @@ pub struct SessionConfig {
 /// Why a session could not be built or restored.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
+    /// The tool executor could not be built (a tool's input schema does not compile).
     #[error(transparent)]
     Executor(#[from] ExecutorError),
+    /// The checkpoint could not be opened, read or written.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A resume was asked of a session without checkpoint settings.
     #[error("session {0}: resuming needs checkpoint settings (SessionConfig::checkpoint)")]
     NotDurable(SessionId),
 }
 
 impl SessionConfig {
+    /// A headless session on `workspace` calling `model` under `policy`: a random id, the
+    /// default scaffold, no hooks, no timeline, no checkpoint, `NoHuman` approving.
     pub fn new(
         policy: SessionPolicy,
         workspace: Arc<dyn Workspace>,

@@ -20,7 +20,9 @@ const MAX_DEPTH: usize = 8;
 /// The skills of one root folder, in name order.
 #[derive(Debug, Clone, Default)]
 pub struct SkillRoot {
+    /// The root folder.
     pub path: PathBuf,
+    /// Its skills, in name order.
     pub skills: Vec<Skill>,
     /// What is odd but readable (a name that differs from its folder's, which the Agent Skills
     /// format asks for and benchmark tasks do not always keep).

@@ -20,6 +20,7 @@ const DESCRIPTION_MAX: usize = 1024;
 pub struct SkillName(String);
 
 impl SkillName {
+    /// `s` as a name; `Err` says why it is not one (empty, too long, a character not allowed).
     pub fn parse(s: &str) -> Result<Self, String> {
         if s.is_empty() || s.len() > NAME_MAX {
             return Err(format!("{s:?} must be 1 to {NAME_MAX} characters"));
@@ -35,6 +36,7 @@ impl SkillName {
         Ok(SkillName(s.to_string()))
     }
 
+    /// The name as written.
     pub fn as_str(&self) -> &str {
         &self.0
     }

@@ -21,8 +21,9 @@ use crate::scaffold::Scaffold;
 
 pub use discover::{SkillRoot, discover_in_workspace, discover_local};
 pub use front_matter::SkillName;
-pub use tool::{LOAD_SKILL_TOOL, load_skill_tool};
-pub use workspace::SkillWorkspace;
+pub(crate) use tool::LOAD_SKILL_TOOL;
+pub use tool::load_skill_tool;
+pub(crate) use workspace::SkillWorkspace;
 
 /// The file that makes a folder a skill.
 pub const SKILL_FILE: &str = "SKILL.md";
@@ -30,24 +31,48 @@ pub const SKILL_FILE: &str = "SKILL.md";
 /// Why skills could not be read. Each names the file (and the field) at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum SkillError {
+    /// A file or folder could not be read, or `SKILL.md` is not a UTF-8 file.
     #[error("{path}: {message}")]
-    Read { path: PathBuf, message: String },
-    #[error("{path}: front matter: {message}")]
-    FrontMatter { path: PathBuf, message: String },
-    #[error("{path}: field `{field}`: {message}")]
-    Field {
+    Read {
+        /// The file or folder.
         path: PathBuf,
-        field: &'static str,
+        /// What went wrong.
         message: String,
     },
+    /// `SKILL.md` does not open with `---` delimited front matter, or it is not valid YAML.
+    #[error("{path}: front matter: {message}")]
+    FrontMatter {
+        /// The `SKILL.md` file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A front-matter field is missing or invalid.
+    #[error("{path}: field `{field}`: {message}")]
+    Field {
+        /// The `SKILL.md` file.
+        path: PathBuf,
+        /// The field's name as written (`name`, `description`, ...).
+        field: &'static str,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A limit was passed: folder depth, files per skill, bytes per file or per root.
     #[error("{path}: {message}")]
-    TooLarge { path: PathBuf, message: String },
+    TooLarge {
+        /// The file or folder where a limit was passed.
+        path: PathBuf,
+        /// Which limit.
+        message: String,
+    },
 }
 
 /// One skill as read: its declared name and description, its body and every file of its folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Skill {
+    /// The skill's name from its front matter.
     pub name: SkillName,
+    /// What the skill is for; all the model sees before it loads the skill.
     pub description: String,
     /// `allowed-tools`: the tools the skill expects to use (shown, not a grant).
     pub allowed_tools: Vec<String>,
@@ -105,10 +130,12 @@ impl SkillSet {
         set
     }
 
+    /// The set has no skill.
     pub fn is_empty(&self) -> bool {
         self.skills.is_empty()
     }
 
+    /// Skills in the set.
     pub fn len(&self) -> usize {
         self.skills.len()
     }
@@ -118,6 +145,7 @@ impl SkillSet {
         self.skills.values()
     }
 
+    /// The skill named `name`, if the set has one.
     pub fn get(&self, name: &str) -> Option<&Skill> {
         self.skills.values().find(|s| s.name.as_str() == name)
     }

@@ -16,7 +16,7 @@ use crate::tools::plan::{
     BoundTool, ResourceKeyRule, ToolContext, ToolHandler, ToolOutput, ToolSpec,
 };
 
-pub const LOAD_SKILL_TOOL: &str = "load_skill";
+pub(crate) const LOAD_SKILL_TOOL: &str = "load_skill";
 
 /// The input of `load_skill`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]

@@ -17,7 +17,7 @@ use crate::tools::workspace::{
 };
 
 #[derive(Debug, Clone)]
-pub struct SkillWorkspace {
+pub(crate) struct SkillWorkspace {
     inner: Arc<dyn Workspace>,
     skills: Arc<SkillSet>,
 }

@@ -15,10 +15,10 @@ use crate::policy::SafetyLevel;
 /// call carries in its spec's declared command argument.
 #[derive(Debug, Clone, Copy)]
 pub struct EffectProbe<'a> {
-    pub binding: &'a str,
-    pub effectful: bool,
-    pub safety: SafetyLevel,
-    pub command: Option<&'a str>,
+    pub(crate) binding: &'a str,
+    pub(crate) effectful: bool,
+    pub(crate) safety: SafetyLevel,
+    pub(crate) command: Option<&'a str>,
 }
 
 /// Whether a call changes the world and so gets a receipt: tools declared `effectful` (file
@@ -93,11 +93,11 @@ fn stage_is_read_only(stage: &str) -> bool {
 /// How a dispatched call ended, for its receipt.
 #[derive(Debug, Clone, Copy)]
 pub struct Settlement<'a> {
-    pub call_id: &'a str,
-    pub binding: &'a str,
-    pub outcome: &'a CallOutcome,
-    pub content: &'a str,
-    pub is_error: bool,
+    pub(crate) call_id: &'a str,
+    pub(crate) binding: &'a str,
+    pub(crate) outcome: &'a CallOutcome,
+    pub(crate) content: &'a str,
+    pub(crate) is_error: bool,
     /// The step's cancellation fired while the call ran.
     pub cancelled: bool,
 }

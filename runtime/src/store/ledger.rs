@@ -29,9 +29,9 @@ use sha2::{Digest, Sha256};
 use super::StoreError;
 use crate::ids::SessionId;
 
-pub const SCHEMA: &str = "geode.evidence.v1";
-pub const LEDGER_FILE: &str = "evidence.jsonl";
-pub const SALT_FILE: &str = "ledger.salt";
+pub(crate) const SCHEMA: &str = "geode.evidence.v1";
+pub(crate) const LEDGER_FILE: &str = "evidence.jsonl";
+pub(crate) const SALT_FILE: &str = "ledger.salt";
 /// Hex characters of a correlation hash: enough to tell values apart, too few to brute-force
 /// the salt back out.
 const HASH_CHARS: usize = 16;
@@ -106,7 +106,7 @@ impl std::fmt::Debug for Masker {
 }
 
 impl Masker {
-    pub fn new(salt: impl Into<String>) -> Result<Self, regex::Error> {
+    pub(crate) fn new(salt: impl Into<String>) -> Result<Self, regex::Error> {
         Ok(Masker {
             salt: salt.into(),
             rules: rules()?,
@@ -124,7 +124,7 @@ impl Masker {
         hex
     }
 
-    pub fn mask_text(&self, text: &str) -> String {
+    pub(crate) fn mask_text(&self, text: &str) -> String {
         let mut out = text.to_string();
         for rule in &self.rules {
             out = rule
@@ -217,10 +217,12 @@ impl EvidenceLedger {
         })
     }
 
+    /// The ledger file, `evidence.jsonl` in the session directory.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The masker of this session's rows (its salt makes the correlation hashes).
     pub fn masker(&self) -> &Masker {
         &self.masker
     }

@@ -27,24 +27,31 @@ use serde_json::Value;
 use super::StoreError;
 use crate::ids::{SessionId, canonical_sha256};
 
-pub const SCHEMA: &str = "geode.receipts.v1";
+pub(crate) const SCHEMA: &str = "geode.receipts.v1";
+/// The receipts database, in the session's checkpoint directory.
 pub const DB_FILE: &str = "receipts.db";
 /// Characters of a result kept in a committed receipt (enough to tell the model what happened
 /// when the result itself was lost with the process).
 const RESULT_CAP: usize = 8 * 1024;
 
+/// Where a receipt is in its life (see the module comment for the moves).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "snake_case")]
 pub enum ReceiptState {
+    /// Written before dispatch; the handler has not returned yet.
     Accepted,
+    /// The handler returned: the outcome and a capped result are kept.
     Committed,
+    /// The outcome is unknown (timeout, cancellation, a crash): never re-run automatically.
     Uncertain,
+    /// A person checked an uncertain effect and said `done` or `not-done`.
     Reconciled,
 }
 
 impl ReceiptState {
+    /// The name stored in the database (the serde name).
     pub fn as_str(self) -> &'static str {
         self.into()
     }
@@ -60,49 +67,60 @@ impl ReceiptState {
 #[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "kebab-case")]
 pub enum ReconcileOutcome {
+    /// The effect happened.
     Done,
+    /// The effect did not happen.
     NotDone,
 }
 
 impl ReconcileOutcome {
+    /// `done` or `not-done`, as stored in the receipt's outcome.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
 
+    /// The outcome named `done` or `not-done`; `None` for anything else.
     pub fn parse(s: &str) -> Option<ReconcileOutcome> {
         s.parse().ok()
     }
 }
 
+/// One receipt as stored: the call, its state, and how it was settled.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Receipt {
+    /// The session that made the call.
     pub session_id: SessionId,
+    /// The call's id, unique in the session.
     pub call_id: String,
+    /// The tool called.
     pub tool: String,
+    /// The call's input as dispatched.
     pub input: Value,
-    pub input_sha256: String,
+    pub(crate) input_sha256: String,
+    /// Where the receipt is in its life.
     pub state: ReceiptState,
     /// `succeeded` / `failed` when committed, the reason when uncertain, `done` / `not-done`
     /// when reconciled.
     pub outcome: Option<String>,
     /// The tool_result content when committed (capped).
     pub result: Option<String>,
-    pub is_error: Option<bool>,
-    pub turn: u32,
-    pub round: u32,
+    pub(crate) is_error: Option<bool>,
+    pub(crate) turn: u32,
+    pub(crate) round: u32,
+    /// When the receipt was written, before dispatch (RFC 3339, UTC, microseconds).
     pub accepted_at: String,
-    pub settled_at: Option<String>,
-    pub note: Option<String>,
+    pub(crate) settled_at: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 /// The call an `accept` is for.
 #[derive(Debug, Clone, Copy)]
 pub struct NewReceipt<'a> {
-    pub call_id: &'a str,
-    pub tool: &'a str,
-    pub input: &'a Value,
-    pub turn: u32,
-    pub round: u32,
+    pub(crate) call_id: &'a str,
+    pub(crate) tool: &'a str,
+    pub(crate) input: &'a Value,
+    pub(crate) turn: u32,
+    pub(crate) round: u32,
 }
 
 /// Handle on one session's receipts.
@@ -177,6 +195,7 @@ impl ReceiptStore {
         })
     }
 
+    /// The database file it was opened on.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -353,6 +372,7 @@ impl ReceiptStore {
             .ok_or_else(|| StoreError::refused(&self.path, format!("receipt {call_id} vanished")))
     }
 
+    /// The session's receipt for `call_id`; `None` when the call has none.
     pub fn get(&self, call_id: &str) -> Result<Option<Receipt>, StoreError> {
         let conn = self.conn();
         let raw = conn

@@ -15,10 +15,10 @@ use crate::tools::plan::ToolSpec;
 /// What the approver is shown.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ApprovalRequest {
-    pub call_id: String,
-    pub tool_name: String,
-    pub input: Value,
-    pub safety_level: SafetyLevel,
+    pub(crate) call_id: String,
+    pub(crate) tool_name: String,
+    pub(crate) input: Value,
+    pub(crate) safety_level: SafetyLevel,
     /// Why a hook asked for permission, when one did.
     pub reason: Option<String>,
     /// What a person reads before answering ([`preview`]).
@@ -95,9 +95,13 @@ fn diff(old: &str, new: &str) -> String {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ApprovalAnswer {
+    /// Run this call (`y`).
     Yes,
+    /// Refuse this call (`n`).
     No,
+    /// Run this call and every later call of the same tool in this session (`a`).
     Always,
+    /// Refuse this call and tell the model why (`n: WHY`).
     NoBecause(String),
 }
 
@@ -151,8 +155,10 @@ impl From<ApprovalAnswer> for String {
     }
 }
 
+/// Who answers a call that prompts: a person at the REPL or the daemon's client, or nobody.
 #[async_trait]
 pub trait Approver: Send + Sync {
+    /// The answer to one prompt; the call waits for it.
     async fn ask(&self, request: &ApprovalRequest) -> ApprovalAnswer;
 
     /// A file change allowed without asking (the level or an earlier "always" let it through):
@@ -182,9 +188,11 @@ pub fn always_prompts(binding: &str) -> bool {
 /// What the gate decides before any prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GateDecision {
+    /// The call runs without a prompt.
     Allowed,
     /// A human must be asked (or, without one, the call is denied).
     Prompt,
+    /// The call is refused; the reason is what the model is told.
     Denied(String),
 }
 
@@ -214,10 +222,12 @@ pub enum PermissionMode {
 }
 
 impl PermissionMode {
+    /// The kebab-case name (`default`, `accept-edits`, `plan`), as `/mode` takes it.
     pub fn as_str(self) -> &'static str {
         self.into()
     }
 
+    /// The mode a kebab-case name stands for; `None` for any other text.
     pub fn parse(s: &str) -> Option<PermissionMode> {
         s.parse().ok()
     }
@@ -241,18 +251,18 @@ pub struct ApprovalGate {
 }
 
 impl ApprovalGate {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         ApprovalGate {
             always: Mutex::new(BTreeSet::new()),
             mode: Mutex::new(PermissionMode::Default),
         }
     }
 
-    pub fn permission_mode(&self) -> PermissionMode {
+    pub(crate) fn permission_mode(&self) -> PermissionMode {
         self.mode.lock().map(|m| *m).unwrap_or_default()
     }
 
-    pub fn set_permission_mode(&self, mode: PermissionMode) {
+    pub(crate) fn set_permission_mode(&self, mode: PermissionMode) {
         if let Ok(mut m) = self.mode.lock() {
             *m = mode;
         }
@@ -265,7 +275,7 @@ impl ApprovalGate {
             .unwrap_or(false)
     }
 
-    pub fn remember_always(&self, tool: &str) {
+    pub(crate) fn remember_always(&self, tool: &str) {
         if let Ok(mut s) = self.always.lock() {
             s.insert(tool.to_string());
         }

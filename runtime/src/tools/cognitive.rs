@@ -45,12 +45,12 @@ pub fn cognitive_tools() -> Vec<BoundTool> {
     ]
 }
 
-pub struct UpdatePlan;
+pub(crate) struct UpdatePlan;
 
 /// The input of `update_plan`.
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct UpdatePlanInput {
+pub(crate) struct UpdatePlanInput {
     #[schemars(length(min = 1))]
     pub objective: String,
     pub steps: Vec<PlanStep>,
@@ -91,12 +91,12 @@ impl ToolHandler for UpdatePlan {
     }
 }
 
-pub struct RecordReflection;
+pub(crate) struct RecordReflection;
 
 /// The input of `record_reflection`.
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ReflectionInput {
+pub(crate) struct ReflectionInput {
     pub hypotheses: Vec<HypothesisInput>,
     pub next_action: Option<String>,
 }
@@ -105,7 +105,7 @@ pub struct ReflectionInput {
 /// which is why this is not [`Hypothesis`] itself.
 #[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct HypothesisInput {
+pub(crate) struct HypothesisInput {
     #[schemars(length(min = 1))]
     pub statement: String,
     #[schemars(range(min = 0.0, max = 1.0))]

@@ -46,6 +46,7 @@ pub use late_tools::ToolSource;
 
 /// A trusted rewrite of tool requests before policy (the `tool_request` join point).
 pub trait ToolRequestMiddleware: Send + Sync {
+    /// How a denial caused by this middleware names it.
     fn name(&self) -> &str;
     /// A rewritten request, or `None` to leave it as it is.
     fn rewrite(&self, request: &ToolRequest) -> Option<ToolRequest>;
@@ -54,8 +55,11 @@ pub trait ToolRequestMiddleware: Send + Sync {
 /// A call as middleware sees it. `classification` may only go up.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolRequest {
+    /// The tool called; a rewrite may name another tool of the plan.
     pub name: String,
+    /// The call's arguments.
     pub input: Value,
+    /// The call's data classification; a rewrite that lowers it is denied.
     pub classification: Classification,
 }
 
@@ -100,10 +104,15 @@ struct Pending<'p> {
 /// The end of one call's trip through the pipeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallRecord {
+    /// The tool that ran: the one a middleware rewrote to, else the one proposed.
     pub tool: String,
+    /// The input it ran with (after any rewrite); the proposed input for a denied call.
     pub input: Value,
+    /// What the model is sent, already cut to the executor's `result_cap`.
     pub result: ToolResult,
+    /// How the call ended, denials included.
     pub outcome: CallOutcome,
+    /// Wall time from the call's arrival to its result, through the whole pipeline.
     pub duration: Duration,
     /// What the call's hooks decided (PreToolUse, PermissionRequest, PostToolUse), in order.
     pub hooks: Vec<HookDecided>,
@@ -112,8 +121,11 @@ pub struct CallRecord {
 /// Per model step: which turn, which snapshot, which cancellation.
 #[derive(Debug, Clone)]
 pub struct StepContext {
+    /// The session's turn the step belongs to.
     pub turn: u32,
+    /// The model and tool plan that proposed the calls.
     pub snapshot: StepSnapshot,
+    /// Cancels the step's calls; each dispatch runs under a child of it.
     pub cancel: CancellationToken,
     /// Where the step's calls send their output while they run (a person watching).
     pub output: ToolOutputSink,
@@ -122,6 +134,7 @@ pub struct StepContext {
     pub by_person: bool,
 }
 
+/// An executor's deadlines and result cap; by default 120 s, at most 3600 s, 65536 characters.
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
     /// Dispatch deadline when the call names none (in its tool's declared deadline argument).
@@ -169,22 +182,40 @@ pub struct ToolExecutor {
     ledger: Option<Arc<EvidenceLedger>>,
 }
 
+/// Why an executor could not be built or given more tools.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecutorError {
+    /// A tool's input schema does not compile, so its calls could not be checked.
     #[error("tool {tool}: input_schema is not a valid JSON Schema: {message}")]
-    BadSchema { tool: String, message: String },
+    BadSchema {
+        /// The tool's name.
+        tool: String,
+        /// The schema compiler's error.
+        message: String,
+    },
 }
 
+/// What [`ToolExecutor::new`] is built from.
 pub struct ExecutorParts {
+    /// The session whose calls it runs.
     pub session_id: SessionId,
+    /// The tools offered, before the policy's deny list and allow-list narrow them.
     pub plan: BoundToolPlan,
+    /// The session's policy: what may run and who must approve it.
     pub policy: SessionPolicy,
+    /// Where the calls act.
     pub workspace: Arc<dyn Workspace>,
+    /// The hooks run before and after each call.
     pub hooks: Arc<HookRegistry>,
+    /// Who answers a call that prompts.
     pub approver: Arc<dyn Approver>,
+    /// Trusted rewrites of each call, applied in order before policy.
     pub middleware: Vec<Arc<dyn ToolRequestMiddleware>>,
+    /// Where `tool.called` and `tool.completed` rows go; `None` records nothing.
     pub timeline: Option<Arc<SessionTimeline>>,
+    /// The session's plan and hypotheses, which the cognitive tools change.
     pub cognition: Arc<Mutex<CognitiveState>>,
+    /// Deadlines and the result cap.
     pub config: ExecutorConfig,
 }
 
@@ -252,15 +283,16 @@ impl ToolExecutor {
         self
     }
 
+    /// The tools offered, as narrowed by the policy (and grown by late tools).
     pub fn plan(&self) -> &BoundToolPlan {
         &self.plan
     }
 
-    pub fn policy(&self) -> &SessionPolicy {
+    pub(crate) fn policy(&self) -> &SessionPolicy {
         &self.policy
     }
 
-    pub fn workspace(&self) -> &Arc<dyn Workspace> {
+    pub(crate) fn workspace(&self) -> &Arc<dyn Workspace> {
         &self.workspace
     }
 

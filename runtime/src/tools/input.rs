@@ -16,7 +16,7 @@ pub struct InputError {
     /// The path of the offending field (`timeout_sec`, `steps[0].status`); empty when the
     /// object itself is at fault (a missing or unknown field, which the message names).
     pub field: String,
-    pub message: String,
+    pub(crate) message: String,
 }
 
 fn at_field(field: &str) -> String {

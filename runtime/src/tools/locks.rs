@@ -28,7 +28,7 @@ pub struct ResourceGuard {
 }
 
 #[derive(Debug, Default)]
-pub struct ResourceLocks {
+pub(crate) struct ResourceLocks {
     workspace: Arc<RwLock<()>>,
     keys: Mutex<HashMap<String, Arc<AsyncMutex<()>>>>,
 }

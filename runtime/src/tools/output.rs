@@ -140,6 +140,7 @@ pub struct OutputCapture {
 }
 
 impl OutputCapture {
+    /// An empty capture that keeps at most `cap` bytes.
     pub fn new(cap: usize) -> Self {
         OutputCapture {
             buf: Vec::new(),
@@ -148,6 +149,7 @@ impl OutputCapture {
         }
     }
 
+    /// Append `chunk`, dropping whatever lies past the cap and noting that something was cut.
     pub fn push(&mut self, chunk: &[u8]) {
         let room = self.cap.saturating_sub(self.buf.len());
         if chunk.len() > room {

@@ -41,12 +41,17 @@ pub enum ResourceKeyRule {
 /// Everything about a tool except its code.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolSpec {
+    /// What the model calls the tool; unique within a plan.
     pub name: String,
+    /// What the model is told the tool does.
     pub description: String,
     /// JSON Schema of the input object.
     pub input_schema: Value,
+    /// How much harm a call can do; the policy and the approval gate decide on it.
     pub safety: SafetyLevel,
+    /// What personal data a call may touch.
     pub personal_data: PersonalDataClass,
+    /// Which calls of this and other tools may not run at the same time as one of its calls.
     pub resource_keys: ResourceKeyRule,
     /// Input fields holding workspace paths; checked at the scope step.
     pub path_args: Vec<String>,
@@ -63,7 +68,7 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
-    pub fn classification(&self) -> Classification {
+    pub(crate) fn classification(&self) -> Classification {
         Classification {
             safety: self.safety,
             personal_data: self.personal_data,
@@ -87,13 +92,16 @@ impl ToolSpec {
 /// What a handler returns. Denials never reach a handler; they are built by the pipeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolOutput {
+    /// The text the model reads.
     pub content: String,
+    /// Whether the call failed; the model is shown the content as an error.
     pub is_error: bool,
     /// Screenshots for the model (the computer tool); most tools return none.
     pub images: Vec<Image>,
 }
 
 impl ToolOutput {
+    /// A successful result with text `content` and no images.
     pub fn ok(content: impl Into<String>) -> Self {
         ToolOutput {
             content: content.into(),
@@ -115,15 +123,21 @@ impl ToolOutput {
 /// What a handler may see of the session; a fresh one per call.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
+    /// The session the call belongs to.
     pub session_id: SessionId,
+    /// The model's id for this call (`tool_use_id`).
     pub call_id: String,
+    /// The correlation id of the model step that proposed the call.
     pub correlation_id: CorrelationId,
+    /// The model that proposed the call.
     pub model_id: String,
+    /// Where the call acts.
     pub workspace: Arc<dyn Workspace>,
     /// Inputs of `path_args`, already resolved inside the workspace by the scope step.
     pub resolved_paths: Vec<(String, PathBuf)>,
     /// The dispatch deadline; long-running handlers should stop their own work by then.
     pub deadline: Duration,
+    /// Fires when the step is cancelled or the handler overran its deadline; stop on it.
     pub cancel: CancellationToken,
     /// Plan, hypotheses and confidence, for the cognitive tools.
     pub cognition: Arc<Mutex<CognitiveState>>,
@@ -142,6 +156,7 @@ impl ToolContext {
     }
 }
 
+/// The code of a tool, called once per call that passed the pipeline.
 #[async_trait]
 pub trait ToolHandler: Send + Sync {
     /// Run the call. `input` has passed schema validation.
@@ -151,9 +166,11 @@ pub trait ToolHandler: Send + Sync {
 /// A spec bound to the code that runs it.
 #[derive(Clone)]
 pub struct BoundTool {
+    /// What the model and the pipeline are told of the tool.
     pub spec: ToolSpec,
     /// A stable name of the handler (`builtin:bash`, `mcp:server/tool`), part of the plan hash.
     pub binding: String,
+    /// The code that runs a call.
     pub handler: Arc<dyn ToolHandler>,
 }
 
@@ -187,6 +204,8 @@ pub struct BoundToolPlan {
 }
 
 impl BoundToolPlan {
+    /// Generation `generation` of `tools`, sorted by name; of tools with the same name only
+    /// the first is kept.
     pub fn new(generation: u64, mut tools: Vec<BoundTool>) -> Self {
         tools.sort_by(|a, b| a.spec.name.cmp(&b.spec.name));
         tools.dedup_by(|a, b| a.spec.name == b.spec.name);
@@ -215,18 +234,22 @@ impl BoundToolPlan {
         BoundToolPlan::new(self.generation + 1, kept)
     }
 
+    /// Which plan of the session this is; each change builds the next one.
     pub fn generation(&self) -> u64 {
         self.generation
     }
 
+    /// SHA-256 of the canonical JSON of the generation, specs and bindings.
     pub fn hash(&self) -> &PlanHash {
         &self.hash
     }
 
+    /// The tool the model calls `name`, if the plan has it.
     pub fn get(&self, name: &str) -> Option<&BoundTool> {
         self.tools.iter().find(|t| t.spec.name == name)
     }
 
+    /// Every tool, in name order.
     pub fn tools(&self) -> &[BoundTool] {
         &self.tools
     }

@@ -22,26 +22,36 @@ use crate::tools::output::OutputSink;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("path {path:?} is outside the workspace root: {why}")]
 pub struct ScopeViolation {
+    /// The path as the model gave it.
     pub path: String,
+    /// What is wrong with it, for the model to read.
     pub why: String,
 }
 
+/// Why a workspace operation failed; the text goes back to the model.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
+    /// A file system operation failed.
     #[error("{op} {path}: {source}")]
     Io {
+        /// What was being done (`read`, `write`, `list`).
         op: &'static str,
+        /// The path it was done to, as the model sees it.
         path: String,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// The command's process could not be started.
     #[error("could not start process: {0}")]
     Spawn(std::io::Error),
+    /// The command sandbox could not be set up or entered.
     #[error(
         "the command sandbox could not be made ({0}); `--sandbox off` (or `sandbox = \"off\"` \
          in the user's configuration) runs commands unconfined"
     )]
     Sandbox(std::io::Error),
+    /// A path outside the workspace root.
     #[error(transparent)]
     Scope(#[from] ScopeViolation),
 }
@@ -57,30 +67,44 @@ pub struct ExecRequest {
     pub timeout: Duration,
     /// Bytes kept of stdout and of stderr each; the rest is dropped with a visible marker.
     pub output_cap: usize,
+    /// Variables set for the command on top of the inherited environment.
     pub env: Vec<(String, String)>,
 }
 
+/// How a command ended and what it printed.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExecOutput {
     /// `None` when the process was killed by a signal (timeout or cancellation included).
     pub exit_code: Option<i32>,
+    /// Standard output as lossy UTF-8, with a marker where it was cut.
     pub stdout: String,
+    /// Standard error as lossy UTF-8, with a marker where it was cut.
     pub stderr: String,
+    /// Whether the command was killed at its timeout.
     pub timed_out: bool,
+    /// Whether the command was killed because the call was cancelled.
     pub cancelled: bool,
     /// True when stdout or stderr was cut at `output_cap`.
     pub truncated: bool,
+    /// Wall time from the start of the command to its end, in milliseconds.
     pub duration_ms: u64,
 }
 
+/// One entry of a listed directory.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DirEntryInfo {
+    /// The entry's file name (lossy UTF-8).
     pub name: String,
+    /// Whether it is a directory, or a symlink to one.
     pub is_dir: bool,
+    /// Whether the entry itself is a symlink.
     pub is_symlink: bool,
+    /// Size in bytes of what it points at (of the link itself when dangling).
     pub len: u64,
 }
 
+/// Where the tools act: files under one root and commands run there. The runtime has
+/// [`LocalWorkspace`]; the harness implements it for its sandboxes.
 #[async_trait]
 pub trait Workspace: Send + Sync + std::fmt::Debug {
     /// The directory every path is relative to (canonical).
@@ -91,6 +115,7 @@ pub trait Workspace: Send + Sync + std::fmt::Debug {
     /// symlinks (in any existing prefix) that lead outside. The target need not exist.
     fn resolve(&self, path: &str) -> Result<PathBuf, ScopeViolation>;
 
+    /// The whole content of a file; `path` is one [`Workspace::resolve`] returned.
     async fn read_file(&self, path: &Path) -> Result<Vec<u8>, WorkspaceError>;
 
     /// Creates parent directories as needed.
@@ -99,6 +124,7 @@ pub trait Workspace: Send + Sync + std::fmt::Debug {
     /// Entries sorted by name.
     async fn list_dir(&self, path: &Path) -> Result<Vec<DirEntryInfo>, WorkspaceError>;
 
+    /// Run one command to its end, its timeout or `cancel`, whichever comes first.
     async fn exec(
         &self,
         req: ExecRequest,
@@ -164,6 +190,8 @@ pub struct LocalWorkspace {
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
 impl LocalWorkspace {
+    /// A workspace rooted at `root` (canonicalised), commands unconfined; refused when
+    /// `root` is not an existing directory.
     pub fn new(root: impl AsRef<Path>) -> Result<Self, WorkspaceError> {
         let given = root.as_ref();
         let io_err = |source| WorkspaceError::Io {

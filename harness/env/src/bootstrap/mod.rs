@@ -72,6 +72,7 @@ pub const ARCH: &str = "amd64";
 /// Inside the root: where the finish script lives, with everything else stage 1 needs only
 /// until then. The finish script removes the folder.
 pub const WORK_DIR: &str = "/.geode-bootstrap";
+/// Inside the root: the finish script that stage 2 runs (see [`Staged::finish_script`]).
 pub const FINISH_SCRIPT: &str = "/.geode-bootstrap/finish.sh";
 
 const HOST_KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
@@ -123,6 +124,7 @@ pub struct DebianSuite {
 /// What stage 1 left in the root.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Staged {
+    /// The root folder on the host that stage 1 unpacked into.
     pub rootfs: PathBuf,
     /// Absolute path *inside* the root of a shell script that, run as root inside it (chroot,
     /// `/proc` and `/dev` mounted, no network needed), installs the packages, cleans up and
@@ -137,31 +139,55 @@ pub struct Staged {
 /// Failures of stage 1. Each one names the command (with its stderr's tail) or the file.
 #[derive(Debug, thiserror::Error)]
 pub enum BootstrapError {
+    /// This host cannot bootstrap at all (not root, another architecture ...).
     #[error("debian bootstrap: {0}")]
     Unsupported(String),
+    /// The root folder given is unfit (not an empty directory ...).
     #[error("debian bootstrap: root {}: {message}", .path.display())]
-    BadRoot { path: PathBuf, message: String },
+    BadRoot {
+        /// The root folder.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// A file system operation failed.
     #[error("debian bootstrap: cannot {action} {}: {source}", .path.display())]
     Io {
+        /// What was being done (`read`, ...), as the message words it.
         action: &'static str,
+        /// The file or folder concerned.
         path: PathBuf,
+        /// The underlying error.
         #[source]
         source: io::Error,
     },
+    /// A command could not be started.
     #[error("debian bootstrap: `{command}` could not be started: {source}")]
     Spawn {
+        /// The command line.
         command: String,
+        /// Why it did not start.
         #[source]
         source: io::Error,
     },
+    /// A command ran and failed.
     #[error("debian bootstrap: `{command}` failed ({status}): {stderr}")]
     Failed {
+        /// The command line.
         command: String,
+        /// How it ended (exit code or signal).
         status: String,
+        /// The tail of its stderr.
         stderr: String,
     },
+    /// A file the bootstrap reads (package lists, os-release ...) lacks what it needs.
     #[error("debian bootstrap: {}: {message}", .path.display())]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The file or folder concerned.
+        path: PathBuf,
+        /// What is missing or wrong.
+        message: String,
+    },
 }
 
 /// The suite behind an image reference GEODE can build itself: `debian:bookworm`,

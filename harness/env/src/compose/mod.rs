@@ -43,17 +43,25 @@ const ENVIRONMENT_DIR: &str = "environment";
 /// The service that is the agent's sandbox.
 pub const MAIN_SERVICE: &str = "main";
 
+/// Why a task's compose file cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ComposeError {
+    /// The file does not parse, or a key holds what GEODE cannot run.
     #[error("{path}: {field}: {message}")]
     Invalid {
+        /// The compose file.
         path: String,
+        /// The key at fault (`services.db.build`), or `(document)`.
         field: String,
+        /// What is wrong.
         message: String,
     },
+    /// The file exists but cannot be read.
     #[error("{path}: {source}")]
     Io {
+        /// The compose file.
         path: String,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
@@ -70,6 +78,7 @@ pub struct Compose {
     pub notes: Vec<String>,
 }
 
+/// What a compose file sets for the `main` service, the agent's sandbox.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MainService {
     /// `environment:`, added to the task's.
@@ -84,16 +93,23 @@ pub struct MainService {
 /// A sidecar service.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Service {
+    /// The service's key under `services:`, also its host name in the group.
     pub name: String,
+    /// `image:`: the image to run when there is no `build:`.
     pub image: Option<String>,
+    /// `build:`: where its image is built from.
     pub build: Option<BuildContext>,
     /// Replace the image's ENTRYPOINT (and drop its CMD, as compose does).
     pub entrypoint: Option<Vec<String>>,
     /// Replace the image's CMD.
     pub command: Option<Vec<String>>,
+    /// `environment:`: extra environment of its processes.
     pub env: Vec<(String, String)>,
+    /// `user:`: overrides the image's USER.
     pub user: Option<String>,
+    /// `working_dir:`: overrides the image's WORKDIR.
     pub working_dir: Option<String>,
+    /// `healthcheck:`: what says the service is ready.
     pub healthcheck: Option<Healthcheck>,
     /// The services it starts after (never `main`, which always starts first).
     pub depends_on: Vec<String>,
@@ -118,8 +134,11 @@ impl Service {
 /// task's folder) and the build's args.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BuildContext {
+    /// The folder COPY and ADD read from.
     pub context: PathBuf,
+    /// The Dockerfile's path.
     pub dockerfile: PathBuf,
+    /// `args:`: values for the Dockerfile's ARGs.
     pub args: Vec<(String, String)>,
 }
 

@@ -61,11 +61,20 @@ impl fmt::Debug for PullOptions {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ImageSource {
     /// Pulled; the base URL that served it (a mirror's, or the registry's).
-    Pulled { registry_url: String },
+    Pulled {
+        /// Base URL of the registry or mirror.
+        registry_url: String,
+    },
     /// Loaded from a `docker save` tarball or an OCI layout.
-    Loaded { file: PathBuf },
+    Loaded {
+        /// The tarball or layout directory loaded.
+        file: PathBuf,
+    },
     /// Made without a registry, e.g. "bootstrapped from the Debian archive (bookworm)".
-    Bootstrapped { what: String },
+    Bootstrapped {
+        /// How it was made, in words.
+        what: String,
+    },
     /// Built from a Dockerfile.
     Built,
 }
@@ -75,9 +84,13 @@ pub enum ImageSource {
 pub struct ImageConfig {
     /// `Env`, split at the first `=`.
     pub env: Vec<(String, String)>,
+    /// `WorkingDir`: the default working directory of processes.
     pub working_dir: Option<String>,
+    /// `User`: default user (`name`, `uid` or `uid:gid`); root when `None`.
     pub user: Option<String>,
+    /// `Entrypoint`: the argv prefix of the image's command.
     pub entrypoint: Option<Vec<String>>,
+    /// `Cmd`: the default command, or arguments to the entrypoint.
     pub cmd: Option<Vec<String>>,
     /// Docker's `Shell` (for `RUN` in shell form), when the image sets one.
     pub shell: Option<Vec<String>>,
@@ -93,11 +106,13 @@ pub struct StoredImage {
     /// newer `docker save`); the config's digest (docker's image id) for a legacy `docker save`;
     /// for local images a sha256 over the layer ids and the config.
     pub digest: String,
+    /// The image's runtime settings.
     pub config: ImageConfig,
     /// The unpacked layer dirs, bottom first, as short paths (`<root>/l/<12 hex>`).
     pub layers: Vec<PathBuf>,
     /// Bytes of the unpacked layers' regular files.
     pub size_bytes: u64,
+    /// Where it came from.
     pub source: ImageSource,
     /// RFC 3339, when recorded.
     pub created: String,
@@ -106,62 +121,127 @@ pub struct StoredImage {
 /// Everything that can go wrong with images; each message names the reference, URL or file.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
+    /// A reference that does not parse.
     #[error("invalid image reference {reference:?}: {reason}")]
-    BadReference { reference: String, reason: String },
-    #[error("{reference}: not found at {url}")]
-    NotFound { reference: String, url: String },
-    #[error("{reference}: unauthorized at {url}: {reason}")]
-    Unauthorized {
+    BadReference {
+        /// The reference as given.
         reference: String,
-        url: String,
+        /// What is wrong with it.
         reason: String,
     },
+    /// The registry has no such image, tag or blob.
+    #[error("{reference}: not found at {url}")]
+    NotFound {
+        /// The image asked for.
+        reference: String,
+        /// The URL that answered 404.
+        url: String,
+    },
+    /// The registry refused the credentials, or their lack.
+    #[error("{reference}: unauthorized at {url}: {reason}")]
+    Unauthorized {
+        /// The image asked for.
+        reference: String,
+        /// The URL that refused.
+        url: String,
+        /// The registry's or the token service's explanation.
+        reason: String,
+    },
+    /// Downloaded bytes whose sha256 is not the digest that named them.
     #[error("{reference}: digest mismatch for {what}: expected {expected}, got {actual}")]
     DigestMismatch {
+        /// The image being pulled.
         reference: String,
+        /// Which blob or manifest.
         what: String,
+        /// The digest asked for.
         expected: String,
+        /// The digest of what arrived.
         actual: String,
     },
+    /// A manifest, config or layer of a media type the store cannot read.
     #[error("{reference}: unsupported media type {media_type:?} for {what}")]
     UnsupportedMediaType {
+        /// The image being pulled.
         reference: String,
+        /// The media type found.
         media_type: String,
+        /// Which part carried it.
         what: String,
     },
+    /// A multi-platform index without an image for this machine's platform.
     #[error("{reference}: no {platform} image in its index (it has: {available})")]
     UnsupportedPlatform {
+        /// The image being pulled.
         reference: String,
+        /// The platform wanted, such as `linux/amd64`.
         platform: String,
+        /// The platforms the index lists, comma-separated.
         available: String,
     },
+    /// A manifest or config that does not parse or lacks what it must have.
     #[error("{reference}: bad manifest or config from {location}: {what}")]
     BadManifest {
+        /// The image concerned.
         reference: String,
+        /// The URL or file it was read from.
         location: String,
+        /// What is wrong.
         what: String,
     },
+    /// The request did not get an answer (connection, TLS, timeout).
     #[error("network error at {url}: {message}")]
-    Network { url: String, message: String },
-    #[error("{url}: the registry answered {status}: {message}")]
-    Registry {
+    Network {
+        /// The URL requested.
         url: String,
-        status: u16,
+        /// The transport's error.
         message: String,
     },
+    /// The registry answered with an unexpected HTTP status.
+    #[error("{url}: the registry answered {status}: {message}")]
+    Registry {
+        /// The URL requested.
+        url: String,
+        /// The HTTP status code.
+        status: u16,
+        /// The body or reason the registry gave.
+        message: String,
+    },
+    /// A file system operation of the store failed.
     #[error("{}: {what}: {source}", path.display())]
     Io {
+        /// The file or directory concerned.
         path: PathBuf,
+        /// What was being done.
         what: String,
+        /// The underlying error.
         #[source]
         source: std::io::Error,
     },
+    /// A `docker save` tarball or OCI layout that cannot be loaded.
     #[error("bad archive {}: {what}", file.display())]
-    BadArchive { file: PathBuf, what: String },
+    BadArchive {
+        /// The archive file or layout directory.
+        file: PathBuf,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// A docker client config whose credentials cannot be read.
     #[error("docker config {}: {what}", path.display())]
-    BadCredentials { path: PathBuf, what: String },
+    BadCredentials {
+        /// The config file.
+        path: PathBuf,
+        /// What is wrong with it.
+        what: String,
+    },
+    /// A layer that cannot be unpacked or recorded.
     #[error("layer {id}: {what}")]
-    Layer { id: String, what: String },
+    Layer {
+        /// The layer's id or digest.
+        id: String,
+        /// What went wrong.
+        what: String,
+    },
 }
 
 impl ImageError {

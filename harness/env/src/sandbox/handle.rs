@@ -140,6 +140,7 @@ impl SandboxHandle {
         &self.launch.dir
     }
 
+    /// The work directory inside the sandbox (the image's WORKDIR).
     pub fn workdir(&self) -> &str {
         &self.launch.workdir
     }

@@ -180,6 +180,7 @@ impl SandboxBackend {
         })
     }
 
+    /// The settings this backend was made with.
     pub fn config(&self) -> &SandboxConfig {
         &self.config
     }

@@ -10,11 +10,13 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+/// Value of [`ServerSpec::schema`] this server understands.
 pub const SERVER_SCHEMA: &str = "geode.sandbox.server.v1";
 
 /// Everything the server needs to build the sandbox. Paths are host paths unless noted.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ServerSpec {
+    /// Always [`SERVER_SCHEMA`]; a server refuses a spec of another schema.
     pub schema: String,
     /// The executable that provides `sandbox_entry`, run again as the namespace's init.
     pub geode_exe: PathBuf,
@@ -24,6 +26,7 @@ pub struct ServerSpec {
     pub root: RootSpec,
     /// The writable layer of this sandbox and overlayfs' work directory beside it.
     pub upper: PathBuf,
+    /// Overlayfs' work directory, on the same file system as `upper`.
     pub work: PathBuf,
     /// Host directory shown read-only at [`INBOX`] inside; `copy_in` stages files here.
     pub inbox: PathBuf,
@@ -37,7 +40,9 @@ pub struct ServerSpec {
     /// is bounded; `None`: the layer is `upper` on the host's file system.
     #[serde(default)]
     pub disk: Option<PathBuf>,
+    /// Hostname inside the sandbox's UTS namespace.
     pub hostname: String,
+    /// What the sandbox's processes can reach.
     pub network: Network,
     /// A network namespace to join (a compose group's, `/proc/PID/ns/net` of its main
     /// sandbox's server) instead of making one; `network` still says what it may reach.
@@ -84,9 +89,13 @@ pub enum Network {
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum RootSpec {
     /// An image: its unpacked layers, bottom first. Nothing of the host lies below them.
-    Layers { lower: Vec<PathBuf> },
+    Layers {
+        /// Unpacked layer directories, bottom first.
+        lower: Vec<PathBuf>,
+    },
     /// The host's own root (`--base host` only), with at most one built layer over it.
     Host {
+        /// The built layer over the host's root, if any.
         image: Option<ImageMount>,
         /// Host directories covered by an empty read-only tmpfs inside (the image cache,
         /// other trials' layers, the job folder).
@@ -99,19 +108,24 @@ pub enum RootSpec {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+/// A built layer mounted read-only over the host's root (`--base host`).
 pub struct ImageMount {
     /// The cached layer (a former overlay upper directory).
     pub layer: PathBuf,
     /// A private work directory for the read-only image overlay, and its mount point.
     pub work: PathBuf,
+    /// Where that image overlay is mounted on the host.
     pub mount: PathBuf,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+/// A host path bind-mounted into the sandbox.
 pub struct Bind {
+    /// Host path (directory or file) to bind.
     pub host: PathBuf,
     /// Absolute path inside.
     pub inside: String,
+    /// Mounted read-only inside.
     pub read_only: bool,
     /// A writable folder whose content lives on the trial's disk when it has one: what the
     /// agent writes there counts against its storage like any other write (bound from the
@@ -148,13 +162,19 @@ pub enum View {
     /// The verifier: the sandbox's own pid namespace (it sees the agent's services, they do
     /// not see it) and a mount view of its own with the real `/logs/verifier` and, at
     /// `/tests`, the inbox entry `tests` (writable, private to it).
-    Verifier { tests: Option<String> },
+    Verifier {
+        /// Inbox entry bound at `/tests`; `None` leaves `/tests` as the sandbox has it.
+        tests: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+/// One request line from the harness to the server.
 pub struct Request {
+    /// Chosen by the harness; the server's reply to it carries the same id.
     pub id: u64,
     #[serde(flatten)]
+    /// What to do.
     pub op: Op,
 }
 
@@ -163,36 +183,54 @@ pub struct Request {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {
+    /// Run a command and reply with its [`ExecResult`].
     Exec(ExecSpec),
     /// Kill the process group of a running `exec` (its reply says `cancelled`).
     Cancel {
+        /// The `id` of the exec request to cancel.
         target: u64,
     },
+    /// The bytes of the file `path` (inside path), whole.
     ReadFile {
+        /// Inside path of the file.
         path: String,
+        /// See [`Op`].
         scope: Option<String>,
     },
     /// At most `len` bytes of the regular file `path` from `offset` (copies out, which stream
     /// a file in parts instead of holding it whole).
     ReadChunk {
+        /// Inside path of the regular file.
         path: String,
+        /// Byte offset to start at.
         offset: u64,
+        /// Most bytes to return.
         len: u64,
     },
+    /// Write (create or replace) the file `path` with the given bytes.
     WriteFile {
+        /// Inside path of the file.
         path: String,
+        /// The file's new content, base64.
         data_b64: String,
+        /// See [`Op`].
         scope: Option<String>,
     },
+    /// The entries of the directory `path`.
     ListDir {
+        /// Inside path of the directory.
         path: String,
+        /// See [`Op`].
         scope: Option<String>,
     },
     /// Copy `INBOX/<from>` to `to`; `merge` copies a directory's content into an existing
     /// directory (Dockerfile COPY), otherwise `to` is replaced.
     Install {
+        /// Entry name under [`INBOX`].
         from: String,
+        /// Absolute inside path to install at.
         to: String,
+        /// Copy into an existing directory instead of replacing `to`.
         merge: bool,
     },
     /// SIGKILL every process of the sandbox except its init.
@@ -200,6 +238,7 @@ pub enum Op {
     /// What the writable layer shows of changes to what a verifier runs (paths under
     /// `exempt`, the workdir, are the agent's to change).
     ChangedInputs {
+        /// Inside path (the workdir) whose changes are not counted.
         exempt: String,
         /// At the hand-over the server starts watching the layer; after the verifier it adds
         /// what was written meanwhile.
@@ -211,7 +250,9 @@ pub enum Op {
     /// A `computer` action on the X display `display` (`:99`), whose socket exists only in the
     /// sandbox's mount view: the agent connects there and answers with the screenshot.
     Computer {
+        /// X display name, such as `:99`.
         display: String,
+        /// The mouse or keyboard action to perform.
         action: geode_runtime::tools::computer::ComputerAction,
     },
     /// Kill everything, unmount, exit.
@@ -219,20 +260,26 @@ pub enum Op {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+/// A command to run inside the sandbox.
 pub struct ExecSpec {
     /// Run as `shell... command` (default `bash -c`).
     pub command: String,
+    /// The shell argv `command` is appended to; `None` is `bash -c`.
     pub shell: Option<Vec<String>>,
     /// Absolute path inside, or relative to the sandbox's workdir.
     pub cwd: Option<String>,
+    /// Kill the command's process group after this many milliseconds.
     pub timeout_ms: u64,
+    /// Most bytes of stdout, and of stderr, kept; the rest is dropped and `truncated` set.
     pub output_cap: usize,
+    /// Extra environment of the command, over the sandbox's.
     pub env: Vec<(String, String)>,
     /// Overrides the sandbox's default user.
     pub user: Option<String>,
     /// Checked against `cwd` like the file operations' scope.
     pub scope: Option<String>,
     #[serde(default)]
+    /// Which processes the command joins and what it sees.
     pub view: View,
     /// Processes the command leaves in the background (`cmd &`, `nohup cmd &`) live on after
     /// it returns, as under `docker exec`, until `kill_all` or teardown; otherwise its whole
@@ -243,50 +290,73 @@ pub struct ExecSpec {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+/// One reply line from the server to the harness.
 pub struct Response {
+    /// The id of the request this answers (0 for the ready line).
     pub id: u64,
     #[serde(flatten)]
+    /// The outcome.
     pub reply: Reply,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]
+/// What the server answers to a request.
 pub enum Reply {
     /// The sandbox is up (id 0).
     Ready(ReadyInfo),
+    /// The command ran (or timed out or was cancelled).
     Exec(ExecResult),
+    /// A whole file's bytes (`read_file`).
     File {
+        /// The file's bytes, base64.
         data_b64: String,
     },
     /// Part of a file, and the file's size when it was read.
     Chunk {
+        /// The bytes read, base64.
         data_b64: String,
+        /// The file's size in bytes.
         size: u64,
     },
+    /// A directory's entries (`list_dir`).
     Dir {
+        /// One entry per name in the directory.
         entries: Vec<DirEntry>,
     },
+    /// The operation succeeded and has nothing to return.
     Done,
     /// Processes killed (`kill_all`, `shutdown`).
     Killed {
+        /// How many processes were killed.
         count: usize,
     },
+    /// What the agent changed of the verifier's inputs (`changed_inputs`).
     Changed(crate::ChangedInputs),
+    /// A count (`unrouted_packets`).
     Counted {
+        /// The number counted.
         count: u64,
     },
     /// The screenshot after a `computer` action (PNG, base64).
     Screenshot {
+        /// The PNG picture, base64.
         png_b64: String,
+        /// The picture's width in pixels: the frame the model's coordinates are in.
         width: u32,
+        /// The picture's height in pixels.
         height: u32,
+        /// The screen's width in pixels, before scaling.
         screen_width: u32,
+        /// The screen's height in pixels, before scaling.
         screen_height: u32,
     },
+    /// The operation failed.
     Error(ReplyError),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+/// What the server reports once the sandbox is up.
 pub struct ReadyInfo {
     /// Host pid of the namespace's init.
     pub init_pid: u32,
@@ -297,44 +367,68 @@ pub struct ReadyInfo {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// How a command ended, and its output.
 pub struct ExecResult {
+    /// Exit code; `None` when a signal ended it.
     pub exit_code: Option<i32>,
+    /// The signal that ended it, if any.
     pub signal: Option<i32>,
+    /// Standard output, at most `output_cap` bytes of it.
     pub stdout: String,
+    /// Standard error, at most `output_cap` bytes of it.
     pub stderr: String,
+    /// The timeout ended it.
     pub timed_out: bool,
+    /// A `cancel` request ended it.
     pub cancelled: bool,
+    /// Some of stdout or stderr was dropped past `output_cap`.
     pub truncated: bool,
+    /// Wall-clock time from start to exit, in milliseconds.
     pub duration_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One entry of a listed directory.
 pub struct DirEntry {
+    /// The entry's file name (not a path).
     pub name: String,
+    /// A directory (what a link points at, for a link).
     pub is_dir: bool,
+    /// The entry itself is a symbolic link.
     pub is_symlink: bool,
     /// A regular file (what a link points at, for a link); not a fifo, socket or device.
     #[serde(default)]
     pub is_file: bool,
+    /// Size in bytes (what a link points at, for a link).
     pub len: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+/// Why a request failed.
 pub struct ReplyError {
+    /// The kind of failure, for the harness to map back to an `io::Error`.
     pub kind: ErrorKind,
+    /// Human-readable detail.
     pub message: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+/// Failure kinds a reply can carry; most mirror `std::io::ErrorKind`.
 pub enum ErrorKind {
     /// The path leaves the scope (after symlinks).
     Scope,
+    /// No such file or directory.
     NotFound,
+    /// Access refused.
     PermissionDenied,
+    /// The path already exists.
     AlreadyExists,
+    /// A path component is not a directory.
     NotADirectory,
+    /// A directory where a file was expected.
     IsADirectory,
+    /// A malformed request argument.
     InvalidInput,
     /// The trial's disk is full (ENOSPC).
     StorageFull,
@@ -345,6 +439,7 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
+    /// The kind that stands for an I/O error on the wire (`WouldBlock` is `OutOfProcesses`).
     pub fn of(e: &std::io::Error) -> Self {
         use std::io::ErrorKind as K;
         match e.kind() {
@@ -360,6 +455,7 @@ impl ErrorKind {
         }
     }
 
+    /// The `io::ErrorKind` the harness raises for this kind (`Scope` is `PermissionDenied`).
     pub fn io_kind(self) -> std::io::ErrorKind {
         use std::io::ErrorKind as K;
         match self {
@@ -376,11 +472,13 @@ impl ErrorKind {
     }
 }
 
+/// Base64 (standard alphabet) of `bytes`, as file data travels on the wire.
 pub fn encode(bytes: &[u8]) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// The bytes of base64 `text`; refuses text that is not standard base64.
 pub fn decode(text: &str) -> Result<Vec<u8>, String> {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD

@@ -20,6 +20,8 @@ use super::client::ServerClient;
 use super::protocol::{self, ErrorKind, ExecSpec, Op, Reply, ReplyError};
 use crate::EnvError;
 
+/// A sandbox as the runtime's tools see it: files and commands go to its server, and paths
+/// are scoped to the work directory.
 #[derive(Debug, Clone)]
 pub struct SandboxWorkspace {
     client: Arc<ServerClient>,

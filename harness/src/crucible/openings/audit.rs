@@ -16,6 +16,7 @@ use crate::crucible::CrucibleRunError;
 pub struct Audit {
     /// Sealed packs with a commitment.
     pub packs: usize,
+    /// Opening lines found across the openings ledgers.
     pub openings: usize,
     /// Decision records read from the decision folders.
     pub decisions: usize,

@@ -39,22 +39,30 @@ mod audit;
 
 pub use audit::{Audit, audit};
 
-pub const SCHEMA: &str = "geode.openings.v1";
+pub(crate) const SCHEMA: &str = "geode.openings.v1";
 
 /// What a ledger line records.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Event {
+    /// A sealed pack opened for a test-stage contract, recorded before anything is decrypted.
     Opening {
+        /// The sealed pack's commitment (from its public commitment file).
         commitment: String,
+        /// The contract the pack was opened for.
         contract_hash: String,
+        /// The hash of that contract's candidate scaffold.
         candidate_scaffold_hash: String,
     },
+    /// The decision of the campaign run under an opening.
     Decision {
         /// The hash of the opening line this decision was made under.
         opening: String,
+        /// The contract decided.
         contract_hash: String,
+        /// The verdict, as its record spells it.
         verdict: String,
+        /// The hash of the evidence behind the verdict, when there is one.
         evidence_hash: Option<String>,
     },
 }
@@ -62,11 +70,16 @@ pub enum Event {
 /// One line of the ledger.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
+    /// Always `geode.openings.v1`.
     pub schema: String,
+    /// The 0-based position of the line; each line's is one more than the line before.
     pub seq: u64,
-    pub prev: String,
+    pub(crate) prev: String,
+    /// When the line was written (RFC 3339, UTC).
     pub at: String,
+    /// What the line records.
     pub event: Event,
+    /// SHA-256 (hex) of the line's canonical JSON without this field.
     pub hash: String,
 }
 
@@ -108,7 +121,7 @@ impl Entry {
 pub struct Break {
     /// The 1-based line of the file, 0 for the file as a whole.
     pub line: usize,
-    pub problem: String,
+    pub(crate) problem: String,
 }
 
 impl std::fmt::Display for Break {
@@ -122,12 +135,15 @@ impl std::fmt::Display for Break {
 pub struct OpeningsLedger {
     path: PathBuf,
     anchor: String,
+    /// The sealed pack's public commitment; its canonical hash anchors the chain.
     pub commitment: PublishedCommitment,
 }
 
 /// What `read` found: the parsed lines and where the chain breaks.
 pub struct Reading {
+    /// The lines that parsed, in file order.
     pub entries: Vec<Entry>,
+    /// Where the chain breaks; empty for an intact ledger.
     pub breaks: Vec<Break>,
 }
 
@@ -164,6 +180,7 @@ impl OpeningsLedger {
         })
     }
 
+    /// The ledger file, `<commitments>/<name>.openings.jsonl`.
     pub fn path(&self) -> &Path {
         &self.path
     }

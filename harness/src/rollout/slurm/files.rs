@@ -15,26 +15,30 @@ use serde::{Deserialize, Serialize};
 use super::SlurmError;
 use crate::store::TrialRow;
 
-pub const ARRAY_SCHEMA: &str = "geode.slurm-array.v1";
-pub const RESULT_SCHEMA: &str = "geode.slurm-result.v1";
-pub const SUBMISSION_SCHEMA: &str = "geode.slurm-submission.v1";
-pub const CANCELLED_SCHEMA: &str = "geode.slurm-cancelled.v1";
+pub(crate) const ARRAY_SCHEMA: &str = "geode.slurm-array.v1";
+pub(crate) const RESULT_SCHEMA: &str = "geode.slurm-result.v1";
+pub(crate) const SUBMISSION_SCHEMA: &str = "geode.slurm-submission.v1";
+pub(crate) const CANCELLED_SCHEMA: &str = "geode.slurm-cancelled.v1";
 
 /// One trial a worker runs: which, and which try (0 first, then one per infrastructure retry).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TrialTry {
+    /// The trial's folder name (`<task>__<attempt>`).
     pub trial_name: String,
-    pub try_no: u32,
+    pub(crate) try_no: u32,
 }
 
 /// What every task of one array runs: array index i runs the trials of `groups[i]`, in order,
 /// on one node (the two arms of a pair share a group, so machine drift cancels).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ArraySpec {
+    /// Always `geode.slurm-array.v1`.
     pub schema: String,
+    /// The run (or campaign) the array's trials belong to.
     pub run_id: String,
     /// The jobs folder (shared), holding `<run_id>/config.json`.
     pub jobs_dir: PathBuf,
+    /// The trials of each array task, by array index.
     pub groups: Vec<Vec<TrialTry>>,
     /// A crucible campaign's plan file (`crucible::remote`): the worker plans the campaign's
     /// pairs from it instead of from `config.json`.
@@ -45,21 +49,29 @@ pub struct ArraySpec {
 /// One trial's result as its worker wrote it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WorkerResult {
+    /// Always `geode.slurm-result.v1`.
     pub schema: String,
+    /// The host name of the node that ran the trial.
     pub node: String,
     /// When the worker started this array task (RFC 3339): submission to here is the
     /// scheduling overhead.
     pub worker_started: String,
+    /// The trial's row, for the coordinator to record in the store.
     pub row: TrialRow,
 }
 
 /// One array task the coordinator submitted.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Submission {
+    /// Always `geode.slurm-submission.v1`.
     pub schema: String,
+    /// The array's Slurm job id.
     pub job: u64,
+    /// The array task's index.
     pub index: usize,
+    /// When the array was submitted (RFC 3339, UTC).
     pub submitted: String,
+    /// The trials the array task runs, in order.
     pub trials: Vec<TrialTry>,
 }
 
@@ -75,7 +87,7 @@ pub fn slurm_dir(run_dir: &Path) -> PathBuf {
     run_dir.join("slurm")
 }
 
-pub fn result_path(run_dir: &Path, t: &TrialTry) -> PathBuf {
+pub(crate) fn result_path(run_dir: &Path, t: &TrialTry) -> PathBuf {
     slurm_dir(run_dir)
         .join("results")
         .join(format!("{}.{}.json", t.trial_name, t.try_no))
@@ -94,7 +106,7 @@ pub fn write_atomic(path: &Path, value: &impl Serialize) -> Result<(), SlurmErro
     Ok(())
 }
 
-pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, SlurmError> {
+pub(crate) fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<T, SlurmError> {
     let text = std::fs::read_to_string(path).map_err(|e| io_err(path, e))?;
     serde_json::from_str(&text).map_err(|e| io_err(path, e))
 }
@@ -112,7 +124,7 @@ pub fn read_result(run_dir: &Path, t: &TrialTry) -> Result<Option<WorkerResult>,
     Ok(Some(result))
 }
 
-pub fn append_submission(run_dir: &Path, s: &Submission) -> Result<(), SlurmError> {
+pub(crate) fn append_submission(run_dir: &Path, s: &Submission) -> Result<(), SlurmError> {
     let path = slurm_dir(run_dir).join("submissions.jsonl");
     let line = serde_json::to_string(s).map_err(|e| io_err(&path, e))?;
     let mut f = std::fs::OpenOptions::new()
@@ -140,8 +152,11 @@ pub fn submissions(run_dir: &Path) -> Result<Vec<Submission>, SlurmError> {
 /// Arrays the run cancelled itself (Ctrl-C, SIGTERM), one JSON line per cancellation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Cancelled {
+    /// Always `geode.slurm-cancelled.v1`.
     pub schema: String,
+    /// When the run cancelled them (RFC 3339, UTC), before its `scancel`.
     pub at: String,
+    /// The job ids of the arrays cancelled.
     pub jobs: Vec<u64>,
 }
 

@@ -21,21 +21,37 @@ use super::settings::SlurmSettings;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumString, strum::IntoStaticStr)]
 #[strum(serialize_all = "SCREAMING_SNAKE_CASE")]
 pub enum JobState {
+    /// Waiting for resources or its turn.
     Pending,
+    /// Allocated; its nodes are being readied.
     Configuring,
+    /// Running on its node.
     Running,
+    /// Ending; some of its processes may still run.
     Completing,
+    /// Suspended; it may resume.
     Suspended,
+    /// Put back in the queue to run again.
     Requeued,
+    /// Changing size.
     Resizing,
+    /// Ended with exit code 0.
     Completed,
+    /// Ended with a non-zero exit code or another failure.
     Failed,
+    /// Cancelled (`scancel`, by the run or anyone else).
     Cancelled,
+    /// Killed at its time limit.
     Timeout,
+    /// Ended by the failure of one of its nodes.
     NodeFail,
+    /// Killed for running out of memory.
     OutOfMemory,
+    /// Ended by preemption.
     Preempted,
+    /// Ended because a node failed to boot.
     BootFail,
+    /// Ended at its deadline.
     Deadline,
 }
 
@@ -66,15 +82,19 @@ impl JobState {
 /// One array submission: its script, its name, how many tasks, how many at once, the
 /// resources of each.
 pub struct Submission<'a> {
+    /// The batch script each array task runs.
     pub script: &'a Path,
     /// Unique to the run and the array: how a submission whose answer was lost in a stall is
     /// found again, instead of submitted twice.
     pub name: &'a str,
+    /// Array tasks to submit (indices `0..tasks`).
     pub tasks: usize,
-    pub at_once: usize,
+    pub(crate) at_once: usize,
+    /// CPUs per array task (at least 1).
     pub cpus: u32,
+    /// Memory per array task, in MiB (`--mem=<n>M`).
     pub memory_mb: u64,
-    pub log_dir: &'a Path,
+    pub(crate) log_dir: &'a Path,
 }
 
 /// How long one client call may take: slurmctld not answering makes a client wait out its

@@ -15,9 +15,13 @@ use serde::{Deserialize, Serialize};
 #[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "snake_case")]
 pub enum TrialPhase {
+    /// The agent working on the task.
     AgentExecution,
+    /// Preparing the sandbox: its image, the sandbox and any sidecars, until healthy.
     EnvironmentSetup,
+    /// Collecting the sandbox's logs and tearing it down.
     Teardown,
+    /// Grading what the agent left with the task's verifier.
     Verifier,
 }
 
@@ -42,7 +46,9 @@ impl TrialPhase {
 /// multi-step task's step (whose own agent and verifier phases follow).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PhaseEvent<'a> {
+    /// A timed phase starts.
     Phase(TrialPhase),
+    /// A multi-step task's step starts; the name is the step's.
     Step(&'a str),
 }
 

@@ -17,18 +17,26 @@ use crate::rollout::images::ImageCache;
 /// Everything one trial needs.
 #[derive(Debug, Clone)]
 pub struct TrialPlan {
+    /// The run (or campaign) the trial belongs to.
     pub run_id: String,
+    /// The trial's folder name, `<task>__<attempt>`; unique within the run.
     pub trial_name: String,
+    /// The task to attempt.
     pub task: Arc<Task>,
+    /// Which attempt of the task this is, from 0.
     pub attempt: u32,
+    /// The trial's seed, derived from the run seed, the task and the attempt.
     pub seed: u64,
     /// Seed of an embedded simulation model (`flaky-oracle`): the trial seed in a plain run,
     /// the arm's own in a paired campaign (see `TrialSeed::arm_model_seed`).
     pub model_seed: u64,
     /// The agent's model, parsed once where the run or campaign starts.
     pub route: Route,
+    /// The agent's scaffold.
     pub scaffold: Arc<Scaffold>,
+    /// The trial's folder, where its files go.
     pub trial_dir: PathBuf,
+    /// Scales the task's timeouts (1.0 keeps them).
     pub timeout_multiplier: f64,
     /// Host paths of sealed data (a crucible's opened holdout): a tool call naming one is a
     /// `sealed_data_access` signal.
@@ -39,6 +47,7 @@ pub struct TrialPlan {
 
 /// Observer of a trial's phases (progress bars, log lines).
 pub trait PhaseObserver: Send + Sync {
+    /// `trial` (its name) reached `phase`.
     fn phase(&self, trial: &str, phase: PhaseEvent<'_>);
 }
 

@@ -43,29 +43,46 @@ pub use resolve::{RESOLVED_SCHEMA, Resolved, load_resolved, prepare};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
+    /// The budget of evaluated candidates is spent.
     CandidateBudget,
+    /// The campaigns' summed wall clock passed its budget.
     WallBudget,
+    /// The campaigns' summed tokens passed their budget.
     TokenBudget,
+    /// The campaigns' summed cost passed its budget.
     CostBudget,
+    /// Too many INVALID verdicts in a row.
     ConsecutiveInvalid,
+    /// Too many proposals in a row refused without trials.
     ConsecutiveRejected,
+    /// No unseen candidate is left around the champion.
     SpaceExhausted,
+    /// The search was cancelled; a restart resumes it.
     Interrupted,
 }
 
+/// How a search ended, as its last log line says it.
 #[derive(Debug, Clone, Serialize)]
 pub struct SearchSummary {
+    /// Why the loop stopped.
     pub stop: StopReason,
+    /// The champion's id (`c0000` is the baseline); empty if nothing was recorded.
     pub champion: String,
+    /// Candidates compared through the crucible, over all restarts.
     pub evaluated: usize,
+    /// Of those, how many got a train KEEP.
     pub keeps: usize,
 }
 
 /// What a search needs besides its configuration.
 pub struct Env {
+    /// The sandbox backend the trials run in.
     pub backend: Arc<dyn Backend>,
+    /// Told of every trial's phases (progress display).
     pub observer: Arc<dyn PhaseObserver>,
+    /// Stops the search between (or within) campaigns; an interrupted campaign decides nothing.
     pub cancel: CancellationToken,
+    /// Scales every trial's timeouts (1.0 keeps the tasks' own).
     pub timeout_multiplier: f64,
     /// `Some`: the train campaigns run on Slurm, a pair per array task (`crucible::remote`).
     pub slurm: Option<crate::rollout::slurm::SlurmSettings>,

@@ -18,18 +18,27 @@ use crate::search::mutate::{Member, PolicyKind, Proposal, propose};
 use crate::search::proposer::Proposer;
 use crate::search::space::apply;
 
+/// Schema tag of `candidates/<id>/proposal.json`.
 pub const PROPOSAL_SCHEMA: &str = "geode.search.proposal.v1";
 
 /// A proposal written before its campaign, so an interrupted candidate is re-run unchanged.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ProposalFile {
+    /// Always [`PROPOSAL_SCHEMA`].
     pub schema: String,
+    /// The candidate's id (`c0001`, `c0002`, ...).
     pub id: String,
+    /// The id of the scaffold the mutation was applied to.
     pub parent: String,
+    /// The id of the champion the candidate is compared against.
     pub against: String,
+    /// The policy that proposed it.
     pub policy: PolicyKind,
+    /// The one knob change.
     pub mutation: crate::search::space::Mutation,
+    /// What the change is expected to do, in words.
     pub hypothesis: String,
+    /// The parent's scaffold with the mutation applied.
     pub scaffold: Scaffold,
 }
 

@@ -14,16 +14,20 @@ use crate::search::SearchError;
 use crate::search::config::SearchConfig;
 use crate::search::space::SearchSpace;
 
+/// Schema tag of `<out>/search.json`.
 pub const RESOLVED_SCHEMA: &str = "geode.search.resolved.v1";
 
 /// The resolved configuration kept in the output folder.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Resolved {
+    /// Always [`RESOLVED_SCHEMA`].
     pub schema: String,
+    /// The configuration, its paths resolved.
     pub config: SearchConfig,
+    /// The search space, as loaded and checked.
     pub space: SearchSpace,
-    pub train_pack_hash: String,
-    pub test_pack_hash: String,
+    pub(crate) train_pack_hash: String,
+    pub(crate) test_pack_hash: String,
 }
 
 /// Resolves and checks the configuration, the space and the frozen parts, and pins them in
@@ -97,6 +101,7 @@ pub fn prepare(config: &SearchConfig) -> Result<Resolved, SearchError> {
     Ok(resolved)
 }
 
+/// Reads the pinned configuration back from `<out>/search.json`.
 pub fn load_resolved(out: &Path) -> Result<Resolved, SearchError> {
     let p = out.join("search.json");
     let text = std::fs::read_to_string(&p).map_err(|e| SearchError::file(&p, e))?;

@@ -19,11 +19,14 @@ pub struct JudgeModel {
 /// A judge's answer and what it cost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JudgeDecision {
+    /// The answer's text.
     pub text: String,
+    /// What the call used.
     pub usage: Usage,
 }
 
 impl JudgeModel {
+    /// A judge over `inner`; its id is `judge:` and the inner model's id.
     pub fn new(inner: Arc<dyn Model>) -> Self {
         let id = format!("judge:{}", inner.id());
         JudgeModel {
@@ -33,6 +36,7 @@ impl JudgeModel {
         }
     }
 
+    /// `judge:` followed by the inner model's id.
     pub fn id(&self) -> &str {
         &self.id
     }

@@ -17,6 +17,7 @@ use super::effort::Effort;
 use crate::conversation::Usage;
 
 const CATALOG_TOML: &str = include_str!("catalog.toml");
+/// The catalog schema `catalog.toml` must declare.
 pub const SCHEMA: &str = "geode.catalog.v1";
 
 mod judge;
@@ -24,18 +25,21 @@ mod route;
 pub use judge::{JudgeDecision, JudgeModel};
 pub use route::{
     EmbeddedRoute, ProviderRoute, Route, ensure_root_route, judge_as_root, parse_route,
-    parse_route_in,
 };
 
 /// The wire API a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Wire {
+    /// Anthropic Messages (`/v1/messages`).
     AnthropicMessages,
+    /// OpenAI Responses (`/responses`).
     OpenaiResponses,
+    /// OpenAI-compatible Chat Completions (`/chat/completions`).
     ChatCompletions,
 }
 
+/// A provider the catalog knows; its snake_case name is the route prefix and the catalog key.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, Deserialize,
 )]
@@ -43,10 +47,15 @@ pub enum Wire {
 #[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "snake_case")]
 pub enum ProviderKind {
+    /// Anthropic's API.
     Anthropic,
+    /// OpenAI's API, billed per token.
     Openai,
+    /// Z.ai (GLM models).
     Glm,
+    /// OpenRouter, which routes to many models.
     Openrouter,
+    /// Any OpenAI-compatible server at a URL the route gives (often local).
     Compat,
     /// The ChatGPT (Codex) subscription: OpenAI models over the sign-in of `geode login openai`.
     #[serde(rename = "openai-codex")]
@@ -92,8 +101,10 @@ pub enum ThinkingStyle {
 #[derive(Debug, Clone, Copy, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Prices {
+    /// Per million plain (uncached) prompt tokens.
     pub input: f64,
-    pub cached_input: f64,
+    pub(crate) cached_input: f64,
+    /// Per million output tokens, reasoning included.
     pub output: f64,
     /// Anthropic prompt-cache writes; `input` when absent.
     #[serde(default)]
@@ -118,20 +129,25 @@ impl Prices {
     }
 }
 
+/// One model of the catalog: its exact id, limits, effort settings and prices.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelInfo {
+    /// The exact model id, as sent to the provider.
     pub id: String,
+    /// The provider whose API serves the model.
     pub provider: ProviderKind,
     /// Route prefixes the model may be used with (some of them may be refused routes).
     pub routes: Vec<String>,
-    pub context_window: u64,
-    pub max_output: u64,
+    pub(crate) context_window: u64,
+    pub(crate) max_output: u64,
+    /// How the model receives its effort setting.
     pub thinking: ThinkingStyle,
-    pub efforts: Vec<Effort>,
+    pub(crate) efforts: Vec<Effort>,
     #[serde(default)]
-    pub default_effort: Option<Effort>,
-    pub binds_thinking: bool,
+    pub(crate) default_effort: Option<Effort>,
+    pub(crate) binds_thinking: bool,
+    /// What a call costs.
     pub prices: Prices,
 }
 
@@ -156,14 +172,17 @@ pub enum ProviderAuth {
     ChatgptLogin,
 }
 
+/// How to reach one provider: wire API, base URL, credential and defaults.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProviderInfo {
+    /// The wire API the provider speaks.
     pub wire: Wire,
     #[serde(default)]
-    pub base_url: Option<String>,
+    pub(crate) base_url: Option<String>,
     #[serde(default)]
-    pub base_url_env: Option<String>,
+    pub(crate) base_url_env: Option<String>,
+    /// What the provider's requests carry as their credential.
     #[serde(default)]
     pub auth: ProviderAuth,
     /// The key's variable; empty for providers that take no key (`auth = "chatgpt_login"`).
@@ -174,10 +193,11 @@ pub struct ProviderInfo {
     pub key_optional: bool,
     /// What to check when the provider says the account cannot pay.
     pub account: String,
+    /// The model shown as the example route for this provider in the first-run set-up hint.
     #[serde(default)]
     pub default_model: Option<String>,
     #[serde(default)]
-    pub roles: BTreeMap<String, String>,
+    pub(crate) roles: BTreeMap<String, String>,
     /// Any model id is passed through (routers and local servers).
     #[serde(default)]
     pub open_ids: bool,
@@ -186,18 +206,23 @@ pub struct ProviderInfo {
     pub efforts: Vec<Effort>,
 }
 
+/// The model catalog: providers, models and the routes that are refused.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Catalog {
+    /// Must be `SCHEMA`.
     pub schema: String,
     /// Models tried when the chosen one fails for good. Empty: GEODE never switches models.
     pub fallback_chain: Vec<String>,
+    /// Every provider the catalog describes.
     pub providers: BTreeMap<ProviderKind, ProviderInfo>,
     /// Route prefixes that are refused, with the reason shown to the user.
     pub refused_routes: BTreeMap<String, String>,
+    /// Every model, in catalog order.
     pub models: Vec<ModelInfo>,
 }
 
+/// Why a catalog failed to parse or check.
 #[derive(Debug, thiserror::Error)]
 #[error("model catalog: {0}")]
 pub struct CatalogError(String);
@@ -269,6 +294,7 @@ impl Catalog {
         self.models.iter().find(|m| m.id == id)
     }
 
+    /// The provider's table, if the catalog has one.
     pub fn provider(&self, kind: ProviderKind) -> Option<&ProviderInfo> {
         self.providers.get(&kind)
     }
@@ -282,6 +308,7 @@ impl Catalog {
             .collect()
     }
 
+    /// The ids of the models a provider serves, in catalog order.
     pub fn ids_of(&self, kind: ProviderKind) -> Vec<&str> {
         self.models
             .iter()

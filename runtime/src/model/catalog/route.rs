@@ -30,24 +30,39 @@ pub enum EmbeddedRoute {
     /// `nop`: answers at once, does nothing.
     Nop,
     /// `scripted:FILE`: plays the turns a script file lists.
-    Scripted { script: PathBuf },
+    Scripted {
+        /// The script file.
+        script: PathBuf,
+    },
     /// `oracle[:SOLVE_SH]`: runs the reference solution. Without a path only a benchmark
     /// trial can build it (the trial copies the task's solution into the sandbox).
-    Oracle { solve_sh: Option<PathBuf> },
+    Oracle {
+        /// The solution script to run; `None` when a benchmark trial supplies it.
+        solve_sh: Option<PathBuf>,
+    },
     /// `replay:DB[#SESSION]`: replays the assistant turns of a recorded session.
     Replay {
+        /// The timeline database holding the session.
         db: PathBuf,
+        /// The session to replay; `None` picks the latest one in the database.
         session: Option<String>,
     },
     /// `flaky-oracle:P[:tamper]`: the simulation model of `model::flaky`; only a benchmark
     /// trial can build it (it needs the task's solution and the trial's seed).
-    FlakyOracle { p: f64, tamper: bool },
+    FlakyOracle {
+        /// The chance, from 0 to 1, that an attempt runs the reference solution.
+        p: f64,
+        /// Whether it also tries to write the reward file before each attempt.
+        tamper: bool,
+    },
 }
 
+/// A catalog provider and the exact model a route names.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderRoute {
     /// The route as written; the adapter's `Model::id`.
     pub text: String,
+    /// The provider the route names.
     pub provider: ProviderKind,
     /// The model id sent on the wire.
     pub model: String,
@@ -188,7 +203,7 @@ pub fn parse_route(route: &str) -> Result<Route, ModelError> {
     parse_route_in(Catalog::builtin()?, route)
 }
 
-pub fn parse_route_in(catalog: &Catalog, route: &str) -> Result<Route, ModelError> {
+pub(crate) fn parse_route_in(catalog: &Catalog, route: &str) -> Result<Route, ModelError> {
     let (kind, rest) = match route.split_once(':') {
         Some((k, r)) => (k, Some(r)),
         None => (route, None),

@@ -23,8 +23,8 @@ use crate::error_chain::error_chain as chain;
 
 mod provider;
 pub mod wire;
-pub(crate) use provider::KeyHeader;
-pub use provider::{ProviderConfig, RouteOptions, provider_model};
+pub(crate) use provider::{KeyHeader, ProviderConfig};
+pub use provider::{RouteOptions, provider_model};
 pub use wire::{ByteStream, SendError, StreamEnd, Transport, WireRequest, WireResponse};
 
 /// Timeouts and retries of one adapter.
@@ -33,7 +33,9 @@ pub struct HttpSettings {
     /// The longest silence allowed while waiting for response headers or between two chunks
     /// of a stream. Providers send pings, so a silent stream is a dead one.
     pub idle_timeout: Duration,
+    /// How long to wait for a connection to open.
     pub connect_timeout: Duration,
+    /// How failed attempts are retried.
     pub retry: RetryPolicy,
 }
 
@@ -47,7 +49,7 @@ impl Default for HttpSettings {
     }
 }
 
-pub struct ReqwestTransport {
+pub(crate) struct ReqwestTransport {
     client: reqwest::Client,
 }
 
@@ -190,8 +192,11 @@ pub fn event_json(event: &SseEvent) -> Result<Value, Failure> {
 /// What to tell the user when a credential or an account is at fault.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CredentialHint {
+    /// The credential to check: the key's environment variable, or the ChatGPT sign-in.
     pub key_env: String,
+    /// Where the key was looked for (`Env::describe_sources`).
     pub sources: String,
+    /// What to check when the account cannot pay (the catalog's `account`).
     pub account: String,
 }
 
@@ -214,6 +219,8 @@ pub struct Driver {
 }
 
 impl Driver {
+    /// A driver for the model `model_id`, sending through `transport`, recording when `recorder`
+    /// is set; `instant_retries` skips the waits between retries (cassette replays).
     pub fn new(
         model_id: String,
         transport: Arc<dyn Transport>,
@@ -234,6 +241,7 @@ impl Driver {
         }
     }
 
+    /// The id of the model this driver calls for.
     pub fn model_id(&self) -> &str {
         &self.model_id
     }

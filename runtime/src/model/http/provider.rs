@@ -20,6 +20,7 @@ use crate::model::{Model, ModelError};
 /// settings every adapter takes.
 #[derive(Debug, Clone)]
 pub struct RouteOptions {
+    /// Where keys and base URLs are looked up.
     pub env: Env,
     /// Overrides the base URL of the route's provider (config beats environment).
     pub base_url: Option<String>,
@@ -27,7 +28,8 @@ pub struct RouteOptions {
     pub api_key: Option<ApiKey>,
     /// The effort to ask for (clamped per model); `None`: the model's default.
     pub effort: Option<Effort>,
-    pub max_output_tokens: Option<u64>,
+    pub(crate) max_output_tokens: Option<u64>,
+    /// Timeouts and retries of every adapter built.
     pub http: HttpSettings,
     /// Write every request/response pair here (keys stripped).
     pub record_dir: Option<PathBuf>,
@@ -39,6 +41,7 @@ impl RouteOptions {
         RouteOptions::with_env(Env::from_process())
     }
 
+    /// Nothing overridden: keys and base URLs from `env`, default HTTP settings.
     pub fn with_env(env: Env) -> Self {
         RouteOptions {
             env,
@@ -54,7 +57,7 @@ impl RouteOptions {
 
 /// What an adapter is built from once the route is resolved.
 #[derive(Debug, Clone)]
-pub struct ProviderConfig {
+pub(crate) struct ProviderConfig {
     pub base_url: String,
     pub api_key: Option<ApiKey>,
     pub effort: Option<Effort>,

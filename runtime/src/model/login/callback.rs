@@ -8,7 +8,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use super::LoginError;
 
-pub struct CallbackServer {
+pub(crate) struct CallbackServer {
     listener: TcpListener,
     port: u16,
 }

@@ -14,47 +14,71 @@ pub mod tokens;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use callback::CallbackServer;
+use callback::CallbackServer;
 pub use oauth::{DeviceCode, OAuthClient, REFRESH_MARGIN_SECS, now_secs};
 pub use pkce::Pkce;
 pub use tokens::{TokenSet, TokenStore};
 
 use crate::model::credentials::{ApiKey, Env};
 
-pub const DEFAULT_ISSUER: &str = "https://auth.openai.com";
+pub(crate) const DEFAULT_ISSUER: &str = "https://auth.openai.com";
 /// Codex CLI's public OAuth client.
 pub const CLIENT_ID: &str = "app_EMoamEEZ73f0CkXaXp7hrann";
-pub const SCOPE: &str = "openid profile email offline_access";
+pub(crate) const SCOPE: &str = "openid profile email offline_access";
 /// The port of the registered redirect URI `http://localhost:1455/auth/callback`.
 pub const CALLBACK_PORT: u16 = 1455;
 /// Overrides the issuer (tests, proxies).
 pub const ISSUER_ENV: &str = "GEODE_OPENAI_AUTH_ISSUER";
 
+/// Why a ChatGPT sign-in, or the use of a stored one, failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LoginError {
+    /// No sign-in is stored.
     #[error("not signed in to ChatGPT (no tokens at {path}): run `geode login openai`")]
-    NotSignedIn { path: String },
+    NotSignedIn {
+        /// The token file looked at.
+        path: String,
+    },
+    /// The stored sign-in expired and could not be refreshed.
     #[error(
         "the ChatGPT sign-in expired and refreshing it failed ({0}): run `geode login openai` again"
     )]
     RefreshFailed(#[source] crate::error_chain::BoxError),
+    /// The sign-in server refused a request or answered without what was asked.
     #[error("the sign-in server answered {status}: {message}")]
-    Server { status: u16, message: String },
+    Server {
+        /// The HTTP status (200 for a success response missing a token).
+        status: u16,
+        /// The server's error message.
+        message: String,
+    },
+    /// The sign-in server could not be reached.
     #[error("cannot reach the sign-in server: {0}")]
     Http(#[source] crate::error_chain::BoxError),
+    /// The loopback callback failed (the port, the request, or a `state` that does not match).
     #[error("the sign-in callback: {0}")]
     Callback(#[source] crate::error_chain::BoxError),
+    /// The user did not finish the sign-in in time.
     #[error("the sign-in was not completed within {0:?}")]
     TimedOut(Duration),
+    /// The token file could not be read or written.
     #[error("the token file {path}: {message}")]
-    Store { path: String, message: String },
+    Store {
+        /// The token file.
+        path: String,
+        /// What went wrong reading or writing it.
+        message: String,
+    },
 }
 
 /// Where the sign-in happens and where its tokens are kept.
 #[derive(Debug, Clone)]
 pub struct OAuthSettings {
+    /// The OAuth issuer's base URL, without a trailing slash.
     pub issuer: String,
+    /// The OAuth client id (Codex CLI's public client).
     pub client_id: String,
+    /// The token file.
     pub store_path: PathBuf,
 }
 
@@ -72,6 +96,7 @@ impl OAuthSettings {
         }
     }
 
+    /// The token store at `store_path`.
     pub fn store(&self) -> TokenStore {
         TokenStore::new(self.store_path.clone())
     }
@@ -79,6 +104,7 @@ impl OAuthSettings {
 
 /// A browser sign-in in progress: show `url`, then `finish` waits for the callback.
 pub struct BrowserLogin {
+    /// The authorize URL for the user to open.
     pub url: String,
     server: CallbackServer,
     pkce: Pkce,

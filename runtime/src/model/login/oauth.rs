@@ -32,7 +32,9 @@ struct TokenResponse {
 /// A device code to show the user, and what polling needs.
 #[derive(Debug, Clone)]
 pub struct DeviceCode {
+    /// The page where the user enters `user_code`.
     pub verification_url: String,
+    /// The code the user types on that page.
     pub user_code: String,
     device_auth_id: String,
     interval: Duration,
@@ -54,17 +56,20 @@ struct DeviceGrant {
     code_verifier: String,
 }
 
+/// Talks to the sign-in server: authorize URL, code exchange, device flow and refresh.
 #[derive(Debug, Clone)]
 pub struct OAuthClient {
     settings: OAuthSettings,
     http: reqwest::Client,
 }
 
+/// The current time, in Unix seconds.
 pub fn now_secs() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
 impl OAuthClient {
+    /// A client for `settings`; fails only when the HTTP client cannot be built.
     pub fn new(settings: OAuthSettings) -> Result<OAuthClient, LoginError> {
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
@@ -73,6 +78,7 @@ impl OAuthClient {
         Ok(OAuthClient { settings, http })
     }
 
+    /// Where this client signs in and where its tokens are kept.
     pub fn settings(&self) -> &OAuthSettings {
         &self.settings
     }

@@ -9,7 +9,9 @@ use sha2::{Digest, Sha256};
 /// A verifier kept by us and the challenge sent in the authorize URL.
 #[derive(Clone)]
 pub struct Pkce {
+    /// The secret kept by this process and sent when redeeming the code.
     pub verifier: String,
+    /// `s256` of the verifier, sent in the authorize URL.
     pub challenge: String,
 }
 
@@ -20,11 +22,12 @@ impl std::fmt::Debug for Pkce {
 }
 
 impl Pkce {
+    /// A pair with a fresh random verifier.
     pub fn generate() -> Pkce {
         Pkce::from_verifier(random_token(64))
     }
 
-    pub fn from_verifier(verifier: String) -> Pkce {
+    pub(crate) fn from_verifier(verifier: String) -> Pkce {
         let challenge = s256(&verifier);
         Pkce {
             verifier,

@@ -21,8 +21,11 @@ pub const TOKEN_SCHEMA: &str = "geode.openai_auth.v1";
 /// The tokens of one ChatGPT sign-in.
 #[derive(Debug, Clone)]
 pub struct TokenSet {
+    /// The OpenID token naming the account.
     pub id_token: ApiKey,
+    /// The bearer token of model calls.
     pub access_token: ApiKey,
+    /// Redeemed for a new access token before it expires.
     pub refresh_token: ApiKey,
     /// `chatgpt_account_id` of the id_token: sent as the `chatgpt-account-id` header.
     pub account_id: String,
@@ -64,6 +67,7 @@ pub struct TokenStore {
 }
 
 impl TokenStore {
+    /// A store at `path`; nothing is read until `load`.
     pub fn new(path: PathBuf) -> TokenStore {
         TokenStore { path }
     }
@@ -73,6 +77,7 @@ impl TokenStore {
         TokenStore::new(home.join("openai-auth.json"))
     }
 
+    /// The token file.
     pub fn path(&self) -> &Path {
         &self.path
     }

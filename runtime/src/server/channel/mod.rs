@@ -63,33 +63,61 @@ pub use webhook::Webhook;
 /// Why channels could not be loaded or served, or a message not run.
 #[derive(Debug, thiserror::Error)]
 pub enum ChannelError {
+    /// The channels file or its metadata could not be read.
     #[error("channels file {path}: {source}")]
     Read {
+        /// The channels file.
         path: PathBuf,
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// The channels file gives group or others some access.
     #[error(
         "channels file {path} has mode {mode:03o}: it holds channel tokens, so group and others \
          must have no access (chmod 600 {path})"
     )]
-    Exposed { path: PathBuf, mode: u32 },
+    Exposed {
+        /// The channels file.
+        path: PathBuf,
+        /// Its permission bits, masked with `0o777`.
+        mode: u32,
+    },
+    /// The channels file does not parse, or fails a check (schema, name, token, budget, tools).
     #[error("channels file {path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The channels file.
+        path: PathBuf,
+        /// What is wrong, naming the field at fault.
+        message: String,
+    },
+    /// The webhook address is not a loopback address.
     #[error("webhook address {0}: only loopback addresses (127.0.0.1, ::1) may be bound")]
     NotLoopback(SocketAddr),
+    /// The webhook listener could not be bound.
     #[error("webhook address {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// The operating system's error.
         source: std::io::Error,
     },
+    /// The daemon is draining: the message starts no turn (the webhook answers 503).
     #[error("the daemon is draining: no new turns")]
     Draining,
+    /// The factory could not build the config of the thread's session.
     #[error(transparent)]
     Server(#[from] ServerError),
+    /// Creating or resuming the thread's session failed.
     #[error(transparent)]
     Session(#[from] SessionError),
+    /// The factory gave no checkpoint, or the resumed turn failed.
     #[error("session {id}: {message}")]
-    Turn { id: SessionId, message: String },
+    Turn {
+        /// The thread's session id.
+        id: SessionId,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// One bound channel.
@@ -231,14 +259,16 @@ impl Channels {
         })
     }
 
-    pub fn get(&self, name: &str) -> Option<&ChannelConfig> {
+    pub(crate) fn get(&self, name: &str) -> Option<&ChannelConfig> {
         self.channels.get(name)
     }
 
+    /// The names of the bound channels, in sorted order.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.channels.keys().map(String::as_str)
     }
 
+    /// True when the file binds no channel.
     pub fn is_empty(&self) -> bool {
         self.channels.is_empty()
     }
@@ -254,13 +284,13 @@ pub fn thread_session_id(channel: &str, thread: &str) -> SessionId {
 /// One inbound message, checked field by field so a 400 names the field at fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InboundMessage {
-    pub thread: String,
-    pub text: String,
-    pub sender: Option<String>,
+    pub(crate) thread: String,
+    pub(crate) text: String,
+    pub(crate) sender: Option<String>,
 }
 
 impl InboundMessage {
-    pub fn parse(body: &[u8]) -> Result<InboundMessage, String> {
+    pub(crate) fn parse(body: &[u8]) -> Result<InboundMessage, String> {
         let value: Value =
             serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
         let Value::Object(map) = value else {
@@ -302,11 +332,11 @@ impl InboundMessage {
 /// The answer to one message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MessageReply {
-    pub session_id: String,
-    pub text: String,
-    pub rounds: u32,
-    pub tool_calls: u32,
-    pub termination_reason: String,
+    pub(crate) session_id: String,
+    pub(crate) text: String,
+    pub(crate) rounds: u32,
+    pub(crate) tool_calls: u32,
+    pub(crate) termination_reason: String,
 }
 
 /// Run one message of `channel` as a DAEMON turn of its thread's session, under the thread's

@@ -40,9 +40,10 @@ pub use super::files::{read_state_file, write_atomic};
 use crate::conversation::{ContentBlock, Message, Role};
 use crate::ids::SessionId;
 
-pub const DB_SCHEMA: &str = "geode.checkpoint.v1";
+pub(crate) const DB_SCHEMA: &str = "geode.checkpoint.v1";
+/// The session's database, in its directory.
 pub const DB_FILE: &str = "checkpoint.db";
-pub const STATE_FILE: &str = "state.json";
+pub(crate) const STATE_FILE: &str = "state.json";
 const LOCK_FILE: &str = "lock";
 
 mod db;
@@ -60,20 +61,23 @@ pub enum SessionStatus {
     Active,
     /// Between turns: the session can take another prompt.
     Paused,
+    /// Closed after a last turn that did not fail. Terminal: left only through `reopen`.
     Completed,
+    /// Closed after a last turn that failed (model, billing or checkpoint). Terminal too.
     Error,
 }
 
 impl SessionStatus {
+    /// The name stored in the `sessions` row (the serde name).
     pub fn as_str(self) -> &'static str {
         self.into()
     }
 
-    pub fn parse(s: &str) -> Option<SessionStatus> {
+    pub(crate) fn parse(s: &str) -> Option<SessionStatus> {
         s.parse().ok()
     }
 
-    pub fn is_terminal(self) -> bool {
+    pub(crate) fn is_terminal(self) -> bool {
         matches!(self, SessionStatus::Completed | SessionStatus::Error)
     }
 
@@ -86,11 +90,17 @@ impl SessionStatus {
 /// The `sessions` row.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionRow {
+    /// The session the checkpoint belongs to.
     pub session_id: SessionId,
+    /// Where the session is in its life.
     pub status: SessionStatus,
+    /// When the checkpoint was created (RFC 3339, UTC, microseconds).
     pub created_at: String,
+    /// The last append of messages or change of status (RFC 3339, UTC, microseconds).
     pub updated_at: String,
+    /// The model the session was created with (a later switch does not update it).
     pub model: String,
+    /// The working directory the session was created in.
     pub cwd: String,
 }
 
@@ -110,7 +120,7 @@ pub fn validate_session_id(id: &SessionId) -> Result<(), String> {
     Ok(())
 }
 
-pub fn session_dir(root: &Path, id: &SessionId) -> PathBuf {
+pub(crate) fn session_dir(root: &Path, id: &SessionId) -> PathBuf {
     root.join(id.as_str())
 }
 
@@ -254,19 +264,21 @@ impl CheckpointStore {
         })
     }
 
-    pub fn session_id(&self) -> &SessionId {
+    pub(crate) fn session_id(&self) -> &SessionId {
         &self.session_id
     }
 
+    /// The session's directory, `<root>/<session_id>/`.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
+    /// The session's database, `checkpoint.db` in its directory.
     pub fn db_path(&self) -> &Path {
         &self.db_path
     }
 
-    pub fn state_path(&self) -> &Path {
+    pub(crate) fn state_path(&self) -> &Path {
         &self.state_path
     }
 
@@ -395,11 +407,12 @@ impl CheckpointStore {
         read_state_file(&self.state_path, schema)
     }
 
-    pub fn row(&self) -> Result<SessionRow, StoreError> {
+    pub(crate) fn row(&self) -> Result<SessionRow, StoreError> {
         let conn = self.lock_conn();
         read_row(&conn, &self.db_path, &self.session_id)
     }
 
+    /// The session's status, read from its row now.
     pub fn status(&self) -> Result<SessionStatus, StoreError> {
         Ok(self.row()?.status)
     }

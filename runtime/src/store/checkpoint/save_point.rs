@@ -27,6 +27,7 @@ pub enum SavePoint {
 }
 
 impl SavePoint {
+    /// The `stage` string of `state.json` (the serde name).
     pub fn as_str(self) -> &'static str {
         self.into()
     }

@@ -107,7 +107,7 @@ impl FileHistory {
         &self.root
     }
 
-    pub fn store(&self) -> &Arc<RewindStore> {
+    pub(crate) fn store(&self) -> &Arc<RewindStore> {
         &self.store
     }
 

@@ -28,8 +28,8 @@ mod restore;
 pub use history::{FileHistory, Watch};
 pub use restore::Restored;
 
-pub const SCHEMA: &str = "geode.rewind.v1";
-pub const DB_FILE: &str = "rewind.db";
+pub(crate) const SCHEMA: &str = "geode.rewind.v1";
+pub(crate) const DB_FILE: &str = "rewind.db";
 const BLOB_DIR: &str = "rewind-blobs";
 
 /// A file as a change saw it.
@@ -39,10 +39,18 @@ pub enum FileState {
     /// No file at the path.
     Absent,
     /// A regular file whose bytes are the blob `sha256`, with permission bits `mode`.
-    Stored { sha256: String, mode: u32 },
+    Stored {
+        /// The blob's name: the SHA-256 of the bytes, in hex.
+        sha256: String,
+        /// The file's permission bits, masked with `0o7777`.
+        mode: u32,
+    },
     /// A file not kept, so not put back: over `history::MAX_BLOB_BYTES`, or beyond what one
     /// workspace watch keeps (`history::MAX_WATCH_BYTES`).
-    Unkept { len: u64 },
+    Unkept {
+        /// The file's size in bytes.
+        len: u64,
+    },
     /// A directory or a symbolic link at the path: not kept, so not put back.
     NotAFile,
 }
@@ -50,22 +58,23 @@ pub enum FileState {
 /// One file one call changed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FileChange {
-    pub turn: u32,
-    pub call_id: String,
-    pub tool: String,
+    pub(crate) turn: u32,
+    pub(crate) call_id: String,
+    pub(crate) tool: String,
     /// Relative to the workspace root.
     pub path: String,
-    pub before: FileState,
-    pub after: FileState,
+    pub(crate) before: FileState,
+    pub(crate) after: FileState,
 }
 
 /// A turn a session can go back to the start of.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TurnPoint {
+    /// The turn's number; `/rewind N` goes back to before turn N.
     pub turn: u32,
     /// The turn's prompt, as the person typed it.
     pub prompt: String,
-    pub ts: String,
+    pub(crate) ts: String,
     /// Files the turn's calls changed (each once, in the order first changed).
     pub files: Vec<String>,
 }
@@ -210,7 +219,7 @@ impl RewindStore {
             .map_err(|e| self.sqlite(e))
     }
 
-    pub fn record_changes(&self, changes: &[FileChange]) -> Result<(), StoreError> {
+    pub(crate) fn record_changes(&self, changes: &[FileChange]) -> Result<(), StoreError> {
         let mut conn = self.lock();
         let tx = conn.transaction().map_err(|e| self.sqlite(e))?;
         let ts = now();

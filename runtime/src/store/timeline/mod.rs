@@ -22,7 +22,7 @@ use crate::conversation::{ImageDigest, Message, StopReason, Usage};
 use crate::ids::{SessionId, StepSnapshot};
 use crate::policy::Classification;
 
-pub const SCHEMA: &str = "geode.timeline.v1";
+pub(crate) const SCHEMA: &str = "geode.timeline.v1";
 
 mod outcome;
 pub use outcome::{CallOutcome, PipelineStep, UnknownOutcome};
@@ -31,36 +31,62 @@ pub use outcome::{CallOutcome, PipelineStep, UnknownOutcome};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind")]
 pub enum TimelineEvent {
+    /// The session's first turn started.
     #[serde(rename = "session.started")]
     SessionStarted {
+        /// The id of the model it started with.
         model: String,
+        /// Its session mode (`repl`, `ipc`, `daemon`, `headless`).
         mode: String,
+        /// The generation of its tool plan.
         plan_generation: u64,
+        /// The plan's hash (SHA-256 of its canonical JSON).
         plan_hash: String,
+        /// The scaffold's hash (SHA-256 of its canonical JSON).
         scaffold_hash: String,
+        /// Why its policy differs from the mode's defaults; absent when it does not.
         grant: Option<String>,
     },
+    /// A user message joined the conversation (a prompt, tool results, a repair instruction).
     #[serde(rename = "message.user")]
-    UserMessage { message: Message },
+    UserMessage {
+        /// The message, its images left out.
+        message: Message,
+    },
+    /// The model replied.
     #[serde(rename = "message.assistant")]
     AssistantMessage {
+        /// The reply.
         message: Message,
+        /// The call's tokens and cost.
         usage: Usage,
+        /// Why the model stopped.
         stop_reason: StopReason,
+        /// What the call was bound to: model, tool plan, round.
         snapshot: StepSnapshot,
     },
+    /// A tool call entered the pipeline (before any check).
     #[serde(rename = "tool.called")]
     ToolCalled {
+        /// The call's id, as the model gave it.
         call_id: String,
+        /// The tool the model called.
         tool: String,
+        /// The input the model gave.
         input: Value,
+        /// The tool's classification; absent when no tool of that name is bound.
         classification: Option<Classification>,
     },
+    /// A tool call left the pipeline, run or refused.
     #[serde(rename = "tool.completed")]
     ToolCompleted {
+        /// The call's id.
         call_id: String,
+        /// The tool called, or the one a middleware rewrote the call to.
         tool: String,
+        /// How the call ended.
         outcome: CallOutcome,
+        /// True when the model was given an error result.
         is_error: bool,
         /// The tool_result content, capped.
         content: String,
@@ -68,58 +94,95 @@ pub enum TimelineEvent {
         /// conversation (checkpoint), so a timeline row never carries megabytes.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         images: Vec<ImageDigest>,
+        /// Milliseconds from entering the pipeline to the result.
         duration_ms: u64,
     },
+    /// A hook handler failed.
     #[serde(rename = "hook.failed")]
     HookFailed {
+        /// The handler's name.
         hook: String,
+        /// The name of the event it was handling.
         event: String,
+        /// What went wrong.
         error: String,
     },
+    /// The plan was revised (one row per revision).
     #[serde(rename = "plan.revised")]
-    PlanRevised { revision: Value },
+    PlanRevised {
+        /// The revision, as JSON.
+        revision: Value,
+    },
+    /// An answer was verified.
     #[serde(rename = "verification")]
     Verification {
+        /// Repairs of the turn before this check (0 for the first answer).
         attempt: u32,
+        /// `passed`, `failed`, `repair` (sent back to the model) or `escalated`.
         verdict: String,
+        /// What the answer missed; empty when it passed.
         misses: Vec<String>,
     },
+    /// A turn ended.
     #[serde(rename = "turn.ended")]
     TurnEnded {
+        /// Why, as the termination reason's name.
         termination: String,
+        /// Rounds (model calls) the turn ran.
         rounds: u32,
+        /// The turn's tokens and cost, all its model calls summed.
         usage: Usage,
     },
+    /// The session was closed.
     #[serde(rename = "session.ended")]
-    SessionEnded { reason: String },
+    SessionEnded {
+        /// Why, as the driver said (`user_exit`, `daemon_drain`, `subagent_done`, ...).
+        reason: String,
+    },
     /// The context was compacted (or a compaction was deferred by a PreCompact hook, or
     /// failed and left the conversation as it was).
     #[serde(rename = "compaction")]
     Compaction {
+        /// `done`, `deferred` or `failed`.
         status: String,
+        /// Messages in the conversation before.
         messages_before: usize,
+        /// Messages after (the same as before unless `done`).
         messages_after: usize,
+        /// The context's estimated size in tokens when the compaction was tried.
         estimated_tokens: u64,
+        /// The size in tokens past which a turn compacts by itself.
         threshold_tokens: u64,
+        /// Recent messages kept as they were (a PreCompact hook may change it).
         keep_recent: usize,
+        /// The SHA-256 of the summary; absent when none was made.
         summary_sha256: Option<String>,
+        /// The file the summary was written to, beside the checkpoint; absent when none was.
         artifact: Option<String>,
     },
     /// A session was brought back from its checkpoint.
     #[serde(rename = "session.resumed")]
     SessionResumed {
+        /// The session's status before the resume.
         from_status: String,
+        /// Messages in the restored conversation.
         messages: usize,
+        /// Calls of the batch the interruption left pending.
         pending_calls: usize,
+        /// Call ids of every receipt waiting for reconciliation.
         uncertain_calls: Vec<String>,
     },
     /// A person went back to before turn `to_turn` (`/rewind`): the files put back (and
     /// those that could not be), and the conversation's length after.
     #[serde(rename = "session.rewound")]
     SessionRewound {
+        /// The turn gone back to before.
         to_turn: u32,
+        /// Messages in the conversation after.
         messages: usize,
+        /// Files put back.
         files_restored: Vec<String>,
+        /// Files that could not be put back.
         files_not_restored: Vec<String>,
     },
     /// A call of the batch pending at the crash, settled at resume without running it
@@ -127,28 +190,44 @@ pub enum TimelineEvent {
     /// (`rerun`: it never started, or it has no effect).
     #[serde(rename = "tool.recovered")]
     ToolRecovered {
+        /// The call's id.
         call_id: String,
+        /// The tool called.
         tool: String,
+        /// `uncertain`, `committed`, `reconciled` or `rerun`.
         disposition: String,
+        /// The result the model is given for it; empty for a rerun.
         content: String,
     },
     /// The checkpoint could not be saved at this save point.
     #[serde(rename = "checkpoint.failed")]
-    CheckpointFailed { stage: SavePoint, error: String },
+    CheckpointFailed {
+        /// The save point that failed.
+        stage: SavePoint,
+        /// What went wrong.
+        error: String,
+    },
     /// `/model` or `/effort` changed the model between turns.
     #[serde(rename = "model.switched")]
     ModelSwitched {
+        /// The id of the model before.
         from: String,
+        /// The id of the model after.
         to: String,
+        /// The route switched to.
         route: String,
+        /// The effort asked for, if any.
         effort: Option<String>,
     },
     /// Tools joined the plan between turns (an MCP server that connected after the session
     /// started): a new plan generation, which later step snapshots name.
     #[serde(rename = "plan.extended")]
     PlanExtended {
+        /// The new plan's generation.
         plan_generation: u64,
+        /// The new plan's hash.
         plan_hash: String,
+        /// The names of the tools added.
         added: Vec<String>,
     },
 }
@@ -190,10 +269,14 @@ impl TimelineEvent {
 /// A row read back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TimelineRow {
-    pub seq: i64,
+    pub(crate) seq: i64,
+    /// When the event was queued (RFC 3339, UTC, microseconds).
     pub ts: String,
+    /// The event's kind, as `TimelineEvent::kind` names it.
     pub kind: String,
+    /// The call the event is about, for tool rows.
     pub call_id: Option<String>,
+    /// The event.
     pub event: TimelineEvent,
 }
 
@@ -361,6 +444,7 @@ impl SessionTimeline {
         })
     }
 
+    /// The database file it was opened on.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -11,18 +11,24 @@ use serde::{Deserialize, Serialize};
 #[derive(strum::IntoStaticStr, strum::EnumString, strum::Display, strum::EnumIter)]
 #[strum(serialize_all = "snake_case")]
 pub enum PipelineStep {
+    /// The tool is denied, off the allow-list, not bound, or its paths leave the workspace.
     Scope,
+    /// A request middleware rewrote the call to an unknown tool or a lower classification.
     Rewrite,
+    /// The call carries more personal data than allowed, or matches a forbidden command.
     Policy,
+    /// The input does not match the tool's schema (or no schema is bound).
     Schema,
+    /// A PreToolUse hook blocked the call.
     PreToolUse,
+    /// The approval gate, a PermissionRequest hook or the person refused, or no one could ask.
     Approval,
     /// The effect receipt could not be written, so the effect never started.
     Receipt,
 }
 
 impl PipelineStep {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         self.into()
     }
 }
@@ -38,15 +44,27 @@ pub enum CallOutcome {
     /// Dispatch passed its deadline; the outside work may still be running.
     TimedOut,
     /// Refused before dispatch; nothing ran.
-    Denied { step: PipelineStep, reason: String },
+    Denied {
+        /// The step that refused it.
+        step: PipelineStep,
+        /// Why it was refused.
+        reason: String,
+    },
     /// The handler ran, a PostToolUse hook withheld the result.
-    Withheld { reason: String },
+    Withheld {
+        /// The hook's reason.
+        reason: String,
+    },
     /// The call was dispatched but its outcome is unknown (the process died before the result
     /// was saved). It is never re-run automatically; its receipt asks for reconciliation.
-    Uncertain { reason: String },
+    Uncertain {
+        /// Why the outcome is unknown.
+        reason: String,
+    },
 }
 
 impl CallOutcome {
+    /// True when the call reached its handler: every outcome but `Denied`.
     pub fn dispatched(&self) -> bool {
         !matches!(self, CallOutcome::Denied { .. })
     }

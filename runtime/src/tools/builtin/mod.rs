@@ -28,8 +28,8 @@ const BASH_DEFAULT_TIMEOUT_SECS: u64 = 120;
 const BASH_MAX_TIMEOUT_SECS: u64 = 3600;
 /// Larger reads are cut; the model can page with offset/limit.
 pub const READ_FILE_CAP: usize = 256 * 1024;
-pub const GLOB_MAX_RESULTS: usize = 1000;
-pub const GREP_MAX_MATCHES: usize = 500;
+pub(crate) const GLOB_MAX_RESULTS: usize = 1000;
+pub(crate) const GREP_MAX_MATCHES: usize = 500;
 /// A minified file can put a megabyte on one line.
 const GREP_LINE_CHARS: usize = 400;
 /// Same heuristic as git and ripgrep: a NUL byte early on means binary.
@@ -166,7 +166,7 @@ pub struct BashInput {
 pub const ESCALATE_ARG: &str = "escalate";
 
 impl BashTool {
-    pub fn spec() -> ToolSpec {
+    pub(crate) fn spec() -> ToolSpec {
         ToolSpec {
             name: "bash".to_string(),
             description: "Run a shell command with `bash -c` in the workspace root. Returns \
@@ -253,7 +253,7 @@ pub struct ReadFileInput {
 }
 
 impl ReadFileTool {
-    pub fn spec() -> ToolSpec {
+    pub(crate) fn spec() -> ToolSpec {
         file_spec::<ReadFileInput>(
             "read_file",
             "Read a text file in the workspace. `offset` (1-based line) and `limit` (lines) \
@@ -314,7 +314,7 @@ pub struct WriteFileInput {
 }
 
 impl WriteFileTool {
-    pub fn spec() -> ToolSpec {
+    pub(crate) fn spec() -> ToolSpec {
         file_spec::<WriteFileInput>(
             "write_file",
             "Create or overwrite a file in the workspace with `content`; parent directories are \
@@ -365,7 +365,7 @@ pub struct EditFileInput {
 }
 
 impl EditFileTool {
-    pub fn spec() -> ToolSpec {
+    pub(crate) fn spec() -> ToolSpec {
         file_spec::<EditFileInput>(
             "edit_file",
             "Replace `old_string` with `new_string` in a file. `old_string` must match exactly \
@@ -432,7 +432,7 @@ pub struct ListDirInput {
 }
 
 impl ListDirTool {
-    pub fn spec() -> ToolSpec {
+    pub(crate) fn spec() -> ToolSpec {
         file_spec::<ListDirInput>(
             "list_dir",
             "List one directory of the workspace (default: the root), one entry per line; \

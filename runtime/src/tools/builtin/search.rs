@@ -91,7 +91,7 @@ pub struct GlobInput {
 }
 
 impl GlobTool {
-    pub fn spec() -> ToolSpec {
+    pub(crate) fn spec() -> ToolSpec {
         file_spec::<GlobInput>(
             "glob",
             "Find files whose path (relative to `path`, default the workspace root) matches a \
@@ -155,7 +155,7 @@ pub struct GrepInput {
 }
 
 impl GrepTool {
-    pub fn spec() -> ToolSpec {
+    pub(crate) fn spec() -> ToolSpec {
         file_spec::<GrepInput>(
             "grep",
             "Search file contents with a regular expression (Rust regex syntax) under `path` \

@@ -27,7 +27,7 @@ pub struct WebFetchInput {
 }
 
 impl WebFetchTool {
-    pub fn spec() -> ToolSpec {
+    pub(crate) fn spec() -> ToolSpec {
         ToolSpec {
             name: "web_fetch".to_string(),
             description: "Fetch an http(s) URL with GET and return its status, content type and \

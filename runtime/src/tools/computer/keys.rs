@@ -8,15 +8,15 @@ use super::action::ComputerError;
 
 /// Keysyms of the modifier keys a chord may hold.
 pub const SHIFT_L: u32 = 0xffe1;
-pub const CONTROL_L: u32 = 0xffe3;
-pub const ALT_L: u32 = 0xffe9;
-pub const SUPER_L: u32 = 0xffeb;
+pub(crate) const CONTROL_L: u32 = 0xffe3;
+pub(crate) const ALT_L: u32 = 0xffe9;
+pub(crate) const SUPER_L: u32 = 0xffeb;
 
 /// A chord: modifiers held (in order) around one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chord {
-    pub modifiers: Vec<u32>,
-    pub key: u32,
+    pub(crate) modifiers: Vec<u32>,
+    pub(crate) key: u32,
 }
 
 /// Named keys, with the aliases models commonly use. Names compare case-insensitively.

@@ -23,14 +23,15 @@ use crate::policy::{COMPUTER_TOOL, PersonalDataClass, SafetyLevel};
 use crate::tools::input::{input_schema, parse_input};
 use crate::tools::plan::{ResourceKeyRule, ToolContext, ToolHandler, ToolOutput, ToolSpec};
 
-pub use action::{ActionKind, ComputerAction, ComputerError, MAX_WAIT_MS, Point, ScrollDirection};
+pub(crate) use action::ActionKind;
+pub use action::{ComputerAction, ComputerError, MAX_WAIT_MS, Point, ScrollDirection};
 pub use screenshot::Screenshot;
 
 /// The input of `computer` as the model sends it: one flat object, because the providers take
 /// only an object schema (no `oneOf` at the top), parsed at once into a [`ComputerAction`].
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ComputerInput {
+pub(crate) struct ComputerInput {
     /// What to do.
     pub action: ActionKind,
     /// [x, y] in the screenshot's pixels: where mouse_move goes and left_click_drag ends;
@@ -127,7 +128,7 @@ impl ComputerInput {
 pub struct ComputerTool;
 
 impl ComputerTool {
-    pub fn spec() -> ToolSpec {
+    pub(crate) fn spec() -> ToolSpec {
         ToolSpec {
             name: COMPUTER_TOOL.to_string(),
             description: "Use the computer's screen, mouse and keyboard. Every action returns a \

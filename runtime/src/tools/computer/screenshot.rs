@@ -18,10 +18,15 @@ pub const MAX_SHORT_EDGE: u32 = 768;
 /// A screenshot ready for a model: PNG bytes, their size and the screen's size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Screenshot {
+    /// The picture, PNG-encoded.
     pub png: Vec<u8>,
+    /// The picture's width in pixels: the frame the model's coordinates are in.
     pub width: u32,
+    /// The picture's height in pixels.
     pub height: u32,
+    /// The screen's width in pixels, before scaling.
     pub screen_width: u32,
+    /// The screen's height in pixels, before scaling.
     pub screen_height: u32,
 }
 
@@ -29,8 +34,8 @@ pub struct Screenshot {
 /// travel between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Frame {
-    pub screen: (u32, u32),
-    pub shot: (u32, u32),
+    pub(crate) screen: (u32, u32),
+    pub(crate) shot: (u32, u32),
 }
 
 impl Frame {

@@ -124,6 +124,7 @@ impl ImageStore {
         Ok(store)
     }
 
+    /// The store's own folder (absolute, symlinks resolved); never the parent's.
     pub fn root(&self) -> &Path {
         &self.root
     }
