@@ -40,7 +40,7 @@ pub const SYSTEM_DIR: &str = "/var/lib/geode/holdouts";
 
 /// The content key of a pack: its hash with the trials per task left out.
 pub fn content_key(pack: &TaskPack) -> String {
-    pack.hash(0).0
+    pack.hash(0).to_string()
 }
 
 fn refuse_opening(entry: &Entry, contract_hash: &str) -> Result<(), CrucibleRunError> {
@@ -348,14 +348,14 @@ mod tests {
         let ledger = HoldoutLedger::at(tmp.path().join("ledger"));
         let copy = |name: &str| SealedCopy {
             name: name.into(),
-            pack_hash: p.hash(5).0,
+            pack_hash: p.hash(5).to_string(),
             state: format!("{name}.seal-state.json"),
             sealed_at: "now".into(),
             tasks: Vec::new(),
         };
         ledger.record_sealed(&p, copy("a")).unwrap();
         ledger.record_sealed(&p, copy("b")).unwrap();
-        ledger.check_opening(&p.hash(5).0, "c1").unwrap();
+        ledger.check_opening(p.hash(5).as_str(), "c1").unwrap();
         ledger.begin_campaign(&p, used("c1")).unwrap();
         // The same contract may resume; another may not, nor may the content be sealed again
         // or its other sealed copy be opened.
@@ -363,17 +363,19 @@ mod tests {
         let err = ledger.begin_campaign(&p, used("c2")).unwrap_err();
         assert!(err.to_string().contains("burned"), "{err}");
         assert!(ledger.record_sealed(&p, copy("c")).is_err());
-        assert!(ledger.check_opening(&p.hash(5).0, "c2").is_err());
-        ledger.check_opening(&p.hash(5).0, "c1").unwrap();
+        assert!(ledger.check_opening(p.hash(5).as_str(), "c2").is_err());
+        ledger.check_opening(p.hash(5).as_str(), "c1").unwrap();
         // An opening is recorded once: a second one is refused whatever its contract.
-        let receipt = ledger.record_opening(&p.hash(5).0, "c1", "now").unwrap();
+        let receipt = ledger
+            .record_opening(p.hash(5).as_str(), "c1", "now")
+            .unwrap();
         assert_eq!(receipt.content, content_key(&p));
         assert_eq!(receipt.head.len(), 64);
         let err = ledger
-            .record_opening(&p.hash(5).0, "c1", "later")
+            .record_opening(p.hash(5).as_str(), "c1", "later")
             .unwrap_err();
         assert!(err.to_string().contains("opened before"), "{err}");
-        assert!(ledger.check_opening(&p.hash(5).0, "c1").is_err());
+        assert!(ledger.check_opening(p.hash(5).as_str(), "c1").is_err());
         // Another content is free.
         let other = pack(&tmp.path().join("other"), "bye");
         ledger.begin_campaign(&other, used("c2")).unwrap();

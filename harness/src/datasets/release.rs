@@ -32,7 +32,7 @@ use super::{
     DatasetError, canonical_hash, check_schema, copy_tree, entries_below, invalid, io_err,
     read_json, write_new_json,
 };
-use crate::pack::{TaskHash, TaskPack, hash_task_dir, pack_hash};
+use crate::pack::{PackHash, TaskHash, TaskPack, hash_task_dir, pack_hash};
 
 /// The manifest's `schema` value.
 pub(crate) const RELEASE_SCHEMA: &str = "geode.release.v1";
@@ -56,7 +56,7 @@ pub struct ReleaseManifest {
     /// License the tasks are released under, as given by the caller.
     pub license: String,
     /// Pack hash over the released tasks' ids and hashes (one trial per task).
-    pub pack_hash: String,
+    pub pack_hash: PackHash,
     /// Trials per task the pack hash assumes; always 1.
     pub trials_per_task: u32,
     /// The pack folder the release was made from.
@@ -259,7 +259,7 @@ pub fn release(req: &ReleaseRequest<'_>) -> Result<(PathBuf, ReleaseManifest), R
         version: req.version.to_string(),
         created: req.created.clone(),
         license: req.license.to_string(),
-        pack_hash: pack_hash(tasks.iter().map(|t| (t.id.as_str(), &t.hash)), 1).0,
+        pack_hash: pack_hash(tasks.iter().map(|t| (t.id.as_str(), &t.hash)), 1),
         trials_per_task: 1,
         source: SourceRef {
             path: req.pack.display().to_string(),
@@ -475,7 +475,7 @@ pub fn verify(dir: &Path) -> Result<(ReleaseManifest, Vec<String>), DatasetError
         manifest.tasks.iter().map(|t| (t.id.as_str(), &t.hash)),
         manifest.trials_per_task,
     );
-    if recomputed.0 != manifest.pack_hash {
+    if recomputed != manifest.pack_hash {
         problems.push(format!(
             "pack hash {} != manifest {}",
             recomputed, manifest.pack_hash

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use super::minhash::{MinHashParams, MinHasher, candidate_pairs, cluster, estimate};
 use super::{DatasetError, check_schema, copy_tree, invalid, io_err, read_json, task_text};
-use crate::pack::{TaskHash, TaskPack};
+use crate::pack::{PackHash, TaskHash, TaskPack};
 
 /// The splits file's `schema` value.
 pub(crate) const SPLITS_SCHEMA: &str = "geode.splits.v1";
@@ -87,7 +87,7 @@ pub struct SplitsFile {
     /// The pack folder, absolute when written by `split_pack`.
     pub pack: String,
     /// Pack hash (one trial per task) when split; checked against the pack later.
-    pub pack_hash: String,
+    pub pack_hash: PackHash,
     /// Seed of the cluster shuffle.
     pub seed: u64,
     /// The target shares.
@@ -199,7 +199,7 @@ pub fn split_pack(
     Ok(SplitsFile {
         schema: SPLITS_SCHEMA.to_string(),
         pack: pack_path.display().to_string(),
-        pack_hash: pack.hash(1).0,
+        pack_hash: pack.hash(1),
         seed,
         ratios,
         minhash: params,
@@ -397,7 +397,7 @@ pub fn check_against_pack(
     let by_id: BTreeMap<&str, &crate::pack::Task> =
         pack.tasks.iter().map(|t| (t.id.as_str(), t)).collect();
     let mut check = SplitCheck::default();
-    let pack_hash = pack.hash(1).0;
+    let pack_hash = pack.hash(1);
     if pack_hash != file.pack_hash {
         check.mismatches.push(Mismatch {
             kind: "pack_hash",

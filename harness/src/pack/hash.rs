@@ -11,23 +11,16 @@ use sha2::{Digest, Sha256};
 
 use super::{PackError, invalid, io_err};
 
+/// A pack's hash: ordered task hashes plus trials per task. The crucible's type, so a
+/// contract pins the very value a run locks, without a parse between them.
+pub use geode_crucible::PackHash;
+
 /// SHA-256 (hex) of a task folder's content.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct TaskHash(pub String);
 
-/// SHA-256 (hex) of a pack: ordered task hashes plus trials per task.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct PackHash(pub String);
-
 impl fmt::Display for TaskHash {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl fmt::Display for PackHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
@@ -45,9 +38,7 @@ pub fn pack_hash<'a>(
         "tasks": entries.iter().map(|(id, h)| serde_json::json!([id, h.0])).collect::<Vec<_>>(),
         "trials_per_task": trials_per_task,
     });
-    PackHash(hex::encode(Sha256::digest(
-        canonical.to_string().as_bytes(),
-    )))
+    PackHash::from_digest(Sha256::digest(canonical.to_string().as_bytes()).into())
 }
 
 fn put(hasher: &mut Sha256, bytes: &[u8]) {

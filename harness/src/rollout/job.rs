@@ -77,7 +77,7 @@ pub async fn start_run(
             run_id: run_id.clone(),
             created,
             pack_path: config.pack.display().to_string(),
-            pack_hash: lock.pack_hash.clone(),
+            pack_hash: lock.pack_hash.to_string(),
             model_route: config.model.to_string(),
             scaffold_hash: lock.scaffold_hash.clone(),
             seed: config.seed,

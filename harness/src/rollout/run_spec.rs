@@ -17,7 +17,7 @@ use super::slurm::settings::SlurmSettings;
 use super::trial::plan::TrialPlan;
 use crate::env::BaseMode;
 use crate::env::kind::BackendKind;
-use crate::pack::{PackError, Task, TaskPack};
+use crate::pack::{PackError, PackHash, Task, TaskPack};
 use crate::store::StoreError;
 
 /// Schema tag of a run's `config.json`.
@@ -111,7 +111,7 @@ pub struct RunLock {
     /// Always `geode.lock.v1`.
     pub schema: String,
     /// The pack's hash at the run's attempts per task.
-    pub pack_hash: String,
+    pub pack_hash: PackHash,
     /// Each task's id and content hash, in pack order.
     pub tasks: Vec<(String, String)>,
     /// The agent's model route.
@@ -175,7 +175,7 @@ pub(crate) fn load_pack(config: &RunConfig) -> Result<TaskPack, RunError> {
 pub(super) fn lock_for(config: &RunConfig, pack: &TaskPack) -> RunLock {
     RunLock {
         schema: "geode.lock.v1".into(),
-        pack_hash: pack.hash(config.attempts).0,
+        pack_hash: pack.hash(config.attempts),
         tasks: pack
             .tasks
             .iter()

@@ -12,7 +12,7 @@ use crate::curate::pipeline::{Candidate, POOL_SCHEMA, Phase};
 use crate::curate::review::Selected;
 use crate::curate::tournament::Ratings;
 use crate::datasets::{canonical_hash, write_new_json};
-use crate::pack::{hash_task_dir, pack_hash};
+use crate::pack::{PackHash, hash_task_dir, pack_hash};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PoolTask {
@@ -31,7 +31,7 @@ pub struct PoolTask {
 pub struct PoolManifest {
     pub schema: String,
     pub seed: u64,
-    pub pack_hash: String,
+    pub pack_hash: PackHash,
     /// Output hash of every phase, in order: the pool's lineage.
     pub phases: Vec<(String, String)>,
     pub tasks: Vec<PoolTask>,
@@ -97,7 +97,7 @@ pub(super) fn freeze(
     let manifest = PoolManifest {
         schema: POOL_SCHEMA.into(),
         seed: ctx.config.seed,
-        pack_hash: pack_hash(tasks.iter().map(|t| (t.id.as_str(), &t.hash)), 1).0,
+        pack_hash: pack_hash(tasks.iter().map(|t| (t.id.as_str(), &t.hash)), 1),
         phases,
         tasks,
     };

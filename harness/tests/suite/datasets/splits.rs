@@ -128,7 +128,7 @@ fn splits_isolate_near_duplicates_and_check_catches_planted_leaks() {
     let file = SplitsFile {
         schema: "geode.splits.v1".into(),
         pack: "synthetic".into(),
-        pack_hash: String::new(),
+        pack_hash: geode_harness::pack::PackHash::of_bytes(b"synthetic"),
         seed: 42,
         ratios,
         minhash: params,
@@ -253,7 +253,7 @@ fn check_splits_rederives_from_the_pack_and_catches_an_edited_file() {
     for e in edited.splits.values_mut().flatten() {
         e.signature.clear();
     }
-    edited.pack_hash = "0".repeat(64);
+    edited.pack_hash = geode_harness::pack::PackHash::parse(&"0".repeat(64)).unwrap();
     assert!(check_splits(&edited).is_empty(), "the file alone hides it");
     let check = check_against_pack(&path, &edited, &pack).unwrap();
     let leaks: Vec<&str> = check.leaks.iter().map(|l| l.kind).collect();
