@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use geode_crucible::record::HoldoutReceipt;
-use geode_crucible::{Attestation, DecisionRecord, FrozenContract, SealState};
+use geode_crucible::{Attestation, DecisionRecord, FrozenContract, PackHash, SealState};
 
 use crate::crucible::CrucibleRunError;
 use crate::crucible::openings::{Event, OpeningsLedger};
@@ -99,7 +99,7 @@ fn build_store_beside(trials: &Path) -> PathBuf {
 pub fn sealed_size(
     state_path: &Path,
     commitments: &Path,
-) -> Result<(String, usize), CrucibleRunError> {
+) -> Result<(PackHash, usize), CrucibleRunError> {
     let ledger = OpeningsLedger::beside(commitments, &sealed_name(state_path)?)?;
     Ok((ledger.commitment.pack_hash, ledger.commitment.tasks))
 }
@@ -118,7 +118,7 @@ pub fn open_sealed(
     let key = sealing::read_key(key_path)?;
     let mut state = sealing::load_state(state_path)?;
     let ledger = OpeningsLedger::beside(commitments, &sealed_name(state_path)?)?;
-    if ledger.commitment.commitment != state.commitment.to_string() {
+    if ledger.commitment.commitment != state.commitment {
         return Err(invalid(
             &state_path.display().to_string(),
             format!(

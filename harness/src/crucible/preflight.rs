@@ -9,7 +9,7 @@ use geode_runtime::scaffold::Scaffold;
 
 use super::CrucibleRunError;
 use super::identity::{pack_hash, scaffold_hash, tests_grader_hash};
-use crate::pack::TaskPack;
+use crate::pack::{PackHash, TaskPack};
 
 /// The arms a campaign will run, and whether an infeasible design may run anyway.
 pub struct Plan<'a> {
@@ -32,7 +32,7 @@ pub enum PlannedPack<'a> {
     /// families are hidden).
     Sealed {
         /// The sealed pack's hash, from its commitment.
-        pack_hash: &'a str,
+        pack_hash: &'a PackHash,
         /// How many tasks the sealed pack holds.
         tasks: usize,
     },
@@ -59,10 +59,10 @@ pub fn check_identity(
         }
     }
     let pack_actual = match pack {
-        PlannedPack::Loaded(p) => pack_hash(p, c.trials_per_task)?.to_string(),
-        PlannedPack::Sealed { pack_hash, .. } => (*pack_hash).to_string(),
+        PlannedPack::Loaded(p) => pack_hash(p, c.trials_per_task)?,
+        PlannedPack::Sealed { pack_hash, .. } => (*pack_hash).clone(),
     };
-    if pack_actual != contract.stage_pack().to_string() {
+    if &pack_actual != contract.stage_pack() {
         let stage = match c.stage {
             Stage::Train => "train",
             Stage::Test => "test",

@@ -15,7 +15,8 @@ use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::crucible::{CrucibleRunError, pack_hash, write_atomic};
-use crate::pack::TaskPack;
+use crate::pack::{PackHash, TaskPack};
+use geode_crucible::Commitment;
 
 /// The public part of a sealed pack (`geode.commitment.v1`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -25,9 +26,9 @@ pub struct PublishedCommitment {
     /// The name the pack was sealed under.
     pub name: String,
     /// The commitment to the sealed content, published before any opening.
-    pub commitment: String,
+    pub commitment: Commitment,
     /// The sealed pack's hash (content and trials per task).
-    pub pack_hash: String,
+    pub pack_hash: PackHash,
     /// The trials per task the pack was sealed for.
     pub trials_per_task: u32,
     /// How many tasks the sealed pack holds.
@@ -164,8 +165,8 @@ pub fn seal_pack(
     let published = PublishedCommitment {
         schema: "geode.commitment.v1".into(),
         name: name.to_string(),
-        commitment: sealed.commitment.to_string(),
-        pack_hash: sealed.pack_hash.to_string(),
+        commitment: sealed.commitment.clone(),
+        pack_hash: sealed.pack_hash.clone(),
         trials_per_task,
         tasks: pack.tasks.len(),
     };

@@ -32,13 +32,12 @@ pub fn contract_for(
     baseline: &Scaffold,
     candidate: &Scaffold,
     model: &Route,
-    train: &str,
-    test: &str,
+    train: &PackHash,
+    test: &PackHash,
     trials: u32,
     run_seed: u64,
     rule: &Rule,
 ) -> Result<FrozenContract, SearchError> {
-    let ph = |s: &str| PackHash::parse(s).map_err(SearchError::PackHash);
     let contract = Contract {
         schema: CONTRACT_SCHEMA.into(),
         stage,
@@ -51,8 +50,8 @@ pub fn contract_for(
             model_route: model.to_string(),
         },
         packs: StagePacks {
-            train: ph(train)?,
-            test: ph(test)?,
+            train: train.clone(),
+            test: test.clone(),
         },
         trials_per_task: trials,
         run_seed,

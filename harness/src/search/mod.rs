@@ -62,9 +62,6 @@ pub enum SearchError {
     /// A pack could not be loaded.
     #[error("pack: {0}")]
     Pack(#[source] crate::pack::PackError),
-    /// A pack hash that is not 64 hex digits.
-    #[error("pack hash: {0}")]
-    PackHash(#[source] geode_crucible::ids::DigestParseError),
     /// The proposer's route could not be used.
     #[error("proposer: {0}")]
     Proposer(String),

@@ -144,7 +144,7 @@ fn audit_pack(
         return Ok(());
     }
     let state = crate::crucible::sealing::load_state(&state_path)?;
-    if state.commitment.to_string() != ledger.commitment.commitment {
+    if state.commitment != ledger.commitment.commitment {
         out.problems.push(format!(
             "{name}: the seal state's commitment {} is not the published {}",
             state.commitment, ledger.commitment.commitment

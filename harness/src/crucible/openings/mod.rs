@@ -238,7 +238,7 @@ impl OpeningsLedger {
                 broke("its hash does not match its content: the entry was rewritten".into());
             }
             if let Event::Opening { commitment, .. } = &entry.event
-                && *commitment != self.commitment.commitment
+                && *commitment != self.commitment.commitment.as_str()
             {
                 broke(format!(
                     "records an opening of commitment {commitment}, not this pack's"
@@ -348,8 +348,8 @@ mod tests {
         let published = PublishedCommitment {
             schema: "geode.commitment.v1".into(),
             name: "h".into(),
-            commitment: "c0ffee".into(),
-            pack_hash: "p".into(),
+            commitment: geode_crucible::Commitment::of_bytes(b"c0ffee"),
+            pack_hash: geode_crucible::PackHash::of_bytes(b"p"),
             trials_per_task: 1,
             tasks: 3,
         };
@@ -363,7 +363,7 @@ mod tests {
 
     fn opening() -> Event {
         Event::Opening {
-            commitment: "c0ffee".into(),
+            commitment: geode_crucible::Commitment::of_bytes(b"c0ffee").to_string(),
             contract_hash: "k1".into(),
             candidate_scaffold_hash: "s".into(),
         }

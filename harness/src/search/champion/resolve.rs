@@ -9,7 +9,7 @@ use super::json_file;
 use crate::crucible::evaluator;
 use crate::crucible::pack_hash;
 use crate::crucible::sealing;
-use crate::pack::TaskPack;
+use crate::pack::{PackHash, TaskPack};
 use crate::search::SearchError;
 use crate::search::config::SearchConfig;
 use crate::search::space::SearchSpace;
@@ -26,8 +26,8 @@ pub struct Resolved {
     pub config: SearchConfig,
     /// The search space, as loaded and checked.
     pub space: SearchSpace,
-    pub(crate) train_pack_hash: String,
-    pub(crate) test_pack_hash: String,
+    pub(crate) train_pack_hash: PackHash,
+    pub(crate) test_pack_hash: PackHash,
 }
 
 /// Resolves and checks the configuration, the space and the frozen parts, and pins them in
@@ -35,12 +35,12 @@ pub struct Resolved {
 pub fn prepare(config: &SearchConfig) -> Result<Resolved, SearchError> {
     let space = SearchSpace::load(&config.space)?;
     let train = TaskPack::load(&config.train).map_err(SearchError::Pack)?;
-    let train_hash = pack_hash(&train, config.trials)?.to_string();
+    let train_hash = pack_hash(&train, config.trials)?;
     let test_hash = match (&config.test.sealed, &config.test.pack) {
-        (Some(state), _) => sealing::load_state(state)?.pack_hash.to_string(),
+        (Some(state), _) => sealing::load_state(state)?.pack_hash,
         (None, Some(p)) => {
             let pack = TaskPack::load(p).map_err(SearchError::Pack)?;
-            pack_hash(&pack, config.test.trials)?.to_string()
+            pack_hash(&pack, config.test.trials)?
         }
         (None, None) => return Err(SearchError::Refused("no test pack".into())),
     };
@@ -53,8 +53,8 @@ pub fn prepare(config: &SearchConfig) -> Result<Resolved, SearchError> {
         }),
         _ => Ok(()),
     };
-    check("train_pack", &frozen.train_pack, &train_hash)?;
-    check("test_pack", &frozen.test_pack, &test_hash)?;
+    check("train_pack", &frozen.train_pack, train_hash.as_str())?;
+    check("test_pack", &frozen.test_pack, test_hash.as_str())?;
     check("model", &frozen.model, &config.model.to_string())?;
     check(
         "evaluator_version",
