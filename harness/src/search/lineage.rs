@@ -63,9 +63,9 @@ pub struct Entry {
     /// The scaffold evaluated.
     pub scaffold: Scaffold,
     /// The frozen contract of the candidate's campaign.
-    pub contract_hash: Option<String>,
+    pub contract_hash: Option<geode_crucible::ContractHash>,
     /// The hash of the campaign's evidence, from the decision record.
-    pub evidence_hash: Option<String>,
+    pub evidence_hash: Option<geode_crucible::EvidenceHash>,
     /// KEEP, REJECT, INVALID; `None` for the baseline and rejected proposals.
     pub verdict: Option<String>,
     /// The decision's reason codes.

@@ -47,9 +47,9 @@ pub struct Promotion {
     /// Reason codes: the decision's, or why nothing was compared.
     pub reasons: Vec<String>,
     /// The test-stage contract, once frozen.
-    pub contract_hash: Option<String>,
+    pub contract_hash: Option<geode_crucible::ContractHash>,
     /// The hash of the test campaign's evidence.
-    pub evidence_hash: Option<String>,
+    pub evidence_hash: Option<geode_crucible::EvidenceHash>,
     /// Point estimate on the test pack: the mean task delta, champion minus baseline.
     pub estimate: Option<f64>,
     /// Mean over tasks of the baseline's per-task means on the test pack.
@@ -67,7 +67,7 @@ pub struct Promotion {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Confirmation {
     /// The confirmation campaign's frozen contract.
-    pub contract_hash: String,
+    pub contract_hash: geode_crucible::ContractHash,
     /// Its verdict: KEEP, REJECT or INVALID.
     pub verdict: String,
     /// The fresh train estimate (unbiased by the search's selection).
@@ -148,8 +148,8 @@ pub async fn promote(out: &Path, env: &Env) -> Result<Promotion, SearchError> {
         .iter()
         .map(|r| r.as_str().to_string())
         .collect();
-    p.contract_hash = Some(contract.hash().to_string());
-    p.evidence_hash = record.evidence_hash.as_ref().map(|h| h.to_string());
+    p.contract_hash = Some(contract.hash().clone());
+    p.evidence_hash = record.evidence_hash.clone();
     if let Some(s) = &record.statistics {
         p.estimate = s.estimate;
         p.baseline_mean = s.baseline_mean;
@@ -315,7 +315,7 @@ async fn confirm(
         }
     };
     Ok(Confirmation {
-        contract_hash: contract.hash().to_string(),
+        contract_hash: contract.hash().clone(),
         verdict: record.verdict.to_string(),
         estimate: record.statistics.as_ref().and_then(|s| s.estimate),
         selected_estimate: champion.estimate,

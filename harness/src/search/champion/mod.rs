@@ -456,7 +456,7 @@ async fn evaluate(
     e.against = Some(p.against.clone());
     e.mutation = Some(p.mutation.clone());
     e.hypothesis = Some(p.hypothesis.clone());
-    e.contract_hash = Some(contract.hash().to_string());
+    e.contract_hash = Some(contract.hash().clone());
     fill_from_record(&mut e, &record);
     e.failures = failure_codes(&evidence, &record);
     e.spent = Spent {
@@ -478,7 +478,7 @@ async fn evaluate(
 
 /// Copies the verdict, reasons and headline statistics of a decision into a lineage entry.
 pub fn fill_from_record(e: &mut Entry, record: &DecisionRecord) {
-    e.evidence_hash = record.evidence_hash.as_ref().map(|h| h.to_string());
+    e.evidence_hash = record.evidence_hash.clone();
     e.verdict = Some(record.verdict.to_string());
     e.reasons = record
         .reasons
