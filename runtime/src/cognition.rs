@@ -13,17 +13,21 @@ pub const LOW_CONFIDENCE: f64 = 0.3;
 /// How much a contradicting tool result takes off a hypothesis' confidence (multiplied).
 const CONTRADICTION_FACTOR: f64 = 0.5;
 
-/// Where a plan step stands; `remaining` counts `Pending` and `InProgress` steps.
+// Where a plan step stands; `remaining` counts `Pending` and `InProgress` steps. Plain
+// comments, not doc comments, here and on `PlanStep`'s fields: schemars turns doc comments into
+// the `update_plan` schema's descriptions (an enum with them becomes a `oneOf`), which would
+// change what the model is shown.
+#[allow(missing_docs)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
-    /// Not started yet.
+    // Not started yet.
     Pending,
-    /// Being worked on now.
+    // Being worked on now.
     InProgress,
-    /// Done.
+    // Done.
     Completed,
-    /// Given up on; no longer counts as remaining.
+    // Given up on; no longer counts as remaining.
     Abandoned,
 }
 
@@ -31,14 +35,15 @@ pub enum StepStatus {
 /// the model's mistake and refused.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)]
 pub struct PlanStep {
-    /// What the step does, in the model's words; never empty.
+    // What the step does, in the model's words; never empty.
     #[schemars(length(min = 1))]
     pub description: String,
-    /// What the step should produce when it succeeds; empty when the model gave none.
+    // What the step should produce when it succeeds; empty when the model gave none.
     #[serde(default)]
     pub expected_outcome: String,
-    /// Where the step stands.
+    // Where the step stands.
     pub status: StepStatus,
 }
 
