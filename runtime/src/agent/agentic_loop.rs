@@ -17,12 +17,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::counters::SessionCounters;
 use super::durable::{FaultPoint, PendingBatch, TurnState as Turn};
-use super::durable_session::{Durable, DurableSession, Save};
+use super::durable_session::{Durable, Save};
 use super::ending::{Ending, Finish};
 use super::events::LoopEvent;
 use super::guards::{GuardSignal, Guards};
 use super::lifecycle::Lifecycle;
 use super::prompt::{PromptSources, build_system_prompt};
+use super::recorder::Recorder;
 use super::termination::TerminationReason;
 use super::transcript::Transcript;
 use super::verify::Verdict;
@@ -86,22 +87,29 @@ pub struct AgenticLoop {
     pub(super) guards: Guards,
     pub(super) counters: SessionCounters,
     pub(super) lifecycle: Lifecycle,
-    pub(super) durable: DurableSession,
+    /// Where saves, timeline rows, ledger rows and events go.
+    pub(super) recorder: Recorder,
     /// A sub-agent's parent's later tools, taken before each round (`None`: between turns,
     /// by the driver).
     late_tools: Option<ToolSource>,
 }
 
 impl AgenticLoop {
-    pub(crate) fn new(parts: LoopParts) -> Self {
+    pub(crate) fn new(mut parts: LoopParts) -> Self {
         let guards = Guards::new(parts.scaffold.guards.clone());
+        // The recorder is the one owner of the timeline and the event channel.
+        let recorder = Recorder::new(
+            parts.session_id.clone(),
+            parts.timeline.take(),
+            parts.events.take(),
+        );
         AgenticLoop {
             p: parts,
             transcript: Transcript::default(),
             guards,
             counters: SessionCounters::default(),
             lifecycle: Lifecycle::default(),
-            durable: DurableSession::default(),
+            recorder,
             late_tools: None,
         }
     }
@@ -115,7 +123,7 @@ impl AgenticLoop {
 
     /// Make this new session durable (`create_session`).
     pub(crate) fn set_durable(&mut self, durable: Durable) {
-        self.durable.install(durable);
+        self.recorder.durable.install(durable);
     }
 
     /// The id of the session this loop runs.
@@ -153,7 +161,7 @@ impl AgenticLoop {
         let added = self.p.executor.add_tools(tools)?;
         if !added.is_empty() {
             let plan = self.p.executor.plan();
-            self.record(TimelineEvent::PlanExtended {
+            self.recorder.record(TimelineEvent::PlanExtended {
                 plan_generation: plan.generation(),
                 plan_hash: plan.hash().to_string(),
                 added: added.clone(),
@@ -209,7 +217,7 @@ impl AgenticLoop {
 
     /// The session's checkpoint directory, when it has one.
     pub fn checkpoint_dir(&self) -> Option<&std::path::Path> {
-        self.durable.dir()
+        self.recorder.durable.dir()
     }
 
     /// Run one user turn to its end.
@@ -219,7 +227,7 @@ impl AgenticLoop {
             let blocked = Ending::new(TerminationReason::InputBlocked, reason, Verdict::Skipped);
             return self.end_turn(&mut turn, blocked);
         }
-        self.durable.set_status(SessionStatus::Active);
+        self.recorder.durable.set_status(SessionStatus::Active);
         if self.save(Save::Round0(&turn)).is_err() {
             return self.end_turn(
                 &mut turn,
@@ -257,7 +265,7 @@ impl AgenticLoop {
             }
             turn.rounds += 1;
             let force_text = self.guards.must_wrap_up(turn.rounds);
-            self.emit(LoopEvent::RoundStarted {
+            self.recorder.emit(LoopEvent::RoundStarted {
                 round: turn.rounds,
                 force_text,
             });
@@ -302,7 +310,10 @@ impl AgenticLoop {
                     Ending::stopped(TerminationReason::CheckpointFailed),
                 );
             }
-            self.durable.fault(FaultPoint::BeforeDispatch).await;
+            self.recorder
+                .durable
+                .fault(FaultPoint::BeforeDispatch)
+                .await;
             let revisions_before = self.revision_count();
             let records = self
                 .process_tools(calls, &snapshot, &mut turn, cancel)
@@ -340,10 +351,12 @@ impl AgenticLoop {
             0,
         )
         .await;
-        self.record(TimelineEvent::SessionEnded {
+        self.recorder.record(TimelineEvent::SessionEnded {
             reason: reason.to_string(),
         });
-        self.durable.set_status(self.lifecycle.closing_status());
+        self.recorder
+            .durable
+            .set_status(self.lifecycle.closing_status());
     }
 
     // --- stage 2: prepare call ----------------------------------------------------------------
@@ -426,7 +439,7 @@ impl AgenticLoop {
         loop {
             // A retry starts the reply again: only the last attempt's text is the reply's.
             streamed.lock().unwrap_or_else(|p| p.into_inner()).clear();
-            let deltas = self.collecting_sink(streamed.clone());
+            let deltas = self.recorder.collecting_sink(streamed.clone());
             let request = self.model_request(system, snapshot, force_text, deltas);
             let call = self.p.model.complete(&request);
             let budget = self.guards.time_left();
@@ -487,7 +500,7 @@ impl AgenticLoop {
                         return Err(Ending::failed(TerminationReason::LlmError, e.to_string()));
                     }
                     let wait = Guards::llm_backoff(failures);
-                    self.emit(LoopEvent::ModelRetry {
+                    self.recorder.emit(LoopEvent::ModelRetry {
                         attempt: failures,
                         error: e.to_string(),
                         wait_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
@@ -528,7 +541,7 @@ impl AgenticLoop {
         by_person: bool,
     ) -> Vec<CallRecord> {
         for c in &calls {
-            self.emit(LoopEvent::ToolStarted {
+            self.recorder.emit(LoopEvent::ToolStarted {
                 call_id: c.id.clone(),
                 tool: c.name.clone(),
                 input: c.input.clone(),
@@ -538,7 +551,7 @@ impl AgenticLoop {
             turn: self.counters.turn(),
             snapshot: snapshot.clone(),
             cancel: cancel.clone(),
-            output: self.tool_output_sink(),
+            output: self.recorder.tool_output_sink(),
             by_person,
         };
         self.p.executor.execute_batch(calls, &step).await
@@ -550,7 +563,7 @@ impl AgenticLoop {
         let mut results = Vec::with_capacity(records.len());
         for r in records {
             for event in LoopEvent::call_ended(r) {
-                self.emit(event);
+                self.recorder.emit(event);
             }
             results.extend(r.result.clone().into_blocks());
         }
@@ -580,7 +593,7 @@ impl AgenticLoop {
         system: &str,
         snapshot: &StepSnapshot,
     ) -> Option<TerminationReason> {
-        self.durable.fault(FaultPoint::AfterDispatch).await;
+        self.recorder.durable.fault(FaultPoint::AfterDispatch).await;
         if self.save(Save::CompletedBatch(turn)).is_err() {
             // The effects ran and their receipts say so; nothing more runs unsaved.
             return Some(TerminationReason::CheckpointFailed);
@@ -600,7 +613,7 @@ impl AgenticLoop {
             GuardSignal::Proceed => {}
         }
         if self.p.scaffold.reflection == ReflectionMode::ModelCall {
-            let request = self.model_request(system, snapshot, true, self.delta_sink());
+            let request = self.model_request(system, snapshot, true, self.recorder.delta_sink());
             if let Some(usage) = reflect(self.p.model.as_ref(), &request, &self.p.cognition).await {
                 turn.usage.add(&usage);
                 self.counters.add_usage(&usage);

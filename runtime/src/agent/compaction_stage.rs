@@ -21,7 +21,8 @@ use crate::store::timeline::TimelineEvent;
 impl AgenticLoop {
     /// Messages at the start of the conversation that are an earlier summary.
     fn summary_prefix_len(&self) -> usize {
-        self.durable
+        self.recorder
+            .durable
             .summary_prefix_len()
             .unwrap_or_else(|| usize::from(self.transcript.starts_with_summary()))
     }
@@ -57,7 +58,7 @@ impl AgenticLoop {
     async fn compact(&mut self, turn: Option<&TurnState>, estimated: u64) -> bool {
         let limits = self.p.scaffold.compaction.clone();
         let threshold = limits.threshold_tokens();
-        if !self.durable.holds(self.transcript.len()) {
+        if !self.recorder.durable.holds(self.transcript.len()) {
             // Only a conversation the checkpoint holds in full is compacted.
             return false;
         }
@@ -81,7 +82,8 @@ impl AgenticLoop {
         };
         match self.hook(pre, None, 0).await.decision {
             HookDecision::Defer => {
-                self.record(row("deferred", keep, before, None, None));
+                self.recorder
+                    .record(row("deferred", keep, before, None, None));
                 return false;
             }
             HookDecision::KeepRecent(n) => keep = n,
@@ -95,22 +97,32 @@ impl AgenticLoop {
         let compacted = compact_at(messages, cut, plan.as_ref(), limits.summary_tool_calls);
         let sha = compacted.sha.clone();
         let after = compacted.messages.len();
-        let artifact = match self.durable.write_summary_artifact(&compacted.text, &sha) {
+        let artifact = match self
+            .recorder
+            .durable
+            .write_summary_artifact(&compacted.text, &sha)
+        {
             Ok(a) => a.map(|p| p.display().to_string()),
             Err(e) => {
-                self.checkpoint_failed(SavePoint::Compaction, &e.to_string());
-                self.record(row("failed", keep, before, Some(sha), None));
+                self.recorder
+                    .checkpoint_failed(SavePoint::Compaction, &e.to_string());
+                self.recorder
+                    .record(row("failed", keep, before, Some(sha), None));
                 return false;
             }
         };
-        self.durable.fault(FaultPoint::DuringCompaction).await;
+        self.recorder
+            .durable
+            .fault(FaultPoint::DuringCompaction)
+            .await;
         let save = Save::Compaction {
             turn,
             cut,
             compacted: &compacted,
         };
         if self.save(save).is_err() {
-            self.record(row("failed", keep, before, Some(sha), artifact));
+            self.recorder
+                .record(row("failed", keep, before, Some(sha), artifact));
             return false;
         }
         self.transcript.replace(compacted.messages);
@@ -118,14 +130,14 @@ impl AgenticLoop {
             summary_sha256: sha.clone(),
         };
         self.hook(post, None, 0).await;
-        self.record(row(
+        self.recorder.record(row(
             "done",
             keep,
             after,
             Some(sha.clone()),
             artifact.clone(),
         ));
-        self.durable.evidence(
+        self.recorder.evidence(
             "compaction",
             json!({"messages_before": before, "messages_after": after, "summary_sha256": sha}),
         );

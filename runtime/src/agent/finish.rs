@@ -129,7 +129,7 @@ impl AgenticLoop {
             verdict,
             error,
         } = ending;
-        self.record(TimelineEvent::TurnEnded {
+        self.recorder.record(TimelineEvent::TurnEnded {
             termination: termination.to_string(),
             rounds: turn.rounds,
             usage: turn.usage,
@@ -144,7 +144,7 @@ impl AgenticLoop {
                 | T::RepeatedSuccessNoProgress
         ) {
             let detail = serde_json::json!({"reason": termination, "rounds": turn.rounds});
-            self.durable.evidence("guard_stop", detail);
+            self.recorder.evidence("guard_stop", detail);
         }
         self.lifecycle.turn_ended(termination);
         turn.pending_misses.clear();
@@ -153,7 +153,7 @@ impl AgenticLoop {
             // recorded; the answer stands.
             let _ = self.save(Save::TurnEnd);
         }
-        self.durable.set_status(SessionStatus::Paused);
+        self.recorder.durable.set_status(SessionStatus::Paused);
         let outcome = TurnOutcome {
             text,
             termination,
@@ -163,7 +163,7 @@ impl AgenticLoop {
             usage: turn.usage,
             error,
         };
-        self.emit(LoopEvent::TurnEnded {
+        self.recorder.emit(LoopEvent::TurnEnded {
             termination,
             verdict: outcome.verdict.clone(),
             text: outcome.text.clone(),

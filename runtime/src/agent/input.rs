@@ -20,7 +20,7 @@ impl AgenticLoop {
     pub(super) async fn prepare_input(&mut self, prompt: &str) -> Result<(), String> {
         let turn = self.counters.start_turn();
         self.guards.start_turn();
-        self.emit(LoopEvent::TurnStarted {
+        self.recorder.emit(LoopEvent::TurnStarted {
             session_id: self.p.session_id.to_string(),
             turn,
             model: self.model_id().to_string(),
@@ -28,7 +28,7 @@ impl AgenticLoop {
         if self.lifecycle.start() {
             let plan = self.p.executor.plan();
             let policy = self.p.executor.policy();
-            self.record(TimelineEvent::SessionStarted {
+            self.recorder.record(TimelineEvent::SessionStarted {
                 model: self.p.model.id().to_string(),
                 mode: serde_json::to_value(policy.mode)
                     .ok()
@@ -86,7 +86,7 @@ impl AgenticLoop {
         // The executor answers every call it is given with exactly one record.
         let record = records.remove(0);
         for event in LoopEvent::call_ended(&record) {
-            self.emit(event);
+            self.recorder.emit(event);
         }
         record
     }

@@ -15,6 +15,7 @@ mod input;
 mod lifecycle;
 pub mod model_switch;
 pub mod prompt;
+mod recorder;
 mod records;
 pub mod reflection;
 pub mod restore;

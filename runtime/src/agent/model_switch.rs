@@ -30,7 +30,7 @@ impl AgenticLoop {
     /// The route and effort this session's model was built from, when the session is
     /// checkpointed (only the checkpoint settings remember the route).
     pub fn model_route(&self) -> Option<(&str, Option<Effort>)> {
-        self.durable.model_route()
+        self.recorder.durable.model_route()
     }
 
     /// Call `switch.model` from the next round on. Between turns only: the driver owns the
@@ -41,9 +41,10 @@ impl AgenticLoop {
         let to = switch.model.id().to_string();
         self.p.model_slot.set(switch.model.clone());
         self.p.model = switch.model;
-        self.durable
+        self.recorder
+            .durable
             .switch_model(&switch.route, switch.provider, switch.effort);
-        self.record(TimelineEvent::ModelSwitched {
+        self.recorder.record(TimelineEvent::ModelSwitched {
             from,
             to,
             route: switch.route,

@@ -1,8 +1,7 @@
-//! The loop's conversation edits and records: appending messages, checkpoint saves and their
-//! failures, timeline rows, hook dispatch, events to the driver. Kept apart from
-//! agentic_loop.rs so that file reads as the six stages.
-
-use std::sync::{Arc, Mutex};
+//! The loop's conversation edits and what it hands the recorder: appending messages (each a
+//! timeline row and an event), ledger rows of a batch, plan revisions, hook dispatch, the
+//! loop's side of a checkpoint save. Kept apart from agentic_loop.rs so that file reads as the
+//! six stages; `recorder.rs` owns where the records go.
 
 use serde_json::json;
 
@@ -12,25 +11,22 @@ use super::events::LoopEvent;
 use crate::conversation::{AssistantTurn, ContentBlock, Message, Role, ToolCall};
 use crate::hooks::{HookEnvelope, HookEvent, HookOutcome};
 use crate::ids::StepSnapshot;
-use crate::model::{DeltaSink, ModelDelta};
-use crate::store::checkpoint::SavePoint;
 use crate::store::timeline::{CallOutcome, TimelineEvent};
 use crate::tools::executor::{CallRecord, hook_failure_rows};
-use crate::tools::output::ToolOutputSink;
 
 /// What the model sees after a reply the person interrupted.
 pub(crate) const INTERRUPTED_NOTE: &str = "[the person interrupted this reply]";
 
 impl AgenticLoop {
     pub(super) fn append_user(&mut self, message: Message) {
-        self.record(TimelineEvent::UserMessage {
+        self.recorder.record(TimelineEvent::UserMessage {
             message: message.without_images(),
         });
         self.transcript.push(message);
     }
 
     pub(super) fn append_assistant(&mut self, reply: AssistantTurn, snapshot: &StepSnapshot) {
-        self.emit(LoopEvent::AssistantMessage {
+        self.recorder.emit(LoopEvent::AssistantMessage {
             text: reply.message.text(),
             // Counted in place: `tool_calls()` would clone every input just to count them.
             tool_calls: reply
@@ -41,7 +37,7 @@ impl AgenticLoop {
                 .count(),
             usage: reply.usage,
         });
-        self.record(TimelineEvent::AssistantMessage {
+        self.recorder.record(TimelineEvent::AssistantMessage {
             message: reply.message.clone(),
             usage: reply.usage,
             stop_reason: reply.stop_reason,
@@ -74,7 +70,7 @@ impl AgenticLoop {
                 CallOutcome::TimedOut | CallOutcome::Uncertain { .. } => "uncertain_effect",
                 _ => continue,
             };
-            self.durable.evidence(
+            self.recorder.evidence(
                 kind,
                 json!({
                     "call_id": r.result.tool_use_id,
@@ -102,23 +98,24 @@ impl AgenticLoop {
         };
         for r in revisions {
             let revision = serde_json::to_value(&r).unwrap_or_default();
-            self.record(TimelineEvent::PlanRevised { revision });
+            self.recorder
+                .record(TimelineEvent::PlanRevised { revision });
         }
     }
 
     pub(super) fn record_verification(&self, attempt: u32, verdict: &str, misses: &[String]) {
-        self.emit(LoopEvent::Verification {
+        self.recorder.emit(LoopEvent::Verification {
             attempt,
             verdict: verdict.to_string(),
             misses: misses.to_vec(),
         });
-        self.record(TimelineEvent::Verification {
+        self.recorder.record(TimelineEvent::Verification {
             attempt,
             verdict: verdict.to_string(),
             misses: misses.to_vec(),
         });
         if verdict != "passed" {
-            self.durable.evidence(
+            self.recorder.evidence(
                 "verification_failed",
                 json!({"attempt": attempt, "verdict": verdict, "misses": misses}),
             );
@@ -146,22 +143,18 @@ impl AgenticLoop {
             .await;
         for f in &outcome.failures {
             let (row, evidence) = hook_failure_rows(f);
-            self.record(row);
-            self.durable.evidence("hook_failed", evidence);
+            self.recorder.record(row);
+            self.recorder.evidence("hook_failed", evidence);
         }
         for decided in &outcome.decided {
-            self.emit(LoopEvent::hook_decision(decided, None));
+            self.recorder.emit(LoopEvent::hook_decision(decided, None));
         }
         outcome
     }
 
-    /// Save the checkpoint at `save` (a no-op without one). A failure is recorded in the
-    /// timeline and the ledger and returned; the caller decides what may no longer run.
+    /// Save the checkpoint at `save` with the loop's side of the state (through the
+    /// recorder, which reports a failure).
     pub(super) fn save(&mut self, save: Save<'_>) -> Result<(), String> {
-        if !self.durable.is_durable() {
-            return Ok(());
-        }
-        let point = save.point();
         let side = LoopSide {
             session_id: &self.p.session_id,
             model: self.p.model.id(),
@@ -171,55 +164,7 @@ impl AgenticLoop {
             guards: self.guards.counters(),
             messages: self.transcript.messages(),
         };
-        let Err(e) = self.durable.save(save, side) else {
-            return Ok(());
-        };
-        let error = e.to_string();
-        self.checkpoint_failed(point, &error);
-        Err(error)
-    }
-
-    pub(super) fn checkpoint_failed(&self, point: SavePoint, error: &str) {
-        tracing::warn!("checkpoint ({point}) failed: {error}");
-        self.record(TimelineEvent::CheckpointFailed {
-            stage: point,
-            error: error.to_string(),
-        });
-        self.durable
-            .evidence("checkpoint_failed", json!({"stage": point, "error": error}));
-    }
-
-    pub(super) fn record(&self, event: TimelineEvent) {
-        if let Some(tl) = &self.p.timeline
-            && let Err(e) = tl.append(&self.p.session_id, event)
-        {
-            tracing::warn!("timeline write failed: {e}");
-        }
-    }
-
-    /// Where the model's deltas go: on to the driver as events, as they arrive.
-    pub(super) fn delta_sink(&self) -> DeltaSink {
-        let Some(tx) = self.p.events.clone() else {
-            return DeltaSink::default();
-        };
-        DeltaSink::new(move |delta| {
-            let _ = tx.send(LoopEvent::delta(delta));
-        })
-    }
-
-    /// The driver's sink, keeping the reply's text in `streamed` as well: what of a reply the
-    /// person interrupts was shown, and stays in the conversation.
-    pub(super) fn collecting_sink(&self, streamed: Arc<Mutex<String>>) -> DeltaSink {
-        let driver = self.delta_sink();
-        DeltaSink::new(move |delta| {
-            if let ModelDelta::Text(text) = &delta {
-                streamed
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push_str(text);
-            }
-            driver.send(delta);
-        })
+        self.recorder.save(save, side)
     }
 
     /// A reply the person interrupted: what streamed of it stays as the assistant's (partial)
@@ -232,25 +177,5 @@ impl AgenticLoop {
             self.transcript.push(Message::assistant_text(streamed));
         }
         self.append_user(Message::user_text(INTERRUPTED_NOTE));
-    }
-
-    /// Where running tools' output goes: on to the driver as events, as it is read.
-    pub(super) fn tool_output_sink(&self) -> ToolOutputSink {
-        let Some(tx) = self.p.events.clone() else {
-            return ToolOutputSink::default();
-        };
-        ToolOutputSink::new(move |call_id, text| {
-            let _ = tx.send(LoopEvent::ToolOutputDelta {
-                call_id: call_id.to_string(),
-                text: text.to_string(),
-            });
-        })
-    }
-
-    pub(super) fn emit(&self, event: LoopEvent) {
-        if let Some(tx) = &self.p.events {
-            // A driver that stopped listening does not stop the turn.
-            let _ = tx.send(event);
-        }
     }
 }

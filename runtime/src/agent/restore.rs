@@ -318,9 +318,10 @@ impl AgenticLoop {
         let interrupted = report
             .turn_in_progress
             .then(|| (state.turn.unwrap_or_default(), state.pending_batch));
-        self.durable
+        self.recorder
+            .durable
             .restore(durable, state.conversation, saved, interrupted);
-        self.record(TimelineEvent::SessionResumed {
+        self.recorder.record(TimelineEvent::SessionResumed {
             from_status: report.from_status.to_string(),
             messages: report.messages,
             pending_calls: report.pending.len(),
@@ -331,7 +332,7 @@ impl AgenticLoop {
                 .collect(),
         });
         for r in &report.newly_uncertain {
-            self.durable.evidence(
+            self.recorder.evidence(
                 "uncertain_effect",
                 serde_json::json!({"call_id": r.call_id, "tool": r.tool, "input": r.input,
                                    "reason": CRASH_REASON}),
@@ -359,16 +360,16 @@ impl AgenticLoop {
         prompt: Option<&str>,
         cancel: &CancellationToken,
     ) -> Result<TurnOutcome, ResumeError> {
-        let interrupted = self.durable.take_interrupted();
+        let interrupted = self.recorder.durable.take_interrupted();
         if interrupted.is_none() && prompt.is_none() {
             return Err(ResumeError::NothingToFinish(self.p.session_id.clone()));
         }
-        self.durable.reopen_if_closed()?;
+        self.recorder.durable.reopen_if_closed()?;
         let start = HookEvent::SessionStart {
             source: "resume".into(),
         };
         self.hook(start, None, 0).await;
-        self.durable.set_status(SessionStatus::Active);
+        self.recorder.durable.set_status(SessionStatus::Active);
         if let Some((mut turn, pending)) = interrupted {
             self.guards.start_turn();
             if let Some(batch) = pending
@@ -409,12 +410,12 @@ impl AgenticLoop {
         let mut rerun = Vec::new();
         for call in &batch.calls {
             // An unreadable receipt counts as an uncertain one: never run on a guess.
-            let receipt = self.durable.receipt(&call.id).unwrap_or_else(|e| {
+            let receipt = self.recorder.durable.receipt(&call.id).unwrap_or_else(|e| {
                 tracing::warn!("receipt of {}: {e}", call.id);
                 Some(uncertain_placeholder(call, &session))
             });
             let record = settled_record(call, receipt.as_ref(), &session, post_hooks);
-            self.record(TimelineEvent::ToolRecovered {
+            self.recorder.record(TimelineEvent::ToolRecovered {
                 call_id: call.id.clone(),
                 tool: call.name.clone(),
                 disposition: disposition(receipt.as_ref()).as_str().to_string(),

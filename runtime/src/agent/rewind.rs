@@ -131,6 +131,7 @@ impl AgenticLoop {
     /// The turns this session can go back to.
     pub fn rewind_points(&self) -> Result<Vec<TurnPoint>, RewindError> {
         let (_, files) = self
+            .recorder
             .durable
             .rewind_parts()
             .ok_or_else(|| RewindError::NotDurable(self.p.session_id.clone()))?;
@@ -140,6 +141,7 @@ impl AgenticLoop {
     /// Go back to before `turn`, between turns: files, conversation and loop state.
     pub fn rewind_to(&mut self, turn: u32, force: bool) -> Result<RewindReport, RewindError> {
         let (store, files) = self
+            .recorder
             .durable
             .rewind_parts()
             .ok_or_else(|| RewindError::NotDurable(self.p.session_id.clone()))?;
@@ -147,8 +149,8 @@ impl AgenticLoop {
         let loaded = load_from(store)?;
         let saved = loaded.messages.len();
         self.take_state(&state, loaded.messages);
-        self.durable.rewound(state.conversation, saved);
-        self.record(TimelineEvent::SessionRewound {
+        self.recorder.durable.rewound(state.conversation, saved);
+        self.recorder.record(TimelineEvent::SessionRewound {
             to_turn: turn,
             messages: saved,
             files_restored: restored.restored.clone(),
