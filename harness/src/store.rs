@@ -6,6 +6,7 @@
 //! one statement when it ends, so after a crash every trial is either finished, and kept, or
 //! not, and run again.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -13,6 +14,8 @@ use geode_crucible::IntegritySignals;
 use geode_graders::{TrialOutcome, run_store};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
+
+use crate::rollout::trial::TrialPhase;
 
 pub use geode_graders::run_store::{SCHEMA, STORE_FILE};
 
@@ -121,8 +124,8 @@ pub struct TrialRow {
     pub outcome: TrialOutcome,
     /// The primary reward; `None` when the verifier left none (infrastructure outcomes).
     pub reward: Option<f64>,
-    /// Every reward the verifier reported, as a JSON object of name to value.
-    pub rewards_json: String,
+    /// Every reward the verifier reported, by name (the store keeps it as a JSON object).
+    pub rewards: BTreeMap<String, f64>,
     /// The class of the failure that ended the trial, if one did (`TrialDirError` ...).
     pub exception_class: Option<String>,
     /// That failure's message.
@@ -131,8 +134,8 @@ pub struct TrialRow {
     pub started: String,
     /// When the trial ended (RFC 3339, UTC).
     pub finished: String,
-    /// Phase timings as JSON (`{"environment_setup": secs, ...}`).
-    pub phases_json: String,
+    /// Seconds each phase took (the store keeps it as a JSON object keyed by phase name).
+    pub phases: BTreeMap<TrialPhase, f64>,
     /// What the trial's agent spent.
     pub usage: TrialUsage,
     /// The model route the agent used.
@@ -319,12 +322,12 @@ impl RunStore {
                     t.seed as i64,
                     t.outcome.as_str(),
                     t.reward,
-                    t.rewards_json,
+                    json_column(&t.rewards),
                     t.exception_class,
                     t.exception_message,
                     t.started,
                     t.finished,
-                    t.phases_json,
+                    json_column(&t.phases),
                     t.usage.input_tokens as i64,
                     t.usage.cached_tokens as i64,
                     t.usage.output_tokens as i64,
@@ -399,9 +402,14 @@ impl RunStore {
             .query_map(params![run_id], |r| {
                 let outcome: String = r.get(8)?;
                 let integrity: String = r.get(24)?;
+                let columns = JsonColumns {
+                    integrity,
+                    rewards: r.get(10)?,
+                    phases: r.get(15)?,
+                };
                 Ok((
                     outcome,
-                    integrity,
+                    columns,
                     TrialRow {
                         run_id: r.get(0)?,
                         trial_name: r.get(1)?,
@@ -413,12 +421,12 @@ impl RunStore {
                         seed: r.get::<_, i64>(7)? as u64,
                         outcome: TrialOutcome::Cancelled,
                         reward: r.get(9)?,
-                        rewards_json: r.get(10)?,
+                        rewards: BTreeMap::new(),
                         exception_class: r.get(11)?,
                         exception_message: r.get(12)?,
                         started: r.get(13)?,
                         finished: r.get(14)?,
-                        phases_json: r.get(15)?,
+                        phases: BTreeMap::new(),
                         usage: TrialUsage {
                             input_tokens: r.get::<_, i64>(16)? as u64,
                             cached_tokens: r.get::<_, i64>(17)? as u64,
@@ -437,12 +445,15 @@ impl RunStore {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.err(e))?;
         rows.into_iter()
-            .map(|(outcome, integrity, mut row)| {
-                row.integrity =
-                    serde_json::from_str(&integrity).map_err(|e| StoreError::Invalid {
-                        path: self.path.display().to_string(),
-                        message: format!("trial {}: integrity: {e}", row.trial_name),
-                    })?;
+            .map(|(outcome, columns, mut row)| {
+                let invalid = |column: &str, e: serde_json::Error| StoreError::Invalid {
+                    path: self.path.display().to_string(),
+                    message: format!("trial {}: {column}: {e}", row.trial_name),
+                };
+                row.integrity = serde_json::from_str(&columns.integrity)
+                    .map_err(|e| invalid("integrity", e))?;
+                row.rewards = number_map(&columns.rewards).map_err(|e| invalid("rewards", e))?;
+                row.phases = number_map(&columns.phases).map_err(|e| invalid("phases", e))?;
                 row.outcome = TrialOutcome::parse(&outcome).ok_or_else(|| StoreError::Invalid {
                     path: self.path.display().to_string(),
                     message: format!("trial {}: unknown outcome {outcome:?}", row.trial_name),
@@ -451,6 +462,27 @@ impl RunStore {
             })
             .collect()
     }
+}
+
+/// The JSON columns of a trial row, as read, parsed once the row's name is known for errors.
+struct JsonColumns {
+    integrity: String,
+    rewards: String,
+    phases: String,
+}
+
+/// A map as its JSON column text. Maps of names to numbers always serialize (a non-finite
+/// number is written as `null`, which `number_map` leaves out).
+fn json_column<K: Serialize + Ord, V: Serialize>(map: &BTreeMap<K, V>) -> String {
+    serde_json::to_string(map).unwrap_or_else(|_| "{}".into())
+}
+
+/// A JSON column of names to numbers, `null`s left out.
+fn number_map<K: serde::de::DeserializeOwned + Ord>(
+    text: &str,
+) -> Result<BTreeMap<K, f64>, serde_json::Error> {
+    let map: BTreeMap<K, Option<f64>> = serde_json::from_str(text)?;
+    Ok(map.into_iter().filter_map(|(k, v)| Some((k, v?))).collect())
 }
 
 #[cfg(test)]
@@ -489,5 +521,60 @@ mod tests {
             RunStore::open(&path).unwrap().trials("r1").unwrap().len(),
             1
         );
+    }
+
+    #[test]
+    fn rewards_and_phase_timings_are_read_back_typed_and_a_damaged_column_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("geode.db");
+        let store = RunStore::open(&path).unwrap();
+        let mut row = TrialRow {
+            run_id: "r1".into(),
+            trial_name: "t__0".into(),
+            task_id: "t".into(),
+            task_hash: "h".into(),
+            category: "c".into(),
+            difficulty: "easy".into(),
+            attempt: 0,
+            seed: 7,
+            outcome: TrialOutcome::Passed,
+            reward: Some(1.0),
+            rewards: BTreeMap::from([("reward".into(), 1.0), ("style".into(), 0.5)]),
+            exception_class: None,
+            exception_message: None,
+            started: String::new(),
+            finished: String::new(),
+            phases: BTreeMap::from([
+                (TrialPhase::AgentExecution, 2.5),
+                (TrialPhase::Verifier, 0.25),
+            ]),
+            usage: TrialUsage::default(),
+            model_route: "oracle".into(),
+            scaffold_hash: String::new(),
+            infra_retries: 0,
+            integrity: IntegritySignals::default(),
+        };
+        store.finish_trial(&row).unwrap();
+        // A phase that took no finite time is left out rather than refusing the whole row.
+        row.trial_name = "t__1".into();
+        row.phases.insert(TrialPhase::Teardown, f64::NAN);
+        store.finish_trial(&row).unwrap();
+        let back = store.trials("r1").unwrap();
+        assert_eq!(
+            back[0].rewards,
+            BTreeMap::from([("reward".into(), 1.0), ("style".into(), 0.5)])
+        );
+        assert_eq!(back[0].phases[&TrialPhase::AgentExecution], 2.5);
+        assert!(!back[1].phases.contains_key(&TrialPhase::Teardown));
+        assert_eq!(back[1].phases.len(), 2);
+        store
+            .conn()
+            .execute(
+                "UPDATE trials SET phases = '{\"warp\": 1}' WHERE trial_name = 't__1'",
+                [],
+            )
+            .unwrap();
+        let err = store.trials("r1").unwrap_err().to_string();
+        assert!(err.contains("t__1") && err.contains("phases"), "{err}");
     }
 }

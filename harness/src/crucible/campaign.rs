@@ -41,11 +41,7 @@ use crate::store::{RunRow, RunStore, TrialRow};
 fn scored_reward(row: &TrialRow, reward_key: Option<&str>) -> Option<f64> {
     match reward_key {
         None => Some(row.reward.unwrap_or(0.0)),
-        Some(key) => {
-            serde_json::from_str::<std::collections::BTreeMap<String, f64>>(&row.rewards_json)
-                .ok()
-                .and_then(|all| all.get(key).copied())
-        }
+        Some(key) => row.rewards.get(key).copied(),
     }
 }
 
@@ -289,12 +285,12 @@ mod tests {
             seed: 1,
             outcome: geode_graders::TrialOutcome::Passed,
             reward,
-            rewards_json: rewards.into(),
+            rewards: serde_json::from_str(rewards).unwrap(),
             exception_class: None,
             exception_message: None,
             started: String::new(),
             finished: String::new(),
-            phases_json: "{}".into(),
+            phases: Default::default(),
             usage: Default::default(),
             model_route: "oracle".into(),
             scaffold_hash: String::new(),

@@ -245,7 +245,7 @@ pub fn trial_result(
     let trial_dir = std::path::absolute(trial_dir).unwrap_or_else(|_| trial_dir.to_path_buf());
     let trials_dir = trial_dir.parent().unwrap_or(&trial_dir);
     let pack_dir = task.dir.parent().unwrap_or(&task.dir);
-    let rewards: Value = serde_json::from_str(&row.rewards_json).unwrap_or(Value::Null);
+    let rewards = json!(row.rewards);
     let rewards = match rewards {
         Value::Object(m) if !m.is_empty() => Value::Object(m),
         _ => Value::Null,
@@ -317,17 +317,16 @@ pub(crate) fn job_result(end: &JobEnd) -> Value {
     let mut rewarded = 0usize;
     let mut errored = 0usize;
     for row in end.rows {
-        if let Ok(Value::Object(rewards)) = serde_json::from_str::<Value>(&row.rewards_json)
-            && !rewards.is_empty()
-        {
+        if !row.rewards.is_empty() {
             rewarded += 1;
-            for (key, value) in rewards {
+            for (key, value) in &row.rewards {
                 let by_value = reward_stats
-                    .entry(key)
+                    .entry(key.clone())
                     .or_insert_with(|| Value::Object(Map::new()));
                 if let Value::Object(by_value) = by_value {
+                    // Keyed by the value as JSON writes it (`1.0`), as Harbor's stats are.
                     let names = by_value
-                        .entry(value.to_string())
+                        .entry(json!(value).to_string())
                         .or_insert_with(|| json!([]));
                     if let Value::Array(names) = names {
                         names.push(json!(row.trial_name));

@@ -27,12 +27,12 @@ pub(super) fn trial_row(
         seed: plan.seed,
         outcome: ending.outcome,
         reward: ending.reward,
-        rewards_json: serde_json::to_string(&ending.rewards).unwrap_or_else(|_| "{}".into()),
+        rewards: ending.rewards.clone(),
         exception_class: ending.exception.as_ref().map(|e| e.0.clone()),
         exception_message: ending.exception.as_ref().map(|e| e.1.clone()),
         started,
         finished,
-        phases_json: serde_json::to_string(&rec.phases).unwrap_or_else(|_| "{}".into()),
+        phases: rec.phases.clone(),
         usage: rec.usage,
         model_route: plan.route.to_string(),
         scaffold_hash: rec
@@ -46,7 +46,6 @@ pub(super) fn trial_row(
 
 /// The trial's `result.json`: GEODE's record, with Harbor's `TrialResult` keys beside it.
 pub(super) fn write_result_json(plan: &TrialPlan, row: &TrialRow, rec: &Record) {
-    let phases: serde_json::Value = serde_json::from_str(&row.phases_json).unwrap_or_default();
     let geode = json!({
         "schema": "geode.trial.v1",
         "trial_name": row.trial_name,
@@ -57,7 +56,7 @@ pub(super) fn write_result_json(plan: &TrialPlan, row: &TrialRow, rec: &Record) 
         "seed": row.seed,
         "scaffold_hash": row.scaffold_hash,
         "outcome": row.outcome,
-        "phase_seconds": phases,
+        "phase_seconds": row.phases,
         "image": rec.image,
         "integrity": rec.integrity,
         "notes": rec.notes,
