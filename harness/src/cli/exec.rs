@@ -87,9 +87,13 @@ impl TurnFlags {
         let mut hooks = HookRegistry::new();
         for path in &self.hooks {
             let loaded = load_command_hooks(&mut hooks, path, workspace.root())?;
-            super::assembly::warn_skipped(&loaded.skipped);
+            super::assembly::say_notices(&geode_harness::assembly::skipped_notices(
+                &loaded.skipped,
+            ));
         }
-        super::assembly::warn_matchers_matching_no_tool(&hooks, "--hooks");
+        super::assembly::say_notices(&geode_harness::assembly::unmatched_notices(
+            &hooks, "--hooks",
+        ));
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<LoopEvent>();
         let environment =
             geode_runtime::session::environment::describe_environment(workspace.root());

@@ -13,7 +13,6 @@ mod assembly;
 mod backends;
 mod bench;
 mod bench_view;
-mod claude_code;
 mod config;
 mod connect;
 mod crucible;

@@ -35,7 +35,7 @@ pub struct SkillsArgs {
 /// Where the daily CLI looks for skills, earliest (most easily shadowed) first.
 pub(super) fn skill_roots(project: &Path) -> Vec<PathBuf> {
     vec![
-        super::claude_code::user_dir().join("skills"),
+        geode_harness::assembly::claude_code::user_dir().join("skills"),
         geode_home().join("skills"),
         project.join(".claude").join("skills"),
         project.join(".geode").join("skills"),

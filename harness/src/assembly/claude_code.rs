@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// Claude Code's user folder: `$CLAUDE_CONFIG_DIR`, as Claude Code honours it, else
 /// `~/.claude` (`./.claude` without a home directory).
-pub(super) fn user_dir() -> PathBuf {
+pub fn user_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("CLAUDE_CONFIG_DIR") {
         return PathBuf::from(dir);
     }
@@ -21,14 +21,14 @@ fn existing(paths: impl IntoIterator<Item = PathBuf>) -> Vec<PathBuf> {
 }
 
 /// The user's `settings.json`, when there is one (its hooks run in every project).
-pub(super) fn user_settings() -> Vec<PathBuf> {
+pub fn user_settings() -> Vec<PathBuf> {
     existing([user_dir().join("settings.json")])
 }
 
 /// The project's settings files that exist, shared one first, as Claude Code layers them.
 /// Both are the project's: they run only once it is trusted (`geode trust`), as a cloned
 /// repository may hold either.
-pub(super) fn project_settings(project: &Path) -> Vec<PathBuf> {
+pub fn project_settings(project: &Path) -> Vec<PathBuf> {
     let dir = project.join(".claude");
     existing([dir.join("settings.json"), dir.join("settings.local.json")])
 }
