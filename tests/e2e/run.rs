@@ -221,7 +221,12 @@ fn a_harbor_style_task_builds_with_real_installs_and_reuses_its_layer() {
         not_passed(jobs.path(), first["run_id"].as_str().unwrap_or_default())
     );
     let second = run_json(&["run", fixture, "--model", "oracle", "--jobs-dir", jobs_dir]);
-    assert_eq!(second["summary"]["outcomes"]["passed"], 1, "{second}");
+    assert_eq!(
+        second["summary"]["outcomes"]["passed"],
+        1,
+        "{second}\n{}",
+        not_passed(jobs.path(), second["run_id"].as_str().unwrap_or_default())
+    );
 
     let result = |run: &serde_json::Value, trial: &str| -> serde_json::Value {
         let p = Path::new(run["run_dir"].as_str().unwrap())
