@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -85,10 +86,17 @@ pub async fn run_array_task(
                 message: format!("trial {} is not in the run's plan", t.trial_name),
             })?;
         let mut row = run_trial(&plan, backend.as_ref(), &images, observer, cancel).await;
+        // Slurm signals every process of the task at once, so the sandbox's server can die of
+        // the same `scancel` before this worker's handler has run: the trial then ends as a
+        // lost sandbox, which a resume would have taken as the try's outcome. A lost sandbox
+        // waits a moment for that signal before it counts.
+        if row.outcome == geode_graders::TrialOutcome::SandboxLost {
+            let _ = tokio::time::timeout(Duration::from_secs(2), cancel.cancelled()).await;
+        }
         // Slurm stopped this task (its time limit, `scancel`): no result, so the coordinator
         // records the trial by the task's end state (`SlurmTimeLimit`, ...), not as a
         // cancellation of the run.
-        if row.outcome == geode_graders::TrialOutcome::Cancelled {
+        if row.outcome == geode_graders::TrialOutcome::Cancelled || cancel.is_cancelled() {
             return Ok(());
         }
         row.infra_retries = t.try_no;
