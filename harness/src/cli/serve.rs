@@ -116,19 +116,20 @@ impl CliFactory {
 
     /// The route and effort of a session: a resumed one goes on with the model it last used
     /// (`/model` may have switched it), a new one (or one that never had a model) starts from
-    /// the configuration. An empty route: none is configured.
+    /// the configuration. `None`: none is configured. A saved route is text (it may name a
+    /// model this geode no longer has), parsed here, once.
     fn route(
         &self,
         saved: Option<&LoadedCheckpoint>,
-    ) -> Result<(String, Option<Effort>), ServerError> {
+    ) -> Result<(Option<Route>, Option<Effort>), ServerError> {
         if let Some(saved) = saved
             && !saved.state.model_route.is_empty()
         {
-            return Ok((saved.state.model_route.clone(), saved.state.effort));
+            let route = saved.state.model_route.parse().map_err(setup)?;
+            return Ok((Some(route), saved.state.effort));
         }
         let settings = self.cfg.settings();
-        let route = settings.model.as_ref().map(Route::to_string);
-        Ok((route.unwrap_or_default(), settings.effort))
+        Ok((settings.model.clone(), settings.effort))
     }
 
     /// The session's model, and the route its checkpoint records. A person's session starts
@@ -137,15 +138,14 @@ impl CliFactory {
     /// does not parse, or that cannot be built for any other reason, stops the start.
     fn model(
         &self,
-        route: &str,
+        route: Option<Route>,
         effort: Option<Effort>,
     ) -> Result<(Arc<dyn Model>, Option<Route>), ServerError> {
-        if route.is_empty() {
+        let Some(route) = route else {
             let setup = super::providers::setup_hint(&Env::from_process());
             let model = Unavailable::new("none", super::providers::NO_MODEL).with_notice(setup);
             return Ok((Arc::new(model), None));
-        }
-        let route: Route = route.parse().map_err(setup)?;
+        };
         let mut options = RouteOptions::from_env();
         options.effort = effort;
         match model_for(&route, &options) {
@@ -168,7 +168,7 @@ impl CliFactory {
     fn build(&self, id: Option<&SessionId>) -> Result<SessionConfig, ServerError> {
         let saved = id.and_then(|id| load_checkpoint(&checkpoint_root(None), id).ok());
         let (route, effort) = self.route(saved.as_ref())?;
-        let (model, route) = self.model(&route, effort)?;
+        let (model, route) = self.model(route, effort)?;
         // A resumed session goes on in its own folder, wherever `/resume` was typed: its files
         // and its conversation are about that project.
         let cwd = saved

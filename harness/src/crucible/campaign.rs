@@ -26,7 +26,7 @@ use geode_crucible::{
 use tokio_util::sync::CancellationToken;
 
 use super::CrucibleRunError;
-use super::identity::{pack_hash, scaffold_hash, tests_grader_hash};
+use super::identity::{scaffold_hash, tests_grader_hash};
 use super::pairs::{Campaign, Meter, TRIALS_JOURNAL, Tally, keep_resumed, plan_pairs};
 use super::preflight::{self, PlannedPack};
 use crate::env::Backend;
@@ -196,7 +196,7 @@ fn build_evidence(
         contract_hash: c.contract.hash().clone(),
         stage: contract.stage,
         observed: ObservedIdentity {
-            pack_hash: pack_hash(c.pack, contract.trials_per_task)?,
+            pack_hash: c.pack.hash(contract.trials_per_task),
             baseline_scaffold_hash: scaffold_hash(&c.baseline)?,
             candidate_scaffold_hash: scaffold_hash(&c.candidate)?,
             grader_config_hash: tests_grader_hash(reward_key),
@@ -245,7 +245,7 @@ fn write_store(
             run_id: label.to_string(),
             created: created.clone(),
             pack_path: String::new(),
-            pack_hash: pack_hash(c.pack, contract.trials_per_task)?.to_string(),
+            pack_hash: c.pack.hash(contract.trials_per_task).to_string(),
             model_route: spec.model_route.clone(),
             scaffold_hash: scaffold.hash(),
             seed: run_seed,

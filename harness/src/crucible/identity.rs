@@ -1,12 +1,12 @@
-//! What a frozen contract pins about GEODE itself: the grader, the scaffolds, the pack and the
-//! evaluator binary. `geode crucible freeze`, the search and every campaign compute these the
-//! same way, so a campaign can tell that it runs what the contract was frozen for.
+//! What a frozen contract pins about GEODE itself: the grader, the scaffolds and the evaluator
+//! binary (a pack's hash is `TaskPack::hash`, already the crucible's type). `geode crucible
+//! freeze`, the search and every campaign compute these the same way, so a campaign can tell
+//! that it runs what the contract was frozen for.
 
-use geode_crucible::{EvaluatorIdentity, GraderHash, PackHash, ScaffoldHash};
+use geode_crucible::{EvaluatorIdentity, GraderHash, ScaffoldHash};
 use geode_runtime::scaffold::Scaffold;
 
 use super::CrucibleRunError;
-use crate::pack::TaskPack;
 
 /// The grader every campaign uses today: the task's own test script and reward file. Its hash
 /// is what contracts pin as `grader_config_hash`.
@@ -26,11 +26,6 @@ pub fn tests_grader_hash(reward_key: Option<&str>) -> GraderHash {
 pub fn scaffold_hash(s: &Scaffold) -> Result<ScaffoldHash, CrucibleRunError> {
     ScaffoldHash::parse(&s.hash())
         .map_err(|e| CrucibleRunError::Invalid(format!("scaffold hash: {}", e.0)))
-}
-
-/// The hash of a pack at `trials` per task as a contract pins it; `Invalid` if malformed.
-pub fn pack_hash(pack: &TaskPack, trials: u32) -> Result<PackHash, CrucibleRunError> {
-    Ok(pack.hash(trials))
 }
 
 /// The evaluator identity pinned by contracts: this binary's version and source revision.

@@ -26,7 +26,7 @@ pub mod remote;
 pub mod sealing;
 
 pub use campaign::run_campaign;
-pub use identity::{TESTS_GRADER, evaluator, pack_hash, scaffold_hash, tests_grader_hash};
+pub use identity::{TESTS_GRADER, evaluator, scaffold_hash, tests_grader_hash};
 pub use open::{OpenedPack, open_sealed};
 pub use pairs::{Campaign, TRIALS_JOURNAL};
 

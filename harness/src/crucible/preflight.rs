@@ -8,7 +8,7 @@ use geode_crucible::{Design, FrozenContract, Obstacle, Outlook, Stage, obstacles
 use geode_runtime::scaffold::Scaffold;
 
 use super::CrucibleRunError;
-use super::identity::{pack_hash, scaffold_hash, tests_grader_hash};
+use super::identity::{scaffold_hash, tests_grader_hash};
 use crate::pack::{PackHash, TaskPack};
 
 /// The arms a campaign will run, and whether an infeasible design may run anyway.
@@ -59,7 +59,7 @@ pub fn check_identity(
         }
     }
     let pack_actual = match pack {
-        PlannedPack::Loaded(p) => pack_hash(p, c.trials_per_task)?,
+        PlannedPack::Loaded(p) => p.hash(c.trials_per_task),
         PlannedPack::Sealed { pack_hash, .. } => (*pack_hash).clone(),
     };
     if &pack_actual != contract.stage_pack() {

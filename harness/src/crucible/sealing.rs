@@ -14,7 +14,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha20Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::crucible::{CrucibleRunError, pack_hash, write_atomic};
+use crate::crucible::{CrucibleRunError, write_atomic};
 use crate::pack::{PackHash, TaskPack};
 use geode_crucible::Commitment;
 
@@ -125,7 +125,7 @@ pub fn seal_pack(
             "the pack has broken tasks or none; fix it before sealing",
         ));
     }
-    let hash = pack_hash(&pack, trials_per_task)?;
+    let hash = pack.hash(trials_per_task);
     let entries = archive_entries(pack_dir)?;
     let mut rng = ChaCha20Rng::from_os_rng();
     let sealed =

@@ -8,7 +8,7 @@ use geode_crucible::{
     LowerBoundMethod, SafetyRule, Stage, StagePacks, Vetoes,
 };
 use geode_harness::crucible::sealing;
-use geode_harness::crucible::{pack_hash, scaffold_hash, tests_grader_hash, write_atomic};
+use geode_harness::crucible::{scaffold_hash, tests_grader_hash, write_atomic};
 use geode_harness::pack::TaskPack;
 
 use super::{FreezeArgs, StageArg, evaluator, load_scaffold};
@@ -17,7 +17,7 @@ pub(super) fn freeze(a: FreezeArgs) -> anyhow::Result<Exit> {
     let train = TaskPack::load(&a.train)?;
     let test = match (&a.test_sealed, &a.test) {
         (Some(p), _) => sealing::load_state(p)?.pack_hash.clone(),
-        (None, Some(p)) => pack_hash(&TaskPack::load(p)?, a.trials)?,
+        (None, Some(p)) => TaskPack::load(p)?.hash(a.trials),
         (None, None) => bail!("name the test pack: --test-sealed STATE or --test PACK"),
     };
     check_contamination(&a, &train, &test.to_string())?;
@@ -47,7 +47,7 @@ pub(super) fn freeze(a: FreezeArgs) -> anyhow::Result<Exit> {
             model_route: a.candidate_model.as_ref().unwrap_or(&a.model).to_string(),
         },
         packs: StagePacks {
-            train: pack_hash(&train, a.trials)?,
+            train: train.hash(a.trials),
             test,
         },
         trials_per_task: a.trials,

@@ -7,7 +7,6 @@ use serde::{Deserialize, Serialize};
 
 use super::json_file;
 use crate::crucible::evaluator;
-use crate::crucible::pack_hash;
 use crate::crucible::sealing;
 use crate::pack::{PackHash, TaskPack};
 use crate::search::SearchError;
@@ -35,12 +34,12 @@ pub struct Resolved {
 pub fn prepare(config: &SearchConfig) -> Result<Resolved, SearchError> {
     let space = SearchSpace::load(&config.space)?;
     let train = TaskPack::load(&config.train).map_err(SearchError::Pack)?;
-    let train_hash = pack_hash(&train, config.trials)?;
+    let train_hash = train.hash(config.trials);
     let test_hash = match (&config.test.sealed, &config.test.pack) {
         (Some(state), _) => sealing::load_state(state)?.pack_hash,
         (None, Some(p)) => {
             let pack = TaskPack::load(p).map_err(SearchError::Pack)?;
-            pack_hash(&pack, config.test.trials)?
+            pack.hash(config.test.trials)
         }
         (None, None) => return Err(SearchError::Refused("no test pack".into())),
     };
