@@ -358,15 +358,7 @@ impl Config {
         hidden: Vec<PathBuf>,
     ) -> Result<crate::tools::workspace::CommandSandbox, ConfigError> {
         use crate::tools::workspace::{CommandSandbox, SandboxPolicy};
-        let invalid = |key: &str, message: &str| ConfigError::Invalid {
-            key: key.into(),
-            value: self.value(key).to_string(),
-            origin: self
-                .settings
-                .get(key)
-                .map_or(Source::Default, |s| s.source.clone()),
-            message: message.into(),
-        };
+        let invalid = |key: &str, message: &str| settings::invalid(&self.settings, key, message);
         let from_project = |key: &str| {
             self.settings
                 .get(key)

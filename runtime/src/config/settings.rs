@@ -117,14 +117,22 @@ impl Resolved<'_> {
             .map_err(|e| self.invalid(key, e.to_string()))
     }
 
-    /// The refusal of `key`'s value, naming the layer it came from.
     fn invalid(&self, key: &str, message: String) -> ConfigError {
-        let setting = self.0.get(key);
-        ConfigError::Invalid {
-            key: key.to_string(),
-            value: setting.map_or_else(String::new, |s| s.value.clone()),
-            origin: setting.map_or(Source::Default, |s| s.source.clone()),
-            message,
-        }
+        invalid(self.0, key, &message)
+    }
+}
+
+/// The refusal of `key`'s value, naming the layer it came from.
+pub(super) fn invalid(
+    layers: &BTreeMap<&'static str, Setting>,
+    key: &str,
+    message: &str,
+) -> ConfigError {
+    let setting = layers.get(key);
+    ConfigError::Invalid {
+        key: key.to_string(),
+        value: setting.map_or_else(String::new, |s| s.value.clone()),
+        origin: setting.map_or(Source::Default, |s| s.source.clone()),
+        message: message.to_string(),
     }
 }
