@@ -26,6 +26,13 @@ fn main() -> ExitCode {
     }
     quiet_on_closed_stdout();
     let args = cli::Cli::parse();
+    // Without root, a command that starts sandboxes runs again in geode's rootless user
+    // namespace; before any thread, as unshare demands.
+    if cli::starts_sandboxes(&args)
+        && let Some(code) = geode_harness::env::rootless::enter_if_unprivileged()
+    {
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     // Before the first thread; a failure is reported when a holdout is about to open, and
     // refuses that opening (nothing burned), rather than here.
     if cli::may_open_a_holdout(&args) {

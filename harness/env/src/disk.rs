@@ -225,6 +225,21 @@ pub(crate) fn mount_image(image: &Path, at: &Path) -> Result<(), String> {
     Err("no loop device stayed free".into())
 }
 
+/// Mount a tmpfs of `size_mb` at `at`: the rootless sandbox's trial disk. A user namespace
+/// may mount a tmpfs (not a loop device), and its `size` holds the budget as ext4's blocks
+/// do: `ENOSPC` inside. Its pages are memory (and swap), not the host's disk.
+pub(crate) fn mount_tmpfs(size_mb: u64, at: &Path) -> Result<(), String> {
+    let size_mb = size_mb.max(MIN_STORAGE_MB);
+    nix::mount::mount(
+        Some("tmpfs"),
+        at,
+        Some("tmpfs"),
+        nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV,
+        Some(format!("size={size_mb}m,mode=755").as_str()),
+    )
+    .map_err(|e| format!("mount the trial's tmpfs disk ({size_mb} MB): {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -273,6 +273,12 @@ pub trait Sandbox: Send + Sync {
     /// trial's own layer, never on the host).
     fn workspace(&self) -> Arc<dyn Workspace>;
 
+    /// What this environment says of itself in the trial's result: how it is isolated where
+    /// that differs from the default (the rootless sandbox), limits it could not apply.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Run a shell command inside the sandbox (`cwd` relative to the workdir, or absolute).
     /// A timeout or a cancel kills it with everything in its process group; what it leaves in
     /// the background when it returns by itself (`server &`) keeps running, as under `docker
@@ -418,6 +424,7 @@ pub mod host;
 pub mod ids;
 pub mod image;
 pub mod kind;
+pub mod rootless;
 pub mod sandbox;
 mod steps;
 pub mod vault;

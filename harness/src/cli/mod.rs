@@ -202,6 +202,24 @@ where
 /// Whether `cli` may open a sealed holdout (`crucible run` of a test-stage contract with
 /// `--sealed`, `search promote`): such a command needs a mount namespace of its own, made
 /// before any thread exists, to keep the holdout's files in memory (`env::vault`).
+/// Commands that may start sandboxes (trials, image builds, bootstraps): without root they
+/// run in the rootless sandbox's user namespace (`geode_env::rootless`). The daily CLI's own
+/// command sandbox (`confine.rs`) makes its namespaces per command and needs none of it.
+pub fn starts_sandboxes(cli: &Cli) -> bool {
+    matches!(
+        &cli.command,
+        Some(
+            Command::Run(_)
+                | Command::Worker(_)
+                | Command::Image(_)
+                | Command::Crucible(_)
+                | Command::Search(_)
+                | Command::Tasks(_)
+                | Command::Bench(_)
+        )
+    )
+}
+
 pub fn may_open_a_holdout(cli: &Cli) -> bool {
     match &cli.command {
         Some(Command::Crucible(crucible::CrucibleCommand::Run(a))) => a.opens_sealed(),

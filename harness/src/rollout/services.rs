@@ -230,6 +230,10 @@ fn service_log_tail(logs: &Path) -> String {
 
 #[async_trait]
 impl Sandbox for ServiceGroup {
+    fn notes(&self) -> Vec<String> {
+        self.main.notes()
+    }
+
     fn workspace(&self) -> Arc<dyn Workspace> {
         self.main.workspace()
     }

@@ -157,7 +157,14 @@ fn tar_args(root: &Root) -> Vec<OsString> {
         "--keep-directory-symlink".into(),
         // Owners as numbers: the image's ids, not whatever the host's names map to.
         "--numeric-owner".into(),
-        "--same-owner".into(),
+        // In the rootless namespace the image's ids other than root are not mapped (only
+        // container ids are): the files are the user's, and the finish script's dpkg, which
+        // installs every package again inside a sandbox, gives them their owners.
+        if crate::rootless::active() {
+            "--no-same-owner".into()
+        } else {
+            "--same-owner".into()
+        },
         "--same-permissions".into(),
         "--warning=no-timestamp".into(),
     ];

@@ -45,7 +45,7 @@ pub fn layer_tar(dir: &Path, out: impl Write) -> Result<String, ImageError> {
         append_entry(&mut tar, &path, rel, &meta)
             .map_err(|e| io(&path, "add to the layer tar", e))?;
         if meta.is_dir()
-            && xattr::get(&path, "trusted.overlay.opaque")
+            && xattr::get(&path, super::layer::opaque_xattr())
                 .ok()
                 .flatten()
                 .is_some_and(|v| v == b"y")

@@ -91,7 +91,8 @@ impl SandboxHandle {
         slirp: Option<tokio::process::Child>,
         held: Option<nix::fcntl::Flock<std::fs::File>>,
     ) -> Self {
-        let mut notes = std::mem::take(&mut cgroups.notes);
+        let mut notes: Vec<String> = crate::rootless::note().into_iter().collect();
+        notes.append(&mut cgroups.notes);
         notes.extend(client.ready.notes.iter().cloned());
         let workspace = Arc::new(SandboxWorkspace::new(
             Arc::clone(&client),
@@ -379,6 +380,10 @@ pub(crate) fn exec_output(r: ExecResult) -> ExecOutput {
 
 #[async_trait]
 impl Sandbox for SandboxHandle {
+    fn notes(&self) -> Vec<String> {
+        self.notes.clone()
+    }
+
     fn workspace(&self) -> Arc<dyn Workspace> {
         Arc::clone(&self.workspace) as Arc<dyn Workspace>
     }

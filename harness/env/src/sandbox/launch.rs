@@ -13,7 +13,7 @@ use super::client::ServerClient;
 use super::handle::SandboxHandle;
 use super::launch_spec::Launch;
 use super::netns::{self};
-use super::protocol::{self, Bind, ImageMount, Network, RootSpec, ServerSpec};
+use super::protocol::{self, Bind, Disk, ImageMount, Network, RootSpec, ServerSpec};
 use super::scratch::{cgroup_name, hold_lock};
 use super::{SandboxBackend, io};
 use crate::cgroup::Cgroups;
@@ -132,10 +132,14 @@ impl SandboxBackend {
     }
 
     /// A fresh sparse disk for the writable layer, when the launch asks for one.
-    async fn writable_disk(&self, launch: &Launch) -> Result<Option<PathBuf>, EnvError> {
+    async fn writable_disk(&self, launch: &Launch) -> Result<Option<Disk>, EnvError> {
         let Some(mb) = launch.disk_mb else {
             return Ok(None);
         };
+        // Loop devices need root of the machine; a user namespace mounts a tmpfs instead.
+        if crate::rootless::active() {
+            return Ok(Some(Disk::Tmpfs(mb)));
+        }
         let cache = self.config.cache_dir.clone();
         let image = launch.sub("disk.img");
         let to = image.clone();
@@ -144,7 +148,7 @@ impl SandboxBackend {
         })
         .await
         .map_err(|e| EnvError::Lost(format!("disk task: {e}")))??;
-        Ok(Some(image))
+        Ok(Some(Disk::Image(image)))
     }
 }
 

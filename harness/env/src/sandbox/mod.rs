@@ -162,8 +162,12 @@ fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> EnvError {
 }
 
 impl SandboxBackend {
-    /// Creates the state directories. Needs root (namespaces, mounts) at `start` time.
+    /// Creates the state directories. Refused without root outside a user namespace: the
+    /// sandbox needs root, of the machine or of geode's rootless namespace ([`crate::rootless`]).
     pub fn new(mut config: SandboxConfig) -> Result<Self, EnvError> {
+        if let Some(why) = crate::rootless::unavailable() {
+            return Err(EnvError::Unsupported(why));
+        }
         for dir in [&config.cache_dir, &config.scratch_dir, &config.image_store] {
             std::fs::create_dir_all(dir).map_err(io(format!("create {}", dir.display())))?;
         }

@@ -250,6 +250,21 @@ const SLIRP_READY: std::time::Duration = std::time::Duration::from_secs(5);
 /// TCP/IP stack on the host side: the namespace gets `tap0` with a default route and NAT, the
 /// host's loopback stays out of reach (`--disable-host-loopback`), and nothing of another
 /// trial's namespace is ever routable. It dies with the returned child (or with the namespace).
+/// Why slirp4netns may fail in the rootless sandbox: it opens `/dev/net/tun` as the user
+/// (root of a user namespace has no say over the machine's device files), which udev's
+/// default rule opens to everyone (0666) and a machine without udev may not.
+fn tun_hint() -> &'static str {
+    use std::os::unix::fs::PermissionsExt;
+    let open_to_all = std::fs::metadata("/dev/net/tun")
+        .is_ok_and(|m| m.permissions().mode() & 0o006 == 0o006);
+    if crate::rootless::active() && !open_to_all {
+        " (the rootless sandbox's network needs /dev/net/tun open to every user, mode 0666, as \
+         udev's default rule makes it)"
+    } else {
+        ""
+    }
+}
+
 pub(crate) async fn start_slirp(
     pid: Option<u32>,
 ) -> Result<tokio::process::Child, crate::EnvError> {
@@ -296,7 +311,10 @@ pub(crate) async fn start_slirp(
         if let Ok(Some(status)) = child.try_wait() {
             return Err(EnvError::SetupFailed {
                 step: "network".into(),
-                message: format!("slirp4netns exited ({status}) before the network was up"),
+                message: format!(
+                    "slirp4netns exited ({status}) before the network was up{}",
+                    tun_hint()
+                ),
             });
         }
         if std::time::Instant::now() >= deadline {

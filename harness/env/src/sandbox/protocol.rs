@@ -36,10 +36,10 @@ pub struct ServerSpec {
     /// agent's processes see whatever `binds` put at that path.
     #[serde(default)]
     pub verifier_logs: Option<PathBuf>,
-    /// An ext4 image file (see `disk.rs`) that holds the writable layer, so the trial's disk
-    /// is bounded; `None`: the layer is `upper` on the host's file system.
+    /// The trial's own disk that holds the writable layer, so its writes are bounded;
+    /// `None`: the layer is `upper` on the host's file system.
     #[serde(default)]
-    pub disk: Option<PathBuf>,
+    pub disk: Option<Disk>,
     /// Hostname inside the sandbox's UTS namespace.
     pub hostname: String,
     /// What the sandbox's processes can reach.
@@ -116,6 +116,17 @@ pub struct ImageMount {
     pub work: PathBuf,
     /// Where that image overlay is mounted on the host.
     pub mount: PathBuf,
+}
+
+/// The file system a trial's writable layer lives on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disk {
+    /// An ext4 image file (see `disk.rs`) on a loop device: needs root of the machine.
+    Image(PathBuf),
+    /// A tmpfs of this many MB (the rootless sandbox: a user namespace may mount one, not a
+    /// loop device); what the trial writes is held in memory.
+    Tmpfs(u64),
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

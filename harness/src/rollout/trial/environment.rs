@@ -209,6 +209,7 @@ pub(super) async fn start(
         None => Ok(()),
     };
     rec.close_phase(TrialPhase::EnvironmentSetup, t);
+    rec.notes.extend(sandbox.notes());
     rec.notes.extend(image.notes.iter().cloned());
     rec.notes.extend(entry_notes);
     if let Some(compose) = &task.compose {

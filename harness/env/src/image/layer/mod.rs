@@ -23,8 +23,16 @@ use sha2::{Digest, Sha256};
 
 use super::ImageError;
 
-/// overlayfs marks a directory that hides the lower layers' contents with this xattr.
+/// overlayfs marks a directory that hides the lower layers' contents with this xattr (as root
+/// of the machine; [`opaque_xattr`] says which one this process writes).
+#[cfg(test)]
 const OPAQUE_XATTR: &str = "trusted.overlay.opaque";
+
+/// The opaque mark overlayfs reads here: `trusted.overlay.opaque`, or `user.overlay.opaque`
+/// in the rootless sandbox's namespace.
+pub(crate) fn opaque_xattr() -> String {
+    format!("{}opaque", crate::rootless::overlay_xattr_prefix())
+}
 const WHITEOUT_PREFIX: &str = ".wh.";
 const OPAQUE_MARKER: &str = ".wh..wh..opq";
 /// Notes past this many are counted, not kept: a layer of a million device nodes should not
@@ -441,8 +449,9 @@ impl Unpacker<'_> {
             let marker_child = parent_rel.join("x");
             self.make_parents(&marker_child)?;
             let dir = self.root.join(&parent_rel);
-            xattr::set(&dir, OPAQUE_XATTR, b"y")
-                .map_err(|e| self.io(&dir, "setting trusted.overlay.opaque", e))?;
+            let name = opaque_xattr();
+            xattr::set(&dir, &name, b"y")
+                .map_err(|e| self.io(&dir, &format!("setting {name}"), e))?;
             return Ok(());
         }
         if name.starts_with(".wh..wh.") {
@@ -487,7 +496,11 @@ impl Unpacker<'_> {
                 let Some(name) = key.strip_prefix("SCHILY.xattr.") else {
                     continue;
                 };
-                if name == "security.capability" || name.starts_with("user.") {
+                // `user.overlay.*` is overlayfs' own in a user namespace (the rootless
+                // sandbox): a layer may not redirect lookups there either.
+                if name == "security.capability"
+                    || (name.starts_with("user.") && !name.starts_with("user.overlay."))
+                {
                     out.push((name.to_string(), ext.value_bytes().to_vec()));
                 } else {
                     dropped.push(name.to_string());
@@ -512,7 +525,13 @@ impl Unpacker<'_> {
         let to_id = |id: u64| {
             u32::try_from(id).map_err(|_| self.bad(path, format!("owner id {id} out of range")))
         };
-        std::os::unix::fs::lchown(path, Some(to_id(uid)?), Some(to_id(gid)?))
+        let (mut uid, mut gid) = (to_id(uid)?, to_id(gid)?);
+        // In the rootless namespace only container ids (at `HOST_BASE`) and the user (0) are
+        // mapped: a layer's owners are written as the sandbox will see them, once, here.
+        if crate::rootless::active() {
+            (uid, gid) = (crate::ids::to_host(uid), crate::ids::to_host(gid));
+        }
+        std::os::unix::fs::lchown(path, Some(uid), Some(gid))
             .map_err(|e| self.io(path, "setting the owner", e))
     }
 

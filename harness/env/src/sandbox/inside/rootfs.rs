@@ -12,7 +12,9 @@ use nix::mount::{MsFlags, mount};
 use nix::sys::stat::{Mode, SFlag};
 
 use super::step::{SetupResult, ctx};
-use crate::sandbox::protocol::{INBOX, RootSpec, ServerSpec, UPPER_MOUNT, VERIFIER_MOUNT};
+use crate::sandbox::protocol::{
+    Disk, INBOX, RootSpec, ServerSpec, UPPER_MOUNT, VERIFIER_MOUNT,
+};
 
 /// What `--base host` adds to the root.
 struct HostRoot<'a> {
@@ -126,12 +128,15 @@ fn image_layers(spec: &ServerSpec, lower: &[PathBuf], scratch: &Path) -> SetupRe
         names.push(name);
     }
     names.reverse();
-    if let Some(image) = &spec.disk {
+    if let Some(kind) = &spec.disk {
         let disk = scratch.join("disk");
         ctx(std::fs::create_dir_all(&disk), || {
             "create the disk's mount point".into()
         })?;
-        crate::disk::mount_image(image, &disk)?;
+        match kind {
+            Disk::Image(image) => crate::disk::mount_image(image, &disk)?,
+            Disk::Tmpfs(mb) => crate::disk::mount_tmpfs(*mb, &disk)?,
+        }
         for dir in ["upper", "work"] {
             ctx(std::fs::create_dir(disk.join(dir)), || {
                 format!("create {dir} on the trial disk")
@@ -155,7 +160,11 @@ fn mount_overlay(
     } else {
         ("upper".to_string(), "work".to_string())
     };
-    let opts = format!("lowerdir={lower},upperdir={upper},workdir={work}");
+    let mut opts = format!("lowerdir={lower},upperdir={upper},workdir={work}");
+    // In a user namespace overlayfs may not use `trusted.*`: its marks are `user.overlay.*`.
+    if crate::rootless::active() {
+        opts.push_str(",userxattr");
+    }
     // One page is all the kernel takes of mount options.
     if opts.len() >= 4096 {
         return Err(format!(
