@@ -48,7 +48,7 @@ fn run(dir: &Path, pack: &Path) -> (serde_json::Value, PathBuf) {
 }
 
 /// Host files the attacks aim at, each holding a text the test knows.
-struct Victims {
+pub(super) struct Victims {
     _dir: tempfile::TempDir,
     trajectory: PathBuf,
     stdout: PathBuf,
@@ -57,7 +57,13 @@ struct Victims {
 
 impl Victims {
     fn new() -> Victims {
-        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        Victims::new_in(Path::new("/var/tmp"))
+    }
+
+    /// The victims in a folder made under `parent` (a rootless run's user's own home: what
+    /// that user's sandbox could reach if anything).
+    pub(super) fn new_in(parent: &Path) -> Victims {
+        let dir = tempfile::tempdir_in(parent).unwrap();
         let victim = |name: &str| {
             let p = dir.path().join(name);
             std::fs::write(&p, format!("host {name}\n")).unwrap();
@@ -78,18 +84,30 @@ impl Victims {
 #[test]
 fn attacks_from_inside_change_nothing_on_the_host_and_score_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let pack = dir.path().join("pack");
-    let core_pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap();
     let victims = Victims::new();
-    host_attack_tasks(&pack, &victims);
+    the_attacks_hold(dir.path(), &victims, &|| (), &|pack| run(dir.path(), pack));
+}
+
+/// The attacks' pack written under `dir`, handed to `ready` (the rootless test gives it to its
+/// user), run by `run`, and every check of what they did.
+pub(super) fn the_attacks_hold(
+    dir: &Path,
+    victims: &Victims,
+    ready: &dyn Fn(),
+    run: &dyn Fn(&Path) -> (serde_json::Value, PathBuf),
+) {
+    let pack = dir.join("pack");
+    let core_pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap();
+    host_attack_tasks(&pack, victims);
     verifier_input_attack_tasks(&pack);
     sandbox_limit_attack_tasks(&pack);
     service_tasks(&pack);
     separate_verifier_tasks(&pack);
+    ready();
 
-    let free_before = free_bytes(dir.path());
-    let (summary, run_dir) = run(dir.path(), &pack);
-    assert_the_host_is_untouched(dir.path(), &run_dir, free_before, &core_pattern, &victims);
+    let free_before = free_bytes(dir);
+    let (summary, run_dir) = run(&pack);
+    assert_the_host_is_untouched(dir, &run_dir, free_before, &core_pattern, victims);
     assert_the_attacks_score_nothing(&run_dir, &summary);
     assert_the_network_is_refused_and_flagged(&run_dir);
     assert_services_and_a_separate_verifier_see_what_they_should(&run_dir);

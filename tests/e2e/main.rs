@@ -40,6 +40,7 @@ mod red_team;
 mod registry;
 mod repl;
 mod rewind;
+mod rootless;
 mod run;
 mod search;
 mod seeds;

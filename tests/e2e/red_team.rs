@@ -522,8 +522,39 @@ fn host_leftovers(marker: &str) -> Vec<String> {
 #[test]
 fn the_red_team_s_corpus_gains_nothing_and_leaves_nothing_on_the_host() {
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let pack = dir.path().join("pack");
-    let marker_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let jobs = dir.path().join("jobs");
+    the_red_team_holds(
+        dir.path(),
+        Path::new("/var/tmp"),
+        &|| (),
+        &|pack| {
+            let geode = super::common::geode_in(dir.path());
+            super::common::run_oracle_with(geode, pack, &jobs, &["-n", "2"])
+        },
+        Sandbox::Root,
+    );
+}
+
+/// Which sandbox the corpus runs in: the rootless one has no cgroups of its own on a host
+/// that delegates none, and says so.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Sandbox {
+    Root,
+    Rootless,
+}
+
+/// The corpus written under `dir` (the marker the host attacks aim at under `marker_in`),
+/// handed to `ready` (the rootless test gives the files to its user), run by `run`, and every
+/// check of what it did.
+pub(super) fn the_red_team_holds(
+    dir: &Path,
+    marker_in: &Path,
+    ready: &dyn Fn(),
+    run: &dyn Fn(&Path) -> (serde_json::Value, PathBuf),
+    sandbox: Sandbox,
+) {
+    let pack = dir.join("pack");
+    let marker_dir = tempfile::tempdir_in(marker_in).unwrap();
     let marker = HostMarker {
         path: marker_dir.path().join("pwned"),
         _dir: marker_dir,
@@ -591,10 +622,9 @@ fn the_red_team_s_corpus_gains_nothing_and_leaves_nothing_on_the_host() {
     corpus.extend(syscall_attacks());
     assert!(corpus.len() >= 60, "{} attacks", corpus.len());
     write_corpus(&pack, &corpus);
+    ready();
 
-    let geode = super::common::geode_in(dir.path());
-    let (summary, run_dir) =
-        super::common::run_oracle_with(geode, &pack, &dir.path().join("jobs"), &["-n", "2"]);
+    let (summary, run_dir) = run(&pack);
 
     let mut broken = Vec::new();
     for a in &corpus {
@@ -628,18 +658,28 @@ fn the_red_team_s_corpus_gains_nothing_and_leaves_nothing_on_the_host() {
         0,
         "the host's abstract socket was reached"
     );
-    let scratch = dir.path().to_string_lossy().into_owned();
+    let scratch = dir.to_string_lossy().into_owned();
     assert_eq!(host_leftovers(&scratch), Vec::<String>::new());
-    // The agent's commands are in their own groups, below the trial's (the verifier's share).
-    let groups =
-        std::fs::read_to_string(run_dir.join("atk-memory-hog__0/artifacts/cgroup.txt")).unwrap();
-    for controller in ["pids", "memory"] {
-        assert!(
-            groups
-                .lines()
-                .any(|l| l.contains(&format!(":{controller}:")) && l.ends_with("/tool")),
-            "{controller} not in the agent's group:\n{groups}"
-        );
+    if sandbox == Sandbox::Root {
+        // The agent's commands are in their own groups, below the trial's (the verifier's
+        // share).
+        let groups = std::fs::read_to_string(run_dir.join("atk-memory-hog__0/artifacts/cgroup.txt"))
+            .unwrap();
+        for controller in ["pids", "memory"] {
+            assert!(
+                groups
+                    .lines()
+                    .any(|l| l.contains(&format!(":{controller}:")) && l.ends_with("/tool")),
+                "{controller} not in the agent's group:\n{groups}"
+            );
+        }
+    } else {
+        // No group to join on cgroup v1: the limits are rlimits, and the result says so.
+        let hog = trial_result(&run_dir, "atk-memory-hog__0");
+        let notes = hog["notes"].to_string();
+        for said in ["sandbox: rootless", "RLIMIT_AS", "RLIMIT_NPROC"] {
+            assert!(notes.contains(said), "{said} not in {notes}");
+        }
     }
     let honest = trial_result(&run_dir, "atk-honest-system-changes__0");
     assert_eq!(honest["outcome"], "passed", "{honest}");

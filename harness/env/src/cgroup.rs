@@ -81,6 +81,9 @@ pub(crate) struct Cgroups {
     pub tool_procs: Vec<PathBuf>,
     /// Set when the memory limit could not go into a cgroup.
     pub rlimit_as: Option<u64>,
+    /// Set when the pids limit could not go into a cgroup: each command's `RLIMIT_NPROC`,
+    /// which the kernel counts per user of the sandbox's own user namespace.
+    pub rlimit_nproc: Option<u64>,
     pub notes: Vec<String>,
 }
 
@@ -138,9 +141,7 @@ impl Cgroups {
             if self.v1_group(root, "pids", name, &[("pids.max", max.to_string())]) {
                 self.tool_group("pids.max", max.saturating_sub(verifier_pids(max)));
             } else {
-                self.notes.push(format!(
-                    "pids limit {max} not applied (no writable pids cgroup)"
-                ));
+                self.pids_as_rlimit(max);
             }
         }
         if let Some(cpus) = limits.cpus {
@@ -154,6 +155,24 @@ impl Cgroups {
                     "cpu limit {cpus} not applied (no writable cpu cgroup)"
                 ));
             }
+        }
+    }
+
+    /// A pids limit no cgroup can hold: each command's `RLIMIT_NPROC` where commands run in
+    /// a user namespace of their own (the kernel counts it per user of that namespace, so
+    /// per sandbox); in the host's namespace it would count all of a uid's processes on the
+    /// machine, so there the gap is only said.
+    fn pids_as_rlimit(&mut self, max: u64) {
+        if crate::rootless::active() {
+            self.rlimit_nproc = Some(max);
+            self.notes.push(format!(
+                "pids limit {max} applied as RLIMIT_NPROC per user of the sandbox (no writable \
+                 pids cgroup)"
+            ));
+        } else {
+            self.notes.push(format!(
+                "pids limit {max} not applied (no writable pids cgroup)"
+            ));
         }
     }
 
@@ -223,6 +242,9 @@ impl Cgroups {
             }
             self.notes
                 .push("no writable cgroup v2 group: limits applied as RLIMIT_AS only".into());
+            if let Some(max) = limits.pids_max {
+                self.pids_as_rlimit(max);
+            }
             return;
         }
         if let Some(bytes) = limits.memory_bytes {
@@ -238,7 +260,7 @@ impl Cgroups {
         if let Some(max) = limits.pids_max
             && std::fs::write(dir.join("pids.max"), max.to_string()).is_err()
         {
-            self.notes.push(format!("pids limit {max} not applied"));
+            self.pids_as_rlimit(max);
         }
         if let Some(cpus) = limits.cpus
             && std::fs::write(

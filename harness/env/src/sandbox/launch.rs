@@ -65,6 +65,7 @@ impl SandboxBackend {
             cgroup_procs: cgroups.procs.clone(),
             tool_cgroup_procs: cgroups.tool_procs.clone(),
             rlimit_as: cgroups.rlimit_as,
+            rlimit_nproc: cgroups.rlimit_nproc,
             workdir: launch.workdir.clone(),
             env: launch.env.clone(),
             user: launch.user.clone(),

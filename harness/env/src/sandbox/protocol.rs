@@ -56,6 +56,9 @@ pub struct ServerSpec {
     pub tool_cgroup_procs: Vec<PathBuf>,
     /// Fallback memory limit (bytes of address space per process) when no cgroup is writable.
     pub rlimit_as: Option<u64>,
+    /// Set when the pids limit could not go into a cgroup: every command's `RLIMIT_NPROC`.
+    #[serde(default)]
+    pub rlimit_nproc: Option<u64>,
     /// Work directory inside (created when missing).
     pub workdir: String,
     /// Environment of every process, after the defaults (PATH, HOME, HOSTNAME).

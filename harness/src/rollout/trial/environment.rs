@@ -209,7 +209,13 @@ pub(super) async fn start(
         None => Ok(()),
     };
     rec.close_phase(TrialPhase::EnvironmentSetup, t);
-    rec.notes.extend(sandbox.notes());
+    // The sandbox's notes, less the image's it repeats.
+    rec.notes.extend(
+        sandbox
+            .notes()
+            .into_iter()
+            .filter(|note| !image.notes.contains(note)),
+    );
     rec.notes.extend(image.notes.iter().cloned());
     rec.notes.extend(entry_notes);
     if let Some(compose) = &task.compose {

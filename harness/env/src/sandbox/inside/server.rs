@@ -347,7 +347,9 @@ fn serve(server: &Arc<Server>) {
                 .collect();
             server
                 .views
-                .get_or_init(|| Views::prepare(raw_sockets, userns, groups));
+                .get_or_init(|| {
+                    Views::prepare(raw_sockets, userns, groups, server.spec.rlimit_nproc)
+                });
         }
         match request.op {
             Op::Cancel { target } => {

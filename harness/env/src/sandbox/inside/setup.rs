@@ -132,9 +132,17 @@ fn open_network(spec: &ServerSpec, notes: &mut Vec<String>) {
     // Container root has no capability over the network namespace (the host's user
     // namespace owns it): let it bind low ports and ping, as docker's root may.
     if spec.userns && spec.network != Network::Host {
+        // Group ids as this namespace writes them: in the rootless one only container ids
+        // (and the user) are mapped, and a range with unmapped ids is refused.
+        let ping_groups = if crate::rootless::active() {
+            let base = crate::ids::HOST_BASE;
+            format!("{base} {}", base + crate::ids::RANGE - 1)
+        } else {
+            "0 2147483647".to_string()
+        };
         for (knob, value) in [
             ("ipv4/ip_unprivileged_port_start", "0"),
-            ("ipv4/ping_group_range", "0 2147483647"),
+            ("ipv4/ping_group_range", ping_groups.as_str()),
         ] {
             if let Err(e) = std::fs::write(format!("/proc/sys/net/{knob}"), value) {
                 notes.push(format!("net.{knob} not set: {e}"));

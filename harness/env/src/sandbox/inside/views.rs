@@ -64,12 +64,15 @@ const BUSY_TICKS: u64 = 2;
 struct Confinement {
     drop_caps: Vec<libc::c_ulong>,
     filters: [BpfProgram; 2],
+    /// `RLIMIT_NPROC` where no pids cgroup holds the sandbox's processes (the rootless
+    /// sandbox on cgroup v1): counted per user of the sandbox's own user namespace.
+    nproc: Option<u64>,
 }
 
 impl Confinement {
     /// `raw_sockets`: keep CAP_NET_RAW, as docker does; not where the network is an
     /// allowlist, which raw frames would bypass.
-    fn new(raw_sockets: bool) -> Result<Self, String> {
+    fn new(raw_sockets: bool, nproc: Option<u64>) -> Result<Self, String> {
         let drop_caps = caps::all()
             .into_iter()
             .filter(|cap| {
@@ -80,6 +83,7 @@ impl Confinement {
         Ok(Confinement {
             drop_caps,
             filters: super::seccomp::programs()?,
+            nproc,
         })
     }
 
@@ -105,6 +109,14 @@ impl Confinement {
                 check(libc::setgid(*gid))?;
                 check(libc::setuid(*uid))?;
             }
+        }
+        if let Some(max) = self.nproc {
+            let limit = libc::rlimit {
+                rlim_cur: max,
+                rlim_max: max,
+            };
+            // SAFETY: setrlimit with a value on the stack.
+            check(unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &limit) })?;
         }
         for filter in &self.filters {
             // Sets no_new_privs first; no allocation on success or failure.
@@ -157,8 +169,9 @@ impl Views {
         raw_sockets: bool,
         userns: bool,
         tool_cgroups: Vec<c_int>,
+        nproc: Option<u64>,
     ) -> Result<Views, String> {
-        let confinement = Arc::new(Confinement::new(raw_sockets)?);
+        let confinement = Arc::new(Confinement::new(raw_sockets, nproc)?);
         let userns = if userns {
             Some(Arc::new(create_userns()?))
         } else {
@@ -620,12 +633,12 @@ mod tests {
 
     #[test]
     fn commands_keep_exactly_docker_s_set_without_mknod() {
-        let c = Confinement::new(true).unwrap();
+        let c = Confinement::new(true, None).unwrap();
         let kept = caps::all().len() - c.drop_caps.len();
         assert_eq!(kept, KEEP_CAPS.len());
         let raw = libc::c_ulong::from(caps::Capability::CAP_NET_RAW.index());
         assert!(!c.drop_caps.contains(&raw));
-        assert!(Confinement::new(false).unwrap().drop_caps.contains(&raw));
+        assert!(Confinement::new(false, None).unwrap().drop_caps.contains(&raw));
         assert!(c.drop_caps.contains(&libc::c_ulong::from(
             caps::Capability::CAP_SYS_ADMIN.index()
         )));

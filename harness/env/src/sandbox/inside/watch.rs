@@ -129,6 +129,12 @@ fn read_events(
     seen: &Mutex<Seen>,
 ) {
     let mut buf = vec![0u8; 64 << 10];
+    let mut resolver = Resolver {
+        mount,
+        upper,
+        by_handle: None,
+        walked: false,
+    };
     loop {
         let last = stop.load(Ordering::SeqCst);
         loop {
@@ -137,7 +143,8 @@ fn read_events(
             if n <= 0 {
                 break;
             }
-            let events = parse(&buf[..n as usize], mount, upper);
+            resolver.walked = false;
+            let events = parse(&buf[..n as usize], &mut resolver);
             let mut seen = match seen.lock() {
                 Ok(seen) => seen,
                 Err(poisoned) => poisoned.into_inner(),
@@ -173,13 +180,128 @@ struct Event {
     new: Option<String>,
 }
 
+/// How a folder's handle in an event becomes its path. `open_by_handle_at` needs
+/// CAP_DAC_READ_SEARCH over the machine, which root of a user namespace (the rootless
+/// sandbox) lacks; there the handles of the layer's folders are looked up in a table made
+/// with `name_to_handle_at`, which anyone may call: the layer walked when a handle is not in
+/// it yet, and each folder an event creates or moves added as its event is read. A folder
+/// made and removed again before either cannot be named.
+struct Resolver<'a> {
+    mount: &'a std::fs::File,
+    upper: &'a Path,
+    /// `None` while `open_by_handle_at` works; the table (handle type and bytes -> the
+    /// folder's path relative to `upper`) once it has been refused.
+    by_handle: Option<std::collections::HashMap<Vec<u8>, PathBuf>>,
+    /// The table was walked for this buffer already.
+    walked: bool,
+}
+
+/// `struct file_handle` with room for any handle: bytes (u32), type (i32), then the handle.
+const MAX_HANDLE: usize = 128;
+
+impl Resolver<'_> {
+    /// The folder of `handle` (type and bytes as an event gives them, at `raw`, a `struct
+    /// file_handle`), relative to `upper`.
+    fn folder(&mut self, raw: &mut [u64], key: &[u8]) -> Option<PathBuf> {
+        if self.by_handle.is_none() {
+            // SAFETY: open_by_handle_at with a well-formed handle; the descriptor is owned below.
+            let fd = unsafe {
+                libc::syscall(
+                    libc::SYS_open_by_handle_at,
+                    self.mount.as_raw_fd(),
+                    raw.as_mut_ptr(),
+                    libc::O_PATH | libc::O_CLOEXEC,
+                )
+            };
+            if fd >= 0 {
+                // SAFETY: the kernel returned this descriptor to us alone.
+                let dir = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+                let path = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())).ok()?;
+                return path.strip_prefix(self.upper).ok().map(Path::to_path_buf);
+            }
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
+                return None;
+            }
+            self.by_handle = Some(std::collections::HashMap::new());
+        }
+        if let Some(found) = self.by_handle.as_ref().and_then(|t| t.get(key)) {
+            return Some(found.clone());
+        }
+        if self.walked {
+            return None;
+        }
+        self.walked = true;
+        let mut table = std::collections::HashMap::new();
+        for entry in walkdir::WalkDir::new(self.upper)
+            .follow_links(false)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.file_type().is_dir())
+        {
+            if let (Some(handle), Ok(rel)) = (
+                handle_of(entry.path()),
+                entry.path().strip_prefix(self.upper),
+            ) {
+                table.insert(handle, rel.to_path_buf());
+            }
+        }
+        let found = table.get(key).cloned();
+        self.by_handle = Some(table);
+        found
+    }
+
+    /// A folder an event made (or moved) at `rel`: into the table while it is there to ask.
+    fn learn(&mut self, rel: &str) {
+        if let Some(table) = self.by_handle.as_mut()
+            && let Some(handle) = handle_of(&self.upper.join(rel))
+        {
+            table.insert(handle, PathBuf::from(rel));
+        }
+    }
+}
+
+/// `name_to_handle_at` of `path` (never following a link): the handle's type and bytes, as
+/// fanotify reports them.
+fn handle_of(path: &Path) -> Option<Vec<u8>> {
+    let at = cstring(path).ok()?;
+    let mut raw = [0u64; 1 + MAX_HANDLE / 8];
+    // handle_bytes: the room there is.
+    raw[0] = MAX_HANDLE as u64;
+    let mut mount_id: libc::c_int = 0;
+    // SAFETY: name_to_handle_at into a buffer of the stated room, a NUL-terminated path.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            libc::AT_FDCWD,
+            at.as_ptr(),
+            raw.as_mut_ptr(),
+            &mut mount_id as *mut libc::c_int,
+            0,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: the buffer is `raw`'s bytes, all initialised.
+    let bytes: &[u8] =
+        unsafe { std::slice::from_raw_parts(raw.as_ptr().cast::<u8>(), std::mem::size_of_val(&raw)) };
+    let len = u32_at(bytes, 0) as usize;
+    bytes.get(4..8 + len).map(<[u8]>::to_vec)
+}
+
+/// fanotify's mask bits for an entry made or moved in, and for a folder.
+const FAN_CREATE: u64 = 0x100;
+const FAN_RENAME: u64 = 0x1000_0000;
+const FAN_ONDIR: u64 = 0x4000_0000;
+
 /// The events of a buffer.
-fn parse(buf: &[u8], mount: &std::fs::File, upper: &Path) -> Vec<Event> {
+fn parse(buf: &[u8], resolver: &mut Resolver<'_>) -> Vec<Event> {
     let mut out = Vec::new();
     let mut at = 0;
     while at + METADATA_LEN <= buf.len() {
         let event_len = u32_at(buf, at) as usize;
         let metadata_len = u16::from_ne_bytes([buf[at + 6], buf[at + 7]]) as usize;
+        let mask = u64::from_ne_bytes(buf[at + 8..at + 16].try_into().unwrap_or([0; 8]));
         if event_len < METADATA_LEN || at + event_len > buf.len() {
             break;
         }
@@ -196,13 +318,19 @@ fn parse(buf: &[u8], mount: &std::fs::File, upper: &Path) -> Vec<Event> {
             }
             let record = &buf[info..info + len];
             match kind {
-                INFO_OLD_DFID_NAME => event.old = named_path(record, mount, upper),
+                INFO_OLD_DFID_NAME => event.old = named_path(record, resolver),
                 INFO_DFID_NAME | INFO_NEW_DFID_NAME => {
-                    event.new = named_path(record, mount, upper);
+                    event.new = named_path(record, resolver);
                 }
                 _ => {}
             }
             info += len;
+        }
+        if mask & FAN_ONDIR != 0
+            && mask & (FAN_CREATE | FAN_RENAME) != 0
+            && let Some(new) = &event.new
+        {
+            resolver.learn(new);
         }
         if event.old.is_some() || event.new.is_some() {
             out.push(event);
@@ -218,7 +346,7 @@ fn u32_at(buf: &[u8], at: usize) -> u32 {
 
 /// One `DFID_NAME` record: header (4), fsid (8), `struct file_handle` (handle_bytes u32,
 /// handle_type i32, the handle), then the entry's name, NUL-terminated.
-fn named_path(record: &[u8], mount: &std::fs::File, upper: &Path) -> Option<String> {
+fn named_path(record: &[u8], resolver: &mut Resolver<'_>) -> Option<String> {
     const HANDLE_AT: usize = 4 + 8;
     let handle_bytes = u32_at(record, HANDLE_AT) as usize;
     let handle_end = HANDLE_AT + 8 + handle_bytes;
@@ -238,24 +366,9 @@ fn named_path(record: &[u8], mount: &std::fs::File, upper: &Path) -> Option<Stri
             8 + handle_bytes,
         );
     }
-    // SAFETY: open_by_handle_at with a well-formed handle; the descriptor is owned below.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_open_by_handle_at,
-            mount.as_raw_fd(),
-            handle.as_mut_ptr(),
-            libc::O_PATH | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: the kernel returned this descriptor to us alone.
-    let dir = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let dir_path = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())).ok()?;
-    let rel = dir_path.strip_prefix(upper).ok()?;
+    let rel = resolver.folder(&mut handle, &record[HANDLE_AT + 4..handle_end])?;
     let path: PathBuf = if name == "." || name.is_empty() {
-        rel.to_path_buf()
+        rel
     } else {
         rel.join(&name)
     };
