@@ -560,7 +560,8 @@ pub(super) fn the_red_team_holds(
         _dir: marker_dir,
     };
     // An abstract socket on the host's network namespace, counting who reaches it.
-    let socket_name = format!("geode-red-team-{}", std::process::id());
+    // One per run: the root and the rootless corpus may run at once in one test process.
+    let socket_name = format!("geode-red-team-{sandbox:?}-{}", std::process::id());
     let listener = abstract_listener(&socket_name);
     let kernel_files = [
         "/proc/sys/kernel/core_pattern",
@@ -663,8 +664,9 @@ pub(super) fn the_red_team_holds(
     if sandbox == Sandbox::Root {
         // The agent's commands are in their own groups, below the trial's (the verifier's
         // share).
-        let groups = std::fs::read_to_string(run_dir.join("atk-memory-hog__0/artifacts/cgroup.txt"))
-            .unwrap();
+        let groups =
+            std::fs::read_to_string(run_dir.join("atk-memory-hog__0/artifacts/cgroup.txt"))
+                .unwrap();
         for controller in ["pids", "memory"] {
             assert!(
                 groups

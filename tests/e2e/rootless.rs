@@ -95,7 +95,9 @@ impl Drop for TestUser {
     fn drop(&mut self) {
         // The user's processes first (none should be left), then the user, its home (with the
         // files its sandboxes' users wrote) and its subordinate ranges.
-        let _ = Command::new("pkill").args(["-KILL", "-u", &self.name]).output();
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-u", &self.name])
+            .output();
         let _ = Command::new("userdel").args(["-r", &self.name]).output();
         let _ = std::fs::remove_dir_all(&self.home);
     }
@@ -164,6 +166,23 @@ fn the_built_in_pack_passes_with_the_oracle_and_fails_with_nop_for_a_user_withou
         let r = trial_result(&run_dir, &format!("geode-{task}__0"));
         assert_eq!(r["verifier_result"]["rewards"]["reward"], 0.0, "{r}");
     }
+
+    // What the trials' users wrote (the verifier's folders) belongs to the user's subordinate
+    // ids: the user's own `rm` cannot remove it, `geode unshare rm` can.
+    let plain = Command::new("runuser")
+        .args(["-u", &user.name, "--", "rm", "-rf"])
+        .arg(&jobs)
+        .output()
+        .unwrap();
+    assert!(!plain.status.success() && jobs.exists(), "{plain:?}");
+    let out = user
+        .geode()
+        .args(["unshare", "rm", "-rf"])
+        .arg(&jobs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!jobs.exists());
 }
 
 /// A user with no subordinate range gets the sandbox refused with the reason and the fix,

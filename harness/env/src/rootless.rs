@@ -143,7 +143,8 @@ pub fn note() -> Option<String> {
     if !active() {
         return None;
     }
-    let map = std::env::var(MAP_VAR).unwrap_or_else(|_| "a user namespace not made by geode".into());
+    let map =
+        std::env::var(MAP_VAR).unwrap_or_else(|_| "a user namespace not made by geode".into());
     Some(format!(
         "sandbox: rootless ({map}; writable layer on a tmpfs of storage_mb, held in memory)"
     ))
@@ -220,7 +221,10 @@ fn enter() -> Result<i32, RootlessError> {
             CString::new(kv).ok()
         })
         .collect();
-    env.push(CString::new(format!("{MAP_VAR}={map}")).map_err(|_| sys("map text")(nix::Error::EINVAL))?);
+    env.push(
+        CString::new(format!("{MAP_VAR}={map}"))
+            .map_err(|_| sys("map text")(nix::Error::EINVAL))?,
+    );
     let (ready_r, ready_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe"))?;
     let (go_r, go_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(sys("pipe"))?;
@@ -234,7 +238,13 @@ fn enter() -> Result<i32, RootlessError> {
         nix::unistd::ForkResult::Parent { child } => {
             drop(ready_w);
             drop(go_r);
-            parent(child, ready_r, go_w, (uid.as_raw(), subuid), (gid.as_raw(), subgid))
+            parent(
+                child,
+                ready_r,
+                go_w,
+                (uid.as_raw(), subuid),
+                (gid.as_raw(), subgid),
+            )
         }
     }
 }
@@ -267,8 +277,7 @@ fn parent(
     gid: (u32, SubRange),
 ) -> Result<i32, RootlessError> {
     let mut byte = [0u8; 1];
-    let unshared =
-        matches!(nix::unistd::read(&ready, &mut byte), Ok(1)) && byte[0] == b'1';
+    let unshared = matches!(nix::unistd::read(&ready, &mut byte), Ok(1)) && byte[0] == b'1';
     let mapped = if unshared {
         new_map("newuidmap", child, uid).and_then(|()| new_map("newgidmap", child, gid))
     } else {
@@ -318,7 +327,11 @@ fn new_map(
     let out = std::process::Command::new(tool)
         .arg(child.to_string())
         .args(["0", &id.to_string(), "1"])
-        .args([HOST_BASE.to_string(), range.start.to_string(), RANGE.to_string()])
+        .args([
+            HOST_BASE.to_string(),
+            range.start.to_string(),
+            RANGE.to_string(),
+        ])
         .output()
         .map_err(|e| RootlessError::Map {
             tool,
@@ -360,7 +373,10 @@ mod tests {
             })
         );
         assert_eq!(parse_subids(text, "bob", 1001), None, "too small a range");
-        assert_eq!(parse_subids(text, "carol", 1002).map(|r| r.start), Some(300_000));
+        assert_eq!(
+            parse_subids(text, "carol", 1002).map(|r| r.start),
+            Some(300_000)
+        );
         assert_eq!(parse_subids(text, "dave", 1003), None);
     }
 

@@ -39,6 +39,7 @@ mod skills;
 mod tasks;
 mod terminal;
 mod trust;
+mod unshare;
 mod view;
 mod worker;
 
@@ -148,6 +149,9 @@ pub enum Command {
     /// One Slurm array task of a run (started by `sbatch`, not by hand).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
+    /// Run a command in the rootless sandbox's user namespace (without root: as its root,
+    /// e.g. `geode unshare rm -rf jobs/RUN` for files a trial's users wrote).
+    Unshare(unshare::UnshareArgs),
     /// Any other NAME runs `geode-NAME` found next to geode or on PATH, as git does.
     #[command(external_subcommand)]
     External(Vec<OsString>),
@@ -216,6 +220,7 @@ pub fn starts_sandboxes(cli: &Cli) -> bool {
                 | Command::Search(_)
                 | Command::Tasks(_)
                 | Command::Bench(_)
+                | Command::Unshare(_)
         )
     )
 }
@@ -281,6 +286,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Login(args) => runtime.block_on(login::login(args)),
         Command::Logout(args) => login::logout(args),
         // These replace this process (exec): the child's own status is geode's.
+        Command::Unshare(args) => return unshare::run(args),
         Command::Report(pass) => return external::dispatch("report", &["report"], &pass.args),
         Command::Compare(pass) => return external::dispatch("report", &["compare"], &pass.args),
         Command::External(argv) => return external::dispatch_unknown(&argv),

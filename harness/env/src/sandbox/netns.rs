@@ -255,8 +255,8 @@ const SLIRP_READY: std::time::Duration = std::time::Duration::from_secs(5);
 /// default rule opens to everyone (0666) and a machine without udev may not.
 fn tun_hint() -> &'static str {
     use std::os::unix::fs::PermissionsExt;
-    let open_to_all = std::fs::metadata("/dev/net/tun")
-        .is_ok_and(|m| m.permissions().mode() & 0o006 == 0o006);
+    let open_to_all =
+        std::fs::metadata("/dev/net/tun").is_ok_and(|m| m.permissions().mode() & 0o006 == 0o006);
     if crate::rootless::active() && !open_to_all {
         " (the rootless sandbox's network needs /dev/net/tun open to every user, mode 0666, as \
          udev's default rule makes it)"

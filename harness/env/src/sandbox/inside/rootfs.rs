@@ -12,9 +12,7 @@ use nix::mount::{MsFlags, mount};
 use nix::sys::stat::{Mode, SFlag};
 
 use super::step::{SetupResult, ctx};
-use crate::sandbox::protocol::{
-    Disk, INBOX, RootSpec, ServerSpec, UPPER_MOUNT, VERIFIER_MOUNT,
-};
+use crate::sandbox::protocol::{Disk, INBOX, RootSpec, ServerSpec, UPPER_MOUNT, VERIFIER_MOUNT};
 
 /// What `--base host` adds to the root.
 struct HostRoot<'a> {

@@ -345,11 +345,9 @@ fn serve(server: &Arc<Server>) {
                 .iter()
                 .map(std::os::fd::AsRawFd::as_raw_fd)
                 .collect();
-            server
-                .views
-                .get_or_init(|| {
-                    Views::prepare(raw_sockets, userns, groups, server.spec.rlimit_nproc)
-                });
+            server.views.get_or_init(|| {
+                Views::prepare(raw_sockets, userns, groups, server.spec.rlimit_nproc)
+            });
         }
         match request.op {
             Op::Cancel { target } => {

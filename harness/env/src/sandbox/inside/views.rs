@@ -638,7 +638,12 @@ mod tests {
         assert_eq!(kept, KEEP_CAPS.len());
         let raw = libc::c_ulong::from(caps::Capability::CAP_NET_RAW.index());
         assert!(!c.drop_caps.contains(&raw));
-        assert!(Confinement::new(false, None).unwrap().drop_caps.contains(&raw));
+        assert!(
+            Confinement::new(false, None)
+                .unwrap()
+                .drop_caps
+                .contains(&raw)
+        );
         assert!(c.drop_caps.contains(&libc::c_ulong::from(
             caps::Capability::CAP_SYS_ADMIN.index()
         )));

@@ -283,8 +283,9 @@ fn handle_of(path: &Path) -> Option<Vec<u8>> {
         return None;
     }
     // SAFETY: the buffer is `raw`'s bytes, all initialised.
-    let bytes: &[u8] =
-        unsafe { std::slice::from_raw_parts(raw.as_ptr().cast::<u8>(), std::mem::size_of_val(&raw)) };
+    let bytes: &[u8] = unsafe {
+        std::slice::from_raw_parts(raw.as_ptr().cast::<u8>(), std::mem::size_of_val(&raw))
+    };
     let len = u32_at(bytes, 0) as usize;
     bytes.get(4..8 + len).map(<[u8]>::to_vec)
 }
