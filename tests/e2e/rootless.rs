@@ -33,11 +33,8 @@ impl TestUser {
         open_tun_to_all();
         let name = format!("geode-rl-{tag}-{}", std::process::id());
         let home = PathBuf::from("/home").join(&name);
-        let _ = Command::new("userdel").args(["-r", &name]).output();
-        let out = Command::new("useradd")
-            .args(["-m", "-s", "/bin/bash", &name])
-            .output()
-            .unwrap();
+        let _ = accounts(Command::new("userdel").args(["-r", &name]));
+        let out = accounts(Command::new("useradd").args(["-m", "-s", "/bin/bash", &name]));
         assert!(
             out.status.success(),
             "useradd {name}: {}",
@@ -98,8 +95,27 @@ impl Drop for TestUser {
         let _ = Command::new("pkill")
             .args(["-KILL", "-u", &self.name])
             .output();
-        let _ = Command::new("userdel").args(["-r", &self.name]).output();
+        let _ = accounts(Command::new("userdel").args(["-r", &self.name]));
         let _ = std::fs::remove_dir_all(&self.home);
+    }
+}
+
+/// `useradd`, `usermod`, `userdel`: one at a time in this process (they lock `/etc/passwd`
+/// and fail at once when another holds it), and again while another process holds the lock.
+fn accounts(cmd: &mut Command) -> std::process::Output {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _held = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut tries = 0;
+    loop {
+        let out = cmd.output().unwrap();
+        let locked = String::from_utf8_lossy(&out.stderr).contains("lock");
+        tries += 1;
+        if out.status.success() || !locked || tries == 20 {
+            return out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
     }
 }
 
@@ -193,16 +209,16 @@ fn without_a_subordinate_range_the_sandbox_is_refused_naming_the_file() {
         return;
     };
     for file in ["/etc/subuid", "/etc/subgid"] {
-        let out = Command::new("usermod")
-            .arg(if file == "/etc/subuid" {
-                "--del-subuids"
-            } else {
-                "--del-subgids"
-            })
-            .arg("1-4294967294")
-            .arg(&user.name)
-            .output()
-            .unwrap();
+        let out = accounts(
+            Command::new("usermod")
+                .arg(if file == "/etc/subuid" {
+                    "--del-subuids"
+                } else {
+                    "--del-subgids"
+                })
+                .arg("1-4294967294")
+                .arg(&user.name),
+        );
         assert!(out.status.success(), "{out:?}");
     }
     let core = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tasks/geode-core");
