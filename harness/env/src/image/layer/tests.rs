@@ -308,3 +308,44 @@ fn a_symlink_replaced_by_a_directory_is_written_into_safely() {
     assert!(fs::symlink_metadata(target.join("file")).unwrap().is_file());
     assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
 }
+
+/// A layer may carry `user.*` xattrs, but not overlayfs' own marks in that namespace: the
+/// rootless sandbox's overlay (`userxattr`) reads `user.overlay.*`, where a redirect or an
+/// opaque mark from a tar would change what the merged root shows.
+#[test]
+fn a_layer_s_user_overlay_xattrs_are_dropped_and_other_user_xattrs_kept() {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, key) in [
+        ("kept", "SCHILY.xattr.user.note"),
+        ("redirected", "SCHILY.xattr.user.overlay.redirect"),
+    ] {
+        builder
+            .append_pax_extensions([(key, b"/etc".as_slice())])
+            .unwrap();
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(0o755);
+        h.set_size(0);
+        h.set_mtime(1_600_000_000);
+        builder.append_data(&mut h, path, io::empty()).unwrap();
+    }
+    let tar = builder.into_inner().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let report = unpack_layer(&tar[..], dir.path(), Path::new("blob")).unwrap();
+    assert_eq!(
+        xattr::get(dir.path().join("kept"), "user.note").unwrap(),
+        Some(b"/etc".to_vec())
+    );
+    assert_eq!(
+        xattr::get(dir.path().join("redirected"), "user.overlay.redirect").unwrap(),
+        None
+    );
+    assert!(
+        report
+            .notes
+            .iter()
+            .any(|n| n.contains("user.overlay.redirect")),
+        "{:?}",
+        report.notes
+    );
+}
