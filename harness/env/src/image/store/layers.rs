@@ -144,6 +144,7 @@ impl ImageStore {
 
     /// A new empty directory on the store's filesystem, for building a layer to adopt.
     pub fn temp_dir(&self) -> Result<PathBuf, ImageError> {
+        self.writable("making a staging folder")?;
         let dir = self.root.join("tmp").join(uuid::Uuid::new_v4().to_string());
         fs::create_dir(&dir).map_err(|e| ImageError::io(&dir, "creating a temp dir", e))?;
         Ok(dir)
@@ -156,6 +157,7 @@ impl ImageStore {
         &self,
         id: &str,
     ) -> Result<(PathBuf, Option<Flock<File>>), ImageError> {
+        self.writable(&format!("making the layer {id}"))?;
         let layer_dir = self.root.join("layers").join(id);
         let create = || {
             fs::create_dir_all(&layer_dir)
@@ -257,6 +259,7 @@ impl ImageStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(ImageError::io(&short, "reading a layer link", e)),
         }
+        self.writable(&format!("linking the layer {id}"))?;
         let staged =
             self.root
                 .join("l")

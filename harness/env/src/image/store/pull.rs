@@ -36,6 +36,7 @@ impl ImageStore {
                 return Ok(image);
             }
         }
+        self.writable(&format!("pulling {reference}"))?;
         let client_opts = opts.clone();
         let client = self.blocking(move |_| Client::new(&client_opts)).await?;
         let endpoints = registry::endpoints(reference.registry(), &opts.mirrors, with_registry);

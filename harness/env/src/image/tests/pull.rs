@@ -344,3 +344,84 @@ fn pull_futures_are_send() {
     let future = store.pull(&reference, &opts);
     is_send(&future);
 }
+
+/// Every path under `root` with its size and modification time: what a read-only store must
+/// leave exactly as it was.
+fn tree_state(root: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
+    walkdir::WalkDir::new(root)
+        .sort_by_file_name()
+        .into_iter()
+        .map(|e| {
+            let e = e.unwrap();
+            let m = e.path().symlink_metadata().unwrap();
+            (e.path().to_path_buf(), m.len(), m.modified().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_read_only_store_serves_what_was_staged_and_refuses_every_write() {
+    let image = TestImage::new("staged");
+    let reg = serve(|_| FakeRegistry::serving(&image, "library/app", "1")).await;
+    let (dir, store) = new_store();
+    let reference = Reference::parse(&format!("127.0.0.1:{}/library/app:1", reg.port)).unwrap();
+    let opts = PullOptions {
+        docker_config: Some(PathBuf::from("/nonexistent/docker-config.json")),
+        ..PullOptions::default()
+    };
+    let pulled = store.pull(&reference, &opts).await.unwrap();
+    let before = tree_state(store.root());
+    let requests = reg.logged("");
+
+    let ro = ImageStore::open_read_only(store.root()).unwrap();
+    assert!(ro.is_read_only() && !store.is_read_only());
+    assert_eq!(ro.get(&reference).unwrap(), Some(pulled.clone()));
+    assert_eq!(ro.list().unwrap(), vec![pulled.clone()]);
+    let id = pulled.layers[0]
+        .canonicalize()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(ro.layer(&id), Some(pulled.layers[0].clone()));
+
+    let read_only = |e: ImageError| {
+        assert!(matches!(e, ImageError::ReadOnly { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("read-only") && text.contains("geode image stage"),
+            "{text}"
+        );
+    };
+    let other = Reference::parse(&format!("127.0.0.1:{}/library/app:2", reg.port)).unwrap();
+    read_only(ro.pull(&other, &opts).await.unwrap_err());
+    read_only(ro.pull(&reference, &opts).await.unwrap_err());
+    read_only(ro.temp_dir().unwrap_err());
+    read_only(ro.prune(&[]).unwrap_err());
+    read_only(ro.remove(&reference).unwrap_err());
+    read_only(
+        ro.tag_local(
+            &other,
+            pulled.layers.clone(),
+            ImageConfig::default(),
+            ImageSource::Built,
+        )
+        .unwrap_err(),
+    );
+    let outside = dir.path().join("layer");
+    fs::create_dir(&outside).unwrap();
+    read_only(ro.adopt_layer(&"ab".repeat(32), &outside).unwrap_err());
+    assert!(outside.is_dir(), "a refused adoption leaves the folder");
+    // Refused before any request: a node without network does not wait on one.
+    assert_eq!(reg.logged(""), requests);
+    assert_eq!(tree_state(store.root()), before, "the store was written");
+
+    // Only a store that exists opens read-only; nothing is created.
+    let absent = dir.path().join("absent");
+    let err = ImageStore::open_read_only(&absent).unwrap_err();
+    assert!(err.to_string().contains("geode image stage"), "{err}");
+    assert!(!absent.exists());
+}
