@@ -50,6 +50,7 @@ mod slurm;
 mod slurm_cluster;
 mod slurm_crucible;
 mod slurm_sites;
+mod slurm_stage;
 mod stage;
 mod streaming;
 mod task_formats;
