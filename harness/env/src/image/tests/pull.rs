@@ -11,6 +11,8 @@ struct FakeRegistry {
     blobs: HashMap<String, Vec<u8>>,
     /// Blob digests served with one byte changed.
     corrupt: Vec<String>,
+    /// A blob served in two halves, the second only once the notify fires.
+    held: Option<(String, Arc<tokio::sync::Notify>)>,
     token: String,
     /// The one scope the token endpoint grants.
     scope: String,
@@ -156,6 +158,18 @@ async fn v2(State(reg): State<Arc<FakeRegistry>>, uri: Uri, headers: HeaderMap) 
     if reg.corrupt.iter().any(|d| d == key) {
         let mid = blob.len() / 2;
         blob[mid] ^= 0xff;
+    }
+    if let Some((_, release)) = reg.held.as_ref().filter(|(d, _)| d == key) {
+        let second = bytes::Bytes::from(blob.split_off(blob.len() / 2));
+        let release = release.clone();
+        use futures::StreamExt as _;
+        let halves =
+            futures::stream::once(async move { Ok::<_, std::io::Error>(bytes::Bytes::from(blob)) })
+                .chain(futures::stream::once(async move {
+                    release.notified().await;
+                    Ok(second)
+                }));
+        return Response::builder().body(Body::from_stream(halves)).unwrap();
     }
     Response::builder().body(Body::from(blob)).unwrap()
 }
@@ -424,4 +438,76 @@ async fn a_read_only_store_serves_what_was_staged_and_refuses_every_write() {
     let err = ImageStore::open_read_only(&absent).unwrap_err();
     assert!(err.to_string().contains("geode image stage"), "{err}");
     assert!(!absent.exists());
+}
+
+/// A layer's files are on disk while its download is still under way: the bytes go from the
+/// response to the unpacker as they arrive (with the blob downloaded first, nothing of the
+/// layer exists until its last byte is in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_is_unpacked_while_it_downloads() {
+    let (first, second) = (vec![b'a'; 256 * 1024], vec![b'b'; 256 * 1024]);
+    let tar = tar_of(&[
+        E::File("first", &first, 0o644),
+        E::File("second", &second, 0o644),
+    ]);
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux", "config": {},
+        "rootfs": {"type": "layers", "diff_ids": [sha256_digest(&tar)]},
+    })
+    .to_string()
+    .into_bytes();
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256_digest(&config), "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": sha256_digest(&tar), "size": tar.len()}],
+    })
+    .to_string()
+    .into_bytes();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let held = release.clone();
+    let reg = serve(move |_| {
+        let mut reg = FakeRegistry {
+            token: "tok-geode".into(),
+            scope: "repository:library/big:pull".into(),
+            ..FakeRegistry::default()
+        };
+        reg.manifests
+            .insert("library/big/1".into(), (OCI_MANIFEST.into(), manifest));
+        reg.blobs.insert(sha256_digest(&config), config);
+        reg.blobs.insert(sha256_digest(&tar), tar.clone());
+        reg.held = Some((sha256_digest(&tar), held));
+        reg
+    })
+    .await;
+    let (_dir, store) = new_store();
+    let reference = Reference::parse(&format!("127.0.0.1:{}/library/big:1", reg.port)).unwrap();
+    let pulling = store.clone();
+    let pull = tokio::spawn(async move {
+        let opts = PullOptions {
+            docker_config: Some(PathBuf::from("/nonexistent/docker-config.json")),
+            ..PullOptions::default()
+        };
+        pulling.pull(&reference, &opts).await
+    });
+    // The first file, whole, in the layer's staging folder, while the second half is held.
+    let unpacked_first = || {
+        fs::read_dir(store.root().join("tmp"))
+            .unwrap()
+            .flatten()
+            .any(|e| fs::metadata(e.path().join("fs/first")).is_ok_and(|m| m.len() == 256 * 1024))
+    };
+    let started = std::time::Instant::now();
+    while !unpacked_first() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "nothing of the layer was unpacked while its download was held"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(!pull.is_finished(), "the download was held");
+    release.notify_one();
+    let image = pull.await.unwrap().unwrap();
+    assert_eq!(fs::read(image.layers[0].join("second")).unwrap(), second);
+    assert!(tmp_is_empty(&store));
 }
