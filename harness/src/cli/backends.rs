@@ -296,6 +296,8 @@ mod tests {
         let defaults = parsed("").unwrap();
         assert_eq!(defaults.aliases, Aliases::default());
         assert!(!defaults.stand_in_pinned);
+        assert!(!defaults.read_only, "a store is written unless it is said to be staged");
+        assert!(parsed("[images]\nread_only = true\n").unwrap().read_only);
         let s = parsed(
             "[images]\naliases = { \"mirror.gcr.io/library\" = \"docker.io/library\" }\n\
              stand_in_pinned = true\n",
@@ -328,6 +330,7 @@ mod tests {
                 "images.stand_in_pinned",
             ),
             ("[images]\nalias = {}\n", "images.alias"),
+            ("[images]\nread_only = \"yes\"\n", "images.read_only"),
         ] {
             let err = format!("{:#}", parsed(text).unwrap_err());
             assert!(
