@@ -51,6 +51,8 @@ mod slurm;
 mod slurm_cluster;
 mod slurm_crucible;
 mod slurm_sites;
+mod slurm_stage;
+mod stage;
 mod streaming;
 mod task_formats;
 mod validity;

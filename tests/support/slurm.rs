@@ -14,7 +14,7 @@ static CLUSTERS: AtomicU32 = AtomicU32::new(0);
 /// One compute node: its namespace, address and daemon.
 pub struct Node {
     pub name: String,
-    netns: String,
+    pub netns: String,
     slurmd: Option<Child>,
 }
 

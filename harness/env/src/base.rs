@@ -46,17 +46,44 @@ pub fn describe(source: &ImageSource) -> String {
 pub(crate) struct Bases<'a> {
     backend: &'a SandboxBackend,
     store: ImageStore,
+    /// The task whose image is prepared, for the messages of a read-only store.
+    task: String,
 }
 
 impl<'a> Bases<'a> {
-    pub(crate) fn open(backend: &'a SandboxBackend) -> Result<Self, EnvError> {
+    pub(crate) fn open(backend: &'a SandboxBackend, task: &str) -> Result<Self, EnvError> {
         let config = backend.config();
         let store = match &config.parent_image_store {
+            _ if config.read_only_store => ImageStore::open_read_only(config.image_store.clone()),
             Some(parent) => ImageStore::open_over(config.image_store.clone(), parent.clone()),
             None => ImageStore::open(config.image_store.clone()),
         }
         .map_err(image_error)?;
-        Ok(Bases { backend, store })
+        Ok(Bases {
+            backend,
+            store,
+            task: task.to_string(),
+        })
+    }
+
+    /// On a read-only store, what is missing is an error at once, naming the task, what it
+    /// lacks and the command that stages it: a node without network would otherwise spend
+    /// minutes in pulls and apt's DNS failures before the same end.
+    pub(crate) fn refuse_if_read_only(&self, step: &str, missing: &str) -> Result<(), EnvError> {
+        if !self.store.is_read_only() {
+            return Ok(());
+        }
+        Err(EnvError::SetupFailed {
+            step: step.to_string(),
+            message: format!(
+                "task {}: {missing} is not in the read-only image store {}; nothing is pulled, \
+                 bootstrapped or built on a read-only store: stage the pack into it first, \
+                 where the network is: GEODE_IMAGES={} geode image stage PACK",
+                self.task,
+                self.store.root().display(),
+                self.store.root().display()
+            ),
+        })
     }
 
     pub(crate) fn store(&self) -> &ImageStore {
@@ -99,6 +126,7 @@ impl<'a> Bases<'a> {
                 ));
             }
         }
+        self.refuse_if_read_only(&format!("FROM {raw}"), &format!("the image {raw}"))?;
         let mut failures = Vec::new();
         // Every name's mirror before any registry: where Docker Hub is out of reach, its
         // mirror is what serves an alias of its names.

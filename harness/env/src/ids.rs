@@ -2,8 +2,10 @@
 //! namespace where container id `n` is host id `HOST_BASE + n` (for `n` below `RANGE`), so
 //! container root is an unprivileged host uid, as with docker's `userns-remap`.
 //!
-//! Files follow the same map on disk: an image layer's owners are shifted once, the first
-//! time a sandbox uses it; what the sandbox's own control process creates (uploads, the
+//! Files follow the same map on disk: an image layer's owners are shifted once, when it
+//! enters the image store (and, for a layer from elsewhere, the first time a sandbox uses
+//! it; `geode image stage` does it for every layer a pack needs, since a read-only store
+//! cannot take it at use time); what the sandbox's own control process creates (uploads, the
 //! tools' writes, build `COPY`s) is given to container root; host folders bound inside are
 //! given to container root too. Ids at or above `RANGE` are not mapped and show as `nobody`.
 
@@ -44,6 +46,11 @@ fn marker(layer: &Path) -> PathBuf {
     let mut name = layer.as_os_str().to_os_string();
     name.push(".host-ids");
     PathBuf::from(name)
+}
+
+/// Whether `layer`'s owners are host ids already (its marker is there), through links.
+pub fn is_shifted(layer: &Path) -> bool {
+    std::fs::canonicalize(layer).is_ok_and(|layer| marker(&layer).exists())
 }
 
 /// Shift the owners of every entry of `layer` (an unpacked image layer) to host ids, once.

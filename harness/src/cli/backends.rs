@@ -15,8 +15,9 @@ use geode_harness::env::sandbox::{BaseMode, Progress, SandboxBackend, SandboxCon
 /// Where images live, which registries mirror which, which repositories are other names of
 /// which, and whether a stand-in may take a digest pin's place: `[images]` in
 /// `$GEODE_HOME/config.toml` (`store = "/path"`, `mirrors = { "docker.io" = "http://..." }`,
-/// `aliases = { "REGISTRY/PREFIX" = "REGISTRY/PREFIX" }`, `stand_in_pinned = true`), with
-/// `GEODE_IMAGES` overriding the store.
+/// `aliases = { "REGISTRY/PREFIX" = "REGISTRY/PREFIX" }`, `stand_in_pinned = true`,
+/// `read_only = true`), with `GEODE_IMAGES` overriding the store and `GEODE_IMAGES_READ_ONLY`
+/// (`1`/`true`/`0`/`false`) the read-only switch.
 #[derive(Debug, Clone)]
 pub struct ImageSettings {
     pub store: PathBuf,
@@ -25,6 +26,9 @@ pub struct ImageSettings {
     /// file's.
     pub aliases: Aliases,
     pub stand_in_pinned: bool,
+    /// The store is staged (`geode image stage`) and only read: nothing pulled, bootstrapped,
+    /// built or written; a missing image is an immediate error (a cluster's shared store).
+    pub read_only: bool,
 }
 
 impl ImageSettings {
@@ -43,6 +47,15 @@ impl ImageSettings {
         if let Some(store) = std::env::var_os("GEODE_IMAGES") {
             settings.store = PathBuf::from(store);
         }
+        if let Some(value) = std::env::var_os("GEODE_IMAGES_READ_ONLY") {
+            settings.read_only = match value.to_string_lossy().trim() {
+                "1" | "true" | "yes" => true,
+                "" | "0" | "false" | "no" => false,
+                other => {
+                    bail!("GEODE_IMAGES_READ_ONLY={other:?}: say 1 or true (read-only), 0 or false")
+                }
+            };
+        }
         Ok(settings)
     }
 
@@ -52,6 +65,7 @@ impl ImageSettings {
             mirrors: BTreeMap::new(),
             aliases: Aliases::default(),
             stand_in_pinned: false,
+            read_only: false,
         }
     }
 
@@ -95,10 +109,12 @@ impl ImageSettings {
                     }
                 }
                 ("stand_in_pinned", toml::Value::Boolean(yes)) => settings.stand_in_pinned = *yes,
+                ("read_only", toml::Value::Boolean(yes)) => settings.read_only = *yes,
                 (other, _) => bail!(
                     "{}: images.{other}: unknown or mistyped (store = \"PATH\", \
                      mirrors = {{ REGISTRY = \"URL\" }}, aliases = {{ \"REGISTRY/PREFIX\" = \
-                     \"REGISTRY/PREFIX\" }}, stand_in_pinned = true|false)",
+                     \"REGISTRY/PREFIX\" }}, stand_in_pinned = true|false, read_only = \
+                     true|false)",
                     file.display()
                 ),
             }
@@ -241,9 +257,28 @@ fn make_sandbox(
     config.mirrors = images.mirrors;
     config.aliases = images.aliases;
     config.stand_in_pinned = images.stand_in_pinned;
+    // A sealed campaign's own store is written; the machine's under it never is anyway.
+    config.read_only_store = images.read_only && over.is_none();
     config.base = base;
     config.progress = stderr_progress();
     config.hide.push(jobs);
+    Ok(Arc::new(SandboxBackend::new(config)?))
+}
+
+/// The sandbox backend `geode image stage` prepares images with: the image store at `store`
+/// (written, whatever `read_only` says: staging is what fills it), build sandboxes' scratch
+/// under `$GEODE_HOME/stage`.
+pub fn stage_sandbox(store: &Path) -> anyhow::Result<Arc<dyn Backend>> {
+    let exe = std::env::current_exe().context("locating the geode executable")?;
+    let images = ImageSettings::load()?;
+    let scratch = super::assembly::geode_home().join("stage");
+    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    let mut config = SandboxConfig::new(exe, &scratch, store);
+    config.trial_ca_bundle = trial_ca_bundle(&scratch)?;
+    config.mirrors = images.mirrors;
+    config.aliases = images.aliases;
+    config.stand_in_pinned = images.stand_in_pinned;
+    config.progress = stderr_progress();
     Ok(Arc::new(SandboxBackend::new(config)?))
 }
 
@@ -261,6 +296,8 @@ mod tests {
         let defaults = parsed("").unwrap();
         assert_eq!(defaults.aliases, Aliases::default());
         assert!(!defaults.stand_in_pinned);
+        assert!(!defaults.read_only, "a store is written unless it is said to be staged");
+        assert!(parsed("[images]\nread_only = true\n").unwrap().read_only);
         let s = parsed(
             "[images]\naliases = { \"mirror.gcr.io/library\" = \"docker.io/library\" }\n\
              stand_in_pinned = true\n",
@@ -293,6 +330,7 @@ mod tests {
                 "images.stand_in_pinned",
             ),
             ("[images]\nalias = {}\n", "images.alias"),
+            ("[images]\nread_only = \"yes\"\n", "images.read_only"),
         ] {
             let err = format!("{:#}", parsed(text).unwrap_err());
             assert!(

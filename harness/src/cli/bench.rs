@@ -6,6 +6,8 @@
 //! - `geode bench image REF`: the first pull and unpack of an image into an empty store, then
 //!   sandbox start + `true` + teardown on it; with `--docker` (a reachable docker engine),
 //!   `docker pull` and `docker run --rm IMAGE true` of the same reference, and the ratios.
+//! - `geode bench pull REF`: first pulls of an image into empty stores, `-r` times, each
+//!   beside a `docker pull` of the same reference with `--docker` (`bench_pull.rs`).
 //! - `geode bench view`: the viewer's answers over a synthetic jobs folder (`bench_view.rs`).
 //! - `geode bench command`: a person's shell command (`true`) unconfined and in the command
 //!   sandbox, alternated, with the medians and their difference (the sandbox's start cost).
@@ -49,6 +51,8 @@ pub enum BenchCommand {
         #[arg(long)]
         docker: bool,
     },
+    /// First pulls of an image into empty stores, beside `docker pull` of it with --docker.
+    Pull(super::bench_pull::BenchPullArgs),
     /// `geode view` on a synthetic jobs folder: listing runs and trials, filters, transcript search.
     View(super::bench_view::BenchViewArgs),
     /// A shell command (`true`) of a person's session, unconfined and in the command sandbox.
@@ -59,7 +63,7 @@ pub enum BenchCommand {
     },
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
+pub(super) fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v.get(v.len() / 2).copied().unwrap_or_default()
 }
@@ -110,6 +114,7 @@ async fn cycle(
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
     match cmd {
         BenchCommand::View(args) => return super::bench_view::run(args).await,
+        BenchCommand::Pull(args) => return super::bench_pull::run(args).await,
         BenchCommand::Command { repeat } => {
             return bench_command(repeat).await.map(|()| Exit::Success);
         }
@@ -125,7 +130,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
             docker,
         } => bench_image(&settings, &scratch, &reference, repeat, docker).await,
         // Answered above, before any image settings are read.
-        BenchCommand::View(_) | BenchCommand::Command { .. } => Ok(()),
+        BenchCommand::View(_) | BenchCommand::Pull(_) | BenchCommand::Command { .. } => Ok(()),
     };
     let _ = std::fs::remove_dir_all(&scratch);
     result.map(|()| Exit::Success)
@@ -176,7 +181,7 @@ async fn bench_command(repeat: usize) -> anyhow::Result<()> {
 }
 
 /// Scratch beside the store (one filesystem, as the sandbox's layers want).
-fn tempfile_dir(store: &std::path::Path) -> anyhow::Result<PathBuf> {
+pub(super) fn tempfile_dir(store: &std::path::Path) -> anyhow::Result<PathBuf> {
     let parent = store.parent().unwrap_or(store);
     let dir = parent.join(format!(".geode-bench-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -1,4 +1,5 @@
-//! `geode image`: the image store by hand: pull, load (air-gapped), list, remove, prune.
+//! `geode image`: the image store by hand: pull, load (air-gapped), list, remove, prune, and
+//! `stage`: everything a pack needs, made into a store that nodes then only read.
 
 use super::exit::Exit;
 use std::path::PathBuf;
@@ -45,14 +46,41 @@ pub enum ImageCommand {
     },
     /// Delete layers and blobs that no recorded image uses (build-step layers included).
     Prune,
+    /// Make everything a pack's tasks need into the store: base images pulled, loaded or
+    /// bootstrapped, Dockerfiles built, compose sidecars and separate verifiers too, and
+    /// every layer's first-use preparation done, so nodes can use the store read-only
+    /// (`GEODE_IMAGES_READ_ONLY=1`) without network. Idempotent.
+    Stage {
+        /// The pack (a folder of tasks, or one task).
+        pack: PathBuf,
+        /// The store to fill (default: `GEODE_IMAGES`, else `[images] store`).
+        #[arg(long)]
+        store: Option<PathBuf>,
+        /// One JSON object per environment staged, instead of a line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub async fn run(cmd: ImageCommand) -> anyhow::Result<Exit> {
     let settings = ImageSettings::load()?;
-    let store = ImageStore::open(&settings.store)
-        .with_context(|| format!("image store {}", settings.store.display()))?;
+    // A read-only store (`[images] read_only`) is opened so: listing and saving work, every
+    // change is refused.
+    let open = || {
+        if settings.read_only {
+            ImageStore::open_read_only(&settings.store)
+        } else {
+            ImageStore::open(&settings.store)
+        }
+        .with_context(|| format!("image store {}", settings.store.display()))
+    };
     match cmd {
+        ImageCommand::Stage { pack, store, json } => {
+            let store = store.unwrap_or_else(|| settings.store.clone());
+            return stage(&pack, &store, json).await;
+        }
         ImageCommand::Pull { reference } => {
+            let store = open()?;
             let reference = Reference::parse(&reference)?;
             let opts = PullOptions {
                 mirrors: settings.mirrors.clone(),
@@ -79,6 +107,7 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<Exit> {
             }
         }
         ImageCommand::Load { file } => {
+            let store = open()?;
             let loaded = tokio::task::spawn_blocking(move || {
                 geode_harness::env::image::load_archive(&store, &file)
             })
@@ -88,6 +117,7 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<Exit> {
             }
         }
         ImageCommand::Save { reference, file } => {
+            let store = open()?;
             let parsed = Reference::parse(&reference)?;
             let Some(image) = store.get(&parsed)? else {
                 anyhow::bail!("no image {parsed} in the store (geode image ls lists them)");
@@ -102,6 +132,7 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<Exit> {
             println!("saved {parsed} to {shown}");
         }
         ImageCommand::Ls { json } => {
+            let store = open()?;
             for image in store.list()? {
                 if json {
                     println!("{}", serde_json::to_string(&image)?);
@@ -111,6 +142,7 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<Exit> {
             }
         }
         ImageCommand::Rm { reference } => {
+            let store = open()?;
             let reference = Reference::parse(&reference)?;
             if !store.remove(&reference)? {
                 say!("geode: no image {reference} in the store");
@@ -119,11 +151,59 @@ pub async fn run(cmd: ImageCommand) -> anyhow::Result<Exit> {
             println!("removed {reference}");
         }
         ImageCommand::Prune => {
+            let store = open()?;
             let freed = tokio::task::spawn_blocking(move || store.prune(&[])).await??;
             println!("freed {:.1} MB", freed as f64 / 1e6);
         }
     }
     Ok(Exit::Success)
+}
+
+/// `geode image stage`: one line (or JSON object) per environment as it is staged, then the
+/// totals on standard error; `Findings` when any environment could not be staged.
+async fn stage(
+    pack: &std::path::Path,
+    store: &std::path::Path,
+    json: bool,
+) -> anyhow::Result<Exit> {
+    use geode_harness::rollout::stage::{StagedImage, stage_tasks, summary};
+    let loaded = geode_harness::pack::TaskPack::load(pack)
+        .with_context(|| format!("loading the pack {}", pack.display()))?;
+    for broken in &loaded.broken {
+        say!("geode: broken task, not staged: {broken}");
+    }
+    std::fs::create_dir_all(store).with_context(|| format!("creating {}", store.display()))?;
+    let backend = super::backends::stage_sandbox(store)?;
+    say!(
+        "geode: staging {} tasks of {} into {}",
+        loaded.tasks.len(),
+        pack.display(),
+        store.display()
+    );
+    let told = move |s: &StagedImage| {
+        if json {
+            match serde_json::to_string(s) {
+                Ok(line) => println!("{line}"),
+                Err(e) => say!("geode: {}: {e}", s.task),
+            }
+        } else {
+            match &s.error {
+                None => println!(
+                    "{}  {}  from {} ({})  {} layers, {} new, {} shifted  {:.1} s",
+                    s.task, s.role, s.from, s.source, s.layers, s.new_layers, s.shifted, s.seconds
+                ),
+                Some(e) => println!("{}  {}  FAILED: {e}", s.task, s.role),
+            }
+        }
+    };
+    let staged = stage_tasks(&loaded.tasks, backend.as_ref(), &told).await;
+    say!("geode: {}", summary(&staged));
+    let failed = staged.iter().any(|s| s.error.is_some()) || !loaded.broken.is_empty();
+    Ok(if failed {
+        Exit::Findings
+    } else {
+        Exit::Success
+    })
 }
 
 fn line(image: &StoredImage) -> String {

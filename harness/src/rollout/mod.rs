@@ -10,5 +10,6 @@ pub mod run_spec;
 pub mod schedule;
 pub mod services;
 pub mod slurm;
+pub mod stage;
 pub(crate) mod task_command;
 pub mod trial;

@@ -104,7 +104,7 @@ async fn start_sidecar(
     network: &SharedNetwork,
 ) -> Result<Box<dyn Sandbox>, EnvError> {
     let step = |what: &str| format!("services.{}{what}", service.name);
-    let spec = sidecar_spec(start, service, network);
+    let spec = sidecar_spec(start.task, start.main_spec, service, Some(network.clone()));
     let key = TaskHash(format!("{}+service:{}", start.task.hash, service.name));
     let mut image = start.images.prepare(start.backend, &key, &spec).await?;
     if let Some(user) = &service.user {
@@ -185,19 +185,21 @@ async fn start_sidecar(
     }
 }
 
-fn sidecar_spec(
-    start: &GroupStart<'_>,
+/// A sidecar's environment: its image or build, on the main sandbox's network (`join`; `None`
+/// when only its image is prepared, as `geode image stage` does).
+pub(crate) fn sidecar_spec(
+    task: &Task,
+    main: &EnvironmentSpec,
     service: &Service,
-    network: &SharedNetwork,
+    join: Option<SharedNetwork>,
 ) -> EnvironmentSpec {
-    let main = start.main_spec;
     let (build, docker_image, build_args) = match &service.build {
         Some(b) => (Some(b.source()), None, b.args.clone()),
         None => (None, service.image.clone(), Vec::new()),
     };
     EnvironmentSpec {
-        task_name: format!("{}/{}", start.task.id, service.name),
-        environment_dir: start.task.environment_dir(),
+        task_name: format!("{}/{}", task.id, service.name),
+        environment_dir: task.environment_dir(),
         build,
         network: main.network.clone(),
         cpus: None,
@@ -210,7 +212,7 @@ fn sidecar_spec(
         build_args,
         build_log: main.build_log.clone(),
         group: GroupNetwork {
-            join: Some(network.clone()),
+            join,
             names: main.group.names.clone(),
         },
     }

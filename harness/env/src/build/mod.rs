@@ -143,7 +143,7 @@ async fn prepare_image(
     spec: &EnvironmentSpec,
 ) -> Result<PreparedImage, EnvError> {
     let started = Instant::now();
-    let bases = Bases::open(backend)?;
+    let bases = Bases::open(backend, &spec.task_name)?;
     if let Some(image) = &spec.docker_image {
         let base = bases.resolve(image).await?;
         return Ok(prepared(base, spec, started));
@@ -404,6 +404,10 @@ pub(crate) async fn build_steps(
             layers.push(layer);
             continue;
         }
+        bases.refuse_if_read_only(
+            &step_name(step),
+            &format!("the layer of its build step {}", step_name(step)),
+        )?;
         cache_hit = false;
         log(spec, &format!("{}\n", step_name(step)));
         let layer = run_step(

@@ -234,6 +234,19 @@ pub enum ImageError {
         /// What is wrong with it.
         what: String,
     },
+    /// A write asked of a store opened read-only (a staged store shared by a cluster's nodes).
+    #[error(
+        "the image store {} is read-only: {what} is not done here; stage what the pack needs \
+         first, where the network is: geode image stage PACK (with GEODE_IMAGES={})",
+        root.display(),
+        root.display()
+    )]
+    ReadOnly {
+        /// The store's folder.
+        root: PathBuf,
+        /// What would have written to it.
+        what: String,
+    },
     /// A layer that cannot be unpacked or recorded.
     #[error("layer {id}: {what}")]
     Layer {

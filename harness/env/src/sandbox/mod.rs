@@ -53,6 +53,10 @@ pub struct SandboxConfig {
     /// A store read, never written, where `image_store` has no such image or layer: the
     /// machine's, under a sealed campaign's store in memory.
     pub parent_image_store: Option<PathBuf>,
+    /// `image_store` is read, never written (`[images] read_only`, `GEODE_IMAGES_READ_ONLY`):
+    /// a store staged for a cluster's nodes by `geode image stage`. An image or build step it
+    /// does not hold is an immediate error naming the task, never a pull, bootstrap or build.
+    pub read_only_store: bool,
     /// Registry mirrors, as docker's `registry-mirrors` (registry name -> base URL).
     pub mirrors: std::collections::BTreeMap<String, String>,
     /// Registry aliases (`[images] aliases` and the built-in ECR Public rule): other names a
@@ -133,6 +137,7 @@ impl SandboxConfig {
             scratch_dir: state.join("sandboxes"),
             image_store: image_store.into(),
             parent_image_store: None,
+            read_only_store: false,
             mirrors: Default::default(),
             aliases: Default::default(),
             stand_in_pinned: false,

@@ -67,7 +67,7 @@ fn main_build(task: &Task, spec: &mut EnvironmentSpec) {
 /// A separate verifier's environment, as Harbor resolves it, and the key its image is cached
 /// under: `[verifier.environment]`'s image when it names one; else `tests/Dockerfile` when
 /// there is one; else the task's own environment (the same image as the agent's).
-pub(super) fn verifier_environment_spec(
+pub(crate) fn verifier_environment_spec(
     task: &Task,
     timeout_multiplier: f64,
     build_log: Option<PathBuf>,

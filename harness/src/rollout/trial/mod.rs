@@ -24,6 +24,7 @@ mod verifier;
 pub use agent::SOLUTION_DIR;
 pub use artifacts::WORKSPACE_DIR;
 pub use environment::environment_spec;
+pub(crate) use environment::verifier_environment_spec;
 pub use phase::{PhaseEvent, TrialPhase};
 pub use plan::{PhaseObserver, TrialPlan};
 pub use run::{lost_trial, run_trial};

@@ -6,14 +6,11 @@
 
 use geode_runtime::error_chain::error_chain;
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use futures::StreamExt as _;
 use reqwest::StatusCode;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, WWW_AUTHENTICATE};
-use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt as _;
 use tokio::sync::Mutex;
 
 use super::manifest::{self, Document, MANIFEST_ACCEPT, MAX_DOCUMENT_BYTES, Manifest, Problem};
@@ -265,63 +262,31 @@ impl Session<'_> {
         }
     }
 
-    /// A blob streamed to `dest` while hashing it; on any failure, including a digest that does
-    /// not match, `dest` is removed. Returns the bytes written.
-    pub async fn blob_to_file(
+    /// A blob as it arrives, chunk by chunk, for the caller to hash and unpack on the way;
+    /// the URL names it in errors. Nothing is checked here: the reader checks the digest
+    /// (and the descriptor's size) as the bytes pass.
+    pub async fn blob_stream(
         &self,
         digest: &str,
-        size: Option<u64>,
-        dest: &Path,
-    ) -> Result<u64, ImageError> {
+    ) -> Result<
+        (
+            impl futures::Stream<Item = Result<bytes::Bytes, ImageError>> + Send + use<>,
+            String,
+        ),
+        ImageError,
+    > {
         let url = self.blob_url(digest);
         let response = self.get(&url, None).await?;
-        let result = self.stream_to(response, &url, digest, size, dest).await;
-        if result.is_err() {
-            let _ = tokio::fs::remove_file(dest).await;
-        }
-        result
+        let at = url.clone();
+        let stream = response
+            .bytes_stream()
+            .map(move |chunk| chunk.map_err(|e| network(&at, &e)));
+        Ok((stream, url))
     }
 
-    async fn stream_to(
-        &self,
-        response: reqwest::Response,
-        url: &str,
-        digest: &str,
-        size: Option<u64>,
-        dest: &Path,
-    ) -> Result<u64, ImageError> {
-        let file = tokio::fs::File::create(dest)
-            .await
-            .map_err(|e| ImageError::io(dest, "creating a download file", e))?;
-        let mut out = tokio::io::BufWriter::with_capacity(1 << 20, file);
-        let mut hasher = Sha256::new();
-        let mut written: u64 = 0;
-        let mut stream = response.bytes_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| network(url, &e))?;
-            written += chunk.len() as u64;
-            if let Some(size) = size
-                && written > size
-            {
-                return Err(self.blob_mismatch(
-                    url,
-                    digest,
-                    format!("(not hashed: more than the {size} bytes its descriptor gives)"),
-                ));
-            }
-            hasher.update(&chunk);
-            out.write_all(&chunk)
-                .await
-                .map_err(|e| ImageError::io(dest, "writing a download", e))?;
-        }
-        out.flush()
-            .await
-            .map_err(|e| ImageError::io(dest, "writing a download", e))?;
-        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
-        if actual != digest {
-            return Err(self.blob_mismatch(url, digest, actual));
-        }
-        Ok(written)
+    /// The error of a blob whose bytes are not the ones its digest names.
+    pub fn mismatch(&self, url: &str, expected: &str, actual: String) -> ImageError {
+        self.blob_mismatch(url, expected, actual)
     }
 
     fn blob_url(&self, digest: &str) -> String {

@@ -2,7 +2,7 @@
 //! adopted from a build step), marked `done` last, and found by their short `l/` path.
 
 use std::fs::{self, File};
-use std::io::{self, BufReader};
+use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -48,11 +48,30 @@ impl ImageStore {
         name: &str,
         store_blob: bool,
     ) -> Result<PathBuf, ImageError> {
+        let result = self.unpack_reader(id, blob, name, || {
+            File::open(blob.path).map_err(|e| ImageError::io(blob.path, "opening a layer blob", e))
+        });
+        let mismatch = matches!(result, Err(ImageError::DigestMismatch { .. }));
+        if store_blob && (result.is_ok() || mismatch) {
+            remove_file_if_present(blob.path)?;
+        }
+        result
+    }
+
+    /// Makes layer `id` from the bytes `open` gives (a blob file, or a download as it
+    /// streams), unless it is already done (then `open` is never called). The compressed
+    /// stream's digest (when `blob.digest` names one) and the tar's diff id are checked as
+    /// the bytes pass; a layer that fails either is not kept.
+    pub(crate) fn unpack_reader<R: Read>(
+        &self,
+        id: &str,
+        blob: &LayerBlob<'_>,
+        name: &str,
+        open: impl FnOnce() -> Result<R, ImageError>,
+    ) -> Result<PathBuf, ImageError> {
         let origin = format!("{name} ({})", blob.diff_id);
-        let result = self.ensure_layer(id, &origin, |target| {
-            let file = File::open(blob.path)
-                .map_err(|e| ImageError::io(blob.path, "opening a layer blob", e))?;
-            let reader = BufReader::with_capacity(1 << 20, file);
+        self.ensure_layer(id, &origin, |target| {
+            let reader = BufReader::with_capacity(1 << 20, open()?);
             let report = unpack_layer(reader, target, blob.label)?;
             if let Some(expected) = blob.digest
                 && report.compressed_digest != expected
@@ -76,12 +95,7 @@ impl ImageStore {
                 });
             }
             Ok((report.size_bytes, report.notes))
-        });
-        let mismatch = matches!(result, Err(ImageError::DigestMismatch { .. }));
-        if store_blob && (result.is_ok() || mismatch) {
-            remove_file_if_present(blob.path)?;
-        }
-        result
+        })
     }
 
     /// Moves `dir` (on the store's filesystem: see [`Self::temp_dir`]) into the store as layer
@@ -144,6 +158,7 @@ impl ImageStore {
 
     /// A new empty directory on the store's filesystem, for building a layer to adopt.
     pub fn temp_dir(&self) -> Result<PathBuf, ImageError> {
+        self.writable("making a staging folder")?;
         let dir = self.root.join("tmp").join(uuid::Uuid::new_v4().to_string());
         fs::create_dir(&dir).map_err(|e| ImageError::io(&dir, "creating a temp dir", e))?;
         Ok(dir)
@@ -156,6 +171,7 @@ impl ImageStore {
         &self,
         id: &str,
     ) -> Result<(PathBuf, Option<Flock<File>>), ImageError> {
+        self.writable(&format!("making the layer {id}"))?;
         let layer_dir = self.root.join("layers").join(id);
         let create = || {
             fs::create_dir_all(&layer_dir)
@@ -257,6 +273,7 @@ impl ImageStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(ImageError::io(&short, "reading a layer link", e)),
         }
+        self.writable(&format!("linking the layer {id}"))?;
         let staged =
             self.root
                 .join("l")

@@ -26,6 +26,11 @@
 //! Layers are unpacked into `tmp/` and renamed into place, so a crash leaves no half layer
 //! that looks finished. Records are written to a temp file and renamed.
 //!
+//! A store opened with [`ImageStore::open_read_only`] (a cluster's shared store, staged by
+//! `geode image stage`, often on a read-only mount) is never written: every operation that
+//! would write (a pull, a load, a layer made or adopted, a record, a prune) is refused with
+//! [`ImageError::ReadOnly`] before it touches anything, so a node never builds or downloads.
+//!
 //! This module is the store's layout and its image records; [`pull`] fills it from
 //! registries, [`layers`] makes and finds the unpacked layers, and [`prune`] takes images
 //! and unused layers away.
@@ -66,6 +71,8 @@ pub struct ImageStore {
     /// campaign builds into a store of its own in memory over the machine's (see
     /// [`ImageStore::open_over`]).
     parent: Option<Box<ImageStore>>,
+    /// Never written: see [`ImageStore::open_read_only`].
+    read_only: bool,
 }
 
 /// An image record as written to disk: the public view plus what `prune` and `remove` need.
@@ -110,7 +117,53 @@ impl ImageStore {
             fs::set_permissions(&root, fs::Permissions::from_mode(0o700))
                 .map_err(|e| ImageError::io(&root, "closing the image store to others", e))?;
         }
-        Ok(ImageStore { root, parent: None })
+        Ok(ImageStore {
+            root,
+            parent: None,
+            read_only: false,
+        })
+    }
+
+    /// Opens the store at `root` to read only: nothing is created, nothing changed, and every
+    /// operation that would write is refused ([`ImageError::ReadOnly`]). The store must exist
+    /// (made by [`ImageStore::open`], filled by `geode image stage`); it may sit on a
+    /// read-only mount.
+    pub fn open_read_only(root: impl Into<PathBuf>) -> Result<Self, ImageError> {
+        let root = root.into();
+        let layers = root.join("layers");
+        if !layers.is_dir() {
+            return Err(ImageError::io(
+                &root,
+                "opening the read-only image store",
+                io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "no image store here (no layers/ folder): stage one with `geode image stage`",
+                ),
+            ));
+        }
+        let root = fs::canonicalize(&root)
+            .map_err(|e| ImageError::io(&root, "resolving the image store", e))?;
+        Ok(ImageStore {
+            root,
+            parent: None,
+            read_only: true,
+        })
+    }
+
+    /// Whether the store refuses every write ([`ImageStore::open_read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// Refuses `what` on a read-only store.
+    pub(crate) fn writable(&self, what: &str) -> Result<(), ImageError> {
+        if self.read_only {
+            return Err(ImageError::ReadOnly {
+                root: self.root.clone(),
+                what: what.to_string(),
+            });
+        }
+        Ok(())
     }
 
     /// Opens the store at `root`, falling back to `parent` for images and layers it does not
@@ -156,6 +209,7 @@ impl ImageStore {
         config: ImageConfig,
         source: ImageSource,
     ) -> Result<StoredImage, ImageError> {
+        self.writable(&format!("recording the image {reference}"))?;
         let mut layer_ids = Vec::new();
         let mut names = Vec::new();
         let mut size_bytes = 0;
@@ -227,6 +281,7 @@ impl ImageStore {
         digests: Vec<String>,
         named: bool,
     ) -> Result<(), ImageError> {
+        self.writable(&format!("recording the image {}", image.reference))?;
         let record = Record {
             image: image.clone(),
             layer_ids,
@@ -275,7 +330,11 @@ impl ImageStore {
         match fs::read(&path) {
             Ok(bytes) if manifest::sha256_digest(&bytes) == digest => Ok(Some(bytes)),
             Ok(_) => {
-                remove_file_if_present(&path)?;
+                // A damaged blob is dropped so it is fetched again; a read-only store keeps it
+                // (and reads it as absent).
+                if !self.read_only {
+                    remove_file_if_present(&path)?;
+                }
                 Ok(None)
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -284,6 +343,7 @@ impl ImageStore {
     }
 
     pub(crate) fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<(), ImageError> {
+        self.writable(&format!("storing the blob {digest}"))?;
         write_atomic(&self.blob_path(digest)?, bytes)
     }
 

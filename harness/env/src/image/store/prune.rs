@@ -14,6 +14,7 @@ impl ImageStore {
     /// Forgets the record of `reference` (its layers stay until [`Self::prune`]). A digest
     /// record goes with the last named record that used it. Returns whether anything went.
     pub fn remove(&self, reference: &Reference) -> Result<bool, ImageError> {
+        self.writable(&format!("removing the image {reference}"))?;
         let mut removed = false;
         let mut digests: BTreeSet<String> =
             reference.digest().map(str::to_string).into_iter().collect();
@@ -51,6 +52,7 @@ impl ImageStore {
     /// A layer pulled by a concurrent `pull` in another process but not yet recorded may be
     /// deleted; that image then reads as absent (`get` gives `None`) and is pulled again.
     pub fn prune(&self, keep: &[PathBuf]) -> Result<u64, ImageError> {
+        self.writable("pruning")?;
         let mut records = self.records_in("images/refs")?;
         let named_digests: BTreeSet<String> = records
             .iter()

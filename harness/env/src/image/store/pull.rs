@@ -3,8 +3,11 @@
 
 use std::io::{self};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::{StreamExt as _, TryStreamExt as _};
+use sha2::{Digest as _, Sha256};
 
 use super::{ImageStore, LayerBlob, PARALLEL_LAYERS, hex_of, now, short};
 use crate::image::manifest::{self, Descriptor, digest_hex};
@@ -36,6 +39,7 @@ impl ImageStore {
                 return Ok(image);
             }
         }
+        self.writable(&format!("pulling {reference}"))?;
         let client_opts = opts.clone();
         let client = self.blocking(move |_| Client::new(&client_opts)).await?;
         let endpoints = registry::endpoints(reference.registry(), &opts.mirrors, with_registry);
@@ -190,27 +194,12 @@ impl ImageStore {
             client.progress(&format!("{name}: layer {n}/{total} already present"));
             return Ok(path);
         }
-        if !tokio::fs::try_exists(&blob).await.unwrap_or(false) {
-            let size = desc
-                .size
-                .map_or("? bytes".to_string(), |s| format!("{s} bytes"));
-            client.progress(&format!(
-                "{name}: downloading layer {} ({size})",
-                short(&desc.digest)
-            ));
-            let part = self
-                .root
-                .join("tmp")
-                .join(format!("{}.part", uuid::Uuid::new_v4()));
-            session.blob_to_file(&desc.digest, desc.size, &part).await?;
-            tokio::fs::rename(&part, &blob)
-                .await
-                .map_err(|e| ImageError::io(&blob, "storing a downloaded blob", e))?;
-        }
         let (digest, diff_id, owned_name) =
             (desc.digest.clone(), diff_id.to_string(), name.to_string());
-        let path = self
-            .blocking(move |store| {
+        // A blob already here (left by an older pull that stopped between its download and
+        // its unpack) is unpacked from the file; every other layer streams.
+        let path = if tokio::fs::try_exists(&blob).await.unwrap_or(false) {
+            self.blocking(move |store| {
                 let layer = LayerBlob {
                     path: &blob,
                     label: &blob,
@@ -219,8 +208,139 @@ impl ImageStore {
                 };
                 store.unpack_blob(&id, &layer, &owned_name, true)
             })
-            .await?;
+            .await?
+        } else {
+            let size = desc
+                .size
+                .map_or("? bytes".to_string(), |s| format!("{s} bytes"));
+            client.progress(&format!(
+                "{name}: downloading and unpacking layer {} ({size})",
+                short(&desc.digest)
+            ));
+            self.stream_layer(session, id, desc, diff_id, owned_name)
+                .await?
+        };
         client.progress(&format!("{name}: layer {n}/{total} unpacked"));
         Ok(path)
+    }
+}
+
+impl ImageStore {
+    /// Downloads a layer and unpacks it as it arrives: the bytes go from the response to the
+    /// unpacker (on a blocking thread) through a bounded channel, never to a blob file, and
+    /// the unpacker hashes them on the way (the blob's digest, the tar's diff id), so a
+    /// layer is verified, unpacked and on disk when its last byte is in. Nothing is kept of a
+    /// layer that fails either check or whose download breaks off.
+    async fn stream_layer(
+        &self,
+        session: &Session<'_>,
+        id: String,
+        desc: &Descriptor,
+        diff_id: String,
+        name: String,
+    ) -> Result<PathBuf, ImageError> {
+        let (stream, url) = session.blob_stream(&desc.digest).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
+        let digest = desc.digest.clone();
+        let label = PathBuf::from(&url);
+        // Whether the unpacker began: if it never did, another process had made the layer.
+        let began = Arc::new(AtomicBool::new(false));
+        let beginning = Arc::clone(&began);
+        let unpacked = self.blocking(move |store| {
+            let layer = LayerBlob {
+                path: &label,
+                label: &label,
+                digest: Some(&digest),
+                diff_id: &diff_id,
+            };
+            store.unpack_reader(&id, &layer, &name, || {
+                beginning.store(true, Ordering::SeqCst);
+                Ok(ChannelReader::new(rx))
+            })
+        });
+        let feed = async move {
+            let mut stream = std::pin::pin!(stream);
+            // The whole blob is hashed here too, so that a layer the unpacker gave up on
+            // (a tar it cannot read) is still told apart from bytes that are not the blob.
+            let mut hasher = Sha256::new();
+            let mut received: u64 = 0;
+            let mut unpacking = true;
+            while let Some(chunk) = stream.next().await {
+                let chunk = match chunk {
+                    Ok(chunk) => chunk,
+                    Err(e) => {
+                        let _ = tx
+                            .send(Err(io::Error::other("the download broke off")))
+                            .await;
+                        return Err(e);
+                    }
+                };
+                received += chunk.len() as u64;
+                if let Some(size) = desc.size
+                    && received > size
+                {
+                    let _ = tx
+                        .send(Err(io::Error::other("more bytes than the blob's")))
+                        .await;
+                    return Err(session.mismatch(
+                        &url,
+                        &desc.digest,
+                        format!("(not hashed: more than the {size} bytes its descriptor gives)"),
+                    ));
+                }
+                hasher.update(&chunk);
+                if unpacking && tx.send(Ok(chunk)).await.is_err() {
+                    if !began.load(Ordering::SeqCst) {
+                        return Ok(());
+                    }
+                    unpacking = false;
+                }
+            }
+            let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+            if actual != desc.digest {
+                return Err(session.mismatch(&url, &desc.digest, actual));
+            }
+            Ok(())
+        };
+        let (fed, unpacked) = tokio::join!(feed, unpacked);
+        // Bytes that are not the blob, or a download broken off, explain any unpack error.
+        fed?;
+        unpacked
+    }
+}
+
+/// Chunks of one layer download queued for its unpacker: enough to keep both sides busy,
+/// few enough (reqwest's chunks are a few KiB to a few hundred) that memory stays small.
+const CHUNKS_IN_FLIGHT: usize = 256;
+
+/// The unpacker's end of a streamed download: a blocking `Read` over the chunks the async
+/// side sends; the end of the channel is the end of the blob.
+struct ChannelReader {
+    rx: tokio::sync::mpsc::Receiver<io::Result<bytes::Bytes>>,
+    current: bytes::Bytes,
+}
+
+impl ChannelReader {
+    fn new(rx: tokio::sync::mpsc::Receiver<io::Result<bytes::Bytes>>) -> Self {
+        ChannelReader {
+            rx,
+            current: bytes::Bytes::new(),
+        }
+    }
+}
+
+impl io::Read for ChannelReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(Ok(chunk)) => self.current = chunk,
+                Some(Err(e)) => return Err(e),
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current = self.current.slice(n..);
+        Ok(n)
     }
 }

@@ -11,6 +11,8 @@ struct FakeRegistry {
     blobs: HashMap<String, Vec<u8>>,
     /// Blob digests served with one byte changed.
     corrupt: Vec<String>,
+    /// A blob served in two halves, the second only once the notify fires.
+    held: Option<(String, Arc<tokio::sync::Notify>)>,
     token: String,
     /// The one scope the token endpoint grants.
     scope: String,
@@ -156,6 +158,18 @@ async fn v2(State(reg): State<Arc<FakeRegistry>>, uri: Uri, headers: HeaderMap) 
     if reg.corrupt.iter().any(|d| d == key) {
         let mid = blob.len() / 2;
         blob[mid] ^= 0xff;
+    }
+    if let Some((_, release)) = reg.held.as_ref().filter(|(d, _)| d == key) {
+        let second = bytes::Bytes::from(blob.split_off(blob.len() / 2));
+        let release = release.clone();
+        use futures::StreamExt as _;
+        let halves =
+            futures::stream::once(async move { Ok::<_, std::io::Error>(bytes::Bytes::from(blob)) })
+                .chain(futures::stream::once(async move {
+                    release.notified().await;
+                    Ok(second)
+                }));
+        return Response::builder().body(Body::from_stream(halves)).unwrap();
     }
     Response::builder().body(Body::from(blob)).unwrap()
 }
@@ -343,4 +357,157 @@ fn pull_futures_are_send() {
     let opts = PullOptions::default();
     let future = store.pull(&reference, &opts);
     is_send(&future);
+}
+
+/// Every path under `root` with its size and modification time: what a read-only store must
+/// leave exactly as it was.
+fn tree_state(root: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
+    walkdir::WalkDir::new(root)
+        .sort_by_file_name()
+        .into_iter()
+        .map(|e| {
+            let e = e.unwrap();
+            let m = e.path().symlink_metadata().unwrap();
+            (e.path().to_path_buf(), m.len(), m.modified().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_read_only_store_serves_what_was_staged_and_refuses_every_write() {
+    let image = TestImage::new("staged");
+    let reg = serve(|_| FakeRegistry::serving(&image, "library/app", "1")).await;
+    let (dir, store) = new_store();
+    let reference = Reference::parse(&format!("127.0.0.1:{}/library/app:1", reg.port)).unwrap();
+    let opts = PullOptions {
+        docker_config: Some(PathBuf::from("/nonexistent/docker-config.json")),
+        ..PullOptions::default()
+    };
+    let pulled = store.pull(&reference, &opts).await.unwrap();
+    let before = tree_state(store.root());
+    let requests = reg.logged("");
+
+    let ro = ImageStore::open_read_only(store.root()).unwrap();
+    assert!(ro.is_read_only() && !store.is_read_only());
+    assert_eq!(ro.get(&reference).unwrap(), Some(pulled.clone()));
+    assert_eq!(ro.list().unwrap(), vec![pulled.clone()]);
+    let id = pulled.layers[0]
+        .canonicalize()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(ro.layer(&id), Some(pulled.layers[0].clone()));
+
+    let read_only = |e: ImageError| {
+        assert!(matches!(e, ImageError::ReadOnly { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("read-only") && text.contains("geode image stage"),
+            "{text}"
+        );
+    };
+    let other = Reference::parse(&format!("127.0.0.1:{}/library/app:2", reg.port)).unwrap();
+    read_only(ro.pull(&other, &opts).await.unwrap_err());
+    read_only(ro.pull(&reference, &opts).await.unwrap_err());
+    read_only(ro.temp_dir().unwrap_err());
+    read_only(ro.prune(&[]).unwrap_err());
+    read_only(ro.remove(&reference).unwrap_err());
+    read_only(
+        ro.tag_local(
+            &other,
+            pulled.layers.clone(),
+            ImageConfig::default(),
+            ImageSource::Built,
+        )
+        .unwrap_err(),
+    );
+    let outside = dir.path().join("layer");
+    fs::create_dir(&outside).unwrap();
+    read_only(ro.adopt_layer(&"ab".repeat(32), &outside).unwrap_err());
+    assert!(outside.is_dir(), "a refused adoption leaves the folder");
+    // Refused before any request: a node without network does not wait on one.
+    assert_eq!(reg.logged(""), requests);
+    assert_eq!(tree_state(store.root()), before, "the store was written");
+
+    // Only a store that exists opens read-only; nothing is created.
+    let absent = dir.path().join("absent");
+    let err = ImageStore::open_read_only(&absent).unwrap_err();
+    assert!(err.to_string().contains("geode image stage"), "{err}");
+    assert!(!absent.exists());
+}
+
+/// A layer's files are on disk while its download is still under way: the bytes go from the
+/// response to the unpacker as they arrive (with the blob downloaded first, nothing of the
+/// layer exists until its last byte is in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_is_unpacked_while_it_downloads() {
+    let (first, second) = (vec![b'a'; 256 * 1024], vec![b'b'; 256 * 1024]);
+    let tar = tar_of(&[
+        E::File("first", &first, 0o644),
+        E::File("second", &second, 0o644),
+    ]);
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux", "config": {},
+        "rootfs": {"type": "layers", "diff_ids": [sha256_digest(&tar)]},
+    })
+    .to_string()
+    .into_bytes();
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256_digest(&config), "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": sha256_digest(&tar), "size": tar.len()}],
+    })
+    .to_string()
+    .into_bytes();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let held = release.clone();
+    let reg = serve(move |_| {
+        let mut reg = FakeRegistry {
+            token: "tok-geode".into(),
+            scope: "repository:library/big:pull".into(),
+            ..FakeRegistry::default()
+        };
+        reg.manifests
+            .insert("library/big/1".into(), (OCI_MANIFEST.into(), manifest));
+        reg.blobs.insert(sha256_digest(&config), config);
+        reg.blobs.insert(sha256_digest(&tar), tar.clone());
+        reg.held = Some((sha256_digest(&tar), held));
+        reg
+    })
+    .await;
+    let (_dir, store) = new_store();
+    let reference = Reference::parse(&format!("127.0.0.1:{}/library/big:1", reg.port)).unwrap();
+    let pulling = store.clone();
+    let pull = tokio::spawn(async move {
+        let opts = PullOptions {
+            docker_config: Some(PathBuf::from("/nonexistent/docker-config.json")),
+            ..PullOptions::default()
+        };
+        pulling.pull(&reference, &opts).await
+    });
+    // The first file, whole, in the layer's staging folder, while the second half is held.
+    let unpacked_first = || {
+        fs::read_dir(store.root().join("tmp"))
+            .unwrap()
+            .flatten()
+            .any(|e| fs::metadata(e.path().join("fs/first")).is_ok_and(|m| m.len() == 256 * 1024))
+    };
+    let started = std::time::Instant::now();
+    while !unpacked_first() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "nothing of the layer was unpacked while its download was held"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(!pull.is_finished(), "the download was held");
+    release.notify_one();
+    let image = pull.await.unwrap().unwrap();
+    assert_eq!(fs::read(image.layers[0].join("second")).unwrap(), second);
+    assert!(tmp_is_empty(&store));
 }
