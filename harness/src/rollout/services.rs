@@ -205,6 +205,7 @@ fn sidecar_spec(
         pids_max: main.pids_max,
         storage_mb: None,
         build_timeout: main.build_timeout,
+        time_limits: main.time_limits,
         env: service.env.clone(),
         docker_image,
         build_args,
