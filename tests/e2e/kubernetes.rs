@@ -118,6 +118,14 @@ async fn built_in_tasks_pass_with_the_oracle_and_fail_with_nop_in_unprivileged_p
         // The same records as any backend: the run store's rows and the trajectory.
         for trial in std::fs::read_dir(&run_dir).unwrap().flatten() {
             if trial.path().join("result.json").is_file() {
+                let name = trial.file_name().to_string_lossy().into_owned();
+                let result = super::common::trial_result(&run_dir, &name);
+                let notes = result["notes"].to_string();
+                assert!(
+                    notes.contains("kubernetes: pushed as 127.0.0.1:"),
+                    "{result}"
+                );
+                assert_eq!(result["integrity"], serde_json::json!([]), "{result}");
                 assert!(trial.path().join("agent/trajectory.json").is_file());
                 assert!(
                     trial.path().join("verifier/reward.txt").is_file(),
@@ -274,4 +282,149 @@ async fn pods_never_outnumber_n_and_a_killed_run_resumes_with_its_leftover_pods_
     for pod in &leftovers {
         assert!(position(&format!("delete {pod}")) < position(&format!("create {resumed_first}")));
     }
+}
+
+/// The backend as the trial drives it, against the fake: a command that times out is killed
+/// with what it started inside the Pod, while what a finished command left in the background
+/// runs on; the file tools go through `pods/exec` and stay inside the work folder; a copy out
+/// leaves links out; teardown deletes the Pod.
+#[tokio::test(flavor = "multi_thread")]
+async fn commands_files_and_teardown_go_through_the_api() {
+    use geode_harness::env::kubernetes::{KubernetesBackend, KubernetesSettings};
+    use geode_harness::env::{
+        Backend, EnvironmentSpec, NetworkPolicy, SandboxBackend, SandboxConfig,
+    };
+    use geode_runtime::tools::workspace::{ExecRequest, WorkspaceError};
+    use tokio_util::sync::CancellationToken;
+
+    let setup = Setup::start("").await;
+    let state = tempfile::tempdir().unwrap();
+    let builder = SandboxBackend::new(SandboxConfig::new(
+        env!("CARGO_BIN_EXE_geode"),
+        state.path(),
+        super::registry::shared_store(),
+    ))
+    .unwrap();
+    let config = std::fs::read_to_string(setup.dir.path().join("home/config.toml")).unwrap();
+    let table: toml::Table = toml::from_str(&config).unwrap();
+    let settings: KubernetesSettings = table["kubernetes"].clone().try_into().unwrap();
+    let backend = KubernetesBackend::new(
+        settings,
+        std::sync::Arc::new(builder),
+        state.path().join("k8s"),
+    )
+    .unwrap();
+    let spec = EnvironmentSpec {
+        task_name: "test/k8s".into(),
+        environment_dir: PathBuf::from("/nonexistent"),
+        build: None,
+        network: NetworkPolicy::Off,
+        cpus: Some(1.0),
+        memory_mb: Some(512),
+        pids_max: None,
+        storage_mb: None,
+        build_timeout: Duration::from_secs(1200),
+        time_limits: Some(Duration::from_secs(60)),
+        env: vec![("GREETING".into(), "hello".into())],
+        docker_image: Some("python:3.11-slim-bookworm".into()),
+        build_args: Vec::new(),
+        build_log: None,
+        group: Default::default(),
+    };
+    let image = backend.prepare(&spec).await.unwrap();
+    let trial_dir = setup.jobs().join("run-1").join("t__0");
+    let sandbox = backend.start(&spec, &image, &trial_dir).await.unwrap();
+    let req = |command: &str, secs: u64| ExecRequest {
+        command: command.into(),
+        cwd: None,
+        timeout: Duration::from_secs(secs),
+        output_cap: 1 << 20,
+        env: vec![("EXTRA".into(), "x y".into())],
+    };
+    let exec = |command: &'static str, secs: u64| {
+        let sandbox = &sandbox;
+        async move {
+            sandbox
+                .exec(req(command, secs), CancellationToken::new())
+                .await
+                .unwrap()
+        }
+    };
+    let processes = "for d in /proc/[0-9]*; do tr '\\0' ' ' < $d/cmdline 2>/dev/null; echo; done";
+
+    let out = exec("echo $GREETING $EXTRA; pwd; echo err >&2; exit 3", 30).await;
+    assert_eq!(out.exit_code, Some(3));
+    assert_eq!(out.stdout, "hello x y\n/\n");
+    assert_eq!(out.stderr, "err\n");
+
+    // Left in the background by a command that ended: it runs on.
+    let out = exec("nohup sleep 999 >/dev/null 2>&1 &", 30).await;
+    assert_eq!(out.exit_code, Some(0));
+    // Started by a command that timed out, even in a session of its own: killed.
+    let out = exec("setsid sleep 888 & sleep 777", 2).await;
+    assert!(out.timed_out && out.exit_code.is_none(), "{out:?}");
+    let listed = exec(processes, 30).await.stdout;
+    assert!(listed.contains("sleep 999"), "{listed}");
+    assert!(
+        !listed.contains("sleep 888") && !listed.contains("sleep 777"),
+        "{listed}"
+    );
+
+    // The file tools: through stdin and back, and never out of the work folder.
+    let ws = sandbox.workspace();
+    let file = ws.resolve("notes/a.txt").unwrap();
+    ws.write_file(&file, b"one\ntwo\n").await.unwrap();
+    assert_eq!(ws.read_file(&file).await.unwrap(), b"one\ntwo\n");
+    exec("ln -s /etc /notes/etc", 30).await;
+    let listed_dir = ws.list_dir(&ws.resolve("notes").unwrap()).await.unwrap();
+    let names: Vec<&str> = listed_dir.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["a.txt", "etc"]);
+
+    // A copy out keeps files and leaves links out.
+    let out_dir = setup.dir.path().join("copied");
+    let left_out = sandbox
+        .copy_out("/notes", &out_dir, &|_| false)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read(out_dir.join("a.txt")).unwrap(), b"one\ntwo\n");
+    assert!(!out_dir.join("etc").exists());
+    assert_eq!(left_out.len(), 1, "{left_out:?}");
+    // A copy in replaces what is there.
+    let src = setup.dir.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("sub/b.txt"), "bee").unwrap();
+    sandbox.copy_in(&src, "/notes").await.unwrap();
+    let out = exec("cat /notes/sub/b.txt; ls /notes", 30).await;
+    assert_eq!(out.stdout, "beesub\n");
+    let missing = ws.read_file(&ws.resolve("nope.txt").unwrap()).await;
+    assert!(
+        matches!(&missing, Err(WorkspaceError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound),
+        "{missing:?}"
+    );
+
+    // What the agent wrote to /logs comes back to the trial's folders.
+    exec(
+        "echo seen > /logs/artifacts/x.txt; echo log > /logs/agent/a.log",
+        30,
+    )
+    .await;
+    let killed = sandbox.kill_all_processes().await.unwrap();
+    assert!(killed >= 1, "{killed}");
+    let listed = exec(processes, 30).await.stdout;
+    assert!(!listed.contains("sleep 999"), "{listed}");
+    assert_eq!(setup.cluster.live().len(), 1);
+    sandbox.teardown().await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(trial_dir.join("artifacts/x.txt")).unwrap(),
+        "seen\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(trial_dir.join("agent/logs/a.log")).unwrap(),
+        "log\n"
+    );
+    assert_eq!(setup.cluster.live(), Vec::<String>::new());
+    assert_eq!(
+        setup.cluster.state.lock().unwrap().refused,
+        Vec::<String>::new()
+    );
 }

@@ -183,7 +183,17 @@ impl Backend for KubernetesBackend {
                 .into(),
         ]);
         image.digest = reference.split_once('@').map(|(_, d)| d.to_string());
-        image.root = ImageRoot::Registry(reference);
+        image.root = ImageRoot::Registry(reference.clone());
+        // What the Pods of this image will ask for, said once in every trial's notes.
+        let probe = PodIdentity {
+            name: String::new(),
+            run: String::new(),
+            trial: String::new(),
+            session: String::new(),
+            trial_dir: String::new(),
+        };
+        let (_, pod_notes) = pod::pod_spec(&probe, &reference, spec, &image, &self.settings);
+        image.notes.extend(pod_notes);
         Ok(image)
     }
 
@@ -229,10 +239,8 @@ impl Backend for KubernetesBackend {
             session: self.session.clone(),
             trial_dir: trial_dir.display().to_string(),
         };
-        let (manifest, notes) = pod::pod_spec(&id, reference, spec, image, &self.settings);
-        for note in notes {
-            tracing::debug!(pod = id.name, "{note}");
-        }
+        // Its notes are the image's, made in `prepare`.
+        let (manifest, _) = pod::pod_spec(&id, reference, spec, image, &self.settings);
         self.api
             .create_pod(&manifest)
             .await
