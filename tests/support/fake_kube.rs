@@ -472,6 +472,7 @@ impl Server {
                         message.extend(data);
                         if ws.send(Message::binary(message)).is_err() {
                             let _ = child.kill();
+                            let _ = child.wait();
                             return;
                         }
                     }
