@@ -61,6 +61,13 @@ pub struct KubernetesSettings {
     /// The name the cluster's nodes reach the same registry by, when it differs from the
     /// push address (`registry.internal:5000/geode`).
     pub pull_registry: Option<String>,
+    /// The user name the push authenticates as (with `registry_password_file`); anonymous
+    /// when unset. A registry's `Basic` challenge gets these, a `Bearer` challenge's token
+    /// endpoint too (over https, or on the registry's own host).
+    pub registry_username: Option<String>,
+    /// A file holding the push's password or access token (`gcloud auth print-access-token`,
+    /// `aws ecr get-login-password`).
+    pub registry_password_file: Option<PathBuf>,
     /// `runtimeClassName` of every trial Pod (`gvisor`, `kata`), when the cluster has one.
     pub runtime_class: Option<String>,
     /// The Pod Security level to pass (`baseline`, the default, or `restricted`).
@@ -98,6 +105,25 @@ pub struct RegistryTarget {
     pub prefix: String,
     /// `HOST[:PORT]/PREFIX` as the Pods name images (the pull registry when one is set).
     pub pull_name: String,
+    /// The push's user and password, when it has them.
+    pub credentials: Option<PushCredentials>,
+}
+
+/// A user and password for the registry push; the password never shows in `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PushCredentials {
+    /// The user name.
+    pub user: String,
+    /// The password or access token.
+    pub password: String,
+}
+
+impl std::fmt::Debug for PushCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushCredentials")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
 }
 
 impl KubernetesSettings {
@@ -183,10 +209,32 @@ impl KubernetesSettings {
             Some(pull) => pull.trim_end_matches('/').to_string(),
             None => rest.to_string(),
         };
+        let credentials = match (&self.registry_username, &self.registry_password_file) {
+            (None, None) => None,
+            (Some(user), Some(file)) => {
+                let password = std::fs::read_to_string(file).map_err(|e| EnvError::Io {
+                    context: format!(
+                        "kubernetes.registry_password_file: reading {}",
+                        file.display()
+                    ),
+                    source: e,
+                })?;
+                Some(PushCredentials {
+                    user: user.clone(),
+                    password: password.trim().to_string(),
+                })
+            }
+            _ => {
+                return Err(EnvError::Unsupported(
+                    "kubernetes.registry_username and registry_password_file go together".into(),
+                ));
+            }
+        };
         Ok(RegistryTarget {
             base_url: format!("{scheme}://{host}"),
             prefix: prefix.to_string(),
             pull_name,
+            credentials,
         })
     }
 }

@@ -34,6 +34,31 @@ pub struct Pusher {
     target: RegistryTarget,
     scratch: PathBuf,
     packed: Mutex<HashMap<PathBuf, PackedLayer>>,
+    /// The `Authorization` each repository's challenge asked for, once answered.
+    authorization: tokio::sync::Mutex<HashMap<String, String>>,
+}
+
+/// What an upload sends: a packed layer's file, or bytes in memory.
+#[derive(Debug, Clone)]
+enum Blob {
+    File(PathBuf),
+    Bytes(Vec<u8>),
+}
+
+impl Blob {
+    /// A fresh body for one attempt.
+    fn body(&self) -> Result<reqwest::Body, EnvError> {
+        match self {
+            Blob::Bytes(bytes) => Ok(reqwest::Body::from(bytes.clone())),
+            Blob::File(path) => {
+                let file = std::fs::File::open(path).map_err(|e| EnvError::Io {
+                    context: format!("open {}", path.display()),
+                    source: e,
+                })?;
+                Ok(reqwest::Body::from(tokio::fs::File::from_std(file)))
+            }
+        }
+    }
 }
 
 fn failed(what: String) -> EnvError {
@@ -58,6 +83,7 @@ impl Pusher {
             target,
             scratch,
             packed: Mutex::new(HashMap::new()),
+            authorization: tokio::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -79,13 +105,7 @@ impl Pusher {
         }
         for layer in &packed {
             if !self.has_blob(&repo, &layer.digest).await? {
-                let body = tokio::fs::File::open(&layer.file)
-                    .await
-                    .map_err(|e| EnvError::Io {
-                        context: format!("open {}", layer.file.display()),
-                        source: e,
-                    })?;
-                self.upload(&repo, &layer.digest, reqwest::Body::from(body))
+                self.upload(&repo, &layer.digest, Blob::File(layer.file.clone()))
                     .await?;
             }
         }
@@ -94,7 +114,7 @@ impl Pusher {
             .map_err(|e| failed(format!("encode the image config: {e}")))?;
         let config_digest = digest_of(&config);
         if !self.has_blob(&repo, &config_digest).await? {
-            self.upload(&repo, &config_digest, reqwest::Body::from(config.clone()))
+            self.upload(&repo, &config_digest, Blob::Bytes(config.clone()))
                 .await?;
         }
         let manifest = serde_json::to_vec(&serde_json::json!({
@@ -118,13 +138,14 @@ impl Pusher {
             self.target.base_url
         );
         let resp = self
-            .http
-            .put(&url)
-            .header("content-type", "application/vnd.oci.image.manifest.v1+json")
-            .body(manifest)
-            .send()
-            .await
-            .map_err(|e| failed(format!("PUT {url}: {e}")))?;
+            .send(&repo, &format!("PUT {url}"), || {
+                Ok(self
+                    .http
+                    .put(&url)
+                    .header("content-type", "application/vnd.oci.image.manifest.v1+json")
+                    .body(manifest.clone()))
+            })
+            .await?;
         if !resp.status().is_success() {
             let status = resp.status();
             let body = resp.text().await.unwrap_or_default();
@@ -140,23 +161,19 @@ impl Pusher {
     async fn has_blob(&self, repo: &str, digest: &str) -> Result<bool, EnvError> {
         let url = format!("{}/v2/{repo}/blobs/{digest}", self.target.base_url);
         let resp = self
-            .http
-            .head(&url)
-            .send()
-            .await
-            .map_err(|e| failed(format!("HEAD {url}: {e}")))?;
+            .send(repo, &format!("HEAD {url}"), || Ok(self.http.head(&url)))
+            .await?;
         Ok(resp.status().is_success())
     }
 
     /// A monolithic upload: `POST uploads/`, then `PUT` of the whole blob at the location.
-    async fn upload(&self, repo: &str, digest: &str, body: reqwest::Body) -> Result<(), EnvError> {
+    async fn upload(&self, repo: &str, digest: &str, blob: Blob) -> Result<(), EnvError> {
         let start_url = format!("{}/v2/{repo}/blobs/uploads/", self.target.base_url);
         let start = self
-            .http
-            .post(&start_url)
-            .send()
-            .await
-            .map_err(|e| failed(format!("POST {start_url}: {e}")))?;
+            .send(repo, &format!("POST {start_url}"), || {
+                Ok(self.http.post(&start_url))
+            })
+            .await?;
         if start.status().as_u16() != 202 {
             let status = start.status();
             let body = start.text().await.unwrap_or_default();
@@ -178,13 +195,14 @@ impl Pusher {
         let sep = if url.contains('?') { '&' } else { '?' };
         let put_url = format!("{url}{sep}digest={digest}");
         let resp = self
-            .http
-            .put(&put_url)
-            .header("content-type", "application/octet-stream")
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| failed(format!("upload of {digest}: {e}")))?;
+            .send(repo, &format!("upload of {digest}"), || {
+                Ok(self
+                    .http
+                    .put(&put_url)
+                    .header("content-type", "application/octet-stream")
+                    .body(blob.body()?))
+            })
+            .await?;
         if resp.status().as_u16() != 201 {
             let status = resp.status();
             let body = resp.text().await.unwrap_or_default();
@@ -194,6 +212,120 @@ impl Pusher {
             )));
         }
         Ok(())
+    }
+
+    /// Send the request `make` builds with the repository's authorization; a 401 is answered
+    /// once (its challenge: `Basic` with the credentials, `Bearer` with a token from the realm
+    /// for `pull,push` on the repository) and the request made again.
+    async fn send(
+        &self,
+        repo: &str,
+        what: &str,
+        make: impl Fn() -> Result<reqwest::RequestBuilder, EnvError>,
+    ) -> Result<reqwest::Response, EnvError> {
+        let mut answered = false;
+        loop {
+            let mut req = make()?;
+            if let Some(auth) = self.authorization.lock().await.get(repo) {
+                req = req.header(reqwest::header::AUTHORIZATION, auth);
+            }
+            let resp = req
+                .send()
+                .await
+                .map_err(|e| failed(format!("{what}: {e}")))?;
+            if resp.status() != reqwest::StatusCode::UNAUTHORIZED {
+                return Ok(resp);
+            }
+            if answered {
+                return Err(failed(format!(
+                    "{what}: 401 Unauthorized with the credentials given \
+                     (kubernetes.registry_username, registry_password_file)"
+                )));
+            }
+            let challenge = resp
+                .headers()
+                .get(reqwest::header::WWW_AUTHENTICATE)
+                .and_then(|c| c.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            let auth = self.answer(repo, what, &challenge).await?;
+            self.authorization
+                .lock()
+                .await
+                .insert(repo.to_string(), auth);
+            answered = true;
+        }
+    }
+
+    /// The `Authorization` value a `WWW-Authenticate` challenge asks for.
+    async fn answer(&self, repo: &str, what: &str, challenge: &str) -> Result<String, EnvError> {
+        use base64::Engine as _;
+        let basic = self.target.credentials.as_ref().map(|c| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD
+                    .encode(format!("{}:{}", c.user, c.password))
+            )
+        });
+        let (scheme, rest) = challenge.split_once(' ').unwrap_or((challenge, ""));
+        let no_credentials = || {
+            failed(format!(
+                "{what}: the registry wants credentials ({challenge}): set \
+                 kubernetes.registry_username and registry_password_file"
+            ))
+        };
+        match scheme.to_ascii_lowercase().as_str() {
+            "basic" => basic.ok_or_else(no_credentials),
+            "bearer" => {
+                let params = challenge_params(rest);
+                let realm = params
+                    .get("realm")
+                    .ok_or_else(|| failed(format!("{what}: a bearer challenge without a realm")))?;
+                let mut url = reqwest::Url::parse(realm)
+                    .map_err(|e| failed(format!("{what}: bad token realm {realm:?}: {e}")))?;
+                url.query_pairs_mut()
+                    .extend_pairs(params.get("service").map(|s| ("service", s.as_str())))
+                    .append_pair("scope", &format!("repository:{repo}:pull,push"));
+                let mut req = self.http.get(url.clone());
+                // Credentials go to the realm only over https or on the registry's own host.
+                let registry_host = reqwest::Url::parse(&self.target.base_url)
+                    .ok()
+                    .and_then(|u| u.host_str().map(str::to_string));
+                if let Some(basic) = &basic
+                    && (url.scheme() == "https"
+                        || url.host_str().map(str::to_string) == registry_host)
+                {
+                    req = req.header(reqwest::header::AUTHORIZATION, basic);
+                }
+                let resp = req
+                    .send()
+                    .await
+                    .map_err(|e| failed(format!("{what}: token from {realm}: {e}")))?;
+                if !resp.status().is_success() {
+                    let hint = if basic.is_none() {
+                        " (no credentials were given: set kubernetes.registry_username and \
+                         registry_password_file)"
+                    } else {
+                        ""
+                    };
+                    return Err(failed(format!(
+                        "{what}: the token endpoint {realm} answered {}{hint}",
+                        resp.status()
+                    )));
+                }
+                let body: serde_json::Value = resp
+                    .json()
+                    .await
+                    .map_err(|e| failed(format!("{what}: token from {realm}: {e}")))?;
+                let token = body["token"]
+                    .as_str()
+                    .or(body["access_token"].as_str())
+                    .filter(|t| !t.is_empty())
+                    .ok_or_else(|| failed(format!("{what}: {realm} gave no token")))?;
+                Ok(format!("Bearer {token}"))
+            }
+            _ => Err(no_credentials()),
+        }
     }
 
     /// The layer as a gzip blob in the scratch folder, made once per process.
@@ -213,6 +345,29 @@ impl Pusher {
         // A panic while holding it left a map of finished entries: still good.
         self.packed.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// `realm="...",service="..."` -> {realm, service}.
+fn challenge_params(text: &str) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let mut rest = text.trim();
+    while let Some((key, after)) = rest.split_once('=') {
+        let key = key
+            .trim()
+            .trim_start_matches(',')
+            .trim()
+            .to_ascii_lowercase();
+        let (value, next) = match after.strip_prefix('"') {
+            Some(quoted) => match quoted.find('"') {
+                Some(end) => (&quoted[..end], &quoted[end + 1..]),
+                None => (quoted, ""),
+            },
+            None => after.split_once(',').unwrap_or((after, "")),
+        };
+        out.insert(key, value.to_string());
+        rest = next.trim_start_matches(',').trim();
+    }
+    out
 }
 
 /// The repository after the prefix, for the pull name (which carries its own prefix).
@@ -297,12 +452,4 @@ fn config_json(image: &PreparedImage, diff_ids: &[&str]) -> serde_json::Value {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_pull_name_carries_its_own_prefix() {
-        assert_eq!(repo_tail("geode/task-x", "geode"), "task-x");
-        assert_eq!(repo_tail("task-x", ""), "task-x");
-    }
-}
+mod tests;
