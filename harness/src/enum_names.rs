@@ -17,4 +17,6 @@ fn strum_and_serde_names_agree() {
     parses_back::<BackendKind>();
     names_agree::<Phase>();
     parses_back::<Phase>();
+    names_agree::<crate::env::kubernetes::PodSecurity>();
+    parses_back::<crate::env::kubernetes::PodSecurity>();
 }

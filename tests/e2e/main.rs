@@ -21,11 +21,14 @@ mod docker;
 #[path = "../support/docker.rs"]
 mod dockerd;
 mod exec;
+#[path = "../support/fake_kube.rs"]
+mod fake_kube;
 mod harbor;
 mod harbor_compose;
 mod harbor_services;
 mod hook_events;
 mod images;
+mod kubernetes;
 mod live_output;
 mod mcp;
 mod mcp_background;

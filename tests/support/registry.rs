@@ -231,6 +231,7 @@ pub async fn stored_base(reference: &str) -> StoredImage {
         pids_max: None,
         storage_mb: None,
         build_timeout: Duration::from_secs(1200),
+        time_limits: None,
         env: Vec::new(),
         docker_image: Some(reference.into()),
         build_args: Vec::new(),

@@ -417,6 +417,7 @@ impl<'a> Bases<'a> {
             pids_max: None,
             storage_mb: None,
             build_timeout: FINISH_TIMEOUT,
+            time_limits: None,
             env: Vec::new(),
             docker_image: None,
             build_args: Vec::new(),

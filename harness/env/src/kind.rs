@@ -15,6 +15,8 @@ pub enum BackendKind {
     Docker,
     /// This machine itself, without isolation (needs an explicit opt-in).
     Host,
+    /// Pods of a Kubernetes cluster, reached through its API server.
+    Kubernetes,
 }
 
 impl BackendKind {

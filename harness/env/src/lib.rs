@@ -1,6 +1,7 @@
 #![warn(missing_docs)]
 //! Environments a trial runs in: the default `sandbox` backend (namespaces + overlayfs over the
-//! task's image, no docker engine), and the unisolated `host` backend behind an explicit flag.
+//! task's image, no docker engine), a docker engine's containers, a Kubernetes cluster's Pods,
+//! and the unisolated `host` backend behind an explicit flag.
 //!
 //! A backend first *prepares* a task's image (its base from the image store, a registry or a
 //! Debian bootstrap, then the Dockerfile's steps as cached layers), then *starts* one sandbox
@@ -46,6 +47,10 @@ pub struct EnvironmentSpec {
     pub storage_mb: Option<u64>,
     /// How long building the image may take before the build fails.
     pub build_timeout: Duration,
+    /// The task's own time limits (its agent's and verifier's, every step's, scaled), for a
+    /// backend whose environments must end by themselves if the harness dies (a Pod's
+    /// `activeDeadlineSeconds`); `None`: no bound.
+    pub time_limits: Option<Duration>,
     /// Extra environment for every process of the trial (task.toml `[environment] env`).
     pub env: Vec<(String, String)>,
     /// A prebuilt image to run instead of building the Dockerfile (`[environment]
@@ -140,6 +145,9 @@ pub enum ImageRoot {
     },
     /// An image a docker engine holds, by id (`sha256:...`): the docker backend's.
     Engine(String),
+    /// An image a registry holds, as a cluster's nodes pull it (`HOST/REPO@sha256:...`): the
+    /// kubernetes backend's.
+    Registry(String),
 }
 
 /// A built (or cached) image: what every trial of the task starts from.
@@ -424,8 +432,10 @@ pub mod host;
 pub mod ids;
 pub mod image;
 pub mod kind;
+pub mod kubernetes;
 pub mod rootless;
 pub mod sandbox;
+mod scripted;
 mod steps;
 pub mod vault;
 

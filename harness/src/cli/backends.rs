@@ -10,6 +10,7 @@ use geode_harness::env::docker::DockerBackend;
 use geode_harness::env::host::HostBackend;
 use geode_harness::env::image::Aliases;
 use geode_harness::env::kind::BackendKind;
+use geode_harness::env::kubernetes::{KubernetesBackend, KubernetesSettings};
 use geode_harness::env::sandbox::{BaseMode, Progress, SandboxBackend, SandboxConfig};
 
 /// Where images live, which registries mirror which, which repositories are other names of
@@ -230,6 +231,41 @@ pub fn make_with_base(
             bail!("the host backend runs tasks without isolation: pass --allow-host to use it")
         }
         BackendKind::Docker => Ok(Arc::new(DockerBackend::connect()?)),
+        BackendKind::Kubernetes => {
+            // Images are built here by the sandbox backend, then pushed for the cluster.
+            let builder = make_sandbox(jobs_dir, base, None)?;
+            let scratch = geode_harness::home::scratch_dir(&jobs).join("kubernetes");
+            Ok(Arc::new(KubernetesBackend::new(
+                kubernetes_settings()?,
+                builder,
+                scratch,
+            )?))
+        }
+    }
+}
+
+/// `[kubernetes]` of `$GEODE_HOME/config.toml` (the defaults, which only work inside a
+/// cluster and still need a registry, when there is none); a bad key is an error naming the
+/// file and the key.
+fn kubernetes_settings() -> anyhow::Result<KubernetesSettings> {
+    let file = super::assembly::geode_home().join("config.toml");
+    if !file.is_file() {
+        return Ok(KubernetesSettings::default());
+    }
+    let text =
+        std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+    let table: toml::Table =
+        toml::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
+    kubernetes_from_table(&table, &file)
+}
+
+fn kubernetes_from_table(table: &toml::Table, file: &Path) -> anyhow::Result<KubernetesSettings> {
+    match table.get("kubernetes") {
+        None => Ok(KubernetesSettings::default()),
+        Some(section) => section
+            .clone()
+            .try_into()
+            .with_context(|| format!("{}: [kubernetes]", file.display())),
     }
 }
 
@@ -289,6 +325,36 @@ mod tests {
     fn parsed(text: &str) -> anyhow::Result<ImageSettings> {
         let table: toml::Table = toml::from_str(text).unwrap();
         ImageSettings::from_table(&table, Path::new("config.toml"), PathBuf::from("/s"))
+    }
+
+    #[test]
+    fn kubernetes_settings_are_typed_and_a_bad_key_names_the_file_and_key() {
+        let table: toml::Table = toml::from_str(
+            "[kubernetes]\nserver = \"https://k:6443\"\nregistry = \"http://r:5000/g\"\n\
+             pod_security = \"restricted\"\nruntime_class = \"gvisor\"\n",
+        )
+        .unwrap();
+        let s = kubernetes_from_table(&table, Path::new("config.toml")).unwrap();
+        assert_eq!(
+            s.pod_security,
+            geode_harness::env::kubernetes::PodSecurity::Restricted
+        );
+        assert_eq!(s.runtime_class.as_deref(), Some("gvisor"));
+        for bad in [
+            "[kubernetes]\nregistyr = \"x\"\n",
+            "[kubernetes]\npod_security = \"open\"\n",
+        ] {
+            let table: toml::Table = toml::from_str(bad).unwrap();
+            let err = format!(
+                "{:#}",
+                kubernetes_from_table(&table, Path::new("config.toml")).unwrap_err()
+            );
+            assert!(err.starts_with("config.toml: [kubernetes]"), "{bad}: {err}");
+            assert!(
+                err.contains("registyr") || err.contains("open"),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -264,6 +264,7 @@ async fn bench_image(
         pids_max: Some(512),
         storage_mb: None,
         build_timeout: Duration::from_secs(600),
+        time_limits: None,
         env: Vec::new(),
         docker_image: Some(raw.to_string()),
         build_args: Vec::new(),

@@ -84,7 +84,8 @@ pub struct RunArgs {
     /// Where runs are kept (the run store `geode.db` and one folder per run).
     #[arg(long, default_value = "jobs")]
     jobs_dir: PathBuf,
-    /// Environment backend: `sandbox` (default), `docker` (a docker engine on this machine) or
+    /// Environment backend: `sandbox` (default), `docker` (a docker engine on this machine),
+    /// `kubernetes` (a Pod per trial in the cluster `[kubernetes]` of config.toml names) or
     /// `host` (no isolation; needs --allow-host).
     #[arg(long, value_enum, default_value_t = BackendKind::Sandbox)]
     env: BackendKind,

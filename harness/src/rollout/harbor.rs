@@ -87,7 +87,7 @@ fn retry(config: &RunConfig) -> Value {
 fn environment(backend: BackendKind) -> Value {
     match backend {
         BackendKind::Docker => json!({"type": "docker"}),
-        BackendKind::Sandbox | BackendKind::Host => {
+        BackendKind::Sandbox | BackendKind::Host | BackendKind::Kubernetes => {
             json!({"kwargs": {"geode_backend": backend.as_str()}})
         }
     }

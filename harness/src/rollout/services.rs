@@ -207,6 +207,7 @@ pub(crate) fn sidecar_spec(
         pids_max: main.pids_max,
         storage_mb: None,
         build_timeout: main.build_timeout,
+        time_limits: main.time_limits,
         env: service.env.clone(),
         docker_image,
         build_args,

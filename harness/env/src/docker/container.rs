@@ -19,9 +19,6 @@ const EXEC_MARK: &str = "GEODE_EXEC";
 /// How long a killed command's output may take to end.
 const KILL_GRACE: Duration = Duration::from_secs(5);
 
-/// The exit code the file scripts give a path that leads outside the work directory.
-pub(super) const OUT_OF_SCOPE: i32 = 86;
-
 /// A running container and how to reach its processes.
 #[derive(Debug)]
 pub(super) struct Container {
@@ -231,7 +228,7 @@ impl Container {
         script: &str,
         args: &[&str],
         stdin: Option<&[u8]>,
-    ) -> Result<super::Ran, EnvError> {
+    ) -> Result<crate::scripted::Ran, EnvError> {
         let mut argv = vec!["exec"];
         if stdin.is_some() {
             argv.push("--interactive");
@@ -245,5 +242,26 @@ impl Container {
             return Err(e);
         }
         Ok(ran)
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::scripted::ScriptHost for Container {
+    async fn script(
+        &self,
+        script: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> Result<crate::scripted::Ran, EnvError> {
+        Container::script(self, script, args, stdin).await
+    }
+
+    async fn exec(
+        &self,
+        root: &Path,
+        req: ExecRequest,
+        cancel: CancellationToken,
+    ) -> Result<ExecOutput, EnvError> {
+        Container::exec(self, root, req, cancel).await
     }
 }

@@ -18,7 +18,6 @@
 
 mod container;
 mod sandbox;
-mod workspace;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -28,6 +27,9 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 pub use sandbox::DockerSandbox;
+pub(crate) use sandbox::unpack_copy;
+
+use crate::scripted::Ran;
 
 use super::{
     Backend, EnvError, EnvironmentSpec, ImageRoot, NetworkPolicy, PreparedImage, Sandbox,
@@ -41,20 +43,6 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(300);
 #[derive(Debug, Clone)]
 pub(crate) struct Engine {
     bin: PathBuf,
-}
-
-/// What one CLI call gave back.
-#[derive(Debug)]
-pub(crate) struct Ran {
-    pub code: Option<i32>,
-    pub stdout: Vec<u8>,
-    pub stderr: String,
-}
-
-impl Ran {
-    pub fn ok(&self) -> bool {
-        self.code == Some(0)
-    }
 }
 
 impl Engine {

@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Engine;
 use super::container::Container;
-use super::workspace::DockerWorkspace;
+use crate::scripted::ScriptedWorkspace;
 use crate::{ChangedInputs, EnvError, Judgment, Sandbox, SharedNetwork, TESTS_DIR, TeardownReport};
 
 /// Where `docker run --init` mounts its init in the container (read-only; `/sbin` is
@@ -27,7 +27,7 @@ const MAX_COPY_OUT_BYTES: u64 = 1 << 30;
 #[derive(Debug)]
 pub struct DockerSandbox {
     container: Arc<Container>,
-    workspace: Arc<DockerWorkspace>,
+    workspace: Arc<ScriptedWorkspace>,
     /// The trial's `verifier/`, bind-mounted at `/logs/verifier`.
     verifier_dir: PathBuf,
 }
@@ -75,8 +75,8 @@ impl DockerSandbox {
             pid_namespace,
         });
         Ok(DockerSandbox {
-            workspace: Arc::new(DockerWorkspace {
-                container: Arc::clone(&container),
+            workspace: Arc::new(ScriptedWorkspace {
+                container: Arc::clone(&container) as Arc<dyn crate::scripted::ScriptHost>,
                 root,
             }),
             container,
@@ -256,9 +256,10 @@ impl Sandbox for DockerSandbox {
     }
 }
 
-/// Unpack `docker cp`'s tar of `sandbox_src` into `host_dst` (which must not exist), leaving
-/// out names `skip` matches, and links and special files (returned).
-fn unpack_copy(
+/// Unpack a tar of `sandbox_src` (`docker cp`'s, or `tar -c`'s in a Pod) into `host_dst`
+/// (which must not exist), leaving out names `skip` matches, and links and special files
+/// (returned).
+pub(crate) fn unpack_copy(
     tar_path: &Path,
     sandbox_src: &str,
     host_dst: &Path,

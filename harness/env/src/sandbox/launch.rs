@@ -112,6 +112,9 @@ impl SandboxBackend {
             ImageRoot::Engine(id) => Err(EnvError::Unsupported(format!(
                 "the image {id} lives in a docker engine: run it with --env docker"
             ))),
+            ImageRoot::Registry(reference) => Err(EnvError::Unsupported(format!(
+                "the image {reference} was pushed for a cluster: run it with --env kubernetes"
+            ))),
             ImageRoot::Host { .. } => {
                 let mut hide = vec![
                     self.config.cache_dir.clone(),
@@ -248,7 +251,7 @@ fn container_files(launch: &Launch, hostname: &str) -> Result<Vec<Bind>, EnvErro
 async fn hand_to_userns(launch: &Launch, binds: &[Bind]) -> Result<(), EnvError> {
     let mut lower = match &launch.root {
         ImageRoot::Layers(lower) => lower.clone(),
-        ImageRoot::Host { .. } | ImageRoot::Engine(_) => Vec::new(),
+        ImageRoot::Host { .. } | ImageRoot::Engine(_) | ImageRoot::Registry(_) => Vec::new(),
     };
     // A writable layer on the host may come filled: a Debian bootstrap's new root.
     if launch.disk_mb.is_none() {

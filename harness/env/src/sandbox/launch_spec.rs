@@ -43,7 +43,7 @@ impl Launch {
     pub(super) fn host_layer(&self) -> Option<PathBuf> {
         match &self.root {
             ImageRoot::Host { layer } => layer.clone(),
-            ImageRoot::Layers(_) | ImageRoot::Engine(_) => None,
+            ImageRoot::Layers(_) | ImageRoot::Engine(_) | ImageRoot::Registry(_) => None,
         }
     }
 }

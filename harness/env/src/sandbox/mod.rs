@@ -264,7 +264,7 @@ impl SandboxBackend {
                     ImageRoot::Layers(_) => {
                         Some(spec.storage_mb.unwrap_or(crate::disk::DEFAULT_STORAGE_MB))
                     }
-                    ImageRoot::Host { .. } | ImageRoot::Engine(_) => None,
+                    ImageRoot::Host { .. } | ImageRoot::Engine(_) | ImageRoot::Registry(_) => None,
                 },
                 remove_dir: true,
                 group: spec.group.clone(),

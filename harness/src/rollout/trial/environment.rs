@@ -114,6 +114,7 @@ fn section_spec(
         storage_mb: environment.storage_mb,
         pids_max: Some(512),
         build_timeout: scaled(task.config.build_timeout(), timeout_multiplier),
+        time_limits: Some(time_limits(task, timeout_multiplier)),
         env: environment.env.clone().into_iter().collect(),
         docker_image: environment.docker_image.clone(),
         build: None,
@@ -121,6 +122,18 @@ fn section_spec(
         build_log,
         group: Default::default(),
     }
+}
+
+/// The task's own limits on how long its trial runs: agent and verifier, once per step,
+/// scaled as the trial scales them.
+fn time_limits(task: &Task, timeout_multiplier: f64) -> std::time::Duration {
+    let steps = task
+        .config
+        .steps
+        .as_ref()
+        .map_or(1, |steps| steps.len().max(1));
+    let once = task.config.agent_timeout() + task.config.verifier_timeout();
+    scaled(once, timeout_multiplier) * u32::try_from(steps).unwrap_or(u32::MAX)
 }
 
 /// What the trial agent cannot honour yet is a note; what no backend can run is the ending.

@@ -65,6 +65,7 @@ fn spec(env_dir: &Path) -> EnvironmentSpec {
         pids_max: None,
         storage_mb: None,
         build_timeout: Duration::from_secs(900),
+        time_limits: None,
         env: vec![("TASK_ENV".into(), "from-spec".into())],
         docker_image: None,
         build_args: Vec::new(),

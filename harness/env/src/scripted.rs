@@ -1,6 +1,8 @@
-//! The runtime's [`Workspace`] over a docker container: file tools as small shell scripts run
-//! by `docker exec`, each path resolved inside the container and checked against the work
-//! directory there, so a symlink a command planted cannot lead a tool outside it.
+//! The runtime's [`Workspace`] over a container the harness reaches only by running commands
+//! in it (a docker container by `docker exec`, a Pod by `pods/exec`): file tools as small
+//! shell scripts, each path resolved inside the container and checked against the work
+//! directory there, so a symlink a command planted cannot lead a tool outside it. The
+//! transport is the [`ScriptHost`] each backend implements.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +14,46 @@ use geode_runtime::tools::workspace::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::container::{Container, OUT_OF_SCOPE};
+use crate::EnvError;
+
+/// The exit code the file scripts give a path that leads outside the work directory.
+pub(crate) const OUT_OF_SCOPE: i32 = 86;
+
+/// What one script run gave back.
+#[derive(Debug)]
+pub(crate) struct Ran {
+    pub code: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+}
+
+impl Ran {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// A container commands can be run in: the transport under [`ScriptedWorkspace`].
+#[async_trait]
+pub(crate) trait ScriptHost: std::fmt::Debug + Send + Sync {
+    /// `sh -c SCRIPT sh ARGS...` as the image's user, with `stdin`; an `Err` when the
+    /// container or the way to it is gone.
+    async fn script(
+        &self,
+        script: &str,
+        args: &[&str],
+        stdin: Option<&[u8]>,
+    ) -> Result<Ran, EnvError>;
+
+    /// A command of the agent's (`bash -c`), in `root` or its `cwd`, killed with everything
+    /// it started on timeout or cancellation.
+    async fn exec(
+        &self,
+        root: &Path,
+        req: ExecRequest,
+        cancel: CancellationToken,
+    ) -> Result<ExecOutput, EnvError>;
+}
 
 /// A path's real location inside, checked against the work directory `$2` (empty: `/`).
 const RESOLVE: &str = r#"p=$(readlink -f -- "$1") || { echo "$1: No such file or directory" >&2; exit 2; }
@@ -20,12 +61,12 @@ case "$p" in "$2"|"$2"/*) ;; *) echo "$1 leads to $p, outside $2" >&2; exit 86;;
 
 /// The runtime's [`Workspace`] over a container.
 #[derive(Debug, Clone)]
-pub struct DockerWorkspace {
-    pub(super) container: Arc<Container>,
-    pub(super) root: PathBuf,
+pub(crate) struct ScriptedWorkspace {
+    pub(crate) container: Arc<dyn ScriptHost>,
+    pub(crate) root: PathBuf,
 }
 
-impl DockerWorkspace {
+impl ScriptedWorkspace {
     fn shown(&self, path: &Path) -> String {
         path.strip_prefix(&self.root)
             .map(|p| p.display().to_string())
@@ -84,7 +125,7 @@ impl DockerWorkspace {
 }
 
 #[async_trait]
-impl Workspace for DockerWorkspace {
+impl Workspace for ScriptedWorkspace {
     fn root(&self) -> &Path {
         &self.root
     }
