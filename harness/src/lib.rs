@@ -6,6 +6,7 @@
 // what reaches stdout and stderr.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod agents;
 pub mod assembly;
 pub mod atif;
 pub mod crucible;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use geode_harness::agents::AgentChoice;
 use geode_harness::env::BaseMode;
 use geode_harness::env::kind::BackendKind;
 use geode_harness::rollout::harbor;
@@ -66,6 +67,13 @@ pub struct RunArgs {
     /// Agent model route: oracle, nop, scripted:FILE, ...
     #[arg(long, env = "GEODE_MODEL")]
     model: Option<Route>,
+    /// The agent under test: geode (this runtime, the default), claude-code[@VERSION],
+    /// codex[@VERSION], mini-swe-agent[@VERSION], or command:PROGRAM (any program that reads
+    /// the instruction from $GEODE_INSTRUCTION or its standard input). A third-party agent runs
+    /// inside the task's sandbox; its every model call goes through the trial's gateway to
+    /// --model.
+    #[arg(long, value_name = "NAME[@VERSION]")]
+    agent: Option<AgentChoice>,
     /// Attempts per task.
     #[arg(short = 'k', long, default_value_t = 1)]
     attempts: u32,
@@ -236,6 +244,7 @@ fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
         base: args.base,
         max_infra_retries: args.max_infra_retries,
         scaffold,
+        agent: args.agent.clone().unwrap_or_default(),
         keep_workspace: args.keep_workspace,
         slurm: args.executor.slurm_settings()?,
     })

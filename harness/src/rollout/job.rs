@@ -186,7 +186,8 @@ async fn execute(
 ) -> Result<RunOutcome, RunError> {
     let kept = kept_trials(&store, &run_id, rerun_exceptions)?;
     let n_total_trials = pack.tasks.len() * config.attempts as usize;
-    let plans = plan_trials(&config, pack.tasks, &run_id, &run_dir, &kept);
+    let agent = super::run_spec::resolve_agent(&config).await?;
+    let plans = plan_trials(&config, pack.tasks, &run_id, &run_dir, &kept, &agent);
     observer.started(&run_id, plans.len() + kept.len(), kept.len());
     let shared = RunLedger {
         config,
