@@ -16,6 +16,7 @@ pub mod datasets;
 mod enum_names;
 /// The environment subsystem is its own crate (`harness/env`); `crate::env` keeps its paths.
 pub use geode_env as env;
+pub mod gateway;
 pub mod home;
 pub mod pack;
 pub mod rollout;
