@@ -45,6 +45,21 @@ impl TrialAgent {
         })
     }
 
+    /// GEODE's own runtime.
+    pub fn is_geode(&self) -> bool {
+        matches!(self, TrialAgent::Geode)
+    }
+
+    /// How the agent starts headless on `ctx`'s instruction; `None` for GEODE's own runtime,
+    /// which runs in the harness, not as a program in the sandbox.
+    pub fn launch(&self, ctx: &LaunchContext<'_>) -> Option<LaunchCommand> {
+        match self {
+            TrialAgent::Geode => None,
+            TrialAgent::Builtin { agent, .. } => Some(agent.launch(ctx)),
+            TrialAgent::Command(program) => Some(spec::command_launch(program, ctx)),
+        }
+    }
+
     /// The layer a trial stacks over its task's image, if the agent has one.
     pub fn layer(&self) -> Option<&Path> {
         match self {

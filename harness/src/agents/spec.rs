@@ -93,9 +93,10 @@ pub static BUILTIN: [BuiltinAgent; 3] = [
 pub struct LaunchContext<'a> {
     /// The stage's instruction.
     pub instruction: &'a str,
-    /// The model name the agent puts in its requests (the gateway answers with the trial's
-    /// route whatever it is).
-    pub model: &'a str,
+    /// The model name the agent should ask for: the provider's model of a provider route;
+    /// `None` (an embedded model) leaves the agent its default. The gateway answers with the
+    /// trial's route whatever the request names.
+    pub model: Option<&'a str>,
     /// The gateway's base URL as the agent reaches it (`http://127.0.0.1:PORT`).
     pub base_url: &'a str,
     /// The trial's own token for the gateway.
@@ -138,23 +139,24 @@ impl BuiltinAgent {
                     (s("DISABLE_AUTOUPDATER"), s("1")),
                     (s("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"), s("1")),
                 ]);
-                let argv = vec![
+                let mut argv = vec![
                     self.program(),
                     s("--print"),
                     s("--dangerously-skip-permissions"),
                     s("--output-format"),
                     s("stream-json"),
                     s("--verbose"),
-                    s("--model"),
-                    s(ctx.model),
-                    s(ctx.instruction),
                 ];
+                if let Some(model) = ctx.model {
+                    argv.extend([s("--model"), s(model)]);
+                }
+                argv.push(s(ctx.instruction));
                 (argv, vec![s("claude")])
             }
             ("codex", _) => {
                 env.push((s("CODEX_HOME"), format!("{AGENT_LOGS}/codex")));
                 let provider = |key: &str, value: &str| format!("model_providers.geode.{key}={value:?}");
-                let argv = vec![
+                let mut argv = vec![
                     self.program(),
                     s("exec"),
                     s("--skip-git-repo-check"),
@@ -171,10 +173,11 @@ impl BuiltinAgent {
                     provider("env_key", "GEODE_GATEWAY_TOKEN"),
                     s("-c"),
                     provider("wire_api", "responses"),
-                    s("-m"),
-                    s(ctx.model),
-                    s(ctx.instruction),
                 ];
+                if let Some(model) = ctx.model {
+                    argv.extend([s("-m"), s(model)]);
+                }
+                argv.push(s(ctx.instruction));
                 (argv, vec![s("codex")])
             }
             (_, Install::PythonVenv { module, .. }) => {
@@ -193,7 +196,8 @@ impl BuiltinAgent {
                     s("--cost-limit"),
                     s("0"),
                     s("--model"),
-                    format!("openai/{}", ctx.model),
+                    // litellm routes by the prefix; the name after it is the gateway's concern.
+                    format!("openai/{}", ctx.model.unwrap_or("geode-gateway")),
                     s("--output"),
                     format!("{AGENT_LOGS}/mini-swe-agent/trajectory.json"),
                     s("--task"),
@@ -226,7 +230,7 @@ fn gateway_env(ctx: &LaunchContext<'_>) -> Vec<(String, String)> {
     [
         ("GEODE_GATEWAY_URL", ctx.base_url.to_string()),
         ("GEODE_GATEWAY_TOKEN", ctx.token.to_string()),
-        ("GEODE_MODEL", ctx.model.to_string()),
+        ("GEODE_MODEL", ctx.model.unwrap_or_default().to_string()),
         ("ANTHROPIC_BASE_URL", ctx.base_url.to_string()),
         ("ANTHROPIC_API_KEY", ctx.token.to_string()),
         ("OPENAI_BASE_URL", v1.clone()),
@@ -245,7 +249,7 @@ mod tests {
     fn ctx() -> LaunchContext<'static> {
         LaunchContext {
             instruction: "fix the bug; then say done",
-            model: "scripted",
+            model: Some("claude-sonnet-4-5"),
             base_url: "http://127.0.0.1:4000",
             token: "geode-trial-abc",
         }

@@ -34,6 +34,9 @@ pub(super) fn parse(body: &Value) -> Result<WireCall, String> {
     for (i, m) in raw.iter().enumerate() {
         let role = match m["role"].as_str() {
             Some("user") => Role::User,
+            // Claude Code (2.1) puts mid-conversation instructions in `system` messages; the
+            // runtime's conversation has no such turn, and the model reads them as the user's.
+            Some("system") => Role::User,
             Some("assistant") => Role::Assistant,
             other => {
                 return Err(format!(

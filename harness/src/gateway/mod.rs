@@ -72,14 +72,17 @@ pub enum GatewayError {
     Server(String),
 }
 
-/// Where the gateway listens. At least one of the two.
-#[derive(Debug, Clone, Default)]
+/// Where the gateway listens. At least one of the three.
+#[derive(Debug, Default)]
 pub struct Listen {
     /// A loopback address (port 0 picks a free port).
     pub tcp: Option<SocketAddr>,
     /// A unix socket path, created (0600) for a sandbox to have bind-mounted; an old socket
     /// there is replaced.
     pub unix: Option<PathBuf>,
+    /// A listener made elsewhere: on a sandbox's own loopback (`Sandbox::listen_inside`), the
+    /// one address of the host's its processes reach.
+    pub inside: Option<std::net::TcpListener>,
 }
 
 impl Listen {
@@ -88,6 +91,7 @@ impl Listen {
         Listen {
             tcp: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             unix: None,
+            inside: None,
         }
     }
 }
@@ -121,7 +125,8 @@ pub struct Gateway {
 
 /// Start a gateway for one trial: bind its listeners, make its token, serve until finished.
 pub async fn start(config: GatewayConfig) -> Result<Gateway, GatewayError> {
-    if config.listen.tcp.is_none() && config.listen.unix.is_none() {
+    if config.listen.tcp.is_none() && config.listen.unix.is_none() && config.listen.inside.is_none()
+    {
         return Err(GatewayError::NoListener);
     }
     let token = new_token();
@@ -154,6 +159,15 @@ pub async fn start(config: GatewayConfig) -> Result<Gateway, GatewayError> {
             what: want.to_string(),
             source,
         })?);
+        tasks.push(server::serve_tcp(listener, shared.clone(), stop.clone()));
+    }
+    if let Some(inside) = config.listen.inside {
+        let bind = |source| GatewayError::Bind {
+            what: "the sandbox's loopback".into(),
+            source,
+        };
+        inside.set_nonblocking(true).map_err(bind)?;
+        let listener = tokio::net::TcpListener::from_std(inside).map_err(bind)?;
         tasks.push(server::serve_tcp(listener, shared.clone(), stop.clone()));
     }
     let socket = config.listen.unix;

@@ -322,6 +322,8 @@ pub struct JobEnd<'a> {
     /// The pack the run was given (its `config.json` path).
     pub pack: &'a Path,
     pub(crate) model_route: &'a str,
+    /// The agent under test.
+    pub agent: HarborAgent<'a>,
     /// When the run was created (RFC 3339); its end time for a run the store does not know.
     pub started: &'a str,
     /// When the run ended (RFC 3339, UTC).
@@ -375,7 +377,7 @@ pub(crate) fn job_result(end: &JobEnd) -> Value {
         .iter()
         .map(|(k, v)| (k.to_string(), json!(v)))
         .collect();
-    let evals_key = format!("{AGENT_NAME}__{}__{}", end.model_route, source(end.pack));
+    let evals_key = format!("{}__{}__{}", end.agent.name, end.model_route, source(end.pack));
     let completed = end.rows.len();
     let geode = json!({"schema": "geode.run-result.v1", "run_id": end.run_id,
                        "cancelled": end.cancelled, "summary": end.summary});

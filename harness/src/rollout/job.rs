@@ -268,6 +268,10 @@ fn write_run_end(
             run_id,
             pack: &shared.config.pack,
             model_route: &shared.config.model.to_string(),
+            agent: harbor::HarborAgent {
+                name: shared.config.agent.name(),
+                version: shared.config.agent.version(),
+            },
             started: started.as_deref().unwrap_or(&finished_at),
             finished: &finished_at,
             n_total_trials,

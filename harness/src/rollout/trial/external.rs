@@ -6,13 +6,14 @@
 //! calls: the same for every agent, no parser of any agent's own logs.
 
 use geode_graders::AgentEnd;
+use geode_runtime::model::catalog::Route;
 use geode_runtime::tools::workspace::ExecRequest;
 use tokio_util::sync::CancellationToken;
 
 use super::agent::AgentSetupError;
 use super::plan::{Stage, TrialPlan};
 use super::record::Record;
-use crate::agents::spec::{AGENT_LOGS, LaunchCommand, LaunchContext, command_launch};
+use crate::agents::spec::{AGENT_LOGS, LaunchCommand, LaunchContext};
 use crate::agents::TrialAgent;
 use crate::env::dockerfile::shell_quote;
 use crate::env::{EnvError, Sandbox};
@@ -46,11 +47,13 @@ pub(super) async fn run_external_agent(
     };
     let gateway = gateway::start(GatewayConfig {
         model,
-        model_name: model_name.clone(),
+        model_name: model_name
+            .clone()
+            .unwrap_or_else(|| plan.route.to_string()),
         budgets,
         record_file: plan.trial_dir.join(gateway::RECORD_FILE),
         listen: Listen {
-            inherited: Some(listener),
+            inside: Some(listener),
             ..Listen::default()
         },
         secrets: host_secrets(),
@@ -60,14 +63,14 @@ pub(super) async fn run_external_agent(
     let base_url = format!("http://127.0.0.1:{port}");
     let ctx = LaunchContext {
         instruction: stage.instruction,
-        model: &model_name,
+        model: model_name.as_deref(),
         base_url: &base_url,
         token: gateway.token(),
     };
-    let launch = match plan.agent.as_ref() {
-        TrialAgent::Builtin { agent, .. } => agent.launch(&ctx),
-        TrialAgent::Command(program) => command_launch(program, &ctx),
-        TrialAgent::Geode => unreachable_geode(),
+    let Some(launch) = plan.agent.launch(&ctx) else {
+        return Err(AgentSetupError::Env(EnvError::Unsupported(
+            "GEODE's own runtime is not a program to start in the sandbox".into(),
+        )));
     };
     if let TrialAgent::Builtin { installed, .. } = plan.agent.as_ref()
         && let Some(python) = &installed.python
@@ -105,8 +108,18 @@ pub(super) async fn run_external_agent(
         }
     }
     rec.usage = usage(&records);
-    rec.agent_acted = records.iter().any(|r| r.tool_calls > 0);
-    let refused = records.iter().filter(|r| !r.status.is_ok()).count();
+    rec.agent_acted = records.iter().any(|r| {
+        r.reply.as_ref().is_some_and(|turn| {
+            turn.message
+                .content
+                .iter()
+                .any(|block| matches!(block, geode_runtime::conversation::ContentBlock::ToolUse { .. }))
+        })
+    });
+    let refused = records
+        .iter()
+        .filter(|r| r.status != gateway::CallStatus::Ok)
+        .count();
     if refused > 0 {
         rec.notes.push(format!(
             "the gateway refused or failed {refused} of the agent's {} model calls (see {})",
@@ -138,32 +151,13 @@ pub(super) async fn run_external_agent(
     })
 }
 
-/// The phase is only entered for a third-party agent.
-fn unreachable_geode() -> LaunchCommand {
-    // The trial's attempt runs GEODE's own agent phase for `TrialAgent::Geode`; reaching here
-    // would be a wiring error, which a command that fails loudly shows in the agent's log.
-    LaunchCommand {
-        argv: vec![
-            "/bin/sh".into(),
-            "-c".into(),
-            "echo 'geode: internal error: GEODE agent in the third-party phase' >&2; exit 70"
-                .into(),
-        ],
-        env: Vec::new(),
-        dirs: Vec::new(),
-    }
-}
-
-/// The model name an agent puts in its requests: the provider's model for a provider route,
-/// the embedded model's kind otherwise (never a host path a route may carry).
-fn wire_model_name(plan: &TrialPlan) -> String {
-    let route = plan.route.to_string();
-    let head = route.split(':').next().unwrap_or("geode");
-    match route.split_once(':') {
-        Some((provider, model)) if !model.contains('/') || provider == "openrouter" => {
-            model.to_string()
-        }
-        _ => head.to_string(),
+/// The model an agent should ask for: a provider route's model; none for an embedded model or
+/// a cassette, whose names no agent knows (it then asks for its default, and the gateway
+/// answers with the route whatever the request names).
+fn wire_model_name(plan: &TrialPlan) -> Option<String> {
+    match &plan.route {
+        Route::Provider(p) => Some(p.model.clone()),
+        Route::Judge(_) | Route::Embedded(_) | Route::Cassette(_) => None,
     }
 }
 
@@ -237,11 +231,11 @@ fn host_secrets() -> Vec<String> {
 /// The trial's usage, summed from the gateway's records.
 fn usage(records: &[gateway::CallRecord]) -> TrialUsage {
     let mut usage = TrialUsage::default();
-    for r in records {
+    for r in records.iter().filter(|r| r.status == gateway::CallStatus::Ok) {
         usage.input_tokens += r.usage.input_tokens;
         usage.cached_tokens += r.usage.cached_input_tokens;
-        usage.output_tokens += r.usage.output_tokens;
-        usage.cost_usd += r.cost_usd.unwrap_or(0.0);
+        usage.output_tokens += r.usage.output_tokens + r.usage.reasoning_tokens;
+        usage.cost_usd += r.usage.cost_usd;
         usage.model_calls += 1;
     }
     usage
