@@ -36,14 +36,30 @@ fn solution_command() -> String {
     std::fs::read_to_string(core.join(TASK).join("solution/solve.sh")).unwrap()
 }
 
-/// A script whose first turn calls `tool` with `input`, then says it is done; or, with no
-/// tool, one that only says so.
-fn script(dir: &Path, name: &str, call: Option<(&str, serde_json::Value)>) -> PathBuf {
+/// How an agent is told the work is done: a text reply, or (mini-swe-agent) its submit
+/// command.
+fn finish(agent: &str) -> serde_json::Value {
+    if agent == "mini-swe-agent" {
+        serde_json::json!({"tool_calls": [{"name": "bash",
+            "input": {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]})
+    } else {
+        serde_json::json!({"text": "Done: /app/largest.sh is written."})
+    }
+}
+
+/// A script whose first turn calls `tool` with `input`, then finishes; or, with no tool, one
+/// that only finishes (says it is done without acting).
+fn script(
+    dir: &Path,
+    name: &str,
+    call: Option<(&str, serde_json::Value)>,
+    finish: serde_json::Value,
+) -> PathBuf {
     let mut turns = Vec::new();
     if let Some((tool, input)) = call {
         turns.push(serde_json::json!({"tool_calls": [{"name": tool, "input": input}]}));
     }
-    turns.push(serde_json::json!({"text": "Done: /app/largest.sh is written."}));
+    turns.push(finish);
     let path = dir.join(format!("{name}.json"));
     let doc = serde_json::json!({"schema": "geode.script.v1", "turns": turns, "repeat_last": true});
     std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap()).unwrap();
@@ -109,7 +125,7 @@ fn check_trajectory(trial: &Path, tool: &str) {
 /// One agent: solves the task when its script acts, fails it when the script only talks.
 fn solves_and_fails(agent: &str, tool: &str, input: serde_json::Value, acted_note: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let acting = script(dir.path(), "acting", Some((tool, input)));
+    let acting = script(dir.path(), "acting", Some((tool, input)), finish(agent));
     let (_, trial) = run_agent(dir.path(), agent, &acting, 0);
     let log = |t: &Path| {
         let mut text = String::new();
@@ -124,7 +140,7 @@ fn solves_and_fails(agent: &str, tool: &str, input: serde_json::Value, acted_not
     check_trajectory(&trial, tool);
 
     let other = tempfile::tempdir().unwrap();
-    let talking = script(other.path(), "talking", None);
+    let talking = script(other.path(), "talking", None, finish(agent));
     let (_, trial) = run_agent(other.path(), agent, &talking, 0);
     assert_eq!(reward(&trial), 0.0, "answered without acting: {}", log(&trial));
 }
@@ -154,7 +170,9 @@ fn mini_swe_agent_solves_a_task_through_the_gateway_and_fails_it_without_acting(
     solves_and_fails(
         "mini-swe-agent",
         "bash",
-        serde_json::json!({"command": solution_command()}),
+        // mini-swe-agent runs its commands with /bin/sh (dash here): the bash script is fed
+        // to bash.
+        serde_json::json!({"command": format!("bash <<'GEODE_SOLVE'\n{}\nGEODE_SOLVE", solution_command())}),
         "mini-swe-agent",
     );
 }
@@ -182,10 +200,13 @@ true
 "#
     );
     let pack = one_task_pack(dir.path());
-    let talking = script(dir.path(), "talking", None);
+    let talking = script(dir.path(), "talking", None, finish("command"));
     let mut cmd = geode(dir.path());
     cmd.env("ANTHROPIC_API_KEY", &secret).env("OPENAI_API_KEY", &secret);
-    let agent = format!("command:GEODE_PROBE_PATTERN=sk-ant-e2e-; {probe}");
+    // `sh -c` is dash in this image, and /dev/tcp is bash's: the probe goes to bash whole.
+    let probe = format!("GEODE_PROBE_PATTERN=sk-ant-e2e-\n{probe}");
+    let encoded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, probe);
+    let agent = format!("command:echo {encoded} | base64 -d | bash");
     let (_, run_dir) = run_model_ending(
         cmd,
         &pack,

@@ -186,6 +186,9 @@ impl BuiltinAgent {
                     (s("MSWEA_GLOBAL_CONFIG_DIR"), format!("{AGENT_LOGS}/mini-swe-agent")),
                     // The gateway prices the calls; litellm does not know the model's price.
                     (s("MSWEA_COST_TRACKING"), s("ignore_errors")),
+                    // litellm fetches its price list from GitHub at import, retrying for
+                    // seconds where there is no network; the copy it ships is enough.
+                    (s("LITELLM_LOCAL_MODEL_COST_MAP"), s("True")),
                 ]);
                 let argv = vec![
                     self.program(),

@@ -49,6 +49,26 @@ fn parts(content: &Value) -> (String, Vec<Image>) {
     }
 }
 
+/// The function tools of a `tools` list, namespaces opened. Hosted tools (web_search,
+/// file_search) and custom grammars have no JSON schema the route's model could fill; only
+/// functions are offered.
+fn function_tools(list: &Value, out: &mut Vec<AgentTool>) {
+    for t in list.as_array().into_iter().flatten() {
+        match t["type"].as_str() {
+            Some("function") => out.push(AgentTool {
+                name: t["name"].as_str().unwrap_or_default().to_string(),
+                description: t["description"].as_str().unwrap_or_default().to_string(),
+                input_schema: t
+                    .get("parameters")
+                    .cloned()
+                    .unwrap_or_else(|| json!({"type": "object"})),
+            }),
+            Some("namespace") => function_tools(&t["tools"], out),
+            _ => {}
+        }
+    }
+}
+
 /// Read a Responses request. Errors name the field.
 pub(super) fn parse(body: &Value) -> Result<WireCall, String> {
     let model = body["model"].as_str().ok_or("model: missing")?.to_string();
@@ -59,6 +79,7 @@ pub(super) fn parse(body: &Value) -> Result<WireCall, String> {
         .into_iter()
         .collect();
     let mut messages = Vec::new();
+    let mut extra_tools = Vec::new();
     let items = match &body["input"] {
         Value::String(text) => vec![json!({"type": "message", "role": "user", "content": text})],
         Value::Array(items) => items.clone(),
@@ -118,6 +139,27 @@ pub(super) fn parse(body: &Value) -> Result<WireCall, String> {
                     signature: item["encrypted_content"].as_str().map(str::to_string),
                 },
             ),
+            // Codex CLI (0.17x) declares its tools in an input item as well as in `tools`.
+            "additional_tools" => function_tools(&item["tools"], &mut extra_tools),
+            // A freeform tool (Codex's apply_patch): its text is the call's one input.
+            "custom_tool_call" => push(
+                &mut messages,
+                Role::Assistant,
+                ContentBlock::ToolUse {
+                    id: s("call_id"),
+                    name: s("name"),
+                    input: json!({"input": s("input")}),
+                },
+            ),
+            "custom_tool_call_output" => push(
+                &mut messages,
+                Role::User,
+                ContentBlock::ToolResult {
+                    tool_use_id: s("call_id"),
+                    content: parts(&item["output"]).0,
+                    is_error: false,
+                },
+            ),
             other => {
                 return Err(format!(
                     "input[{i}].type: {other:?} is not an item the gateway reads"
@@ -125,22 +167,13 @@ pub(super) fn parse(body: &Value) -> Result<WireCall, String> {
             }
         }
     }
-    let tools = body["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        // Hosted tools (web_search, file_search) and custom grammars have no JSON schema the
-        // route's model could fill; only functions are offered.
-        .filter(|t| t["type"] == "function")
-        .map(|t| AgentTool {
-            name: t["name"].as_str().unwrap_or_default().to_string(),
-            description: t["description"].as_str().unwrap_or_default().to_string(),
-            input_schema: t
-                .get("parameters")
-                .cloned()
-                .unwrap_or_else(|| json!({"type": "object"})),
-        })
-        .collect();
+    let mut tools = Vec::new();
+    function_tools(&body["tools"], &mut tools);
+    for tool in extra_tools {
+        if !tools.iter().any(|t: &AgentTool| t.name == tool.name) {
+            tools.push(tool);
+        }
+    }
     Ok(WireCall {
         format: WireFormat::OpenaiResponses,
         stream: body["stream"].as_bool().unwrap_or(false),
