@@ -138,6 +138,18 @@ fn solves_and_fails(agent: &str, tool: &str, input: serde_json::Value, acted_not
     };
     assert_eq!(reward(&trial), 1.0, "{acted_note}: {}", log(&trial));
     check_trajectory(&trial, tool);
+    // Harbor's own models read the job: its config names the agent as Harbor does, and the
+    // trajectory built from the gateway's records is a valid `Trajectory`.
+    let python = super::harbor::harbor_python();
+    let (ok, report) =
+        super::harbor::harbor_check(&python, &dir.path().join("pack"), &dir.path().join("jobs"), &[]);
+    assert!(ok, "{report}");
+    assert_eq!(super::harbor::counted(&report, "Trajectory"), (1, 1), "{report}");
+    let config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(trial.parent().unwrap().join("config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(config["agents"][0]["name"], agent, "{config:#}");
 
     let other = tempfile::tempdir().unwrap();
     let talking = script(other.path(), "talking", None, finish(agent));
@@ -246,4 +258,149 @@ true
         }
     }
     drop(host_listener);
+}
+
+/// A task of `pack` from debian:bookworm-slim whose test passes when `/app/out.txt` says `want`.
+fn echo_task(pack: &Path, name: &str, family: &str, want: &str) {
+    let dir = pack.join(name);
+    let files = [
+        (
+            "task.toml",
+            format!(
+                "schema_version = \"1.1\"\n[task]\nname = \"e2e/{name}\"\n[metadata]\n\
+                 category = \"{family}\"\n[agent]\ntimeout_sec = 120\n[verifier]\n\
+                 timeout_sec = 60\n[environment]\nnetwork_mode = \"no-network\"\n"
+            ),
+        ),
+        ("instruction.md", format!("Write {want} to /app/out.txt.\n")),
+        (
+            "environment/Dockerfile",
+            "FROM debian:bookworm-slim\nWORKDIR /app\n".into(),
+        ),
+        ("solution/solve.sh", format!("#!/bin/sh\necho {want} > /app/out.txt\n")),
+        (
+            "tests/test.sh",
+            format!(
+                "#!/bin/sh\nif [ \"$(cat /app/out.txt 2>/dev/null)\" = {want} ]; then echo 1; \
+                 else echo 0; fi > /logs/verifier/reward.txt\n"
+            ),
+        ),
+    ];
+    for (rel, text) in files {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+}
+
+/// The crucible decides between GEODE's own agent and Claude Code as arms of one contract: the
+/// agents are in the contract (its hash covers them), both arms run on the same pack and
+/// seeds, and Claude Code, whose script acts, is kept over GEODE, whose script only talks.
+#[test]
+fn a_crucible_campaign_decides_between_geode_and_claude_code_arms() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for split in ["train", "test"] {
+        // Five tasks the acting script solves, one it does not, in two families.
+        for i in 0..6 {
+            let want = if i == 5 { "other" } else { "done" };
+            let family = if i % 2 == 0 { "even" } else { "odd" };
+            echo_task(&d.join(split), &format!("{split}-{i}"), family, want);
+        }
+    }
+    let talking = script(d, "talking", None, finish("claude-code"));
+    let acting = script(
+        d,
+        "acting",
+        Some((
+            "Bash",
+            serde_json::json!({"command": "echo done > /app/out.txt", "description": "answer"}),
+        )),
+        finish("claude-code"),
+    );
+    let geode_cmd = |args: &[&str]| {
+        let out = geode(d).args(args).output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    std::fs::write(d.join("scaffold.toml"), "repair_budget = 0\n").unwrap();
+    let base_model = format!("scripted:{}", talking.display());
+    let cand_model = format!("scripted:{}", acting.display());
+    let freeze = |out: &str, candidate_agent: &str| {
+        let (code, printed, err) = geode_cmd(&[
+            "crucible",
+            "freeze",
+            "--train",
+            "train",
+            "--test",
+            "test",
+            "--stage",
+            "train",
+            "--baseline-scaffold",
+            "scaffold.toml",
+            "--candidate-scaffold",
+            "scaffold.toml",
+            "--model",
+            &base_model,
+            "--candidate-model",
+            &cand_model,
+            "--candidate-agent",
+            candidate_agent,
+            "-k",
+            "1",
+            "--min-tasks",
+            "6",
+            "--min-families",
+            "2",
+            // The test split is never opened at the train stage; these tiny tasks look alike.
+            "--allow-overlap",
+            "--out",
+            out,
+        ]);
+        assert_eq!(code, 0, "freeze: {err}");
+        let hash = printed.split_whitespace().next().unwrap_or_default().to_string();
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(d.join(out)).unwrap()).unwrap();
+        (hash, doc)
+    };
+    let (hash, contract) = freeze("cc.json", "claude-code");
+    assert!(
+        contract["candidate"]["agent"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("claude-code@")),
+        "the contract names the agent: {contract:#}"
+    );
+    assert!(contract["baseline"].get("agent").is_none(), "{contract:#}");
+    // The agent is part of what the contract's hash covers.
+    let (other, _) = freeze("codex.json", "codex");
+    assert!(hash.len() == 64 && hash != other, "{hash} {other}");
+    let (code, out, err) = geode_cmd(&[
+        "crucible",
+        "run",
+        "cc.json",
+        "--baseline-scaffold",
+        "scaffold.toml",
+        "--candidate-scaffold",
+        "scaffold.toml",
+        "--pack",
+        "train",
+        "--jobs-dir",
+        "jobs",
+    ]);
+    assert_eq!(code, 0, "expected KEEP:\n{out}\n{err}");
+    assert!(out.contains("verdict KEEP"), "{out}");
+    // The candidate's trials ran Claude Code (its records), the baseline's GEODE (a timeline).
+    let mut claude_trials = 0;
+    let mut geode_trials = 0;
+    for entry in walkdir::WalkDir::new(d.join("jobs")).into_iter().flatten() {
+        match entry.file_name().to_str() {
+            Some("claude-code.stdout.txt") => claude_trials += 1,
+            Some("timeline.db") => geode_trials += 1,
+            _ => {}
+        }
+    }
+    assert_eq!((claude_trials, geode_trials), (6, 6), "{out}");
 }
