@@ -403,4 +403,21 @@ fn a_crucible_campaign_decides_between_geode_and_claude_code_arms() {
         }
     }
     assert_eq!((claude_trials, geode_trials), (6, 6), "{out}");
+    // The campaign's run store says each arm's agent, where the reports and the viewer read it.
+    let store = walkdir::WalkDir::new(d.join("jobs"))
+        .into_iter()
+        .flatten()
+        .find(|e| e.file_name() == "geode.db")
+        .unwrap();
+    let conn = rusqlite::Connection::open(store.path()).unwrap();
+    let agent = |run: &str| -> Option<String> {
+        conn.query_row(
+            "SELECT json_extract(config, '$.agent') FROM runs WHERE run_id = ?1",
+            [run],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(agent("baseline"), None);
+    assert!(agent("candidate").is_some_and(|a| a.starts_with("claude-code@")));
 }
