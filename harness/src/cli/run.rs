@@ -222,6 +222,20 @@ fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
     if !(args.timeout_multiplier.is_finite() && args.timeout_multiplier > 0.0) {
         bail!("--timeout-multiplier must be a positive number");
     }
+    let agent = args.agent.clone().unwrap_or_default();
+    if matches!(agent, AgentChoice::Builtin { .. })
+        && (args.env != BackendKind::Sandbox || args.base != BaseMode::Image)
+    {
+        let given = if args.base == BaseMode::Host {
+            "--base host".to_string()
+        } else {
+            format!("--env {}", args.env)
+        };
+        bail!(
+            "--agent {agent}: its layer is stacked over the task image's layers, which only the \
+             sandbox backend on the task's image has, not {given}"
+        );
+    }
     let scaffold = match &args.scaffold {
         Some(p) => {
             let text =
@@ -244,7 +258,7 @@ fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
         base: args.base,
         max_infra_retries: args.max_infra_retries,
         scaffold,
-        agent: args.agent.clone().unwrap_or_default(),
+        agent,
         keep_workspace: args.keep_workspace,
         slurm: args.executor.slurm_settings()?,
     })
