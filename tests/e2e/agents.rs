@@ -101,15 +101,17 @@ fn check_trajectory(trial: &Path, tool: &str) {
     let text = std::fs::read_to_string(trial.join("agent/trajectory.json")).unwrap();
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert!(
-        doc["schema_version"].as_str().unwrap().starts_with("ATIF-v1"),
+        doc["schema_version"]
+            .as_str()
+            .unwrap()
+            .starts_with("ATIF-v1"),
         "{doc:#}"
     );
     let steps = doc["steps"].as_array().unwrap();
     assert!(
-        steps.iter().all(|s| matches!(
-            s["source"].as_str(),
-            Some("user" | "agent" | "system")
-        )),
+        steps
+            .iter()
+            .all(|s| matches!(s["source"].as_str(), Some("user" | "agent" | "system"))),
         "{doc:#}"
     );
     let called: Vec<&str> = steps
@@ -141,10 +143,18 @@ fn solves_and_fails(agent: &str, tool: &str, input: serde_json::Value, acted_not
     // Harbor's own models read the job: its config names the agent as Harbor does, and the
     // trajectory built from the gateway's records is a valid `Trajectory`.
     let python = super::harbor::harbor_python();
-    let (ok, report) =
-        super::harbor::harbor_check(&python, &dir.path().join("pack"), &dir.path().join("jobs"), &[]);
+    let (ok, report) = super::harbor::harbor_check(
+        &python,
+        &dir.path().join("pack"),
+        &dir.path().join("jobs"),
+        &[],
+    );
     assert!(ok, "{report}");
-    assert_eq!(super::harbor::counted(&report, "Trajectory"), (1, 1), "{report}");
+    assert_eq!(
+        super::harbor::counted(&report, "Trajectory"),
+        (1, 1),
+        "{report}"
+    );
     let config: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(trial.parent().unwrap().join("config.json")).unwrap(),
     )
@@ -154,7 +164,12 @@ fn solves_and_fails(agent: &str, tool: &str, input: serde_json::Value, acted_not
     let other = tempfile::tempdir().unwrap();
     let talking = script(other.path(), "talking", None, finish(agent));
     let (_, trial) = run_agent(other.path(), agent, &talking, 0);
-    assert_eq!(reward(&trial), 0.0, "answered without acting: {}", log(&trial));
+    assert_eq!(
+        reward(&trial),
+        0.0,
+        "answered without acting: {}",
+        log(&trial)
+    );
 }
 
 #[test]
@@ -214,7 +229,8 @@ true
     let pack = one_task_pack(dir.path());
     let talking = script(dir.path(), "talking", None, finish("command"));
     let mut cmd = geode(dir.path());
-    cmd.env("ANTHROPIC_API_KEY", &secret).env("OPENAI_API_KEY", &secret);
+    cmd.env("ANTHROPIC_API_KEY", &secret)
+        .env("OPENAI_API_KEY", &secret);
     // `sh -c` is dash in this image, and /dev/tcp is bash's: the probe goes to bash whole.
     let probe = format!("GEODE_PROBE_PATTERN=sk-ant-e2e-\n{probe}");
     let encoded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, probe);
@@ -240,12 +256,21 @@ true
         format!("10.0.2.2/{host_port}"),
         "1.1.1.1/80".into(),
     ] {
-        assert!(out.contains(&format!("unreachable: {target}")), "{target}: {out}");
+        assert!(
+            out.contains(&format!("unreachable: {target}")),
+            "{target}: {out}"
+        );
     }
     assert!(!out.contains("reached: "), "{out}");
     let files = out.split("files:").nth(1).unwrap_or_default();
-    assert!(files.trim().is_empty(), "files with a key's prefix: {files}");
-    assert!(!out.contains(&secret), "the real key reached the agent: {out}");
+    assert!(
+        files.trim().is_empty(),
+        "files with a key's prefix: {files}"
+    );
+    assert!(
+        !out.contains(&secret),
+        "the real key reached the agent: {out}"
+    );
     // Nor did the gateway's records or anything else of the trial take it.
     for entry in walkdir::WalkDir::new(&run_dir).into_iter().flatten() {
         if entry.file_type().is_file() {
@@ -277,7 +302,10 @@ fn echo_task(pack: &Path, name: &str, family: &str, want: &str) {
             "environment/Dockerfile",
             "FROM debian:bookworm-slim\nWORKDIR /app\n".into(),
         ),
-        ("solution/solve.sh", format!("#!/bin/sh\necho {want} > /app/out.txt\n")),
+        (
+            "solution/solve.sh",
+            format!("#!/bin/sh\necho {want} > /app/out.txt\n"),
+        ),
         (
             "tests/test.sh",
             format!(
@@ -361,7 +389,11 @@ fn a_crucible_campaign_decides_between_geode_and_claude_code_arms() {
             out,
         ]);
         assert_eq!(code, 0, "freeze: {err}");
-        let hash = printed.split_whitespace().next().unwrap_or_default().to_string();
+        let hash = printed
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string();
         let doc: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(d.join(out)).unwrap()).unwrap();
         (hash, doc)

@@ -93,7 +93,12 @@ pub(super) fn harbor_python() -> PathBuf {
     python
 }
 
-pub(super) fn harbor_check(python: &Path, pack: &Path, jobs: &Path, more: &[&str]) -> (bool, String) {
+pub(super) fn harbor_check(
+    python: &Path,
+    pack: &Path,
+    jobs: &Path,
+    more: &[&str],
+) -> (bool, String) {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let out = Command::new(python)
         .arg(repo.join("scripts/harbor_check.py"))

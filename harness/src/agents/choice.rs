@@ -31,7 +31,9 @@ pub enum AgentChoice {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum AgentChoiceError {
     /// The name is not a built-in agent.
-    #[error("--agent {given:?}: no such agent; the built-in ones are geode, {known}, or command:PROGRAM")]
+    #[error(
+        "--agent {given:?}: no such agent; the built-in ones are geode, {known}, or command:PROGRAM"
+    )]
     Unknown {
         /// What was given.
         given: String,
@@ -102,7 +104,11 @@ impl FromStr for AgentChoice {
         let Some(agent) = BUILTIN.iter().find(|a| a.name == name) else {
             return Err(AgentChoiceError::Unknown {
                 given: given.into(),
-                known: BUILTIN.iter().map(|a| a.name).collect::<Vec<_>>().join(", "),
+                known: BUILTIN
+                    .iter()
+                    .map(|a| a.name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
             });
         };
         let version = match version {
@@ -160,7 +166,10 @@ mod tests {
         assert_eq!("geode".parse::<AgentChoice>().unwrap(), AgentChoice::Geode);
         let cc: AgentChoice = "claude-code".parse().unwrap();
         assert_eq!(cc.name(), "claude-code");
-        assert_eq!(cc.to_string(), format!("claude-code@{}", cc.version().unwrap()));
+        assert_eq!(
+            cc.to_string(),
+            format!("claude-code@{}", cc.version().unwrap())
+        );
         let pinned: AgentChoice = "codex@0.170.0".parse().unwrap();
         assert_eq!(pinned.version(), Some("0.170.0"));
         assert_eq!(pinned.to_string().parse::<AgentChoice>().unwrap(), pinned);
@@ -172,14 +181,20 @@ mod tests {
     #[test]
     fn bad_values_say_what_is_wrong() {
         let unknown = "claude".parse::<AgentChoice>().unwrap_err().to_string();
-        assert!(unknown.contains("claude-code") && unknown.contains("mini-swe-agent"), "{unknown}");
+        assert!(
+            unknown.contains("claude-code") && unknown.contains("mini-swe-agent"),
+            "{unknown}"
+        );
         assert!(matches!(
             "geode@1".parse::<AgentChoice>(),
             Err(AgentChoiceError::Version { .. })
         ));
         for bad in ["codex@", "codex@../x", "codex@^1.0", "codex@--registry=x"] {
             assert!(
-                matches!(bad.parse::<AgentChoice>(), Err(AgentChoiceError::Version { .. })),
+                matches!(
+                    bad.parse::<AgentChoice>(),
+                    Err(AgentChoiceError::Version { .. })
+                ),
                 "{bad}"
             );
         }

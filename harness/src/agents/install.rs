@@ -69,7 +69,9 @@ pub enum InstallError {
         output: String,
     },
     /// The installer succeeded but the program the agent runs is not where it should be.
-    #[error("installing {package}: {missing} is missing after the install (the package's layout changed?)")]
+    #[error(
+        "installing {package}: {missing} is missing after the install (the package's layout changed?)"
+    )]
     Missing {
         /// The package spec.
         package: String,
@@ -137,7 +139,10 @@ pub fn ensure(
     if building.exists() {
         std::fs::remove_dir_all(&building).map_err(io(&building))?;
     }
-    let target = building.join("layer").join(&AGENT_ROOT[1..]).join(agent.name);
+    let target = building
+        .join("layer")
+        .join(&AGENT_ROOT[1..])
+        .join(agent.name);
     std::fs::create_dir_all(&target).map_err(io(&target))?;
     let (package, python) = match agent.install {
         Install::Npm { package, binary } => {
@@ -237,7 +242,8 @@ fn venv_install(target: &Path, spec: &str) -> Result<String, InstallError> {
     let real = std::fs::canonicalize(VENV_PYTHON).map_err(io(Path::new(VENV_PYTHON)))?;
     let python = real.display().to_string();
     let mut venv = Command::new(&real);
-    venv.args(["-m", "venv", "--without-scm-ignore-files"]).arg(target);
+    venv.args(["-m", "venv", "--without-scm-ignore-files"])
+        .arg(target);
     if run(venv, spec).is_err() {
         // Pythons before 3.13 do not know the flag.
         let mut venv = Command::new(&real);

@@ -155,7 +155,8 @@ impl BuiltinAgent {
             }
             ("codex", _) => {
                 env.push((s("CODEX_HOME"), format!("{AGENT_LOGS}/codex")));
-                let provider = |key: &str, value: &str| format!("model_providers.geode.{key}={value:?}");
+                let provider =
+                    |key: &str, value: &str| format!("model_providers.geode.{key}={value:?}");
                 let mut argv = vec![
                     self.program(),
                     s("exec"),
@@ -183,7 +184,10 @@ impl BuiltinAgent {
             (_, Install::PythonVenv { module, .. }) => {
                 env.extend([
                     (s("MSWEA_CONFIGURED"), s("true")),
-                    (s("MSWEA_GLOBAL_CONFIG_DIR"), format!("{AGENT_LOGS}/mini-swe-agent")),
+                    (
+                        s("MSWEA_GLOBAL_CONFIG_DIR"),
+                        format!("{AGENT_LOGS}/mini-swe-agent"),
+                    ),
                     // The gateway prices the calls; litellm does not know the model's price.
                     (s("MSWEA_COST_TRACKING"), s("ignore_errors")),
                     // litellm fetches its price list from GitHub at import, retrying for
@@ -264,7 +268,10 @@ mod tests {
             let launch = agent.launch(&ctx());
             assert_eq!(launch.argv[0], agent.program(), "{}", agent.name);
             assert!(
-                launch.argv.iter().any(|a| a == "fix the bug; then say done"),
+                launch
+                    .argv
+                    .iter()
+                    .any(|a| a == "fix the bug; then say done"),
                 "{}: the instruction is one argument",
                 agent.name
             );
@@ -294,10 +301,9 @@ mod tests {
     fn a_command_agent_runs_in_sh_with_the_instruction_in_its_environment() {
         let launch = command_launch("./solve --fast", &ctx());
         assert_eq!(launch.argv, ["/bin/sh", "-c", "./solve --fast"]);
-        assert!(
-            launch
-                .env
-                .contains(&("GEODE_INSTRUCTION".into(), "fix the bug; then say done".into()))
-        );
+        assert!(launch.env.contains(&(
+            "GEODE_INSTRUCTION".into(),
+            "fix the bug; then say done".into()
+        )));
     }
 }

@@ -21,7 +21,11 @@ use super::backends::ImageSettings;
 /// Medians in milliseconds, for printing.
 fn median_ms(mut v: Vec<Duration>) -> f64 {
     v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default().as_secs_f64() * 1e3
+    v.get(v.len() / 2)
+        .copied()
+        .unwrap_or_default()
+        .as_secs_f64()
+        * 1e3
 }
 
 /// The bench: `repeat` alternated pairs per task.

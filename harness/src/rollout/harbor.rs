@@ -377,7 +377,12 @@ pub(crate) fn job_result(end: &JobEnd) -> Value {
         .iter()
         .map(|(k, v)| (k.to_string(), json!(v)))
         .collect();
-    let evals_key = format!("{}__{}__{}", end.agent.name, end.model_route, source(end.pack));
+    let evals_key = format!(
+        "{}__{}__{}",
+        end.agent.name,
+        end.model_route,
+        source(end.pack)
+    );
     let completed = end.rows.len();
     let geode = json!({"schema": "geode.run-result.v1", "run_id": end.run_id,
                        "cancelled": end.cancelled, "summary": end.summary});

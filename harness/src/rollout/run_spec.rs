@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::slurm::error::SlurmError;
-use crate::agents::{AgentChoice, TrialAgent};
 use super::slurm::settings::SlurmSettings;
 use super::trial::plan::TrialPlan;
+use crate::agents::{AgentChoice, TrialAgent};
 use crate::env::BaseMode;
 use crate::env::kind::BackendKind;
 use crate::pack::{PackError, PackHash, Task, TaskPack};

@@ -230,6 +230,28 @@ pub(super) async fn start(
     Ok((sandbox, healthy))
 }
 
+/// A third-party agent's installed layer on top of the task image's layers: one more lower
+/// folder of the overlay, nothing copied. Only a sandbox rooted in image layers can stack it.
+fn with_agent_layer(
+    mut image: crate::env::PreparedImage,
+    layer: Option<&std::path::Path>,
+) -> Result<crate::env::PreparedImage, EnvError> {
+    let Some(layer) = layer else {
+        return Ok(image);
+    };
+    match &mut image.root {
+        crate::env::ImageRoot::Layers(lower) => {
+            lower.push(layer.to_path_buf());
+            Ok(image)
+        }
+        _ => Err(EnvError::Unsupported(
+            "a third-party agent needs the sandbox backend on the task's image (its layer is \
+             stacked over the image's): not --env docker or --base host"
+                .into(),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,27 +318,5 @@ mod tests {
                 .any(|n| n.contains("services.main.build is not used")),
             "{notes:?}"
         );
-    }
-}
-
-/// A third-party agent's installed layer on top of the task image's layers: one more lower
-/// folder of the overlay, nothing copied. Only a sandbox rooted in image layers can stack it.
-fn with_agent_layer(
-    mut image: crate::env::PreparedImage,
-    layer: Option<&std::path::Path>,
-) -> Result<crate::env::PreparedImage, EnvError> {
-    let Some(layer) = layer else {
-        return Ok(image);
-    };
-    match &mut image.root {
-        crate::env::ImageRoot::Layers(lower) => {
-            lower.push(layer.to_path_buf());
-            Ok(image)
-        }
-        _ => Err(EnvError::Unsupported(
-            "a third-party agent needs the sandbox backend on the task's image (its layer is \
-             stacked over the image's): not --env docker or --base host"
-                .into(),
-        )),
     }
 }

@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 use super::agent::AgentSetupError;
 use super::plan::{Stage, TrialPlan};
 use super::record::Record;
-use crate::agents::spec::{AGENT_LOGS, LaunchCommand, LaunchContext};
 use crate::agents::TrialAgent;
+use crate::agents::spec::{AGENT_LOGS, LaunchCommand, LaunchContext};
 use crate::env::dockerfile::shell_quote;
 use crate::env::{EnvError, Sandbox};
 use crate::gateway::{self, Budgets, GatewayConfig, Listen};
@@ -47,9 +47,7 @@ pub(super) async fn run_external_agent(
     };
     let gateway = gateway::start(GatewayConfig {
         model,
-        model_name: model_name
-            .clone()
-            .unwrap_or_else(|| plan.route.to_string()),
+        model_name: model_name.clone().unwrap_or_else(|| plan.route.to_string()),
         budgets,
         record_file: plan.trial_dir.join(gateway::RECORD_FILE),
         listen: Listen {
@@ -94,8 +92,9 @@ pub(super) async fn run_external_agent(
     let records = match gateway.finish().await {
         Ok(records) => records,
         Err(e) => {
-            rec.integrity
-                .push(format!("records_missing: the model gateway ended badly: {e}"));
+            rec.integrity.push(format!(
+                "records_missing: the model gateway ended badly: {e}"
+            ));
             gateway::records::read(&plan.trial_dir.join(gateway::RECORD_FILE)).unwrap_or_default()
         }
     };
@@ -104,16 +103,19 @@ pub(super) async fn run_external_agent(
     for (name, text) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
         let path = agent_dir.join(format!("{}.{name}.txt", plan.agent.name()));
         if let Err(e) = geode_graders::safe_fs::write(&path, text.as_bytes()) {
-            rec.notes.push(format!("could not write {}: {e}", path.display()));
+            rec.notes
+                .push(format!("could not write {}: {e}", path.display()));
         }
     }
     rec.usage = usage(&records);
     rec.agent_acted = records.iter().any(|r| {
         r.reply.as_ref().is_some_and(|turn| {
-            turn.message
-                .content
-                .iter()
-                .any(|block| matches!(block, geode_runtime::conversation::ContentBlock::ToolUse { .. }))
+            turn.message.content.iter().any(|block| {
+                matches!(
+                    block,
+                    geode_runtime::conversation::ContentBlock::ToolUse { .. }
+                )
+            })
         })
     });
     let refused = records
@@ -132,7 +134,8 @@ pub(super) async fn run_external_agent(
     if let Ok(text) = serde_json::to_string_pretty(&doc)
         && let Err(e) = geode_graders::safe_fs::write(&path, text.as_bytes())
     {
-        rec.notes.push(format!("could not write {}: {e}", path.display()));
+        rec.notes
+            .push(format!("could not write {}: {e}", path.display()));
     }
     Ok(if out.timed_out {
         AgentEnd::TimedOut
@@ -231,7 +234,10 @@ fn host_secrets() -> Vec<String> {
 /// The trial's usage, summed from the gateway's records.
 fn usage(records: &[gateway::CallRecord]) -> TrialUsage {
     let mut usage = TrialUsage::default();
-    for r in records.iter().filter(|r| r.status == gateway::CallStatus::Ok) {
+    for r in records
+        .iter()
+        .filter(|r| r.status == gateway::CallStatus::Ok)
+    {
         usage.input_tokens += r.usage.input_tokens;
         usage.cached_tokens += r.usage.cached_input_tokens;
         usage.output_tokens += r.usage.output_tokens + r.usage.reasoning_tokens;
