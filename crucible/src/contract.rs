@@ -101,6 +101,10 @@ pub struct ArmSpec {
     pub scaffold_hash: ScaffoldHash,
     /// Model route (`provider/model[@revision]`) the arm runs with.
     pub model_route: String,
+    /// The agent under test (`claude-code@2.1.332`, `command:...`); absent for GEODE's own
+    /// runtime, so contracts frozen before agents were arms keep their hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 /// Pack hashes per stage; the evidence's pack must equal the one of the contract's stage.
@@ -370,6 +374,14 @@ impl Contract {
             non_empty("reward_key", key)?;
         }
         non_empty("candidate.model_route", &self.candidate.model_route)?;
+        for (field, arm) in [
+            ("baseline.agent", &self.baseline),
+            ("candidate.agent", &self.candidate),
+        ] {
+            if let Some(agent) = &arm.agent {
+                non_empty(field, agent)?;
+            }
+        }
         if self.packs.train == self.packs.test {
             return Err(ContractError::field(
                 "packs.test",

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use base64::Engine as _;
-use geode_runtime::conversation::{ContentBlock, ImageMediaType, Message, Role};
+use geode_runtime::conversation::{ContentBlock, ImageMediaType, Message, Role, Usage};
 use geode_runtime::store::timeline::{TimelineEvent, TimelineRow};
 use serde_json::{Value, json};
 
@@ -47,6 +47,29 @@ pub fn save_images(agent_dir: &Path, messages: &[Message]) -> (Vec<SavedImage>, 
     (saved, errors)
 }
 
+/// One entry of a conversation as a trajectory reads it: what the user side sent, or what the
+/// model answered with its usage. A session's timeline rows and a gateway's records (see
+/// `gateway::trajectory`) both come down to these.
+#[derive(Debug, Clone, Copy)]
+pub enum Entry<'a> {
+    /// A user message (task text, follow-ups, tool results).
+    User {
+        /// When it was sent, RFC 3339.
+        ts: &'a str,
+        /// The message.
+        message: &'a Message,
+    },
+    /// A model's reply.
+    Agent {
+        /// When the call was made, RFC 3339.
+        ts: &'a str,
+        /// The reply.
+        message: &'a Message,
+        /// The call's tokens and cost.
+        usage: &'a Usage,
+    },
+}
+
 /// Build the trajectory document of one session.
 pub fn trajectory(
     session_id: &str,
@@ -55,11 +78,42 @@ pub fn trajectory(
     rows: &[TimelineRow],
     images: &[SavedImage],
 ) -> Value {
+    let entries = rows.iter().filter_map(|row| match &row.event {
+        TimelineEvent::UserMessage { message } => Some(Entry::User {
+            ts: &row.ts,
+            message,
+        }),
+        TimelineEvent::AssistantMessage { message, usage, .. } => Some(Entry::Agent {
+            ts: &row.ts,
+            message,
+            usage,
+        }),
+        _ => None,
+    });
+    trajectory_of(
+        "geode",
+        session_id,
+        model_name,
+        tool_definitions,
+        entries,
+        images,
+    )
+}
+
+/// Build the trajectory document of one conversation, written by agent `agent_name`.
+pub fn trajectory_of<'a>(
+    agent_name: &str,
+    session_id: &str,
+    model_name: &str,
+    tool_definitions: Vec<Value>,
+    entries: impl IntoIterator<Item = Entry<'a>>,
+    images: &[SavedImage],
+) -> Value {
     let mut steps: Vec<Value> = Vec::new();
     let (mut prompt, mut completion, mut cached, mut cost) = (0u64, 0u64, 0u64, 0f64);
-    for row in rows {
-        match &row.event {
-            TimelineEvent::UserMessage { message } => {
+    for entry in entries {
+        match entry {
+            Entry::User { ts, message } => {
                 if let Some(last) = steps.last_mut()
                     && attach_observations(last, message, images)
                 {
@@ -67,12 +121,12 @@ pub fn trajectory(
                 }
                 steps.push(json!({
                     "step_id": steps.len() + 1,
-                    "timestamp": row.ts,
+                    "timestamp": ts,
                     "source": "user",
                     "message": message.text(),
                 }));
             }
-            TimelineEvent::AssistantMessage { message, usage, .. } => {
+            Entry::Agent { ts, message, usage } => {
                 prompt += usage.input_tokens;
                 completion += usage.output_tokens;
                 cached += usage.cached_input_tokens;
@@ -95,7 +149,7 @@ pub fn trajectory(
                     .collect();
                 let mut step = json!({
                     "step_id": steps.len() + 1,
-                    "timestamp": row.ts,
+                    "timestamp": ts,
                     "source": "agent",
                     "message": message.text(),
                     "metrics": {
@@ -113,14 +167,13 @@ pub fn trajectory(
                 }
                 steps.push(step);
             }
-            _ => {}
         }
     }
     json!({
         "schema_version": "ATIF-v1.7",
         "session_id": session_id,
         "agent": {
-            "name": "geode",
+            "name": agent_name,
             "version": env!("CARGO_PKG_VERSION"),
             "model_name": model_name,
             "tool_definitions": tool_definitions,

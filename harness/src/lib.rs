@@ -6,6 +6,7 @@
 // what reaches stdout and stderr.
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod agents;
 pub mod assembly;
 pub mod atif;
 pub mod crucible;
@@ -15,6 +16,7 @@ pub mod datasets;
 mod enum_names;
 /// The environment subsystem is its own crate (`harness/env`); `crate::env` keeps its paths.
 pub use geode_env as env;
+pub mod gateway;
 pub mod home;
 pub mod pack;
 pub mod rollout;

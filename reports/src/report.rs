@@ -21,6 +21,8 @@ pub struct RunInfo {
     pub created: String,
     /// Model route (`provider/model[@revision]`) the run used.
     pub model_route: String,
+    /// The agent under test (`geode`, `claude-code@2.1.332`, `command:...`).
+    pub agent: String,
     /// Hash of the scaffold the run used.
     pub scaffold_hash: String,
     /// Hash of the task pack the run ran.
@@ -320,6 +322,7 @@ fn run_infos(df: &DataFrame) -> polars::error::PolarsResult<Vec<RunInfo>> {
     let ids = c.text("run_id")?;
     let created = c.text("created")?;
     let model = c.text("model_route")?;
+    let agent = c.text("agent")?;
     let scaffold = c.text("scaffold_hash")?;
     let pack = c.text("pack_hash")?;
     let attempts = c.i64("attempts")?;
@@ -329,6 +332,7 @@ fn run_infos(df: &DataFrame) -> polars::error::PolarsResult<Vec<RunInfo>> {
             run_id: ids[i].clone(),
             created: created[i].clone(),
             model_route: model[i].clone(),
+            agent: agent[i].clone(),
             scaffold_hash: scaffold[i].clone(),
             pack_hash: pack[i].clone(),
             attempts: attempts[i],

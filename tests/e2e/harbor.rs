@@ -93,7 +93,12 @@ pub(super) fn harbor_python() -> PathBuf {
     python
 }
 
-fn harbor_check(python: &Path, pack: &Path, jobs: &Path, more: &[&str]) -> (bool, String) {
+pub(super) fn harbor_check(
+    python: &Path,
+    pack: &Path,
+    jobs: &Path,
+    more: &[&str],
+) -> (bool, String) {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let out = Command::new(python)
         .arg(repo.join("scripts/harbor_check.py"))
@@ -111,7 +116,7 @@ fn harbor_check(python: &Path, pack: &Path, jobs: &Path, more: &[&str]) -> (bool
 }
 
 /// A count line of harbor_check.py: `harbor MODEL: N of M valid` gives (N, M).
-fn counted(report: &str, model: &str) -> (usize, usize) {
+pub(super) fn counted(report: &str, model: &str) -> (usize, usize) {
     let prefix = format!("harbor {model}: ");
     let line = report
         .lines()

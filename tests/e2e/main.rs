@@ -1,6 +1,7 @@
 //! End-to-end tests of the `geode` binary, run as a real child process.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agents;
 mod attacks;
 #[path = "../support/browser.rs"]
 mod browser;

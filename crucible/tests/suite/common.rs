@@ -38,10 +38,12 @@ pub fn contract(stage: Stage, trials_per_task: u32, run_seed: u64) -> Contract {
         baseline: ArmSpec {
             scaffold_hash: scaffold("baseline"),
             model_route: "anthropic/claude-sonnet".into(),
+            agent: None,
         },
         candidate: ArmSpec {
             scaffold_hash: scaffold("candidate"),
             model_route: "anthropic/claude-sonnet".into(),
+            agent: None,
         },
         packs: StagePacks {
             train: pack("train"),

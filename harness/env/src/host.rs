@@ -153,6 +153,12 @@ impl Sandbox for HostSandbox {
         )))
     }
 
+    /// No isolation: the host's own loopback.
+    async fn listen_inside(&self, port: u16) -> Result<std::net::TcpListener, EnvError> {
+        std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))
+            .map_err(io(format!("listen on 127.0.0.1:{port}")))
+    }
+
     /// Every command's process group dies with its call, so only processes that escaped on
     /// purpose (`setsid`) could remain, and the host backend cannot find those.
     async fn kill_all_processes(&self) -> Result<usize, EnvError> {

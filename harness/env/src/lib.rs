@@ -340,6 +340,17 @@ pub trait Sandbox: Send + Sync {
         ))
     }
 
+    /// A TCP listener on `127.0.0.1:port` (0: any free port) as the sandbox's processes see
+    /// their loopback, accepted on from the host: how an agent in a sandbox without network
+    /// reaches the trial's model gateway, and nothing else of the host. A backend that cannot
+    /// make one says so.
+    async fn listen_inside(&self, port: u16) -> Result<std::net::TcpListener, EnvError> {
+        let _ = port;
+        Err(EnvError::Unsupported(
+            "this backend cannot listen inside its sandbox".into(),
+        ))
+    }
+
     /// Kill every process the agent's commands left (its background services included, and
     /// the image ENTRYPOINT's). Trials no longer call it before the verifier, whose semantics
     /// keep the services running; teardown ends everything regardless. Returns how many were

@@ -55,6 +55,17 @@ pub enum BenchCommand {
     Pull(super::bench_pull::BenchPullArgs),
     /// `geode view` on a synthetic jobs folder: listing runs and trials, filters, transcript search.
     View(super::bench_view::BenchViewArgs),
+    /// What a third-party agent's installed layer adds to a trial's set-up, and the agent
+    /// phase's gateway before the agent starts.
+    Agent {
+        /// The agent (claude-code[@VERSION], codex[@VERSION], mini-swe-agent[@VERSION]).
+        agent: geode_harness::agents::AgentChoice,
+        /// The task pack whose images the sandboxes start from.
+        pack: PathBuf,
+        /// Pairs (without, with the layer) per task.
+        #[arg(short = 'r', long, default_value_t = 10)]
+        repeat: usize,
+    },
     /// A shell command (`true`) of a person's session, unconfined and in the command sandbox.
     Command {
         /// Runs of each, alternated.
@@ -72,7 +83,7 @@ fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
 }
 
-fn backend(store: PathBuf, state: &std::path::Path) -> anyhow::Result<SandboxBackend> {
+pub(super) fn backend(store: PathBuf, state: &std::path::Path) -> anyhow::Result<SandboxBackend> {
     let exe = std::env::current_exe().context("locating the geode executable")?;
     let settings = ImageSettings::load()?;
     let mut config = SandboxConfig::new(exe, state, store);
@@ -118,6 +129,15 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
         BenchCommand::Command { repeat } => {
             return bench_command(repeat).await.map(|()| Exit::Success);
         }
+        BenchCommand::Agent {
+            agent,
+            pack,
+            repeat,
+        } => {
+            return super::bench_agent::run(&agent, &pack, repeat)
+                .await
+                .map(|()| Exit::Success);
+        }
         _ => {}
     }
     let settings = ImageSettings::load()?;
@@ -130,7 +150,10 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
             docker,
         } => bench_image(&settings, &scratch, &reference, repeat, docker).await,
         // Answered above, before any image settings are read.
-        BenchCommand::View(_) | BenchCommand::Pull(_) | BenchCommand::Command { .. } => Ok(()),
+        BenchCommand::View(_)
+        | BenchCommand::Pull(_)
+        | BenchCommand::Command { .. }
+        | BenchCommand::Agent { .. } => Ok(()),
     };
     let _ = std::fs::remove_dir_all(&scratch);
     result.map(|()| Exit::Success)

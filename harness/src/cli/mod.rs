@@ -12,6 +12,7 @@ use strum::IntoEnumIterator;
 mod assembly;
 mod backends;
 mod bench;
+mod bench_agent;
 mod bench_pull;
 mod bench_view;
 mod config;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use geode_harness::agents::AgentChoice;
 use geode_harness::env::BaseMode;
 use geode_harness::env::kind::BackendKind;
 use geode_harness::rollout::harbor;
@@ -66,6 +67,13 @@ pub struct RunArgs {
     /// Agent model route: oracle, nop, scripted:FILE, ...
     #[arg(long, env = "GEODE_MODEL")]
     model: Option<Route>,
+    /// The agent under test: geode (this runtime, the default), claude-code[@VERSION],
+    /// codex[@VERSION], mini-swe-agent[@VERSION], or command:PROGRAM (any program that reads
+    /// the instruction from $GEODE_INSTRUCTION or its standard input). A third-party agent runs
+    /// inside the task's sandbox; its every model call goes through the trial's gateway to
+    /// --model.
+    #[arg(long, value_name = "NAME[@VERSION]")]
+    agent: Option<AgentChoice>,
     /// Attempts per task.
     #[arg(short = 'k', long, default_value_t = 1)]
     attempts: u32,
@@ -215,6 +223,20 @@ fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
     if !(args.timeout_multiplier.is_finite() && args.timeout_multiplier > 0.0) {
         bail!("--timeout-multiplier must be a positive number");
     }
+    let agent = args.agent.clone().unwrap_or_default();
+    if matches!(agent, AgentChoice::Builtin { .. })
+        && (args.env != BackendKind::Sandbox || args.base != BaseMode::Image)
+    {
+        let given = if args.base == BaseMode::Host {
+            "--base host".to_string()
+        } else {
+            format!("--env {}", args.env)
+        };
+        bail!(
+            "--agent {agent}: its layer is stacked over the task image's layers, which only the \
+             sandbox backend on the task's image has, not {given}"
+        );
+    }
     let scaffold = match &args.scaffold {
         Some(p) => {
             let text =
@@ -237,6 +259,7 @@ fn new_run_config(args: &RunArgs) -> anyhow::Result<RunConfig> {
         base: args.base,
         max_infra_retries: args.max_infra_retries,
         scaffold,
+        agent,
         keep_workspace: args.keep_workspace,
         slurm: args.executor.slurm_settings()?,
     })

@@ -143,6 +143,7 @@ async fn validate(pack: &Path, k: u32, n: usize, jobs_dir: &Path) -> anyhow::Res
             base: geode_harness::env::BaseMode::Image,
             max_infra_retries: 1,
             scaffold: Scaffold::default(),
+            agent: Default::default(),
             keep_workspace: false,
             slurm: None,
         };

@@ -253,8 +253,12 @@ fn write_store(
             lock_hash: c.contract.hash().to_string(),
             status: if cancelled { "cancelled" } else { "finished" }.into(),
         };
-        let config = serde_json::json!({"contract_hash": c.contract.hash().to_string(),
-                                        "arm": label, "replication": c.replication});
+        let mut config = serde_json::json!({"contract_hash": c.contract.hash().to_string(),
+                                            "arm": label, "replication": c.replication});
+        // Where the reports and the viewer read a run's agent (absent: GEODE's own).
+        if let Some(agent) = &spec.agent {
+            config["agent"] = serde_json::json!(agent);
+        }
         store
             .insert_run(&run, &config.to_string())
             .map_err(|e| files(&e))?;

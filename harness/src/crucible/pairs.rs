@@ -151,6 +151,7 @@ pub(super) fn plan_pairs(
             .map_err(|e| CrucibleRunError::Invalid(format!("{label}.model_route: {e}")))
     };
     let routes = [route(Arm::Baseline)?, route(Arm::Candidate)?];
+    let agents = [arm_agent(c, Arm::Baseline)?, arm_agent(c, Arm::Candidate)?];
     let mut plans = Vec::new();
     for task in c.pack.tasks.iter().map(|t| Arc::new(t.clone())) {
         let id = TaskId::new(task.id.clone());
@@ -172,6 +173,7 @@ pub(super) fn plan_pairs(
                         trial_name: format!("{name}__{label}"),
                         task: task.clone(),
                         attempt: trial,
+                        agent: agents[usize::from(arm == Arm::Candidate)].clone(),
                         seed: pair_seed.0,
                         model_seed: pair_seed.arm_model_seed(arm),
                         route: routes[usize::from(arm == Arm::Candidate)].clone(),
@@ -185,6 +187,24 @@ pub(super) fn plan_pairs(
         }
     }
     Ok(plans)
+}
+
+/// An arm's agent made ready on this machine: GEODE's own when the contract names none, else
+/// the built-in agent's layer installed (once per agent and version) or the command.
+fn arm_agent(
+    c: &Campaign<'_>,
+    arm: Arm,
+) -> Result<Arc<crate::agents::TrialAgent>, CrucibleRunError> {
+    let (spec, _, label) = c.arm(arm);
+    let Some(text) = &spec.agent else {
+        return Ok(Arc::default());
+    };
+    let choice: crate::agents::AgentChoice = text
+        .parse()
+        .map_err(|e| CrucibleRunError::Invalid(format!("{label}.agent: {e}")))?;
+    crate::agents::TrialAgent::resolve(&choice, &crate::agents::install::agents_dir())
+        .map(Arc::new)
+        .map_err(|e| CrucibleRunError::Invalid(format!("{label}.agent {text}: {e}")))
 }
 
 /// Takes out of `plans` the trials an earlier run finished, returning them with a meter that

@@ -70,6 +70,7 @@ impl PilotRunner for RunPilot {
             base: BaseMode::Image,
             max_infra_retries: 2,
             scaffold: Scaffold::default(),
+            agent: Default::default(),
             keep_workspace: false,
             slurm: None,
         };

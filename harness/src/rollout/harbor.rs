@@ -22,8 +22,22 @@ use crate::store::TrialRow;
 use crate::summary::RunSummary;
 use geode_graders::TrialOutcome;
 
-/// The agent name Harbor sees: GEODE's own loop, whatever model drives it.
-const AGENT_NAME: &str = "geode";
+/// The agent as Harbor names it: `geode` (GEODE's own loop, whatever model drives it),
+/// `claude-code`, `codex`, `mini-swe-agent` (Harbor's own names for those agents) or `command`,
+/// with the version installed.
+#[derive(Debug, Clone, Copy)]
+pub struct HarborAgent<'a> {
+    /// The agent's name.
+    pub name: &'a str,
+    /// The installed version; GEODE's own is this build's.
+    pub version: Option<&'a str>,
+}
+
+impl HarborAgent<'_> {
+    fn version(&self) -> &str {
+        self.version.unwrap_or(env!("CARGO_PKG_VERSION"))
+    }
+}
 
 /// A name-based UUID (RFC 9562 version 8: the first 16 bytes of SHA-256 over a kind and a
 /// name), the same for the same name on every machine.
@@ -71,8 +85,12 @@ fn source(pack: &Path) -> String {
         .unwrap_or_else(|| pack.display().to_string())
 }
 
-fn agent(model_route: &str) -> Value {
-    json!({"name": AGENT_NAME, "model_name": model_route})
+fn agent(who: HarborAgent<'_>, model_route: &str) -> Value {
+    let mut value = json!({"name": who.name, "model_name": model_route});
+    if let Some(version) = who.version {
+        value["kwargs"] = json!({"version": version});
+    }
+    value
 }
 
 /// Harbor's `RetryConfig`. GEODE decides by outcome, not exception class (it retries a lost
@@ -111,7 +129,8 @@ pub fn job_config(config: &RunConfig, run_id: &str, jobs_dir: &Path) -> Value {
             "timeout_multiplier": config.timeout_multiplier,
             "retry": retry(config),
             "environment": environment(config.backend),
-            "agents": [agent(&config.model.to_string())],
+            "agents": [agent(HarborAgent { name: config.agent.name(), version: config.agent.version() },
+                             &config.model.to_string())],
             "datasets": [dataset],
         }),
     )
@@ -125,6 +144,10 @@ pub fn job_lock(lock: &RunLock, config: &RunConfig, pack: &TaskPack, created: &s
         for _ in 0..config.attempts {
             trials.push(trial_lock(
                 task,
+                HarborAgent {
+                    name: config.agent.name(),
+                    version: config.agent.version(),
+                },
                 &config.model.to_string(),
                 config.timeout_multiplier,
                 config.backend,
@@ -148,6 +171,7 @@ pub fn job_lock(lock: &RunLock, config: &RunConfig, pack: &TaskPack, created: &s
 /// per trial, and each trial folder holds its own, which Harbor 0.26's viewer requires.
 pub fn trial_lock(
     task: &Task,
+    who: HarborAgent<'_>,
     model_route: &str,
     timeout_multiplier: f64,
     backend: BackendKind,
@@ -163,7 +187,7 @@ pub fn trial_lock(
             "path": task.dir,
         },
         "timeout_multiplier": timeout_multiplier,
-        "agent": agent(model_route),
+        "agent": agent(who, model_route),
         "environment": environment(backend),
         "verifier": {"environment_mode": verifier_mode(task)},
     })
@@ -236,6 +260,7 @@ fn timing(phase_times: &BTreeMap<TrialPhase, [String; 2]>, phase: TrialPhase) ->
 /// multi-step trial's `StepResult`s (empty otherwise).
 pub fn trial_result(
     geode: Value,
+    who: HarborAgent<'_>,
     row: &TrialRow,
     task: &Task,
     trial_dir: &Path,
@@ -269,10 +294,10 @@ pub fn trial_result(
                 "task": {"path": task.dir, "source": source(pack_dir)},
                 "trial_name": row.trial_name,
                 "trials_dir": trials_dir,
-                "agent": agent(&row.model_route),
+                "agent": agent(who, &row.model_route),
                 "job_id": job_uuid(&row.run_id),
             },
-            "agent_info": {"name": AGENT_NAME, "version": env!("CARGO_PKG_VERSION"),
+            "agent_info": {"name": who.name, "version": who.version(),
                            "model_info": {"name": row.model_route}},
             "agent_result": {"n_input_tokens": u.input_tokens, "n_cache_tokens": u.cached_tokens,
                              "n_output_tokens": u.output_tokens, "cost_usd": u.cost_usd},
@@ -297,6 +322,8 @@ pub struct JobEnd<'a> {
     /// The pack the run was given (its `config.json` path).
     pub pack: &'a Path,
     pub(crate) model_route: &'a str,
+    /// The agent under test.
+    pub agent: HarborAgent<'a>,
     /// When the run was created (RFC 3339); its end time for a run the store does not know.
     pub started: &'a str,
     /// When the run ended (RFC 3339, UTC).
@@ -350,7 +377,12 @@ pub(crate) fn job_result(end: &JobEnd) -> Value {
         .iter()
         .map(|(k, v)| (k.to_string(), json!(v)))
         .collect();
-    let evals_key = format!("{AGENT_NAME}__{}__{}", end.model_route, source(end.pack));
+    let evals_key = format!(
+        "{}__{}__{}",
+        end.agent.name,
+        end.model_route,
+        source(end.pack)
+    );
     let completed = end.rows.len();
     let geode = json!({"schema": "geode.run-result.v1", "run_id": end.run_id,
                        "cancelled": end.cancelled, "summary": end.summary});

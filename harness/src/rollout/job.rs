@@ -186,7 +186,8 @@ async fn execute(
 ) -> Result<RunOutcome, RunError> {
     let kept = kept_trials(&store, &run_id, rerun_exceptions)?;
     let n_total_trials = pack.tasks.len() * config.attempts as usize;
-    let plans = plan_trials(&config, pack.tasks, &run_id, &run_dir, &kept);
+    let agent = super::run_spec::resolve_agent(&config).await?;
+    let plans = plan_trials(&config, pack.tasks, &run_id, &run_dir, &kept, &agent);
     observer.started(&run_id, plans.len() + kept.len(), kept.len());
     let shared = RunLedger {
         config,
@@ -267,6 +268,10 @@ fn write_run_end(
             run_id,
             pack: &shared.config.pack,
             model_route: &shared.config.model.to_string(),
+            agent: harbor::HarborAgent {
+                name: shared.config.agent.name(),
+                version: shared.config.agent.version(),
+            },
             started: started.as_deref().unwrap_or(&finished_at),
             finished: &finished_at,
             n_total_trials,

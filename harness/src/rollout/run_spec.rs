@@ -15,6 +15,7 @@ use sha2::{Digest, Sha256};
 use super::slurm::error::SlurmError;
 use super::slurm::settings::SlurmSettings;
 use super::trial::plan::TrialPlan;
+use crate::agents::{AgentChoice, TrialAgent};
 use crate::env::BaseMode;
 use crate::env::kind::BackendKind;
 use crate::pack::{PackError, PackHash, Task, TaskPack};
@@ -54,6 +55,10 @@ pub struct RunConfig {
     pub max_infra_retries: u32,
     /// The agent's scaffold, the same for every trial.
     pub scaffold: Scaffold,
+    /// The agent under test (`--agent`). Left out of the config when it is GEODE's own, so
+    /// older runs keep their lock hash.
+    #[serde(default, skip_serializing_if = "AgentChoice::is_geode")]
+    pub agent: AgentChoice,
     /// Keep each trial's final workspace in `<trial>/workspace/` (so `geode grade` can run a
     /// rubric's command criteria against it). Left out of the config when false, so older runs
     /// keep their lock hash.
@@ -96,6 +101,34 @@ pub enum RunError {
     /// No task left to run; the text says why (the glob matched none) or is empty.
     #[error("the pack has no task to run{0}")]
     Empty(String),
+    /// The agent under test could not be installed.
+    #[error("--agent {agent}: {source}")]
+    Agent {
+        /// The agent as given.
+        agent: String,
+        /// Why not.
+        #[source]
+        source: crate::agents::InstallError,
+    },
+}
+
+/// The run's agent made ready on this machine (a third-party agent's layer installed once per
+/// agent and version, then found in `$GEODE_HOME/agents`).
+pub(crate) async fn resolve_agent(config: &RunConfig) -> Result<Arc<TrialAgent>, RunError> {
+    let choice = config.agent.clone();
+    tokio::task::spawn_blocking(move || {
+        TrialAgent::resolve(&choice, &crate::agents::install::agents_dir())
+            .map(Arc::new)
+            .map_err(|source| RunError::Agent {
+                agent: choice.to_string(),
+                source,
+            })
+    })
+    .await
+    .map_err(|e| RunError::Resume {
+        run: String::new(),
+        message: format!("the agent's install task: {e}"),
+    })?
 }
 
 pub(super) fn files_err(path: &Path, e: impl std::fmt::Display) -> RunError {
@@ -208,6 +241,7 @@ pub(crate) fn plan_trials(
     run_id: &str,
     run_dir: &Path,
     kept: &HashSet<String>,
+    agent: &Arc<TrialAgent>,
 ) -> Vec<TrialPlan> {
     let scaffold = Arc::new(config.scaffold.clone());
     let mut plans = Vec::new();
@@ -228,6 +262,7 @@ pub(crate) fn plan_trials(
                 model_seed: seed,
                 task: task.clone(),
                 attempt,
+                agent: agent.clone(),
                 route: config.model.clone(),
                 scaffold: scaffold.clone(),
                 timeout_multiplier: config.timeout_multiplier,
@@ -259,6 +294,7 @@ mod tests {
             base,
             max_infra_retries: 0,
             scaffold: Scaffold::default(),
+            agent: Default::default(),
             keep_workspace: false,
             slurm: None,
         }

@@ -274,6 +274,10 @@ impl Sandbox for ServiceGroup {
         self.main.start_display(width, height).await
     }
 
+    async fn listen_inside(&self, port: u16) -> Result<std::net::TcpListener, EnvError> {
+        self.main.listen_inside(port).await
+    }
+
     async fn kill_all_processes(&self) -> Result<usize, EnvError> {
         self.main.kill_all_processes().await
     }

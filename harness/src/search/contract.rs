@@ -44,10 +44,12 @@ pub fn contract_for(
         baseline: ArmSpec {
             scaffold_hash: scaffold_hash(baseline)?,
             model_route: model.to_string(),
+            agent: None,
         },
         candidate: ArmSpec {
             scaffold_hash: scaffold_hash(candidate)?,
             model_route: model.to_string(),
+            agent: None,
         },
         packs: StagePacks {
             train: train.clone(),

@@ -22,6 +22,8 @@ pub struct RunView {
     pub(crate) created: String,
     pub(crate) pack: String,
     pub(crate) model: String,
+    /// The agent under test (`geode`, `claude-code@2.1.332`, ...), from the run's config.
+    pub(crate) agent: String,
     pub(crate) seed: u64,
     pub(crate) attempts: u32,
     pub(crate) status: String,
@@ -48,7 +50,8 @@ pub fn run_view(c: &Catalog, run: &RunEntry) -> Result<RunView, ViewError> {
     let mut view = s
         .conn
         .prepare_cached(
-            "SELECT created, pack_path, model_route, seed, attempts, status FROM runs
+            "SELECT created, pack_path, model_route, seed, attempts, status,
+                    COALESCE(json_extract(config, '$.agent'), 'geode') FROM runs
              WHERE run_id = ?1",
         )
         .map_err(&err)?
@@ -60,6 +63,7 @@ pub fn run_view(c: &Catalog, run: &RunEntry) -> Result<RunView, ViewError> {
                 created: r.get(0)?,
                 pack: r.get(1)?,
                 model: r.get(2)?,
+                agent: r.get(6)?,
                 seed: r.get::<_, i64>(3)? as u64,
                 attempts: r.get(4)?,
                 status: r.get(5)?,

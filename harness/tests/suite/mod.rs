@@ -1,5 +1,6 @@
 mod curate;
 mod datasets;
+mod gateway;
 mod pack;
 #[path = "../../../tests/support/registry.rs"]
 mod registry;

@@ -117,6 +117,13 @@ const RUN_SPECS: &[Spec] = &[
     spec("pack_path", "pack_path", Kind::Str, true),
     spec("pack_hash", "pack_hash", Kind::Str, true),
     spec("model_route", "model_route", Kind::Str, true),
+    // A run's agent under test lives in its config (absent: GEODE's own runtime).
+    spec(
+        "agent",
+        "COALESCE(json_extract(config, '$.agent'), 'geode')",
+        Kind::Str,
+        true,
+    ),
     spec("scaffold_hash", "scaffold_hash", Kind::Str, true),
     spec("seed", "seed", Kind::Seed, true),
     spec("attempts", "attempts", Kind::Int, true),

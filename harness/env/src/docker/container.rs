@@ -106,6 +106,26 @@ impl Container {
         }
     }
 
+    /// The host pid of the container's main process.
+    pub(super) async fn pid(&self) -> Result<u32, EnvError> {
+        let out = self
+            .engine
+            .ok(
+                "docker inspect",
+                &["inspect", "--format", "{{.State.Pid}}", &self.id],
+            )
+            .await?;
+        let text = String::from_utf8_lossy(&out);
+        match text.trim().parse::<u32>() {
+            Ok(pid) if pid > 0 => Ok(pid),
+            _ => Err(EnvError::Lost(format!(
+                "container {} has no running process (State.Pid {:?})",
+                self.id,
+                text.trim()
+            ))),
+        }
+    }
+
     /// Whether the container still runs (an `Err` when the engine cannot say).
     pub(super) async fn running(&self) -> Result<bool, EnvError> {
         let out = self

@@ -190,6 +190,16 @@ impl Sandbox for DockerSandbox {
         self.exec(req, CancellationToken::new()).await
     }
 
+    /// In the container's network namespace, entered through its main process (this
+    /// machine's engine, as root).
+    async fn listen_inside(&self, port: u16) -> Result<std::net::TcpListener, EnvError> {
+        let pid = self.container.pid().await?;
+        tokio::task::spawn_blocking(move || crate::sandbox::netns::listen_in(pid, port))
+            .await
+            .map_err(|e| EnvError::Lost(format!("listening task: {e}")))?
+            .map_err(EnvError::Lost)
+    }
+
     async fn kill_all_processes(&self) -> Result<usize, EnvError> {
         self.container.kill_all().await
     }

@@ -484,6 +484,14 @@ impl Sandbox for SandboxHandle {
             .map(|_| self.launch.dir.join("decoy"))
     }
 
+    async fn listen_inside(&self, port: u16) -> Result<std::net::TcpListener, EnvError> {
+        let pid = self.client.ready.init_pid;
+        tokio::task::spawn_blocking(move || super::netns::listen_in(pid, port))
+            .await
+            .map_err(|e| EnvError::Lost(format!("listening task: {e}")))?
+            .map_err(EnvError::Lost)
+    }
+
     async fn kill_all_processes(&self) -> Result<usize, EnvError> {
         match self.client.call(Op::KillAll).await? {
             Reply::Killed { count } => Ok(count),

@@ -196,6 +196,26 @@ pub(crate) fn fence(pid: u32, host: &[Ipv4Addr]) -> Result<(), String> {
     })
 }
 
+/// A TCP listener on `127.0.0.1:port` (0: a free port) in the network namespace of `pid`,
+/// made on a thread of its own that alone enters the namespace: a socket stays in the
+/// namespace it was made in, so the host accepts connections from inside on it while the
+/// sandbox's processes reach nothing of the host's network.
+pub(crate) fn listen_in(pid: u32, port: u16) -> Result<std::net::TcpListener, String> {
+    let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
+        .map_err(|e| format!("open the sandbox's network namespace: {e}"))?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(|e| format!("enter the sandbox's network namespace: {e}"))?;
+                std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port))
+                    .map_err(|e| format!("listen on 127.0.0.1:{port} inside the sandbox: {e}"))
+            })
+            .join()
+            .unwrap_or_else(|_| Err("the listening thread panicked".into()))
+    })
+}
+
 /// A route socket of the calling thread's network namespace.
 struct RouteSocket(OwnedFd);
 

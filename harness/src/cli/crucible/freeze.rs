@@ -41,10 +41,12 @@ pub(super) fn freeze(a: FreezeArgs) -> anyhow::Result<Exit> {
         baseline: ArmSpec {
             scaffold_hash: scaffold_hash(&load_scaffold(&a.baseline_scaffold)?)?,
             model_route: a.model.to_string(),
+            agent: arm_agent(a.agent.as_ref()),
         },
         candidate: ArmSpec {
             scaffold_hash: scaffold_hash(&load_scaffold(&a.candidate_scaffold)?)?,
             model_route: a.candidate_model.as_ref().unwrap_or(&a.model).to_string(),
+            agent: arm_agent(a.candidate_agent.as_ref().or(a.agent.as_ref())),
         },
         packs: StagePacks {
             train: train.hash(a.trials),
@@ -170,4 +172,10 @@ fn check_contamination(a: &FreezeArgs, train: &TaskPack, test_hash: &str) -> any
          --allow-overlap freezes anyway)",
         listed.join("; ")
     )
+}
+
+/// An arm's agent as the contract names it: absent for GEODE's own runtime (so contracts of
+/// GEODE arms keep the hash they had before agents were arms), `name@version` otherwise.
+fn arm_agent(choice: Option<&geode_harness::agents::AgentChoice>) -> Option<String> {
+    choice.filter(|c| !c.is_geode()).map(ToString::to_string)
 }

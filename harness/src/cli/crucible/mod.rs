@@ -85,6 +85,14 @@ pub struct FreezeArgs {
     /// The candidate arm's model route, when it differs from --model.
     #[arg(long)]
     candidate_model: Option<Route>,
+    /// The agent under test of both arms (or of the baseline with --candidate-agent): geode
+    /// (the default), claude-code[@VERSION], codex[@VERSION], mini-swe-agent[@VERSION],
+    /// command:PROGRAM. The contract's hash covers it.
+    #[arg(long, value_name = "NAME[@VERSION]")]
+    agent: Option<geode_harness::agents::AgentChoice>,
+    /// The candidate arm's agent, when it differs from --agent.
+    #[arg(long, value_name = "NAME[@VERSION]")]
+    candidate_agent: Option<geode_harness::agents::AgentChoice>,
     /// Trials per task and arm.
     #[arg(short = 'k', long, default_value_t = 5)]
     trials: u32,

@@ -43,12 +43,20 @@ pub fn run_plans(
 ) -> Result<HashMap<String, TrialPlan>, RunError> {
     let pack = run_spec::load_pack(config)?;
     let run_dir = spec.jobs_dir.join(&spec.run_id);
+    // A third-party agent's layer: installed on this node once, found by later tasks.
+    let agent =
+        crate::agents::TrialAgent::resolve(&config.agent, &crate::agents::install::agents_dir())
+            .map_err(|source| RunError::Agent {
+                agent: config.agent.to_string(),
+                source,
+            })?;
     Ok(run_spec::plan_trials(
         config,
         pack.tasks,
         &spec.run_id,
         &run_dir,
         &Default::default(),
+        &std::sync::Arc::new(agent),
     )
     .into_iter()
     .map(|p| (p.trial_name.clone(), p))

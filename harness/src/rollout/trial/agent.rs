@@ -45,6 +45,8 @@ pub(super) enum AgentSetupError {
     Model(#[from] geode_runtime::model::ModelError),
     #[error("task {task} has no solution/solve.sh for the {route} agent")]
     NoSolution { task: String, route: String },
+    #[error("the trial's model gateway")]
+    Gateway(#[source] crate::gateway::GatewayError),
 }
 
 impl AgentSetupError {
@@ -164,7 +166,7 @@ pub(super) async fn run_agent(
 
 /// The trial's agent model. The oracle and the flaky oracle get the task's reference solution
 /// copied to `/solution` (only they ever see it); the flaky oracle draws from the trial's seed.
-async fn trial_model(
+pub(super) async fn trial_model(
     plan: &TrialPlan,
     stage: &Stage<'_>,
     sandbox: &dyn Sandbox,

@@ -26,7 +26,11 @@ pub(super) async fn agent_then_verify(
         PhaseEvent::Phase(TrialPhase::AgentExecution),
     );
     let t = PhaseClock::start();
-    let agent = agent::run_agent(plan, stage, sandbox, cancel, rec).await;
+    let agent = if plan.agent.is_geode() {
+        agent::run_agent(plan, stage, sandbox, cancel, rec).await
+    } else {
+        super::external::run_external_agent(plan, stage, sandbox, cancel, rec).await
+    };
     rec.close_phase(TrialPhase::AgentExecution, t);
     let agent = match agent {
         Ok(end) => end,

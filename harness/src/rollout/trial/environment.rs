@@ -180,6 +180,7 @@ pub(super) async fn start(
     let t = PhaseClock::start();
     let started = async {
         let image = images.prepare(backend, &task.hash, &spec).await?;
+        let image = with_agent_layer(image, plan.agent.layer())?;
         let mut sandbox = backend.start(&spec, &image, &plan.trial_dir).await?;
         if let Some(compose) = task.compose.as_ref().filter(|c| !c.sidecars.is_empty()) {
             let start = GroupStart {
@@ -247,6 +248,28 @@ pub(super) async fn start(
         "build_seconds": image.build_duration.as_secs_f64(),
     }));
     Ok((sandbox, healthy))
+}
+
+/// A third-party agent's installed layer on top of the task image's layers: one more lower
+/// folder of the overlay, nothing copied. Only a sandbox rooted in image layers can stack it.
+fn with_agent_layer(
+    mut image: crate::env::PreparedImage,
+    layer: Option<&std::path::Path>,
+) -> Result<crate::env::PreparedImage, EnvError> {
+    let Some(layer) = layer else {
+        return Ok(image);
+    };
+    match &mut image.root {
+        crate::env::ImageRoot::Layers(lower) => {
+            lower.push(layer.to_path_buf());
+            Ok(image)
+        }
+        _ => Err(EnvError::Unsupported(
+            "a third-party agent needs the sandbox backend on the task's image (its layer is \
+             stacked over the image's): not --env docker or --base host"
+                .into(),
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ mod agent;
 mod artifacts;
 mod attempt;
 mod environment;
+mod external;
 pub(crate) mod phase;
 pub(crate) mod plan;
 mod record;

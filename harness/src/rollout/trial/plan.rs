@@ -30,6 +30,8 @@ pub struct TrialPlan {
     /// Seed of an embedded simulation model (`flaky-oracle`): the trial seed in a plain run,
     /// the arm's own in a paired campaign (see `TrialSeed::arm_model_seed`).
     pub model_seed: u64,
+    /// The agent under test: GEODE's runtime, or a third-party agent with its layer.
+    pub agent: Arc<crate::agents::TrialAgent>,
     /// The agent's model, parsed once where the run or campaign starts.
     pub route: Route,
     /// The agent's scaffold.

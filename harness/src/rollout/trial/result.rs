@@ -55,6 +55,7 @@ pub(super) fn write_result_json(plan: &TrialPlan, row: &TrialRow, rec: &Record) 
         "attempt": row.attempt,
         "seed": row.seed,
         "scaffold_hash": row.scaffold_hash,
+        "agent": plan.agent.label(),
         "outcome": row.outcome,
         "phase_seconds": row.phases,
         "image": rec.image,
@@ -63,6 +64,7 @@ pub(super) fn write_result_json(plan: &TrialPlan, row: &TrialRow, rec: &Record) 
     });
     let doc = crate::rollout::harbor::trial_result(
         geode,
+        plan.agent.harbor(),
         row,
         &plan.task,
         &plan.trial_dir,

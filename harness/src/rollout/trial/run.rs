@@ -64,6 +64,7 @@ async fn run_phases(
     }
     let lock = crate::rollout::harbor::trial_lock(
         task,
+        plan.agent.harbor(),
         &plan.route.to_string(),
         plan.timeout_multiplier,
         backend.kind(),

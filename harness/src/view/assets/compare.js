@@ -11,8 +11,8 @@ export async function compareView(params) {
   const t = s.t || {};
   const interval = t.interval ? `[${num(t.interval.lower)}, ${num(t.interval.upper)}]` : "–";
   const summary = el("div", { class: "grid", "data-test": "compare-summary" },
-    el("div", {}, el("span", { class: "label" }, "baseline"), el("a", { href: href("run", { run: baseline }) }, baseline), ` ${d.baseline.model}`),
-    el("div", {}, el("span", { class: "label" }, "candidate"), el("a", { href: href("run", { run: candidate }) }, candidate), ` ${d.candidate.model}`),
+    el("div", {}, el("span", { class: "label" }, "baseline"), el("a", { href: href("run", { run: baseline }) }, baseline), ` ${d.baseline.model}${d.baseline.agent && d.baseline.agent !== "geode" ? ` / ${d.baseline.agent}` : ""}`),
+    el("div", {}, el("span", { class: "label" }, "candidate"), el("a", { href: href("run", { run: candidate }) }, candidate), ` ${d.candidate.model}${d.candidate.agent && d.candidate.agent !== "geode" ? ` / ${d.candidate.agent}` : ""}`),
     el("div", {}, el("span", { class: "label" }, "baseline mean"), num(s.baseline_mean)),
     el("div", {}, el("span", { class: "label" }, "candidate mean"), num(s.candidate_mean)),
     el("div", {}, el("span", { class: "label" }, "estimate (candidate − baseline)"), el("b", { "data-test": "estimate" }, num(s.estimate))),

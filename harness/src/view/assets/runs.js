@@ -38,7 +38,7 @@ export async function runsView() {
     return el("tr", { "data-run": r.key },
       el("td", {}, box),
       el("td", {}, el("a", { href: href("run", { run: r.key }) }, r.key), r.origin !== "geode" ? [" ", badge(r.origin)] : null),
-      el("td", {}, r.pack), el("td", {}, r.model), el("td", { class: "num" }, r.seed),
+      el("td", {}, r.pack), el("td", {}, r.agent === "geode" ? r.model : `${r.model} / ${r.agent}`), el("td", { class: "num" }, r.seed),
       el("td", {}, badge(r.status, r.status === "running" ? "infra" : ""),
         r.running_trials ? el("span", { class: "muted", "data-test": "running" }, ` ${r.running_trials} running`) : null),
       el("td", { class: "num", "data-test": "finished" }, r.finished_trials),

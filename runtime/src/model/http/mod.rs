@@ -136,7 +136,7 @@ fn feed<A: Assembler>(asm: &mut A, events: &mut Vec<SseEvent>) -> Result<bool, F
 
 /// Tool arguments as streamed; `{}` for none. Arguments that are not JSON are kept as a string
 /// so the tool's schema check tells the model what went wrong.
-pub(crate) fn tool_input(json: &str) -> Value {
+pub fn tool_input(json: &str) -> Value {
     if json.trim().is_empty() {
         return serde_json::json!({});
     }
@@ -145,7 +145,7 @@ pub(crate) fn tool_input(json: &str) -> Value {
 
 /// Tool arguments as the model wrote them, for replay: a JSON value as text, or the raw text
 /// `tool_input` kept.
-pub(crate) fn tool_arguments(input: &Value) -> String {
+pub fn tool_arguments(input: &Value) -> String {
     match input {
         Value::String(raw) => raw.clone(),
         v => v.to_string(),
