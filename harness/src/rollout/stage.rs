@@ -171,7 +171,7 @@ fn made_since(layer: &std::path::Path, since: SystemTime) -> bool {
 fn layers(image: &PreparedImage) -> &[PathBuf] {
     match &image.root {
         ImageRoot::Layers(layers) => layers,
-        ImageRoot::Host { .. } | ImageRoot::Engine(_) => &[],
+        ImageRoot::Host { .. } | ImageRoot::Engine(_) | ImageRoot::Registry(_) => &[],
     }
 }
 
