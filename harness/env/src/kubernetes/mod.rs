@@ -6,7 +6,7 @@
 //!
 //! `prepare` builds the task's image with GEODE's own builder (the sandbox backend on this
 //! machine: base pulled or bootstrapped, the Dockerfile's steps as cached layers) and pushes it
-//! to the registry the cluster pulls from (`push.rs`), named by its manifest digest. `start`
+//! to the registry the cluster pulls from (`push/`), named by its manifest digest. `start`
 //! creates the trial's Pod (`sleep infinity`, labelled with the run, the trial and this
 //! process's session) and waits until it runs; commands, file tools and copies travel through
 //! `pods/exec` (`api.rs`, `ws.rs`, `sandbox.rs`). The first Pod a process starts for a run
