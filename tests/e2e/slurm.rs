@@ -254,6 +254,25 @@ fn slurm_figures_local_one_node_two_nodes() {
     }
 }
 
+/// `geode bench slurm-overhead` over the core pack on the test cluster, printed (ignored by
+/// default; run with `--ignored --nocapture`). `GEODE_BENCH_ARGS` replaces the bench's options
+/// (default `-r 3 -n 1`), `GEODE_BENCH_NODES` the cluster's size (default 1).
+#[test]
+#[ignore]
+fn slurm_overhead_bench_on_the_test_cluster() {
+    let nodes = std::env::var("GEODE_BENCH_NODES").map_or(1, |n| n.parse().unwrap());
+    let cluster = Cluster::start(nodes);
+    let dir = tempfile::tempdir().unwrap();
+    let args = std::env::var("GEODE_BENCH_ARGS").unwrap_or_else(|_| "-r 3 -n 1".into());
+    let status = geode(dir.path(), &cluster)
+        .args(["bench", "slurm-overhead"])
+        .arg(core_pack())
+        .args(args.split_whitespace())
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
 #[test]
 fn slurm_ctrl_c_cancels_the_arrays_and_leaves_the_rest_for_a_resume() {
     let cluster = Cluster::start(1);

@@ -7,6 +7,8 @@
 //!   sandbox start + `true` + teardown on it; with `--docker` (a reachable docker engine),
 //!   `docker pull` and `docker run --rm IMAGE true` of the same reference, and the ratios.
 //! - `geode bench view`: the viewer's answers over a synthetic jobs folder (`bench_view.rs`).
+//! - `geode bench slurm-overhead PACK`: the pack run here and on the Slurm cluster, alternated;
+//!   the cluster's overhead per trial (`bench_slurm.rs`).
 //! - `geode bench command`: a person's shell command (`true`) unconfined and in the command
 //!   sandbox, alternated, with the medians and their difference (the sandbox's start cost).
 
@@ -51,6 +53,8 @@ pub enum BenchCommand {
     },
     /// `geode view` on a synthetic jobs folder: listing runs and trials, filters, transcript search.
     View(super::bench_view::BenchViewArgs),
+    /// A pack run here and on the Slurm cluster (`SLURM_CONF`), alternated: the overhead per trial.
+    SlurmOverhead(super::bench_slurm::BenchSlurmArgs),
     /// A shell command (`true`) of a person's session, unconfined and in the command sandbox.
     Command {
         /// Runs of each, alternated.
@@ -110,6 +114,7 @@ async fn cycle(
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
     match cmd {
         BenchCommand::View(args) => return super::bench_view::run(args).await,
+        BenchCommand::SlurmOverhead(args) => return super::bench_slurm::run(args).await,
         BenchCommand::Command { repeat } => {
             return bench_command(repeat).await.map(|()| Exit::Success);
         }
@@ -125,7 +130,9 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
             docker,
         } => bench_image(&settings, &scratch, &reference, repeat, docker).await,
         // Answered above, before any image settings are read.
-        BenchCommand::View(_) | BenchCommand::Command { .. } => Ok(()),
+        BenchCommand::View(_) | BenchCommand::SlurmOverhead(_) | BenchCommand::Command { .. } => {
+            Ok(())
+        }
     };
     let _ = std::fs::remove_dir_all(&scratch);
     result.map(|()| Exit::Success)
