@@ -86,10 +86,11 @@ fn slurm_arrays_are_split_under_the_sites_max_array_size_and_polled_together() {
         ledger_jobs(&run_dir).len() >= 3,
         "28 trials in fewer than 3 arrays"
     );
-    // One squeue a round for all the arrays, not one per array every 300 ms.
+    // One squeue a round for all the arrays, not one per array every 300 ms. (The workers,
+    // which inherit the logged PATH, ask once each for their own task's time left, `%L`.)
     let polls: Vec<f64> = logged_calls(dir.path())
         .into_iter()
-        .filter(|(_, program, args)| program == "squeue" && args.contains("-j"))
+        .filter(|(_, program, args)| program == "squeue" && args.contains("%F|%K|%T"))
         .map(|(at, _, _)| at)
         .collect();
     assert!(polls.len() >= 2, "{polls:?}");

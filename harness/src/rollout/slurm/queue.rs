@@ -347,6 +347,9 @@ fn index_ranges(indices: &[usize]) -> String {
     parts.join(",")
 }
 
+/// How long a worker waits for its task's time left.
+const TIME_LEFT_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// What Slurm says of a running job's time left (`squeue -o %L`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimeLeft {
@@ -362,7 +365,16 @@ pub async fn time_left(job: u64) -> Result<TimeLeft, SlurmError> {
     let args: Vec<String> = ["-h", "-j", &job.to_string(), "-o", "%L"]
         .map(String::from)
         .to_vec();
-    let out = run("squeue", &args).await?;
+    // Asked as a worker starts: a controller that does not answer costs the chaining, not
+    // the call's whole timeout before the first trial.
+    let out = match tokio::time::timeout(TIME_LEFT_TIMEOUT, run("squeue", &args)).await {
+        Ok(out) => out?,
+        Err(_) => {
+            return Err(SlurmError::Unanswered {
+                command: format!("squeue -h -j {job} -o %L"),
+            });
+        }
+    };
     parse_time_left(out.trim()).ok_or_else(|| SlurmError::Command {
         command: format!("squeue -h -j {job} -o %L"),
         message: format!("unexpected output {out:?}"),
