@@ -3,7 +3,9 @@
 //! The pack runs `-r` times each way, alternated (local, then Slurm), as real `geode run`
 //! processes with the same options; each pair gives (Slurm wall - local wall) / trials. Where
 //! the time went comes from the run store's rows: before the first trial started, between
-//! trials (no trial running), after the last one ended, and inside the trials.
+//! trials (no trial running), after the last one ended, and inside the trials; the difference
+//! of the time outside trials, per trial, is the executor's share alone (the trials' own times
+//! vary more than it on a loaded machine).
 //!
 //! The jobs folder must be one the cluster's nodes see at the same path (a fresh folder in the
 //! current one by default, removed at the end unless `--keep`).
@@ -68,6 +70,13 @@ struct Split {
     trials_s: f64,
 }
 
+impl Split {
+    /// The run's time with no trial running.
+    fn idle(&self) -> f64 {
+        self.before_s + self.between_s + self.after_s
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 struct Run {
     run_id: String,
@@ -81,6 +90,9 @@ struct Pair {
     slurm: Run,
     /// (Slurm wall - local wall) / trials.
     overhead_per_trial_s: f64,
+    /// (Slurm's time with no trial running - local's) / trials: the executor's own share,
+    /// without the trials' own times, which a loaded machine makes vary more than it.
+    idle_overhead_per_trial_s: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -90,6 +102,7 @@ struct Report {
     concurrency: usize,
     pairs: Vec<Pair>,
     median_overhead_per_trial_s: f64,
+    median_idle_overhead_per_trial_s: f64,
     /// The machine's 1-minute load average before the first run and after the last.
     load_before: Option<f64>,
     load_after: Option<f64>,
@@ -244,7 +257,7 @@ pub async fn run(args: BenchSlurmArgs) -> anyhow::Result<Exit> {
     if made && !args.keep {
         let _ = std::fs::remove_dir_all(&jobs);
     } else {
-        eprintln!("the runs are kept in {}", jobs.display());
+        say!("the runs are kept in {}", jobs.display());
     }
     let report = result?;
     if args.json {
@@ -269,30 +282,38 @@ async fn measure(args: &BenchSlurmArgs, jobs: &Path) -> anyhow::Result<Report> {
         }
         trials = n;
         let overhead = (slurm.wall_s - local.wall_s) / n as f64;
+        let idle = (slurm.split.idle() - local.split.idle()) / n as f64;
         if !args.json {
             println!("pair {}: {n} trials at -n {}", i + 1, args.concurrency);
             println!("  {}", line("local", &local));
             println!("  {}", line("slurm", &slurm));
-            println!("  overhead per trial: {overhead:.3} s");
+            println!("  overhead per trial: {overhead:.3} s (outside trials: {idle:.3} s)");
         }
         pairs.push(Pair {
             local,
             slurm,
             overhead_per_trial_s: overhead,
+            idle_overhead_per_trial_s: idle,
         });
     }
     let mut overheads: Vec<f64> = pairs.iter().map(|p| p.overhead_per_trial_s).collect();
     overheads.sort_by(f64::total_cmp);
     let median = overheads[overheads.len() / 2];
+    let mut idles: Vec<f64> = pairs.iter().map(|p| p.idle_overhead_per_trial_s).collect();
+    idles.sort_by(f64::total_cmp);
+    let median_idle = idles[idles.len() / 2];
     let load_after = load_average();
     if !args.json {
         println!(
             "{} pairs over {}: Slurm overhead per trial median {median:.3} s (min {:.3} s, max \
-             {:.3} s); load average {} before, {} after",
+             {:.3} s), outside trials median {median_idle:.3} s (min {:.3} s, max {:.3} s); load \
+             average {} before, {} after",
             pairs.len(),
             args.pack.display(),
             overheads[0],
             overheads[overheads.len() - 1],
+            idles[0],
+            idles[idles.len() - 1],
             load_before.map_or("?".into(), |l| format!("{l:.2}")),
             load_after.map_or("?".into(), |l| format!("{l:.2}")),
         );
@@ -303,6 +324,7 @@ async fn measure(args: &BenchSlurmArgs, jobs: &Path) -> anyhow::Result<Report> {
         concurrency: args.concurrency,
         pairs,
         median_overhead_per_trial_s: median,
+        median_idle_overhead_per_trial_s: median_idle,
         load_before,
         load_after,
     })
@@ -326,6 +348,7 @@ mod tests {
         assert_eq!(s.between_s, 1.5);
         assert_eq!(s.after_s, 1.0);
         assert_eq!(s.trials_s, 6.5);
+        assert_eq!(s.idle(), 4.5);
         assert!(split(Vec::new(), t("00"), t("10")).is_err());
     }
 }
