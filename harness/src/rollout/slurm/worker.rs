@@ -102,11 +102,13 @@ async fn allocation(ids: TaskIds) -> Option<queue::TimeLeft> {
     }
 }
 
-/// What a chaining worker knows: its array, and until when it may start a group.
+/// What a worker of a chained array knows: its array, whether it may go on past its own group
+/// (its time left is known), and until when it may start one (`None`: no limit).
 struct Chain {
     job: u64,
     me: usize,
     node: String,
+    more: bool,
     ends: Option<Instant>,
 }
 
@@ -132,6 +134,9 @@ impl Chain {
         spec: &ArraySpec,
         plans: &HashMap<String, TrialPlan>,
     ) -> Result<Option<usize>, SlurmError> {
+        if !self.more {
+            return Ok(None);
+        }
         let taken = files::claims(run_dir)?;
         for (index, group) in spec.groups.iter().enumerate() {
             if taken.contains_key(&(self.job, index)) {
@@ -179,16 +184,22 @@ pub async fn run_array_task(
     let node = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // In a chained array every group is claimed before it runs, the task's own too: another
+    // task may have taken it, or the coordinator given its try up.
     let chain = match ids {
-        Some(ids) if spec.chain => allocation(ids).await.map(|left| Chain {
-            job: ids.array_job,
-            me: index,
-            node: node.clone(),
-            ends: match left {
-                queue::TimeLeft::Unlimited => None,
-                queue::TimeLeft::Ends(d) => Some(Instant::now() + d),
-            },
-        }),
+        Some(ids) if spec.chain => {
+            let left = allocation(ids).await;
+            Some(Chain {
+                job: ids.array_job,
+                me: index,
+                node: node.clone(),
+                more: left.is_some(),
+                ends: match left {
+                    Some(queue::TimeLeft::Ends(d)) => Some(Instant::now() + d),
+                    _ => None,
+                },
+            })
+        }
         _ => None,
     };
     // Its own group first, unless another task of the array took it (or the coordinator gave
