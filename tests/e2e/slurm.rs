@@ -35,7 +35,7 @@ pub(super) fn stored(jobs: &Path, run_dir: &Path) -> Trials {
 }
 
 /// Every worker result file of a run.
-fn worker_results(run_dir: &Path) -> Vec<WorkerResult> {
+pub(super) fn worker_results(run_dir: &Path) -> Vec<WorkerResult> {
     let dir = run_dir.join("slurm/results");
     std::fs::read_dir(dir)
         .unwrap()
@@ -76,6 +76,47 @@ fn slurm_the_core_pack_on_two_nodes_gives_the_local_results() {
         .map(|w| w.node)
         .collect();
     assert_eq!(nodes, BTreeSet::from(["n1".to_string(), "n2".to_string()]));
+}
+
+#[test]
+fn slurm_at_n_1_one_array_task_runs_every_trial_back_to_back_and_the_idle_ones_are_cancelled() {
+    let cluster = Cluster::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = dir.path().join("jobs");
+    let (_, run_dir) = super::common::run_oracle_with(
+        geode(dir.path(), &cluster),
+        &core_pack(),
+        &jobs,
+        &["--seed", "7", "-n", "1", "--executor", "slurm"],
+    );
+    all_passed(&stored(&jobs, &run_dir));
+    let ledger = submissions(&run_dir).unwrap();
+    let arrays: BTreeSet<u64> = ledger.iter().map(|s| s.job).collect();
+    assert_eq!(arrays.len(), 1, "{ledger:?}");
+    // The throttle lets one task run at a time, and it ran all 28 trials: no hand-over from
+    // one array task to the next, no new worker per trial.
+    let ran_by: BTreeSet<Option<usize>> = worker_results(&run_dir)
+        .iter()
+        .map(|w| w.array_task)
+        .collect();
+    assert_eq!(ran_by, BTreeSet::from([Some(0)]));
+    // The other 27 tasks, their groups run by task 0, were cancelled rather than left to start
+    // one by one and find nothing to do. (Slurm lists pending tasks cancelled as one record
+    // with no index, or not at all.)
+    let queue = cluster.squeue(&arrays.into_iter().collect::<Vec<_>>(), "%K|%T");
+    assert!(!queue.contains("PENDING"), "{queue}");
+    let started: Vec<&str> = queue
+        .lines()
+        .filter(|l| {
+            l.split('|')
+                .next()
+                .is_some_and(|i| i.parse::<usize>().is_ok())
+        })
+        .collect();
+    assert!(
+        (1..=4).contains(&started.len()),
+        "more tasks than the one that ran every trial started: {queue}"
+    );
 }
 
 /// `geode run --executor slurm` over the core pack, started in the background.
@@ -252,6 +293,25 @@ fn slurm_figures_local_one_node_two_nodes() {
             waits[waits.len() - 1]
         );
     }
+}
+
+/// `geode bench slurm-overhead` over the core pack on the test cluster, printed (ignored by
+/// default; run with `--ignored --nocapture`). `GEODE_BENCH_ARGS` replaces the bench's options
+/// (default `-r 3 -n 1`), `GEODE_BENCH_NODES` the cluster's size (default 1).
+#[test]
+#[ignore]
+fn slurm_overhead_bench_on_the_test_cluster() {
+    let nodes = std::env::var("GEODE_BENCH_NODES").map_or(1, |n| n.parse().unwrap());
+    let cluster = Cluster::start(nodes);
+    let dir = tempfile::tempdir().unwrap();
+    let args = std::env::var("GEODE_BENCH_ARGS").unwrap_or_else(|_| "-r 3 -n 1".into());
+    let status = geode(dir.path(), &cluster)
+        .args(["bench", "slurm-overhead"])
+        .arg(core_pack())
+        .args(args.split_whitespace())
+        .status()
+        .unwrap();
+    assert!(status.success());
 }
 
 #[test]

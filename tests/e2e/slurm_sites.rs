@@ -3,7 +3,7 @@
 //! retry budget, and a queue polled once per round for all of a run's arrays. Each test runs
 //! `geode run --executor slurm` against the real test cluster (`support/slurm.rs`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
@@ -11,7 +11,9 @@ use std::time::Duration;
 use geode_harness::rollout::slurm::files::submissions;
 use nix::sys::signal::Signal;
 
-use super::slurm::{all_passed, core_pack, geode, only_run, results_so_far, stored, wait};
+use super::slurm::{
+    all_passed, core_pack, geode, only_run, results_so_far, stored, wait, worker_results,
+};
 use super::slurm_cluster::{Cluster, logged_calls, logged_path};
 
 /// `geode run --executor slurm` over the core pack with `extra`, in the background; its stderr
@@ -84,10 +86,11 @@ fn slurm_arrays_are_split_under_the_sites_max_array_size_and_polled_together() {
         ledger_jobs(&run_dir).len() >= 3,
         "28 trials in fewer than 3 arrays"
     );
-    // One squeue a round for all the arrays, not one per array every 300 ms.
+    // One squeue a round for all the arrays, not one per array every 300 ms. (The workers,
+    // which inherit the logged PATH, ask once each for their own task's time left, `%L`.)
     let polls: Vec<f64> = logged_calls(dir.path())
         .into_iter()
-        .filter(|(_, program, args)| program == "squeue" && args.contains("-j"))
+        .filter(|(_, program, args)| program == "squeue" && args.contains("%F|%K|%T"))
         .map(|(at, _, _)| at)
         .collect();
     assert!(polls.len() >= 2, "{polls:?}");
@@ -138,6 +141,29 @@ fn slurm_sbatch_options_pass_through_and_a_resume_keeps_them() {
     let before = ledger_jobs(&run_dir);
     resume(dir.path(), &cluster, &jobs, &run_dir);
     all_passed(&stored(&jobs, &run_dir));
+    // A time limit is each trial's: no array task ran another's trial after its own.
+    let index: BTreeMap<(String, u64), usize> = submissions(&run_dir)
+        .unwrap()
+        .into_iter()
+        .flat_map(|s| {
+            s.trials
+                .into_iter()
+                .map(move |t| ((t.trial_name, s.job), s.index))
+        })
+        .collect();
+    for w in worker_results(&run_dir) {
+        let own: Vec<usize> = index
+            .iter()
+            .filter(|((trial, _), _)| *trial == w.row.trial_name)
+            .map(|(_, i)| *i)
+            .collect();
+        assert!(
+            w.array_task.is_some_and(|t| own.contains(&t)),
+            "{} ran in task {:?}, its own are {own:?}",
+            w.row.trial_name,
+            w.array_task
+        );
+    }
     let all = ledger_jobs(&run_dir);
     assert!(all.len() > before.len(), "the resume submitted nothing");
     let seen = cluster.squeue(&all, "%F|%P|%l|%k|%y");

@@ -9,6 +9,8 @@
 //! - `geode bench pull REF`: first pulls of an image into empty stores, `-r` times, each
 //!   beside a `docker pull` of the same reference with `--docker` (`bench_pull.rs`).
 //! - `geode bench view`: the viewer's answers over a synthetic jobs folder (`bench_view.rs`).
+//! - `geode bench slurm-overhead PACK`: the pack run here and on the Slurm cluster, alternated;
+//!   the cluster's overhead per trial (`bench_slurm.rs`).
 //! - `geode bench command`: a person's shell command (`true`) unconfined and in the command
 //!   sandbox, alternated, with the medians and their difference (the sandbox's start cost).
 
@@ -66,6 +68,8 @@ pub enum BenchCommand {
         #[arg(short = 'r', long, default_value_t = 10)]
         repeat: usize,
     },
+    /// A pack run here and on the Slurm cluster (`SLURM_CONF`), alternated: the overhead per trial.
+    SlurmOverhead(super::bench_slurm::BenchSlurmArgs),
     /// A shell command (`true`) of a person's session, unconfined and in the command sandbox.
     Command {
         /// Runs of each, alternated.
@@ -126,6 +130,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
     match cmd {
         BenchCommand::View(args) => return super::bench_view::run(args).await,
         BenchCommand::Pull(args) => return super::bench_pull::run(args).await,
+        BenchCommand::SlurmOverhead(args) => return super::bench_slurm::run(args).await,
         BenchCommand::Command { repeat } => {
             return bench_command(repeat).await.map(|()| Exit::Success);
         }
@@ -154,6 +159,9 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
         | BenchCommand::Pull(_)
         | BenchCommand::Command { .. }
         | BenchCommand::Agent { .. } => Ok(()),
+        BenchCommand::View(_) | BenchCommand::SlurmOverhead(_) | BenchCommand::Command { .. } => {
+            Ok(())
+        }
     };
     let _ = std::fs::remove_dir_all(&scratch);
     result.map(|()| Exit::Success)

@@ -14,6 +14,7 @@ mod backends;
 mod bench;
 mod bench_agent;
 mod bench_pull;
+mod bench_slurm;
 mod bench_view;
 mod config;
 mod connect;

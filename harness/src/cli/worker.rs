@@ -6,7 +6,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use geode_harness::env::kind::BackendKind;
-use geode_harness::rollout::slurm::worker::{read_spec, run_array_task, run_config, run_plans};
+use geode_harness::rollout::slurm::worker::{
+    TaskIds, read_spec, run_array_task, run_config, run_plans,
+};
 use geode_harness::rollout::trial::{PhaseEvent, PhaseObserver};
 use tokio_util::sync::CancellationToken;
 
@@ -20,6 +22,12 @@ pub struct WorkerArgs {
     /// Which task of the array this is.
     #[arg(long, env = "SLURM_ARRAY_TASK_ID")]
     index: usize,
+    /// The array's job id (chaining names its claims by it).
+    #[arg(long, env = "SLURM_ARRAY_JOB_ID")]
+    array_job: Option<u64>,
+    /// The array task's own job id (chaining asks Slurm its time left).
+    #[arg(long, env = "SLURM_JOB_ID")]
+    job: Option<u64>,
 }
 
 /// Phases go to the array task's log (stderr), one line each.
@@ -71,6 +79,13 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<Exit> {
             on_term.cancel();
         }
     });
-    run_array_task(&args.spec, args.index, plans, backend, &LogLines, &cancel).await?;
+    let ids = match (args.array_job, args.job) {
+        (Some(array_job), Some(job)) => Some(TaskIds { array_job, job }),
+        _ => None,
+    };
+    run_array_task(
+        &args.spec, args.index, ids, plans, backend, &LogLines, &cancel,
+    )
+    .await?;
     Ok(Exit::Success)
 }

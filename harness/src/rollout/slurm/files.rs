@@ -6,7 +6,16 @@
 //! arrays the run cancelled itself (`geode.slurm-cancelled.v1`, written before their `scancel`),
 //! whose tasks' ends are no outcome of their trials. Nothing here touches SQLite: the run store
 //! stays with the coordinator.
+//!
+//! A chained array (`ArraySpec::chain`) adds claims (`geode.slurm-claim.v1`, one file per array
+//! task's group): a worker that has run its own group goes on with groups whose tasks Slurm has
+//! not started yet, so the next trial starts at once instead of after Slurm's hand-over to the
+//! next array task and a new worker's start. Whoever links a group's claim file first runs it
+//! (a hard link fails when the name exists, atomically, also on NFS, and the claim is whole
+//! when it appears); the coordinator claims a group itself before taking its try as lost, so a
+//! worker never starts a try the coordinator has given up on.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -19,6 +28,7 @@ pub(crate) const ARRAY_SCHEMA: &str = "geode.slurm-array.v1";
 pub(crate) const RESULT_SCHEMA: &str = "geode.slurm-result.v1";
 pub(crate) const SUBMISSION_SCHEMA: &str = "geode.slurm-submission.v1";
 pub(crate) const CANCELLED_SCHEMA: &str = "geode.slurm-cancelled.v1";
+pub(crate) const CLAIM_SCHEMA: &str = "geode.slurm-claim.v1";
 
 /// One trial a worker runs: which, and which try (0 first, then one per infrastructure retry).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -44,6 +54,78 @@ pub struct ArraySpec {
     /// pairs from it instead of from `config.json`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub campaign: Option<PathBuf>,
+    /// A worker that has run its own group goes on with the array's unclaimed groups (claims,
+    /// above). Off for a run with `--time-limit` (the limit is each trial's) and in specs of
+    /// coordinators before chaining.
+    #[serde(default)]
+    pub chain: bool,
+}
+
+/// Who runs one array task's group: written once, by the first to link it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Claim {
+    /// Always `geode.slurm-claim.v1`.
+    pub schema: String,
+    /// The array's Slurm job id.
+    pub job: u64,
+    /// The array index whose group is claimed.
+    pub index: usize,
+    /// The array task running it; `None` when the coordinator took the try as lost.
+    pub by: Option<usize>,
+    /// The node of the worker that claimed it (empty for the coordinator).
+    pub node: String,
+    /// When (RFC 3339, UTC).
+    pub at: String,
+}
+
+fn claims_dir(run_dir: &Path) -> PathBuf {
+    slurm_dir(run_dir).join("claims")
+}
+
+/// Links `claim` into place unless the group has a claim already; whether this one is it.
+pub fn try_claim(run_dir: &Path, claim: &Claim) -> Result<bool, SlurmError> {
+    let dir = claims_dir(run_dir);
+    std::fs::create_dir_all(&dir).map_err(|e| io_err(&dir, e))?;
+    let path = dir.join(format!("{}.{}.json", claim.job, claim.index));
+    let text = serde_json::to_vec(claim).map_err(|e| io_err(&path, e))?;
+    // A dot name: `claims` skips it while it is being written.
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".claim")
+        .tempfile_in(&dir)
+        .map_err(|e| io_err(&dir, e))?;
+    tmp.write_all(&text).map_err(|e| io_err(&path, e))?;
+    tmp.as_file().sync_all().map_err(|e| io_err(&path, e))?;
+    match std::fs::hard_link(tmp.path(), &path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(io_err(&path, e)),
+    }
+}
+
+/// Every claim of the run, by (job, index). A file that does not parse is a claim all the
+/// same (its group is not free), by nobody known.
+pub fn claims(run_dir: &Path) -> Result<HashMap<(u64, usize), Option<usize>>, SlurmError> {
+    let dir = claims_dir(run_dir);
+    let mut out = HashMap::new();
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(io_err(&dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| io_err(&dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((job, index)) = name
+            .strip_suffix(".json")
+            .and_then(|n| n.split_once('.'))
+            .and_then(|(j, i)| Some((j.parse().ok()?, i.parse().ok()?)))
+        else {
+            continue;
+        };
+        let by = read_json::<Claim>(&entry.path()).ok().and_then(|c| c.by);
+        out.insert((job, index), by);
+    }
+    Ok(out)
 }
 
 /// One trial's result as its worker wrote it.
@@ -56,6 +138,10 @@ pub struct WorkerResult {
     /// When the worker started this array task (RFC 3339): submission to here is the
     /// scheduling overhead.
     pub worker_started: String,
+    /// The array index of the task that ran the trial: its own, or another's in a chained
+    /// array. Absent from results of workers before chaining.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_task: Option<usize>,
     /// The trial's row, for the coordinator to record in the store.
     pub row: TrialRow,
 }
@@ -257,5 +343,61 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![4, 9, 12]
         );
+    }
+
+    #[test]
+    fn a_group_is_claimed_once_and_read_back_with_its_claimer() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(claims(dir.path()).unwrap().is_empty());
+        let claim = |index, by| Claim {
+            schema: CLAIM_SCHEMA.into(),
+            job: 41,
+            index,
+            by,
+            node: "n1".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+        };
+        assert!(try_claim(dir.path(), &claim(3, Some(0))).unwrap());
+        // Another task, or the coordinator, comes second: the first claim stands.
+        assert!(!try_claim(dir.path(), &claim(3, Some(1))).unwrap());
+        assert!(!try_claim(dir.path(), &claim(3, None)).unwrap());
+        assert!(try_claim(dir.path(), &claim(4, None)).unwrap());
+        let all = claims(dir.path()).unwrap();
+        assert_eq!(all.len(), 2, "{all:?}");
+        assert_eq!(all[&(41, 3)], Some(0));
+        assert_eq!(all[&(41, 4)], None);
+    }
+
+    #[test]
+    fn racing_claimers_get_one_winner_per_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let won: Vec<usize> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|by| {
+                    let run_dir = dir.path();
+                    s.spawn(move || {
+                        (0..20)
+                            .filter(|&index| {
+                                try_claim(
+                                    run_dir,
+                                    &Claim {
+                                        schema: CLAIM_SCHEMA.into(),
+                                        job: 7,
+                                        index,
+                                        by: Some(by),
+                                        node: String::new(),
+                                        at: String::new(),
+                                    },
+                                )
+                                .unwrap()
+                            })
+                            .count()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(won.iter().sum::<usize>(), 20, "{won:?}");
+        assert_eq!(claims(dir.path()).unwrap().len(), 20);
     }
 }

@@ -65,6 +65,29 @@ struct Arrays {
     /// The last `squeue` and when it was taken.
     states: States,
     polled: Option<Instant>,
+    /// How many tasks each array has (its groups).
+    sizes: HashMap<u64, usize>,
+    /// The claims of chained arrays' groups (`files`), read each round: which task runs what.
+    claims: HashMap<(u64, usize), Option<usize>>,
+    /// Arrays whose every group is claimed and whose tasks with nothing to run were cancelled.
+    trimmed: BTreeSet<u64>,
+}
+
+impl Arrays {
+    /// The array task that runs the group of `task`: the task that claimed it, else its own.
+    fn runner(&self, task: (u64, usize)) -> (u64, usize) {
+        match self.claims.get(&task) {
+            Some(Some(by)) => (task.0, *by),
+            _ => task,
+        }
+    }
+
+    fn state(&self, task: (u64, usize)) -> Option<JobState> {
+        self.states
+            .get(&task.0)
+            .and_then(|s| s.get(&task.1))
+            .copied()
+    }
 }
 
 /// The Slurm executor of a run: its trials as job arrays on the cluster `settings` name.
@@ -92,7 +115,10 @@ pub(crate) async fn dispatch(
     run_dir: &Path,
 ) -> Result<(), RunError> {
     let mut latest: HashMap<String, files::Submission> = HashMap::new();
+    let mut sizes: HashMap<u64, usize> = HashMap::new();
     for s in files::submissions(run_dir)? {
+        let size = sizes.entry(s.job).or_default();
+        *size = (*size).max(s.index + 1);
         for t in &s.trials {
             let newer = latest
                 .get(&t.trial_name)
@@ -109,6 +135,9 @@ pub(crate) async fn dispatch(
         max_size: 1,
         states: HashMap::new(),
         polled: None,
+        sizes,
+        claims: HashMap::new(),
+        trimmed: BTreeSet::new(),
     };
     let mut waiting = BTreeMap::new();
     for (order, plan) in plans.into_iter().enumerate() {
@@ -154,12 +183,15 @@ pub(crate) async fn dispatch(
             }
             arrays.polled = Some(taken);
         }
-        let queue = queue_counts(&arrays.states, &waiting);
+        // After the squeue: a task claims before it ends, so an ended task's claims are seen.
+        arrays.claims = files::claims(run_dir)?;
+        let queue = queue_counts(&arrays, &waiting);
         if queue != shown {
             owner.queue(queue.0, queue.1);
             shown = queue;
         }
-        ingest(owner, run_dir, &arrays, &mut waiting)?;
+        ingest(owner, run_dir, &mut arrays, &mut waiting)?;
+        trim(settings, &mut arrays).await?;
         place::place(owner, settings, run_dir, &mut waiting, &mut arrays).await?;
         tokio::select! {
             _ = tokio::time::sleep(ROUND) => {}
@@ -183,11 +215,15 @@ fn live_jobs(waiting: &BTreeMap<String, Waiting>) -> Vec<u64> {
 }
 
 /// (pending, running) array tasks of the trials still waited for.
-fn queue_counts(states: &States, waiting: &BTreeMap<String, Waiting>) -> (usize, usize) {
+fn queue_counts(arrays: &Arrays, waiting: &BTreeMap<String, Waiting>) -> (usize, usize) {
     let mut counts = (0, 0);
-    let tasks: BTreeSet<(u64, usize)> = waiting.values().filter_map(|w| w.at).collect();
-    for (job, index) in tasks {
-        match states.get(&job).and_then(|s| s.get(&index)) {
+    let tasks: BTreeSet<(u64, usize)> = waiting
+        .values()
+        .filter_map(|w| w.at)
+        .map(|t| arrays.runner(t))
+        .collect();
+    for task in tasks {
+        match arrays.state(task) {
             Some(JobState::Pending) => counts.0 += 1,
             Some(JobState::Running | JobState::Configuring | JobState::Completing) => counts.1 += 1,
             _ => {}
@@ -200,7 +236,7 @@ fn queue_counts(states: &States, waiting: &BTreeMap<String, Waiting>) -> (usize,
 fn ingest(
     owner: &dyn TrialLedger,
     run_dir: &Path,
-    arrays: &Arrays,
+    arrays: &mut Arrays,
     waiting: &mut BTreeMap<String, Waiting>,
 ) -> Result<(), RunError> {
     let names: Vec<String> = waiting.keys().cloned().collect();
@@ -213,7 +249,7 @@ fn ingest(
             trial_name: name.clone(),
             try_no: w.try_no,
         };
-        let state = arrays.states.get(&job).and_then(|s| s.get(&index)).copied();
+        let state = arrays.state(arrays.runner((job, index)));
         // The result is looked for after the state: a worker writes it before its task ends,
         // so an ended task with no file has none to come.
         let row = match files::read_result(run_dir, &this_try)? {
@@ -233,10 +269,58 @@ fn ingest(
                 {
                     continue;
                 }
+                // Nobody claimed the group: the coordinator does before giving the try up, so
+                // no task of a chained array starts it afterwards. A task that claimed it first
+                // runs it: waited for from the next round.
+                ended if !arrays.claims.contains_key(&(job, index)) => {
+                    if !files::try_claim(run_dir, &lost_claim(job, index))? {
+                        continue;
+                    }
+                    arrays.claims.insert((job, index), None);
+                    lost_row(&w.plan, ended)
+                }
                 ended => lost_row(&w.plan, ended),
             },
         };
         settle(owner, waiting, &name, row)?;
+    }
+    Ok(())
+}
+
+/// The coordinator's claim of a group whose try it takes as lost.
+fn lost_claim(job: u64, index: usize) -> files::Claim {
+    files::Claim {
+        schema: files::CLAIM_SCHEMA.into(),
+        job,
+        index,
+        by: None,
+        node: String::new(),
+        at: chrono::Utc::now().to_rfc3339(),
+    }
+}
+
+/// Cancels the tasks of a chained array that can have nothing to run: once every group is
+/// claimed, the tasks that claimed none (still pending behind the throttle, their groups run
+/// by others) would only start and end. A task that runs nothing cannot start anything either
+/// (nothing is left to claim), so this `scancel` never cuts a trial.
+async fn trim(settings: &SlurmSettings, arrays: &mut Arrays) -> Result<(), RunError> {
+    let mut done = Vec::new();
+    for (&job, &size) in &arrays.sizes {
+        if arrays.trimmed.contains(&job) || arrays.cancelled.contains(&job) {
+            continue;
+        }
+        if !(0..size).all(|i| arrays.claims.contains_key(&(job, i))) {
+            continue;
+        }
+        let claimers: BTreeSet<usize> = (0..size)
+            .filter_map(|i| arrays.claims.get(&(job, i)).copied().flatten())
+            .collect();
+        let idle: Vec<usize> = (0..size).filter(|i| !claimers.contains(i)).collect();
+        done.push((job, idle));
+    }
+    for (job, idle) in done {
+        queue::cancel_tasks(settings, job, &idle).await?;
+        arrays.trimmed.insert(job);
     }
     Ok(())
 }

@@ -29,12 +29,10 @@ pub(super) async fn place(
 ) -> Result<(), RunError> {
     let mut budget = owner.at_once().max(1);
     let mut live: BTreeMap<u64, BTreeSet<usize>> = BTreeMap::new();
-    for (job, index) in waiting.values().filter_map(|w| w.at) {
-        let ended = arrays
-            .states
-            .get(&job)
-            .and_then(|s| s.get(&index))
-            .is_some_and(|s| !s.is_live());
+    // By the task that runs each group: in a chained array, one task runs many in turn.
+    for task in waiting.values().filter_map(|w| w.at) {
+        let (job, index) = arrays.runner(task);
+        let ended = arrays.state((job, index)).is_some_and(|s| !s.is_live());
         if !ended {
             live.entry(job).or_default().insert(index);
         }
@@ -71,6 +69,7 @@ pub(super) async fn place(
             let job = submit_array(owner, settings, run_dir, chunk, shape, at_once).await?;
             arrays.throttle.insert(job, at_once);
             arrays.submitted.insert(job, Instant::now());
+            arrays.sizes.insert(job, chunk.len());
             for (index, group) in chunk.iter().enumerate() {
                 for t in group {
                     if let Some(w) = waiting.get_mut(&t.trial_name) {
@@ -137,6 +136,9 @@ async fn submit_array(
             })?,
             groups: groups.to_vec(),
             campaign: owner.campaign_plan(),
+            // A time limit is each trial's: a task that chained trials would spend it on
+            // several.
+            chain: settings.time_limit.is_none(),
         },
     )?;
     let script = spec_path.with_extension("sh");

@@ -299,6 +299,108 @@ pub async fn cancel(settings: &SlurmSettings, jobs: &[u64]) -> Result<(), SlurmE
     Ok(())
 }
 
+/// `scancel` of some tasks of one array (`JOB_[1-3,7]`), which may have ended already.
+pub async fn cancel_tasks(
+    settings: &SlurmSettings,
+    job: u64,
+    indices: &[usize],
+) -> Result<(), SlurmError> {
+    if indices.is_empty() {
+        return Ok(());
+    }
+    let args = vec![format!("{job}_[{}]", index_ranges(indices))];
+    let args = &args;
+    patiently(settings.stall_deadline(), move || async move {
+        match run("scancel", args).await {
+            Err(SlurmError::Command { message, .. })
+                if message.contains("already completing or completed")
+                    || message.contains("Invalid job id") =>
+            {
+                Ok(String::new())
+            }
+            other => other,
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// Array indices as Slurm writes a set of them: `0-3,7,9-10`.
+fn index_ranges(indices: &[usize]) -> String {
+    let mut sorted = indices.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        while i + 1 < sorted.len() && sorted[i + 1] == sorted[i] + 1 {
+            i += 1;
+        }
+        parts.push(if sorted[i] == start {
+            start.to_string()
+        } else {
+            format!("{start}-{}", sorted[i])
+        });
+        i += 1;
+    }
+    parts.join(",")
+}
+
+/// How long a worker waits for its task's time left.
+const TIME_LEFT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// What Slurm says of a running job's time left (`squeue -o %L`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeLeft {
+    /// No time limit.
+    Unlimited,
+    /// It is stopped this long from now.
+    Ends(Duration),
+}
+
+/// The time left of job `job` (a running array task's own id), asked once, without waiting out
+/// a stalled controller: a caller that cannot know goes without.
+pub async fn time_left(job: u64) -> Result<TimeLeft, SlurmError> {
+    let args: Vec<String> = ["-h", "-j", &job.to_string(), "-o", "%L"]
+        .map(String::from)
+        .to_vec();
+    // Asked as a worker starts: a controller that does not answer costs the chaining, not
+    // the call's whole timeout before the first trial.
+    let out = match tokio::time::timeout(TIME_LEFT_TIMEOUT, run("squeue", &args)).await {
+        Ok(out) => out?,
+        Err(_) => {
+            return Err(SlurmError::Unanswered {
+                command: format!("squeue -h -j {job} -o %L"),
+            });
+        }
+    };
+    parse_time_left(out.trim()).ok_or_else(|| SlurmError::Command {
+        command: format!("squeue -h -j {job} -o %L"),
+        message: format!("unexpected output {out:?}"),
+    })
+}
+
+/// `UNLIMITED`, or Slurm's `[D-]HH:MM:SS` / `MM:SS` / `SS`.
+fn parse_time_left(text: &str) -> Option<TimeLeft> {
+    if text == "UNLIMITED" {
+        return Some(TimeLeft::Unlimited);
+    }
+    let (days, clock) = match text.split_once('-') {
+        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
+        None => (0, text),
+    };
+    let mut secs = 0u64;
+    let fields: Vec<&str> = clock.split(':').collect();
+    if fields.len() > 3 {
+        return None;
+    }
+    for f in fields {
+        secs = secs * 60 + f.parse::<u64>().ok()?;
+    }
+    Some(TimeLeft::Ends(Duration::from_secs(days * 86_400 + secs)))
+}
+
 /// The site's `MaxArraySize` (`scontrol show config`): array indices must stay below it.
 pub async fn max_array_size(settings: &SlurmSettings) -> Result<usize, SlurmError> {
     let args = ["show".to_string(), "config".to_string()];
@@ -359,6 +461,20 @@ mod tests {
                       MaxArraySize            = 40\nMaxJobCount             = 10000\n";
         assert_eq!(parse_max_array_size(config), Some(40));
         assert_eq!(parse_max_array_size("MaxJobCount = 1\n"), None);
+    }
+
+    #[test]
+    fn time_left_and_index_sets_are_read_and_written_as_slurm_does() {
+        assert_eq!(parse_time_left("UNLIMITED"), Some(TimeLeft::Unlimited));
+        let left = |s| Some(TimeLeft::Ends(Duration::from_secs(s)));
+        assert_eq!(parse_time_left("1-02:03:04"), left(86_400 + 7_384));
+        assert_eq!(parse_time_left("59:30"), left(3_570));
+        assert_eq!(parse_time_left("45"), left(45));
+        for bad in ["NOT_SET", "INVALID", "", "1:2:3:4"] {
+            assert_eq!(parse_time_left(bad), None, "{bad}");
+        }
+        assert_eq!(index_ranges(&[9, 0, 1, 2, 7, 10, 2]), "0-2,7,9-10");
+        assert_eq!(index_ranges(&[4]), "4");
     }
 
     #[test]
