@@ -157,11 +157,9 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
         // Answered above, before any image settings are read.
         BenchCommand::View(_)
         | BenchCommand::Pull(_)
+        | BenchCommand::SlurmOverhead(_)
         | BenchCommand::Command { .. }
         | BenchCommand::Agent { .. } => Ok(()),
-        BenchCommand::View(_) | BenchCommand::SlurmOverhead(_) | BenchCommand::Command { .. } => {
-            Ok(())
-        }
     };
     let _ = std::fs::remove_dir_all(&scratch);
     result.map(|()| Exit::Success)
