@@ -178,6 +178,20 @@ async fn a_staged_read_only_store_runs_a_pack_offline_and_is_never_written() {
     drop(registry);
 
     let ro = ReadOnlyMount::of(&store, &dir.path().join("ro"));
+    // `geode tasks check` only reads the store: it finds each base there, on the read-only
+    // mount.
+    let out = super::common::geode_in(dir.path())
+        .env("GEODE_IMAGES", &ro.0)
+        .args(["tasks", "check"])
+        .arg(&pack)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("in the image store"),
+        "{said}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let jobs = dir.path().join("jobs");
     let out = run_offline(dir.path(), &pack, &ro.0, &jobs);
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -362,7 +362,10 @@ mod tests {
         let defaults = parsed("").unwrap();
         assert_eq!(defaults.aliases, Aliases::default());
         assert!(!defaults.stand_in_pinned);
-        assert!(!defaults.read_only, "a store is written unless it is said to be staged");
+        assert!(
+            !defaults.read_only,
+            "a store is written unless it is said to be staged"
+        );
         assert!(parsed("[images]\nread_only = true\n").unwrap().read_only);
         let s = parsed(
             "[images]\naliases = { \"mirror.gcr.io/library\" = \"docker.io/library\" }\n\

@@ -202,9 +202,9 @@ fn report_broken(pack: &TaskPack) -> anyhow::Result<Exit> {
 /// `geode tasks check`: the preflight's findings, per task.
 fn check(pack: &Path, json: bool) -> anyhow::Result<Exit> {
     let settings = super::backends::ImageSettings::load()?;
-    // Only read: a check never makes the store.
-    let store = if settings.store.is_dir() {
-        Some(geode_harness::env::image::ImageStore::open(
+    // Only read: a check never makes or changes the store (which may be a read-only mount).
+    let store = if settings.store.join("layers").is_dir() {
+        Some(geode_harness::env::image::ImageStore::open_read_only(
             settings.store.clone(),
         )?)
     } else {
