@@ -21,6 +21,7 @@ mod docker;
 #[path = "../support/docker.rs"]
 mod dockerd;
 mod exec;
+mod gateway;
 mod harbor;
 mod harbor_compose;
 mod harbor_services;

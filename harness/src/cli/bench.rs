@@ -9,6 +9,8 @@
 //! - `geode bench view`: the viewer's answers over a synthetic jobs folder (`bench_view.rs`).
 //! - `geode bench command`: a person's shell command (`true`) unconfined and in the command
 //!   sandbox, alternated, with the medians and their difference (the sandbox's start cost).
+//! - `geode bench gateway`: a streamed call's first text through the model gateway against
+//!   the embedded model asked directly (`bench_gateway.rs`).
 
 use super::exit::Exit;
 use std::path::PathBuf;
@@ -57,6 +59,8 @@ pub enum BenchCommand {
         #[arg(short = 'r', long, default_value_t = 50)]
         repeat: usize,
     },
+    /// A streamed call through the model gateway against the embedded model asked directly.
+    Gateway(super::bench_gateway::BenchGatewayArgs),
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -110,6 +114,7 @@ async fn cycle(
 pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
     match cmd {
         BenchCommand::View(args) => return super::bench_view::run(args).await,
+        BenchCommand::Gateway(args) => return super::bench_gateway::run(args).await,
         BenchCommand::Command { repeat } => {
             return bench_command(repeat).await.map(|()| Exit::Success);
         }
@@ -125,7 +130,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
             docker,
         } => bench_image(&settings, &scratch, &reference, repeat, docker).await,
         // Answered above, before any image settings are read.
-        BenchCommand::View(_) | BenchCommand::Command { .. } => Ok(()),
+        BenchCommand::View(_) | BenchCommand::Command { .. } | BenchCommand::Gateway(_) => Ok(()),
     };
     let _ = std::fs::remove_dir_all(&scratch);
     result.map(|()| Exit::Success)

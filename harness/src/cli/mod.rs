@@ -12,6 +12,7 @@ use strum::IntoEnumIterator;
 mod assembly;
 mod backends;
 mod bench;
+mod bench_gateway;
 mod bench_view;
 mod config;
 mod connect;

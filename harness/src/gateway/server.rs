@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::call::{self, Encoder, Refusal, Shaper, WireCall, reply_id};
 use super::records::{CallRecord, CallStatus, Ledger, SCHEMA, WireFormat};
@@ -34,6 +35,9 @@ pub(super) struct Shared {
     pub token: String,
     pub ledger: Ledger,
     pub secrets: Vec<String>,
+    /// The streamed calls' tasks, which outlive their request handlers: `finish` waits for
+    /// them so the records it hands back are whole.
+    pub calls: TaskTracker,
 }
 
 /// Agents send whole conversations, screenshots included, on every call: axum's 2 MB default
@@ -175,13 +179,14 @@ async fn handle(
     if !authorized(headers, &shared.token) {
         return refuse(&shared, record, Refusal::Unauthorized, started);
     }
-    let call = match serde_json::from_slice::<Value>(body)
+    let mut call = match serde_json::from_slice::<Value>(body)
         .map_err(|e| format!("body: not JSON: {e}"))
         .and_then(|v| parse(format, &v))
     {
         Ok(call) => call,
         Err(e) => return refuse(&shared, record, Refusal::BadRequest(e), started),
     };
+    shared.ledger.restore_signatures(&mut call.request.messages);
     record.stream = call.stream;
     record.request = Some(call.request.clone());
     let number = match shared.ledger.admit() {
@@ -292,7 +297,8 @@ fn stream(
     };
     send(shaper.start());
     record.first_byte_ms = ms(started);
-    tokio::spawn(async move {
+    let calls = shared.calls.clone();
+    calls.spawn(async move {
         let plan = call::plan(&call.request.tools);
         let (dtx, mut drx) = mpsc::unbounded_channel::<ModelDelta>();
         let sink = DeltaSink::new(move |d| {

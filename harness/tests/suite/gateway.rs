@@ -944,3 +944,122 @@ async fn the_routes_real_key_never_reaches_the_agent() {
             .contains("sk-real")
     );
 }
+
+/// Thinks, then writes, both as deltas, and signs its thinking as a provider does.
+struct Signed;
+
+#[async_trait]
+impl Model for Signed {
+    fn id(&self) -> &str {
+        "signed"
+    }
+
+    async fn complete(
+        &self,
+        request: &ModelRequest<'_>,
+    ) -> Result<AssistantTurn, geode_runtime::model::ModelError> {
+        request.deltas.send(ModelDelta::Thinking("Plan it.".into()));
+        request.deltas.send(ModelDelta::Text("Done.".into()));
+        Ok(AssistantTurn {
+            message: Message {
+                role: geode_runtime::conversation::Role::Assistant,
+                content: vec![
+                    ContentBlock::Thinking {
+                        thinking: "Plan it.".into(),
+                        signature: Some("sig-abc".into()),
+                    },
+                    ContentBlock::Text {
+                        text: "Done.".into(),
+                    },
+                ],
+            },
+            usage: Default::default(),
+            stop_reason: geode_runtime::conversation::StopReason::EndTurn,
+        })
+    }
+}
+
+/// Thinking streamed before its signature existed reaches the agent unsigned; when the agent
+/// sends it back, the route gets it with the signature from the record of the reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_thinking_gets_its_signature_back_from_the_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway::start(GatewayConfig {
+        model: Arc::new(Signed),
+        model_name: "signed".into(),
+        budgets: Budgets::default(),
+        record_file: dir.path().join("gateway.jsonl"),
+        listen: Listen::loopback(),
+        secrets: vec![],
+    })
+    .await
+    .unwrap();
+    let url = format!("{}/v1/messages", gw.url().unwrap());
+    let key = [("x-api-key", gw.token())];
+    let first = json!({"model": "m", "max_tokens": 10, "stream": true,
+                       "messages": [{"role": "user", "content": "hi"}]});
+    let (status, body) = post(&url, &key, &first).await;
+    assert_eq!(status, 200, "{body}");
+    let thinking: String = events(&body)
+        .iter()
+        .filter_map(|(_, v)| v["delta"]["thinking"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(thinking, "Plan it.");
+    let second = json!({"model": "m", "max_tokens": 10, "stream": true, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Plan it.", "signature": ""},
+            {"type": "text", "text": "Done."}]},
+        {"role": "user", "content": "again"},
+    ]});
+    assert_eq!(post(&url, &key, &second).await.0, 200);
+    let records = gw.finish().await.unwrap();
+    let echoed = &records[1].request.as_ref().unwrap().messages[1].content[0];
+    assert_eq!(
+        echoed,
+        &ContentBlock::Thinking {
+            thinking: "Plan it.".into(),
+            signature: Some("sig-abc".into()),
+        }
+    );
+}
+
+/// An agent that hangs up midway does not lose the call's record: `finish` waits for the
+/// model to end and hands back the record with the whole reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finish_waits_for_a_call_whose_agent_hung_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let gw = gateway::start(GatewayConfig {
+        model: Arc::new(Gated { gate: gate.clone() }),
+        model_name: "gated".into(),
+        budgets: Budgets::default(),
+        record_file: dir.path().join("gateway.jsonl"),
+        listen: Listen::loopback(),
+        secrets: vec![],
+    })
+    .await
+    .unwrap();
+    let mut resp = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", gw.url().unwrap()))
+        .header("authorization", format!("Bearer {}", gw.token()))
+        .json(&json!({"model": "m", "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    resp.chunk().await.unwrap().unwrap();
+    drop(resp);
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        gate.notify_one();
+    });
+    let records = gw.finish().await.unwrap();
+    release.await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].status, CallStatus::Ok);
+    assert_eq!(
+        records[0].reply.as_ref().unwrap().message.text(),
+        "Hello world"
+    );
+}
