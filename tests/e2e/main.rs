@@ -24,6 +24,7 @@ mod dockerd;
 mod exec;
 #[path = "../support/fake_kube.rs"]
 mod fake_kube;
+mod gateway;
 mod harbor;
 mod harbor_compose;
 mod harbor_services;

@@ -13,6 +13,8 @@
 //!   the cluster's overhead per trial (`bench_slurm.rs`).
 //! - `geode bench command`: a person's shell command (`true`) unconfined and in the command
 //!   sandbox, alternated, with the medians and their difference (the sandbox's start cost).
+//! - `geode bench gateway`: a streamed call's first text through the model gateway against
+//!   the embedded model asked directly (`bench_gateway.rs`).
 
 use super::exit::Exit;
 use std::path::PathBuf;
@@ -76,6 +78,8 @@ pub enum BenchCommand {
         #[arg(short = 'r', long, default_value_t = 50)]
         repeat: usize,
     },
+    /// A streamed call through the model gateway against the embedded model asked directly.
+    Gateway(super::bench_gateway::BenchGatewayArgs),
 }
 
 pub(super) fn median(mut v: Vec<Duration>) -> Duration {
@@ -131,6 +135,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
         BenchCommand::View(args) => return super::bench_view::run(args).await,
         BenchCommand::Pull(args) => return super::bench_pull::run(args).await,
         BenchCommand::SlurmOverhead(args) => return super::bench_slurm::run(args).await,
+        BenchCommand::Gateway(args) => return super::bench_gateway::run(args).await,
         BenchCommand::Command { repeat } => {
             return bench_command(repeat).await.map(|()| Exit::Success);
         }
@@ -158,6 +163,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<Exit> {
         BenchCommand::View(_)
         | BenchCommand::Pull(_)
         | BenchCommand::SlurmOverhead(_)
+        | BenchCommand::Gateway(_)
         | BenchCommand::Command { .. }
         | BenchCommand::Agent { .. } => Ok(()),
     };

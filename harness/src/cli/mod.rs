@@ -13,6 +13,7 @@ mod assembly;
 mod backends;
 mod bench;
 mod bench_agent;
+mod bench_gateway;
 mod bench_pull;
 mod bench_slurm;
 mod bench_view;

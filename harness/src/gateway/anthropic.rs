@@ -137,9 +137,14 @@ fn blocks_of(b: &Value, out: &mut Vec<ContentBlock>) -> Result<(), String> {
             });
             out.extend(images.into_iter().map(ContentBlock::Image));
         }
+        // An empty signature is none: the gateway may have streamed the block before its
+        // signature was known (`Ledger::restore_signatures` puts it back).
         Some("thinking") => out.push(ContentBlock::Thinking {
             thinking: s("thinking"),
-            signature: b["signature"].as_str().map(str::to_string),
+            signature: b["signature"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
         }),
         Some("redacted_thinking") => out.push(ContentBlock::Thinking {
             thinking: String::new(),

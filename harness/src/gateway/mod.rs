@@ -141,6 +141,7 @@ pub async fn start(config: GatewayConfig) -> Result<Gateway, GatewayError> {
             .into_iter()
             .filter(|s| !s.is_empty())
             .collect(),
+        calls: tokio_util::task::TaskTracker::new(),
     });
     let stop = CancellationToken::new();
     let mut tasks = Vec::new();
@@ -247,6 +248,8 @@ impl Gateway {
                 Err(e) => return Err(GatewayError::Server(e.to_string())),
             }
         }
+        self.shared.calls.close();
+        self.shared.calls.wait().await;
         if let Some(path) = &self.socket {
             let _ = std::fs::remove_file(path);
         }

@@ -17,7 +17,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use geode_runtime::conversation::{AssistantTurn, Message, Usage};
+use geode_runtime::conversation::{AssistantTurn, ContentBlock, Message, Role, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -234,6 +234,39 @@ impl Ledger {
             path: self.path.clone(),
             source,
         })
+    }
+
+    /// Give back the signatures of reasoning the agent returns without one. A stream passes
+    /// the model's thinking on as it is written, before the provider signs it, so the agent
+    /// got the block unsigned; a provider that checks signatures (Anthropic, and encrypted
+    /// Responses reasoning) needs it back verbatim, and the record of the reply has it.
+    pub fn restore_signatures(&self, messages: &mut [Message]) {
+        let s = self.lock();
+        for message in messages.iter_mut().filter(|m| m.role == Role::Assistant) {
+            for block in &mut message.content {
+                let ContentBlock::Thinking {
+                    thinking,
+                    signature: signature @ None,
+                } = block
+                else {
+                    continue;
+                };
+                let signed = s
+                    .records
+                    .iter()
+                    .rev()
+                    .filter_map(|r| r.reply.as_ref())
+                    .flat_map(|t| &t.message.content)
+                    .find_map(|b| match b {
+                        ContentBlock::Thinking {
+                            thinking: t,
+                            signature: Some(sig),
+                        } if t == thinking => Some(sig.clone()),
+                        _ => None,
+                    });
+                *signature = signed;
+            }
+        }
     }
 
     /// Every record so far.

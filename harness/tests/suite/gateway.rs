@@ -750,3 +750,316 @@ async fn the_gateway_answers_on_its_unix_socket() {
     f.gateway.finish().await.unwrap();
     assert!(!socket.exists());
 }
+
+/// Writes "Hello " at once, then waits for the test before writing "world".
+struct Gated {
+    gate: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl Model for Gated {
+    fn id(&self) -> &str {
+        "gated"
+    }
+
+    async fn complete(
+        &self,
+        request: &ModelRequest<'_>,
+    ) -> Result<AssistantTurn, geode_runtime::model::ModelError> {
+        request.deltas.send(ModelDelta::Text("Hello ".into()));
+        self.gate.notified().await;
+        request.deltas.send(ModelDelta::Text("world".into()));
+        Ok(AssistantTurn {
+            message: Message {
+                role: geode_runtime::conversation::Role::Assistant,
+                content: vec![ContentBlock::Text {
+                    text: "Hello world".into(),
+                }],
+            },
+            usage: Default::default(),
+            stop_reason: geode_runtime::conversation::StopReason::EndTurn,
+        })
+    }
+}
+
+/// The model's text reaches the agent while the model is still writing: the first delta
+/// arrives before the model may go on, and the whole reply is still one text block.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_streams_to_the_agent_as_the_model_writes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let gateway = gateway::start(GatewayConfig {
+        model: Arc::new(Gated { gate: gate.clone() }),
+        model_name: "gated".into(),
+        budgets: Budgets::default(),
+        record_file: dir.path().join("gateway.jsonl"),
+        listen: Listen::loopback(),
+        secrets: vec![],
+    })
+    .await
+    .unwrap();
+    let mut resp = reqwest::Client::new()
+        .post(format!("{}/v1/messages", gateway.url().unwrap()))
+        .header("x-api-key", gateway.token())
+        .json(&json!({"model": "m", "max_tokens": 10, "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    let mut body = String::new();
+    let first = tokio::time::timeout(Duration::from_secs(10), async {
+        while !body.contains("\"text\":\"Hello \"") {
+            let chunk = resp.chunk().await.unwrap().expect("the stream ended early");
+            body.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    })
+    .await;
+    assert!(first.is_ok(), "no text before the model finished: {body}");
+    assert!(!body.contains("world"), "{body}");
+    gate.notify_one();
+    while let Some(chunk) = resp.chunk().await.unwrap() {
+        body.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let evs = events(&body);
+    let text: String = evs
+        .iter()
+        .filter_map(|(_, v)| v["delta"]["text"].as_str())
+        .collect();
+    assert_eq!(text, "Hello world");
+    let blocks = evs
+        .iter()
+        .filter(|(n, _)| n == "content_block_start")
+        .count();
+    assert_eq!(blocks, 1);
+    gateway.finish().await.unwrap();
+}
+
+/// Fails with a message that quotes the route's key, as a careless upstream might.
+struct Leaky;
+
+#[async_trait]
+impl Model for Leaky {
+    fn id(&self) -> &str {
+        "leaky"
+    }
+
+    async fn complete(
+        &self,
+        _: &ModelRequest<'_>,
+    ) -> Result<AssistantTurn, geode_runtime::model::ModelError> {
+        Err(geode_runtime::model::ModelError::Fatal {
+            model: "leaky".into(),
+            message: "upstream refused key sk-real-123456".into(),
+        })
+    }
+}
+
+/// The route's real key stays on the host. A provider route behind the gateway (the runtime's
+/// Anthropic adapter, its "provider" a second gateway whose token plays the real key) answers
+/// the agent, who only ever sent its own token, and nothing the agent receives or the records
+/// hold names the real key; a failure that quotes it reaches the agent and the record cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_routes_real_key_never_reaches_the_agent() {
+    let upstream = start(script(), Budgets::default(), false).await;
+    let real_key = upstream.gateway.token().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let provider = model_from_route(
+        "anthropic:claude-sonnet-4-5-20250929",
+        &options(upstream.gateway.url().unwrap(), &real_key),
+    )
+    .unwrap();
+    let front = gateway::start(GatewayConfig {
+        model: provider,
+        model_name: "claude-sonnet-4-5-20250929".into(),
+        budgets: Budgets::default(),
+        record_file: dir.path().join("front.jsonl"),
+        listen: Listen::loopback(),
+        secrets: vec![real_key.clone()],
+    })
+    .await
+    .unwrap();
+    assert_ne!(front.token(), real_key);
+    let chat = json!({"model": "m", "stream": true,
+                      "messages": [{"role": "user", "content": "List the files."}]});
+    let bearer = format!("Bearer {}", front.token());
+    let (status, body) = post(
+        &format!("{}/v1/chat/completions", front.url().unwrap()),
+        &[("authorization", &bearer)],
+        &chat,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let text: String = events(&body)
+        .iter()
+        .filter_map(|(_, v)| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(text, "Listing the files.");
+    assert!(!body.contains(&real_key));
+    let records = front.finish().await.unwrap();
+    assert_eq!(
+        records[0].route_model,
+        "anthropic:claude-sonnet-4-5-20250929"
+    );
+    assert!(
+        records[0].usage.cost_usd > 0.0,
+        "a provider route is priced"
+    );
+    assert!(
+        !std::fs::read_to_string(dir.path().join("front.jsonl"))
+            .unwrap()
+            .contains(&real_key)
+    );
+    let upstream_records = upstream.gateway.finish().await.unwrap();
+    assert_eq!(upstream_records.len(), 1);
+    assert_eq!(upstream_records[0].status, CallStatus::Ok);
+
+    let leaky = gateway::start(GatewayConfig {
+        model: Arc::new(Leaky),
+        model_name: "leaky".into(),
+        budgets: Budgets::default(),
+        record_file: dir.path().join("leaky.jsonl"),
+        listen: Listen::loopback(),
+        secrets: vec!["sk-real-123456".into()],
+    })
+    .await
+    .unwrap();
+    let (status, body) = post(
+        &format!("{}/v1/messages", leaky.url().unwrap()),
+        &[("x-api-key", leaky.token())],
+        &json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("upstream refused key [redacted]"), "{body}");
+    assert!(!body.contains("sk-real-123456"));
+    let records = leaky.finish().await.unwrap();
+    assert_eq!(records[0].status, CallStatus::ModelError);
+    assert!(
+        !std::fs::read_to_string(dir.path().join("leaky.jsonl"))
+            .unwrap()
+            .contains("sk-real")
+    );
+}
+
+/// Thinks, then writes, both as deltas, and signs its thinking as a provider does.
+struct Signed;
+
+#[async_trait]
+impl Model for Signed {
+    fn id(&self) -> &str {
+        "signed"
+    }
+
+    async fn complete(
+        &self,
+        request: &ModelRequest<'_>,
+    ) -> Result<AssistantTurn, geode_runtime::model::ModelError> {
+        request.deltas.send(ModelDelta::Thinking("Plan it.".into()));
+        request.deltas.send(ModelDelta::Text("Done.".into()));
+        Ok(AssistantTurn {
+            message: Message {
+                role: geode_runtime::conversation::Role::Assistant,
+                content: vec![
+                    ContentBlock::Thinking {
+                        thinking: "Plan it.".into(),
+                        signature: Some("sig-abc".into()),
+                    },
+                    ContentBlock::Text {
+                        text: "Done.".into(),
+                    },
+                ],
+            },
+            usage: Default::default(),
+            stop_reason: geode_runtime::conversation::StopReason::EndTurn,
+        })
+    }
+}
+
+/// Thinking streamed before its signature existed reaches the agent unsigned; when the agent
+/// sends it back, the route gets it with the signature from the record of the reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_thinking_gets_its_signature_back_from_the_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let gw = gateway::start(GatewayConfig {
+        model: Arc::new(Signed),
+        model_name: "signed".into(),
+        budgets: Budgets::default(),
+        record_file: dir.path().join("gateway.jsonl"),
+        listen: Listen::loopback(),
+        secrets: vec![],
+    })
+    .await
+    .unwrap();
+    let url = format!("{}/v1/messages", gw.url().unwrap());
+    let key = [("x-api-key", gw.token())];
+    let first = json!({"model": "m", "max_tokens": 10, "stream": true,
+                       "messages": [{"role": "user", "content": "hi"}]});
+    let (status, body) = post(&url, &key, &first).await;
+    assert_eq!(status, 200, "{body}");
+    let thinking: String = events(&body)
+        .iter()
+        .filter_map(|(_, v)| v["delta"]["thinking"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(thinking, "Plan it.");
+    let second = json!({"model": "m", "max_tokens": 10, "stream": true, "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Plan it.", "signature": ""},
+            {"type": "text", "text": "Done."}]},
+        {"role": "user", "content": "again"},
+    ]});
+    assert_eq!(post(&url, &key, &second).await.0, 200);
+    let records = gw.finish().await.unwrap();
+    let echoed = &records[1].request.as_ref().unwrap().messages[1].content[0];
+    assert_eq!(
+        echoed,
+        &ContentBlock::Thinking {
+            thinking: "Plan it.".into(),
+            signature: Some("sig-abc".into()),
+        }
+    );
+}
+
+/// An agent that hangs up midway does not lose the call's record: `finish` waits for the
+/// model to end and hands back the record with the whole reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finish_waits_for_a_call_whose_agent_hung_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let gw = gateway::start(GatewayConfig {
+        model: Arc::new(Gated { gate: gate.clone() }),
+        model_name: "gated".into(),
+        budgets: Budgets::default(),
+        record_file: dir.path().join("gateway.jsonl"),
+        listen: Listen::loopback(),
+        secrets: vec![],
+    })
+    .await
+    .unwrap();
+    let mut resp = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", gw.url().unwrap()))
+        .header("authorization", format!("Bearer {}", gw.token()))
+        .json(&json!({"model": "m", "stream": true,
+                      "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    resp.chunk().await.unwrap().unwrap();
+    drop(resp);
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        gate.notify_one();
+    });
+    let records = gw.finish().await.unwrap();
+    release.await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].status, CallStatus::Ok);
+    assert_eq!(
+        records[0].reply.as_ref().unwrap().message.text(),
+        "Hello world"
+    );
+}
