@@ -9,7 +9,7 @@ pub mod spec;
 
 pub use choice::{AgentChoice, AgentChoiceError};
 pub use install::{InstallError, InstalledAgent};
-pub use spec::{BUILTIN, BuiltinAgent, LaunchCommand, LaunchContext, Wire};
+pub use spec::{BUILTIN, BuiltinAgent, LaunchCommand, LaunchContext};
 
 use std::path::Path;
 

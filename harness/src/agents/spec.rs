@@ -2,23 +2,13 @@
 //! pinned version), which provider wire format it speaks, and how it is started headless on an
 //! instruction with the trial's gateway as its only provider.
 
+use crate::gateway::records::WireFormat;
+
 /// Where an agent's files live inside the sandbox: its cached layer puts them under here.
 pub const AGENT_ROOT: &str = "/opt/geode-agent";
 
 /// Where an agent's own logs go inside the sandbox (the trial's `agent/` folder).
 pub const AGENT_LOGS: &str = "/logs/agent";
-
-/// The provider wire format an agent speaks to the gateway.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::Display, strum::AsRefStr)]
-#[strum(serialize_all = "kebab-case")]
-pub enum Wire {
-    /// Anthropic Messages (`POST /v1/messages`).
-    AnthropicMessages,
-    /// OpenAI Responses (`POST /v1/responses`).
-    OpenaiResponses,
-    /// OpenAI Chat Completions (`POST /v1/chat/completions`).
-    ChatCompletions,
-}
 
 /// How an agent's package becomes its layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +43,7 @@ pub struct BuiltinAgent {
     /// Where it comes from.
     pub install: Install,
     /// What it speaks.
-    pub wire: Wire,
+    pub wire: WireFormat,
 }
 
 /// The built-in third-party agents.
@@ -65,7 +55,7 @@ pub static BUILTIN: [BuiltinAgent; 3] = [
             package: "@anthropic-ai/claude-code",
             binary: "@anthropic-ai/claude-code-linux-x64/claude",
         },
-        wire: Wire::AnthropicMessages,
+        wire: WireFormat::AnthropicMessages,
     },
     BuiltinAgent {
         name: "codex",
@@ -74,7 +64,7 @@ pub static BUILTIN: [BuiltinAgent; 3] = [
             package: "@openai/codex",
             binary: "@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex",
         },
-        wire: Wire::OpenaiResponses,
+        wire: WireFormat::OpenaiResponses,
     },
     BuiltinAgent {
         name: "mini-swe-agent",
@@ -83,7 +73,7 @@ pub static BUILTIN: [BuiltinAgent; 3] = [
             package: "mini-swe-agent",
             module: "minisweagent.run.mini",
         },
-        wire: Wire::ChatCompletions,
+        wire: WireFormat::ChatCompletions,
     },
 ];
 

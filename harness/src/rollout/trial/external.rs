@@ -70,6 +70,14 @@ pub(super) async fn run_external_agent(
             "GEODE's own runtime is not a program to start in the sandbox".into(),
         )));
     };
+    if let TrialAgent::Builtin { agent, installed } = plan.agent.as_ref() {
+        rec.notes.push(format!(
+            "agent {}, layer {}, speaking {} to the trial's gateway",
+            plan.agent.label(),
+            installed.digest,
+            agent.wire
+        ));
+    }
     if let TrialAgent::Builtin { installed, .. } = plan.agent.as_ref()
         && let Some(python) = &installed.python
     {
