@@ -183,17 +183,16 @@ fn command_line(launch: &LaunchCommand) -> String {
         ));
     }
     let argv: Vec<String> = launch.argv.iter().map(|a| shell_quote(a)).collect();
-    line.push_str("exec ");
-    line.push_str(&argv.join(" "));
-    // A `command:` agent reads the instruction on its standard input; the built-in agents get
-    // it as an argument and an empty input (a headless agent waiting on a terminal would hang).
+    // A `command:` agent reads the instruction on its standard input, from its environment
+    // variable (no here-document, whose end marker an instruction could contain); the
+    // built-in agents get it as an argument and an empty input (a headless agent waiting on a
+    // terminal would hang).
     if launch.env.iter().any(|(k, _)| k == "GEODE_INSTRUCTION") {
-        line.push_str(" <<'GEODE_INSTRUCTION_END'\n");
-        if let Some((_, text)) = launch.env.iter().find(|(k, _)| k == "GEODE_INSTRUCTION") {
-            line.push_str(text);
-        }
-        line.push_str("\nGEODE_INSTRUCTION_END");
+        line.push_str("printf '%s\\n' \"$GEODE_INSTRUCTION\" | ");
+        line.push_str(&argv.join(" "));
     } else {
+        line.push_str("exec ");
+        line.push_str(&argv.join(" "));
         line.push_str(" </dev/null");
     }
     line
@@ -253,4 +252,28 @@ fn usage(records: &[gateway::CallRecord]) -> TrialUsage {
         usage.model_calls += 1;
     }
     usage
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_instruction_never_becomes_shell_text() {
+        let hostile = "line one\nGEODE_INSTRUCTION_END\ntouch /pwned\n$(id) `id`";
+        let launch = LaunchCommand {
+            argv: vec!["/bin/sh".into(), "-c".into(), "cat".into()],
+            env: vec![("GEODE_INSTRUCTION".into(), hostile.into())],
+            dirs: vec!["x".into()],
+        };
+        let line = command_line(&launch);
+        assert!(!line.contains("pwned") && !line.contains("$(id)"), "{line}");
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(line.replace("mkdir -p '/logs/agent/x' && ", ""))
+            .env("GEODE_INSTRUCTION", hostile)
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{hostile}\n"));
+    }
 }
