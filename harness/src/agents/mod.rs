@@ -86,8 +86,8 @@ impl TrialAgent {
     }
 
     /// The agent as Harbor's files name it.
-    pub fn harbor(&self) -> crate::rollout::harbor::HarborAgent<'_> {
-        crate::rollout::harbor::HarborAgent {
+    pub fn harbor(&self) -> HarborAgent<'_> {
+        HarborAgent {
             name: self.name(),
             version: self.version(),
         }
@@ -102,5 +102,23 @@ impl TrialAgent {
             }
             TrialAgent::Command(program) => format!("command:{program}"),
         }
+    }
+}
+
+/// The agent as Harbor names it: `geode` (GEODE's own loop, whatever model drives it),
+/// `claude-code`, `codex`, `mini-swe-agent` (Harbor's own names for those agents) or `command`,
+/// with the version installed.
+#[derive(Debug, Clone, Copy)]
+pub struct HarborAgent<'a> {
+    /// The agent's name.
+    pub name: &'a str,
+    /// The installed version; GEODE's own is this build's.
+    pub version: Option<&'a str>,
+}
+
+impl HarborAgent<'_> {
+    /// The version Harbor's files give: the installed one, or this build's for GEODE's own.
+    pub fn version(&self) -> &str {
+        self.version.unwrap_or(env!("CARGO_PKG_VERSION"))
     }
 }

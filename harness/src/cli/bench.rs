@@ -21,18 +21,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Subcommand;
 use geode_harness::env::image::{ImageStore, PullOptions, Reference};
-use geode_harness::env::{
-    Backend, EnvironmentSpec, NetworkPolicy, Sandbox, SandboxBackend, SandboxConfig,
-};
+use geode_harness::env::{Backend, EnvironmentSpec, NetworkPolicy, Sandbox, SandboxBackend};
 use geode_harness::pack::TaskPack;
 use geode_harness::rollout::trial::environment_spec;
 use geode_runtime::tools::workspace::ExecRequest;
 use tokio_util::sync::CancellationToken;
 
 use super::backends::ImageSettings;
+use super::bench_support::{backend, median, tempfile_dir};
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
@@ -82,24 +81,8 @@ pub enum BenchCommand {
     Gateway(super::bench_gateway::BenchGatewayArgs),
 }
 
-pub(super) fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
-}
-
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
-}
-
-pub(super) fn backend(store: PathBuf, state: &std::path::Path) -> anyhow::Result<SandboxBackend> {
-    let exe = std::env::current_exe().context("locating the geode executable")?;
-    let settings = ImageSettings::load()?;
-    let mut config = SandboxConfig::new(exe, state, store);
-    config.mirrors = settings.mirrors;
-    config.aliases = settings.aliases;
-    config.stand_in_pinned = settings.stand_in_pinned;
-    config.progress = super::backends::stderr_progress();
-    Ok(SandboxBackend::new(config)?)
 }
 
 /// Start, optionally run `true`, tear down: the three times.
@@ -213,14 +196,6 @@ async fn bench_command(repeat: usize) -> anyhow::Result<()> {
         ms(c.saturating_sub(p))
     );
     Ok(())
-}
-
-/// Scratch beside the store (one filesystem, as the sandbox's layers want).
-pub(super) fn tempfile_dir(store: &std::path::Path) -> anyhow::Result<PathBuf> {
-    let parent = store.parent().unwrap_or(store);
-    let dir = parent.join(format!(".geode-bench-{}", uuid::Uuid::new_v4().simple()));
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    Ok(dir)
 }
 
 async fn bench_env(

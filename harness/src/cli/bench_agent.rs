@@ -19,13 +19,8 @@ use geode_runtime::model::embedded::NopModel;
 use super::backends::ImageSettings;
 
 /// Medians in milliseconds, for printing.
-fn median_ms(mut v: Vec<Duration>) -> f64 {
-    v.sort();
-    v.get(v.len() / 2)
-        .copied()
-        .unwrap_or_default()
-        .as_secs_f64()
-        * 1e3
+fn median_ms(v: Vec<Duration>) -> f64 {
+    super::bench_support::median(v).as_secs_f64() * 1e3
 }
 
 /// The bench: `repeat` alternated pairs per task.
@@ -45,7 +40,7 @@ pub async fn run(agent: &AgentChoice, pack: &Path, repeat: usize) -> anyhow::Res
         anyhow::bail!("{agent} has no layer to stack: name a built-in third-party agent");
     };
     let settings = ImageSettings::load()?;
-    let scratch = super::bench::tempfile_dir(&settings.store)?;
+    let scratch = super::bench_support::tempfile_dir(&settings.store)?;
     let result = bench(&settings, &scratch, &layer, pack, repeat.max(1)).await;
     let _ = std::fs::remove_dir_all(&scratch);
     let (plain, layered, gateway_up) = result?;
@@ -76,7 +71,7 @@ async fn bench(
     repeat: usize,
 ) -> anyhow::Result<Times> {
     let pack = TaskPack::load(pack)?;
-    let backend = super::bench::backend(settings.store.clone(), &scratch.join("state"))?;
+    let backend = super::bench_support::backend(settings.store.clone(), &scratch.join("state"))?;
     let (mut plain, mut layered, mut gateway_up) = (Vec::new(), Vec::new(), Vec::new());
     for task in &pack.tasks {
         let spec = environment_spec(task, 1.0, None);

@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use geode_harness::env::image::{ImageStore, PullOptions, Reference};
 
 use super::backends::ImageSettings;
-use super::bench::{median, tempfile_dir};
+use super::bench_support::{median, tempfile_dir};
 use super::exit::Exit;
 
 /// `geode bench pull`'s arguments.

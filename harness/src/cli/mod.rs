@@ -16,6 +16,7 @@ mod bench_agent;
 mod bench_gateway;
 mod bench_pull;
 mod bench_slurm;
+mod bench_support;
 mod bench_view;
 mod config;
 mod connect;

@@ -22,22 +22,7 @@ use crate::store::TrialRow;
 use crate::summary::RunSummary;
 use geode_graders::TrialOutcome;
 
-/// The agent as Harbor names it: `geode` (GEODE's own loop, whatever model drives it),
-/// `claude-code`, `codex`, `mini-swe-agent` (Harbor's own names for those agents) or `command`,
-/// with the version installed.
-#[derive(Debug, Clone, Copy)]
-pub struct HarborAgent<'a> {
-    /// The agent's name.
-    pub name: &'a str,
-    /// The installed version; GEODE's own is this build's.
-    pub version: Option<&'a str>,
-}
-
-impl HarborAgent<'_> {
-    fn version(&self) -> &str {
-        self.version.unwrap_or(env!("CARGO_PKG_VERSION"))
-    }
-}
+pub use crate::agents::HarborAgent;
 
 /// A name-based UUID (RFC 9562 version 8: the first 16 bytes of SHA-256 over a kind and a
 /// name), the same for the same name on every machine.
