@@ -28,13 +28,9 @@ pub async fn run(agent: &AgentChoice, pack: &Path, repeat: usize) -> anyhow::Res
     let agents_dir = install::agents_dir();
     // First resolution: installs when the cache is cold (not timed: the bench is of the warm
     // cache); the second is what every later run pays.
-    let trial_agent = TrialAgent::resolve(agent, &agents_dir)?;
+    TrialAgent::resolve(agent, &agents_dir)?;
     let t = Instant::now();
-    let trial_agent = {
-        let again = TrialAgent::resolve(agent, &agents_dir)?;
-        drop(trial_agent);
-        again
-    };
+    let trial_agent = TrialAgent::resolve(agent, &agents_dir)?;
     let resolve = t.elapsed();
     let Some(layer) = trial_agent.layer().map(Path::to_path_buf) else {
         anyhow::bail!("{agent} has no layer to stack: name a built-in third-party agent");
